@@ -1,0 +1,103 @@
+"""Finding backends: built-ins and plug-ins by entry point, anything else by ``module:Class``.
+
+Built-ins are declared in ``pyproject.toml`` under ``[project.entry-points."lockcompare.backends"]``
+exactly as a third-party package declares its own, so both are listed and loaded the same way.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+
+from lockcompare.backends.base import BackendConfig, Lease, LockBackend, Refusal
+from lockcompare.errors import BackendLoadError, BackendNotViableError, UnknownNameError
+
+ENTRY_POINT_GROUP = "lockcompare.backends"
+
+_REQUIRED = ("acquire", "release", "close")
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str
+    target: str  # "module:Class"
+    summary: str  # empty when the backend could not be loaded
+    problem: str  # why it is not viable here, or ""
+
+
+def registered_names() -> list[str]:
+    """Names registered under the entry-point group, sorted."""
+    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def load_backend(spec: str) -> type[LockBackend]:
+    """The backend class for a registered name or a ``package.module:Class`` spec.
+
+    Raises :class:`UnknownNameError` for an unknown name, :class:`BackendLoadError` for a spec that
+    does not resolve to a backend, :class:`BackendNotViableError` when its library is missing.
+    """
+    spec = spec.strip()
+    if ":" in spec:
+        cls = _import_target(spec)
+    else:
+        matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
+        if not matches:
+            known = ", ".join(registered_names()) or "none registered"
+            raise UnknownNameError(f"unknown backend {spec!r} (known: {known}; or give package.module:Class)")
+        cls = _import_target(matches[0].value, name=spec)
+    missing = [attr for attr in _REQUIRED if not callable(getattr(cls, attr, None))]
+    if missing:
+        raise BackendLoadError(f"{spec}: {cls!r} is not a lock backend (missing {', '.join(missing)})")
+    check = getattr(cls, "check_viable", None)
+    if callable(check):
+        check()
+    return cls
+
+
+def _import_target(target: str, *, name: str | None = None) -> type[LockBackend]:
+    module_name, _, attr = target.partition(":")
+    label = name or target
+    if not module_name or not attr:
+        raise BackendLoadError(f"backend spec {target!r} must look like package.module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if name is not None:  # a registered backend whose library is not installed
+            raise BackendNotViableError(f"backend {label!r} is not viable here: {exc}") from None
+        raise BackendLoadError(f"backend {label!r}: cannot import {module_name!r}: {exc}") from None
+    except Exception as exc:  # a plug-in's import-time failure must not become a traceback
+        raise BackendLoadError(f"backend {label!r}: importing {module_name!r} failed: {exc!r}") from None
+    try:
+        obj = module
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        raise BackendLoadError(f"backend {label!r}: {module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(obj, type):
+        raise BackendLoadError(f"backend {label!r}: {target} is not a class")
+    return obj
+
+
+def describe_backends() -> list[BackendInfo]:
+    """Every registered backend, with its summary or the reason it cannot be used here."""
+    infos = []
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            cls = load_backend(ep.name)
+            infos.append(BackendInfo(ep.name, ep.value, getattr(cls, "summary", ""), ""))
+        except (BackendLoadError, BackendNotViableError) as exc:
+            infos.append(BackendInfo(ep.name, ep.value, "", str(exc)))
+    return infos
+
+
+__all__ = [
+    "BackendConfig",
+    "BackendInfo",
+    "Lease",
+    "LockBackend",
+    "Refusal",
+    "describe_backends",
+    "load_backend",
+    "registered_names",
+]

@@ -1,0 +1,99 @@
+"""The one interface every lock backend implements, and what it hands out.
+
+A backend is a class constructed as ``Backend(config=BackendConfig(...))`` inside each worker
+process; it needs only ``acquire`` / ``release`` / ``close`` and a few class attributes. Plug-ins
+implement the same protocol and are found by entry point (group ``lockcompare.backends``) or by
+``package.module:Class``.
+
+Example, against a running redis-server::
+
+    >>> from lockcompare.backends.single import SingleNodeLock
+    >>> lock = SingleNodeLock(config=BackendConfig(node_urls=("redis://127.0.0.1:6379/0",)))
+    >>> lease = lock.acquire(key="demo", ttl_ms=1000)       # doctest: +SKIP
+    >>> lock.release(lease)                                   # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, runtime_checkable
+
+from lockcompare.redisconn import DEFAULT_TIMEOUT_S
+
+
+@dataclass(frozen=True, kw_only=True)
+class BackendConfig:
+    """What the harness tells a backend: where the lock nodes are and how long to wait for one.
+
+    ``node_count``: how many of ``node_urls`` a multi-node backend (Redlock) should use; ``None``
+    means all of them. Single-node backends use ``node_urls[0]``.
+    """
+
+    node_urls: tuple[str, ...]
+    request_timeout_s: float = DEFAULT_TIMEOUT_S
+    node_count: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lease:
+    """A successful acquire: the key, the random owner token, and what the holder may assume.
+
+    ``valid_until_ns`` is the holder's belief, on the shared monotonic clock
+    (``time.monotonic_ns()``), of when the lease ends; ``None`` means it never expires.
+    ``fencing_token`` is a strictly increasing number when the backend issues one.
+    """
+
+    key: str
+    owner: str
+    valid_until_ns: int | None = None
+    fencing_token: int | None = None
+
+    def is_valid(self, now_ns: int | None = None) -> bool:
+        if self.valid_until_ns is None:
+            return True
+        return (time.monotonic_ns() if now_ns is None else now_ns) < self.valid_until_ns
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An acquire that did not get the lock, and why.
+
+    Reasons used by the built-ins: ``held`` (someone else has it), ``no-quorum`` (a multi-node
+    lock reached too few nodes), ``validity`` (the quorum answered, but too late for the lease to
+    be worth anything), ``error`` (a node failed to answer).
+    """
+
+    reason: str = "held"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+@runtime_checkable
+class LockBackend(Protocol):
+    """A lock design. ``exclusive`` is False for designs that do not even try (the ``none`` baseline)."""
+
+    summary: ClassVar[str]
+    exclusive: ClassVar[bool]
+    issues_fencing_tokens: ClassVar[bool]
+
+    def __init__(self, *, config: BackendConfig) -> None: ...
+
+    def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
+        """Try once, without blocking; the harness does the retrying."""
+        ...
+
+    def release(self, lease: Lease) -> bool:
+        """Release if still the owner; True if this call released it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def first_node(node_urls: Sequence[str]) -> str:
+    if not node_urls:
+        raise ValueError("this backend needs at least one lock node")
+    return node_urls[0]

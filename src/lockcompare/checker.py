@@ -1,0 +1,212 @@
+"""The verdict on one trial: pure functions over the history and the resource's counters.
+
+No Redis here, so every rule can be tested on hand-built histories. Conflicts are measured twice,
+independently: by the resource (its INCR of the occupancy counter returned more than 1) and from
+the workers' critical-section intervals on the shared monotonic clock (an entry that falls inside
+another worker's interval). Each step's instant is taken as the midpoint of its ``t0``/``t1``
+(the request took effect somewhere between send and reply, a loopback round trip of ~0.15 ms).
+
+A checker that cannot make sense of a history says ``unknown``, never ``exclusive``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from lockcompare.history import Event
+from lockcompare.resource import ResourceCounters
+from lockcompare.stats import percentile
+
+VERDICTS = ("exclusive", "conflicts-no-damage", "lost-updates", "unknown")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialMetrics:
+    entries: int
+    conflicts: int  # counted by the resource
+    conflicts_overlap: int  # from the workers' CS intervals
+    conflict_measures_agree: bool
+    max_concurrency: int
+    overlap_ms: float
+    writes_accepted: int
+    writes_rejected: int
+    stale_writes_accepted: int
+    stale_writes_rejected: int
+    lost_updates: int
+    final_balance: int
+    acquires: int
+    acquire_timeouts: int
+    refused_validity: int
+    acquire_p50_ms: float
+    acquire_p99_ms: float
+    releases_failed: int
+    verdict: str
+    problem: str = ""  # why the verdict is unknown
+
+    def as_row(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Interval:
+    worker: int
+    start_ns: float
+    end_ns: float
+
+
+def midpoint(event: Event) -> float:
+    return (event["t0"] + event["t1"]) / 2
+
+
+def cs_intervals(history: Sequence[Event]) -> list[Interval]:
+    """Each worker's critical sections, from ``enter`` to the matching ``exit``.
+
+    Raises ValueError when an enter has no exit (or the other way round): such a history
+    cannot support a verdict.
+    """
+    open_at: dict[int, float] = {}
+    intervals = []
+    for event in sorted(history, key=lambda e: e["t0"]):
+        worker, kind = event["worker"], event["kind"]
+        if kind == "enter":
+            if worker in open_at:
+                raise ValueError(f"worker {worker} entered twice without exiting (round {event['round']})")
+            open_at[worker] = midpoint(event)
+        elif kind == "exit":
+            if worker not in open_at:
+                raise ValueError(f"worker {worker} exited without entering (round {event['round']})")
+            intervals.append(Interval(worker, open_at.pop(worker), midpoint(event)))
+    if open_at:
+        raise ValueError(f"workers {sorted(open_at)} entered and never exited")
+    return sorted(intervals, key=lambda i: i.start_ns)
+
+
+def overlap_conflicts(intervals: Sequence[Interval]) -> int:
+    """Entries that happened while another worker was inside (start strictly within its interval)."""
+    return sum(
+        1
+        for a in intervals
+        if any(b.worker != a.worker and b.start_ns < a.start_ns < b.end_ns for b in intervals)
+    )
+
+
+def concurrency_profile(intervals: Sequence[Interval]) -> tuple[int, float]:
+    """(max workers inside at once, total ms with two or more inside), by a sweep over the edges."""
+    edges = sorted([(i.start_ns, 1) for i in intervals] + [(i.end_ns, -1) for i in intervals])
+    inside = peak = 0
+    overlap_ns = 0.0
+    last = None
+    for t, step in edges:  # at equal times exits (-1) sort first: touching intervals do not overlap
+        if inside >= 2 and last is not None:
+            overlap_ns += t - last
+        inside += step
+        peak = max(peak, inside)
+        last = t
+    return peak, overlap_ns / 1e6
+
+
+def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
+    """(accepted, rejected) writes made after the writer's own lease had expired."""
+    valid_until: dict[tuple[int, int], int | None] = {}
+    accepted = rejected = 0
+    for event in sorted(history, key=lambda e: e["t0"]):
+        key = (event["worker"], event["round"])
+        if event["kind"] == "acquire" and event.get("ok"):
+            valid_until[key] = event.get("valid_until")
+        elif event["kind"] == "write":
+            deadline = valid_until.get(key)
+            if deadline is not None and event["t0"] >= deadline:
+                if event.get("accepted"):
+                    accepted += 1
+                else:
+                    rejected += 1
+    return accepted, rejected
+
+
+def verdict_for(*, conflicts: int, lost_updates: int) -> str:
+    if lost_updates > 0:
+        return "lost-updates"
+    return "exclusive" if conflicts == 0 else "conflicts-no-damage"
+
+
+def check(history: Sequence[Event], counters: ResourceCounters) -> TrialMetrics:
+    """Compute every metric of a trial; any inconsistency makes the verdict ``unknown``."""
+    try:
+        return _check(history, counters)
+    except (ValueError, KeyError, TypeError) as exc:
+        return unknown(counters, problem=f"history unusable: {exc}")
+
+
+def _check(history: Sequence[Event], counters: ResourceCounters) -> TrialMetrics:
+    problems = []
+    errors = [e for e in history if e["kind"] == "error"]
+    if errors:
+        problems.append(errors[0].get("message", "a worker failed"))
+    intervals = cs_intervals(history)
+    if len(intervals) != counters.entries:
+        problems.append(f"{len(intervals)} entries in the history but {counters.entries} at the resource")
+    if counters.occupancy != 0:
+        problems.append(f"occupancy counter ended at {counters.occupancy}, not 0")
+    history_conflicts = sum(1 for e in history if e["kind"] == "enter" and e["inside"] > 1)
+    if history_conflicts != counters.conflicts:
+        problems.append(f"workers saw {history_conflicts} conflicts, the resource counted {counters.conflicts}")
+    conflicts_overlap = overlap_conflicts(intervals)
+    peak, overlap_ms = concurrency_profile(intervals)
+    stale_accepted, stale_rejected = stale_writes(history)
+    acquires = [e for e in history if e["kind"] == "acquire"]
+    granted = [e for e in acquires if e.get("ok")]
+    latencies_ms = [(e["t1"] - e["t_attempt"]) / 1e6 for e in granted]
+    lost = counters.writes_accepted - counters.final_balance
+    return TrialMetrics(
+        entries=counters.entries,
+        conflicts=counters.conflicts,
+        conflicts_overlap=conflicts_overlap,
+        conflict_measures_agree=conflicts_overlap == counters.conflicts,
+        max_concurrency=peak,
+        overlap_ms=round(overlap_ms, 3),
+        writes_accepted=counters.writes_accepted,
+        writes_rejected=counters.writes_rejected,
+        stale_writes_accepted=stale_accepted,
+        stale_writes_rejected=stale_rejected,
+        lost_updates=lost,
+        final_balance=counters.final_balance,
+        acquires=len(granted),
+        acquire_timeouts=len(acquires) - len(granted),
+        refused_validity=sum(e.get("refusals", {}).get("validity", 0) for e in acquires),
+        acquire_p50_ms=round(percentile(latencies_ms, 50), 4),
+        acquire_p99_ms=round(percentile(latencies_ms, 99), 4),
+        releases_failed=sum(1 for e in history if e["kind"] == "release" and not e.get("released")),
+        verdict="unknown" if problems else verdict_for(conflicts=counters.conflicts, lost_updates=lost),
+        problem="; ".join(problems),
+    )
+
+
+def unknown(counters: ResourceCounters | None, *, problem: str) -> TrialMetrics:
+    """Metrics for a trial whose history cannot be judged: counters kept, verdict ``unknown``."""
+    c = counters or ResourceCounters(
+        entries=0, conflicts=0, writes_accepted=0, writes_rejected=0, final_balance=0, occupancy=0
+    )
+    nan = float("nan")
+    return TrialMetrics(
+        entries=c.entries,
+        conflicts=c.conflicts,
+        conflicts_overlap=-1,
+        conflict_measures_agree=False,
+        max_concurrency=-1,
+        overlap_ms=nan,
+        writes_accepted=c.writes_accepted,
+        writes_rejected=c.writes_rejected,
+        stale_writes_accepted=-1,
+        stale_writes_rejected=-1,
+        lost_updates=c.writes_accepted - c.final_balance,
+        final_balance=c.final_balance,
+        acquires=-1,
+        acquire_timeouts=-1,
+        refused_validity=-1,
+        acquire_p50_ms=nan,
+        acquire_p99_ms=nan,
+        releases_failed=-1,
+        verdict="unknown",
+        problem=problem,
+    )

@@ -1,0 +1,84 @@
+"""lockcompare's own exceptions; errors from lower libraries are translated into these at the boundary.
+
+Every error a user can cause or meet is one of these, and the CLI prints it as one line with a
+non-zero exit code (never a traceback)::
+
+    LockcompareError                 base class; exit code 1 unless a subclass says otherwise
+    ├── ConfigError                  bad input from the user; exit code 2
+    │   ├── UnknownNameError         no backend / experiment / format of that name
+    │   ├── InvalidValueError        a zero or negative time, a malformed list or number
+    │   ├── InvalidURLError          a --nodes / --resource value that is not a redis URL
+    │   └── ResultsFileError         a results CSV that is missing, unreadable or not ours
+    ├── ClusterError                 the redis-server nodes could not be provided
+    │   ├── RedisServerNotFoundError no redis-server binary anywhere we look
+    │   ├── ServerStartError         a spawned redis-server did not come up
+    │   └── NodeUnreachableError     a node or the resource does not answer PING
+    ├── BackendError                 a lock backend cannot be used
+    │   ├── BackendLoadError         a module:Class that does not import or is not a backend
+    │   └── BackendNotViableError    a backend whose library is missing here (says what to install)
+    └── TrialError                   a trial could not complete (a worker died, a timeout)
+"""
+
+from __future__ import annotations
+
+
+class LockcompareError(Exception):
+    """Base of every lockcompare error."""
+
+    exit_code = 1
+
+
+class ConfigError(LockcompareError):
+    """The user asked for something that cannot be done as written."""
+
+    exit_code = 2
+
+
+class UnknownNameError(ConfigError):
+    """A backend, experiment or format name that does not exist."""
+
+
+class InvalidValueError(ConfigError):
+    """A value out of range or malformed (e.g. a zero or negative time)."""
+
+
+class InvalidURLError(ConfigError):
+    """A node or resource address that is not a redis:// URL."""
+
+
+class ResultsFileError(ConfigError):
+    """A results file that cannot be read, or would be overwritten."""
+
+
+class ClusterError(LockcompareError):
+    """The Redis servers for a run could not be provided."""
+
+
+class RedisServerNotFoundError(ClusterError):
+    """No redis-server binary was found."""
+
+
+class ServerStartError(ClusterError):
+    """A redis-server process we spawned did not start."""
+
+
+class NodeUnreachableError(ClusterError):
+    """A Redis server does not answer."""
+
+
+class BackendError(LockcompareError):
+    """A lock backend cannot be loaded or used."""
+
+
+class BackendLoadError(BackendError):
+    """A backend spec that does not resolve to a usable class."""
+
+    exit_code = 2
+
+
+class BackendNotViableError(BackendError):
+    """A backend whose third-party library is not installed here."""
+
+
+class TrialError(LockcompareError):
+    """A trial could not run to the end."""
