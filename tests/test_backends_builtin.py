@@ -1,0 +1,17 @@
+"""The built-in single-node backends honour the contract against real redis-server nodes."""
+
+from __future__ import annotations
+
+from backend_contract import BackendContract
+
+
+class TestNoLock(BackendContract):
+    backend_name = "none"
+
+
+class TestSingle(BackendContract):
+    backend_name = "single"
+
+
+class TestFenced(BackendContract):
+    backend_name = "fenced"
