@@ -1,0 +1,255 @@
+"""The command line: a thin typer layer over plain functions (run_trial, run_matrix, render, ...).
+
+Every error a user can cause ends as one line on stderr and a non-zero exit code: lockcompare's
+own errors (see errors.py), click's usage errors, and Ctrl-C (exit 130, servers stopped).
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typer.core import TyperGroup
+
+from lockcompare import table
+from lockcompare.backends import describe_backends
+from lockcompare.errors import LockcompareError
+from lockcompare.experiments import EXPERIMENTS, Overrides, TrialSpec
+from lockcompare.matrix import ClusterOptions, run_matrix
+from lockcompare.redisconn import parse_url_list, validate_url
+from lockcompare.results import METRIC_COLUMNS, read_results
+from lockcompare.trial import TrialResult
+
+err = Console(stderr=True)
+
+
+class OneLineErrors(TyperGroup):
+    """Run the group in non-standalone mode and turn every failure into one line + exit code."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # noqa: ARG002
+        try:
+            result = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as exc:  # typer's (vendored click's) usage and parameter errors
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            print(f"lockcompare: error: {exc.format_message()}{hint}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        except (typer.Abort, KeyboardInterrupt):
+            print("lockcompare: interrupted; servers and workers stopped", file=sys.stderr)
+            sys.exit(130)
+        except LockcompareError as exc:
+            print(f"lockcompare: error: {exc}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Measure what distributed locks really guarantee, with real redis-server nodes and real worker processes.",
+)
+
+# Options shared by `run` and `matrix` (typer has no option groups, so they are declared once here).
+TtlMs = Annotated[float | None, typer.Option("--ttl-ms", help="Lease TTL (default: the experiment's).")]
+WorkMs = Annotated[float | None, typer.Option("--work-ms", help="Work inside the critical section.")]
+PauseMs = Annotated[float | None, typer.Option("--pause-ms", help="Client pause after acquiring (0: none).")]
+Rounds = Annotated[int, typer.Option("--rounds", help="Critical sections per worker.")]
+Workers = Annotated[int, typer.Option("--workers", help="Worker processes.")]
+TimeScale = Annotated[
+    float, typer.Option("--time-scale", help="Multiply every time by this (0.1: ten times faster, same ratios).")
+]
+AcquireTimeoutMs = Annotated[float, typer.Option("--acquire-timeout-ms", help="Give up a round's acquire after this.")]
+RetryDelayMs = Annotated[float, typer.Option("--retry-delay-ms", help="Wait between acquire attempts.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed for the pause schedule.")]
+Nodes = Annotated[
+    str | None, typer.Option("--nodes", help="External lock nodes: redis URLs, comma-separated (with --resource).")
+]
+ResourceUrl = Annotated[str | None, typer.Option("--resource", help="External resource server: a redis URL.")]
+RedisServer = Annotated[
+    str | None,
+    typer.Option("--redis-server", envvar="LOCKCOMPARE_REDIS_SERVER", help="redis-server binary for embedded nodes."),
+]
+RedlockNodes = Annotated[
+    int | None, typer.Option("--redlock-nodes", help="Nodes a multi-node lock uses (3, 5, 7; default: all).")
+]
+
+
+def _cluster_options(*, nodes: str | None, resource: str | None, redis_server: str | None, redlock_nodes: int | None) -> ClusterOptions:
+    node_urls = tuple(parse_url_list(nodes)) if nodes is not None else None
+    resource_url = validate_url(resource) if resource is not None else None
+    count = max(redlock_nodes or 5, 5)
+    if node_urls is not None and redlock_nodes is not None and redlock_nodes > len(node_urls):
+        raise LockcompareError(f"--redlock-nodes {redlock_nodes} but only {len(node_urls)} --nodes given")
+    return ClusterOptions(nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count)
+
+
+def _split(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _progress_bar() -> tuple[Progress, Any]:
+    """A progress bar that appears with the first trial (so a bad option prints no empty bar)."""
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+    )
+    task = bar.add_task("starting", total=None)
+
+    def update(spec: TrialSpec, result: TrialResult | None, done: int, total: int) -> None:
+        if not bar.live.is_started:
+            bar.start()
+        label = f"{spec.backend} × {spec.experiment} #{spec.trial}"
+        if result is not None:
+            m = result.metrics
+            label = f"{label}: {m.conflicts}/{m.entries} conflicts, {m.lost_updates} lost"
+        bar.update(task, description=label, completed=done, total=total)
+
+    return bar, update
+
+
+def _default_backends() -> list[str]:
+    """Every registered backend that can run here; the others are named on stderr."""
+    usable = []
+    for info in describe_backends():
+        if info.problem:
+            print(f"lockcompare: skipping {info.problem}", file=sys.stderr)
+        else:
+            usable.append(info.name)
+    return usable
+
+
+@app.command()
+def matrix(
+    backends: Annotated[
+        str | None, typer.Option("--backends", help="Comma-separated backends (default: every registered one).")
+    ] = None,
+    experiments: Annotated[
+        str | None, typer.Option("--experiments", help="Comma-separated experiments (default: all).")
+    ] = None,
+    trials: Annotated[int, typer.Option("--trials", help="Trials per backend x experiment cell.")] = 3,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="Results CSV (default: a new file under results/).")
+    ] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue --out, skipping trials it already holds.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="Table format: github, simple, latex, csv.")] = "github",
+    ttl_ms: TtlMs = None,
+    work_ms: WorkMs = None,
+    pause_ms: PauseMs = None,
+    rounds: Rounds = 40,
+    workers: Workers = 2,
+    time_scale: TimeScale = 1.0,
+    acquire_timeout_ms: AcquireTimeoutMs = 10_000,
+    retry_delay_ms: RetryDelayMs = 10,
+    seed: Seed = 1,
+    redlock_nodes: RedlockNodes = None,
+    nodes: Nodes = None,
+    resource: ResourceUrl = None,
+    redis_server: RedisServer = None,
+) -> None:
+    """Run every selected backend under every selected experiment; one CSV row per trial."""
+    if fmt not in table.FORMATS:
+        raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(table.FORMATS)}", param_hint="--format")
+    overrides = Overrides(
+        ttl_ms=ttl_ms, work_ms=work_ms, pause_ms=pause_ms, rounds=rounds, workers=workers, time_scale=time_scale,
+        acquire_timeout_ms=acquire_timeout_ms, retry_delay_ms=retry_delay_ms, seed=seed,
+    )  # fmt: skip
+    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
+    target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
+    bar, update = _progress_bar()
+    try:
+        report = run_matrix(
+            backends=_split(backends) if backends is not None else _default_backends(),
+            experiments=_split(experiments) if experiments is not None else list(EXPERIMENTS),
+            trials=trials,
+            overrides=overrides,
+            out=target,
+            cluster_options=options,
+            redlock_nodes=redlock_nodes,
+            resume=resume,
+            progress=update,
+        )
+    finally:
+        bar.stop()
+    err.print(f"{report.trials_run} trials run, {report.trials_skipped} already in {report.out}")
+    if report.out.exists():
+        typer.echo(table.render(read_results(report.out), fmt=fmt))
+
+
+@app.command()
+def run(
+    backend: Annotated[str, typer.Option("--backend", help="A backend name or package.module:Class.")] = "single",
+    experiment: Annotated[str, typer.Option("--experiment", help="An experiment name.")] = "baseline",
+    out_path: Annotated[Path | None, typer.Option("--out", help="Also append the row to this CSV.")] = None,
+    ttl_ms: TtlMs = None,
+    work_ms: WorkMs = None,
+    pause_ms: PauseMs = None,
+    rounds: Rounds = 40,
+    workers: Workers = 2,
+    time_scale: TimeScale = 1.0,
+    acquire_timeout_ms: AcquireTimeoutMs = 10_000,
+    retry_delay_ms: RetryDelayMs = 10,
+    seed: Seed = 1,
+    redlock_nodes: RedlockNodes = None,
+    nodes: Nodes = None,
+    resource: ResourceUrl = None,
+    redis_server: RedisServer = None,
+) -> None:
+    """Run a single trial and print its metrics."""
+    overrides = Overrides(
+        ttl_ms=ttl_ms, work_ms=work_ms, pause_ms=pause_ms, rounds=rounds, workers=workers, time_scale=time_scale,
+        acquire_timeout_ms=acquire_timeout_ms, retry_delay_ms=retry_delay_ms, seed=seed,
+    )  # fmt: skip
+    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
+    with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
+        target = out_path or Path(scratch) / "run.csv"
+        run_matrix(
+            backends=[backend], experiments=[experiment], trials=1, overrides=overrides, out=target,
+            cluster_options=options, redlock_nodes=redlock_nodes, resume=out_path is not None,
+        )  # fmt: skip
+        row = read_results(target)[-1]
+        for key in ("backend", "experiment", "ttl_ms", "work_ms", "pause_ms", *METRIC_COLUMNS, "wall_s"):
+            typer.echo(f"{key:>24}: {row[key]}")
+        if out_path is not None:
+            typer.echo(f"{'history':>24}: {target.parent / row['history']}")
+
+
+@app.command(name="table")
+def table_command(
+    path: Annotated[Path, typer.Argument(help="A results CSV written by `lockcompare matrix`.")],
+    fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
+) -> None:
+    """Print the summary table of a results CSV (computed from the CSV alone)."""
+    typer.echo(table.render(read_results(path), fmt=fmt))
+
+
+@app.command()
+def backends() -> None:
+    """List the registered backends (built-ins and plug-ins) and whether each is usable here."""
+    for info in describe_backends():
+        status = info.summary if not info.problem else f"NOT VIABLE: {info.problem}"
+        typer.echo(f"{info.name:<12} {status}")
+    typer.echo("\nAny other class: --backend package.module:Class")
+
+
+@app.command()
+def experiments() -> None:
+    """List the experiments and the claim each one tests."""
+    for exp in EXPERIMENTS.values():
+        times = f"ttl {exp.ttl_ms:g} ms, work {exp.work_ms:g} ms, pause {exp.pause_ms:g} ms"
+        typer.echo(f"{exp.name:<13} {times:<40} {exp.claim}")
+
+
+def main() -> None:
+    app()

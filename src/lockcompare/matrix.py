@@ -1,0 +1,111 @@
+"""The matrix: every selected backend under every selected experiment, for K trials each.
+
+Trials are interleaved (trial 0 of every cell, then trial 1, ...) so that slow drifts of the
+machine spread over all cells instead of biasing one. Every trial appends its CSV row the moment it
+ends; with ``resume`` the trials already in the file are skipped, so a crash costs one trial.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from lockcompare.backends import load_backend
+from lockcompare.cluster import open_cluster
+from lockcompare.errors import InvalidValueError, ResultsFileError
+from lockcompare.experiments import Overrides, TrialSpec, get_experiment, make_spec
+from lockcompare.results import ResultsWriter, finished_trials, make_row
+from lockcompare.trial import TrialResult, new_run_id, run_trial, save_history
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterOptions:
+    """Where the servers come from: spawned (default) or the user's URLs."""
+
+    nodes: tuple[str, ...] | None = None
+    resource: str | None = None
+    redis_server: str | None = None
+    node_count: int = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatrixReport:
+    out: Path
+    trials_run: int
+    trials_skipped: int
+
+
+ProgressCallback = Callable[[TrialSpec, TrialResult | None, int, int], None]
+
+
+def history_dir(out: Path) -> Path:
+    """Histories live beside the CSV: ``results/x.csv`` → ``results/x.histories/``."""
+    return out.with_name(out.stem + ".histories")
+
+
+def plan_matrix(
+    *, backends: Sequence[str], experiments: Sequence[str], trials: int, overrides: Overrides, node_count: int | None
+) -> list[TrialSpec]:
+    """Every trial's spec, validated before anything starts (bad names fail before any server does)."""
+    if trials < 1:
+        raise InvalidValueError(f"--trials must be >= 1, got {trials}")
+    if not backends or not experiments:
+        raise InvalidValueError("select at least one backend and one experiment")
+    for backend in backends:
+        load_backend(backend)
+    exps = [get_experiment(name) for name in experiments]
+    return [
+        make_spec(backend=b, experiment=e, trial=k, overrides=overrides, node_count=node_count)
+        for k in range(trials)
+        for b in backends
+        for e in exps
+    ]
+
+
+def run_matrix(
+    *,
+    backends: Sequence[str],
+    experiments: Sequence[str],
+    trials: int,
+    overrides: Overrides,
+    out: Path,
+    cluster_options: ClusterOptions = ClusterOptions(),
+    redlock_nodes: int | None = None,
+    resume: bool = False,
+    progress: ProgressCallback | None = None,
+) -> MatrixReport:
+    """Run the matrix, appending one row per trial to ``out``; see the module docstring."""
+    specs = plan_matrix(
+        backends=backends, experiments=experiments, trials=trials, overrides=overrides, node_count=redlock_nodes
+    )
+    if out.exists() and not resume:
+        raise ResultsFileError(f"{out} exists: pass --resume to continue it, or choose another --out")
+    done = finished_trials(out) if resume else set()
+    todo = [s for s in specs if s.trial_id not in done]
+    writer = ResultsWriter(out)
+    histories = history_dir(out)
+    run_id = new_run_id()
+    with open_cluster(
+        nodes=cluster_options.nodes,
+        resource=cluster_options.resource,
+        node_count=cluster_options.node_count,
+        redis_server=cluster_options.redis_server,
+    ) as cluster:
+        for index, spec in enumerate(todo):
+            if progress:
+                progress(spec, None, index, len(todo))
+            result = run_trial(spec=spec, cluster=cluster, run_id=run_id)
+            path = save_history(result, histories)
+            writer.append(
+                make_row(
+                    result,
+                    run_id=run_id,
+                    cluster_kind="embedded" if cluster.embedded else "external",
+                    redis_version=cluster.redis_version,
+                    history_path=str(path.relative_to(out.parent)) if path.is_relative_to(out.parent) else str(path),
+                )
+            )
+            if progress:
+                progress(spec, result, index + 1, len(todo))
+    return MatrixReport(out=out, trials_run=len(todo), trials_skipped=len(specs) - len(todo))
