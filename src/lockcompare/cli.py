@@ -20,7 +20,15 @@ from typer.core import TyperGroup
 from lockcompare import table
 from lockcompare.backends import describe_backends
 from lockcompare.errors import LockcompareError
-from lockcompare.experiments import EXPERIMENTS, Overrides, TrialSpec
+from lockcompare.experiments import (
+    DEFAULT_ACQUIRE_TIMEOUT_MS,
+    DEFAULT_RETRY_DELAY_MS,
+    DEFAULT_ROUNDS,
+    DEFAULT_WORKERS,
+    EXPERIMENTS,
+    Overrides,
+    TrialSpec,
+)
 from lockcompare.matrix import ClusterOptions, run_matrix
 from lockcompare.redisconn import parse_url_list, validate_url
 from lockcompare.results import METRIC_COLUMNS, read_results
@@ -46,6 +54,8 @@ class OneLineErrors(TyperGroup):
         except LockcompareError as exc:
             print(f"lockcompare: error: {exc}", file=sys.stderr)
             sys.exit(exc.exit_code)
+        if result == 130:  # typer turns KeyboardInterrupt into Exit(130), returned in this mode
+            print("lockcompare: interrupted; servers and workers stopped", file=sys.stderr)
         sys.exit(result if isinstance(result, int) else 0)
 
 
@@ -108,12 +118,16 @@ def _progress_bar() -> tuple[Progress, Any]:
     task = bar.add_task("starting", total=None)
 
     def update(spec: TrialSpec, result: TrialResult | None, done: int, total: int) -> None:
-        if not bar.live.is_started:
-            bar.start()
         label = f"{spec.backend} × {spec.experiment} #{spec.trial}"
         if result is not None:
             m = result.metrics
-            label = f"{label}: {m.conflicts}/{m.entries} conflicts, {m.lost_updates} lost"
+            label = f"{label}: {m.conflicts}/{m.entries} conflicts, {m.lost_updates} lost, {result.wall_s:.1f} s"
+        if not err.is_terminal:  # a log file or CI: one plain line per finished trial
+            if result is not None:
+                print(f"[{done}/{total}] {label}", file=sys.stderr, flush=True)
+            return
+        if not bar.live.is_started:
+            bar.start()
         bar.update(task, description=label, completed=done, total=total)
 
     return bar, update
@@ -147,11 +161,11 @@ def matrix(
     ttl_ms: TtlMs = None,
     work_ms: WorkMs = None,
     pause_ms: PauseMs = None,
-    rounds: Rounds = 40,
-    workers: Workers = 2,
+    rounds: Rounds = DEFAULT_ROUNDS,
+    workers: Workers = DEFAULT_WORKERS,
     time_scale: TimeScale = 1.0,
-    acquire_timeout_ms: AcquireTimeoutMs = 10_000,
-    retry_delay_ms: RetryDelayMs = 10,
+    acquire_timeout_ms: AcquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_MS,
+    retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
     seed: Seed = 1,
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
@@ -195,11 +209,11 @@ def run(
     ttl_ms: TtlMs = None,
     work_ms: WorkMs = None,
     pause_ms: PauseMs = None,
-    rounds: Rounds = 40,
-    workers: Workers = 2,
+    rounds: Rounds = DEFAULT_ROUNDS,
+    workers: Workers = DEFAULT_WORKERS,
     time_scale: TimeScale = 1.0,
-    acquire_timeout_ms: AcquireTimeoutMs = 10_000,
-    retry_delay_ms: RetryDelayMs = 10,
+    acquire_timeout_ms: AcquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_MS,
+    retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
     seed: Seed = 1,
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,

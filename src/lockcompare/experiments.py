@@ -46,6 +46,14 @@ EXPERIMENTS: dict[str, Experiment] = {
 }
 
 
+#: Lesson-scale defaults of the workload. The acquire deadline is long because a spinning retry is
+#: unfair: the releasing worker re-acquires at once, and a rival was seen starving for 10 s.
+DEFAULT_ROUNDS = 40
+DEFAULT_WORKERS = 2
+DEFAULT_ACQUIRE_TIMEOUT_MS = 60_000.0
+DEFAULT_RETRY_DELAY_MS = 10.0
+
+
 @dataclass(frozen=True, kw_only=True)
 class Overrides:
     """User overrides, at the lesson's scale (before ``time_scale``); ``None`` keeps the experiment's."""
@@ -53,11 +61,11 @@ class Overrides:
     ttl_ms: float | None = None
     work_ms: float | None = None
     pause_ms: float | None = None
-    rounds: int = 40
-    workers: int = 2
+    rounds: int = DEFAULT_ROUNDS
+    workers: int = DEFAULT_WORKERS
     time_scale: float = 1.0
-    acquire_timeout_ms: float = 10_000
-    retry_delay_ms: float = 10
+    acquire_timeout_ms: float = DEFAULT_ACQUIRE_TIMEOUT_MS
+    retry_delay_ms: float = DEFAULT_RETRY_DELAY_MS
     paused_workers: tuple[int, ...] = (0,)
     seed: int = 1
 

@@ -1,0 +1,178 @@
+"""The checker on hand-built histories: no Redis, every rule exercised by an exact interleaving."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lockcompare.checker import (
+    Interval,
+    check,
+    concurrency_profile,
+    cs_intervals,
+    overlap_conflicts,
+    stale_writes,
+)
+from lockcompare.resource import ResourceCounters
+
+MS = 1_000_000  # ns
+
+
+class HistoryBuilder:
+    """Builds a history the way workers record it; times are in ms, each step takes 0.1 ms."""
+
+    def __init__(self) -> None:
+        self.events: list[dict] = []
+
+    def step(self, worker: int, rnd: int, kind: str, at_ms: float, **fields) -> None:
+        t0 = int(at_ms * MS)
+        self.events.append({"worker": worker, "round": rnd, "kind": kind, "t0": t0, "t1": t0 + MS // 10, **fields})
+
+    def critical_section(
+        self,
+        worker: int,
+        rnd: int,
+        *,
+        acquire_ms: float,
+        enter_ms: float,
+        exit_ms: float,
+        inside: int,
+        balance: int,
+        accepted: bool = True,
+        valid_until_ms: float | None = None,
+        fence: int | None = None,
+    ) -> None:
+        valid_until = None if valid_until_ms is None else int(valid_until_ms * MS)
+        self.step(worker, rnd, "acquire", acquire_ms, ok=True, attempts=1, refusals={},
+                  t_attempt=int(acquire_ms * MS), owner=f"o{worker}{rnd}", fence=fence, valid_until=valid_until)  # fmt: skip
+        self.step(worker, rnd, "enter", enter_ms, inside=inside)
+        self.step(worker, rnd, "read", enter_ms + 0.2, balance=balance)
+        self.step(worker, rnd, "write", exit_ms - 0.4, value=balance + 1, accepted=accepted, fence=fence)
+        self.step(worker, rnd, "exit", exit_ms)
+        self.step(worker, rnd, "release", exit_ms + 0.2, released=True)
+
+
+def counters(**kw: int) -> ResourceCounters:
+    base = dict(entries=0, conflicts=0, writes_accepted=0, writes_rejected=0, final_balance=0, occupancy=0)
+    return ResourceCounters(**(base | kw))
+
+
+def test_sequential_critical_sections_are_exclusive() -> None:
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0, valid_until_ms=1000)
+    h.critical_section(1, 0, acquire_ms=302, enter_ms=303, exit_ms=603, inside=1, balance=1, valid_until_ms=1302)
+    m = check(h.events, counters(entries=2, writes_accepted=2, final_balance=2))
+    assert (m.entries, m.conflicts, m.conflicts_overlap, m.lost_updates) == (2, 0, 0, 0)
+    assert m.conflict_measures_agree and m.max_concurrency == 1 and m.overlap_ms == 0
+    assert m.verdict == "exclusive" and m.problem == ""
+
+
+def test_overlapping_critical_sections_conflict_and_lose_an_update() -> None:
+    # Both read balance 0; both write 1: one increment is lost.
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
+    h.critical_section(1, 0, acquire_ms=100, enter_ms=101, exit_ms=401, inside=2, balance=0)
+    m = check(h.events, counters(entries=2, conflicts=1, writes_accepted=2, final_balance=1))
+    assert (m.conflicts, m.conflicts_overlap, m.max_concurrency) == (1, 1, 2)
+    assert m.conflict_measures_agree
+    assert m.overlap_ms == pytest.approx(200, abs=0.5)  # 101..301 ms, both inside
+    assert m.lost_updates == 1 and m.verdict == "lost-updates"
+
+
+def test_fenced_zombie_write_is_rejected_and_counted_as_stale() -> None:
+    # Worker 0's lease (token 1) ends at 1000 ms while paused; worker 1 (token 2) gets in at 1000;
+    # worker 0 wakes at 1200, enters during worker 1's section, and its write is rejected.
+    h = HistoryBuilder()
+    h.critical_section(1, 0, acquire_ms=1000, enter_ms=1001, exit_ms=1301, inside=1, balance=0,
+                       valid_until_ms=2000, fence=2)  # fmt: skip
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1200, exit_ms=1500, inside=2, balance=0,
+                       valid_until_ms=1000, fence=1, accepted=False)  # fmt: skip
+    m = check(h.events, counters(entries=2, conflicts=1, writes_accepted=1, writes_rejected=1, final_balance=1))
+    assert (m.conflicts, m.conflicts_overlap) == (1, 1)
+    assert (m.stale_writes_accepted, m.stale_writes_rejected) == (0, 1)
+    assert m.lost_updates == 0 and m.verdict == "conflicts-no-damage"
+
+
+def test_touching_intervals_do_not_overlap() -> None:
+    assert overlap_conflicts([Interval(0, 0, 10), Interval(1, 10, 20)]) == 0
+    assert concurrency_profile([Interval(0, 0, 10), Interval(1, 10, 20)]) == (1, 0.0)
+
+
+def test_overlap_counts_only_other_workers_and_the_later_entry() -> None:
+    intervals = [Interval(0, 0, 10 * MS), Interval(1, 5 * MS, 15 * MS), Interval(0, 12 * MS, 20 * MS)]
+    # worker 1 entered inside worker 0's first section; worker 0's second entry inside worker 1's.
+    assert overlap_conflicts(intervals) == 2
+    peak, overlap_ms = concurrency_profile(intervals)
+    assert peak == 2 and overlap_ms == pytest.approx(5 + 3)
+
+
+def test_three_workers_inside_at_once() -> None:
+    intervals = [Interval(w, w * MS, 10 * MS) for w in range(3)]
+    assert overlap_conflicts(intervals) == 2
+    assert concurrency_profile(intervals)[0] == 3
+
+
+def test_measures_that_disagree_are_reported_not_hidden() -> None:
+    # The resource says worker 1 found someone inside, but the intervals do not overlap.
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
+    h.critical_section(1, 0, acquire_ms=302, enter_ms=303, exit_ms=603, inside=2, balance=1)
+    m = check(h.events, counters(entries=2, conflicts=1, writes_accepted=2, final_balance=2))
+    assert m.conflicts == 1 and m.conflicts_overlap == 0 and not m.conflict_measures_agree
+    assert m.verdict == "conflicts-no-damage"
+
+
+def test_enter_without_exit_makes_the_verdict_unknown() -> None:
+    h = HistoryBuilder()
+    h.step(0, 0, "enter", 1, inside=1)
+    m = check(h.events, counters(entries=1, occupancy=1))
+    assert m.verdict == "unknown" and "never exited" in m.problem
+    assert math.isnan(m.overlap_ms)
+
+
+def test_resource_and_history_disagreeing_on_entries_is_unknown() -> None:
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
+    m = check(h.events, counters(entries=2, writes_accepted=1, final_balance=1))
+    assert m.verdict == "unknown" and "1 entries in the history but 2" in m.problem
+
+
+def test_a_worker_error_makes_the_verdict_unknown_never_exclusive() -> None:
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
+    h.step(1, 0, "error", 5, message="ConnectionError: resource gone")
+    m = check(h.events, counters(entries=1, writes_accepted=1, final_balance=1))
+    assert m.verdict == "unknown" and "resource gone" in m.problem
+
+
+def test_malformed_history_is_unknown_not_a_crash() -> None:
+    m = check([{"worker": 0, "kind": "enter"}], counters())
+    assert m.verdict == "unknown" and m.problem.startswith("history unusable")
+
+
+def test_acquire_statistics() -> None:
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
+    h.step(1, 0, "acquire", 0, ok=False, attempts=30, refusals={"held": 29, "validity": 1})
+    m = check(h.events, counters(entries=1, writes_accepted=1, final_balance=1))
+    assert (m.acquires, m.acquire_timeouts, m.refused_validity) == (1, 1, 1)
+    assert m.acquire_p50_ms == pytest.approx(0.1)  # t1 - t_attempt of the one granted acquire
+
+
+def test_stale_writes_need_a_lease_deadline() -> None:
+    h = HistoryBuilder()  # the no-lock baseline: leases never expire, so nothing is stale
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=5000, inside=1, balance=0)
+    assert stale_writes(h.events) == (0, 0)
+
+
+def test_cs_intervals_pair_enter_and_exit_per_worker() -> None:
+    h = HistoryBuilder()
+    h.step(0, 0, "enter", 1, inside=1)
+    h.step(1, 0, "enter", 2, inside=2)
+    h.step(0, 0, "exit", 3)
+    h.step(1, 0, "exit", 4)
+    assert [(i.worker, round(i.start_ns / MS, 2), round(i.end_ns / MS, 2)) for i in cs_intervals(h.events)] == [
+        (0, 1.05, 3.05),
+        (1, 2.05, 4.05),
+    ]

@@ -1,0 +1,118 @@
+"""The CLI through typer's CliRunner: listings, bad input (one line, non-zero exit), a small real run."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lockcompare.cli import app
+from lockcompare.server import free_port
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def assert_one_line_error(result, code: int, fragment: str) -> None:
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("lockcompare: error: ") and fragment in lines[0], lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_backends_lists_the_builtins() -> None:
+    result = invoke("backends")
+    assert result.exit_code == 0
+    for name in ("none", "single", "fenced"):
+        assert any(line.startswith(name + " ") for line in result.stdout.splitlines())
+
+
+def test_experiments_lists_each_claim() -> None:
+    result = invoke("experiments")
+    assert result.exit_code == 0
+    assert [line.split()[0] for line in result.stdout.splitlines()] == ["baseline", "short-ttl", "client-pause"]
+
+
+@pytest.mark.parametrize(
+    "args, code, fragment",
+    [
+        (["matrix", "--backends", "nope"], 2, "unknown backend 'nope'"),
+        (["matrix", "--backends", "single", "--experiments", "nope"], 2, "unknown experiment 'nope'"),
+        (["matrix", "--backends", "single", "--ttl-ms", "0"], 2, "--ttl-ms must be > 0"),
+        (["matrix", "--backends", "single", "--work-ms", "-3"], 2, "--work-ms must be > 0"),
+        (["matrix", "--backends", "single", "--trials", "0"], 2, "--trials must be >= 1"),
+        (["matrix", "--trials", "abc"], 2, "--trials"),
+        (["matrix", "--format", "html"], 2, "'html' is not one of"),
+        (["matrix", "--nodes", "localhost:6379", "--resource", "redis://127.0.0.1:1"], 2, "not a redis URL"),
+        (["matrix", "--backends", "single", "--nodes", "redis://127.0.0.1:1"], 2, "--nodes and --resource go together"),
+        (["run", "--backend", "no.such.module:Lock"], 2, "cannot import 'no.such.module'"),
+        (["run", "--backend", "lockcompare.stats:mean_ci"], 2, "is not a class"),
+        (["run", "--backend", "lockcompare.stats:MeanCI"], 2, "is not a lock backend"),
+        (["matrix", "--bogus"], 2, "No such option: --bogus"),
+        (["table", "/nonexistent/results.csv"], 2, "cannot read /nonexistent/results.csv"),
+    ],
+)
+def test_bad_input_gives_one_line_and_an_exit_code(args: list[str], code: int, fragment: str) -> None:
+    assert_one_line_error(invoke(*args), code, fragment)
+
+
+def test_unreachable_node_is_one_line(tmp_path: Path) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    result = invoke("matrix", "--backends", "single", "--nodes", dead, "--resource", dead, "--out", str(tmp_path / "x.csv"))
+    assert_one_line_error(result, 1, f"redis server {dead} does not answer")
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_missing_redis_server_binary_is_one_line(tmp_path: Path) -> None:
+    result = invoke("matrix", "--backends", "single", "--redis-server", str(tmp_path / "redis-server"), "--out", str(tmp_path / "x.csv"))
+    assert_one_line_error(result, 1, "not an executable file")
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_table_of_a_file_that_is_not_ours(tmp_path: Path) -> None:
+    path = tmp_path / "other.csv"
+    path.write_text("a,b\n1,2\n")
+    assert_one_line_error(invoke("table", str(path)), 2, "not a lockcompare results file")
+
+
+def test_small_real_matrix_writes_complete_rows_and_a_table(tmp_path: Path) -> None:
+    out = tmp_path / "small.csv"
+    result = invoke(
+        "matrix", "--backends", "none,single,fenced", "--experiments", "baseline,client-pause",
+        "--trials", "1", "--rounds", "4", "--time-scale", "0.1", "--out", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 6
+    assert all(row["verdict"] in {"exclusive", "conflicts-no-damage", "lost-updates"} for row in rows)
+    by_cell = {(r["backend"], r["experiment"]): r for r in rows}
+    assert by_cell[("single", "baseline")]["conflicts"] == "0"
+    assert by_cell[("fenced", "client-pause")]["lost_updates"] == "0"
+    assert all((tmp_path / r["history"]).is_file() for r in rows)
+    assert "| single    | baseline" in result.stdout
+
+    again = invoke("matrix", "--backends", "single", "--experiments", "baseline", "--out", str(out))
+    assert_one_line_error(again, 2, "exists: pass --resume")
+
+    resumed = invoke(
+        "matrix", "--backends", "none,single,fenced", "--experiments", "baseline,client-pause",
+        "--trials", "1", "--rounds", "4", "--time-scale", "0.1", "--out", str(out), "--resume",
+    )  # fmt: skip
+    assert resumed.exit_code == 0 and "0 trials run, 6 already in" in resumed.stderr
+
+    rendered = invoke("table", str(out), "--format", "latex")
+    assert rendered.exit_code == 0 and "\\begin{tabular}" in rendered.stdout
+
+
+def test_run_prints_one_trials_metrics() -> None:
+    result = invoke("run", "--backend", "single", "--experiment", "baseline", "--rounds", "3", "--time-scale", "0.1")
+    assert result.exit_code == 0, result.output
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in result.stdout.splitlines())}
+    assert fields["backend"] == "single" and fields["entries"] == "6" and fields["conflicts"] == "0"
