@@ -43,7 +43,8 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.redisconn import connect
 
 
-def _library_version(dist: str) -> str:
+def library_version(dist: str) -> str:
+    """The installed version of a distribution, or ``"not installed"``."""
     try:
         return version(dist)
     except PackageNotFoundError:
@@ -73,7 +74,7 @@ class RedisPyLock:
     """``redis.lock.Lock`` on lock node 0: one non-blocking attempt per acquire, release by token."""
 
     summary: ClassVar[str] = (
-        f"redis.lock.Lock (redis-py {_library_version('redis')}) on one node: "
+        f"redis.lock.Lock (redis-py {library_version('redis')}) on one node: "
         "SET NX PX with a uuid1 token, Lua compare-and-delete release"
     )
     exclusive: ClassVar[bool] = True

@@ -1,0 +1,70 @@
+"""The bench runs real worker processes and reports well-formed rows (no timing thresholds here)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lockcompare.bench import BenchRow, render_bench, run_bench
+from lockcompare.cluster import Cluster
+from lockcompare.errors import InvalidValueError, UnknownNameError
+from lockcompare.redisconn import connect
+
+
+@pytest.fixture(scope="module")
+def rows(cluster: Cluster) -> list[BenchRow]:
+    return run_bench(cluster=cluster, backends=["single"], iterations=20, warmup=5)
+
+
+def test_rows_are_floor_then_each_backend(rows: list[BenchRow]) -> None:
+    assert [row.backend for row in rows] == ["floor", "single"]
+    for row in rows:
+        assert row.iterations == 20 and row.refused == 0  # one sequential client is never refused
+        assert 0 < row.p50_us <= row.p99_us
+        assert row.ops_per_s > 0 and math.isfinite(row.ops_per_s)
+
+
+def test_bench_leaves_no_keys_behind(cluster: Cluster, rows: list[BenchRow]) -> None:
+    for url in cluster.node_urls:
+        client = connect(url, timeout_s=1.0)
+        try:
+            assert list(client.scan_iter(match="*lockcompare:bench:*")) == []
+        finally:
+            client.close()
+
+
+def test_render_divides_by_single(rows: list[BenchRow]) -> None:
+    text = render_bench(rows)
+    header, _, *lines = text.splitlines()
+    assert "x single" in header and "x pottery" not in header
+    assert lines[1].split("|")[1].strip() == "single"
+    assert lines[1].split("|")[-2].strip() == "1.00"
+
+
+def test_render_without_single_divides_by_floor_and_adds_pottery() -> None:
+    made = [
+        BenchRow(backend="floor", iterations=10, refused=0, p50_us=100.0, p99_us=150.0, ops_per_s=9000.0),
+        BenchRow(backend="pottery", iterations=10, refused=1, p50_us=400.0, p99_us=900.0, ops_per_s=2000.0),
+    ]
+    csv_text = render_bench(made, fmt="csv")
+    assert csv_text.splitlines() == [
+        "backend,cycles,refused,p50 µs,p99 µs,ops/s,x floor,x pottery",
+        "floor,10,0,100,150,9000,1.00,0.25",
+        "pottery,10,1,400,900,2000,4.00,1.00",
+    ]
+
+
+def test_render_refuses_an_unknown_format(rows: list[BenchRow]) -> None:
+    with pytest.raises(UnknownNameError):
+        render_bench(rows, fmt="html")
+
+
+def test_unknown_backend_fails_before_any_worker(cluster: Cluster) -> None:
+    with pytest.raises(UnknownNameError, match="no-such-backend"):
+        run_bench(cluster=cluster, backends=["single", "no-such-backend"], iterations=5)
+
+
+def test_iterations_must_be_positive(cluster: Cluster) -> None:
+    with pytest.raises(InvalidValueError):
+        run_bench(cluster=cluster, backends=["single"], iterations=0)
