@@ -15,3 +15,11 @@ class TestSingle(BackendContract):
 
 class TestFenced(BackendContract):
     backend_name = "fenced"
+
+
+class TestAtomic(BackendContract):
+    backend_name = "atomic"
+
+
+class TestOptimistic(BackendContract):
+    backend_name = "optimistic"

@@ -31,6 +31,8 @@ class TrialMetrics:
     overlap_ms: float
     writes_accepted: int
     writes_rejected: int
+    reads_rejected: int  # fenced reads refused (fence-all): the holder was known to be stale
+    cs_retries: int  # optimistic updates redone because the balance changed under them
     stale_writes_accepted: int
     stale_writes_rejected: int
     lost_updates: int
@@ -167,6 +169,8 @@ def _check(history: Sequence[Event], counters: ResourceCounters) -> TrialMetrics
         overlap_ms=round(overlap_ms, 3),
         writes_accepted=counters.writes_accepted,
         writes_rejected=counters.writes_rejected,
+        reads_rejected=counters.reads_rejected,
+        cs_retries=sum(1 for e in history if e["kind"] == "retry"),
         stale_writes_accepted=stale_accepted,
         stale_writes_rejected=stale_rejected,
         lost_updates=lost,
@@ -197,6 +201,8 @@ def unknown(counters: ResourceCounters | None, *, problem: str) -> TrialMetrics:
         overlap_ms=nan,
         writes_accepted=c.writes_accepted,
         writes_rejected=c.writes_rejected,
+        reads_rejected=c.reads_rejected,
+        cs_retries=-1,
         stale_writes_accepted=-1,
         stale_writes_rejected=-1,
         lost_updates=c.writes_accepted - c.final_balance,

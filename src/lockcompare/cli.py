@@ -19,19 +19,22 @@ from typer.core import TyperGroup
 
 from lockcompare import table
 from lockcompare.backends import describe_backends
-from lockcompare.errors import LockcompareError
+from lockcompare.errors import InvalidValueError, LockcompareError
 from lockcompare.experiments import (
     DEFAULT_ACQUIRE_TIMEOUT_MS,
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_ROUNDS,
+    DEFAULT_THINK_MS,
     DEFAULT_WORKERS,
     EXPERIMENTS,
     Overrides,
+    PausePoint,
     TrialSpec,
 )
-from lockcompare.matrix import ClusterOptions, run_matrix
+from lockcompare.matrix import ClusterOptions, Sweep, run_matrix
 from lockcompare.redisconn import parse_url_list, validate_url
 from lockcompare.results import METRIC_COLUMNS, read_results
+from lockcompare.sections import FENCE_MODES
 from lockcompare.trial import TrialResult
 
 err = Console(stderr=True)
@@ -71,7 +74,22 @@ app = typer.Typer(
 # Options shared by `run` and `matrix` (typer has no option groups, so they are declared once here).
 TtlMs = Annotated[float | None, typer.Option("--ttl-ms", help="Lease TTL (default: the experiment's).")]
 WorkMs = Annotated[float | None, typer.Option("--work-ms", help="Work inside the critical section.")]
-PauseMs = Annotated[float | None, typer.Option("--pause-ms", help="Client pause after acquiring (0: none).")]
+PauseMs = Annotated[
+    str | None,
+    typer.Option("--pause-ms", help="Client pause length (0: none); a comma list sweeps it, e.g. 600,850,1200,1500."),
+]
+PausePoints = Annotated[
+    str,
+    typer.Option("--pause-point", help="Where the pause lands: after-acquire (the lesson's) or before-write; a comma list sweeps."),
+]
+Fences = Annotated[
+    str,
+    typer.Option(
+        "--fence",
+        help="What the resource checks: writes (fencing token on the write), all (on every access), "
+        "token (check-and-set on the lease's random token); a comma list sweeps.",
+    ),
+]
 Rounds = Annotated[int, typer.Option("--rounds", help="Critical sections per worker.")]
 Workers = Annotated[int, typer.Option("--workers", help="Worker processes.")]
 TimeScale = Annotated[
@@ -79,6 +97,9 @@ TimeScale = Annotated[
 ]
 AcquireTimeoutMs = Annotated[float, typer.Option("--acquire-timeout-ms", help="Give up a round's acquire after this.")]
 RetryDelayMs = Annotated[float, typer.Option("--retry-delay-ms", help="Wait between acquire attempts.")]
+ThinkMs = Annotated[
+    float, typer.Option("--think-ms", help="Pause between a release and the next acquire (a rival's turn).")
+]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for the pause schedule.")]
 Nodes = Annotated[
     str | None, typer.Option("--nodes", help="External lock nodes: redis URLs, comma-separated (with --resource).")
@@ -100,6 +121,26 @@ def _cluster_options(*, nodes: str | None, resource: str | None, redis_server: s
     if node_urls is not None and redlock_nodes is not None and redlock_nodes > len(node_urls):
         raise LockcompareError(f"--redlock-nodes {redlock_nodes} but only {len(node_urls)} --nodes given")
     return ClusterOptions(nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count)
+
+
+def _sweep(*, pause_ms: str | None, pause_point: str, fence: str) -> Sweep:
+    """The swept settings from their comma lists, each value checked."""
+    pauses: list[float | None] = [None]
+    if pause_ms is not None:
+        try:
+            pauses = [float(v) for v in _split(pause_ms)]
+        except ValueError:
+            raise InvalidValueError(f"--pause-ms takes numbers separated by commas, got {pause_ms!r}") from None
+        if not pauses or any(v < 0 for v in pauses):
+            raise InvalidValueError(f"--pause-ms values must be >= 0, got {pause_ms!r}")
+    points = _split(pause_point)
+    known_points = [p.value for p in PausePoint]
+    if not points or any(p not in known_points for p in points):
+        raise InvalidValueError(f"--pause-point takes {' or '.join(known_points)}, got {pause_point!r}")
+    fences = _split(fence)
+    if not fences or any(f not in FENCE_MODES for f in fences):
+        raise InvalidValueError(f"--fence takes {', '.join(FENCE_MODES)}, got {fence!r}")
+    return Sweep(pause_ms=tuple(pauses), pause_points=tuple(PausePoint(p) for p in points), fences=tuple(fences))
 
 
 def _split(text: str) -> list[str]:
@@ -161,11 +202,14 @@ def matrix(
     ttl_ms: TtlMs = None,
     work_ms: WorkMs = None,
     pause_ms: PauseMs = None,
+    pause_point: PausePoints = "after-acquire",
+    fence: Fences = "writes",
     rounds: Rounds = DEFAULT_ROUNDS,
     workers: Workers = DEFAULT_WORKERS,
     time_scale: TimeScale = 1.0,
     acquire_timeout_ms: AcquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_MS,
     retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
+    think_ms: ThinkMs = DEFAULT_THINK_MS,
     seed: Seed = 1,
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
@@ -176,9 +220,10 @@ def matrix(
     if fmt not in table.FORMATS:
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(table.FORMATS)}", param_hint="--format")
     overrides = Overrides(
-        ttl_ms=ttl_ms, work_ms=work_ms, pause_ms=pause_ms, rounds=rounds, workers=workers, time_scale=time_scale,
-        acquire_timeout_ms=acquire_timeout_ms, retry_delay_ms=retry_delay_ms, seed=seed,
+        ttl_ms=ttl_ms, work_ms=work_ms, rounds=rounds, workers=workers, time_scale=time_scale,
+        acquire_timeout_ms=acquire_timeout_ms, retry_delay_ms=retry_delay_ms, think_ms=think_ms, seed=seed,
     )  # fmt: skip
+    sweep = _sweep(pause_ms=pause_ms, pause_point=pause_point, fence=fence)
     options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()
@@ -191,6 +236,7 @@ def matrix(
             out=target,
             cluster_options=options,
             redlock_nodes=redlock_nodes,
+            sweep=sweep,
             resume=resume,
             progress=update,
         )
@@ -209,11 +255,14 @@ def run(
     ttl_ms: TtlMs = None,
     work_ms: WorkMs = None,
     pause_ms: PauseMs = None,
+    pause_point: PausePoints = "after-acquire",
+    fence: Fences = "writes",
     rounds: Rounds = DEFAULT_ROUNDS,
     workers: Workers = DEFAULT_WORKERS,
     time_scale: TimeScale = 1.0,
     acquire_timeout_ms: AcquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_MS,
     retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
+    think_ms: ThinkMs = DEFAULT_THINK_MS,
     seed: Seed = 1,
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
@@ -222,18 +271,22 @@ def run(
 ) -> None:
     """Run a single trial and print its metrics."""
     overrides = Overrides(
-        ttl_ms=ttl_ms, work_ms=work_ms, pause_ms=pause_ms, rounds=rounds, workers=workers, time_scale=time_scale,
-        acquire_timeout_ms=acquire_timeout_ms, retry_delay_ms=retry_delay_ms, seed=seed,
+        ttl_ms=ttl_ms, work_ms=work_ms, rounds=rounds, workers=workers, time_scale=time_scale,
+        acquire_timeout_ms=acquire_timeout_ms, retry_delay_ms=retry_delay_ms, think_ms=think_ms, seed=seed,
     )  # fmt: skip
+    sweep = _sweep(pause_ms=pause_ms, pause_point=pause_point, fence=fence)
+    if max(len(sweep.pause_ms), len(sweep.pause_points), len(sweep.fences)) > 1:
+        raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
     options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
     with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
         target = out_path or Path(scratch) / "run.csv"
         run_matrix(
             backends=[backend], experiments=[experiment], trials=1, overrides=overrides, out=target,
-            cluster_options=options, redlock_nodes=redlock_nodes, resume=out_path is not None,
+            cluster_options=options, redlock_nodes=redlock_nodes, sweep=sweep, resume=out_path is not None,
         )  # fmt: skip
         row = read_results(target)[-1]
-        for key in ("backend", "experiment", "ttl_ms", "work_ms", "pause_ms", *METRIC_COLUMNS, "wall_s"):
+        for key in ("backend", "experiment", "ttl_ms", "work_ms", "pause_ms", "pause_point", "resource_check",
+                    *METRIC_COLUMNS, "wall_s"):  # fmt: skip
             typer.echo(f"{key:>24}: {row[key]}")
         if out_path is not None:
             typer.echo(f"{'history':>24}: {target.parent / row['history']}")

@@ -9,8 +9,18 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from lockcompare.errors import InvalidValueError, UnknownNameError
+from lockcompare.resource import Check
+from lockcompare.sections import FENCE_MODES
+
+
+class PausePoint(StrEnum):
+    """Where in a round a scheduled pause lands."""
+
+    AFTER_ACQUIRE = "after-acquire"  # the lesson's lab: the zombie wakes before it reads
+    BEFORE_WRITE = "before-write"  # read → work → pause → write: the zombie wakes holding a stale read
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,12 +56,17 @@ EXPERIMENTS: dict[str, Experiment] = {
 }
 
 
-#: Lesson-scale defaults of the workload. The acquire deadline is long because a spinning retry is
-#: unfair: the releasing worker re-acquires at once, and a rival was seen starving for 10 s.
+#: Lesson-scale defaults of the workload.
 DEFAULT_ROUNDS = 40
 DEFAULT_WORKERS = 2
 DEFAULT_ACQUIRE_TIMEOUT_MS = 60_000.0
 DEFAULT_RETRY_DELAY_MS = 10.0
+#: Think time between a release and the next acquire. Without it a spinning retry is unfair: the
+#: releasing worker re-acquires within a millisecond, before a rival polling every 10 ms looks
+#: again. Measured without it: one worker ran 39 rounds in a row while the other waited, so the
+#: client-pause trial measured starvation (2/80 conflicts), not the lock. Twice the retry delay
+#: guarantees a waiting rival one poll inside the gap.
+DEFAULT_THINK_MS = 2 * DEFAULT_RETRY_DELAY_MS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,6 +81,9 @@ class Overrides:
     time_scale: float = 1.0
     acquire_timeout_ms: float = DEFAULT_ACQUIRE_TIMEOUT_MS
     retry_delay_ms: float = DEFAULT_RETRY_DELAY_MS
+    think_ms: float = DEFAULT_THINK_MS
+    pause_point: PausePoint = PausePoint.AFTER_ACQUIRE
+    fence: str = "writes"  # see sections.check_for: writes, all, token
     paused_workers: tuple[int, ...] = (0,)
     seed: int = 1
 
@@ -74,12 +92,16 @@ class Overrides:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise InvalidValueError(f"--{name.replace('_', '-')} must be > 0, got {value:g}")
+        if self.think_ms < 0:
+            raise InvalidValueError(f"--think-ms must be >= 0, got {self.think_ms:g}")
         if self.pause_ms is not None and self.pause_ms < 0:
             raise InvalidValueError(f"--pause-ms must be >= 0, got {self.pause_ms:g}")
         if self.rounds < 1:
             raise InvalidValueError(f"--rounds must be >= 1, got {self.rounds}")
         if self.workers < 1:
             raise InvalidValueError(f"--workers must be >= 1, got {self.workers}")
+        if self.fence not in FENCE_MODES:
+            raise InvalidValueError(f"--fence must be one of {', '.join(FENCE_MODES)}, got {self.fence!r}")
         bad = [w for w in self.paused_workers if not 0 <= w < self.workers]
         if bad:
             raise InvalidValueError(f"paused worker {bad[0]} does not exist with {self.workers} workers")
@@ -101,6 +123,9 @@ class TrialSpec:
     time_scale: float
     acquire_timeout_ms: float
     retry_delay_ms: float
+    think_ms: float = 0.0
+    pause_point: PausePoint = PausePoint.AFTER_ACQUIRE
+    resource_check: Check = Check.PLAIN
     node_count: int | None = None  # how many lock nodes a multi-node backend uses (None: all)
     #: (worker, round) pairs at which the worker pauses; explicit, derived from the seed.
     pause_schedule: frozenset[tuple[int, int]] = field(default_factory=frozenset)
@@ -108,7 +133,10 @@ class TrialSpec:
     @property
     def trial_id(self) -> str:
         safe_backend = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.backend)
-        return f"{safe_backend}.{self.experiment}.t{self.trial}"
+        return (
+            f"{safe_backend}.{self.experiment}.{self.resource_check}.{self.pause_point}"
+            f".pause{self.pause_ms:g}.t{self.trial}"
+        )
 
 
 def get_experiment(name: str) -> Experiment:
@@ -133,7 +161,13 @@ def pause_schedule(
 
 
 def make_spec(
-    *, backend: str, experiment: Experiment, trial: int, overrides: Overrides, node_count: int | None = None
+    *,
+    backend: str,
+    experiment: Experiment,
+    trial: int,
+    overrides: Overrides,
+    node_count: int | None = None,
+    resource_check: Check = Check.PLAIN,
 ) -> TrialSpec:
     """Scale the experiment's times, apply overrides, and fix the trial's seeded pause schedule."""
     o = overrides
@@ -142,7 +176,8 @@ def make_spec(
     if ttl_ms < 1:
         raise InvalidValueError(f"TTL is {ttl_ms} ms after --time-scale {scale:g}: use a larger scale")
     pause_ms = (o.pause_ms if o.pause_ms is not None else experiment.pause_ms) * scale
-    seed = trial_seed(o.seed, backend, experiment.name, trial)
+    pause_point = o.pause_point if pause_ms > 0 else PausePoint.AFTER_ACQUIRE  # no pause: nowhere to land
+    seed = trial_seed(o.seed, backend, experiment.name, trial)  # the same schedule for every pause length
     schedule = (
         pause_schedule(workers=o.paused_workers, rounds=o.rounds, probability=experiment.pause_probability, seed=seed)
         if pause_ms > 0
@@ -161,6 +196,9 @@ def make_spec(
         time_scale=scale,
         acquire_timeout_ms=o.acquire_timeout_ms * scale,
         retry_delay_ms=o.retry_delay_ms * scale,
+        think_ms=o.think_ms * scale,
+        pause_point=pause_point,
+        resource_check=resource_check,
         node_count=node_count,
         pause_schedule=schedule,
     )

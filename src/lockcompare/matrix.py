@@ -7,14 +7,16 @@ ends; with ``resume`` the trials already in the file are skipped, so a crash cos
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lockcompare.backends import load_backend
 from lockcompare.cluster import open_cluster
 from lockcompare.errors import InvalidValueError, ResultsFileError
-from lockcompare.experiments import Overrides, TrialSpec, get_experiment, make_spec
+from lockcompare.experiments import Overrides, PausePoint, TrialSpec, get_experiment, make_spec
+from lockcompare.sections import check_for
 from lockcompare.results import ResultsWriter, finished_trials, make_row
 from lockcompare.trial import TrialResult, new_run_id, run_trial, save_history
 
@@ -27,6 +29,15 @@ class ClusterOptions:
     resource: str | None = None
     redis_server: str | None = None
     node_count: int = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep:
+    """Settings swept inside one matrix, each value a cell of its own (``None``: the experiment's)."""
+
+    pause_ms: tuple[float | None, ...] = (None,)
+    pause_points: tuple[PausePoint, ...] = (PausePoint.AFTER_ACQUIRE,)
+    fences: tuple[str, ...] = ("writes",)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,22 +56,45 @@ def history_dir(out: Path) -> Path:
 
 
 def plan_matrix(
-    *, backends: Sequence[str], experiments: Sequence[str], trials: int, overrides: Overrides, node_count: int | None
+    *,
+    backends: Sequence[str],
+    experiments: Sequence[str],
+    trials: int,
+    overrides: Overrides,
+    node_count: int | None,
+    sweep: Sweep = Sweep(),
 ) -> list[TrialSpec]:
-    """Every trial's spec, validated before anything starts (bad names fail before any server does)."""
+    """Every trial's spec, validated before anything starts (bad names fail before any server does).
+
+    Combinations that would run the same trial (a fence mode for a backend with nothing to fence,
+    a pause point without a pause) are planned once.
+    """
     if trials < 1:
         raise InvalidValueError(f"--trials must be >= 1, got {trials}")
     if not backends or not experiments:
         raise InvalidValueError("select at least one backend and one experiment")
-    for backend in backends:
-        load_backend(backend)
+    classes = {backend: load_backend(backend) for backend in backends}
     exps = [get_experiment(name) for name in experiments]
-    return [
-        make_spec(backend=b, experiment=e, trial=k, overrides=overrides, node_count=node_count)
-        for k in range(trials)
-        for b in backends
-        for e in exps
-    ]
+    specs: dict[str, TrialSpec] = {}
+    for k, backend, experiment, pause_ms, point, fence in itertools.product(
+        range(trials), backends, exps, sweep.pause_ms, sweep.pause_points, sweep.fences
+    ):
+        cell = replace(
+            overrides,
+            pause_ms=overrides.pause_ms if pause_ms is None else pause_ms,
+            pause_point=point,
+            fence=fence,
+        )
+        spec = make_spec(
+            backend=backend,
+            experiment=experiment,
+            trial=k,
+            overrides=cell,
+            node_count=node_count,
+            resource_check=check_for(classes[backend], fence=fence),
+        )
+        specs.setdefault(spec.trial_id, spec)
+    return list(specs.values())
 
 
 def run_matrix(
@@ -72,12 +106,18 @@ def run_matrix(
     out: Path,
     cluster_options: ClusterOptions = ClusterOptions(),
     redlock_nodes: int | None = None,
+    sweep: Sweep = Sweep(),
     resume: bool = False,
     progress: ProgressCallback | None = None,
 ) -> MatrixReport:
     """Run the matrix, appending one row per trial to ``out``; see the module docstring."""
     specs = plan_matrix(
-        backends=backends, experiments=experiments, trials=trials, overrides=overrides, node_count=redlock_nodes
+        backends=backends,
+        experiments=experiments,
+        trials=trials,
+        overrides=overrides,
+        node_count=redlock_nodes,
+        sweep=sweep,
     )
     if out.exists() and not resume:
         raise ResultsFileError(f"{out} exists: pass --resume to continue it, or choose another --out")

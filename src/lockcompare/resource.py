@@ -1,18 +1,37 @@
 """The protected resource: a separate redis-server holding what the lock is supposed to protect.
 
 It keeps an occupancy counter (how many workers are inside the critical section right now), an
-account balance that every critical section increments by read-modify-write, and a fence
-high-water mark. It counts at the source, in Lua scripts that run atomically on the server:
-entries, conflicts (an entry that found someone already inside), and accepted / rejected writes.
-Those counters are the resource's own account of what happened, independent of what the workers
-recorded in the history.
+account balance that every critical section increments, a fence high-water mark and the owner
+token last stored with the balance. It counts at the source, in Lua scripts that run atomically
+on the server: entries, conflicts (an entry that found someone already inside), and accepted /
+rejected reads and writes. Those counters are the resource's own account of what happened,
+independent of what the workers recorded in the history.
+
+How the balance is touched is the *resource check* (see :class:`Check`): a plain read and write,
+a fencing token checked on the write only or on every access, antirez's check-and-set on the
+lease's random token, or no lock at all (an atomic INCRBY, or optimistic WATCH/MULTI/EXEC).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from enum import StrEnum
+
+import redis
 
 from lockcompare.redisconn import connect
+
+
+class Check(StrEnum):
+    """What the resource checks when a critical section touches the balance."""
+
+    PLAIN = "plain"  # read, write: nothing checked (a lock without fencing)
+    FENCE_WRITES = "fence-writes"  # the fencing token is checked on the final write only
+    FENCE_ALL = "fence-all"  # the read carries the token too and raises the high-water mark
+    TOKEN_CAS = "token-cas"  # the read stores the lease's random token; the write needs it unchanged
+    ATOMIC = "atomic"  # no read-modify-write: one INCRBY
+    OPTIMISTIC = "optimistic"  # WATCH the balance, read, MULTI/SET/EXEC; retry when it changed
+
 
 #: INCR occupancy; an entry that finds someone inside is a conflict, counted here, at the resource.
 ENTER_SCRIPT = """
@@ -22,7 +41,7 @@ if inside > 1 then redis.call('INCR', KEYS[3]) end
 return inside
 """
 
-#: An unfenced write: always accepted (and counted, so lost updates can be computed).
+#: An unchecked write: always accepted (and counted, so lost updates can be computed).
 PLAIN_WRITE_SCRIPT = """
 redis.call('SET', KEYS[1], ARGV[1])
 redis.call('INCR', KEYS[2])
@@ -43,6 +62,43 @@ redis.call('INCR', KEYS[2])
 return 1
 """
 
+#: A fenced read: a token lower than the highest seen may not even read; a newer one raises the
+#: mark, so that an older holder's later write is refused. Returns the balance, or false.
+FENCED_READ_SCRIPT = """
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+local tok = tonumber(ARGV[1])
+if tok < seen then
+  redis.call('INCR', KEYS[3])
+  return false
+end
+redis.call('SET', KEYS[2], tok)
+return tonumber(redis.call('GET', KEYS[1]) or '0')
+"""
+
+#: antirez's check-and-set: the read stores the reader's random lease token with the balance...
+TOKEN_READ_SCRIPT = """
+redis.call('SET', KEYS[2], ARGV[1])
+return tonumber(redis.call('GET', KEYS[1]) or '0')
+"""
+
+#: ...and the write is accepted only if that token is still the one stored.
+TOKEN_WRITE_SCRIPT = """
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then
+  redis.call('INCR', KEYS[4])
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('INCR', KEYS[2])
+return 1
+"""
+
+#: The lock-free alternative: one atomic increment (counted like an accepted write).
+ATOMIC_INCREMENT_SCRIPT = """
+redis.call('INCRBY', KEYS[1], 1)
+redis.call('INCR', KEYS[2])
+return 1
+"""
+
 
 @dataclass(frozen=True, kw_only=True)
 class ResourceCounters:
@@ -54,6 +110,7 @@ class ResourceCounters:
     writes_rejected: int
     final_balance: int
     occupancy: int  # should be 0 after a trial: every entry was followed by an exit
+    reads_rejected: int = 0
 
 
 @dataclass(frozen=True)
@@ -65,8 +122,10 @@ class ResourceKeys:
     conflicts: str
     balance: str
     fence_hwm: str
+    balance_owner: str
     writes_accepted: str
     writes_rejected: str
+    reads_rejected: str
 
     @classmethod
     def under(cls, prefix: str) -> ResourceKeys:
@@ -82,9 +141,14 @@ class Resource:
     def __init__(self, *, url: str, prefix: str, timeout_s: float = 2.0) -> None:
         self.keys = ResourceKeys.under(prefix)
         self._client = connect(url, timeout_s=timeout_s)
-        self._enter = self._client.register_script(ENTER_SCRIPT)
-        self._plain_write = self._client.register_script(PLAIN_WRITE_SCRIPT)
-        self._fenced_write = self._client.register_script(FENCED_WRITE_SCRIPT)
+        script = self._client.register_script
+        self._enter = script(ENTER_SCRIPT)
+        self._plain_write = script(PLAIN_WRITE_SCRIPT)
+        self._fenced_write = script(FENCED_WRITE_SCRIPT)
+        self._fenced_read = script(FENCED_READ_SCRIPT)
+        self._token_read = script(TOKEN_READ_SCRIPT)
+        self._token_write = script(TOKEN_WRITE_SCRIPT)
+        self._atomic_increment = script(ATOMIC_INCREMENT_SCRIPT)
 
     def enter(self) -> int:
         """Enter the critical section; returns how many workers are inside now (>1: a conflict)."""
@@ -94,17 +158,56 @@ class Resource:
     def exit(self) -> None:
         self._client.decr(self.keys.occupancy)
 
-    def read_balance(self) -> int:
-        value = self._client.get(self.keys.balance)
+    def read_balance(self, *, check: Check = Check.PLAIN, fencing_token: int | None = None, owner: str = "") -> int | None:
+        """The balance, or None when the resource refuses the read (a fenced read with a stale token)."""
+        k = self.keys
+        if check is Check.FENCE_ALL and fencing_token is not None:
+            value = self._fenced_read(keys=[k.balance, k.fence_hwm, k.reads_rejected], args=[fencing_token])
+            return None if value is None else int(value)
+        if check is Check.TOKEN_CAS:
+            return int(self._token_read(keys=[k.balance, k.balance_owner], args=[owner]))
+        value = self._client.get(k.balance)
         return int(value) if value is not None else 0
 
-    def write_balance(self, value: int, *, fencing_token: int | None = None) -> bool:
-        """Write the new balance; with a fencing token, the resource may reject it (False)."""
+    def write_balance(
+        self, value: int, *, check: Check = Check.FENCE_WRITES, fencing_token: int | None = None, owner: str = ""
+    ) -> bool:
+        """Write the new balance; a checked write may be rejected (False).
+
+        By default a write that carries a fencing token is fenced, as in the lesson.
+        """
         k = self.keys
-        if fencing_token is None:
-            return bool(self._plain_write(keys=[k.balance, k.writes_accepted], args=[value]))
-        keys = [k.balance, k.writes_accepted, k.fence_hwm, k.writes_rejected]
-        return bool(self._fenced_write(keys=keys, args=[value, fencing_token]))
+        if check in (Check.FENCE_WRITES, Check.FENCE_ALL) and fencing_token is not None:
+            keys = [k.balance, k.writes_accepted, k.fence_hwm, k.writes_rejected]
+            return bool(self._fenced_write(keys=keys, args=[value, fencing_token]))
+        if check is Check.TOKEN_CAS:
+            keys = [k.balance, k.writes_accepted, k.balance_owner, k.writes_rejected]
+            return bool(self._token_write(keys=keys, args=[value, owner]))
+        return bool(self._plain_write(keys=[k.balance, k.writes_accepted], args=[value]))
+
+    def increment(self) -> bool:
+        """The lock-free critical section: one atomic INCRBY."""
+        return bool(self._atomic_increment(keys=[self.keys.balance, self.keys.writes_accepted]))
+
+    def watch_balance(self) -> tuple[redis.client.Pipeline, int]:
+        """Start an optimistic update: WATCH the balance and read it (pass the pipeline on)."""
+        pipe = self._client.pipeline()
+        pipe.watch(self.keys.balance)
+        value = pipe.get(self.keys.balance)
+        return pipe, int(value) if value is not None else 0
+
+    def commit_balance(self, pipe: redis.client.Pipeline, value: int) -> bool:
+        """Finish an optimistic update: MULTI/SET/EXEC; False if the balance changed since the read."""
+        try:
+            pipe.multi()
+            pipe.set(self.keys.balance, value)
+            pipe.incr(self.keys.writes_accepted)
+            pipe.execute()
+            return True
+        except redis.WatchError:
+            return False
+        finally:
+            pipe.reset()
 
     def reset(self) -> None:
         """Delete this trial's keys (only ours: external servers are never flushed)."""
@@ -112,8 +215,10 @@ class Resource:
 
     def counters(self) -> ResourceCounters:
         k = self.keys
-        raw = self._client.mget([k.entries, k.conflicts, k.writes_accepted, k.writes_rejected, k.balance, k.occupancy])
-        entries, conflicts, accepted, rejected, balance, occupancy = (int(v) if v is not None else 0 for v in raw)
+        names = [k.entries, k.conflicts, k.writes_accepted, k.writes_rejected, k.balance, k.occupancy, k.reads_rejected]
+        entries, conflicts, accepted, rejected, balance, occupancy, reads_rejected = (
+            int(v) if v is not None else 0 for v in self._client.mget(names)
+        )
         return ResourceCounters(
             entries=entries,
             conflicts=conflicts,
@@ -121,8 +226,8 @@ class Resource:
             writes_rejected=rejected,
             final_balance=balance,
             occupancy=occupancy,
+            reads_rejected=reads_rejected,
         )
 
     def close(self) -> None:
         self._client.close()
-

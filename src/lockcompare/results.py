@@ -20,12 +20,16 @@ from lockcompare.checker import TrialMetrics
 from lockcompare.errors import ResultsFileError
 from lockcompare.trial import TrialResult
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+
+#: Columns added since schema 1, with what a schema-1 row meant: the pause landed right after
+#: acquiring, no think time, fenced backends checked the token on the write only.
+_SINCE_V1 = {"pause_point": "after-acquire", "think_ms": "0", "reads_rejected": "0", "cs_retries": "0"}
 
 #: The trial's coordinates and settings, then every metric, then bookkeeping.
 SETTING_COLUMNS = (
     "backend", "experiment", "trial", "seed", "workers", "rounds", "ttl_ms", "work_ms", "pause_ms",
-    "time_scale", "acquire_timeout_ms", "retry_delay_ms", "node_count",
+    "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "node_count", "pause_point", "resource_check",
 )  # fmt: skip
 METRIC_COLUMNS = tuple(f.name for f in fields(TrialMetrics))
 COLUMNS = (
@@ -37,10 +41,10 @@ _INT_COLUMNS = {
     "schema_version", "trial", "seed", "workers", "rounds", "ttl_ms", "entries", "conflicts",
     "conflicts_overlap", "max_concurrency", "writes_accepted", "writes_rejected",
     "stale_writes_accepted", "stale_writes_rejected", "lost_updates", "final_balance", "acquires",
-    "acquire_timeouts", "refused_validity", "releases_failed",
+    "acquire_timeouts", "refused_validity", "releases_failed", "reads_rejected", "cs_retries",
 }  # fmt: skip
 _FLOAT_COLUMNS = {
-    "work_ms", "pause_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "overlap_ms",
+    "work_ms", "pause_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "overlap_ms",
     "acquire_p50_ms", "acquire_p99_ms", "wall_s",
 }  # fmt: skip
 _BOOL_COLUMNS = {"conflict_measures_agree"}
@@ -132,11 +136,18 @@ def read_results(path: Path) -> list[dict[str, Any]]:
             raise ResultsFileError(f"{path}:{number}: bad schema_version {raw['schema_version']!r}") from None
         if version > SCHEMA_VERSION:
             raise ResultsFileError(f"{path}: schema_version {version} is newer than this lockcompare ({SCHEMA_VERSION})")
+        if version == 1:
+            raw = _upgrade_v1(raw)
         try:
             typed.append({col: _parse(col, raw.get(col) or "") for col in COLUMNS} | _extra(raw))
         except ValueError as exc:
             raise ResultsFileError(f"{path}:{number}: malformed value: {exc}") from None
     return typed
+
+
+def _upgrade_v1(raw: dict[str, str]) -> dict[str, str]:
+    check = "fence-writes" if raw.get("backend") == "fenced" else "plain"
+    return _SINCE_V1 | {"resource_check": check} | raw
 
 
 def _extra(raw: dict[str, str]) -> dict[str, str]:

@@ -22,7 +22,12 @@ from lockcompare.stats import mean_ci
 FORMATS = ("github", "simple", "latex", "csv")
 
 #: Settings that split cells when they vary within one experiment (backend and experiment always do).
-CONDITION_COLUMNS = ("ttl_ms", "work_ms", "pause_ms", "workers", "rounds", "time_scale", "node_count")
+CONDITION_COLUMNS = (
+    "resource_check", "pause_point", "pause_ms", "ttl_ms", "work_ms", "workers", "rounds", "time_scale", "node_count",
+)  # fmt: skip
+
+#: Metrics shown only when some trial has a non-zero value (most tables need neither).
+OPTIONAL_COLUMNS = {"reads_rejected": "rejected reads", "cs_retries": "retries"}
 
 
 def _num(value: float, digits: int = 1) -> str:
@@ -45,25 +50,26 @@ def _range(values: Sequence[float]) -> str:
     return _num(lo, 0) if lo == hi else f"{_num(lo, 0)}–{_num(hi, 0)}"
 
 
-def _varies_within_an_experiment(rows: Sequence[dict[str, Any]], column: str) -> bool:
-    """True if rows of one experiment differ in ``column`` (differences between experiments are
-    already said by the experiment's name)."""
-    seen: dict[str, set[str]] = {}
+def _varies_within_a_cell(rows: Sequence[dict[str, Any]], column: str) -> bool:
+    """True if rows of one backend x experiment differ in ``column`` (differences between
+    experiments or backends are already said by their names)."""
+    seen: dict[tuple[str, str], set[str]] = {}
     for row in rows:
-        seen.setdefault(row["experiment"], set()).add(str(row.get(column)))
+        seen.setdefault((row["backend"], row["experiment"]), set()).add(str(row.get(column)))
     return any(len(values) > 1 for values in seen.values())
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Headers and lines of the summary table, in the order cells first appear in the file."""
-    varying = [c for c in CONDITION_COLUMNS if _varies_within_an_experiment(rows, c)]
+    varying = [c for c in CONDITION_COLUMNS if _varies_within_a_cell(rows, c)]
+    optional = [c for c in OPTIONAL_COLUMNS if any(r.get(c, 0) > 0 for r in rows)]
     cells: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in rows:
         key = (row["backend"], row["experiment"], *(str(row.get(c)) for c in varying))
         cells.setdefault(key, []).append(row)
     headers = [
         "backend", "experiment", *varying, "trials", "conflicts / entries (mean ±95% CI)",
-        "overlap ms", "rejected writes", "lost updates (range)", "verdicts",
+        "overlap ms", "rejected writes", *(OPTIONAL_COLUMNS[c] for c in optional), "lost updates (range)", "verdicts",
     ]  # fmt: skip
     lines = []
     for key, group in cells.items():
@@ -76,6 +82,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
                 f"{_mean_with_ci([r['conflicts'] for r in group])} / {_num(entries)}",
                 _num(mean_ci([r["overlap_ms"] for r in group]).mean, 0),
                 _mean_with_ci([r["writes_rejected"] for r in group]),
+                *(_mean_with_ci([r[c] for r in group]) for c in optional),
                 f"{_num(mean_ci([r['lost_updates'] for r in group]).mean)} ({_range([r['lost_updates'] for r in group])})",
                 ", ".join(f"{n}× {v}" for v, n in verdicts.most_common()),
             ]

@@ -9,6 +9,7 @@ are stopped in ``finally`` whatever happens; only this trial's own keys are touc
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import time
 import uuid
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ def new_run_id() -> str:
 
 def worst_case_duration_s(spec: TrialSpec) -> float:
     """An upper bound on a healthy trial's length; past it the trial is declared stuck."""
-    per_round_ms = spec.acquire_timeout_ms + spec.pause_ms + spec.work_ms + 50
+    per_round_ms = spec.acquire_timeout_ms + spec.pause_ms + spec.work_ms + spec.think_ms + 50
     return spec.rounds * per_round_ms / 1000 * 2
 
 
@@ -71,8 +72,11 @@ def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout
             work_ms=spec.work_ms,
             pause_ms=spec.pause_ms,
             pause_rounds=frozenset(r for (pw, r) in spec.pause_schedule if pw == w),
+            pause_point=spec.pause_point,
+            check=spec.resource_check,
             acquire_timeout_ms=spec.acquire_timeout_ms,
             retry_delay_ms=spec.retry_delay_ms,
+            think_ms=spec.think_ms,
         )
         for w in range(spec.workers)
     ]
@@ -108,13 +112,20 @@ def _run_workers(plans: list[WorkerPlan], *, timeout_s: float) -> tuple[list[Eve
     go = _MP.Event()
     procs, conns = [], []
     try:
-        for plan in plans:
-            parent_end, child_end = _MP.Pipe(duplex=False)
-            proc = _MP.Process(target=worker_main, args=(plan, go, child_end), daemon=True)
-            proc.start()
-            child_end.close()
-            procs.append(proc)
-            conns.append(parent_end)
+        # Workers are born with SIGINT blocked (the mask survives fork and exec): Ctrl-C reaches the
+        # whole process group, and a worker hit while still importing would print a traceback.
+        # The runner alone handles it and stops them; a Ctrl-C in this window arrives on unblock.
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for plan in plans:
+                parent_end, child_end = _MP.Pipe(duplex=False)
+                proc = _MP.Process(target=worker_main, args=(plan, go, child_end), daemon=True)
+                proc.start()
+                child_end.close()
+                procs.append(proc)
+                conns.append(parent_end)
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         ready = _collect(conns, timeout_s=START_TIMEOUT_S, what="start")
         if any(status != "ready" for status, _, _ in ready):
             return _outcome(ready)

@@ -1,8 +1,9 @@
 """One worker process: the same critical-section loop for every backend and experiment.
 
-Each round: acquire (retry until a deadline) → fault hook (pause) → enter (INCR occupancy at the
-resource) → read the balance → work → write balance+1 (fenced when the lease has a token) → exit
-(DECR) → release. Every step is recorded with its start and end on the shared monotonic clock.
+Each round: acquire (retry until a deadline) → pause (if scheduled ``after-acquire``) → the
+critical section (enter, read, work, pause if scheduled ``before-write``, write, exit: see
+sections.py) → release → think. Every step is recorded with its start and end on the shared monotonic
+clock.
 
 Workers are separate OS processes, never threads of the runner: threads share the GIL and a
 CPU-busy neighbour pushed loopback PING from 0.14 ms to 16 ms p50 on the measuring machine.
@@ -20,7 +21,9 @@ from multiprocessing.synchronize import Event as StartSignal
 from lockcompare.backends import BackendConfig, Lease, load_backend
 from lockcompare.history import Recorder, now_ns
 from lockcompare.lifecycle import die_with_parent
-from lockcompare.resource import Resource
+from lockcompare.experiments import PausePoint
+from lockcompare.resource import Check, Resource
+from lockcompare.sections import run_section
 
 #: How long start-up may take: spawning an interpreter, importing, connecting (about 0.2 s here).
 START_TIMEOUT_S = 60.0
@@ -41,8 +44,11 @@ class WorkerPlan:
     work_ms: float
     pause_ms: float
     pause_rounds: frozenset[int]
+    pause_point: PausePoint
+    check: Check
     acquire_timeout_ms: float
     retry_delay_ms: float
+    think_ms: float
 
 
 def acquire_until_deadline(backend, plan: WorkerPlan, rec: Recorder) -> Lease | None:
@@ -77,10 +83,19 @@ def acquire_until_deadline(backend, plan: WorkerPlan, rec: Recorder) -> Lease | 
         time.sleep(plan.retry_delay_ms / 1000)
 
 
+def no_pause() -> None:
+    pass
+
+
 def run_rounds(plan: WorkerPlan, rec: Recorder, go: StartSignal, conn: Connection) -> None:
     backend_cls = load_backend(plan.backend)
     backend = backend_cls(config=plan.backend_config)
     resource = Resource(url=plan.resource_url, prefix=plan.resource_prefix)
+
+    def pause() -> None:
+        # The holder freezes without knowing it: a GC pause, a migrated VM, swapping.
+        rec.timed("pause", lambda: time.sleep(plan.pause_ms / 1000), how="sleep", point=plan.pause_point.value)
+
     try:
         # The start barrier: process start-up skew, not the lock, would otherwise decide who overlaps.
         conn.send(("ready", "", []))
@@ -91,22 +106,19 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, go: StartSignal, conn: Connectio
             lease = acquire_until_deadline(backend, plan, rec)
             if lease is None:
                 continue
-            if round_ in plan.pause_rounds:
-                # The holder freezes without knowing it: a GC pause, a migrated VM, swapping.
-                rec.timed("pause", lambda: time.sleep(plan.pause_ms / 1000), how="sleep")
-            rec.timed("enter", resource.enter, result_as="inside")
-            balance = rec.timed("read", resource.read_balance, result_as="balance")
-            time.sleep(plan.work_ms / 1000)
-            token = lease.fencing_token
-            rec.timed(
-                "write",
-                lambda: resource.write_balance(balance + 1, fencing_token=token),
-                result_as="accepted",
-                value=balance + 1,
-                fence=token,
+            pausing = round_ in plan.pause_rounds
+            if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
+                pause()
+            run_section(
+                check=plan.check,
+                resource=resource,
+                lease=lease,
+                rec=rec,
+                work_s=plan.work_ms / 1000,
+                pause_before_write=pause if pausing and plan.pause_point is PausePoint.BEFORE_WRITE else no_pause,
             )
-            rec.timed("exit", resource.exit)
             rec.timed("release", lambda: backend.release(lease), result_as="released")
+            time.sleep(plan.think_ms / 1000)  # give a waiting rival its turn (see DEFAULT_THINK_MS)
     finally:
         backend.close()
         resource.close()
@@ -119,8 +131,6 @@ def worker_main(plan: WorkerPlan, go: StartSignal, conn: Connection) -> None:
     try:
         run_rounds(plan, rec, go, conn)
         conn.send(("ok", "", rec.events))
-    except KeyboardInterrupt:
-        pass  # Ctrl-C reaches the whole process group; the runner reports it, once
     except BaseException as exc:  # noqa: BLE001 - everything must reach the runner as data
         rec.add("error", t0=now_ns(), message=f"{type(exc).__name__}: {exc}")
         try:
