@@ -176,3 +176,14 @@ def test_cs_intervals_pair_enter_and_exit_per_worker() -> None:
         (0, 1.05, 3.05),
         (1, 2.05, 4.05),
     ]
+
+
+def test_history_survives_a_save_and_load(tmp_path) -> None:
+    from lockcompare import history
+
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
+    path = tmp_path / "h.jsonl.gz"
+    history.save(h.events, path)
+    assert history.load(path) == h.events
+    assert not list(tmp_path.glob("*.part"))

@@ -55,6 +55,11 @@ def test_experiments_lists_each_claim() -> None:
         (["run", "--backend", "lockcompare.stats:mean_ci"], 2, "is not a class"),
         (["run", "--backend", "lockcompare.stats:MeanCI"], 2, "is not a lock backend"),
         (["matrix", "--bogus"], 2, "No such option: --bogus"),
+        (["matrix", "--backends", "single", "--pause-ms", "600,abc"], 2, "--pause-ms takes numbers"),
+        (["matrix", "--backends", "single", "--pause-point", "sometime"], 2, "--pause-point takes"),
+        (["matrix", "--backends", "single", "--fence", "maybe"], 2, "--fence takes writes, all, token"),
+        (["run", "--pause-ms", "600,850"], 2, "use matrix to sweep a list"),
+        (["bench", "--backends", "single,nope"], 2, "unknown backend 'nope'"),
         (["table", "/nonexistent/results.csv"], 2, "cannot read /nonexistent/results.csv"),
     ],
 )

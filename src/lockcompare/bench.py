@@ -29,8 +29,6 @@ Example::
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 import multiprocessing
 import secrets
@@ -41,20 +39,19 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 import redis
-from tabulate import tabulate
 
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.backends.single import RELEASE_SCRIPT
 from lockcompare.cluster import Cluster
-from lockcompare.errors import InvalidValueError, TrialError, UnknownNameError
+from lockcompare.errors import InvalidValueError, TrialError
 from lockcompare.lifecycle import die_with_parent
 from lockcompare.redisconn import DEFAULT_TIMEOUT_S, connect
 from lockcompare.stats import percentile
+from lockcompare.table import check_format, format_table
 
 _MP = multiprocessing.get_context("spawn")
 
 FLOOR = "floor"
-FORMATS = ("github", "simple", "latex", "csv")
 
 #: Spawning an interpreter, importing, connecting; generous, as in worker.START_TIMEOUT_S.
 _START_TIMEOUT_S = 60.0
@@ -250,14 +247,13 @@ def _ratio(value: float, base: float) -> str:
 
 
 def render_bench(rows: Sequence[BenchRow], *, fmt: str = "github") -> str:
-    """The bench rows as a table in one of :data:`FORMATS`.
+    """The bench rows as a table in one of :data:`lockcompare.table.FORMATS`.
 
     ``x single`` is each p50 divided by the ``single`` row's p50; without a ``single`` row the
     column divides by ``floor`` and is headed ``x floor``. ``x pottery`` appears when a ``pottery``
     row is present. All ratios compare rows of the same run.
     """
-    if fmt not in FORMATS:
-        raise UnknownNameError(f"unknown table format {fmt!r} (known: {', '.join(FORMATS)})")
+    check_format(fmt)
     if not rows:
         return "(no rows)"
     by_name = {row.backend: row for row in rows}
@@ -281,10 +277,4 @@ def render_bench(rows: Sequence[BenchRow], *, fmt: str = "github") -> str:
         if pottery is not None:
             line.append(_ratio(row.p50_us, pottery))
         lines.append(line)
-    if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(headers)
-        writer.writerows(lines)
-        return buf.getvalue().rstrip("\n")
-    return tabulate(lines, headers=headers, tablefmt=fmt, disable_numparse=True)
+    return format_table(headers, lines, fmt=fmt)

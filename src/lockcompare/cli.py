@@ -18,7 +18,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.core import TyperGroup
 
 from lockcompare import table
-from lockcompare.backends import describe_backends
+from lockcompare.backends import describe_backends, load_backend
+from lockcompare.bench import render_bench, run_bench
+from lockcompare.cluster import describe, open_cluster
 from lockcompare.errors import InvalidValueError, LockcompareError
 from lockcompare.experiments import (
     DEFAULT_ACQUIRE_TIMEOUT_MS,
@@ -290,6 +292,36 @@ def run(
             typer.echo(f"{key:>24}: {row[key]}")
         if out_path is not None:
             typer.echo(f"{'history':>24}: {target.parent / row['history']}")
+
+
+@app.command()
+def bench(
+    backends_list: Annotated[
+        str, typer.Option("--backends", help="Comma-separated backends to measure (the floor row is always first).")
+    ] = "single,redlock,pottery,redis-py",
+    iterations: Annotated[int, typer.Option("--iterations", help="Timed acquire+release cycles per backend.")] = 500,
+    ttl_ms: Annotated[int, typer.Option("--ttl-ms", help="Lease TTL (long: nothing should expire).")] = 10_000,
+    fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
+    redlock_nodes: RedlockNodes = None,
+    nodes: Nodes = None,
+    resource: ResourceUrl = None,
+    redis_server: RedisServer = None,
+) -> None:
+    """Acquire+release latency per backend, beside the floor (bare SET NX PX + release script).
+
+    A benchmark, not a test: the ratios compare rows measured in this one run.
+    """
+    table.check_format(fmt)
+    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
+    names = _split(backends_list)
+    for name in names:
+        load_backend(name)  # a bad name fails before any server starts
+    with open_cluster(
+        nodes=options.nodes, resource=options.resource, node_count=options.node_count, redis_server=options.redis_server
+    ) as cluster:
+        print(f"bench: {describe(cluster)}, {iterations} cycles per backend", file=sys.stderr)
+        rows = run_bench(cluster=cluster, backends=names, iterations=iterations, ttl_ms=ttl_ms)
+    typer.echo(render_bench(rows, fmt=fmt))
 
 
 @app.command(name="table")

@@ -92,11 +92,21 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
 
 def render(rows: Sequence[dict[str, Any]], *, fmt: str = "github") -> str:
     """The summary as text in one of :data:`FORMATS`."""
-    if fmt not in FORMATS:
-        raise UnknownNameError(f"unknown table format {fmt!r} (known: {', '.join(FORMATS)})")
+    check_format(fmt)
     if not rows:
         return "(no trials)"
     headers, lines = summarize(rows)
+    return format_table(headers, lines, fmt=fmt)
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise UnknownNameError(f"unknown table format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def format_table(headers: Sequence[str], lines: Sequence[Sequence[str]], *, fmt: str) -> str:
+    """Lines of text cells under ``headers``, with tabulate or, for ``csv``, the csv module."""
+    check_format(fmt)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")

@@ -1,0 +1,78 @@
+"""The results CSV: rows written whole, typed on the way back, older schemas still readable."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from lockcompare.errors import ResultsFileError, UnknownNameError
+from lockcompare.results import COLUMNS, SCHEMA_VERSION, ResultsWriter, read_results
+from lockcompare.table import render, summarize
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_schema_1_file_is_still_readable() -> None:
+    # tests/data/schema1.csv: real rows written by the first version (before pause points).
+    rows = read_results(DATA / "schema1.csv")
+    assert [r["schema_version"] for r in rows] == [1] * 6
+    assert {r["pause_point"] for r in rows} == {"after-acquire"}
+    assert {r["resource_check"] for r in rows} == {"plain"}  # none and single: nothing to fence
+    assert all(r["think_ms"] == 0 and r["cs_retries"] == 0 for r in rows)
+    assert render(rows).startswith("| backend")
+
+
+def row(**kw: object) -> dict[str, object]:
+    base: dict[str, object] = {c: "" for c in COLUMNS}
+    base.update(schema_version=SCHEMA_VERSION, backend="single", experiment="baseline", trial_id="t", entries=80,
+                conflicts=0, writes_rejected=0, reads_rejected=0, cs_retries=0, lost_updates=0, overlap_ms=0.0,
+                verdict="exclusive")  # fmt: skip
+    base.update(kw)
+    return base
+
+
+def test_rows_round_trip_with_types(tmp_path: Path) -> None:
+    path = tmp_path / "r.csv"
+    writer = ResultsWriter(path)
+    writer.append(row(trial_id="a", conflicts=3, overlap_ms=12.5, conflict_measures_agree=True))
+    writer.append(row(trial_id="b", acquire_p50_ms=math.nan))
+    assert path.read_text().count("schema_version") == 1  # one header, written with the first row
+    first, second = read_results(path)
+    assert (first["trial_id"], first["conflicts"], first["overlap_ms"]) == ("a", 3, 12.5)
+    assert first["conflict_measures_agree"] is True
+    assert math.isnan(second["acquire_p50_ms"])
+
+
+def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "new.csv"
+    ResultsWriter(path).append(row(schema_version=SCHEMA_VERSION + 1))
+    with pytest.raises(ResultsFileError, match="newer than this lockcompare"):
+        read_results(path)
+
+
+def test_summary_groups_trials_and_gives_a_confidence_interval() -> None:
+    rows = [row(conflicts=c, lost_updates=lost, verdict="lost-updates", backend="none")
+            for c, lost in ((40, 40), (42, 38), (44, 40))]  # fmt: skip
+    headers, lines = summarize(rows)
+    assert headers[:3] == ["backend", "experiment", "trials"]
+    (line,) = lines
+    assert line[:3] == ["none", "baseline", "3"]
+    assert line[3] == "42 ±5 / 80"  # mean 42, t(2) 4.303 * sd 2 / sqrt(3) = 4.97
+    assert line[6] == "39.3 (38–40)" and line[7] == "3× lost-updates"
+
+
+def test_a_setting_that_varies_within_a_cell_becomes_a_column() -> None:
+    rows = [row(backend="fenced", experiment="client-pause", pause_ms=p, resource_check=c, verdict="exclusive")
+            for p in (600.0, 850.0) for c in ("fence-writes", "fence-all")]  # fmt: skip
+    headers, lines = summarize(rows)
+    assert headers[2:4] == ["resource_check", "pause_ms"]
+    assert [line[2:4] for line in lines] == [
+        ["fence-writes", "600.0"], ["fence-all", "600.0"], ["fence-writes", "850.0"], ["fence-all", "850.0"]
+    ]  # fmt: skip
+
+
+def test_unknown_format() -> None:
+    with pytest.raises(UnknownNameError):
+        render([row()], fmt="html")
