@@ -83,6 +83,11 @@ from lockcompare.backends.single import RELEASE_SCRIPT, new_owner_token
 from lockcompare.errors import InvalidValueError
 from lockcompare.redisconn import connect
 
+try:
+    from redis.maint_notifications import MaintNotificationsConfig as _MaintNotificationsConfig
+except ImportError:  # redis-py < 8
+    _MaintNotificationsConfig = None  # type: ignore[assignment,misc]
+
 if TYPE_CHECKING:
     from redis.connection import AbstractConnection
 
@@ -145,6 +150,10 @@ def _handshake_free_connection(client: redis.Redis) -> AbstractConnection:
     """
     pool = client.connection_pool
     kwargs = {**pool.connection_kwargs, "protocol": 2}
+    if _MaintNotificationsConfig is not None:
+        # redis-py >= 8 probes for cluster maintenance push notifications, which RESP2 with the
+        # pure-Python parser cannot carry (it raises at connect time without hiredis).
+        kwargs["maint_notifications_config"] = _MaintNotificationsConfig(enabled=False)
     for no_setinfo in ({"driver_info": None}, {"lib_name": None, "lib_version": None}):
         try:
             return pool.connection_class(**kwargs, **no_setinfo)
