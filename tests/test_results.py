@@ -19,6 +19,7 @@ def test_schema_1_file_is_still_readable() -> None:
     rows = read_results(DATA / "schema1.csv")
     assert [r["schema_version"] for r in rows] == [1] * 6
     assert {r["pause_point"] for r in rows} == {"after-acquire"}
+    assert {r["pause_how"] for r in rows} == {"sleep"}
     assert {r["resource_check"] for r in rows} == {"plain"}  # none and single: nothing to fence
     assert all(r["think_ms"] == 0 and r["cs_retries"] == 0 for r in rows)
     assert render(rows).startswith("| backend")

@@ -30,6 +30,7 @@ from lockcompare.experiments import (
     DEFAULT_WORKERS,
     EXPERIMENTS,
     Overrides,
+    PauseHow,
     PausePoint,
     TrialSpec,
 )
@@ -83,6 +84,10 @@ PauseMs = Annotated[
 PausePoints = Annotated[
     str,
     typer.Option("--pause-point", help="Where the pause lands: after-acquire (the lesson's) or before-write; a comma list sweeps."),
+]
+PauseHowOption = Annotated[
+    PauseHow,
+    typer.Option("--pause-how", help="sleep (in-process, the lesson's) or sigstop (a real freeze of the whole process)."),
 ]
 Fences = Annotated[
     str,
@@ -205,6 +210,7 @@ def matrix(
     work_ms: WorkMs = None,
     pause_ms: PauseMs = None,
     pause_point: PausePoints = "after-acquire",
+    pause_how: PauseHowOption = PauseHow.SLEEP,
     fence: Fences = "writes",
     rounds: Rounds = DEFAULT_ROUNDS,
     workers: Workers = DEFAULT_WORKERS,
@@ -224,6 +230,7 @@ def matrix(
     overrides = Overrides(
         ttl_ms=ttl_ms, work_ms=work_ms, rounds=rounds, workers=workers, time_scale=time_scale,
         acquire_timeout_ms=acquire_timeout_ms, retry_delay_ms=retry_delay_ms, think_ms=think_ms, seed=seed,
+        pause_how=pause_how,
     )  # fmt: skip
     sweep = _sweep(pause_ms=pause_ms, pause_point=pause_point, fence=fence)
     options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
@@ -258,6 +265,7 @@ def run(
     work_ms: WorkMs = None,
     pause_ms: PauseMs = None,
     pause_point: PausePoints = "after-acquire",
+    pause_how: PauseHowOption = PauseHow.SLEEP,
     fence: Fences = "writes",
     rounds: Rounds = DEFAULT_ROUNDS,
     workers: Workers = DEFAULT_WORKERS,
@@ -275,6 +283,7 @@ def run(
     overrides = Overrides(
         ttl_ms=ttl_ms, work_ms=work_ms, rounds=rounds, workers=workers, time_scale=time_scale,
         acquire_timeout_ms=acquire_timeout_ms, retry_delay_ms=retry_delay_ms, think_ms=think_ms, seed=seed,
+        pause_how=pause_how,
     )  # fmt: skip
     sweep = _sweep(pause_ms=pause_ms, pause_point=pause_point, fence=fence)
     if max(len(sweep.pause_ms), len(sweep.pause_points), len(sweep.fences)) > 1:
@@ -287,8 +296,8 @@ def run(
             cluster_options=options, redlock_nodes=redlock_nodes, sweep=sweep, resume=out_path is not None,
         )  # fmt: skip
         row = read_results(target)[-1]
-        for key in ("backend", "experiment", "ttl_ms", "work_ms", "pause_ms", "pause_point", "resource_check",
-                    *METRIC_COLUMNS, "wall_s"):  # fmt: skip
+        for key in ("backend", "experiment", "ttl_ms", "work_ms", "pause_ms", "pause_point", "pause_how",
+                    "resource_check", *METRIC_COLUMNS, "wall_s"):  # fmt: skip
             typer.echo(f"{key:>24}: {row[key]}")
         if out_path is not None:
             typer.echo(f"{'history':>24}: {target.parent / row['history']}")

@@ -23,6 +23,13 @@ class PausePoint(StrEnum):
     BEFORE_WRITE = "before-write"  # read → work → pause → write: the zombie wakes holding a stale read
 
 
+class PauseHow(StrEnum):
+    """How a worker is paused."""
+
+    SLEEP = "sleep"  # in-process sleep, as in the lesson's lab: only the sleeping thread stops
+    SIGSTOP = "sigstop"  # a real freeze from outside: every thread of the process stops
+
+
 @dataclass(frozen=True, kw_only=True)
 class Experiment:
     """A named setting: lesson-scale times and which faults apply."""
@@ -83,6 +90,7 @@ class Overrides:
     retry_delay_ms: float = DEFAULT_RETRY_DELAY_MS
     think_ms: float = DEFAULT_THINK_MS
     pause_point: PausePoint = PausePoint.AFTER_ACQUIRE
+    pause_how: PauseHow = PauseHow.SLEEP
     fence: str = "writes"  # see sections.check_for: writes, all, token
     paused_workers: tuple[int, ...] = (0,)
     seed: int = 1
@@ -125,6 +133,7 @@ class TrialSpec:
     retry_delay_ms: float
     think_ms: float = 0.0
     pause_point: PausePoint = PausePoint.AFTER_ACQUIRE
+    pause_how: PauseHow = PauseHow.SLEEP
     resource_check: Check = Check.PLAIN
     node_count: int | None = None  # how many lock nodes a multi-node backend uses (None: all)
     #: (worker, round) pairs at which the worker pauses; explicit, derived from the seed.
@@ -133,8 +142,9 @@ class TrialSpec:
     @property
     def trial_id(self) -> str:
         safe_backend = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.backend)
+        how = "" if self.pause_how is PauseHow.SLEEP else f".{self.pause_how}"
         return (
-            f"{safe_backend}.{self.experiment}.{self.resource_check}.{self.pause_point}"
+            f"{safe_backend}.{self.experiment}.{self.resource_check}.{self.pause_point}{how}"
             f".pause{self.pause_ms:g}.t{self.trial}"
         )
 
@@ -198,6 +208,7 @@ def make_spec(
         retry_delay_ms=o.retry_delay_ms * scale,
         think_ms=o.think_ms * scale,
         pause_point=pause_point,
+        pause_how=o.pause_how,
         resource_check=resource_check,
         node_count=node_count,
         pause_schedule=schedule,

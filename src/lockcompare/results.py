@@ -20,16 +20,19 @@ from lockcompare.checker import TrialMetrics
 from lockcompare.errors import ResultsFileError
 from lockcompare.trial import TrialResult
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
-#: Columns added since schema 1, with what a schema-1 row meant: the pause landed right after
-#: acquiring, no think time, fenced backends checked the token on the write only.
-_SINCE_V1 = {"pause_point": "after-acquire", "think_ms": "0", "reads_rejected": "0", "cs_retries": "0"}
+#: Columns added since schema 1, with what an older row meant: the pause was an in-process sleep
+#: (until schema 3), it landed right after acquiring, no think time, fenced backends checked the
+#: token on the write only (schema 1).
+_SINCE_V2 = {"pause_how": "sleep"}
+_SINCE_V1 = _SINCE_V2 | {"pause_point": "after-acquire", "think_ms": "0", "reads_rejected": "0", "cs_retries": "0"}
 
 #: The trial's coordinates and settings, then every metric, then bookkeeping.
 SETTING_COLUMNS = (
     "backend", "experiment", "trial", "seed", "workers", "rounds", "ttl_ms", "work_ms", "pause_ms",
-    "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "node_count", "pause_point", "resource_check",
+    "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "node_count", "pause_point", "pause_how",
+    "resource_check",
 )  # fmt: skip
 METRIC_COLUMNS = tuple(f.name for f in fields(TrialMetrics))
 COLUMNS = (
@@ -138,6 +141,8 @@ def read_results(path: Path) -> list[dict[str, Any]]:
             raise ResultsFileError(f"{path}: schema_version {version} is newer than this lockcompare ({SCHEMA_VERSION})")
         if version == 1:
             raw = _upgrade_v1(raw)
+        elif version == 2:
+            raw = _SINCE_V2 | raw
         try:
             typed.append({col: _parse(col, raw.get(col) or "") for col in COLUMNS} | _extra(raw))
         except ValueError as exc:

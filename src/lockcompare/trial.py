@@ -12,6 +12,7 @@ import multiprocessing
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_connections
@@ -25,6 +26,7 @@ from lockcompare.checker import TrialMetrics, check, unknown
 from lockcompare.cluster import Cluster
 from lockcompare.errors import NodeUnreachableError, TrialError
 from lockcompare.experiments import TrialSpec
+from lockcompare.faults import Freezer
 from lockcompare.history import Event
 from lockcompare.redisconn import connect
 from lockcompare.resource import Resource, ResourceCounters
@@ -73,6 +75,7 @@ def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout
             pause_ms=spec.pause_ms,
             pause_rounds=frozenset(r for (pw, r) in spec.pause_schedule if pw == w),
             pause_point=spec.pause_point,
+            pause_how=spec.pause_how,
             check=spec.resource_check,
             acquire_timeout_ms=spec.acquire_timeout_ms,
             retry_delay_ms=spec.retry_delay_ms,
@@ -110,6 +113,7 @@ def _run_workers(plans: list[WorkerPlan], *, timeout_s: float) -> tuple[list[Eve
     went wrong, when a worker failed.
     """
     go = _MP.Event()
+    freezer = Freezer()
     procs, conns = [], []
     try:
         # Workers are born with SIGINT blocked (the mask survives fork and exec): Ctrl-C reaches the
@@ -118,7 +122,7 @@ def _run_workers(plans: list[WorkerPlan], *, timeout_s: float) -> tuple[list[Eve
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             for plan in plans:
-                parent_end, child_end = _MP.Pipe(duplex=False)
+                parent_end, child_end = _MP.Pipe(duplex=True)  # duplex: freeze requests and thaws
                 proc = _MP.Process(target=worker_main, args=(plan, go, child_end), daemon=True)
                 proc.start()
                 child_end.close()
@@ -126,12 +130,18 @@ def _run_workers(plans: list[WorkerPlan], *, timeout_s: float) -> tuple[list[Eve
                 conns.append(parent_end)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        pids = {conn: proc.pid for conn, proc in zip(conns, procs, strict=True)}
         ready = _collect(conns, timeout_s=START_TIMEOUT_S, what="start")
         if any(status != "ready" for status, _, _ in ready):
             return _outcome(ready)
         go.set()
-        return _outcome(_collect(conns, timeout_s=timeout_s, what="finish"))
+
+        def freeze(conn: Connection, pause_s: float) -> None:
+            freezer.freeze(pid=pids[conn], conn=conn, pause_s=pause_s)
+
+        return _outcome(_collect(conns, timeout_s=timeout_s, what="finish", on_freeze=freeze))
     finally:
+        freezer.thaw_all()
         for proc in procs:
             if proc.is_alive():
                 proc.terminate()
@@ -144,8 +154,15 @@ def _run_workers(plans: list[WorkerPlan], *, timeout_s: float) -> tuple[list[Eve
             conn.close()
 
 
-def _collect(conns: list[Connection], *, timeout_s: float, what: str) -> list[tuple[str, str, list[Event]]]:
-    """One message from every worker: ``(status, message, events)``; a dead worker reports ``error``."""
+def _collect(
+    conns: list[Connection],
+    *,
+    timeout_s: float,
+    what: str,
+    on_freeze: Callable[[Connection, float], None] | None = None,
+) -> list[tuple[str, str, list[Event]]]:
+    """One final message from every worker: ``(status, message, events)``; a dead worker reports
+    ``error``. Freeze requests (``("freeze", seconds, [])``) on the way are handed to ``on_freeze``."""
     messages = []
     deadline = time.monotonic() + timeout_s
     pending = list(conns)
@@ -154,11 +171,15 @@ def _collect(conns: list[Connection], *, timeout_s: float, what: str) -> list[tu
         if not ready:
             raise TrialError(f"workers did not {what} within {timeout_s:.0f} s; workers stopped")
         for conn in ready:
-            pending.remove(conn)
             try:
-                messages.append(conn.recv())
+                message = conn.recv()
             except EOFError:
-                messages.append(("error", "a worker exited without reporting", []))
+                message = ("error", "a worker exited without reporting", [])
+            if message[0] == "freeze" and on_freeze is not None:
+                on_freeze(conn, float(message[1]))
+                continue
+            pending.remove(conn)
+            messages.append(message)
     return messages
 
 

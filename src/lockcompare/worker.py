@@ -21,7 +21,7 @@ from multiprocessing.synchronize import Event as StartSignal
 from lockcompare.backends import BackendConfig, Lease, load_backend
 from lockcompare.history import Recorder, now_ns
 from lockcompare.lifecycle import die_with_parent
-from lockcompare.experiments import PausePoint
+from lockcompare.experiments import PauseHow, PausePoint
 from lockcompare.resource import Check, Resource
 from lockcompare.sections import run_section
 
@@ -45,6 +45,7 @@ class WorkerPlan:
     pause_ms: float
     pause_rounds: frozenset[int]
     pause_point: PausePoint
+    pause_how: PauseHow
     check: Check
     acquire_timeout_ms: float
     retry_delay_ms: float
@@ -92,9 +93,14 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, go: StartSignal, conn: Connectio
     backend = backend_cls(config=plan.backend_config)
     resource = Resource(url=plan.resource_url, prefix=plan.resource_prefix)
 
+    def freeze() -> None:
+        conn.send(("freeze", str(plan.pause_ms / 1000), []))  # the runner SIGSTOPs us...
+        conn.recv()  # ...and, once it has SIGCONTed us, says so
+
     def pause() -> None:
         # The holder freezes without knowing it: a GC pause, a migrated VM, swapping.
-        rec.timed("pause", lambda: time.sleep(plan.pause_ms / 1000), how="sleep", point=plan.pause_point.value)
+        how = freeze if plan.pause_how is PauseHow.SIGSTOP else lambda: time.sleep(plan.pause_ms / 1000)
+        rec.timed("pause", how, how=plan.pause_how.value, point=plan.pause_point.value)
 
     try:
         # The start barrier: process start-up skew, not the lock, would otherwise decide who overlaps.
