@@ -60,6 +60,7 @@ def test_experiments_lists_each_claim() -> None:
         (["matrix", "--backends", "single", "--fence", "maybe"], 2, "--fence takes writes, all, token"),
         (["run", "--pause-ms", "600,850"], 2, "use matrix to sweep a list"),
         (["bench", "--backends", "single,nope"], 2, "unknown backend 'nope'"),
+        (["matrix", "--backends", "redlock", "--redlock-nodes", "0"], 2, "--redlock-nodes must be >= 1"),
         (["table", "/nonexistent/results.csv"], 2, "cannot read /nonexistent/results.csv"),
     ],
 )

@@ -38,11 +38,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-import redis
 
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.backends.single import RELEASE_SCRIPT
-from lockcompare.cluster import Cluster
+from lockcompare.cluster import Cluster, delete_keys_containing
 from lockcompare.errors import InvalidValueError, TrialError
 from lockcompare.lifecycle import die_with_parent
 from lockcompare.redisconn import DEFAULT_TIMEOUT_S, connect
@@ -123,7 +122,7 @@ def run_bench(
             for index, name in enumerate([FLOOR, *backends])
         ]
     finally:
-        _delete_keys(cluster, prefix)
+        delete_keys_containing(cluster.node_urls, prefix)
 
 
 def _run_worker(job: _Job) -> BenchRow:
@@ -220,20 +219,6 @@ def _floor_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None]]:
         return True
 
     return cycle, client.close
-
-
-def _delete_keys(cluster: Cluster, prefix: str) -> None:
-    """Remove the bench's keys (any backend's prefix around them) from every lock node."""
-    for url in cluster.node_urls:
-        client = connect(url, timeout_s=1.0)
-        try:
-            keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-            if keys:
-                client.delete(*keys)
-        except redis.RedisError:
-            pass  # a node that is down has no keys left to clean
-        finally:
-            client.close()
 
 
 def _num(value: float, fmt: str) -> str:

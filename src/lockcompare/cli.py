@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 from lockcompare import table
 from lockcompare.backends import describe_backends, load_backend
 from lockcompare.bench import render_bench, run_bench
-from lockcompare.cluster import describe, open_cluster
+from lockcompare.cluster import DEFAULT_NODES, describe, open_cluster
 from lockcompare.errors import InvalidValueError, LockcompareError
 from lockcompare.experiments import (
     DEFAULT_ACQUIRE_TIMEOUT_MS,
@@ -121,13 +121,37 @@ RedlockNodes = Annotated[
 ]
 
 
-def _cluster_options(*, nodes: str | None, resource: str | None, redis_server: str | None, redlock_nodes: int | None) -> ClusterOptions:
+def _cluster_options(
+    *, nodes: str | None, resource: str | None, redis_server: str | None, redlock_nodes: int | None
+) -> ClusterOptions:
+    """Where the servers come from; the embedded cluster spawns enough nodes for --redlock-nodes."""
     node_urls = tuple(parse_url_list(nodes)) if nodes is not None else None
     resource_url = validate_url(resource) if resource is not None else None
-    count = max(redlock_nodes or 5, 5)
+    if redlock_nodes is not None and redlock_nodes < 1:
+        raise InvalidValueError(f"--redlock-nodes must be >= 1, got {redlock_nodes}")
     if node_urls is not None and redlock_nodes is not None and redlock_nodes > len(node_urls):
-        raise LockcompareError(f"--redlock-nodes {redlock_nodes} but only {len(node_urls)} --nodes given")
+        raise InvalidValueError(f"--redlock-nodes {redlock_nodes} but only {len(node_urls)} --nodes given")
+    count = max(redlock_nodes or DEFAULT_NODES, DEFAULT_NODES)
     return ClusterOptions(nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count)
+
+
+_OVERRIDE_FIELDS = (
+    "ttl_ms", "work_ms", "rounds", "workers", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms",
+    "seed", "pause_how",
+)  # fmt: skip
+
+
+def _trial_settings(params: dict[str, Any]) -> tuple[Overrides, Sweep, ClusterOptions]:
+    """The settings shared by ``run`` and ``matrix``, from their (identically named) parameters."""
+    overrides = Overrides(**{name: params[name] for name in _OVERRIDE_FIELDS})
+    sweep = _sweep(pause_ms=params["pause_ms"], pause_point=params["pause_point"], fence=params["fence"])
+    options = _cluster_options(
+        nodes=params["nodes"],
+        resource=params["resource"],
+        redis_server=params["redis_server"],
+        redlock_nodes=params["redlock_nodes"],
+    )
+    return overrides, sweep, options
 
 
 def _sweep(*, pause_ms: str | None, pause_point: str, fence: str) -> Sweep:
@@ -227,13 +251,7 @@ def matrix(
     """Run every selected backend under every selected experiment; one CSV row per trial."""
     if fmt not in table.FORMATS:
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(table.FORMATS)}", param_hint="--format")
-    overrides = Overrides(
-        ttl_ms=ttl_ms, work_ms=work_ms, rounds=rounds, workers=workers, time_scale=time_scale,
-        acquire_timeout_ms=acquire_timeout_ms, retry_delay_ms=retry_delay_ms, think_ms=think_ms, seed=seed,
-        pause_how=pause_how,
-    )  # fmt: skip
-    sweep = _sweep(pause_ms=pause_ms, pause_point=pause_point, fence=fence)
-    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
+    overrides, sweep, options = _trial_settings(locals())
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()
     try:
@@ -280,15 +298,9 @@ def run(
     redis_server: RedisServer = None,
 ) -> None:
     """Run a single trial and print its metrics."""
-    overrides = Overrides(
-        ttl_ms=ttl_ms, work_ms=work_ms, rounds=rounds, workers=workers, time_scale=time_scale,
-        acquire_timeout_ms=acquire_timeout_ms, retry_delay_ms=retry_delay_ms, think_ms=think_ms, seed=seed,
-        pause_how=pause_how,
-    )  # fmt: skip
-    sweep = _sweep(pause_ms=pause_ms, pause_point=pause_point, fence=fence)
+    overrides, sweep, options = _trial_settings(locals())
     if max(len(sweep.pause_ms), len(sweep.pause_points), len(sweep.fences)) > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
-    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
     with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
         target = out_path or Path(scratch) / "run.csv"
         run_matrix(

@@ -12,9 +12,11 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import redis
+
 from lockcompare.errors import ConfigError, InvalidValueError
 from lockcompare.lifecycle import sigterm_unwinds
-from lockcompare.redisconn import ping, server_version
+from lockcompare.redisconn import connect, ping, server_version
 from lockcompare.server import RedisServer, find_redis_server
 
 DEFAULT_NODES = 5
@@ -78,6 +80,21 @@ def open_cluster(
         finally:
             for server in servers:
                 server.cleanup()
+
+
+def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:
+    """Delete the keys whose names contain ``prefix`` (a run's own, whatever a library wraps them
+    in) from every server in ``urls``; never FLUSH anything, a node that is down is skipped."""
+    for url in urls:
+        client = connect(url, timeout_s=1.0)
+        try:
+            keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
+            if keys:
+                client.delete(*keys)
+        except redis.RedisError:
+            pass  # a node that is down has no keys left to clean
+        finally:
+            client.close()
 
 
 def describe(cluster: Cluster) -> str:

@@ -23,12 +23,11 @@ import redis
 from lockcompare import history as history_io
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.checker import TrialMetrics, check, unknown
-from lockcompare.cluster import Cluster
+from lockcompare.cluster import Cluster, delete_keys_containing
 from lockcompare.errors import NodeUnreachableError, TrialError
 from lockcompare.experiments import TrialSpec
 from lockcompare.faults import Freezer
 from lockcompare.history import Event
-from lockcompare.redisconn import connect
 from lockcompare.resource import Resource, ResourceCounters
 from lockcompare.worker import START_TIMEOUT_S, WorkerPlan, worker_main
 
@@ -93,7 +92,7 @@ def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout
         metrics = unknown(counters, problem=failure) if failure else check(events, counters)
         return TrialResult(spec=spec, metrics=metrics, history=events, wall_s=wall_s, started_at=started_at)
     finally:
-        _delete_trial_keys(cluster, prefix)
+        delete_keys_containing((*cluster.node_urls, cluster.resource_url), prefix)
         resource.close()
 
 
@@ -186,20 +185,6 @@ def _collect(
 def _outcome(messages: list[tuple[str, str, list[Event]]]) -> tuple[list[Event], str]:
     failures = [message for status, message, _ in messages if status == "error"]
     return history_io.merge(events for _, _, events in messages), "; ".join(failures)
-
-
-def _delete_trial_keys(cluster: Cluster, prefix: str) -> None:
-    """Remove this trial's keys (and only those) from every server; never FLUSH anything."""
-    for url in (*cluster.node_urls, cluster.resource_url):
-        client = connect(url, timeout_s=1.0)
-        try:
-            keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-            if keys:
-                client.delete(*keys)
-        except redis.RedisError:
-            pass  # a node that is down has no keys left to clean
-        finally:
-            client.close()
 
 
 def save_history(result: TrialResult, directory: Path) -> Path:
