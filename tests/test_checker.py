@@ -187,3 +187,16 @@ def test_history_survives_a_save_and_load(tmp_path) -> None:
     history.save(h.events, path)
     assert history.load(path) == h.events
     assert not list(tmp_path.glob("*.part"))
+
+
+def test_timeline_shows_each_step_relative_to_the_first() -> None:
+    from lockcompare.timeline import render_timeline
+
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=100, enter_ms=101, exit_ms=401, inside=1, balance=7, fence=3)
+    text = render_timeline(h.events, from_ms=0.5, to_ms=300.5)
+    lines = text.splitlines()
+    assert lines[0].split()[:3] == ["t", "ms", "took"]
+    steps = [line.split()[4] for line in lines[2:]]
+    assert steps == ["enter", "read", "write"]  # acquire at 0 ms and exit at 301 ms fall outside
+    assert "balance=7, fence=3" in text and "value=8, accepted=True, fence=3" in text

@@ -70,7 +70,7 @@ def test_a_setting_that_varies_within_a_cell_becomes_a_column() -> None:
     headers, lines = summarize(rows)
     assert headers[2:4] == ["resource_check", "pause_ms"]
     assert [line[2:4] for line in lines] == [
-        ["fence-writes", "600.0"], ["fence-all", "600.0"], ["fence-writes", "850.0"], ["fence-all", "850.0"]
+        ["fence-writes", "600"], ["fence-all", "600"], ["fence-writes", "850"], ["fence-all", "850"]
     ]  # fmt: skip
 
 

@@ -37,6 +37,7 @@ from lockcompare.experiments import (
 from lockcompare.matrix import ClusterOptions, Sweep, run_matrix
 from lockcompare.redisconn import parse_url_list, validate_url
 from lockcompare.results import METRIC_COLUMNS, read_results
+from lockcompare.timeline import load_history, render_timeline
 from lockcompare.sections import FENCE_MODES
 from lockcompare.trial import TrialResult
 
@@ -352,6 +353,16 @@ def table_command(
 ) -> None:
     """Print the summary table of a results CSV (computed from the CSV alone)."""
     typer.echo(table.render(read_results(path), fmt=fmt))
+
+
+@app.command()
+def history(
+    path: Annotated[Path, typer.Argument(help="A trial's history (results/<name>.histories/<trial>.jsonl.gz).")],
+    from_ms: Annotated[float, typer.Option("--from-ms", help="Show events from this time (ms after the first).")] = 0,
+    to_ms: Annotated[float | None, typer.Option("--to-ms", help="...up to this time.")] = None,
+) -> None:
+    """Print a trial's history as a timeline: who acquired, read, paused and wrote, and when."""
+    typer.echo(render_timeline(load_history(path), from_ms=from_ms, to_ms=to_ms))
 
 
 @app.command()

@@ -46,6 +46,13 @@ def _mean_with_ci(values: Sequence[float]) -> str:
     return f"{_num(ci.mean)} ±{_num(ci.half_width)}"
 
 
+def _setting(value: Any) -> str:
+    """A setting as a table cell: 850.0 ms reads 850."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def _range(values: Sequence[float]) -> str:
     lo, hi = min(values), max(values)
     return _num(lo, 0) if lo == hi else f"{_num(lo, 0)}–{_num(hi, 0)}"
@@ -66,7 +73,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
     optional = [c for c in OPTIONAL_COLUMNS if any(r.get(c, 0) > 0 for r in rows)]
     cells: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in rows:
-        key = (row["backend"], row["experiment"], *(str(row.get(c)) for c in varying))
+        key = (row["backend"], row["experiment"], *(_setting(row.get(c)) for c in varying))
         cells.setdefault(key, []).append(row)
     headers = [
         "backend", "experiment", *varying, "trials", "conflicts / entries (mean ±95% CI)",

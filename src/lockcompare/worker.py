@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event as StartSignal
 
-from lockcompare.backends import BackendConfig, Lease, load_backend
+from lockcompare.backends import BackendConfig, Lease, LockBackend, load_backend
 from lockcompare.history import Recorder, now_ns
 from lockcompare.lifecycle import die_with_parent
 from lockcompare.experiments import PauseHow, PausePoint
@@ -52,7 +52,7 @@ class WorkerPlan:
     think_ms: float
 
 
-def acquire_until_deadline(backend, plan: WorkerPlan, rec: Recorder) -> Lease | None:
+def acquire_until_deadline(backend: LockBackend, plan: WorkerPlan, rec: Recorder) -> Lease | None:
     """Try to acquire until the acquire deadline; record one ``acquire`` event either way."""
     t0 = now_ns()
     deadline = t0 + int(plan.acquire_timeout_ms * 1e6)

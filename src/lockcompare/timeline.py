@@ -1,0 +1,64 @@
+"""A trial's history as a text timeline, to see an interleaving rather than infer it.
+
+Each line is one step: its start in ms after the trial's first event, how long it took, the
+worker and round, and what it returned (the balance read, whether a write was accepted, ...).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+
+from lockcompare import history as history_io
+from lockcompare.errors import ResultsFileError
+from lockcompare.history import Event
+from lockcompare.table import format_table
+
+#: The fields worth showing per kind of step, in order.
+_DETAILS = {
+    "acquire": ("ok", "attempts", "fence"),
+    "pause": ("how", "point"),
+    "enter": ("inside",),
+    "read": ("balance", "fence"),
+    "write": ("value", "accepted", "fence"),
+    "release": ("released",),
+    "retry": ("attempt",),
+    "error": ("message",),
+}
+
+
+def load_history(path: Path) -> list[Event]:
+    """A saved history; a missing or unreadable file is a :class:`ResultsFileError`."""
+    try:
+        return history_io.load(path)
+    except OSError as exc:
+        raise ResultsFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, gzip.BadGzipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
+        raise ResultsFileError(f"{path}: not a lockcompare history: {exc}") from None
+
+
+def render_timeline(events: list[Event], *, from_ms: float = 0, to_ms: float | None = None) -> str:
+    if not events:
+        return "(empty history)"
+    origin = min(e["t0"] for e in events)
+    lines = []
+    for event in sorted(events, key=lambda e: e["t0"]):
+        start_ms = (event["t0"] - origin) / 1e6
+        if start_ms < from_ms or (to_ms is not None and start_ms > to_ms):
+            continue
+        details = ", ".join(
+            f"{name}={event[name]}" for name in _DETAILS.get(event["kind"], ()) if event.get(name) is not None
+        )
+        lines.append(
+            [
+                f"{start_ms:.1f}",
+                f"{(event['t1'] - event['t0']) / 1e6:.1f}",
+                str(event["worker"]),
+                str(event["round"]),
+                event["kind"],
+                details,
+            ]
+        )
+    return format_table(["t ms", "took ms", "worker", "round", "step", "details"], lines, fmt="simple")
