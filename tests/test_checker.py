@@ -194,7 +194,7 @@ def test_timeline_shows_each_step_relative_to_the_first() -> None:
 
     h = HistoryBuilder()
     h.critical_section(0, 0, acquire_ms=100, enter_ms=101, exit_ms=401, inside=1, balance=7, fence=3)
-    text = render_timeline(h.events, from_ms=0.5, to_ms=300.5)
+    text = render_timeline(h.events, from_ms=0.5, to_ms=300.8)  # the write starts at 300.6 ms
     lines = text.splitlines()
     assert lines[0].split()[:3] == ["t", "ms", "took"]
     steps = [line.split()[4] for line in lines[2:]]
