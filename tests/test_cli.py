@@ -62,6 +62,7 @@ def test_experiments_lists_each_claim() -> None:
         (["bench", "--backends", "single,nope"], 2, "unknown backend 'nope'"),
         (["matrix", "--backends", "redlock", "--redlock-nodes", "0"], 2, "--redlock-nodes must be >= 1"),
         (["table", "/nonexistent/results.csv"], 2, "cannot read /nonexistent/results.csv"),
+        (["history", "/nonexistent/trial.jsonl.gz"], 2, "cannot read /nonexistent/trial.jsonl.gz"),
     ],
 )
 def test_bad_input_gives_one_line_and_an_exit_code(args: list[str], code: int, fragment: str) -> None:
@@ -115,6 +116,11 @@ def test_small_real_matrix_writes_complete_rows_and_a_table(tmp_path: Path) -> N
 
     rendered = invoke("table", str(out), "--format", "latex")
     assert rendered.exit_code == 0 and "\\begin{tabular}" in rendered.stdout
+
+    timeline = invoke("history", str(tmp_path / by_cell[("fenced", "client-pause")]["history"]))
+    assert timeline.exit_code == 0
+    steps = [line.split()[4] for line in timeline.stdout.splitlines()[2:]]
+    assert steps.count("pause") == 4 and steps.count("write") == 8  # worker 0 paused in each of its 4 rounds
 
 
 def test_run_prints_one_trials_metrics() -> None:
