@@ -119,3 +119,14 @@ def test_enter_counts_conflicts_at_the_resource(resource: Resource) -> None:
     resource.exit()
     c = resource.counters()
     assert (c.entries, c.conflicts, c.occupancy) == (3, 1, 0)
+
+
+def test_a_backend_names_a_strategy_that_does_not_exist() -> None:
+    from lockcompare.errors import BackendLoadError
+    from lockcompare.sections import check_for
+
+    class Strange:
+        resource_check = "telepathy"
+
+    with pytest.raises(BackendLoadError, match="'telepathy' is not one of plain"):
+        check_for(Strange, fence="writes")

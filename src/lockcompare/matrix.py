@@ -143,7 +143,7 @@ def run_matrix(
                     run_id=run_id,
                     cluster_kind="embedded" if cluster.embedded else "external",
                     redis_version=cluster.redis_version,
-                    history_path=str(path.relative_to(out.parent)) if path.is_relative_to(out.parent) else str(path),
+                    history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
                 )
             )
             if progress:

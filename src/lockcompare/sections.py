@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from lockcompare.backends import Lease
+from lockcompare.errors import BackendLoadError
 from lockcompare.history import Recorder, now_ns
 from lockcompare.resource import Check, Resource
 
@@ -33,7 +34,11 @@ def check_for(backend_cls: type, *, fence: str) -> Check:
     """
     own = getattr(backend_cls, "resource_check", None)
     if own:
-        return Check(own)
+        try:
+            return Check(own)
+        except ValueError:
+            known = ", ".join(c.value for c in Check)
+            raise BackendLoadError(f"{backend_cls.__name__}.resource_check {own!r} is not one of {known}") from None
     if fence == "token":
         return Check.TOKEN_CAS
     if getattr(backend_cls, "issues_fencing_tokens", False):
