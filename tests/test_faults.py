@@ -18,16 +18,24 @@ def state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
 
 
+def wait_for_state(pid: int, wanted: str, *, timeout_s: float = 2.0) -> str:
+    """A signal is delivered asynchronously: poll until the process shows ``wanted`` (or time out)."""
+    deadline = time.monotonic() + timeout_s
+    while (current := state(pid)) != wanted and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return current
+
+
 def test_freeze_stops_the_process_and_thaws_it_after_the_pause() -> None:
     proc = subprocess.Popen(["sleep", "30"])
     ours, theirs = multiprocessing.Pipe()
     freezer = Freezer()
     try:
         freezer.freeze(pid=proc.pid, conn=ours, pause_s=0.3)
-        assert state(proc.pid) == "T"
+        assert wait_for_state(proc.pid, "T") == "T"
         assert theirs.poll(2.0), "no thaw message"
         assert theirs.recv()[0] == "thawed"
-        assert state(proc.pid) != "T"
+        assert wait_for_state(proc.pid, "S") == "S"
     finally:
         freezer.thaw_all()
         proc.kill()
@@ -40,10 +48,9 @@ def test_thaw_all_heals_a_freeze_that_is_still_running() -> None:
     freezer = Freezer()
     try:
         freezer.freeze(pid=proc.pid, conn=ours, pause_s=60)
-        assert state(proc.pid) == "T"
+        assert wait_for_state(proc.pid, "T") == "T"
         freezer.thaw_all()
-        time.sleep(0.05)
-        assert state(proc.pid) != "T"
+        assert wait_for_state(proc.pid, "S") == "S"
     finally:
         proc.kill()
         proc.wait()

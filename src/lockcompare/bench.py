@@ -30,7 +30,6 @@ Example::
 from __future__ import annotations
 
 import math
-import multiprocessing
 import secrets
 import time
 import uuid
@@ -43,12 +42,11 @@ from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.backends.single import RELEASE_SCRIPT
 from lockcompare.cluster import Cluster, delete_keys_containing
 from lockcompare.errors import InvalidValueError, TrialError
-from lockcompare.lifecycle import die_with_parent
+from lockcompare.lifecycle import SPAWN, die_with_parent, start_worker_process
 from lockcompare.redisconn import DEFAULT_TIMEOUT_S, connect
 from lockcompare.stats import percentile
 from lockcompare.table import check_format, format_table
 
-_MP = multiprocessing.get_context("spawn")
 
 FLOOR = "floor"
 
@@ -89,9 +87,15 @@ def run_bench(
     iterations: int = 500,
     ttl_ms: int = 10_000,
     warmup: int = 50,
+    blocks: int = 5,
     request_timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[BenchRow]:
     """Measure acquire + release latency: the ``floor`` row first, then one row per backend, in order.
+
+    The iterations are split into ``blocks``; each block measures every backend once, in a
+    rotated order, each in a fresh process after its own warm-up, so that a machine whose speed
+    drifts (on these VMs an idle vCPU wakes slowly: loopback PING p50 was 0.2 ms with one core
+    busy and 0.7-1.1 ms idle) biases no backend more than another.
 
     Unknown or unusable backends raise the errors of :func:`lockcompare.backends.load_backend`
     before any worker starts. A worker that fails raises :class:`TrialError`. Only the bench's
@@ -105,32 +109,55 @@ def run_bench(
         raise InvalidValueError(f"warmup must not be negative, got {warmup}")
     for name in backends:
         load_backend(name)  # fail here, once, with the loader's own message
+    if blocks < 1 or blocks > iterations:
+        raise InvalidValueError(f"blocks must be between 1 and iterations ({iterations}), got {blocks}")
     config = BackendConfig(node_urls=cluster.node_urls, request_timeout_s=request_timeout_s)
     prefix = f"lockcompare:bench:{uuid.uuid4().hex[:10]}"
+    names = [FLOOR, *dict.fromkeys(backends)]  # each backend once, in the order given
+    samples: dict[str, list[int]] = {name: [] for name in names}
+    refused = dict.fromkeys(names, 0)
+    wall_ns = dict.fromkeys(names, 0)
     try:
-        return [
-            _run_worker(
-                _Job(
+        for block in range(blocks):
+            # Rotate the order each block: a backend measured always first (or last) would
+            # always meet the same machine state.
+            order = names[block % len(names) :] + names[: block % len(names)]
+            for name in order:
+                job = _Job(
                     backend=name,
                     config=config,
-                    key=f"{prefix}:{index}",
-                    iterations=iterations,
+                    key=f"{prefix}:{names.index(name)}",
+                    iterations=iterations // blocks + (1 if block < iterations % blocks else 0),
                     warmup=warmup,
                     ttl_ms=ttl_ms,
                 )
-            )
-            for index, name in enumerate([FLOOR, *backends])
-        ]
+                block_samples, block_refused, block_wall = _run_worker(job)
+                samples[name].extend(block_samples)
+                refused[name] += block_refused
+                wall_ns[name] += block_wall
     finally:
         delete_keys_containing(cluster.node_urls, prefix)
+    return [_row(name, samples[name], refused[name], wall_ns[name]) for name in names]
 
 
-def _run_worker(job: _Job) -> BenchRow:
-    parent_end, child_end = _MP.Pipe(duplex=False)
-    proc = _MP.Process(target=bench_worker_main, args=(job, child_end), daemon=True)
+def _row(name: str, samples_ns: list[int], refused: int, wall_ns: int) -> BenchRow:
+    samples_us = [ns / 1000 for ns in samples_ns]
+    return BenchRow(
+        backend=name,
+        iterations=len(samples_us),
+        refused=refused,
+        p50_us=percentile(samples_us, 50),
+        p99_us=percentile(samples_us, 99),
+        ops_per_s=len(samples_us) / (wall_ns / 1e9) if wall_ns > 0 else math.nan,
+    )
+
+
+def _run_worker(job: _Job) -> tuple[list[int], int, int]:
+    """One block of one backend in a fresh process: (cycle times in ns, refusals, wall ns)."""
+    parent_end, child_end = SPAWN.Pipe(duplex=False)
     timeout_s = _START_TIMEOUT_S + (job.iterations + job.warmup) * _MAX_CYCLE_S
+    proc = start_worker_process(target=bench_worker_main, args=(job, child_end))
     try:
-        proc.start()
         child_end.close()
         if not parent_end.poll(timeout_s):
             raise TrialError(f"bench of {job.backend!r} did not finish within {timeout_s:.0f} s; worker stopped")
@@ -139,11 +166,7 @@ def _run_worker(job: _Job) -> BenchRow:
         except EOFError:
             raise TrialError(f"bench of {job.backend!r}: the worker exited without reporting") from None
     finally:
-        if proc.is_alive():
-            proc.join(timeout=5)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join(timeout=5)
+        proc.join(timeout=5)
         if proc.is_alive():
             proc.kill()
             proc.join()
@@ -151,15 +174,7 @@ def _run_worker(job: _Job) -> BenchRow:
     if message[0] != "ok":
         raise TrialError(f"bench of {job.backend!r} failed: {message[1]}")
     _, samples_ns, refused, wall_ns = message
-    samples_us = [ns / 1000 for ns in samples_ns]
-    return BenchRow(
-        backend=job.backend,
-        iterations=len(samples_us),
-        refused=refused,
-        p50_us=percentile(samples_us, 50),
-        p99_us=percentile(samples_us, 99),
-        ops_per_s=len(samples_us) / (wall_ns / 1e9) if wall_ns > 0 else math.nan,
-    )
+    return samples_ns, refused, wall_ns
 
 
 def bench_worker_main(job: _Job, conn: Connection) -> None:
@@ -186,8 +201,6 @@ def bench_worker_main(job: _Job, conn: Connection) -> None:
         finally:
             close()
         conn.send(("ok", samples_ns, refused, wall_ns))
-    except KeyboardInterrupt:
-        pass  # Ctrl-C reaches the whole process group; the parent reports it
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as data
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:

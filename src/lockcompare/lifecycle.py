@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import multiprocessing
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from multiprocessing.process import BaseProcess
 from types import FrameType
 
 from lockcompare.errors import LockcompareError
@@ -48,3 +50,23 @@ def sigterm_unwinds() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+#: Workers are fresh interpreters (spawn): no inherited sockets, threads or locks of the runner.
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...]) -> BaseProcess:
+    """Start ``target(*args)`` in a spawned process born with SIGINT blocked.
+
+    The mask survives fork and exec. Ctrl-C goes to the whole process group, and a worker hit by it
+    while still importing would print a traceback; the runner alone handles it and stops its
+    workers. A Ctrl-C that arrives while the mask is up here is delivered when it comes down.
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        proc = SPAWN.Process(target=target, args=args, daemon=True)
+        proc.start()
+        return proc
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

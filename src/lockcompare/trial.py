@@ -8,8 +8,6 @@ are stopped in ``finally`` whatever happens; only this trial's own keys are touc
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
 import time
 import uuid
 from collections.abc import Callable
@@ -28,10 +26,11 @@ from lockcompare.errors import NodeUnreachableError, TrialError
 from lockcompare.experiments import TrialSpec
 from lockcompare.faults import Freezer
 from lockcompare.history import Event
+from lockcompare.lifecycle import SPAWN, start_worker_process
 from lockcompare.resource import Resource, ResourceCounters
 from lockcompare.worker import START_TIMEOUT_S, WorkerPlan, worker_main
 
-_MP = multiprocessing.get_context("spawn")
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,24 +110,15 @@ def _run_workers(plans: list[WorkerPlan], *, timeout_s: float) -> tuple[list[Eve
     noticed at once, not after a barrier timeout). Returns the merged history and "" — or what
     went wrong, when a worker failed.
     """
-    go = _MP.Event()
+    go = SPAWN.Event()
     freezer = Freezer()
     procs, conns = [], []
     try:
-        # Workers are born with SIGINT blocked (the mask survives fork and exec): Ctrl-C reaches the
-        # whole process group, and a worker hit while still importing would print a traceback.
-        # The runner alone handles it and stops them; a Ctrl-C in this window arrives on unblock.
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            for plan in plans:
-                parent_end, child_end = _MP.Pipe(duplex=True)  # duplex: freeze requests and thaws
-                proc = _MP.Process(target=worker_main, args=(plan, go, child_end), daemon=True)
-                proc.start()
-                child_end.close()
-                procs.append(proc)
-                conns.append(parent_end)
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        for plan in plans:
+            parent_end, child_end = SPAWN.Pipe(duplex=True)  # duplex: freeze requests and thaws
+            procs.append(start_worker_process(target=worker_main, args=(plan, go, child_end)))
+            child_end.close()
+            conns.append(parent_end)
         pids = {conn: proc.pid for conn, proc in zip(conns, procs, strict=True)}
         ready = _collect(conns, timeout_s=START_TIMEOUT_S, what="start")
         if any(status != "ready" for status, _, _ in ready):
