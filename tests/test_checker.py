@@ -200,3 +200,16 @@ def test_timeline_shows_each_step_relative_to_the_first() -> None:
     steps = [line.split()[4] for line in lines[2:]]
     assert steps == ["enter", "read", "write"]  # acquire at 0 ms and exit at 301 ms fall outside
     assert "balance=7" in text and "value=8, accepted=True, fence=3" in text
+
+
+def test_the_starvation_that_made_think_time_necessary() -> None:
+    # A real history of single x client-pause from before think time existed (its CSV row is in
+    # tests/data/schema1.csv: 2/80 conflicts): worker 1 re-acquired within a millisecond of every
+    # release, and worker 0, polling every 10 ms, got in only after worker 1's 40 rounds were done.
+    from pathlib import Path
+
+    from lockcompare import history
+
+    events = history.load(Path(__file__).parent / "data" / "starved-client-pause.jsonl.gz")
+    order = "".join(str(e["worker"]) for e in sorted(events, key=lambda e: e["t0"]) if e["kind"] == "enter")
+    assert max(len(run) for run in order.replace("0", " ").split()) == 39
