@@ -16,7 +16,8 @@ non-zero exit code (never a traceback)::
     ├── BackendError                 a lock backend cannot be used
     │   ├── BackendLoadError         a module:Class that does not import or is not a backend
     │   └── BackendNotViableError    a backend whose library is missing here (says what to install)
-    └── TrialError                   a trial could not complete (a worker died, a timeout)
+    ├── TrialError                   a trial could not complete (a worker died, a timeout)
+    └── lifecycle.Terminated         SIGTERM arrived; everything was stopped; exit code 143
 """
 
 from __future__ import annotations
