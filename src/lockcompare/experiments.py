@@ -186,7 +186,9 @@ def make_spec(
     if ttl_ms < 1:
         raise InvalidValueError(f"TTL is {ttl_ms} ms after --time-scale {scale:g}: use a larger scale")
     pause_ms = (o.pause_ms if o.pause_ms is not None else experiment.pause_ms) * scale
-    pause_point = o.pause_point if pause_ms > 0 else PausePoint.AFTER_ACQUIRE  # no pause: nowhere to land
+    # No pause: nowhere for it to land and no way to take it (one trial, not one per pause setting).
+    pause_point = o.pause_point if pause_ms > 0 else PausePoint.AFTER_ACQUIRE
+    pause_how = o.pause_how if pause_ms > 0 else PauseHow.SLEEP
     seed = trial_seed(o.seed, backend, experiment.name, trial)  # the same schedule for every pause length
     schedule = (
         pause_schedule(workers=o.paused_workers, rounds=o.rounds, probability=experiment.pause_probability, seed=seed)
@@ -208,7 +210,7 @@ def make_spec(
         retry_delay_ms=o.retry_delay_ms * scale,
         think_ms=o.think_ms * scale,
         pause_point=pause_point,
-        pause_how=o.pause_how,
+        pause_how=pause_how,
         resource_check=resource_check,
         node_count=node_count,
         pause_schedule=schedule,
