@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.backends.single import RELEASE_SCRIPT
 from lockcompare.cluster import Cluster, delete_keys_containing
@@ -46,12 +45,10 @@ from lockcompare.lifecycle import SPAWN, die_with_parent, start_worker_process
 from lockcompare.redisconn import DEFAULT_TIMEOUT_S, connect
 from lockcompare.stats import percentile
 from lockcompare.table import check_format, format_table
-
+from lockcompare.worker import START_TIMEOUT_S
 
 FLOOR = "floor"
 
-#: Spawning an interpreter, importing, connecting; generous, as in worker.START_TIMEOUT_S.
-_START_TIMEOUT_S = 60.0
 #: A cycle slower than this on average means something hangs, not that a lock is slow.
 _MAX_CYCLE_S = 0.5
 
@@ -155,7 +152,7 @@ def _row(name: str, samples_ns: list[int], refused: int, wall_ns: int) -> BenchR
 def _run_worker(job: _Job) -> tuple[list[int], int, int]:
     """One block of one backend in a fresh process: (cycle times in ns, refusals, wall ns)."""
     parent_end, child_end = SPAWN.Pipe(duplex=False)
-    timeout_s = _START_TIMEOUT_S + (job.iterations + job.warmup) * _MAX_CYCLE_S
+    timeout_s = START_TIMEOUT_S + (job.iterations + job.warmup) * _MAX_CYCLE_S
     proc = start_worker_process(target=bench_worker_main, args=(job, child_end))
     try:
         child_end.close()

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, ClassVar
 import redis
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
+from lockcompare.backends.held import HeldLocks
 from lockcompare.backends.redis_py_lock import library_version, seconds_for_px
 from lockcompare.errors import BackendNotViableError
 from lockcompare.redisconn import connect
@@ -80,9 +81,7 @@ class PotteryRedlock:
             raise ValueError("this backend needs at least one lock node")
         # Our connections, not pottery's: no hidden retries, short timeouts.
         self._masters = [connect(url, timeout_s=config.request_timeout_s) for url in urls]
-        # One Redlock per lease: a Redlock holds a single token, and a holder whose release failed
-        # (its lease expired) must not have its token overwritten by its next acquire.
-        self._held: dict[str, Redlock] = {}
+        self._held: HeldLocks[Redlock] = HeldLocks()
 
     @property
     def node_count(self) -> int:
@@ -103,7 +102,7 @@ class PotteryRedlock:
             elapsed_ns = time.monotonic_ns() - started_ns
             return Refusal("validity" if elapsed_ns >= ttl_ms * 1_000_000 - drift_ns else "held")
         owner = getattr(redlock, "_uuid", "") or f"pottery-{id(redlock):x}-{started_ns}"
-        self._held[owner] = redlock
+        self._held.hold(owner, redlock)
         return Lease(key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000 - drift_ns)
 
     def release(self, lease: Lease) -> bool:
@@ -113,14 +112,11 @@ class PotteryRedlock:
         """
         from pottery import PrimitiveError
 
-        redlock = self._held.pop(lease.owner, None)
-        if redlock is None:
-            return False
-        try:
-            redlock.release(raise_on_redis_errors=True)
-        except (PrimitiveError, redis.RedisError):  # ReleaseUnlockedLock, QuorumIsImpossible
-            return False
-        return True
+        return self._held.release(
+            lease,
+            release=lambda redlock: redlock.release(raise_on_redis_errors=True),
+            errors=(PrimitiveError, redis.RedisError),  # ReleaseUnlockedLock, QuorumIsImpossible
+        )
 
     def close(self) -> None:
         self._held.clear()

@@ -39,6 +39,7 @@ import redis
 from redis.lock import Lock
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
+from lockcompare.backends.held import HeldLocks
 from lockcompare.errors import InvalidValueError
 from lockcompare.redisconn import connect
 
@@ -82,9 +83,7 @@ class RedisPyLock:
 
     def __init__(self, *, config: BackendConfig) -> None:
         self._client = connect(first_node(config.node_urls), timeout_s=config.request_timeout_s)
-        # One Lock object per lease: a Lock holds a single token, and a holder whose release failed
-        # (its lease expired) must not have its token overwritten by its next acquire.
-        self._held: dict[str, Lock] = {}
+        self._held: HeldLocks[Lock] = HeldLocks()
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
         lock = self._client.lock(key, timeout=seconds_for_px(ttl_ms), blocking=False, thread_local=False)
@@ -97,7 +96,7 @@ class RedisPyLock:
             return Refusal("held")
         token = lock.local.token
         owner = token.decode() if isinstance(token, bytes) else str(token)
-        self._held[owner] = lock
+        self._held.hold(owner, lock)
         return Lease(key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000)
 
     def release(self, lease: Lease) -> bool:
@@ -105,14 +104,8 @@ class RedisPyLock:
 
         Only leases this instance handed out can be released (False for any other).
         """
-        lock = self._held.pop(lease.owner, None)
-        if lock is None:
-            return False
-        try:
-            lock.release()
-        except redis.RedisError:  # LockNotOwnedError / LockError derive from RedisError
-            return False
-        return True
+        # LockNotOwnedError / LockError derive from RedisError
+        return self._held.release(lease, release=lambda lock: lock.release(), errors=(redis.RedisError,))
 
     def close(self) -> None:
         self._held.clear()
