@@ -62,7 +62,7 @@ def test_sequential_critical_sections_are_exclusive() -> None:
     h = HistoryBuilder()
     h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0, valid_until_ms=1000)
     h.critical_section(1, 0, acquire_ms=302, enter_ms=303, exit_ms=603, inside=1, balance=1, valid_until_ms=1302)
-    m = check(h.events, counters(entries=2, writes_accepted=2, final_balance=2))
+    m = check(h.events, counters(entries=2, writes_accepted=2, final_balance=2), entries_planned=2)
     assert (m.entries, m.conflicts, m.conflicts_overlap, m.lost_updates) == (2, 0, 0, 0)
     assert m.conflict_measures_agree and m.max_concurrency == 1 and m.overlap_ms == 0
     assert m.verdict == "exclusive" and m.problem == ""
@@ -73,7 +73,7 @@ def test_overlapping_critical_sections_conflict_and_lose_an_update() -> None:
     h = HistoryBuilder()
     h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
     h.critical_section(1, 0, acquire_ms=100, enter_ms=101, exit_ms=401, inside=2, balance=0)
-    m = check(h.events, counters(entries=2, conflicts=1, writes_accepted=2, final_balance=1))
+    m = check(h.events, counters(entries=2, conflicts=1, writes_accepted=2, final_balance=1), entries_planned=2)
     assert (m.conflicts, m.conflicts_overlap, m.max_concurrency) == (1, 1, 2)
     assert m.conflict_measures_agree
     assert m.overlap_ms == pytest.approx(200, abs=0.5)  # 101..301 ms, both inside
@@ -88,7 +88,7 @@ def test_fenced_zombie_write_is_rejected_and_counted_as_stale() -> None:
                        valid_until_ms=2000, fence=2)  # fmt: skip
     h.critical_section(0, 0, acquire_ms=0, enter_ms=1200, exit_ms=1500, inside=2, balance=0,
                        valid_until_ms=1000, fence=1, accepted=False)  # fmt: skip
-    m = check(h.events, counters(entries=2, conflicts=1, writes_accepted=1, writes_rejected=1, final_balance=1))
+    m = check(h.events, counters(entries=2, conflicts=1, writes_accepted=1, writes_rejected=1, final_balance=1), entries_planned=2)
     assert (m.conflicts, m.conflicts_overlap) == (1, 1)
     assert (m.stale_writes_accepted, m.stale_writes_rejected) == (0, 1)
     assert m.lost_updates == 0 and m.verdict == "conflicts-no-damage"
@@ -118,7 +118,7 @@ def test_measures_that_disagree_are_reported_not_hidden() -> None:
     h = HistoryBuilder()
     h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
     h.critical_section(1, 0, acquire_ms=302, enter_ms=303, exit_ms=603, inside=2, balance=1)
-    m = check(h.events, counters(entries=2, conflicts=1, writes_accepted=2, final_balance=2))
+    m = check(h.events, counters(entries=2, conflicts=1, writes_accepted=2, final_balance=2), entries_planned=2)
     assert m.conflicts == 1 and m.conflicts_overlap == 0 and not m.conflict_measures_agree
     assert m.verdict == "conflicts-no-damage"
 
@@ -126,7 +126,7 @@ def test_measures_that_disagree_are_reported_not_hidden() -> None:
 def test_enter_without_exit_makes_the_verdict_unknown() -> None:
     h = HistoryBuilder()
     h.step(0, 0, "enter", 1, inside=1)
-    m = check(h.events, counters(entries=1, occupancy=1))
+    m = check(h.events, counters(entries=1, occupancy=1), entries_planned=1)
     assert m.verdict == "unknown" and "never exited" in m.problem
     assert math.isnan(m.overlap_ms)
 
@@ -134,7 +134,7 @@ def test_enter_without_exit_makes_the_verdict_unknown() -> None:
 def test_resource_and_history_disagreeing_on_entries_is_unknown() -> None:
     h = HistoryBuilder()
     h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
-    m = check(h.events, counters(entries=2, writes_accepted=1, final_balance=1))
+    m = check(h.events, counters(entries=2, writes_accepted=1, final_balance=1), entries_planned=2)
     assert m.verdict == "unknown" and "1 entries in the history but 2" in m.problem
 
 
@@ -142,12 +142,12 @@ def test_a_worker_error_makes_the_verdict_unknown_never_exclusive() -> None:
     h = HistoryBuilder()
     h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
     h.step(1, 0, "error", 5, message="ConnectionError: resource gone")
-    m = check(h.events, counters(entries=1, writes_accepted=1, final_balance=1))
+    m = check(h.events, counters(entries=1, writes_accepted=1, final_balance=1), entries_planned=1)
     assert m.verdict == "unknown" and "resource gone" in m.problem
 
 
 def test_malformed_history_is_unknown_not_a_crash() -> None:
-    m = check([{"worker": 0, "kind": "enter"}], counters())
+    m = check([{"worker": 0, "kind": "enter"}], counters(), entries_planned=1)
     assert m.verdict == "unknown" and m.problem.startswith("history unusable")
 
 
@@ -155,7 +155,7 @@ def test_acquire_statistics() -> None:
     h = HistoryBuilder()
     h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
     h.step(1, 0, "acquire", 0, ok=False, attempts=30, refusals={"held": 29, "validity": 1})
-    m = check(h.events, counters(entries=1, writes_accepted=1, final_balance=1))
+    m = check(h.events, counters(entries=1, writes_accepted=1, final_balance=1), entries_planned=1)
     assert (m.acquires, m.acquire_timeouts, m.refused_validity) == (1, 1, 1)
     assert m.acquire_p50_ms == pytest.approx(0.1)  # t1 - t_attempt of the one granted acquire
 

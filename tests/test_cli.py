@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from lockcompare.checker import VERDICT_MEANINGS
+
 from lockcompare.cli import app
 from lockcompare.server import free_port
 
@@ -36,7 +38,9 @@ def test_backends_lists_the_builtins() -> None:
 def test_experiments_lists_each_claim() -> None:
     result = invoke("experiments")
     assert result.exit_code == 0
-    assert [line.split()[0] for line in result.stdout.splitlines()] == ["baseline", "short-ttl", "client-pause"]
+    experiments, _, verdicts = result.stdout.partition("\nVerdicts")
+    assert [line.split()[0] for line in experiments.splitlines()] == ["baseline", "short-ttl", "client-pause"]
+    assert [line.split()[0] for line in verdicts.splitlines()[1:]] == list(VERDICT_MEANINGS)
 
 
 @pytest.mark.parametrize(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
 import pytest
 
 from lockcompare.errors import ResultsFileError, UnknownNameError
-from lockcompare.results import COLUMNS, SCHEMA_VERSION, ResultsWriter, read_results
+from lockcompare.results import COLUMNS, SCHEMA_VERSION, ResultsWriter, inspect_results, read_results
 from lockcompare.table import render, summarize
 
 DATA = Path(__file__).parent / "data"
@@ -16,8 +17,12 @@ DATA = Path(__file__).parent / "data"
 
 def test_schema_1_file_is_still_readable() -> None:
     # tests/data/schema1.csv: real rows written by the first version (before pause points).
-    rows = read_results(DATA / "schema1.csv")
-    assert [r["schema_version"] for r in rows] == [1] * 6
+    found = inspect_results(DATA / "schema1.csv")
+    rows = found.rows
+    assert found.oldest_schema == 1 and found.needs_rewrite
+    assert [r["schema_version"] for r in rows] == [SCHEMA_VERSION] * 6  # read in today's terms
+    assert all(r["entries_planned"] == r["workers"] * r["rounds"] for r in rows)
+    assert {r["jitter"] for r in rows} == {0.0}  # before schema 4 nothing was jittered
     assert {r["pause_point"] for r in rows} == {"after-acquire"}
     assert {r["pause_how"] for r in rows} == {"sleep"}
     assert {r["resource_check"] for r in rows} == {"plain"}  # none and single: nothing to fence
@@ -25,10 +30,14 @@ def test_schema_1_file_is_still_readable() -> None:
     assert render(rows).startswith("| backend")
 
 
+_ids = itertools.count()
+
+
 def row(**kw: object) -> dict[str, object]:
     base: dict[str, object] = {c: "" for c in COLUMNS}
-    base.update(schema_version=SCHEMA_VERSION, backend="single", experiment="baseline", trial_id="t", entries=80,
-                conflicts=0, writes_rejected=0, reads_rejected=0, cs_retries=0, lost_updates=0, overlap_ms=0.0,
+    base.update(schema_version=SCHEMA_VERSION, backend="single", experiment="baseline", trial_id=f"t{next(_ids)}",
+                entries=80, entries_planned=80, conflicts=0, max_concurrency=1, writes_rejected=0, reads_rejected=0,
+                cs_retries=0, lost_updates=0, overlap_ms=0.0, acquire_timeouts=0, refusals="",
                 verdict="exclusive")  # fmt: skip
     base.update(kw)
     return base
@@ -61,7 +70,8 @@ def test_summary_groups_trials_and_gives_a_confidence_interval() -> None:
     (line,) = lines
     assert line[:3] == ["none", "baseline", "3"]
     assert line[3] == "42 ±5 / 80"  # mean 42, t(2) 4.303 * sd 2 / sqrt(3) = 4.97
-    assert line[6] == "39.3 (38–40)" and line[7] == "3× lost-updates"
+    assert line[4] == "80 / 80" and line[5] == "1"  # entries out of planned, most workers inside at once
+    assert line[8] == "39.3 (38–40)" and line[9] == "3× lost-updates"
 
 
 def test_a_setting_that_varies_within_a_cell_becomes_a_column() -> None:

@@ -18,12 +18,25 @@ from lockcompare.history import Event
 from lockcompare.resource import ResourceCounters
 from lockcompare.stats import percentile
 
-VERDICTS = ("exclusive", "conflicts-no-damage", "lost-updates", "unknown")
+#: Every verdict, with what it means. Safety is judged first (a violation observed is a violation
+#: whatever else happened); a trial without one is ``exclusive`` only if every planned round ran.
+VERDICT_MEANINGS = {
+    "exclusive": "every planned critical section ran, never two at once, no update lost",
+    "conflicts-no-damage": "two workers were inside at once, but the resource lost no update (fencing, lock-free)",
+    "lost-updates": "an increment a worker believed it made is missing from the final balance",
+    "degraded": "no conflict seen, but some planned rounds never entered (acquires refused or timed out): "
+    "exclusion held only over what ran",
+    "unavailable": "the lock was never granted (or nothing entered): nothing was observed, so nothing is claimed",
+    "unknown": "the trial could not be judged (a worker failed, a backend call hung, a node died, "
+    "the history is inconsistent); see the problem column",
+}
+VERDICTS = tuple(VERDICT_MEANINGS)
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrialMetrics:
     entries: int
+    entries_planned: int  # workers x rounds
     conflicts: int  # counted by the resource
     conflicts_overlap: int  # from the workers' CS intervals
     conflict_measures_agree: bool
@@ -38,7 +51,8 @@ class TrialMetrics:
     lost_updates: int
     final_balance: int
     acquires: int
-    acquire_timeouts: int
+    acquire_timeouts: int  # rounds that gave up acquiring at the acquire deadline
+    refusals: str  # every refused attempt by reason, e.g. "held:120;no-quorum:3"
     refused_validity: int
     acquire_p50_ms: float
     acquire_p99_ms: float
@@ -126,21 +140,54 @@ def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
     return accepted, rejected
 
 
-def verdict_for(*, conflicts: int, lost_updates: int) -> str:
+def verdict_for(*, conflicts: int, lost_updates: int, entries: int, entries_planned: int) -> str:
+    """Safety first, then progress: see :data:`VERDICT_MEANINGS`.
+
+    >>> verdict_for(conflicts=0, lost_updates=0, entries=0, entries_planned=80)
+    'unavailable'
+    >>> verdict_for(conflicts=0, lost_updates=0, entries=50, entries_planned=80)
+    'degraded'
+    """
     if lost_updates > 0:
         return "lost-updates"
-    return "exclusive" if conflicts == 0 else "conflicts-no-damage"
+    if conflicts > 0:
+        return "conflicts-no-damage"
+    if entries == 0:
+        return "unavailable"
+    return "exclusive" if entries >= entries_planned else "degraded"
 
 
-def check(history: Sequence[Event], counters: ResourceCounters) -> TrialMetrics:
+def refusal_counts(acquires: Sequence[Event]) -> dict[str, int]:
+    """Refused attempts by reason over every acquire event."""
+    totals: dict[str, int] = {}
+    for event in acquires:
+        for reason, count in (event.get("refusals") or {}).items():
+            totals[reason] = totals.get(reason, 0) + int(count)
+    return dict(sorted(totals.items()))
+
+
+def format_refusals(counts: dict[str, int]) -> str:
+    """``{"held": 3, "no-quorum": 1}`` → ``"held:3;no-quorum:1"`` (the CSV's text form)."""
+    return ";".join(f"{reason}:{n}" for reason, n in counts.items())
+
+
+def parse_refusals(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for part in filter(None, (text or "").split(";")):
+        reason, _, n = part.rpartition(":")
+        counts[reason] = counts.get(reason, 0) + int(n)
+    return counts
+
+
+def check(history: Sequence[Event], counters: ResourceCounters, *, entries_planned: int) -> TrialMetrics:
     """Compute every metric of a trial; any inconsistency makes the verdict ``unknown``."""
     try:
-        return _check(history, counters)
+        return _check(history, counters, entries_planned=entries_planned)
     except (ValueError, KeyError, TypeError) as exc:
-        return unknown(counters, problem=f"history unusable: {exc}")
+        return unknown(counters, problem=f"history unusable: {exc}", entries_planned=entries_planned)
 
 
-def _check(history: Sequence[Event], counters: ResourceCounters) -> TrialMetrics:
+def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_planned: int) -> TrialMetrics:
     problems = []
     errors = [e for e in history if e["kind"] == "error"]
     if errors:
@@ -162,6 +209,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters) -> TrialMetrics
     lost = counters.writes_accepted - counters.final_balance
     return TrialMetrics(
         entries=counters.entries,
+        entries_planned=entries_planned,
         conflicts=counters.conflicts,
         conflicts_overlap=conflicts_overlap,
         conflict_measures_agree=conflicts_overlap == counters.conflicts,
@@ -177,16 +225,21 @@ def _check(history: Sequence[Event], counters: ResourceCounters) -> TrialMetrics
         final_balance=counters.final_balance,
         acquires=len(granted),
         acquire_timeouts=len(acquires) - len(granted),
-        refused_validity=sum(e.get("refusals", {}).get("validity", 0) for e in acquires),
+        refusals=format_refusals(refusal_counts(acquires)),
+        refused_validity=refusal_counts(acquires).get("validity", 0),
         acquire_p50_ms=round(percentile(latencies_ms, 50), 4),
         acquire_p99_ms=round(percentile(latencies_ms, 99), 4),
         releases_failed=sum(1 for e in history if e["kind"] == "release" and not e.get("released")),
-        verdict="unknown" if problems else verdict_for(conflicts=counters.conflicts, lost_updates=lost),
+        verdict="unknown"
+        if problems
+        else verdict_for(
+            conflicts=counters.conflicts, lost_updates=lost, entries=counters.entries, entries_planned=entries_planned
+        ),
         problem="; ".join(problems),
     )
 
 
-def unknown(counters: ResourceCounters | None, *, problem: str) -> TrialMetrics:
+def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned: int) -> TrialMetrics:
     """Metrics for a trial whose history cannot be judged: counters kept, verdict ``unknown``."""
     c = counters or ResourceCounters(
         entries=0, conflicts=0, writes_accepted=0, writes_rejected=0, final_balance=0, occupancy=0
@@ -194,6 +247,7 @@ def unknown(counters: ResourceCounters | None, *, problem: str) -> TrialMetrics:
     nan = float("nan")
     return TrialMetrics(
         entries=c.entries,
+        entries_planned=entries_planned,
         conflicts=c.conflicts,
         conflicts_overlap=-1,
         conflict_measures_agree=False,
@@ -209,6 +263,7 @@ def unknown(counters: ResourceCounters | None, *, problem: str) -> TrialMetrics:
         final_balance=c.final_balance,
         acquires=-1,
         acquire_timeouts=-1,
+        refusals="",
         refused_validity=-1,
         acquire_p50_ms=nan,
         acquire_p99_ms=nan,

@@ -6,6 +6,8 @@ own errors (see errors.py), click's usage errors, and Ctrl-C (exit 130, servers 
 
 from __future__ import annotations
 
+import logging
+import math
 import sys
 import tempfile
 import time
@@ -22,8 +24,11 @@ from lockcompare.backends import describe_backends, load_backend
 from lockcompare.bench import render_bench, run_bench
 from lockcompare.cluster import DEFAULT_NODES, describe, open_cluster
 from lockcompare.errors import InvalidValueError, LockcompareError
+from lockcompare.checker import VERDICT_MEANINGS
 from lockcompare.experiments import (
     DEFAULT_ACQUIRE_TIMEOUT_MS,
+    DEFAULT_CALL_TIMEOUT_MS,
+    DEFAULT_JITTER,
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_ROUNDS,
     DEFAULT_THINK_MS,
@@ -34,9 +39,9 @@ from lockcompare.experiments import (
     PausePoint,
     TrialSpec,
 )
-from lockcompare.matrix import ClusterOptions, Sweep, run_matrix
+from lockcompare.matrix import ClusterOptions, MatrixReport, Sweep, run_matrix
 from lockcompare.redisconn import parse_url_list, validate_url
-from lockcompare.results import METRIC_COLUMNS, read_results
+from lockcompare.results import METRIC_COLUMNS, inspect_results, read_results, rewrite
 from lockcompare.timeline import load_history, render_timeline
 from lockcompare.sections import FENCE_MODES
 from lockcompare.trial import TrialResult
@@ -44,10 +49,31 @@ from lockcompare.trial import TrialResult
 err = Console(stderr=True)
 
 
+class _OneLineLog(logging.Handler):
+    """lockcompare's warnings (a node restarted, another run active, a file upgraded) as one
+    ``lockcompare: warning: ...`` line each on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"lockcompare: {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+def _setup_logging() -> None:
+    logger = logging.getLogger("lockcompare")
+    if not any(isinstance(h, _OneLineLog) for h in logger.handlers):
+        logger.addHandler(_OneLineLog(level=logging.WARNING))
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+
+
+class UnknownTrialsError(LockcompareError):
+    """Some trials could not be judged (their problems were printed above)."""
+
+
 class OneLineErrors(TyperGroup):
     """Run the group in non-standalone mode and turn every failure into one line + exit code."""
 
     def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # noqa: ARG002
+        _setup_logging()
         try:
             result = super().main(*args, standalone_mode=False, **kwargs)
         except typer.TyperException as exc:  # typer's (vendored click's) usage and parameter errors
@@ -108,7 +134,22 @@ RetryDelayMs = Annotated[float, typer.Option("--retry-delay-ms", help="Wait betw
 ThinkMs = Annotated[
     float, typer.Option("--think-ms", help="Pause between a release and the next acquire (a rival's turn).")
 ]
-Seed = Annotated[int, typer.Option("--seed", help="Seed for the pause schedule.")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed for the pause schedule and the retry/think jitter.")]
+Jitter = Annotated[
+    float,
+    typer.Option(
+        "--jitter",
+        help="Random spread of the retry delay (±J) and think time (±J/2), seeded; 0 turns it off.",
+    ),
+]
+CallTimeoutMs = Annotated[
+    float,
+    typer.Option(
+        "--call-timeout-ms",
+        help="Deadline on each backend call (construct, acquire, release, close); a call past it makes "
+        "the trial unknown and the matrix goes on. Not scaled by --time-scale.",
+    ),
+]
 Nodes = Annotated[
     str | None, typer.Option("--nodes", help="External lock nodes: redis URLs, comma-separated (with --resource).")
 ]
@@ -138,7 +179,7 @@ def _cluster_options(
 
 _OVERRIDE_FIELDS = (
     "ttl_ms", "work_ms", "rounds", "workers", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms",
-    "seed", "pause_how",
+    "seed", "pause_how", "jitter", "call_timeout_ms",
 )  # fmt: skip
 
 
@@ -163,8 +204,8 @@ def _sweep(*, pause_ms: str | None, pause_point: str, fence: str) -> Sweep:
             pauses = [float(v) for v in _split(pause_ms)]
         except ValueError:
             raise InvalidValueError(f"--pause-ms takes numbers separated by commas, got {pause_ms!r}") from None
-        if not pauses or any(v < 0 for v in pauses):
-            raise InvalidValueError(f"--pause-ms values must be >= 0, got {pause_ms!r}")
+        if not pauses or any(not (math.isfinite(v) and v >= 0) for v in pauses):
+            raise InvalidValueError(f"--pause-ms values must be finite numbers >= 0, got {pause_ms!r}")
     points = _split(pause_point)
     known_points = [p.value for p in PausePoint]
     if not points or any(p not in known_points for p in points):
@@ -244,6 +285,8 @@ def matrix(
     retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
     think_ms: ThinkMs = DEFAULT_THINK_MS,
     seed: Seed = 1,
+    jitter: Jitter = DEFAULT_JITTER,
+    call_timeout_ms: CallTimeoutMs = DEFAULT_CALL_TIMEOUT_MS,
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,
@@ -273,6 +316,15 @@ def matrix(
     err.print(f"{report.trials_run} trials run, {report.trials_skipped} already in {report.out}")
     if report.out.exists():
         typer.echo(table.render(read_results(report.out), fmt=fmt))
+    _fail_on_unknown(report)
+
+
+def _fail_on_unknown(report: MatrixReport) -> None:
+    """Exit non-zero when a trial could not be judged, after saying why on stderr."""
+    for trial_id, problem in report.unknown:
+        print(f"lockcompare: unknown verdict for {trial_id}: {problem}", file=sys.stderr)
+    if report.unknown:
+        raise UnknownTrialsError(f"{len(report.unknown)} trial(s) could not be judged (verdict unknown); see above")
 
 
 @app.command()
@@ -293,6 +345,8 @@ def run(
     retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
     think_ms: ThinkMs = DEFAULT_THINK_MS,
     seed: Seed = 1,
+    jitter: Jitter = DEFAULT_JITTER,
+    call_timeout_ms: CallTimeoutMs = DEFAULT_CALL_TIMEOUT_MS,
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,
@@ -304,16 +358,19 @@ def run(
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
     with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
         target = out_path or Path(scratch) / "run.csv"
-        run_matrix(
+        report = run_matrix(
             backends=[backend], experiments=[experiment], trials=1, overrides=overrides, out=target,
             cluster_options=options, redlock_nodes=redlock_nodes, sweep=sweep, resume=out_path is not None,
         )  # fmt: skip
-        row = read_results(target)[-1]
-        for key in ("backend", "experiment", "ttl_ms", "work_ms", "pause_ms", "pause_point", "pause_how",
+        (row,) = [r for r in read_results(target) if r["trial_id"] == report.trial_ids[0]][-1:]
+        if report.trials_run == 0:
+            err.print(f"this trial is already in {target} (run {row['run_id']}); its row:")
+        for key in ("trial_id", "backend", "experiment", "ttl_ms", "work_ms", "pause_ms", "pause_point", "pause_how",
                     "resource_check", *METRIC_COLUMNS, "wall_s"):  # fmt: skip
             typer.echo(f"{key:>24}: {row[key]}")
         if out_path is not None:
             typer.echo(f"{'history':>24}: {target.parent / row['history']}")
+        _fail_on_unknown(report)
 
 
 @app.command()
@@ -352,7 +409,11 @@ def table_command(
     fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
 ) -> None:
     """Print the summary table of a results CSV (computed from the CSV alone)."""
-    typer.echo(table.render(read_results(path), fmt=fmt))
+    found = inspect_results(path)
+    if found.truncated_lines:
+        lines = ", ".join(map(str, found.truncated_lines))
+        print(f"lockcompare: warning: {path}: left out truncated row(s) at line {lines}", file=sys.stderr)
+    typer.echo(table.render(found.rows, fmt=fmt))
 
 
 @app.command()
@@ -376,10 +437,28 @@ def backends() -> None:
 
 @app.command()
 def experiments() -> None:
-    """List the experiments and the claim each one tests."""
+    """List the experiments and the claim each one tests, and what each verdict means."""
     for exp in EXPERIMENTS.values():
         times = f"ttl {exp.ttl_ms:g} ms, work {exp.work_ms:g} ms, pause {exp.pause_ms:g} ms"
         typer.echo(f"{exp.name:<13} {times:<40} {exp.claim}")
+    typer.echo("\nVerdicts (one per trial):")
+    for verdict, meaning in VERDICT_MEANINGS.items():
+        typer.echo(f"  {verdict:<20} {meaning}")
+
+
+@app.command()
+def upgrade(
+    paths: Annotated[list[Path], typer.Argument(help="Results CSVs to bring to the current schema.")],
+) -> None:
+    """Rewrite results CSVs in the current schema, atomically (truncated rows are dropped and named)."""
+    found = [inspect_results(path) for path in paths]  # every file readable before any is rewritten
+    for f in found:
+        if not f.needs_rewrite:
+            err.print(f"{f.path}: already current ({len(f.rows)} rows)")
+            continue
+        rewrite(f.path, f.rows)
+        dropped = f" ; dropped truncated row(s) at line {', '.join(map(str, f.truncated_lines))}" if f.truncated_lines else ""
+        err.print(f"{f.path}: rewritten from schema {f.oldest_schema} ({len(f.rows)} rows){dropped}")
 
 
 def main() -> None:

@@ -31,6 +31,7 @@ class Cluster:
     embedded: bool
     redis_version: str
     servers: tuple[RedisServer, ...] = ()
+    resource_server: RedisServer | None = None
 
     def node_server(self, index: int) -> RedisServer:
         """The spawned server behind lock node ``index`` (for faults that crash or restart it)."""
@@ -76,6 +77,7 @@ def open_cluster(
                 embedded=True,
                 redis_version=server_version(servers[-1].url),
                 servers=tuple(servers[:-1]),
+                resource_server=servers[-1],
             )
         finally:
             for server in servers:

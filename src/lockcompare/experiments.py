@@ -7,7 +7,9 @@ is given at the lesson's scale and multiplied by ``time_scale``, so a quick run 
 from __future__ import annotations
 
 import hashlib
+import math
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -74,6 +76,16 @@ DEFAULT_RETRY_DELAY_MS = 10.0
 #: client-pause trial measured starvation (2/80 conflicts), not the lock. Twice the retry delay
 #: guarantees a waiting rival one poll inside the gap.
 DEFAULT_THINK_MS = 2 * DEFAULT_RETRY_DELAY_MS
+#: Random spread of the retry delay and the think time (the Redlock spec retries "after a random
+#: delay"). Without it two workers can run in lockstep, and the no-lock baselines swung between
+#: 40/80 and 79/80 with the phase they happened to start in. A retry waits retry_delay × U(1-j, 1+j);
+#: think time is think × U(1 - j/2, 1 + j/2), so with the defaults (10 ms ± 50 %, 20 ms ± 25 %) the
+#: shortest think (15 ms) still covers the longest retry wait (15 ms): a waiting rival gets its poll.
+DEFAULT_JITTER = 0.5
+#: Deadline on each backend call the harness makes (construct, acquire, release, close). A call
+#: that does not return in time makes the trial ``unknown``; the matrix goes on. Not scaled: it
+#: bounds a hung call, not a timing of the experiment.
+DEFAULT_CALL_TIMEOUT_MS = 5000.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,16 +106,25 @@ class Overrides:
     fence: str = "writes"  # see sections.check_for: writes, all, token
     paused_workers: tuple[int, ...] = (0,)
     seed: int = 1
+    jitter: float = DEFAULT_JITTER
+    call_timeout_ms: float = DEFAULT_CALL_TIMEOUT_MS
 
     def __post_init__(self) -> None:
-        for name in ("ttl_ms", "work_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms"):
+        for name in ("ttl_ms", "work_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "call_timeout_ms",
+                     "think_ms", "pause_ms"):  # fmt: skip
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise InvalidValueError(f"--{name.replace('_', '-')} must be a finite number, got {value:g}")
+        for name in ("ttl_ms", "work_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "call_timeout_ms"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise InvalidValueError(f"--{name.replace('_', '-')} must be > 0, got {value:g}")
-        if self.think_ms < 0:
-            raise InvalidValueError(f"--think-ms must be >= 0, got {self.think_ms:g}")
-        if self.pause_ms is not None and self.pause_ms < 0:
-            raise InvalidValueError(f"--pause-ms must be >= 0, got {self.pause_ms:g}")
+        for name in ("think_ms", "pause_ms"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise InvalidValueError(f"--{name.replace('_', '-')} must be >= 0, got {value:g}")
+        if not (math.isfinite(self.jitter) and 0 <= self.jitter < 1):
+            raise InvalidValueError(f"--jitter must be in [0, 1), got {self.jitter:g}")
         if self.rounds < 1:
             raise InvalidValueError(f"--rounds must be >= 1, got {self.rounds}")
         if self.workers < 1:
@@ -136,17 +157,60 @@ class TrialSpec:
     pause_how: PauseHow = PauseHow.SLEEP
     resource_check: Check = Check.PLAIN
     node_count: int | None = None  # how many lock nodes a multi-node backend uses (None: all)
+    jitter: float = 0.0
     #: (worker, round) pairs at which the worker pauses; explicit, derived from the seed.
     pause_schedule: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+    #: A bound on each backend call, not a setting of the experiment (not part of the identity).
+    call_timeout_ms: float = DEFAULT_CALL_TIMEOUT_MS
+
+    @property
+    def entries_planned(self) -> int:
+        return self.workers * self.rounds
+
+    def settings(self) -> dict[str, object]:
+        """Every setting that can change the trial's result, by CSV column name."""
+        return {name: getattr(self, name) for name in IDENTITY_SETTINGS}
 
     @property
     def trial_id(self) -> str:
-        safe_backend = "".join(c if c.isalnum() or c in "-_" else "_" for c in self.backend)
-        how = "" if self.pause_how is PauseHow.SLEEP else f".{self.pause_how}"
-        return (
-            f"{safe_backend}.{self.experiment}.{self.resource_check}.{self.pause_point}{how}"
-            f".pause{self.pause_ms:g}.t{self.trial}"
-        )
+        return trial_id_for(self.settings())
+
+
+#: The settings that make up a trial's identity (and the CSV's setting columns, in this order).
+#: Two trials with equal values here are the same trial: --resume skips one whose twin finished.
+IDENTITY_SETTINGS = (
+    "backend", "experiment", "trial", "seed", "workers", "rounds", "ttl_ms", "work_ms", "pause_ms",
+    "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter", "node_count", "pause_point",
+    "pause_how", "resource_check",
+)  # fmt: skip
+
+#: Settings added after the first results were written, with the value every older row had. A
+#: setting at this value is left out of the identity hash, so adding a setting keeps old trial ids.
+SETTINGS_SINCE_V1 = {"jitter": "0"}
+
+
+def canonical(value: object) -> str:
+    """A setting as the text that identifies it (the same for a spec and for a row read back)."""
+    if value is None:
+        return ""
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def trial_id_for(settings: Mapping[str, object]) -> str:
+    """A readable name plus a hash of every identity setting, e.g. ``single.baseline.t0.3f9a1c2e``.
+
+    The readable part names the cell; the hash tells apart trials whose other settings (TTL, work,
+    rounds, seed, ...) differ, so a results file and its histories never confuse them.
+    """
+    text = {name: canonical(settings.get(name)) for name in IDENTITY_SETTINGS}
+    hashed = "|".join(f"{k}={v}" for k, v in text.items() if SETTINGS_SINCE_V1.get(k) != v)
+    digest = hashlib.sha256(hashed.encode()).hexdigest()[:8]
+    safe_backend = "".join(c if c.isalnum() or c in "-_" else "_" for c in text["backend"])
+    return f"{safe_backend}.{text['experiment']}.{text['resource_check']}.pause{text['pause_ms']}.t{text['trial']}.{digest}"
 
 
 def get_experiment(name: str) -> Experiment:
@@ -213,5 +277,7 @@ def make_spec(
         pause_how=pause_how,
         resource_check=resource_check,
         node_count=node_count,
+        jitter=o.jitter,
         pause_schedule=schedule,
+        call_timeout_ms=o.call_timeout_ms,
     )

@@ -59,6 +59,19 @@ class Recorder:
         return result
 
 
+def is_event(value: object) -> bool:
+    """True for a dict with the fields every event has, of the right types."""
+    if not isinstance(value, dict):
+        return False
+    return (
+        isinstance(value.get("worker"), int)
+        and isinstance(value.get("round"), int)
+        and isinstance(value.get("kind"), str)
+        and isinstance(value.get("t0"), int | float)
+        and isinstance(value.get("t1"), int | float)
+    )
+
+
 def merge(per_worker: Iterable[list[Event]]) -> list[Event]:
     """One history from the workers' own lists, ordered by start time."""
     return sorted((e for events in per_worker for e in events), key=lambda e: (e["t0"], e["worker"]))

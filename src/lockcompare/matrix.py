@@ -8,17 +8,21 @@ ends; with ``resume`` the trials already in the file are skipped, so a crash cos
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from lockcompare.backends import load_backend
+from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.cluster import open_cluster
-from lockcompare.errors import InvalidValueError, ResultsFileError
+from lockcompare.errors import BackendLoadError, InvalidValueError, ResultsFileError
 from lockcompare.experiments import Overrides, PausePoint, TrialSpec, get_experiment, make_spec
 from lockcompare.sections import check_for
-from lockcompare.results import ResultsWriter, finished_trials, make_row
-from lockcompare.trial import TrialResult, new_run_id, run_trial, save_history
+from lockcompare.provenance import registered_run
+from lockcompare.results import SCHEMA_VERSION, ResultsWriter, inspect_results, make_row, rewrite
+from lockcompare.trial import TrialResult, construct_in_child, new_run_id, run_trial, save_history
+
+log = logging.getLogger("lockcompare")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +49,10 @@ class MatrixReport:
     out: Path
     trials_run: int
     trials_skipped: int
+    #: Every planned trial, run now or before.
+    trial_ids: tuple[str, ...] = ()
+    #: (trial_id, problem) of every trial judged ``unknown`` in this run.
+    unknown: tuple[tuple[str, str], ...] = ()
 
 
 ProgressCallback = Callable[[TrialSpec, TrialResult | None, int, int], None]
@@ -97,6 +105,43 @@ def plan_matrix(
     return list(specs.values())
 
 
+def prepare_out(out: Path, *, resume: bool) -> set[str]:
+    """Check ``out`` before anything runs; with ``resume``, bring it to the current schema.
+
+    Returns the trial_ids already judged there. An existing file without ``resume`` is refused; a
+    file of an older schema or with a truncated row is rewritten once, atomically, in the current
+    schema (truncated rows dropped, which is said); a file from a newer lockcompare is refused.
+    """
+    if out.exists() and out.is_dir():
+        raise ResultsFileError(f"{out} is a directory: --out takes a CSV file name")
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ResultsFileError(f"cannot write {out}: {parent} is not a directory")
+    if not out.exists():
+        return set()
+    if not resume:
+        raise ResultsFileError(f"{out} exists: pass --resume to continue it, or choose another --out")
+    found = inspect_results(out)
+    if found.needs_rewrite:
+        rewrite(out, found.rows)
+        what = []
+        if found.oldest_schema < SCHEMA_VERSION:
+            what.append(f"upgraded from schema {found.oldest_schema} to {SCHEMA_VERSION}")
+        if found.truncated_lines:
+            what.append(f"dropped truncated row(s) at line {', '.join(map(str, found.truncated_lines))}")
+        log.warning("%s: %s (%d rows kept)", out, "; ".join(what) or "rewritten with the current header", len(found.rows))
+    return {row["trial_id"] for row in found.rows if row["verdict"] != "unknown"}
+
+
+def probe_backends(names: Sequence[str], *, config: BackendConfig, timeout_s: float) -> None:
+    """Construct and close each backend once, in a child process with a deadline, before any trial:
+    a plug-in that cannot be constructed is one load error, not a matrix of ``unknown`` rows."""
+    for name in dict.fromkeys(names):
+        problem = construct_in_child(name, config=config, timeout_s=timeout_s)
+        if problem:
+            raise BackendLoadError(f"backend {name!r} cannot be constructed: {problem}")
+
+
 def run_matrix(
     *,
     backends: Sequence[str],
@@ -119,19 +164,25 @@ def run_matrix(
         node_count=redlock_nodes,
         sweep=sweep,
     )
-    if out.exists() and not resume:
-        raise ResultsFileError(f"{out} exists: pass --resume to continue it, or choose another --out")
-    done = finished_trials(out) if resume else set()
+    done = prepare_out(out, resume=resume)
     todo = [s for s in specs if s.trial_id not in done]
     writer = ResultsWriter(out)
     histories = history_dir(out)
     run_id = new_run_id()
-    with open_cluster(
+    unknown: list[tuple[str, str]] = []
+    if not todo:
+        return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=tuple(s.trial_id for s in specs))
+    with registered_run("matrix"), open_cluster(
         nodes=cluster_options.nodes,
         resource=cluster_options.resource,
         node_count=cluster_options.node_count,
         redis_server=cluster_options.redis_server,
     ) as cluster:
+        probe_backends(
+            [s.backend for s in todo],
+            config=BackendConfig(node_urls=cluster.node_urls, node_count=redlock_nodes),
+            timeout_s=overrides.call_timeout_ms / 1000,
+        )
         for index, spec in enumerate(todo):
             if progress:
                 progress(spec, None, index, len(todo))
@@ -146,6 +197,14 @@ def run_matrix(
                     history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
                 )
             )
+            if result.metrics.verdict == "unknown":
+                unknown.append((spec.trial_id, result.metrics.problem))
             if progress:
                 progress(spec, result, index + 1, len(todo))
-    return MatrixReport(out=out, trials_run=len(todo), trials_skipped=len(specs) - len(todo))
+    return MatrixReport(
+        out=out,
+        trials_run=len(todo),
+        trials_skipped=len(specs) - len(todo),
+        trial_ids=tuple(s.trial_id for s in specs),
+        unknown=tuple(unknown),
+    )

@@ -7,7 +7,7 @@ so every connection here has retries off and short socket timeouts.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -46,12 +46,32 @@ def validate_url(url: str) -> str:
     return url.strip()
 
 
+def redact(url: str) -> str:
+    """``url`` without its password, for messages.
+
+    >>> redact("redis://:secret@127.0.0.1:6379/0")
+    'redis://:***@127.0.0.1:6379/0'
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    port = f":{parts.port}" if parts.port is not None else ""
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{parts.hostname or ''}{port}"))
+
+
 def parse_url_list(text: str) -> list[str]:
-    """Split a comma-separated list of redis URLs, validating each."""
+    """Split a comma-separated list of redis URLs, validating each; the same server twice is refused
+    (five copies of one node are not five nodes: a Redlock over them can never reach a quorum)."""
     urls = [u for u in (part.strip() for part in text.split(",")) if u]
     if not urls:
         raise InvalidURLError("empty list of redis URLs")
-    return [validate_url(u) for u in urls]
+    seen: set[str] = set()
+    for url in urls:
+        validate_url(url)
+        if url in seen:
+            raise InvalidURLError(f"{redact(url)} is listed twice: give each lock node once")
+        seen.add(url)
+    return urls
 
 
 def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
@@ -73,7 +93,7 @@ def ping(url: str, *, timeout_s: float = 1.0) -> None:
     try:
         client.ping()
     except redis.RedisError as exc:
-        raise NodeUnreachableError(f"redis server {url} does not answer: {exc}") from None
+        raise NodeUnreachableError(f"redis server {redact(url)} does not answer: {exc}") from None
     finally:
         client.close()
 

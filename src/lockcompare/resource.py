@@ -43,7 +43,7 @@ return inside
 
 #: An unchecked write: always accepted (and counted, so lost updates can be computed).
 PLAIN_WRITE_SCRIPT = """
-redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
 redis.call('INCR', KEYS[2])
 return 1
 """
@@ -56,8 +56,8 @@ if tok < seen then
   redis.call('INCR', KEYS[4])
   return 0
 end
-redis.call('SET', KEYS[3], tok)
-redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[3], tok, 'KEEPTTL')
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
 redis.call('INCR', KEYS[2])
 return 1
 """
@@ -71,13 +71,13 @@ if tok < seen then
   redis.call('INCR', KEYS[3])
   return false
 end
-redis.call('SET', KEYS[2], tok)
+redis.call('SET', KEYS[2], tok, 'KEEPTTL')
 return tonumber(redis.call('GET', KEYS[1]) or '0')
 """
 
 #: antirez's check-and-set: the read stores the reader's random lease token with the balance...
 TOKEN_READ_SCRIPT = """
-redis.call('SET', KEYS[2], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[1], 'KEEPTTL')
 return tonumber(redis.call('GET', KEYS[1]) or '0')
 """
 
@@ -87,7 +87,7 @@ if redis.call('GET', KEYS[3]) ~= ARGV[2] then
   redis.call('INCR', KEYS[4])
   return 0
 end
-redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
 redis.call('INCR', KEYS[2])
 return 1
 """
@@ -200,7 +200,7 @@ class Resource:
         """Finish an optimistic update: MULTI/SET/EXEC; False if the balance changed since the read."""
         try:
             pipe.multi()
-            pipe.set(self.keys.balance, value)
+            pipe.set(self.keys.balance, value, keepttl=True)
             pipe.incr(self.keys.writes_accepted)
             pipe.execute()
             return True
@@ -208,6 +208,17 @@ class Resource:
             return False
         finally:
             pipe.reset()
+
+    def prepare(self, *, expire_s: float) -> None:
+        """Create this trial's keys with a TTL, so that a killed run leaves nothing behind for good.
+
+        Every script keeps a key's TTL (INCR/DECR do; SETs say KEEPTTL): the keys are gone
+        ``expire_s`` after the trial started even if nobody cleans up (e.g. on an external server).
+        """
+        pipe = self._client.pipeline(transaction=False)
+        for key in self.keys.all():
+            pipe.set(key, 0 if key != self.keys.balance_owner else "", ex=max(1, round(expire_s)))
+        pipe.execute()
 
     def reset(self) -> None:
         """Delete this trial's keys (only ours: external servers are never flushed)."""

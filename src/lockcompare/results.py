@@ -12,49 +12,54 @@ import csv
 import io
 import math
 import os
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from lockcompare.checker import TrialMetrics
 from lockcompare.errors import ResultsFileError
+from lockcompare.experiments import IDENTITY_SETTINGS, trial_id_for
+from lockcompare.provenance import host_facts
 from lockcompare.trial import TrialResult
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
-#: Columns added since schema 1, with what an older row meant: the pause was an in-process sleep
-#: (until schema 3), it landed right after acquiring, no think time, fenced backends checked the
-#: token on the write only (schema 1).
-_SINCE_V2 = {"pause_how": "sleep"}
+#: What a row of an older schema meant for the columns it lacks. Until schema 3: the pause was an
+#: in-process sleep; schema 1: it landed right after acquiring, no think time, fenced backends
+#: checked the token on the write only. Until schema 4: no jitter, and no provenance (left empty:
+#: unknown, never guessed).
+_SINCE_V3 = {"jitter": "0"}
+_SINCE_V2 = _SINCE_V3 | {"pause_how": "sleep"}
 _SINCE_V1 = _SINCE_V2 | {"pause_point": "after-acquire", "think_ms": "0", "reads_rejected": "0", "cs_retries": "0"}
 
-#: The trial's coordinates and settings, then every metric, then bookkeeping.
-SETTING_COLUMNS = (
-    "backend", "experiment", "trial", "seed", "workers", "rounds", "ttl_ms", "work_ms", "pause_ms",
-    "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "node_count", "pause_point", "pause_how",
-    "resource_check",
+#: The trial's coordinates and settings (its identity, see experiments.IDENTITY_SETTINGS).
+SETTING_COLUMNS = IDENTITY_SETTINGS
+#: Where and by what the row was produced; "" in rows migrated from before schema 4.
+PROVENANCE_COLUMNS = (
+    "lockcompare_version", "source_revision", "host", "cpu_count", "load_avg_1m", "concurrent_runs",
+    "jobs_concurrent", "cluster", "redis_version", "lock_nodes_reachable",
 )  # fmt: skip
 METRIC_COLUMNS = tuple(f.name for f in fields(TrialMetrics))
 COLUMNS = (
-    "schema_version", "run_id", "trial_id", "started_at", *SETTING_COLUMNS,
-    "cluster", "redis_version", *METRIC_COLUMNS, "wall_s", "history",
+    "schema_version", "run_id", "trial_id", "started_at", *SETTING_COLUMNS, *PROVENANCE_COLUMNS,
+    *METRIC_COLUMNS, "wall_s", "history",
 )  # fmt: skip
 
 _INT_COLUMNS = {
-    "schema_version", "trial", "seed", "workers", "rounds", "ttl_ms", "entries", "conflicts",
+    "schema_version", "trial", "seed", "workers", "rounds", "ttl_ms", "entries", "entries_planned", "conflicts",
     "conflicts_overlap", "max_concurrency", "writes_accepted", "writes_rejected",
     "stale_writes_accepted", "stale_writes_rejected", "lost_updates", "final_balance", "acquires",
     "acquire_timeouts", "refused_validity", "releases_failed", "reads_rejected", "cs_retries",
 }  # fmt: skip
 _FLOAT_COLUMNS = {
-    "work_ms", "pause_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "overlap_ms",
-    "acquire_p50_ms", "acquire_p99_ms", "wall_s",
+    "work_ms", "pause_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter", "overlap_ms",
+    "acquire_p50_ms", "acquire_p99_ms", "wall_s", "load_avg_1m",
 }  # fmt: skip
 _BOOL_COLUMNS = {"conflict_measures_agree"}
 
 
 def make_row(
-    result: TrialResult, *, run_id: str, cluster_kind: str, redis_version: str, history_path: str
+    result: TrialResult, *, run_id: str, cluster_kind: str, redis_version: str, history_path: str, jobs_concurrent: int = 1
 ) -> dict[str, Any]:
     spec = result.spec
     row: dict[str, Any] = {
@@ -62,9 +67,14 @@ def make_row(
         "run_id": run_id,
         "trial_id": spec.trial_id,
         "started_at": result.started_at,
-        **{name: getattr(spec, name) for name in SETTING_COLUMNS},
+        **spec.settings(),
+        **host_facts(),
+        "load_avg_1m": round(result.load_avg_1m, 2),
+        "concurrent_runs": result.concurrent_runs,
+        "jobs_concurrent": jobs_concurrent,
         "cluster": cluster_kind,
         "redis_version": redis_version,
+        "lock_nodes_reachable": result.lock_nodes_reachable,
         **result.metrics.as_row(),
         "wall_s": round(result.wall_s, 3),
         "history": history_path,
@@ -79,16 +89,22 @@ def _format(value: Any) -> str:
         return "" if math.isnan(value) else f"{value:.6g}"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, int) and value == -1:
+        return ""  # an int column's "unknown" (see _parse) stays empty, never a number to average
     return str(value)
+
+
+def format_header() -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(COLUMNS)
+    return buf.getvalue()
 
 
 def format_row(row: dict[str, Any], *, header: bool = False) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
-    if header:
-        writer.writerow(COLUMNS)
     writer.writerow([_format(row.get(col, "")) for col in COLUMNS])
-    return buf.getvalue()
+    return (format_header() if header else "") + buf.getvalue()
 
 
 class ResultsWriter:
@@ -119,40 +135,97 @@ def _parse(column: str, text: str) -> Any:
     return text
 
 
-def read_results(path: Path) -> list[dict[str, Any]]:
-    """Rows of a results CSV, typed. Raises :class:`ResultsFileError` for a file that is not ours."""
+@dataclass(frozen=True, kw_only=True)
+class ResultsFile:
+    """A results CSV as read: its rows (typed, in the current schema) and what is wrong with it."""
+
+    path: Path
+    rows: list[dict[str, Any]]
+    oldest_schema: int  # the oldest schema_version among its rows (SCHEMA_VERSION when empty)
+    truncated_lines: list[int]  # line numbers of rows cut short (e.g. by a full disk or a crash)
+    header_current: bool  # the header is exactly today's columns
+
+    @property
+    def needs_rewrite(self) -> bool:
+        """True when appending today's rows would not give a consistent file."""
+        return bool(self.truncated_lines) or not self.header_current or self.oldest_schema < SCHEMA_VERSION
+
+
+def inspect_results(path: Path) -> ResultsFile:
+    """Read a results CSV of any schema; raises :class:`ResultsFileError` for one that is not ours."""
     try:
-        with path.open(newline="", encoding="utf-8") as fh:
-            reader = csv.DictReader(fh)
-            if not reader.fieldnames or "schema_version" not in reader.fieldnames:
-                raise ResultsFileError(f"{path}: not a lockcompare results file (no schema_version column)")
-            rows = list(reader)
+        data = path.read_bytes()
     except OSError as exc:
         raise ResultsFileError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (csv.Error, UnicodeDecodeError) as exc:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ResultsFileError(f"{path}: not a readable CSV: {exc}") from None
-    typed = []
-    for number, raw in enumerate(rows, start=2):
+    lines = text.splitlines(keepends=True)
+    try:
+        reader = csv.reader(lines)
+        header = next(reader, None)
+        if not header or "schema_version" not in header:
+            raise ResultsFileError(f"{path}: not a lockcompare results file (no schema_version column)")
+        records = list(reader)
+    except csv.Error as exc:
+        raise ResultsFileError(f"{path}: not a readable CSV: {exc}") from None
+    truncated, typed, oldest = [], [], SCHEMA_VERSION
+    for number, values in enumerate(records, start=2):
+        last = number == len(records) + 1
+        if len(values) != len(header) or (last and not text.endswith("\n")):
+            truncated.append(number)  # our writer ends every whole row with a newline
+            continue
+        raw = dict(zip(header, values, strict=True))
         try:
             version = int(raw["schema_version"])
-        except (TypeError, ValueError):
+        except ValueError:
             raise ResultsFileError(f"{path}:{number}: bad schema_version {raw['schema_version']!r}") from None
         if version > SCHEMA_VERSION:
-            raise ResultsFileError(f"{path}: schema_version {version} is newer than this lockcompare ({SCHEMA_VERSION})")
-        if version == 1:
-            raw = _upgrade_v1(raw)
-        elif version == 2:
-            raw = _SINCE_V2 | raw
+            raise ResultsFileError(
+                f"{path}: schema_version {version} is newer than this lockcompare ({SCHEMA_VERSION}): upgrade lockcompare"
+            )
+        oldest = min(oldest, version)
         try:
-            typed.append({col: _parse(col, raw.get(col) or "") for col in COLUMNS} | _extra(raw))
+            typed.append(_typed(_upgrade(raw, version)))
         except ValueError as exc:
             raise ResultsFileError(f"{path}:{number}: malformed value: {exc}") from None
-    return typed
+    return ResultsFile(
+        path=path, rows=typed, oldest_schema=oldest, truncated_lines=truncated, header_current=tuple(header) == COLUMNS
+    )
 
 
-def _upgrade_v1(raw: dict[str, str]) -> dict[str, str]:
-    check = "fence-writes" if raw.get("backend") == "fenced" else "plain"
-    return _SINCE_V1 | {"resource_check": check} | raw
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """Rows of a results CSV, typed, in the current schema (truncated rows left out: see
+    :func:`inspect_results` to learn about them)."""
+    return inspect_results(path).rows
+
+
+def _upgrade(raw: dict[str, str], version: int) -> dict[str, str]:
+    """A row of an older schema in today's terms; its trial_id recomputed from its settings."""
+    if version == SCHEMA_VERSION:
+        return raw
+    if version == 1:
+        check = "fence-writes" if raw.get("backend") == "fenced" else "plain"
+        raw = _SINCE_V1 | {"resource_check": check} | raw
+    elif version == 2:
+        raw = _SINCE_V2 | raw
+    else:
+        raw = _SINCE_V3 | raw
+    try:
+        planned = str(int(raw["workers"]) * int(raw["rounds"]))
+    except (KeyError, ValueError):
+        planned = ""
+    upgraded = {"entries_planned": planned} | raw | {"schema_version": str(SCHEMA_VERSION)}
+    upgraded["trial_id"] = trial_id_for(_typed(upgraded))
+    if upgraded.get("verdict") == "exclusive" and planned and upgraded.get("entries") != planned:
+        # Before schema 4 a trial that skipped rounds could be called exclusive; today it is not.
+        upgraded["verdict"] = "degraded" if upgraded.get("entries") not in ("0", "") else "unavailable"
+    return upgraded
+
+
+def _typed(raw: dict[str, str]) -> dict[str, Any]:
+    return {col: _parse(col, raw.get(col) or "") for col in COLUMNS} | _extra(raw)
 
 
 def _extra(raw: dict[str, str]) -> dict[str, str]:
@@ -160,8 +233,30 @@ def _extra(raw: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in raw.items() if k is not None and k not in COLUMNS}
 
 
+def rewrite(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace ``path`` by ``rows`` in the current schema, atomically (a temporary file, then rename)."""
+    tmp = path.with_name(path.name + ".part")
+    with tmp.open("w", encoding="utf-8", newline="") as fh:
+        fh.write(format_header())
+        for row in rows:
+            fh.write(format_row(row))
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
 def finished_trials(path: Path) -> set[str]:
-    """trial_ids already in a results file (for ``--resume``)."""
+    """trial_ids with a judged verdict in a results file (for ``--resume``): an ``unknown`` trial
+    is not finished and runs again."""
     if not path.exists():
         return set()
-    return {row["trial_id"] for row in read_results(path)}
+    return {row["trial_id"] for row in read_results(path) if row["verdict"] != "unknown"}
+
+
+def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per trial: a trial run again (after an ``unknown`` verdict) supersedes its older rows."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        latest.pop(row["trial_id"], None)
+        latest[row["trial_id"]] = row
+    return list(latest.values())

@@ -1,8 +1,9 @@
 """Summary tables computed from a results CSV alone, so any result file can be re-rendered later.
 
 One line per cell (backend x experiment, plus any setting that varies inside the file, e.g. the
-pause length): conflicts per entries as a mean over trials with a 95% confidence interval,
-rejected writes, lost updates, and how the trials were judged.
+pause length): conflicts per entries as a mean over trials with a 95% confidence interval, the
+entries completed out of those planned, the most workers ever inside at once, rejected writes,
+lost updates, acquires given up with the refusal reasons, and how the trials were judged.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 
 from tabulate import tabulate
 
+from lockcompare.checker import parse_refusals
 from lockcompare.errors import UnknownNameError
+from lockcompare.results import latest_rows
 from lockcompare.stats import mean_ci
 
 FORMATS = ("github", "simple", "latex", "csv")
@@ -67,35 +70,73 @@ def _varies_within_a_cell(rows: Sequence[dict[str, Any]], column: str) -> bool:
     return any(len(values) > 1 for values in seen.values())
 
 
+def _acquire_failures(group: Sequence[dict[str, Any]]) -> str:
+    """Rounds given up per trial (mean), with the refusal reasons behind them (per-trial means)."""
+    reasons: Counter[str] = Counter()
+    for row in group:
+        reasons.update(parse_refusals(row.get("refusals", "")))
+    n = len(group)
+    detail = ", ".join(f"{reason} {_num(count / n)}" for reason, count in reasons.most_common())
+    given_up = _num(mean_ci([max(0, r["acquire_timeouts"]) for r in group]).mean)
+    return f"{given_up} ({detail})" if detail else given_up
+
+
+def _shows_failures(rows: Sequence[dict[str, Any]]) -> bool:
+    return any(
+        r["acquire_timeouts"] > 0 or set(parse_refusals(r.get("refusals", ""))) - {"held"} for r in rows
+    )
+
+
 def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Headers and lines of the summary table, in the order cells first appear in the file."""
+    """Headers and lines of the summary table, in the order cells first appear in the file.
+
+    A trial run again after an ``unknown`` verdict counts once (its latest row). ``unknown`` trials
+    are counted in the trials column and kept out of every mean: nothing was observed in them.
+    """
+    rows = latest_rows(list(rows))
     varying = [c for c in CONDITION_COLUMNS if _varies_within_a_cell(rows, c)]
-    optional = [c for c in OPTIONAL_COLUMNS if any(r.get(c, 0) > 0 for r in rows)]
+    known_rows = [r for r in rows if r["verdict"] != "unknown"]
+    optional = [c for c in OPTIONAL_COLUMNS if any(r.get(c, 0) > 0 for r in known_rows)]
+    failures = _shows_failures(known_rows)
     cells: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in rows:
         key = (row["backend"], row["experiment"], *(_setting(row.get(c)) for c in varying))
         cells.setdefault(key, []).append(row)
     headers = [
-        "backend", "experiment", *varying, "trials", "conflicts / entries (mean ±95% CI)",
-        "overlap ms", "rejected writes", *(OPTIONAL_COLUMNS[c] for c in optional), "lost updates (range)", "verdicts",
+        "backend", "experiment", *varying, "trials", "conflicts / entries (mean ±95% CI)", "entries / planned",
+        "max inside", "overlap ms", "rejected writes", *(OPTIONAL_COLUMNS[c] for c in optional),
+        "lost updates (range)", *(["acquires given up (refusals)"] if failures else []), "verdicts",
     ]  # fmt: skip
     lines = []
     for key, group in cells.items():
-        entries = mean_ci([r["entries"] for r in group]).mean
+        known = [r for r in group if r["verdict"] != "unknown"]
         verdicts = Counter(r["verdict"] for r in group)
+        trials = str(len(known)) + (f" (+{len(group) - len(known)} unknown)" if len(known) < len(group) else "")
+        if not known:
+            lines.append([*key, trials, *["n/a"] * (len(headers) - len(key) - 2), _verdicts(verdicts)])
+            continue
+        entries = mean_ci([r["entries"] for r in known]).mean
+        planned = mean_ci([r["entries_planned"] for r in known]).mean
         lines.append(
             [
                 *key,
-                str(len(group)),
-                f"{_mean_with_ci([r['conflicts'] for r in group])} / {_num(entries)}",
-                _num(mean_ci([r["overlap_ms"] for r in group]).mean, 0),
-                _mean_with_ci([r["writes_rejected"] for r in group]),
-                *(_mean_with_ci([r[c] for r in group]) for c in optional),
-                f"{_num(mean_ci([r['lost_updates'] for r in group]).mean)} ({_range([r['lost_updates'] for r in group])})",
-                ", ".join(f"{n}× {v}" for v, n in verdicts.most_common()),
+                trials,
+                f"{_mean_with_ci([r['conflicts'] for r in known])} / {_num(entries)}",
+                f"{_num(entries)} / {_num(planned)}",
+                str(max(r["max_concurrency"] for r in known)),
+                _num(mean_ci([r["overlap_ms"] for r in known]).mean, 0),
+                _mean_with_ci([r["writes_rejected"] for r in known]),
+                *(_mean_with_ci([r[c] for r in known]) for c in optional),
+                f"{_num(mean_ci([r['lost_updates'] for r in known]).mean)} ({_range([r['lost_updates'] for r in known])})",
+                *([_acquire_failures(known)] if failures else []),
+                _verdicts(verdicts),
             ]
         )
     return headers, lines
+
+
+def _verdicts(verdicts: Counter[str]) -> str:
+    return ", ".join(f"{n}× {v}" for v, n in verdicts.most_common())
 
 
 def render(rows: Sequence[dict[str, Any]], *, fmt: str = "github") -> str:

@@ -32,11 +32,17 @@ _DETAILS = {
 def load_history(path: Path) -> list[Event]:
     """A saved history; a missing or unreadable file is a :class:`ResultsFileError`."""
     try:
-        return history_io.load(path)
+        events = history_io.load(path)
     except OSError as exc:
         raise ResultsFileError(f"cannot read {path}: {exc.strerror or exc}") from None
     except (json.JSONDecodeError, gzip.BadGzipFile, zlib.error, EOFError, UnicodeDecodeError) as exc:
         raise ResultsFileError(f"{path}: not a lockcompare history: {exc}") from None
+    for number, event in enumerate(events, start=1):
+        if not history_io.is_event(event):
+            raise ResultsFileError(
+                f"{path}: not a lockcompare history: line {number} is not an event (needs worker, round, kind, t0, t1)"
+            )
+    return events
 
 
 def render_timeline(events: list[Event], *, from_ms: float = 0, to_ms: float | None = None) -> str:

@@ -8,9 +8,9 @@ are stopped in ``finally`` whatever happens; only this trial's own keys are touc
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_connections
@@ -18,19 +18,18 @@ from pathlib import Path
 
 import redis
 
+from lockcompare import health, provenance
 from lockcompare import history as history_io
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.checker import TrialMetrics, check, unknown
 from lockcompare.cluster import Cluster, delete_keys_containing
-from lockcompare.errors import NodeUnreachableError, TrialError
+from lockcompare.errors import NodeUnreachableError
 from lockcompare.experiments import TrialSpec
 from lockcompare.faults import Freezer
 from lockcompare.history import Event
-from lockcompare.lifecycle import SPAWN, start_worker_process
+from lockcompare.lifecycle import SPAWN, die_with_parent, start_worker_process
 from lockcompare.resource import Resource, ResourceCounters
-from lockcompare.worker import START_TIMEOUT_S, WorkerPlan, worker_main
-
-
+from lockcompare.worker import START_TIMEOUT_S, CallSlot, WorkerPlan, worker_main
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +39,9 @@ class TrialResult:
     history: list[Event]
     wall_s: float
     started_at: str  # ISO 8601, UTC
+    lock_nodes_reachable: int  # lock nodes that answered right before the trial
+    load_avg_1m: float  # the machine's load when the trial started
+    concurrent_runs: int  # other lockcompare runs active when the trial started
 
 
 def new_run_id() -> str:
@@ -48,13 +50,19 @@ def new_run_id() -> str:
 
 def worst_case_duration_s(spec: TrialSpec) -> float:
     """An upper bound on a healthy trial's length; past it the trial is declared stuck."""
-    per_round_ms = spec.acquire_timeout_ms + spec.pause_ms + spec.work_ms + spec.think_ms + 50
-    return spec.rounds * per_round_ms / 1000 * 2
+    per_round_ms = spec.acquire_timeout_ms + spec.pause_ms + spec.work_ms + spec.think_ms * (1 + spec.jitter) + 50
+    return spec.rounds * per_round_ms / 1000 * 2 + spec.call_timeout_ms / 1000
 
 
 def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout_s: float = 2.0) -> TrialResult:
-    """Run one trial to the end and judge it. Raises :class:`TrialError` if it cannot finish."""
+    """Run one trial to the end and judge it.
+
+    Whatever goes wrong inside the trial (a worker that dies, a backend call past its deadline, a
+    node that dies under it) makes the verdict ``unknown`` with the reason in ``problem``; only a
+    cluster that cannot be used at all raises (:class:`NodeUnreachableError`).
+    """
     load_backend(spec.backend)  # fail here, once, rather than in every worker
+    reachable = health.prepare(cluster, node_count=spec.node_count)
     prefix = f"lockcompare:{run_id}:{spec.trial_id}"
     config = BackendConfig(
         node_urls=cluster.node_urls, request_timeout_s=request_timeout_s, node_count=spec.node_count
@@ -78,18 +86,44 @@ def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout
             acquire_timeout_ms=spec.acquire_timeout_ms,
             retry_delay_ms=spec.retry_delay_ms,
             think_ms=spec.think_ms,
+            jitter=spec.jitter,
+            seed=spec.seed,
         )
         for w in range(spec.workers)
     ]
     resource = Resource(url=cluster.resource_url, prefix=prefix)
     try:
+        # Keys on servers we do not own must not outlive a killed run: they expire on their own.
+        resource.prepare(expire_s=worst_case_duration_s(spec) + 3600)
         started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        load_avg, others = os.getloadavg()[0], provenance.other_runs()
         wall_start = time.monotonic()
-        events, failure = _run_workers(plans, timeout_s=worst_case_duration_s(spec))
+        events, failure = _run_workers(
+            plans,
+            timeout_s=worst_case_duration_s(spec),
+            call_timeout_s=spec.call_timeout_ms / 1000,
+            backend=spec.backend,
+        )
         wall_s = time.monotonic() - wall_start
+        died = health.dead_nodes(cluster, node_count=spec.node_count)
+        if died:
+            failure = "; ".join(filter(None, [failure, f"{health.describe_dead(cluster, died)} died during the trial"]))
         counters = _read_counters(resource)
-        metrics = unknown(counters, problem=failure) if failure else check(events, counters)
-        return TrialResult(spec=spec, metrics=metrics, history=events, wall_s=wall_s, started_at=started_at)
+        metrics = (
+            unknown(counters, problem=failure, entries_planned=spec.entries_planned)
+            if failure
+            else check(events, counters, entries_planned=spec.entries_planned)
+        )
+        return TrialResult(
+            spec=spec,
+            metrics=metrics,
+            history=events,
+            wall_s=wall_s,
+            started_at=started_at,
+            lock_nodes_reachable=reachable,
+            load_avg_1m=load_avg,
+            concurrent_runs=others,
+        )
     finally:
         delete_keys_containing((*cluster.node_urls, cluster.resource_url), prefix)
         resource.close()
@@ -102,33 +136,37 @@ def _read_counters(resource: Resource) -> ResourceCounters:
         raise NodeUnreachableError(f"cannot read the resource's counters: {exc}") from None
 
 
-def _run_workers(plans: list[WorkerPlan], *, timeout_s: float) -> tuple[list[Event], str]:
+def _run_workers(
+    plans: list[WorkerPlan], *, timeout_s: float, call_timeout_s: float, backend: str
+) -> tuple[list[Event], str]:
     """Start one process per plan, release them together, gather their histories.
 
-    The start barrier is a handshake: each worker connects, reports ``ready``, and waits for the
-    shared ``go`` event, set once every worker is ready (a worker that dies during start-up is
+    The start barrier is a handshake: each worker connects, reports ``ready``, and waits for
+    ``go``, sent down every pipe once every worker is ready (a worker that dies during start-up is
     noticed at once, not after a barrier timeout). Returns the merged history and "" — or what
-    went wrong, when a worker failed.
+    went wrong: a worker that failed, a backend call past ``call_timeout_s``, a trial past
+    ``timeout_s``. Workers are stopped in ``finally`` whatever happens.
     """
-    go = SPAWN.Event()
     freezer = Freezer()
-    procs, conns = [], []
+    procs, conns, slots = [], [], []
     try:
         for plan in plans:
-            parent_end, child_end = SPAWN.Pipe(duplex=True)  # duplex: freeze requests and thaws
-            procs.append(start_worker_process(target=worker_main, args=(plan, go, child_end)))
+            parent_end, child_end = SPAWN.Pipe(duplex=True)  # duplex: go, freeze requests, thaws
+            shared = SPAWN.Array("q", 2, lock=False)
+            procs.append(start_worker_process(target=worker_main, args=(plan, child_end, shared)))
             child_end.close()
             conns.append(parent_end)
-        pids = {conn: proc.pid for conn, proc in zip(conns, procs, strict=True)}
-        ready = _collect(conns, timeout_s=START_TIMEOUT_S, what="start")
-        if any(status != "ready" for status, _, _ in ready):
-            return _outcome(ready)
-        go.set()
-
-        def freeze(conn: Connection, pause_s: float) -> None:
-            freezer.freeze(pid=pids[conn], conn=conn, pause_s=pause_s)
-
-        return _outcome(_collect(conns, timeout_s=timeout_s, what="finish", on_freeze=freeze))
+            slots.append(CallSlot(shared))
+        watch = _Watch(
+            conns=conns, slots=slots, freezer=freezer, pids=[p.pid for p in procs], call_timeout_s=call_timeout_s,
+            backend=backend,
+        )  # fmt: skip
+        ready, problem = watch.collect(timeout_s=START_TIMEOUT_S, what="start")
+        if problem or any(status != "ready" for status, _, _ in ready):
+            return _outcome(ready, problem)
+        for conn in conns:
+            conn.send(("go", "", []))
+        return _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
     finally:
         freezer.thaw_all()
         for proc in procs:
@@ -143,38 +181,95 @@ def _run_workers(plans: list[WorkerPlan], *, timeout_s: float) -> tuple[list[Eve
             conn.close()
 
 
-def _collect(
-    conns: list[Connection],
-    *,
-    timeout_s: float,
-    what: str,
-    on_freeze: Callable[[Connection, float], None] | None = None,
-) -> list[tuple[str, str, list[Event]]]:
-    """One final message from every worker: ``(status, message, events)``; a dead worker reports
-    ``error``. Freeze requests (``("freeze", seconds, [])``) on the way are handed to ``on_freeze``."""
-    messages = []
-    deadline = time.monotonic() + timeout_s
-    pending = list(conns)
-    while pending:
-        ready = wait_for_connections(pending, timeout=max(0.0, deadline - time.monotonic()))
-        if not ready:
-            raise TrialError(f"workers did not {what} within {timeout_s:.0f} s; workers stopped")
-        for conn in ready:
-            try:
-                message = conn.recv()
-            except EOFError:
-                message = ("error", "a worker exited without reporting", [])
-            if message[0] == "freeze" and on_freeze is not None:
-                on_freeze(conn, float(message[1]))
-                continue
-            pending.remove(conn)
-            messages.append(message)
-    return messages
+#: How often the runner looks at the workers' call slots while it waits for them.
+_WATCH_INTERVAL_S = 0.05
 
 
-def _outcome(messages: list[tuple[str, str, list[Event]]]) -> tuple[list[Event], str]:
+@dataclass(kw_only=True)
+class _Watch:
+    """Waits for one final message per worker, serving freeze requests and enforcing deadlines."""
+
+    conns: list[Connection]
+    slots: list[CallSlot]
+    freezer: Freezer
+    pids: list[int]
+    call_timeout_s: float
+    backend: str
+
+    def collect(self, *, timeout_s: float, what: str) -> tuple[list[tuple[str, str, list[Event]]], str]:
+        """``(status, message, events)`` from every worker (a dead one reports ``error``), and a
+        problem ("" if none) when the wait had to be cut short."""
+        messages = []
+        deadline = time.monotonic() + timeout_s
+        pending = list(self.conns)
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return messages, f"workers did not {what} within {timeout_s:.0f} s; workers stopped"
+            stuck = self._stuck_call()
+            if stuck:
+                return messages, stuck
+            for conn in wait_for_connections(pending, timeout=min(remaining, _WATCH_INTERVAL_S)):
+                try:
+                    message = conn.recv()
+                except EOFError:
+                    message = ("error", f"worker {self.conns.index(conn)} exited without reporting", [])
+                if message[0] == "freeze":
+                    index = self.conns.index(conn)
+                    self.freezer.freeze(pid=self.pids[index], conn=conn, pause_s=float(message[1]))
+                    continue
+                pending.remove(conn)
+                messages.append(message)
+        return messages, ""
+
+    def _stuck_call(self) -> str:
+        now = time.monotonic_ns()
+        for index, slot in enumerate(self.slots):
+            call, started_ns = slot.current()
+            if call and now - started_ns > self.call_timeout_s * 1e9:
+                return (
+                    f"worker {index}: backend {self.backend!r} {call}() did not return within "
+                    f"{self.call_timeout_s:g} s; workers stopped"
+                )
+        return ""
+
+
+def _outcome(messages: list[tuple[str, str, list[Event]]], problem: str = "") -> tuple[list[Event], str]:
     failures = [message for status, message, _ in messages if status == "error"]
-    return history_io.merge(events for _, _, events in messages), "; ".join(failures)
+    return history_io.merge(events for _, _, events in messages), "; ".join(filter(None, [*failures, problem]))
+
+
+def construct_in_child(backend: str, *, config: BackendConfig, timeout_s: float) -> str:
+    """Construct and close ``backend`` in a spawned process; "" if that worked, else what failed."""
+    parent_end, child_end = SPAWN.Pipe(duplex=False)
+    proc = start_worker_process(target=_construct_and_close, args=(backend, config, child_end))
+    child_end.close()
+    try:
+        if not parent_end.poll(START_TIMEOUT_S) or parent_end.recv() != "constructing":
+            return "the probe process did not start"
+        if not parent_end.poll(timeout_s):
+            return f"construct() or close() did not return within {timeout_s:g} s"
+        return str(parent_end.recv())
+    except EOFError:
+        return "the probe process exited without reporting"
+    finally:
+        parent_end.close()
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+
+
+def _construct_and_close(backend: str, config: BackendConfig, conn: Connection) -> None:
+    die_with_parent()
+    try:
+        cls = load_backend(backend)
+        conn.send("constructing")
+        cls(config=config).close()
+        conn.send("")
+    except BaseException as exc:  # noqa: BLE001 - reported as data
+        conn.send(f"{type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
 
 
 def save_history(result: TrialResult, directory: Path) -> Path:

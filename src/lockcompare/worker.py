@@ -11,14 +11,16 @@ CPU-busy neighbour pushed loopback PING from 0.14 ms to 16 ms p50 on the measuri
 
 from __future__ import annotations
 
+import random
 import time
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Event as StartSignal
+from typing import Any, TypeVar
 
-from lockcompare.backends import BackendConfig, Lease, LockBackend, load_backend
+from lockcompare.backends import BackendConfig, Lease, LockBackend, Refusal, load_backend
 from lockcompare.history import Recorder, now_ns
 from lockcompare.lifecycle import die_with_parent
 from lockcompare.experiments import PauseHow, PausePoint
@@ -27,6 +29,37 @@ from lockcompare.sections import run_section
 
 #: How long start-up may take: spawning an interpreter, importing, connecting (about 0.2 s here).
 START_TIMEOUT_S = 60.0
+
+T = TypeVar("T")
+
+#: Which backend call a worker is in, as written to its call slot (0: none). The runner reads the
+#: slot to enforce the per-call deadline: a worker stuck in one call is stopped from outside.
+CALLS = ("", "construct", "acquire", "release", "close", "before_write")
+
+
+class CallSlot:
+    """Shared memory of two int64s: the backend call in progress and when it started (monotonic ns).
+
+    The start is written before the call code and the code cleared after the call, so a reader
+    never sees a call older than it is (it may see a newer start: an underestimate, never a false
+    timeout).
+    """
+
+    def __init__(self, shared: Any) -> None:
+        self._shared = shared
+
+    def call(self, name: str, step: Callable[[], T]) -> T:
+        self._shared[1] = time.monotonic_ns()
+        self._shared[0] = CALLS.index(name)
+        try:
+            return step()
+        finally:
+            self._shared[0] = 0
+
+    def current(self) -> tuple[str, int]:
+        """(call name or "", its start in ns)."""
+        code = int(self._shared[0])
+        return CALLS[code] if 0 <= code < len(CALLS) else "?", int(self._shared[1])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,9 +83,20 @@ class WorkerPlan:
     acquire_timeout_ms: float
     retry_delay_ms: float
     think_ms: float
+    jitter: float = 0.0
+    seed: int = 0
 
 
-def acquire_until_deadline(backend: LockBackend, plan: WorkerPlan, rec: Recorder) -> Lease | None:
+def checked_outcome(outcome: object, *, backend: str) -> Lease | Refusal:
+    """``acquire``'s result, or a TypeError naming the backend: anything else is a broken plug-in."""
+    if isinstance(outcome, (Lease, Refusal)):
+        return outcome
+    raise TypeError(f"backend {backend!r}: acquire returned {type(outcome).__name__}, expected a Lease or a Refusal")
+
+
+def acquire_until_deadline(
+    backend: LockBackend, plan: WorkerPlan, rec: Recorder, *, slot: CallSlot, rng: random.Random
+) -> Lease | None:
     """Try to acquire until the acquire deadline; record one ``acquire`` event either way."""
     t0 = now_ns()
     deadline = t0 + int(plan.acquire_timeout_ms * 1e6)
@@ -61,8 +105,10 @@ def acquire_until_deadline(backend: LockBackend, plan: WorkerPlan, rec: Recorder
     while True:
         attempts += 1
         t_attempt = now_ns()
-        outcome = backend.acquire(key=plan.lock_key, ttl_ms=plan.ttl_ms)
-        if outcome:
+        outcome = checked_outcome(
+            slot.call("acquire", lambda: backend.acquire(key=plan.lock_key, ttl_ms=plan.ttl_ms)), backend=plan.backend
+        )
+        if isinstance(outcome, Lease):
             lease: Lease = outcome
             rec.add(
                 "acquire",
@@ -77,21 +123,27 @@ def acquire_until_deadline(backend: LockBackend, plan: WorkerPlan, rec: Recorder
                 valid_until=lease.valid_until_ns,
             )
             return lease
-        refusals[getattr(outcome, "reason", "held")] += 1
+        refusals[outcome.reason] += 1
         if now_ns() >= deadline:
             rec.add("acquire", t0=t0, t1=now_ns(), ok=False, attempts=attempts, refusals=dict(refusals))
             return None
-        time.sleep(plan.retry_delay_ms / 1000)
+        time.sleep(jittered(plan.retry_delay_ms, spread=plan.jitter, rng=rng) / 1000)
+
+
+def jittered(ms: float, *, spread: float, rng: random.Random) -> float:
+    """``ms`` × U(1 - spread, 1 + spread): the seeded random delay that keeps workers out of lockstep."""
+    return ms * (1 + spread * (2 * rng.random() - 1)) if spread else ms
 
 
 def no_pause() -> None:
     pass
 
 
-def run_rounds(plan: WorkerPlan, rec: Recorder, go: StartSignal, conn: Connection) -> None:
+def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot) -> None:
     backend_cls = load_backend(plan.backend)
-    backend = backend_cls(config=plan.backend_config)
+    backend = slot.call("construct", lambda: backend_cls(config=plan.backend_config))
     resource = Resource(url=plan.resource_url, prefix=plan.resource_prefix)
+    rng = random.Random(plan.seed * 1009 + plan.index)  # reproducible, and different per worker
 
     def freeze() -> None:
         conn.send(("freeze", str(plan.pause_ms / 1000), []))  # the runner SIGSTOPs us...
@@ -104,12 +156,13 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, go: StartSignal, conn: Connectio
 
     try:
         # The start barrier: process start-up skew, not the lock, would otherwise decide who overlaps.
+        # "go" comes down the pipe (a shared Event could be left locked by a worker stopped in it).
         conn.send(("ready", "", []))
-        if not go.wait(timeout=START_TIMEOUT_S):
+        if not conn.poll(START_TIMEOUT_S) or conn.recv()[0] != "go":
             raise TimeoutError("the runner never gave the start signal")
         for round_ in range(plan.rounds):
             rec.round = round_
-            lease = acquire_until_deadline(backend, plan, rec)
+            lease = acquire_until_deadline(backend, plan, rec, slot=slot, rng=rng)
             if lease is None:
                 continue
             pausing = round_ in plan.pause_rounds
@@ -123,19 +176,20 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, go: StartSignal, conn: Connectio
                 work_s=plan.work_ms / 1000,
                 pause_before_write=pause if pausing and plan.pause_point is PausePoint.BEFORE_WRITE else no_pause,
             )
-            rec.timed("release", lambda: backend.release(lease), result_as="released")
-            time.sleep(plan.think_ms / 1000)  # give a waiting rival its turn (see DEFAULT_THINK_MS)
+            rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
+            # Give a waiting rival its turn (see DEFAULT_THINK_MS), never in lockstep (DEFAULT_JITTER).
+            time.sleep(jittered(plan.think_ms, spread=plan.jitter / 2, rng=rng) / 1000)
     finally:
-        backend.close()
+        slot.call("close", backend.close)
         resource.close()
 
 
-def worker_main(plan: WorkerPlan, go: StartSignal, conn: Connection) -> None:
+def worker_main(plan: WorkerPlan, conn: Connection, shared_slot: Any) -> None:
     """Process entry point: run the rounds, then send ``("ok"|"error", message, events)`` back."""
     die_with_parent()
     rec = Recorder(worker=plan.index)
     try:
-        run_rounds(plan, rec, go, conn)
+        run_rounds(plan, rec, conn, CallSlot(shared_slot))
         conn.send(("ok", "", rec.events))
     except BaseException as exc:  # noqa: BLE001 - everything must reach the runner as data
         rec.add("error", t0=now_ns(), message=f"{type(exc).__name__}: {exc}")
