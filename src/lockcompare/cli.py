@@ -320,7 +320,10 @@ def matrix(
 
 
 def _fail_on_unknown(report: MatrixReport) -> None:
-    """Exit non-zero when a trial could not be judged, after saying why on stderr."""
+    """Exit non-zero when a trial could not be judged, after saying why on stderr. A trial that
+    made no progress is a result (a lock may rightly refuse), said on stderr but exit code 0."""
+    for verdict, count in sorted(report.no_progress.items()):
+        print(f"lockcompare: note: {count} trial(s) {verdict}: {VERDICT_MEANINGS[verdict]}", file=sys.stderr)
     for trial_id, problem in report.unknown:
         print(f"lockcompare: unknown verdict for {trial_id}: {problem}", file=sys.stderr)
     if report.unknown:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from lockcompare.backends import BackendConfig, load_backend
@@ -53,6 +53,8 @@ class MatrixReport:
     trial_ids: tuple[str, ...] = ()
     #: (trial_id, problem) of every trial judged ``unknown`` in this run.
     unknown: tuple[tuple[str, str], ...] = ()
+    #: How many trials of this run were ``unavailable`` or ``degraded``.
+    no_progress: dict[str, int] = field(default_factory=dict)
 
 
 ProgressCallback = Callable[[TrialSpec, TrialResult | None, int, int], None]
@@ -170,6 +172,7 @@ def run_matrix(
     histories = history_dir(out)
     run_id = new_run_id()
     unknown: list[tuple[str, str]] = []
+    no_progress: dict[str, int] = {}
     if not todo:
         return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=tuple(s.trial_id for s in specs))
     with registered_run("matrix"), open_cluster(
@@ -199,6 +202,8 @@ def run_matrix(
             )
             if result.metrics.verdict == "unknown":
                 unknown.append((spec.trial_id, result.metrics.problem))
+            elif result.metrics.verdict in ("unavailable", "degraded"):
+                no_progress[result.metrics.verdict] = no_progress.get(result.metrics.verdict, 0) + 1
             if progress:
                 progress(spec, result, index + 1, len(todo))
     return MatrixReport(
@@ -207,4 +212,5 @@ def run_matrix(
         trials_skipped=len(specs) - len(todo),
         trial_ids=tuple(s.trial_id for s in specs),
         unknown=tuple(unknown),
+        no_progress=no_progress,
     )
