@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from backend_contract import TTL_MS, BackendContract
 
-from lockcompare.backends import BackendConfig, Lease, LockBackend, Refusal, load_backend
+from lockcompare.backends import BackendConfig, Lease, LockBackend, Refusal, describe_backends, load_backend
 from lockcompare.backends.redis_lock_renew import KEY_PREFIX, RedisLockRenew, expire_seconds
 from lockcompare.backends.renewals import RenewalLog
 from lockcompare.errors import BackendNotViableError, InvalidValueError
@@ -248,6 +248,8 @@ def test_redis_lock_renew_missing_is_reported_with_what_to_install(monkeypatch: 
     monkeypatch.setitem(sys.modules, "redis_lock", None)  # makes "import redis_lock" fail
     with pytest.raises(BackendNotViableError, match="pip install python-redis-lock"):
         load_backend("redis-lock-renew")
+    listed = {info.name: info for info in describe_backends()}
+    assert "pip install python-redis-lock" in listed["redis-lock-renew"].problem
 
 
 def test_renewal_log_keeps_the_last_deadline_through_errors_and_reports_a_loss() -> None:
