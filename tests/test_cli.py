@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lockcompare.checker import VERDICT_MEANINGS
+from lockcompare.experiments import EXPERIMENTS
 
 from lockcompare.cli import app
 from lockcompare.server import free_port
@@ -39,7 +40,7 @@ def test_experiments_lists_each_claim() -> None:
     result = invoke("experiments")
     assert result.exit_code == 0
     experiments, _, verdicts = result.stdout.partition("\nVerdicts")
-    assert [line.split()[0] for line in experiments.splitlines()] == ["baseline", "short-ttl", "client-pause"]
+    assert [line.split()[0] for line in experiments.splitlines()] == list(EXPERIMENTS)
     assert [line.split()[0] for line in verdicts.splitlines()[1:]] == list(VERDICT_MEANINGS)
 
 

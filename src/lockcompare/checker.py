@@ -123,13 +123,16 @@ def concurrency_profile(intervals: Sequence[Interval]) -> tuple[int, float]:
 
 
 def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
-    """(accepted, rejected) writes made after the writer's own lease had expired."""
+    """(accepted, rejected) writes made after the writer's own lease had expired, by the deadline
+    the writer last believed (its acquire's, or a renewal's reported right before the write)."""
     valid_until: dict[tuple[int, int], int | None] = {}
     accepted = rejected = 0
     for event in sorted(history, key=lambda e: e["t0"]):
         key = (event["worker"], event["round"])
         if event["kind"] == "acquire" and event.get("ok"):
             valid_until[key] = event.get("valid_until")
+        elif event["kind"] == "lease" and event.get("ok"):
+            valid_until[key] = event.get("valid_until")  # a renewing holder's belief, right before it wrote
         elif event["kind"] == "write":
             deadline = valid_until.get(key)
             if deadline is not None and event["t0"] >= deadline:

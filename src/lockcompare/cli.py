@@ -30,7 +30,6 @@ from lockcompare.experiments import (
     DEFAULT_CALL_TIMEOUT_MS,
     DEFAULT_JITTER,
     DEFAULT_RETRY_DELAY_MS,
-    DEFAULT_ROUNDS,
     DEFAULT_THINK_MS,
     DEFAULT_WORKERS,
     EXPERIMENTS,
@@ -113,8 +112,11 @@ PausePoints = Annotated[
     typer.Option("--pause-point", help="Where the pause lands: after-acquire (the lesson's) or before-write; a comma list sweeps."),
 ]
 PauseHowOption = Annotated[
-    PauseHow,
-    typer.Option("--pause-how", help="sleep (in-process, the lesson's) or sigstop (a real freeze of the whole process)."),
+    str,
+    typer.Option(
+        "--pause-how",
+        help="sleep (in-process, the lesson's) or sigstop (a real freeze of the whole process); a comma list sweeps.",
+    ),
 ]
 Fences = Annotated[
     str,
@@ -124,7 +126,9 @@ Fences = Annotated[
         "token (check-and-set on the lease's random token); a comma list sweeps.",
     ),
 ]
-Rounds = Annotated[int, typer.Option("--rounds", help="Critical sections per worker.")]
+Rounds = Annotated[
+    int | None, typer.Option("--rounds", help="Critical sections per worker (default: 40, the lesson's; renewal-pause: 5).")
+]
 Workers = Annotated[int, typer.Option("--workers", help="Worker processes.")]
 TimeScale = Annotated[
     float, typer.Option("--time-scale", help="Multiply every time by this (0.1: ten times faster, same ratios).")
@@ -179,14 +183,16 @@ def _cluster_options(
 
 _OVERRIDE_FIELDS = (
     "ttl_ms", "work_ms", "rounds", "workers", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms",
-    "seed", "pause_how", "jitter", "call_timeout_ms",
+    "seed", "jitter", "call_timeout_ms",
 )  # fmt: skip
 
 
 def _trial_settings(params: dict[str, Any]) -> tuple[Overrides, Sweep, ClusterOptions]:
     """The settings shared by ``run`` and ``matrix``, from their (identically named) parameters."""
     overrides = Overrides(**{name: params[name] for name in _OVERRIDE_FIELDS})
-    sweep = _sweep(pause_ms=params["pause_ms"], pause_point=params["pause_point"], fence=params["fence"])
+    sweep = _sweep(
+        pause_ms=params["pause_ms"], pause_point=params["pause_point"], fence=params["fence"], pause_how=params["pause_how"]
+    )
     options = _cluster_options(
         nodes=params["nodes"],
         resource=params["resource"],
@@ -196,7 +202,7 @@ def _trial_settings(params: dict[str, Any]) -> tuple[Overrides, Sweep, ClusterOp
     return overrides, sweep, options
 
 
-def _sweep(*, pause_ms: str | None, pause_point: str, fence: str) -> Sweep:
+def _sweep(*, pause_ms: str | None, pause_point: str, fence: str, pause_how: str = "sleep") -> Sweep:
     """The swept settings from their comma lists, each value checked."""
     pauses: list[float | None] = [None]
     if pause_ms is not None:
@@ -213,7 +219,16 @@ def _sweep(*, pause_ms: str | None, pause_point: str, fence: str) -> Sweep:
     fences = _split(fence)
     if not fences or any(f not in FENCE_MODES for f in fences):
         raise InvalidValueError(f"--fence takes {', '.join(FENCE_MODES)}, got {fence!r}")
-    return Sweep(pause_ms=tuple(pauses), pause_points=tuple(PausePoint(p) for p in points), fences=tuple(fences))
+    hows = _split(pause_how)
+    known_hows = [h.value for h in PauseHow]
+    if not hows or any(h not in known_hows for h in hows):
+        raise InvalidValueError(f"--pause-how takes {' or '.join(known_hows)}, got {pause_how!r}")
+    return Sweep(
+        pause_ms=tuple(pauses),
+        pause_points=tuple(PausePoint(p) for p in points),
+        fences=tuple(fences),
+        pause_hows=tuple(PauseHow(h) for h in hows),
+    )
 
 
 def _split(text: str) -> list[str]:
@@ -276,9 +291,9 @@ def matrix(
     work_ms: WorkMs = None,
     pause_ms: PauseMs = None,
     pause_point: PausePoints = "after-acquire",
-    pause_how: PauseHowOption = PauseHow.SLEEP,
+    pause_how: PauseHowOption = "sleep",
     fence: Fences = "writes",
-    rounds: Rounds = DEFAULT_ROUNDS,
+    rounds: Rounds = None,
     workers: Workers = DEFAULT_WORKERS,
     time_scale: TimeScale = 1.0,
     acquire_timeout_ms: AcquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_MS,
@@ -339,9 +354,9 @@ def run(
     work_ms: WorkMs = None,
     pause_ms: PauseMs = None,
     pause_point: PausePoints = "after-acquire",
-    pause_how: PauseHowOption = PauseHow.SLEEP,
+    pause_how: PauseHowOption = "sleep",
     fence: Fences = "writes",
-    rounds: Rounds = DEFAULT_ROUNDS,
+    rounds: Rounds = None,
     workers: Workers = DEFAULT_WORKERS,
     time_scale: TimeScale = 1.0,
     acquire_timeout_ms: AcquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_MS,
@@ -357,7 +372,7 @@ def run(
 ) -> None:
     """Run a single trial and print its metrics."""
     overrides, sweep, options = _trial_settings(locals())
-    if max(len(sweep.pause_ms), len(sweep.pause_points), len(sweep.fences)) > 1:
+    if max(len(sweep.pause_ms), len(sweep.pause_points), len(sweep.fences), len(sweep.pause_hows)) > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
     with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
         target = out_path or Path(scratch) / "run.csv"

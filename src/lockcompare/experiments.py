@@ -42,6 +42,7 @@ class Experiment:
     work_ms: float = 300
     pause_ms: float = 0  # > 0: the pausing workers freeze this long right after acquiring
     pause_probability: float = 1.0  # share of a pausing worker's rounds that pause
+    rounds: int | None = None  # rounds per worker when --rounds is not given (None: the lesson's 40)
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -60,6 +61,14 @@ EXPERIMENTS: dict[str, Experiment] = {
             name="client-pause",
             pause_ms=1200,
             claim="worker 0 freezes 1200 ms after acquiring (TTL 1000): the lock lets a second worker in",
+        ),
+        Experiment(
+            name="renewal-pause",
+            work_ms=3000,
+            pause_ms=1500,
+            rounds=5,
+            claim="work 3000 > TTL 1000 with a renewing lock, worker 0 paused 1500 ms: renewal survives "
+            "--pause-how sleep (only one thread sleeps), not sigstop (the watchdog freezes too)",
         ),
     )
 }
@@ -95,7 +104,7 @@ class Overrides:
     ttl_ms: float | None = None
     work_ms: float | None = None
     pause_ms: float | None = None
-    rounds: int = DEFAULT_ROUNDS
+    rounds: int | None = None  # None: the experiment's (DEFAULT_ROUNDS unless it says otherwise)
     workers: int = DEFAULT_WORKERS
     time_scale: float = 1.0
     acquire_timeout_ms: float = DEFAULT_ACQUIRE_TIMEOUT_MS
@@ -125,7 +134,7 @@ class Overrides:
                 raise InvalidValueError(f"--{name.replace('_', '-')} must be >= 0, got {value:g}")
         if not (math.isfinite(self.jitter) and 0 <= self.jitter < 1):
             raise InvalidValueError(f"--jitter must be in [0, 1), got {self.jitter:g}")
-        if self.rounds < 1:
+        if self.rounds is not None and self.rounds < 1:
             raise InvalidValueError(f"--rounds must be >= 1, got {self.rounds}")
         if self.workers < 1:
             raise InvalidValueError(f"--workers must be >= 1, got {self.workers}")
@@ -246,6 +255,7 @@ def make_spec(
     """Scale the experiment's times, apply overrides, and fix the trial's seeded pause schedule."""
     o = overrides
     scale = o.time_scale
+    rounds = o.rounds if o.rounds is not None else experiment.rounds or DEFAULT_ROUNDS
     ttl_ms = round((o.ttl_ms if o.ttl_ms is not None else experiment.ttl_ms) * scale)
     if ttl_ms < 1:
         raise InvalidValueError(f"TTL is {ttl_ms} ms after --time-scale {scale:g}: use a larger scale")
@@ -255,7 +265,7 @@ def make_spec(
     pause_how = o.pause_how if pause_ms > 0 else PauseHow.SLEEP
     seed = trial_seed(o.seed, backend, experiment.name, trial)  # the same schedule for every pause length
     schedule = (
-        pause_schedule(workers=o.paused_workers, rounds=o.rounds, probability=experiment.pause_probability, seed=seed)
+        pause_schedule(workers=o.paused_workers, rounds=rounds, probability=experiment.pause_probability, seed=seed)
         if pause_ms > 0
         else frozenset()
     )
@@ -265,7 +275,7 @@ def make_spec(
         trial=trial,
         seed=seed,
         workers=o.workers,
-        rounds=o.rounds,
+        rounds=rounds,
         ttl_ms=ttl_ms,
         work_ms=(o.work_ms if o.work_ms is not None else experiment.work_ms) * scale,
         pause_ms=pause_ms,

@@ -16,7 +16,7 @@ from pathlib import Path
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.cluster import open_cluster
 from lockcompare.errors import BackendLoadError, InvalidValueError, ResultsFileError
-from lockcompare.experiments import Overrides, PausePoint, TrialSpec, get_experiment, make_spec
+from lockcompare.experiments import Overrides, PauseHow, PausePoint, TrialSpec, get_experiment, make_spec
 from lockcompare.sections import check_for
 from lockcompare.provenance import registered_run
 from lockcompare.results import SCHEMA_VERSION, ResultsWriter, inspect_results, make_row, rewrite
@@ -42,6 +42,7 @@ class Sweep:
     pause_ms: tuple[float | None, ...] = (None,)
     pause_points: tuple[PausePoint, ...] = (PausePoint.AFTER_ACQUIRE,)
     fences: tuple[str, ...] = ("writes",)
+    pause_hows: tuple[PauseHow, ...] = (PauseHow.SLEEP,)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,14 +87,15 @@ def plan_matrix(
     classes = {backend: load_backend(backend) for backend in backends}
     exps = [get_experiment(name) for name in experiments]
     specs: dict[str, TrialSpec] = {}
-    for k, backend, experiment, pause_ms, point, fence in itertools.product(
-        range(trials), backends, exps, sweep.pause_ms, sweep.pause_points, sweep.fences
+    for k, backend, experiment, pause_ms, point, fence, how in itertools.product(
+        range(trials), backends, exps, sweep.pause_ms, sweep.pause_points, sweep.fences, sweep.pause_hows
     ):
         cell = replace(
             overrides,
             pause_ms=overrides.pause_ms if pause_ms is None else pause_ms,
             pause_point=point,
             fence=fence,
+            pause_how=how,
         )
         spec = make_spec(
             backend=backend,

@@ -8,8 +8,10 @@ for locks and for lock-free strategies; what differs is how the balance is incre
 - ``atomic``: work → INCRBY (nothing to lose: the resource does the arithmetic);
 - ``optimistic``: WATCH+read → work → MULTI/SET/EXEC, read and work again when the balance changed.
 
-``pause_before_write`` is the fault hook: a worker scheduled to freeze at ``before-write`` has
-read the balance and worked, and wakes to write at once.
+``before_write`` is the hook right before the write: a worker scheduled to freeze at
+``before-write`` has read the balance and worked, and wakes to write at once; then the backend
+may check or renew its lease (its optional ``before_write``). It returns False when the backend
+says the lease is lost: the write is skipped.
 """
 
 from __future__ import annotations
@@ -57,25 +59,25 @@ def run_section(
     lease: Lease,
     rec: Recorder,
     work_s: float,
-    pause_before_write: Callable[[], None],
+    before_write: Callable[[], bool],
 ) -> None:
     """One critical section, from enter to exit, recorded step by step."""
     rec.timed("enter", resource.enter, result_as="inside")
     try:
         if check is Check.ATOMIC:
             time.sleep(work_s)
-            pause_before_write()
-            rec.timed("write", resource.increment, result_as="accepted", how="incrby")
+            if before_write():
+                rec.timed("write", resource.increment, result_as="accepted", how="incrby")
         elif check is Check.OPTIMISTIC:
-            _optimistic(resource, rec, work_s, pause_before_write)
+            _optimistic(resource, rec, work_s, before_write)
         else:
-            _read_modify_write(check, resource, lease, rec, work_s, pause_before_write)
+            _read_modify_write(check, resource, lease, rec, work_s, before_write)
     finally:
         rec.timed("exit", resource.exit)
 
 
 def _read_modify_write(
-    check: Check, resource: Resource, lease: Lease, rec: Recorder, work_s: float, pause: Callable[[], None]
+    check: Check, resource: Resource, lease: Lease, rec: Recorder, work_s: float, before_write: Callable[[], bool]
 ) -> None:
     token, owner = lease.fencing_token, lease.owner
     balance = rec.timed(
@@ -87,7 +89,8 @@ def _read_modify_write(
     if balance is None:
         return  # the resource refused even the read: this holder is known to be stale
     time.sleep(work_s)
-    pause()
+    if not before_write():
+        return
     rec.timed(
         "write",
         lambda: resource.write_balance(balance + 1, check=check, fencing_token=token, owner=owner),
@@ -97,13 +100,14 @@ def _read_modify_write(
     )
 
 
-def _optimistic(resource: Resource, rec: Recorder, work_s: float, pause: Callable[[], None]) -> None:
+def _optimistic(resource: Resource, rec: Recorder, work_s: float, before_write: Callable[[], bool]) -> None:
     for attempt in range(MAX_OPTIMISTIC_ATTEMPTS):
         pipe, balance = resource.watch_balance()
         rec.add("read", t0=now_ns(), balance=balance, attempt=attempt)
         time.sleep(work_s)
-        if attempt == 0:
-            pause()  # the fault hits once per round, not on every retry
+        if attempt == 0 and not before_write():  # the fault hits once per round, not on every retry
+            pipe.reset()
+            return
         committed = rec.timed(
             "write", lambda: resource.commit_balance(pipe, balance + 1), result_as="accepted", value=balance + 1
         )

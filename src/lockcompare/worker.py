@@ -135,8 +135,31 @@ def jittered(ms: float, *, spread: float, rng: random.Random) -> float:
     return ms * (1 + spread * (2 * rng.random() - 1)) if spread else ms
 
 
-def no_pause() -> None:
-    pass
+def lease_check(backend: LockBackend, lease: Lease, rec: Recorder, slot: CallSlot) -> bool:
+    """Ask the backend about its lease right before the write, if it has a ``before_write`` hook.
+
+    A renewing backend returns the lease with the deadline it now believes (recorded as a
+    ``lease`` event, which the checker uses for stale writes); a lease-checking one may refuse
+    (``lost``): the write is skipped.
+    """
+    hook = getattr(backend, "before_write", None)
+    if hook is None:
+        return True
+    t0 = now_ns()
+    outcome = checked_outcome(slot.call("before_write", lambda: hook(lease)), backend=type(backend).__name__)
+    if isinstance(outcome, Lease):
+        rec.add("lease", t0=t0, t1=now_ns(), ok=True, valid_until=outcome.valid_until_ns)
+        return True
+    rec.add("lease", t0=t0, t1=now_ns(), ok=False, reason=outcome.reason)
+    return False
+
+
+def record_renewals(backend: LockBackend, rec: Recorder) -> None:
+    """Move a renewing backend's renewal records into the history as ``renew`` events."""
+    drain = getattr(backend, "drain_renewals", None)
+    for record in drain() if drain is not None else ():
+        fields = dict(record)
+        rec.add("renew", t0=int(fields.pop("t0")), t1=int(fields.pop("t1", 0)) or None, **fields)
 
 
 def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot) -> None:
@@ -174,15 +197,22 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             pausing = round_ in plan.pause_rounds
             if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
                 pause()
+
+            def before_write(lease: Lease = lease, pausing: bool = pausing) -> bool:
+                if pausing and plan.pause_point is PausePoint.BEFORE_WRITE:
+                    pause()
+                return lease_check(backend, lease, rec, slot)
+
             run_section(
                 check=plan.check,
                 resource=resource,
                 lease=lease,
                 rec=rec,
                 work_s=plan.work_ms / 1000,
-                pause_before_write=pause if pausing and plan.pause_point is PausePoint.BEFORE_WRITE else no_pause,
+                before_write=before_write,
             )
             rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
+            record_renewals(backend, rec)
             # Give a waiting rival its turn (see DEFAULT_THINK_MS), never in lockstep (DEFAULT_JITTER).
             time.sleep(jittered(plan.think_ms, spread=plan.jitter / 2, rng=rng) / 1000)
     finally:
