@@ -303,6 +303,13 @@ PROPERTIES: tuple[Property, ...] = (
 )  # fmt: skip
 
 
+def property_named(name: str) -> Property:
+    for prop in PROPERTIES:
+        if prop.name == name:
+            return prop
+    raise KeyError(f"no conformance property named {name!r}")
+
+
 @dataclass(frozen=True)
 class PropertyResult:
     prop: Property
