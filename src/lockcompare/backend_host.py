@@ -98,7 +98,7 @@ def _serve(conn: Connection) -> None:
         try:
             if op == "load":
                 cls = load_backend(args["spec"])
-                value: Any = _claims_of(cls)
+                value: Any = claims_of(cls)
             elif op == "new":
                 assert cls is not None, "load first"
                 handle = next(ids)
@@ -124,7 +124,7 @@ def _serve(conn: Connection) -> None:
             conn.send(("raised", f"{type(exc).__name__} while reporting the result: {exc}", t0, time.monotonic_ns()))
 
 
-def _claims_of(cls: type) -> Claims:
+def claims_of(cls: type) -> Claims:
     def plain(value: object) -> object:  # only plain values cross the pipe
         return value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
 

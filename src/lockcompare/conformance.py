@@ -348,7 +348,13 @@ def battery(*, spec: str, node_urls: tuple[str, ...], call_timeout_s: float = CA
         host.close()
 
 
-def run_battery(*, spec: str, call_timeout_s: float = CALL_TIMEOUT_S) -> list[PropertyResult]:
-    """Every property against ``spec``, on an embedded cluster started (and stopped) here."""
-    with open_cluster() as cluster, battery(spec=spec, node_urls=cluster.node_urls, call_timeout_s=call_timeout_s) as ctx:
+def run_battery(
+    *, spec: str, call_timeout_s: float = CALL_TIMEOUT_S, redis_server: str | None = None
+) -> list[PropertyResult]:
+    """Every property against ``spec``, on embedded clusters started (and stopped) here."""
+    with (
+        open_cluster(redis_server=redis_server) as cluster,
+        battery(spec=spec, node_urls=cluster.node_urls, call_timeout_s=call_timeout_s) as ctx,
+    ):
+        ctx.private_cluster = lambda: open_cluster(node_count=PRIVATE_NODES, redis_server=redis_server)
         return [check_property(prop, ctx) for prop in PROPERTIES]
