@@ -4,6 +4,7 @@ the pytest plugin as a plug-in author uses it (a generated test module run by a 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -170,3 +171,14 @@ def test_a_plug_in_authors_test_module_needs_one_subclass_and_no_conftest(tmp_pa
     assert seconds < 10  # 1 s deadline; the rest is a generous bound for a loaded 2-core machine
     pids = [int(line) for line in pid_file.read_text().split()]
     assert pids and all(_gone(pid) for pid in pids)
+
+
+def test_the_guides_example_backend_passes_every_property_it_claims(cluster, tmp_path, monkeypatch) -> None:
+    guide = (REPO / "docs" / "plugins.md").read_text()
+    (code,) = [block for block in re.findall(r"```python\n(.*?)```", guide, re.DOTALL) if "class MyLock" in block]
+    (tmp_path / "mylock.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned host starts with this sys.path
+    with battery(spec="mylock:MyLock", node_urls=cluster.node_urls) as ctx:
+        results = {r.prop.name: r.status for r in (check_property(prop, ctx) for prop in PROPERTIES)}
+    assert results.pop("survives_the_loss_of_a_minority") is Status.NOT_CLAIMED
+    assert set(results.values()) == {Status.PASS}, results
