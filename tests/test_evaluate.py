@@ -115,3 +115,10 @@ def test_evaluate_bad_input_is_one_line(args: list[str], fragment: str, tmp_path
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("lockcompare: error: ") and fragment in lines[0], result.stderr
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_evaluate_refuses_to_overwrite_results_before_running_anything(tmp_path: Path) -> None:
+    (tmp_path / "x.csv").write_text("kept\n")
+    result = CliRunner().invoke(app, ["evaluate", "single", "--out", str(tmp_path / "x.csv")])
+    assert result.exit_code == 2 and "x.csv exists" in result.stderr and "battery:" not in result.stderr
+    assert (tmp_path / "x.csv").read_text() == "kept\n"

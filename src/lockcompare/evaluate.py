@@ -36,7 +36,7 @@ from lockcompare import table
 from lockcompare.backend_host import Claims, claims_of
 from lockcompare.backends import load_backend
 from lockcompare.conformance import CALL_TIMEOUT_S, PropertyResult, Status, run_battery
-from lockcompare.errors import InvalidValueError
+from lockcompare.errors import InvalidValueError, ResultsFileError
 from lockcompare.experiments import DEFAULT_ROUNDS, Overrides
 from lockcompare.matrix import ClusterOptions, ProgressCallback, run_matrix
 from lockcompare.results import read_results
@@ -100,6 +100,8 @@ def evaluate(
         load_backend(name)
     if trials < 1:
         raise InvalidValueError(f"--trials must be >= 1, got {trials}")
+    if out.exists():  # checked again by run_matrix, but only after the battery's work
+        raise ResultsFileError(f"{out} exists: choose another --out")
     battery = []
     for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server):
         battery.append(result)
