@@ -116,12 +116,12 @@ def describe_backends() -> list[BackendInfo]:
 
 
 __all__ = [
-    "add_plugin_paths",
     "BackendConfig",
     "BackendInfo",
     "Lease",
     "LockBackend",
     "Refusal",
+    "add_plugin_paths",
     "describe_backends",
     "load_backend",
     "registered_names",
