@@ -1,8 +1,8 @@
-"""The built-in single-node backends honour the contract against real redis-server nodes."""
+"""The built-in single-node backends honour the shipped contract against real redis-server nodes."""
 
 from __future__ import annotations
 
-from backend_contract import BackendContract
+from lockcompare.testing import BackendContract
 
 
 class TestNoLock(BackendContract):

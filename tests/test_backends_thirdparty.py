@@ -7,7 +7,6 @@ import sys
 import time
 
 import pytest
-from backend_contract import BackendContract
 
 from lockcompare.backends import BackendConfig, Lease, Refusal, describe_backends, load_backend
 from lockcompare.backends.pottery_redlock import PotteryRedlock
@@ -15,6 +14,7 @@ from lockcompare.backends.redis_py_lock import RedisPyLock, seconds_for_px
 from lockcompare.cluster import Cluster
 from lockcompare.errors import BackendNotViableError, InvalidValueError
 from lockcompare.redisconn import connect
+from lockcompare.testing import BackendContract
 
 
 class TestPottery(BackendContract):

@@ -11,7 +11,6 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 import redis
-from backend_contract import BackendContract
 
 from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend
 from lockcompare.backends import redlock as redlock_module
@@ -19,6 +18,7 @@ from lockcompare.backends.redlock import Redlock, clock_drift_ns, lock_node_urls
 from lockcompare.cluster import Cluster
 from lockcompare.errors import InvalidValueError
 from lockcompare.redisconn import connect
+from lockcompare.testing import BackendContract
 
 
 class TestRedlockContract(BackendContract):

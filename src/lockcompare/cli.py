@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sys
 import tempfile
 import time
@@ -20,11 +21,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from typer.core import TyperGroup
 
 from lockcompare import table
-from lockcompare.backends import describe_backends, load_backend
+from lockcompare.backends import add_plugin_paths, describe_backends, load_backend
 from lockcompare.bench import render_bench, run_bench
 from lockcompare.cluster import DEFAULT_NODES, describe, open_cluster
 from lockcompare.errors import InvalidValueError, LockcompareError
 from lockcompare.checker import VERDICT_MEANINGS
+from lockcompare.evaluate import CARD_FORMATS, DEFAULT_AGAINST, QUICK_ROUNDS, QUICK_TIME_SCALE, evaluate, render_card
 from lockcompare.experiments import (
     DEFAULT_ACQUIRE_TIMEOUT_MS,
     DEFAULT_CALL_TIMEOUT_MS,
@@ -99,6 +101,22 @@ app = typer.Typer(
     rich_markup_mode=None,
     help="Measure what distributed locks really guarantee, with real redis-server nodes and real worker processes.",
 )
+
+@app.callback()
+def _everywhere(
+    plugin_path: Annotated[
+        str | None,
+        typer.Option(
+            "--plugin-path",
+            envvar="LOCKCOMPARE_PLUGIN_PATH",
+            help=f"Directories ('{os.pathsep}'-separated) to import package.module:Class backends from, before "
+            "the installed packages; the current directory is searched after them.",
+        ),
+    ] = None,
+) -> None:
+    """Where module:Class plug-ins are found, for every command (spawned workers inherit it)."""
+    add_plugin_paths(first=[d for d in (plugin_path or "").split(os.pathsep) if d], last=[os.getcwd()])
+
 
 # Options shared by `run` and `matrix` (typer has no option groups, so they are declared once here).
 TtlMs = Annotated[float | None, typer.Option("--ttl-ms", help="Lease TTL (default: the experiment's).")]
@@ -477,6 +495,58 @@ def upgrade(
         rewrite(f.path, f.rows)
         dropped = f" ; dropped truncated row(s) at line {', '.join(map(str, f.truncated_lines))}" if f.truncated_lines else ""
         err.print(f"{f.path}: rewritten from schema {f.oldest_schema} ({len(f.rows)} rows){dropped}")
+
+
+@app.command(name="evaluate")
+def evaluate_command(
+    backend: Annotated[str, typer.Argument(help="A backend name or package.module:Class.")],
+    against: Annotated[
+        str, typer.Option("--against", help="Built-ins run beside it under the same experiments, comma-separated.")
+    ] = ",".join(DEFAULT_AGAINST),
+    quick: Annotated[
+        bool, typer.Option("--quick", help=f"--time-scale {QUICK_TIME_SCALE:g} and {QUICK_ROUNDS} rounds: about a minute.")
+    ] = False,
+    time_scale: Annotated[
+        float | None, typer.Option("--time-scale", help="Multiply every time by this (default 1: the lesson's times).")
+    ] = None,
+    rounds: Annotated[int | None, typer.Option("--rounds", help=f"Rounds per worker (default {DEFAULT_ROUNDS}).")] = None,
+    trials: Annotated[int, typer.Option("--trials", help="Trials per backend x experiment.")] = 1,
+    fmt: Annotated[str, typer.Option("--format", help="markdown or text.")] = "text",
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="Results CSV (default: a new file under results/).")
+    ] = None,
+    call_timeout_s: Annotated[
+        float, typer.Option("--call-timeout-s", help="Deadline of every backend call in the battery.")
+    ] = 5.0,
+    redis_server: RedisServer = None,
+) -> None:
+    """A report card for one backend: the conformance battery, then baseline, client-pause and short-ttl
+    beside the built-ins that bracket it. Exit 0 only when every property it claims holds."""
+    if fmt not in CARD_FORMATS:
+        raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(CARD_FORMATS)}", param_hint="--format")
+    if call_timeout_s <= 0:
+        raise InvalidValueError(f"--call-timeout-s must be > 0, got {call_timeout_s:g}")
+    scale = time_scale if time_scale is not None else (QUICK_TIME_SCALE if quick else 1.0)
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
+    target = out_path or Path("results") / time.strftime(f"evaluate-{safe}-%Y%m%d-%H%M%S.csv")
+    bar, update = _progress_bar()
+    try:
+        card = evaluate(
+            backend=backend,
+            against=_split(against),
+            out=target,
+            time_scale=scale,
+            rounds=rounds if rounds is not None else (QUICK_ROUNDS if quick else DEFAULT_ROUNDS),
+            trials=trials,
+            call_timeout_s=call_timeout_s,
+            cluster_options=ClusterOptions(redis_server=redis_server),
+            on_property=lambda r: print(f"battery: {r.status:<11} {r.prop.title}", file=sys.stderr, flush=True),
+            progress=update,
+        )
+    finally:
+        bar.stop()
+    typer.echo(render_card(card, fmt=fmt))
+    raise typer.Exit(card.exit_code)
 
 
 def main() -> None:

@@ -7,6 +7,9 @@ exactly as a third-party package declares its own, so both are listed and loaded
 from __future__ import annotations
 
 import importlib
+import os
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
@@ -24,6 +27,27 @@ class BackendInfo:
     target: str  # "module:Class"
     summary: str  # empty when the backend could not be loaded
     problem: str  # why it is not viable here, or ""
+
+
+#: Where a ``package.module:Class`` that is not installed may live, besides the current directory.
+PLUGIN_PATH_HINT = "is it installed, or importable from the current directory or a --plugin-path DIR?"
+
+
+def add_plugin_paths(*, first: Sequence[str | os.PathLike[str]] = (), last: Sequence[str | os.PathLike[str]] = ()) -> None:
+    """Make ``package.module:Class`` plug-ins importable from directories that are not installed.
+
+    ``first`` goes before the installed packages (``--plugin-path``: the user named it), ``last``
+    after them (the current directory: a stray ``redis.py`` there must not shadow redis-py).
+    Workers and the battery's backend host are *spawned* interpreters, which start with a copy of
+    the runner's ``sys.path``, so a plug-in found here is found there too.
+    """
+    for directory in reversed([os.path.abspath(d) for d in first]):
+        if directory in sys.path:
+            sys.path.remove(directory)
+        sys.path.insert(0, directory)
+    for directory in (os.path.abspath(d) for d in last):
+        if directory not in sys.path:
+            sys.path.append(directory)
 
 
 def registered_names() -> list[str]:
@@ -65,7 +89,7 @@ def _import_target(target: str, *, name: str | None = None) -> type[LockBackend]
     except ModuleNotFoundError as exc:
         if name is not None:  # a registered backend whose library is not installed
             raise BackendNotViableError(f"backend {label!r} is not viable here: {exc}") from None
-        raise BackendLoadError(f"backend {label!r}: cannot import {module_name!r}: {exc}") from None
+        raise BackendLoadError(f"backend {label!r}: cannot import {module_name!r}: {exc} ({PLUGIN_PATH_HINT})") from None
     except Exception as exc:  # a plug-in's import-time failure must not become a traceback
         raise BackendLoadError(f"backend {label!r}: importing {module_name!r} failed: {exc!r}") from None
     try:
@@ -97,6 +121,7 @@ __all__ = [
     "Lease",
     "LockBackend",
     "Refusal",
+    "add_plugin_paths",
     "describe_backends",
     "load_backend",
     "registered_names",

@@ -74,7 +74,13 @@ class Refusal:
 
 @runtime_checkable
 class LockBackend(Protocol):
-    """A lock design. ``exclusive`` is False for designs that do not even try (the ``none`` baseline)."""
+    """A lock design. ``exclusive`` is False for designs that do not even try (the ``none`` baseline).
+
+    Optional class attribute, read with ``getattr(cls, "survives_minority_loss", False)``:
+    ``survives_minority_loss = True`` claims that the design keeps granting exclusive leases while a
+    minority of its nodes is down (a majority quorum, as Redlock's). The conformance battery
+    (:mod:`lockcompare.testing`) checks every claim a backend makes, and only those.
+    """
 
     summary: ClassVar[str]
     exclusive: ClassVar[bool]

@@ -63,6 +63,8 @@ class PotteryRedlock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    #: A majority quorum: keeps granting (and stays exclusive) with a minority of its nodes down.
+    survives_minority_loss: ClassVar[bool] = True
 
     @classmethod
     def check_viable(cls) -> None:

@@ -239,6 +239,8 @@ class Redlock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    #: A majority quorum: keeps granting (and stays exclusive) with a minority of its nodes down.
+    survives_minority_loss: ClassVar[bool] = True
 
     #: Per-node timeout = min(request_timeout_s, max(NODE_TIMEOUT_FLOOR_S, TTL * NODE_TIMEOUT_TTL_FRACTION));
     #: a subclass may change them (e.g. to wait past the TTL and see ``validity`` refusals instead).

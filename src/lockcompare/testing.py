@@ -1,0 +1,115 @@
+"""The conformance battery for lock backends, shipped as a pytest plugin for plug-in authors.
+
+In your own test suite, one subclass per backend is all it takes (no conftest.py)::
+
+    from lockcompare.testing import BackendContract
+
+    class TestMyLock(BackendContract):
+        backend_name = "mypkg.mylock:MyLock"   # or a name registered under lockcompare.backends
+        call_timeout_s = 5.0                    # optional: the deadline of every backend call
+
+Each test is one property of :mod:`lockcompare.conformance`, checked against real redis-server
+processes over loopback: a claim the backend does not make (``exclusive``,
+``issues_fencing_tokens``, ``survives_minority_loss``) is skipped, a broken one fails with its
+evidence. The backend runs in a child process; a call that hangs past ``call_timeout_s`` fails
+its test and the process is killed (see :mod:`lockcompare.backend_host`).
+
+The fixtures come from this module, which pytest loads through the ``pytest11`` entry point that
+lockcompare installs. They cost nothing until a test asks for them: this module imports only
+pytest at load time (lockcompare's Redis stack is imported by the first test that needs it), and
+the embedded cluster (5 lock nodes + 1 resource) starts on first use, once per session, and is
+stopped at the end. With plugin autoloading disabled (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), pass
+``-p lockcompare.testing``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, ClassVar
+
+import pytest
+
+if TYPE_CHECKING:  # imported lazily below: loading the plugin must stay free for suites that never use it
+    from lockcompare.backend_host import BackendHost
+    from lockcompare.cluster import Cluster
+    from lockcompare.conformance import BatteryContext
+
+__all__ = ["BackendContract", "lockcompare_cluster"]
+
+
+@pytest.fixture(scope="session")
+def lockcompare_cluster() -> Iterator[Cluster]:
+    """Real redis-servers on loopback (5 lock nodes + 1 resource), started on first use, stopped at the end.
+
+    Tests must leave every node running; the battery's node-loss tests crash nodes of private
+    clusters of their own.
+    """
+    from lockcompare.cluster import open_cluster
+
+    with open_cluster() as cluster:
+        yield cluster
+
+
+class BackendContract:
+    """Subclass it, set ``backend_name``; every property of the conformance battery becomes a test."""
+
+    #: A registered backend name (entry point ``lockcompare.backends``) or ``package.module:Class``.
+    backend_name: ClassVar[str] = ""
+    #: The deadline of every backend call: construct, acquire, release, close (and the import).
+    call_timeout_s: ClassVar[float] = 5.0
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def lockcompare_host(cls) -> Iterator[BackendHost]:
+        """One child process per test class hosts the backend (restarted after a call that timed out)."""
+        from lockcompare.backend_host import BackendHost
+
+        if not getattr(cls, "backend_name", ""):
+            raise pytest.UsageError(f"{cls.__name__}: set backend_name = 'package.module:Class' (or a registered name)")
+        host = BackendHost(spec=cls.backend_name, call_timeout_s=cls.call_timeout_s)
+        yield host
+        host.close()
+
+    @pytest.fixture
+    def lockcompare_battery(self, lockcompare_host: BackendHost, lockcompare_cluster: Cluster) -> BatteryContext:
+        from lockcompare.conformance import BatteryContext
+
+        return BatteryContext(host=lockcompare_host, node_urls=lockcompare_cluster.node_urls)
+
+    def test_declares_the_protocol(self, lockcompare_battery: BatteryContext) -> None:
+        _check("declares_the_protocol", lockcompare_battery)
+
+    def test_acquire_returns_a_lease_with_a_random_owner(self, lockcompare_battery: BatteryContext) -> None:
+        _check("acquire_returns_a_lease_with_a_random_owner", lockcompare_battery)
+
+    def test_lease_validity_is_within_the_ttl(self, lockcompare_battery: BatteryContext) -> None:
+        _check("lease_validity_is_within_the_ttl", lockcompare_battery)
+
+    def test_second_acquire_is_refused_while_held(self, lockcompare_battery: BatteryContext) -> None:
+        _check("second_acquire_is_refused_while_held", lockcompare_battery)
+
+    def test_lock_is_free_again_after_the_ttl(self, lockcompare_battery: BatteryContext) -> None:
+        _check("lock_is_free_again_after_the_ttl", lockcompare_battery)
+
+    def test_expired_holder_cannot_release_its_successors_lock(self, lockcompare_battery: BatteryContext) -> None:
+        _check("expired_holder_cannot_release_its_successors_lock", lockcompare_battery)
+
+    def test_fencing_tokens_strictly_increase(self, lockcompare_battery: BatteryContext) -> None:
+        _check("fencing_tokens_strictly_increase", lockcompare_battery)
+
+    def test_refuses_without_a_quorum(self, lockcompare_battery: BatteryContext) -> None:
+        _check("refuses_without_a_quorum", lockcompare_battery)
+
+    def test_survives_the_loss_of_a_minority(self, lockcompare_battery: BatteryContext) -> None:
+        _check("survives_the_loss_of_a_minority", lockcompare_battery)
+
+
+def _check(name: str, ctx: BatteryContext) -> None:
+    """Run the named property; skip what the backend does not claim, fail with the evidence."""
+    from lockcompare.conformance import Status, check_property, property_named
+
+    result = check_property(property_named(name), ctx)
+    if result.status in (Status.NOT_CLAIMED, Status.SKIPPED):
+        pytest.skip(f"{result.status}: {result.evidence}")
+    if result.status is Status.FAIL:
+        pytest.fail(result.evidence, pytrace=False)
