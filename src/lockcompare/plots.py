@@ -186,8 +186,11 @@ def _plot_experiment(cells: list[Cell], *, experiment: str, path: Path) -> Path:
 
 def _matrix_subtitle(stats: Any, ns: set[int]) -> str:
     stats = list(stats)
-    n = f"{next(iter(ns))} trials" if len(ns) == 1 else f"{min(ns)}–{max(ns)} trials (n on each bar)"
-    text = f"bars: mean of {n}; whiskers: 95% confidence interval (Student t), none for a single trial"
+    if ns == {1}:
+        text = "bars: one trial each, so no confidence interval"
+    else:
+        n = f"{min(ns)} trials" if len(ns) == 1 else f"{min(ns)}–{max(ns)} trials (n on each bar)"
+        text = f"bars: mean of {n}; whiskers: 95% confidence interval (Student t)"
     unknown = sum(s.unknown for s in stats)
     empty = sum(s.no_entries for s in stats)
     left = [f"{unknown} judged unknown"] * bool(unknown) + [f"{empty} with no entries"] * bool(empty)
