@@ -23,6 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from lockcompare import incidents
@@ -73,14 +74,21 @@ def timeline_height_px(workers: int) -> int:
     return 220 + 70 * max(workers, 1)
 
 
-def _figure(height_px: int) -> Any:
+def require_matplotlib() -> Any:
+    """The matplotlib pieces the figures use; :class:`PlotDependencyError` when it is missing."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
     except ImportError:
         raise PlotDependencyError(INSTALL_HINT) from None
-    fig = Figure(figsize=(WIDTH_PX / DPI, height_px / DPI), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
+    return SimpleNamespace(Figure=Figure, FigureCanvasAgg=FigureCanvasAgg, Patch=Patch)
+
+
+def _figure(height_px: int) -> Any:
+    mpl = require_matplotlib()
+    fig = mpl.Figure(figsize=(WIDTH_PX / DPI, height_px / DPI), dpi=DPI, layout="constrained")
+    mpl.FigureCanvasAgg(fig)
     return fig
 
 
@@ -140,8 +148,6 @@ def matrix_png_name(experiment: str) -> str:
 
 
 def _plot_experiment(cells: list[Cell], *, experiment: str, path: Path) -> Path:
-    from matplotlib.patches import Patch
-
     groups = sorted({c.conditions for c in cells}, key=lambda cond: [_natural(v) for _, v in cond])
     backends = backend_order([c.backend for c in cells])
     stats = {(c.backend, c.conditions): bar_stats(c.rows) for c in cells}
@@ -179,7 +185,7 @@ def _plot_experiment(cells: list[Cell], *, experiment: str, path: Path) -> Path:
         ax.set_axisbelow(True)
     fig.suptitle(f"{experiment}: conflicts and lost updates by backend", fontsize=12)
     rate_ax.set_title(_matrix_subtitle(stats.values(), ns), fontsize=9)
-    handles = [Patch(facecolor=backend_colour(b), label=b) for b in backends]
+    handles = [require_matplotlib().Patch(facecolor=backend_colour(b), label=b) for b in backends]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), fontsize=9, title="backend")
     return _save(fig, path)
 

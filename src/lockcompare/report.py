@@ -19,7 +19,7 @@ from typing import Any
 from lockcompare import table
 from lockcompare.cells import Cell, group_cells, setting_text
 from lockcompare.errors import LockcompareError, RenderError
-from lockcompare.plots import plot_matrix, plot_timeline
+from lockcompare.plots import plot_matrix, plot_timeline, require_matplotlib
 from lockcompare.reproduce import matrix_command, settings_key
 from lockcompare.results import read_results
 from lockcompare.timeline import load_history
@@ -51,6 +51,7 @@ def write_report(*, results: Path, out: Path) -> list[Path]:
     rows = read_results(results)
     if not rows:
         raise RenderError(f"{results}: no trials to report")
+    require_matplotlib()  # before anything is written: a missing extra leaves no half-made report
     out.mkdir(parents=True, exist_ok=True)
     pngs = plot_matrix(rows, out=out)
     cells = group_cells(rows)
