@@ -233,9 +233,11 @@ NODE_EXPIRY = "#a50f15"
 ACCEPTED = "#238b45"
 REJECTED = "#e31a1c"
 CROWDED = "#fb6a4a"
-FAULT = "#fd8d3c"
-#: Above this many reads and writes in the window, their values are not written beside them.
-MAX_VALUE_LABELS = 40
+FAULT = "#807dba"  # violet: never mistaken for the red of a conflict
+#: A read's or write's value is written beside it only this far (px) from the lane's previous one.
+LABEL_GAP_PX = 30
+#: The share of the figure's width the plotting area takes (the rest: lane names, margins).
+AXES_SHARE = 0.85
 
 
 def plot_timeline(
@@ -261,12 +263,12 @@ def plot_timeline(
     fig = _figure(timeline_height_px(len(workers)))
     ax = fig.add_subplot()
     lanes = {w: len(workers) - 1 - i for i, w in enumerate(workers)}  # worker 0 on top
-    drawn: dict[str, Any] = {}  # legend label -> a handle, for what this picture shows
-    _draw_faults(ax, history, window=window, drawn=drawn)
-    _draw_crowding(ax, history, drawn=drawn)
-    _draw_rounds(ax, history, lanes=lanes, ttl_ms=ttl_ms, drawn=drawn)
-    _draw_sections(ax, history, lanes=lanes, drawn=drawn)
-    _draw_steps(ax, history, lanes=lanes, window=window, drawn=drawn)
+    legend = _Legend(window)
+    _draw_faults(ax, history, legend=legend)
+    _draw_crowding(ax, history, legend=legend)
+    _draw_rounds(ax, history, lanes=lanes, ttl_ms=ttl_ms, legend=legend)
+    _draw_sections(ax, history, lanes=lanes, legend=legend)
+    _draw_steps(ax, history, lanes=lanes, legend=legend)
     ax.set_xlim(window.from_ms, window.to_ms)
     ax.set_ylim(-0.6, len(workers) - 0.4)
     ax.set_yticks(list(lanes.values()), [f"worker {w}" for w in lanes])
@@ -276,7 +278,7 @@ def plot_timeline(
     fig.suptitle(title, fontsize=11)
     ttl = f"TTL {ttl_ms:g} ms" if ttl_ms is not None else "TTL unknown: the nodes' expiry is not marked"
     ax.set_title(f"{window.from_ms:.0f}–{window.to_ms:.0f} ms shown ({window.why}); {ttl}", fontsize=9)
-    fig.legend(list(drawn.values()), list(drawn), loc="outside lower center", ncol=3, fontsize=8)
+    fig.legend(list(legend.entries.values()), list(legend.entries), loc="outside lower center", ncol=3, fontsize=8)
     return _save(fig, out)
 
 
@@ -292,31 +294,43 @@ def _window(history: Sequence[Event], *, from_ms: float | None, to_ms: float | N
     return incidents.Window(lo, hi, "window chosen")
 
 
-def _remember(drawn: dict[str, Any], label: str, handle: Any) -> None:
-    drawn.setdefault(label, handle)
+class _Legend:
+    """Legend entries for what the window shows: an artist drawn wholly outside it adds none."""
+
+    def __init__(self, window: incidents.Window) -> None:
+        self.window = window
+        self.entries: dict[str, Any] = {}  # label -> the first handle drawn with it
+
+    def add(self, label: str, handle: Any, lo: float, hi: float | None = None) -> None:
+        if (lo if hi is None else hi) >= self.window.from_ms and lo <= self.window.to_ms:
+            self.entries.setdefault(label, handle)
 
 
-def _draw_faults(ax: Any, history: Sequence[Event], *, window: incidents.Window, drawn: dict[str, Any]) -> None:
+def _draw_faults(ax: Any, history: Sequence[Event], *, legend: _Legend) -> None:
+    window = legend.window
     for span in incidents.fault_spans(history):
+        end = span.end_ms if span.end_ms is not None else span.start_ms
+        if end < window.from_ms or span.start_ms > window.to_ms:
+            continue  # not in the picture: not in its legend either
         if span.end_ms is None:
             handle = ax.axvline(span.start_ms, color=FAULT, lw=2, label="fault injected (never healed)")
-            _remember(drawn, "fault injected (never healed)", handle)
+            legend.add("fault injected (never healed)", handle, span.start_ms)
         else:
             handle = ax.axvspan(span.start_ms, max(span.end_ms, span.start_ms + 0.002 * (window.to_ms - window.from_ms)),
                                 color=FAULT, alpha=0.25, lw=0, label="fault, injected to healed")  # fmt: skip
-            _remember(drawn, "fault, injected to healed", handle)
-        ax.annotate(span.label, (span.start_ms, 1), xycoords=("data", "axes fraction"), xytext=(2, -2),
-                    textcoords="offset points", ha="left", va="top", fontsize=8, color="#7f2704", clip_on=True)  # fmt: skip
+            legend.add("fault, injected to healed", handle, span.start_ms, span.end_ms)
+        ax.annotate(span.label, (max(span.start_ms, window.from_ms), 1), xycoords=("data", "axes fraction"), xytext=(2, -2),
+                    textcoords="offset points", ha="left", va="top", fontsize=8, color="#3f007d", clip_on=True)  # fmt: skip
 
 
-def _draw_crowding(ax: Any, history: Sequence[Event], *, drawn: dict[str, Any]) -> None:
+def _draw_crowding(ax: Any, history: Sequence[Event], *, legend: _Legend) -> None:
     for lo, hi in incidents.crowded_spans(incidents.sections(history)):
         handle = ax.axvspan(lo, hi, color=CROWDED, alpha=0.15, lw=0)
-        _remember(drawn, "conflict: two or more inside", handle)
+        legend.add("conflict: two or more inside", handle, lo, hi)
 
 
 def _draw_rounds(
-    ax: Any, history: Sequence[Event], *, lanes: dict[int, int], ttl_ms: float | None, drawn: dict[str, Any]
+    ax: Any, history: Sequence[Event], *, lanes: dict[int, int], ttl_ms: float | None, legend: _Legend
 ) -> None:
     """Per round: the wait for the lock, the lease as believed, and the key's expiry on the nodes."""
     origin = incidents.origin_ns(history)
@@ -328,44 +342,40 @@ def _draw_rounds(
         y = lanes[e["worker"]]
         t0, t1 = incidents.ms(e["t0"], origin), incidents.ms(e["t1"], origin)
         (wait,) = ax.plot([t0, t1], [y - 0.3, y - 0.3], color="#969696", lw=1)
-        _remember(drawn, "waiting to acquire", wait)
+        legend.add("waiting to acquire", wait, t0, t1)
         if not e.get("ok"):
             (gave_up,) = ax.plot([t1], [y - 0.3], "x", color="#525252", ms=6)
-            _remember(drawn, "acquire gave up", gave_up)
+            legend.add("acquire gave up", gave_up, t1)
             continue
         deadline = e.get("valid_until")
         if deadline is not None:
-            handle = ax.broken_barh([(t1, incidents.ms(deadline, origin) - t1)], (y + 0.17, 0.22), facecolor=LEASE)
-            _remember(drawn, "lease as believed (to valid_until)", handle)
+            until_ms = incidents.ms(deadline, origin)
+            handle = ax.broken_barh([(t1, until_ms - t1)], (y + 0.17, 0.22), facecolor=LEASE)
+            legend.add("lease as believed (to valid_until)", handle, t1, until_ms)
         else:
-            until = released.get((e["worker"], e["round"]), end)
-            handle = ax.broken_barh([(t1, incidents.ms(until, origin) - t1)], (y + 0.17, 0.22),
+            until_ms = incidents.ms(released.get((e["worker"], e["round"]), end), origin)
+            handle = ax.broken_barh([(t1, until_ms - t1)], (y + 0.17, 0.22),
                                     facecolor=LEASE_OPEN, edgecolor=LEASE, hatch="..")  # fmt: skip
-            _remember(drawn, "lease with no deadline (to release)", handle)
+            legend.add("lease with no deadline (to release)", handle, t1, until_ms)
         if ttl_ms is not None and e.get("t_attempt") is not None:
             x = incidents.ms(e["t_attempt"], origin) + ttl_ms
             (tick,) = ax.plot([x], [y + 0.28], "|", color=NODE_EXPIRY, ms=16, mew=2.5)
-            _remember(drawn, "key expires on nodes (attempt+TTL)", tick)
+            legend.add("key expires on nodes (attempt+TTL)", tick, x)
 
 
-def _draw_sections(ax: Any, history: Sequence[Event], *, lanes: dict[int, int], drawn: dict[str, Any]) -> None:
+def _draw_sections(ax: Any, history: Sequence[Event], *, lanes: dict[int, int], legend: _Legend) -> None:
     for s in incidents.sections(history):
         handle = ax.broken_barh([(s.start_ms, s.end_ms - s.start_ms)], (lanes[s.worker] - 0.14, 0.28),
                                 facecolor=SECTION, hatch="//" if s.open else None)  # fmt: skip
-        _remember(drawn, "critical section (enter to exit)", handle)
+        legend.add("critical section (enter to exit)", handle, s.start_ms, s.end_ms)
 
 
 def _draw_steps(
-    ax: Any, history: Sequence[Event], *, lanes: dict[int, int], window: incidents.Window, drawn: dict[str, Any]
+    ax: Any, history: Sequence[Event], *, lanes: dict[int, int], legend: _Legend
 ) -> None:
-    """Pauses as hatched bars; reads and writes as markers, with their values when few are shown."""
+    """Pauses as hatched bars; reads and writes as markers, with their values where there is room."""
     origin = incidents.origin_ns(history)
-    shown = [
-        e for e in history
-        if e["kind"] in ("read", "write") and e["worker"] >= 0
-        and window.from_ms <= incidents.midpoint_ms(e, origin) <= window.to_ms
-    ]  # fmt: skip
-    label_values = len(shown) <= MAX_VALUE_LABELS
+    labels: list[tuple[float, float, str]] = []
     for e in history:
         if e["worker"] < 0:
             continue
@@ -374,27 +384,34 @@ def _draw_steps(
         if e["kind"] == "pause":
             t0, t1 = incidents.ms(e["t0"], origin), incidents.ms(e["t1"], origin)
             handle = ax.broken_barh([(t0, t1 - t0)], (y - 0.38, 0.16), facecolor="white", edgecolor="#525252", hatch="////")
-            _remember(drawn, f"paused ({e.get('how') or 'pause'})", handle)
+            legend.add(f"paused ({e.get('how') or 'pause'})", handle, t0, t1)
         elif e["kind"] == "read":
             (handle,) = ax.plot([t], [y], "o", color="white", mec="black", ms=5)
-            _remember(drawn, "read (r = balance read)", handle)
-            if label_values and e.get("balance") is not None:
-                _value(ax, t, y, f"r={e['balance']}", align="left")
+            legend.add("read (r = balance read)", handle, t)
+            if e.get("balance") is not None:
+                labels.append((y, t, f"r={e['balance']}"))
         elif e["kind"] == "write":
             accepted = bool(e.get("accepted"))
             marker, colour = ("^", ACCEPTED) if accepted else ("X", REJECTED)
             (handle,) = ax.plot([t], [y], marker, color=colour, mec="black", mew=0.5, ms=8)
-            _remember(drawn, "write accepted (w = value)" if accepted else "write rejected by the resource", handle)
-            if label_values and e.get("value") is not None:
-                _value(ax, t, y, f"w={e['value']}", align="right")
+            legend.add("write accepted (w = value)" if accepted else "write rejected by the resource", handle, t)
+            if e.get("value") is not None:
+                labels.append((y, t, f"w={e['value']}"))
     for e in incidents.overwriting_writes(history):
-        (ring,) = ax.plot([incidents.midpoint_ms(e, origin)], [lanes[e["worker"]]], "o", mfc="none", mec=REJECTED,
-                          mew=2, ms=15)  # fmt: skip
-        _remember(drawn, "write that lost an update", ring)
+        t = incidents.midpoint_ms(e, origin)
+        (ring,) = ax.plot([t], [lanes[e["worker"]]], "o", mfc="none", mec=REJECTED, mew=2, ms=15)
+        legend.add("write that lost an update", ring, t)
+    _draw_values(ax, labels, window=legend.window)
 
 
-def _value(ax: Any, t: float, y: float, text: str, *, align: str) -> None:
-    """A read's value to the right of its marker, a write's to the left: a write and the next
-    round's read, milliseconds apart, then do not print over each other."""
-    ax.annotate(text, (t, y + 0.14), xytext=(0, 1), textcoords="offset points", ha=align, va="bottom",
-                fontsize=7, clip_on=True)  # fmt: skip
+def _draw_values(ax: Any, labels: list[tuple[float, float, str]], *, window: incidents.Window) -> None:
+    """Values above their markers, skipping any that would print over the lane's previous one
+    (a wide window of a fast trial has sections a few pixels long)."""
+    gap_ms = LABEL_GAP_PX * (window.to_ms - window.from_ms) / (WIDTH_PX * AXES_SHARE)
+    last: dict[float, float] = {}
+    for y, t, text in sorted(labels):
+        if not window.from_ms <= t <= window.to_ms or t - last.get(y, -math.inf) < gap_ms:
+            continue
+        last[y] = t
+        ax.annotate(text, (t, y + 0.14), xytext=(0, 1), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=7, clip_on=True)  # fmt: skip
