@@ -90,7 +90,8 @@ def test_bar_stats_leave_unknown_and_empty_trials_out_and_count_them() -> None:
 
 
 def test_backends_keep_a_fixed_order_and_colour() -> None:
-    assert backend_order(["fenced", "zeta:Lock", "none", "alpha", "single"]) == ["none", "single", "fenced", "alpha", "zeta:Lock"]
+    names = ["fenced", "zeta:Lock", "none", "alpha", "single"]
+    assert backend_order(names) == ["none", "single", "fenced", "alpha", "zeta:Lock"]
     assert len(set(BACKEND_COLOURS.values())) == len(BACKEND_COLOURS)
     assert backend_colour("single") == BACKEND_COLOURS["single"]
     plugin = backend_colour("mypkg.locks:ZkLock")
@@ -195,7 +196,8 @@ def test_an_unfinished_section_runs_to_the_end_of_the_history() -> None:
 def test_fault_events_pair_inject_with_heal() -> None:
     (span,) = incidents.fault_spans(zombie_history())
     assert (span.fault, span.start_ms, span.end_ms, span.label) == ("restart", 500, 510, "restart n2")
-    unhealed = incidents.fault_spans([ev(0, 0, "enter", 0), ev(-1, 0, "fault", 5, 6, fault="clock-jump", action="inject")])
+    inject = ev(-1, 0, "fault", 5, 6, fault="clock-jump", action="inject")
+    unhealed = incidents.fault_spans([ev(0, 0, "enter", 0), inject])
     assert [(s.label, s.start_ms, s.end_ms) for s in unhealed] == [("clock-jump", 5, None)]
 
 

@@ -54,7 +54,8 @@ def test_report_of_the_golden_csv(golden_report: tuple[Path, list[Path]]) -> Non
     assert "![matrix-client-pause](matrix-client-pause.png)" in text
     # the first (here: the only) trial that lost an update, with a link to its history
     assert "### single × client-pause" in text
-    assert "![timeline of single.client-pause.plain.after-acquire.pause120.t0](timeline-single.client-pause.png)" in text
+    trial = "single.client-pause.plain.after-acquire.pause120.t0"
+    assert f"![timeline of {trial}](timeline-single.client-pause.png)" in text
     assert "No trial lost an update in: fenced × client-pause (1 trial)." in text
     for row in rows:
         assert f"| {row['run_id']} | 1        | {row['started_at']}" in text

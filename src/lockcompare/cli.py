@@ -372,7 +372,7 @@ def history(
     ] = None,
     ttl_ms: Annotated[
         float | None,
-        typer.Option("--ttl-ms", help="With --plot: the lease TTL as run (default: from the CSV beside the histories)."),
+        typer.Option("--ttl-ms", help="With --plot: the lease TTL as run (default: the CSV beside the histories)."),
     ] = None,
 ) -> None:
     """Print a trial's history as a timeline: who acquired, read, paused and wrote, and when."""
@@ -394,7 +394,8 @@ def history(
 def report(
     path: Annotated[Path, typer.Argument(help="A results CSV written by `lockcompare matrix` or `run --out`.")],
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Directory for README.md and its PNGs (default: <csv>.report/ beside it).")
+        Path | None,
+        typer.Option("--out", help="Directory for README.md and its PNGs (default: <csv>.report/ beside it)."),
     ] = None,
 ) -> None:
     """Write a Markdown report (table, plots, first lost update per cell, commands, provenance)."""

@@ -193,7 +193,8 @@ def fault_spans(history: Sequence[Event]) -> list[FaultSpan]:
         if e.get("action") == "heal":
             opened = pending.get(key)
             start = opened.pop(0) if opened else e
-            spans.append(FaultSpan(key[0], ms(start["t0"], origin), ms(e["t1"], origin), key[1], str(start.get("detail") or "")))
+            detail = str(start.get("detail") or "")
+            spans.append(FaultSpan(key[0], ms(start["t0"], origin), ms(e["t1"], origin), key[1], detail))
         else:
             pending.setdefault(key, []).append(e)
     for key, opened in pending.items():

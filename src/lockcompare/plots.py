@@ -170,8 +170,9 @@ def _plot_experiment(cells: list[Cell], *, experiment: str, path: Path) -> Path:
                 (rate_ax, s.conflict_rate, 100.0, "{:.0f}%"),
                 (lost_ax, s.lost_updates, math.inf, "{:.1f}"),
             ):
+                text = fmt.format(ci.mean) + ("" if len(ns) == 1 else f"\nn={ci.n}")
                 _bar(ax, x=x, width=width, ci=ci, upper=upper, colour=backend_colour(backend),
-                     text=(fmt.format(ci.mean) + ("" if len(ns) == 1 else f"\nn={ci.n}")) if label_bars else None)  # fmt: skip
+                     text=text if label_bars else None)  # fmt: skip
             lost_top = max(lost_top, _top(s.lost_updates))
         if len(groups) > 1:
             ticks.append((g, ", ".join(f"{c} {v}" for c, v in group)))
@@ -316,11 +317,13 @@ def _draw_faults(ax: Any, history: Sequence[Event], *, legend: _Legend) -> None:
             handle = ax.axvline(span.start_ms, color=FAULT, lw=2, label="fault injected (never healed)")
             legend.add("fault injected (never healed)", handle, span.start_ms)
         else:
-            handle = ax.axvspan(span.start_ms, max(span.end_ms, span.start_ms + 0.002 * (window.to_ms - window.from_ms)),
+            visible_end = max(span.end_ms, span.start_ms + 0.002 * (window.to_ms - window.from_ms))  # never 0 px
+            handle = ax.axvspan(span.start_ms, visible_end,
                                 color=FAULT, alpha=0.25, lw=0, label="fault, injected to healed")  # fmt: skip
             legend.add("fault, injected to healed", handle, span.start_ms, span.end_ms)
-        ax.annotate(span.label, (max(span.start_ms, window.from_ms), 1), xycoords=("data", "axes fraction"), xytext=(2, -2),
-                    textcoords="offset points", ha="left", va="top", fontsize=8, color="#3f007d", clip_on=True)  # fmt: skip
+        ax.annotate(span.label, (max(span.start_ms, window.from_ms), 1), xycoords=("data", "axes fraction"),
+                    xytext=(2, -2), textcoords="offset points", ha="left", va="top", fontsize=8,
+                    color="#3f007d", clip_on=True)  # fmt: skip
 
 
 def _draw_crowding(ax: Any, history: Sequence[Event], *, legend: _Legend) -> None:
@@ -383,7 +386,8 @@ def _draw_steps(
         t = incidents.midpoint_ms(e, origin)
         if e["kind"] == "pause":
             t0, t1 = incidents.ms(e["t0"], origin), incidents.ms(e["t1"], origin)
-            handle = ax.broken_barh([(t0, t1 - t0)], (y - 0.38, 0.16), facecolor="white", edgecolor="#525252", hatch="////")
+            handle = ax.broken_barh([(t0, t1 - t0)], (y - 0.38, 0.16),
+                                    facecolor="white", edgecolor="#525252", hatch="////")  # fmt: skip
             legend.add(f"paused ({e.get('how') or 'pause'})", handle, t0, t1)
         elif e["kind"] == "read":
             (handle,) = ax.plot([t], [y], "o", color="white", mec="black", ms=5)
