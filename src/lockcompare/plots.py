@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +50,7 @@ BACKEND_COLOURS: dict[str, str] = {
 }
 #: Colours for backends not in the mapping (plug-ins), picked by a hash of the name so a plug-in
 #: keeps its colour across figures and runs (two plug-ins may share one; their names tell them apart).
-EXTRA_COLOURS = ("#bcbd22", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d")
+EXTRA_COLOURS = ("#bcbd22", "#393b79", "#637939", "#e7ba52", "#6b6ecf", "#b5cf6b", "#9c9ede", "#252525")
 
 WIDTH_PX = 800
 DPI = 100
@@ -154,7 +155,7 @@ def _plot_experiment(cells: list[Cell], *, experiment: str, path: Path) -> Path:
     fig = _figure(MATRIX_HEIGHT_PX)
     rate_ax, lost_ax = fig.subplots(2, 1, sharex=True)
     width = 0.8 / len(backends)
-    ns = {s.conflict_rate.n for s in stats.values()}
+    usual_n = Counter(s.conflict_rate.n for s in stats.values()).most_common(1)[0][0]
     label_bars = len(stats) <= 24
     lost_top = 1.0
     ticks: list[tuple[float, str]] = []
@@ -170,7 +171,7 @@ def _plot_experiment(cells: list[Cell], *, experiment: str, path: Path) -> Path:
                 (rate_ax, s.conflict_rate, 100.0, "{:.0f}%"),
                 (lost_ax, s.lost_updates, math.inf, "{:.1f}"),
             ):
-                text = fmt.format(ci.mean) + ("" if len(ns) == 1 else f"\nn={ci.n}")
+                text = fmt.format(ci.mean) + ("" if ci.n == usual_n else f"\nn={ci.n}")
                 _bar(ax, x=x, width=width, ci=ci, upper=upper, colour=backend_colour(backend),
                      text=text if label_bars else None)  # fmt: skip
             lost_top = max(lost_top, _top(s.lost_updates))
@@ -185,18 +186,18 @@ def _plot_experiment(cells: list[Cell], *, experiment: str, path: Path) -> Path:
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)
     fig.suptitle(f"{experiment}: conflicts and lost updates by backend", fontsize=12)
-    rate_ax.set_title(_matrix_subtitle(stats.values(), ns), fontsize=9)
+    rate_ax.set_title(_matrix_subtitle(list(stats.values()), usual_n), fontsize=9)
     handles = [require_matplotlib().Patch(facecolor=backend_colour(b), label=b) for b in backends]
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), fontsize=9, title="backend")
     return _save(fig, path)
 
 
-def _matrix_subtitle(stats: Any, ns: set[int]) -> str:
-    stats = list(stats)
-    if ns == {1}:
+def _matrix_subtitle(stats: list[BarStats], usual_n: int) -> str:
+    others = any(s.conflict_rate.n != usual_n for s in stats)
+    if usual_n == 1 and not others:
         text = "bars: one trial each, so no confidence interval"
     else:
-        n = f"{min(ns)} trials" if len(ns) == 1 else f"{min(ns)}–{max(ns)} trials (n on each bar)"
+        n = f"{usual_n} trial{'s' * (usual_n != 1)}" + (" (n on a bar that has another count)" if others else "")
         text = f"bars: mean of {n}; whiskers: 95% confidence interval (Student t)"
     unknown = sum(s.unknown for s in stats)
     empty = sum(s.no_entries for s in stats)
