@@ -101,7 +101,8 @@ def _timeline_section(cell: Cell, *, results: Path, out: Path) -> tuple[str, Pat
     link = f"[`{row['history']}`]({_rel(source, out)})"
     facts = (
         f"Trial `{row['trial_id']}` of run `{row['run_id']}` ({row['started_at']}): "
-        f"{row['lost_updates']} lost updates, {row['conflicts']} conflicts in {row['entries']} entries, "
+        f"{_count(row['lost_updates'], 'lost update')}, {_count(row['conflicts'], 'conflict')} "
+        f"in {row['entries']} entries, "
         f"verdict `{row['verdict']}`. History: {link}."
     )
     if not source.is_file():
@@ -202,8 +203,12 @@ def _provenance_table(rows: Sequence[dict[str, Any]]) -> str:
     return table.format_table(headers, lines, fmt="github")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _trials(n: int) -> str:
-    return f"{n} trial" if n == 1 else f"{n} trials"
+    return _count(n, "trial")
 
 
 def _span(ordered: Sequence[str]) -> str:
