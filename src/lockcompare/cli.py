@@ -455,11 +455,52 @@ def table_command(
 @app.command()
 def history(
     path: Annotated[Path, typer.Argument(help="A trial's history (results/<name>.histories/<trial>.jsonl.gz).")],
-    from_ms: Annotated[float, typer.Option("--from-ms", help="Show events from this time (ms after the first).")] = 0,
+    from_ms: Annotated[
+        float | None, typer.Option("--from-ms", help="Show events from this time (ms after the first).")
+    ] = None,
     to_ms: Annotated[float | None, typer.Option("--to-ms", help="...up to this time.")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Draw the timeline into this PNG instead (needs matplotlib). Default window: around the "
+            "first lost update, else the first conflict, else the first 3 s.",
+        ),
+    ] = None,
+    ttl_ms: Annotated[
+        float | None,
+        typer.Option("--ttl-ms", help="With --plot: the lease TTL as run (default: the CSV beside the histories)."),
+    ] = None,
 ) -> None:
     """Print a trial's history as a timeline: who acquired, read, paused and wrote, and when."""
-    typer.echo(render_timeline(load_history(path), from_ms=from_ms, to_ms=to_ms))
+    events = load_history(path)
+    if plot is None:
+        typer.echo(render_timeline(events, from_ms=from_ms or 0, to_ms=to_ms))
+        return
+    from lockcompare.plots import plot_timeline  # matplotlib is imported only when a picture is drawn
+    from lockcompare.report import row_for_history
+
+    row = row_for_history(path)
+    if ttl_ms is None and row is not None:
+        ttl_ms = row["ttl_ms"]
+    title = row["trial_id"] if row is not None else path.name
+    typer.echo(plot_timeline(events, out=plot, title=title, ttl_ms=ttl_ms, from_ms=from_ms, to_ms=to_ms))
+
+
+@app.command()
+def report(
+    path: Annotated[Path, typer.Argument(help="A results CSV written by `lockcompare matrix` or `run --out`.")],
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Directory for README.md and its PNGs (default: <csv>.report/ beside it)."),
+    ] = None,
+) -> None:
+    """Write a Markdown report (table, plots, first lost update per cell, commands, provenance)."""
+    from lockcompare.report import write_report  # imports matplotlib
+
+    target = out_dir if out_dir is not None else path.with_name(path.stem + ".report")
+    for written in write_report(results=path, out=target):
+        typer.echo(written)
 
 
 @app.command()

@@ -17,6 +17,8 @@ non-zero exit code (never a traceback)::
     │   ├── BackendLoadError         a module:Class that does not import or is not a backend
     │   └── BackendNotViableError    a backend whose library is missing here (says what to install)
     ├── TrialError                   a trial could not complete (a worker died, a timeout)
+    ├── RenderError                  plots or a report could not be produced
+    │   └── PlotDependencyError      matplotlib is not installed (says what to install)
     └── lifecycle.Terminated         SIGTERM arrived; everything was stopped; exit code 143
 """
 
@@ -83,3 +85,11 @@ class BackendNotViableError(BackendError):
 
 class TrialError(LockcompareError):
     """A trial could not run to the end."""
+
+
+class RenderError(LockcompareError):
+    """Pictures or a report could not be made from results that are themselves fine."""
+
+
+class PlotDependencyError(RenderError):
+    """matplotlib (the optional ``plot`` extra) is not installed."""

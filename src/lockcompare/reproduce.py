@@ -1,0 +1,96 @@
+"""The ``lockcompare matrix`` command line that reproduces a results row, built from its settings.
+
+The CSV stores times already multiplied by ``time_scale``; the command gives them at the lesson's
+scale (divided back) with the same ``--time-scale``, so a rerun writes rows whose every setting
+column, ``time_scale`` included, equals the original's. Every setting is written out, even where
+it equals today's default, so the command still means the same when a default changes.
+
+The CSV keeps each trial's derived seed, not the run's ``--seed``: the command says ``--seed 1``
+when seed 1 derives the stored one (the default, checked), and says the seed is unknown otherwise.
+
+>>> row = {"backend": "single", "experiment": "client-pause", "trial": 0, "seed": 912100329,
+...        "workers": 2, "rounds": 3, "ttl_ms": 100, "work_ms": 30.0, "pause_ms": 120.0,
+...        "time_scale": 0.1, "acquire_timeout_ms": 6000.0, "retry_delay_ms": 1.0, "think_ms": 2.0,
+...        "node_count": "", "pause_point": "after-acquire", "pause_how": "sleep",
+...        "resource_check": "plain", "cluster": "embedded"}
+>>> print(matrix_command([row]))  # doctest: +NORMALIZE_WHITESPACE
+lockcompare matrix --backends single --experiments client-pause --trials 1 --time-scale 0.1
+  --ttl-ms 1000 --work-ms 300 --pause-ms 1200 --pause-point after-acquire --pause-how sleep
+  --rounds 3 --workers 2 --acquire-timeout-ms 60000 --retry-delay-ms 10 --think-ms 20 --seed 1
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from lockcompare.experiments import trial_seed
+
+#: Times stored scaled, in the order the command gives them.
+SCALED = ("ttl_ms", "work_ms", "pause_ms")
+SCALED_WORKLOAD = ("acquire_timeout_ms", "retry_delay_ms", "think_ms")
+#: resource_check → the --fence value that produces it (the others come from the backend itself).
+FENCE_FOR_CHECK = {"fence-writes": "writes", "fence-all": "all", "token-cas": "token"}
+
+
+def number(value: float) -> str:
+    """A plain decimal with at most 6 decimals: 300.00000000000006 reads 300, never 3e+02."""
+    text = f"{round(float(value), 6):.6f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def unscaled(row: dict[str, Any], column: str) -> str:
+    return number(float(row[column]) / float(row["time_scale"]))
+
+
+def settings_key(row: dict[str, Any]) -> tuple[str, ...]:
+    """Everything the command says except the trial count: rows with equal keys share a command."""
+    return tuple(_arguments(row))
+
+
+def matrix_command(rows: Sequence[dict[str, Any]]) -> str:
+    """One command for ``rows`` (trials of one cell with equal settings; see :func:`settings_key`)."""
+    if not rows:
+        raise ValueError("no rows")
+    keys = {settings_key(r) for r in rows}
+    if len(keys) > 1:
+        raise ValueError("rows with different settings need one command each (group them by settings_key)")
+    trials = max(int(r["trial"]) for r in rows) + 1  # trial numbers run 0..K-1 in a matrix of K trials
+    row = rows[0]
+    head = ["lockcompare", "matrix", "--backends", row["backend"], "--experiments", row["experiment"]]
+    command = " ".join(shlex.quote(a) for a in [*head, "--trials", str(trials), *_arguments(row)])
+    notes = []
+    if not _seed_is(row, base=1):
+        notes.append("base --seed unknown (the CSV keeps only each trial's derived seed)")
+    if row.get("cluster") == "external":
+        notes.append("ran against external servers: add --nodes URL,... --resource URL")
+    return command + "".join(f"  # {note}" for note in notes)
+
+
+def _arguments(row: dict[str, Any]) -> list[str]:
+    args = ["--time-scale", number(row["time_scale"])]
+    args += [part for column in SCALED for part in (_flag(column), unscaled(row, column))]
+    if float(row["pause_ms"]) > 0:  # without a pause there is nowhere for it to land (the CSV says the default)
+        args += ["--pause-point", str(row["pause_point"]), "--pause-how", str(row["pause_how"])]
+    fence = FENCE_FOR_CHECK.get(str(row.get("resource_check")))
+    if fence is not None:
+        args += ["--fence", fence]
+    args += ["--rounds", str(row["rounds"]), "--workers", str(row["workers"])]
+    args += [part for column in SCALED_WORKLOAD for part in (_flag(column), unscaled(row, column))]
+    if str(row.get("node_count") or "").strip():
+        args += ["--redlock-nodes", str(row["node_count"])]
+    if _seed_is(row, base=1):
+        args += ["--seed", "1"]
+    return args
+
+
+def _flag(column: str) -> str:
+    return "--" + column.replace("_", "-")
+
+
+def _seed_is(row: dict[str, Any], *, base: int) -> bool:
+    try:
+        return trial_seed(base, row["backend"], row["experiment"], int(row["trial"])) == int(row["seed"])
+    except (KeyError, TypeError, ValueError):
+        return False
