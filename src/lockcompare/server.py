@@ -140,9 +140,10 @@ class RedisServer:
     def start(self) -> None:
         """Start on a free port, or on the same port again once it has been started before.
 
-        On the first start a port found taken is replaced by another free one (up to 5 tries). On a
-        later start the node must come back where the workers look for it, so a taken port is a
-        :class:`ServerStartError`: never another process adopted in our place.
+        On the first start a port found taken is replaced by another free one (up to 5 tries). Once
+        the server has a port (kept from its first start, or pinned with ``port=``) the node must come
+        back where the workers look for it, so a taken port is a :class:`ServerStartError`: never
+        another process adopted in our place.
         """
         if self.is_running():
             raise ServerStartError(f"{self.name} is already running (pid {self.pid})")
@@ -172,6 +173,7 @@ class RedisServer:
     def _try_start(self, port: int) -> str | None:
         """Spawn on ``port`` and wait for it to answer; ``None`` if it is up, else why not."""
         log = self._dir / "server.log"
+        log_start = log.stat().st_size if log.exists() else 0  # the log is appended across restarts
         cmd = [
             str(self.binary),
             "--port", str(port),
@@ -200,7 +202,7 @@ class RedisServer:
             while time.monotonic() < deadline:
                 if self._proc.poll() is not None:
                     self._proc = None  # e.g. the port was taken between free_port() and bind
-                    return self._exit_reason()
+                    return self._exit_reason(port=port, log_start=log_start)
                 try:
                     answering = int(client.info("server")["process_id"])
                 except (redis.RedisError, KeyError, ValueError):
@@ -224,18 +226,17 @@ class RedisServer:
             f"{self.name}: {self.binary} did not answer on port {port} within {self.start_timeout_s:g} s; killed it"
         )
 
-    def _exit_reason(self) -> str:
-        tail = self._log_tail()
-        if "already in use" in tail:
-            return f"port taken by another process ({tail})"
-        return tail
-
-    def _log_tail(self) -> str:
+    def _exit_reason(self, *, port: int, log_start: int) -> str:
+        """Why a server we spawned exited during start-up, from what it logged this time."""
         try:
-            lines = (self._dir / "server.log").read_text(errors="replace").strip().splitlines()
+            with (self._dir / "server.log").open("rb") as f:
+                f.seek(log_start)
+                lines = f.read().decode(errors="replace").strip().splitlines()
         except OSError:
-            return "no log"
-        return lines[-1] if lines else "empty log"
+            lines = []
+        if any("already in use" in line for line in lines):
+            return f"port {port} is taken by another process (redis-server: Address already in use)"
+        return lines[-1] if lines else "it exited without logging anything"
 
     def _kill(self) -> None:
         """SIGKILL the server's whole process group (an AOF rewrite child too) and reap it."""
