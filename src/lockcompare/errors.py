@@ -16,6 +16,7 @@ non-zero exit code (never a traceback)::
     ├── BackendError                 a lock backend cannot be used
     │   ├── BackendLoadError         a module:Class that does not import or is not a backend
     │   └── BackendNotViableError    a backend whose library is missing here (says what to install)
+    ├── FaultNotSupportedError       a fault needs a tool this machine lacks (says what to install)
     ├── TrialError                   a trial could not complete (a worker died, a timeout)
     ├── RenderError                  plots or a report could not be produced
     │   └── PlotDependencyError      matplotlib is not installed (says what to install)
@@ -81,6 +82,11 @@ class BackendLoadError(BackendError):
 
 class BackendNotViableError(BackendError):
     """A backend whose third-party library is not installed here."""
+
+
+class FaultNotSupportedError(LockcompareError):
+    """A fault cannot be applied here (e.g. no libfaketime, or a redis-server that hangs under it);
+    raised up front, before any trial runs."""
 
 
 class TrialError(LockcompareError):

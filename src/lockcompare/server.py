@@ -1,14 +1,20 @@
 """One redis-server process that lockcompare spawned: find the binary, start, crash, restart, stop.
 
-Servers bind to 127.0.0.1 only, keep nothing on disk unless asked, and stay child processes of
-lockcompare (the machines this runs on have a PID 1 that does not reap orphans). Each is started
-with PR_SET_PDEATHSIG so that even a SIGKILLed lockcompare leaves no server behind.
+Servers bind to 127.0.0.1 only, keep nothing on disk unless asked (``persistence="aof-always"``),
+and stay child processes of lockcompare (the machines this runs on have a PID 1 that does not reap
+orphans). Each is started with PR_SET_PDEATHSIG so that even a SIGKILLed lockcompare leaves no
+server behind, and in a process group of its own so that a crash kills whatever it forked too.
+
+A server is only ever *ours* if the process answering on its port is the one we spawned: a port
+can be taken between choosing it and binding it, or between a crash and a restart, and another
+redis-server answering PING there must never be mistaken for our node.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -17,7 +23,7 @@ from pathlib import Path
 
 import redis
 
-from lockcompare.errors import RedisServerNotFoundError, ServerStartError
+from lockcompare.errors import InvalidValueError, RedisServerNotFoundError, ServerStartError
 from lockcompare.lifecycle import die_with_parent
 from lockcompare.redisconn import connect
 
@@ -29,6 +35,14 @@ HOW_TO_GET_ONE = (
 )
 
 _START_TIMEOUT_S = 10.0
+
+#: How a node keeps its keys across a crash. "none": nothing on disk (a restarted node is empty).
+#: "aof-always": every write is appended to the AOF and fsynced before the reply, so a node that
+#: is SIGKILLed and restarted comes back with every acknowledged key (Redlock's persistence answer).
+PERSISTENCE_ARGS: dict[str, tuple[str, ...]] = {
+    "none": ("--save", "", "--appendonly", "no"),
+    "aof-always": ("--save", "", "--appendonly", "yes", "--appendfsync", "always"),
+}
 
 
 def find_redis_server(explicit: str | None = None) -> Path:
@@ -71,8 +85,13 @@ def free_port() -> int:
 class RedisServer:
     """A redis-server child process on a loopback port.
 
-    ``extra_args`` are appended to the command line (e.g. ``["--appendonly", "yes"]``);
-    ``env`` adds environment variables (e.g. LD_PRELOAD for libfaketime).
+    ``persistence`` is a key of :data:`PERSISTENCE_ARGS`; the data directory (a private temp dir)
+    is kept across :meth:`crash` / :meth:`restart` and removed by :meth:`cleanup`.
+    ``extra_args`` are appended to the command line; ``env`` adds environment variables (e.g.
+    :meth:`lockcompare.fakeclock.FakeClock.env` for a node whose wall clock a fault moves).
+    ``port`` pins the port (default: a free one, chosen at the first start and kept afterwards).
+    ``start_timeout_s`` bounds the wait for the first PING; a server that does not answer by then
+    is killed.
     """
 
     def __init__(
@@ -80,14 +99,23 @@ class RedisServer:
         *,
         binary: Path,
         name: str,
+        persistence: str = "none",
         extra_args: list[str] | None = None,
         env: dict[str, str] | None = None,
+        port: int | None = None,
+        start_timeout_s: float = _START_TIMEOUT_S,
     ) -> None:
+        if persistence not in PERSISTENCE_ARGS:
+            raise InvalidValueError(
+                f"unknown persistence {persistence!r}: expected one of {', '.join(PERSISTENCE_ARGS)}"
+            )
         self.binary = binary
         self.name = name
+        self.persistence = persistence
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
-        self.port: int | None = None
+        self.port: int | None = port
+        self.start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir = Path(tempfile.mkdtemp(prefix=f"lockcompare-{name}-"))
 
@@ -101,27 +129,56 @@ class RedisServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    @property
+    def data_dir(self) -> Path:
+        """Where the server keeps its AOF and log; survives crash and restart, not cleanup()."""
+        return self._dir
+
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> None:
-        """Start on a free port (or on the same port again after :meth:`crash`)."""
-        attempts = 1 if self.port is not None else 5
-        for _ in range(attempts):
+        """Start on a free port, or on the same port again once it has been started before.
+
+        On the first start a port found taken is replaced by another free one (up to 5 tries). Once
+        the server has a port (kept from its first start, or pinned with ``port=``) the node must come
+        back where the workers look for it, so a taken port is a :class:`ServerStartError`: never
+        another process adopted in our place.
+        """
+        if self.is_running():
+            raise ServerStartError(f"{self.name} is already running (pid {self.pid})")
+        fixed = self.port is not None
+        problem = "no attempt"
+        for _ in range(1 if fixed else 5):
             port = self.port if self.port is not None else free_port()
-            if self._try_start(port):
+            problem = self._try_start(port)
+            if problem is None:
                 self.port = port
                 return
-        raise ServerStartError(f"{self.name}: redis-server did not start: {self._log_tail()}")
+            if fixed:
+                raise ServerStartError(f"{self.name}: cannot start on 127.0.0.1:{port}: {problem}")
+        raise ServerStartError(f"{self.name}: redis-server did not start: {problem}")
 
-    def _try_start(self, port: int) -> bool:
+    def restart(self) -> None:
+        """Start again on the same port and data directory; a running server is crashed first.
+
+        What the node still holds afterwards depends on ``persistence``: nothing with "none",
+        every acknowledged write with "aof-always".
+        """
+        if self.port is None:
+            raise ServerStartError(f"{self.name} cannot restart: it was never started")
+        self.crash()
+        self.start()
+
+    def _try_start(self, port: int) -> str | None:
+        """Spawn on ``port`` and wait for it to answer; ``None`` if it is up, else why not."""
         log = self._dir / "server.log"
+        log_start = log.stat().st_size if log.exists() else 0  # the log is appended across restarts
         cmd = [
             str(self.binary),
             "--port", str(port),
             "--bind", "127.0.0.1",
-            "--save", "",
-            "--appendonly", "no",
+            *PERSISTENCE_ARGS[self.persistence],
             "--daemonize", "no",
             "--dir", str(self._dir),
             "--logfile", str(log),
@@ -139,41 +196,68 @@ class RedisServer:
             )
         except OSError as exc:
             raise ServerStartError(f"{self.name}: cannot run {self.binary}: {exc}") from None
-        deadline = time.monotonic() + _START_TIMEOUT_S
+        deadline = time.monotonic() + self.start_timeout_s
         client = connect(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
         try:
             while time.monotonic() < deadline:
                 if self._proc.poll() is not None:
-                    self._proc = None
-                    return False  # e.g. the port was taken between free_port() and bind
+                    self._proc = None  # e.g. the port was taken between free_port() and bind
+                    return self._exit_reason(port=port, log_start=log_start)
                 try:
-                    client.ping()
-                    return True
-                except redis.RedisError:
+                    answering = int(client.info("server")["process_id"])
+                except (redis.RedisError, KeyError, ValueError):
                     time.sleep(0.002)
+                    continue
+                if answering == self._proc.pid:
+                    try:
+                        client.ping()  # INFO answers while an AOF is still loading; PING does not
+                        return None
+                    except redis.RedisError:
+                        time.sleep(0.002)
+                        continue
+                # Something else owns the port: ours will fail to bind (or already has). Never
+                # adopt it, and never touch it: it is not our process.
+                self._kill()
+                return f"port {port} is taken by another redis-server (pid {answering})"
         finally:
             client.close()
-        self.stop()
-        raise ServerStartError(f"{self.name}: redis-server did not answer within {_START_TIMEOUT_S:.0f} s")
+        self._kill()  # a server that hangs at start-up (e.g. under LD_PRELOAD) may ignore SIGTERM
+        raise ServerStartError(
+            f"{self.name}: {self.binary} did not answer on port {port} within {self.start_timeout_s:g} s; killed it"
+        )
 
-    def _log_tail(self) -> str:
+    def _exit_reason(self, *, port: int, log_start: int) -> str:
+        """Why a server we spawned exited during start-up, from what it logged this time."""
         try:
-            lines = (self._dir / "server.log").read_text(errors="replace").strip().splitlines()
+            with (self._dir / "server.log").open("rb") as f:
+                f.seek(log_start)
+                lines = f.read().decode(errors="replace").strip().splitlines()
         except OSError:
-            return "no log"
-        return lines[-1] if lines else "empty log"
+            lines = []
+        if any("already in use" in line for line in lines):
+            return f"port {port} is taken by another process (redis-server: Address already in use)"
+        return lines[-1] if lines else "it exited without logging anything"
+
+    def _kill(self) -> None:
+        """SIGKILL the server's whole process group (an AOF rewrite child too) and reap it."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            # Not reaped yet, so the pid (= its process group, start_new_session) is still ours.
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
 
     def crash(self) -> None:
-        """SIGKILL the server (it loses everything not persisted) and reap it."""
-        if self._proc is not None:
-            if self._proc.poll() is None:
-                self._proc.kill()
-            self._proc.wait()
-            self._proc = None
+        """SIGKILL the server (it loses everything not persisted) and reap it. Safe to call twice."""
+        self._kill()
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL) and reap it. Safe to call twice."""
-        proc, self._proc = self._proc, None
+        proc = self._proc
         if proc is None:
             return
         if proc.poll() is None:
@@ -181,10 +265,10 @@ class RedisServer:
             try:
                 proc.wait(timeout=3)
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                pass
+        self._kill()
 
     def cleanup(self) -> None:
-        """Stop and remove the working directory."""
+        """Stop and remove the data directory."""
         self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
