@@ -1,0 +1,263 @@
+"""LinkProxy / ProxySet against a real redis-server, over real loopback sockets."""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from lockcompare.proxy import LinkProxy, ProxyError, ProxySet, port_of
+from lockcompare.redisconn import connect
+from lockcompare.server import RedisServer, find_redis_server
+
+DELAY_MS = 50
+TIMEOUT_S = 0.3
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    s = RedisServer(binary=find_redis_server(), name="proxy-target")
+    s.start()
+    try:
+        yield s
+    finally:
+        s.cleanup()
+
+
+@pytest.fixture
+def proxy(server: RedisServer) -> Iterator[LinkProxy]:
+    with LinkProxy(target_port=server.port, name="test") as p:  # type: ignore[arg-type]
+        yield p
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def ping_url(url: str, *, timeout_s: float = 1.0) -> bool:
+    client = connect(url, timeout_s=timeout_s)
+    try:
+        return bool(client.ping())
+    finally:
+        client.close()
+
+
+def get_url(url: str, key: str) -> bytes | None:
+    client = connect(url, timeout_s=1)
+    try:
+        return client.get(key)  # type: ignore[return-value]
+    finally:
+        client.close()
+
+
+def ping_ms(client: redis.Redis, *, n: int) -> list[float]:
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        client.ping()
+        times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+def test_forwards_to_the_target(server: RedisServer, proxy: LinkProxy) -> None:
+    via_proxy = connect(proxy.url, timeout_s=1)
+    direct = connect(server.url, timeout_s=1)
+    try:
+        via_proxy.set("proxy-test:k", b"v")
+        assert direct.get("proxy-test:k") == b"v"
+        assert port_of(proxy.url) == proxy.port != server.port
+    finally:
+        direct.delete("proxy-test:k")
+        via_proxy.close()
+        direct.close()
+
+
+def test_delay_holds_each_reply_back_by_the_configured_time(proxy: LinkProxy) -> None:
+    client = connect(proxy.url, timeout_s=2)
+    try:
+        undelayed = statistics.median(ping_ms(client, n=20))
+        proxy.delay(ms=DELAY_MS)
+        delayed = ping_ms(client, n=15)
+        proxy.delay(ms=0)
+        after = statistics.median(ping_ms(client, n=20))
+    finally:
+        client.close()
+    assert min(delayed) >= DELAY_MS  # never early
+    assert statistics.median(delayed) <= DELAY_MS * 1.1  # the issue's ±10 %
+    assert undelayed < 5 and after < 5  # and off again (a loopback PING is ~0.15 ms)
+
+
+def test_delay_is_per_chunk_not_cumulative(proxy: LinkProxy) -> None:
+    """Ten PINGs written at once: replies each wait DELAY_MS from their arrival, in order."""
+    client = connect(proxy.url, timeout_s=2)
+    try:
+        client.ping()
+        proxy.delay(ms=DELAY_MS)
+        pipe = client.pipeline(transaction=False)
+        for i in range(10):
+            pipe.echo(f"m{i}")
+        t0 = time.perf_counter()
+        replies = pipe.execute()
+        elapsed_ms = (time.perf_counter() - t0) * 1000
+    finally:
+        client.close()
+    assert replies == [f"m{i}".encode() for i in range(10)]
+    assert DELAY_MS <= elapsed_ms < 2 * DELAY_MS  # cumulative would be 10 x
+
+
+def test_blackhole_times_out_within_the_socket_timeout_and_heal_restores(proxy: LinkProxy) -> None:
+    client = connect(proxy.url, timeout_s=TIMEOUT_S)
+    try:
+        client.ping()
+        proxy.blackhole()
+        t0 = time.monotonic()
+        with pytest.raises(redis.TimeoutError):
+            client.ping()  # on the open connection: the request vanishes
+        waited = time.monotonic() - t0
+        assert TIMEOUT_S * 0.9 <= waited < TIMEOUT_S + 0.5
+        t0 = time.monotonic()
+        with pytest.raises(redis.TimeoutError):
+            client.ping()  # a new connection: the connect itself hangs, as behind a partition
+        assert time.monotonic() - t0 < TIMEOUT_S + 0.5
+        proxy.heal()
+        assert client.ping() is True
+    finally:
+        client.close()
+
+
+def test_new_tcp_connects_hang_while_blackholed(proxy: LinkProxy) -> None:
+    proxy.blackhole()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(TimeoutError):
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=TIMEOUT_S)  # type: ignore[arg-type]
+        assert time.monotonic() - t0 >= TIMEOUT_S * 0.9
+    finally:
+        proxy.heal()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=1) as sock:  # type: ignore[arg-type]
+        sock.sendall(b"PING\r\n")
+        assert sock.recv(100) == b"+PONG\r\n"
+
+
+def test_heal_resets_connections_that_lost_bytes_but_keeps_idle_ones(proxy: LinkProxy) -> None:
+    idle = socket.create_connection(("127.0.0.1", proxy.port), timeout=1)  # type: ignore[arg-type]
+    lossy = socket.create_connection(("127.0.0.1", proxy.port), timeout=TIMEOUT_S)  # type: ignore[arg-type]
+    try:
+        for sock in (idle, lossy):
+            sock.sendall(b"PING\r\n")
+            assert sock.recv(100) == b"+PONG\r\n"
+        proxy.blackhole()
+        lossy.sendall(b"PING\r\n")
+        with pytest.raises(TimeoutError):
+            lossy.recv(100)
+        proxy.heal()
+        idle.sendall(b"PING\r\n")
+        assert idle.recv(100) == b"+PONG\r\n"
+        with pytest.raises(ConnectionResetError):
+            lossy.sendall(b"PING\r\n")
+            lossy.recv(100)
+    finally:
+        idle.close()
+        lossy.close()
+
+
+def test_reset_closes_current_connections_with_rst(proxy: LinkProxy) -> None:
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=1)  # type: ignore[arg-type]
+    try:
+        sock.sendall(b"PING\r\n")
+        assert sock.recv(100) == b"+PONG\r\n"
+        proxy.reset()
+        with pytest.raises(ConnectionResetError):
+            sock.recv(100)
+    finally:
+        sock.close()
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=1) as again:  # type: ignore[arg-type]
+        again.sendall(b"PING\r\n")
+        assert again.recv(100) == b"+PONG\r\n"
+
+
+def test_a_target_that_dies_closes_the_client_connection() -> None:
+    target = RedisServer(binary=find_redis_server(), name="proxy-dies")
+    target.start()
+    try:
+        with LinkProxy(target_port=target.port, name="dies") as proxy:  # type: ignore[arg-type]
+            client = connect(proxy.url, timeout_s=2)
+            client.ping()
+            target.crash()
+            t0 = time.monotonic()
+            with pytest.raises(redis.ConnectionError):
+                client.ping()
+            assert time.monotonic() - t0 < 1  # closed, not left hanging until the timeout
+            client.close()
+    finally:
+        target.cleanup()
+
+
+def test_stop_is_idempotent_and_reaps_the_process(server: RedisServer) -> None:
+    proxy = LinkProxy(target_port=server.port, name="stop")  # type: ignore[arg-type]
+    proxy.start()
+    pid = proxy.pid
+    assert pid is not None and process_exists(pid)
+    proxy.stop()
+    proxy.stop()
+    assert not process_exists(pid)
+    with pytest.raises(ProxyError):
+        proxy.blackhole()
+
+
+def test_a_test_that_raises_mid_fault_leaves_no_proxy_process(server: RedisServer) -> None:
+    pids = []
+    with pytest.raises(RuntimeError, match="test body failed"):
+        with LinkProxy(target_port=server.port, name="raises") as proxy:  # type: ignore[arg-type]
+            pids.append(proxy.pid)
+            proxy.blackhole()
+            raise RuntimeError("test body failed")
+    with pytest.raises(RuntimeError, match="test body failed"):
+        with ProxySet(node_ports=[server.port], workers=2, name="raises-set") as links:  # type: ignore[list-item]
+            pids.append(links.pid)
+            try:
+                links.proxy(worker=1, node=0).delay(ms=10)
+                raise RuntimeError("test body failed")
+            finally:
+                links.heal_all()
+    assert len(pids) == 2 and all(pid is not None for pid in pids)
+    assert [pid for pid in pids if process_exists(pid)] == []  # type: ignore[arg-type]
+
+
+def test_proxy_set_gives_each_worker_its_own_link_to_each_node(server: RedisServer) -> None:
+    other = RedisServer(binary=find_redis_server(), name="proxy-other")
+    other.start()
+    try:
+        ports = [server.port, other.port]
+        with ProxySet(node_ports=ports, workers=2) as links:  # type: ignore[arg-type]
+            urls = {w: links.node_urls(worker=w) for w in range(2)}
+            assert len({*urls[0], *urls[1]}) == 4
+            assert len({link.pid for link in links}) == 1  # one process serves all four
+            for n, node_url in enumerate((server.url, other.url)):
+                direct = connect(node_url, timeout_s=1)
+                try:
+                    direct.set("proxy-set:node", n)
+                    for w in range(2):
+                        assert get_url(urls[w][n], "proxy-set:node") == str(n).encode()
+                finally:
+                    direct.delete("proxy-set:node")
+                    direct.close()
+            # A fault on one link leaves the others alone.
+            links.proxy(worker=0, node=1).blackhole()
+            with pytest.raises(redis.TimeoutError):
+                ping_url(urls[0][1], timeout_s=TIMEOUT_S)
+            assert ping_url(urls[1][1])
+            assert ping_url(urls[0][0])
+            links.heal_all()
+            assert ping_url(urls[0][1])
+    finally:
+        other.cleanup()
