@@ -15,7 +15,6 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import pytest
-from backend_contract import TTL_MS, BackendContract
 
 from lockcompare.backends import BackendConfig, Lease, LockBackend, Refusal, describe_backends, load_backend
 from lockcompare.backends.redis_lock_renew import KEY_PREFIX, RedisLockRenew, expire_seconds
@@ -23,6 +22,9 @@ from lockcompare.backends.renewals import RenewalLog
 from lockcompare.errors import BackendNotViableError, InvalidValueError
 from lockcompare.lifecycle import SPAWN, die_with_parent, start_worker_process
 from lockcompare.redisconn import connect
+from lockcompare.testing import BackendContract
+
+TTL_MS = 1000
 
 #: The shortest TTL each backend takes: python-redis-lock works in whole seconds, minimum 1 s.
 SHORT_TTL_MS = {"single-renew": 300, "redis-lock-renew": 1000}
@@ -39,7 +41,20 @@ class RenewingContract(BackendContract):
     ``stop_renewal`` stops it without releasing, as a crashed watchdog would.
     """
 
-    def test_lock_is_free_again_after_the_ttl(self, make_backend, key: str) -> None:
+    @pytest.fixture
+    def make_backend(self, backend_config: BackendConfig) -> Iterator[Callable[[], Any]]:
+        """In-process instances (the battery's child-process host has no stop_renewal), closed afterwards."""
+        made: list[Any] = []
+
+        def make() -> Any:
+            made.append(load_backend(self.backend_name)(config=backend_config))
+            return made[-1]
+
+        yield make
+        for backend in made:
+            backend.close()
+
+    def test_lock_is_free_again_after_the_ttl(self, make_backend, key: str) -> None:  # type: ignore[override]
         ttl_ms = SHORT_TTL_MS[self.backend_name]
         a, b = make_backend(), make_backend()
         lease = a.acquire(key=key, ttl_ms=ttl_ms)
@@ -49,7 +64,7 @@ class RenewingContract(BackendContract):
         time.sleep(ttl_ms / 1000 + 0.1)
         assert b.acquire(key=key, ttl_ms=TTL_MS)
 
-    def test_expired_holder_cannot_release_its_successors_lock(self, make_backend, key: str) -> None:
+    def test_expired_holder_cannot_release_its_successors_lock(self, make_backend, key: str) -> None:  # type: ignore[override]
         ttl_ms = SHORT_TTL_MS[self.backend_name]
         a, b, c = make_backend(), make_backend(), make_backend()
         old = a.acquire(key=key, ttl_ms=ttl_ms)

@@ -54,7 +54,7 @@ def test_report_of_the_golden_csv(golden_report: tuple[Path, list[Path]]) -> Non
     assert "![matrix-client-pause](matrix-client-pause.png)" in text
     # the first (here: the only) trial that lost an update, with a link to its history
     assert "### single × client-pause" in text
-    trial = "single.client-pause.plain.after-acquire.pause120.t0"
+    (trial,) = [r["trial_id"] for r in rows if r["backend"] == "single"]
     assert f"![timeline of {trial}](timeline-single.client-pause.png)" in text
     assert "No trial lost an update in: fenced × client-pause (1 trial)." in text
     for row in rows:
@@ -86,25 +86,16 @@ def test_rendering_twice_gives_the_same_bytes_and_removes_stale_pictures(tmp_pat
 
 @needs_matplotlib
 def test_provenance_columns_are_shown_when_the_csv_has_them(tmp_path: Path) -> None:
-    """Newer CSVs carry provenance columns; an older reader keeps unknown columns as text."""
-    results = tmp_path / "tiny.csv"
-    shutil.copytree(GOLDEN / "tiny.histories", tmp_path / "tiny.histories")
-    with TINY.open(newline="") as fh:
-        raw = list(csv.DictReader(fh))
-    extra = {"lockcompare_version": "0.2.0", "host": "ci-box", "cpu_count": "2"}
-    with results.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=[*raw[0], *extra, "load_avg_1m"])
-        writer.writeheader()
-        for row, load in zip(raw, ("0.5", "1.25"), strict=True):
-            writer.writerow(row | extra | {"load_avg_1m": load})
-    write_report(results=results, out=tmp_path / "r")
+    """Schema-4 rows carry provenance: every column some row fills is shown, per run."""
+    write_report(results=TINY, out=tmp_path / "r")
     text = (tmp_path / "r" / REPORT_NAME).read_text()
     header = next(line for line in text.splitlines() if line.startswith("| run_id"))
     assert [c.strip() for c in header.strip("|").split("|")] == [
         "run_id", "trials", "started_at", "cluster", "redis_version",
-        "lockcompare_version", "host", "cpu_count", "load_avg_1m",
+        "lockcompare_version", "source_revision", "host", "cpu_count", "load_avg_1m", "concurrent_runs",
     ]  # fmt: skip
-    assert "| 0.2.0                 | ci-box | 2           | 0.5" in text
+    for row in read_results(TINY):
+        assert row["run_id"] in text and row["source_revision"] in text
 
 
 @needs_matplotlib
@@ -142,7 +133,7 @@ def test_the_command_gives_times_at_the_lesson_scale_with_the_stored_scale() -> 
     assert matrix_command([fenced]) == (
         "lockcompare matrix --backends fenced --experiments client-pause --trials 1 --time-scale 0.1 "
         "--ttl-ms 1000 --work-ms 300 --pause-ms 1200 --pause-point after-acquire --pause-how sleep "
-        "--fence writes --rounds 3 --workers 2 --acquire-timeout-ms 60000 --retry-delay-ms 10 --think-ms 20 --seed 1"
+        "--fence writes --rounds 3 --workers 2 --acquire-timeout-ms 60000 --retry-delay-ms 10 --think-ms 20 --jitter 0.5 --seed 1"
     )
 
 

@@ -30,6 +30,7 @@ from lockcompare.evaluate import CARD_FORMATS, DEFAULT_AGAINST, QUICK_ROUNDS, QU
 from lockcompare.experiments import (
     DEFAULT_ACQUIRE_TIMEOUT_MS,
     DEFAULT_CALL_TIMEOUT_MS,
+    DEFAULT_ROUNDS,
     DEFAULT_JITTER,
     DEFAULT_RETRY_DELAY_MS,
     DEFAULT_THINK_MS,

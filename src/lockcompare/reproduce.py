@@ -21,6 +21,7 @@ lockcompare matrix --backends single --experiments client-pause --trials 1 --tim
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections.abc import Sequence
 from typing import Any
@@ -80,6 +81,9 @@ def _arguments(row: dict[str, Any]) -> list[str]:
     args += [part for column in SCALED_WORKLOAD for part in (_flag(column), unscaled(row, column))]
     if str(row.get("node_count") or "").strip():
         args += ["--redlock-nodes", str(row["node_count"])]
+    jitter = row.get("jitter")
+    if isinstance(jitter, float) and not math.isnan(jitter):
+        args += ["--jitter", number(jitter)]
     if _seed_is(row, base=1):
         args += ["--seed", "1"]
     return args
