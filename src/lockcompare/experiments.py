@@ -43,6 +43,7 @@ class Experiment:
     pause_ms: float = 0  # > 0: the pausing workers freeze this long right after acquiring
     pause_probability: float = 1.0  # share of a pausing worker's rounds that pause
     rounds: int | None = None  # rounds per worker when --rounds is not given (None: the lesson's 40)
+    fault: str | None = None  # a node fault (faults/node.py) following worker 0's leases
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -61,6 +62,25 @@ EXPERIMENTS: dict[str, Experiment] = {
             name="client-pause",
             pause_ms=1200,
             claim="worker 0 freezes 1200 ms after acquiring (TTL 1000): the lock lets a second worker in",
+        ),
+        Experiment(
+            name="node-crash",
+            fault="node-crash",
+            claim="--fault-nodes K lock nodes die while worker 0 holds its first lease, and stay down: "
+            "single becomes unavailable; redlock keeps granting with K < 3 of 5",
+        ),
+        Experiment(
+            name="node-restart",
+            fault="node-restart",
+            claim="K nodes holding worker 0's lease are SIGKILLed and restart empty (every round): single "
+            "loses the lock; redlock only with a majority restarted; --restart-delay-ms >= TTL or "
+            "--persistence aof-always keeps it exclusive",
+        ),
+        Experiment(
+            name="clock-jump",
+            fault="clock-jump",
+            claim="the wall clocks of K nodes jump 2 x TTL forward while worker 0 holds its lease (every "
+            "round): single loses the lock; redlock only with a majority jumped",
         ),
         Experiment(
             name="renewal-pause",
@@ -95,6 +115,9 @@ DEFAULT_JITTER = 0.5
 #: that does not return in time makes the trial ``unknown``; the matrix goes on. Not scaled: it
 #: bounds a hung call, not a timing of the experiment.
 DEFAULT_CALL_TIMEOUT_MS = 5000.0
+#: A node fault lands this long after worker 0 acquired (scaled): well inside its 300 ms of work.
+FAULT_DELAY_MS = 50.0
+DEFAULT_FAULT_NODES = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +140,9 @@ class Overrides:
     seed: int = 1
     jitter: float = DEFAULT_JITTER
     call_timeout_ms: float = DEFAULT_CALL_TIMEOUT_MS
+    fault_nodes: int = DEFAULT_FAULT_NODES
+    restart_delay_ms: float = 0.0
+    persistence: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("ttl_ms", "work_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "call_timeout_ms",
@@ -132,6 +158,12 @@ class Overrides:
             value = getattr(self, name)
             if value is not None and value < 0:
                 raise InvalidValueError(f"--{name.replace('_', '-')} must be >= 0, got {value:g}")
+        if self.fault_nodes < 1:
+            raise InvalidValueError(f"--fault-nodes must be >= 1, got {self.fault_nodes}")
+        if not (math.isfinite(self.restart_delay_ms) and self.restart_delay_ms >= 0):
+            raise InvalidValueError(f"--restart-delay-ms must be a finite number >= 0, got {self.restart_delay_ms:g}")
+        if self.persistence not in ("none", "aof-always"):
+            raise InvalidValueError(f"--persistence takes none or aof-always, got {self.persistence!r}")
         if not (math.isfinite(self.jitter) and 0 <= self.jitter < 1):
             raise InvalidValueError(f"--jitter must be in [0, 1), got {self.jitter:g}")
         if self.rounds is not None and self.rounds < 1:
@@ -167,6 +199,10 @@ class TrialSpec:
     resource_check: Check = Check.PLAIN
     node_count: int | None = None  # how many lock nodes a multi-node backend uses (None: all)
     jitter: float = 0.0
+    fault: str = ""  # the experiment's node fault ("" for none)
+    fault_nodes: int = 0  # how many lock nodes it hits (0 without a fault)
+    restart_delay_ms: float = 0.0  # node-restart: down this long before it restarts
+    persistence: str = "none"  # node-restart: none, or aof-always (appendfsync always, kept across restarts)
     #: (worker, round) pairs at which the worker pauses; explicit, derived from the seed.
     pause_schedule: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     #: A bound on each backend call, not a setting of the experiment (not part of the identity).
@@ -190,12 +226,12 @@ class TrialSpec:
 IDENTITY_SETTINGS = (
     "backend", "experiment", "trial", "seed", "workers", "rounds", "ttl_ms", "work_ms", "pause_ms",
     "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter", "node_count", "pause_point",
-    "pause_how", "resource_check",
+    "pause_how", "resource_check", "fault_nodes", "restart_delay_ms", "persistence",
 )  # fmt: skip
 
 #: Settings added after the first results were written, with the value every older row had. A
 #: setting at this value is left out of the identity hash, so adding a setting keeps old trial ids.
-SETTINGS_SINCE_V1 = {"jitter": "0"}
+SETTINGS_SINCE_V1 = {"jitter": "0", "fault_nodes": "0", "restart_delay_ms": "0", "persistence": "none"}
 
 
 def canonical(value: object) -> str:
@@ -269,6 +305,8 @@ def make_spec(
         if pause_ms > 0
         else frozenset()
     )
+    faulty = experiment.fault is not None  # fault settings mean nothing without a fault
+    restarting = experiment.fault == "node-restart"
     return TrialSpec(
         backend=backend,
         experiment=experiment.name,
@@ -288,6 +326,10 @@ def make_spec(
         resource_check=resource_check,
         node_count=node_count,
         jitter=o.jitter,
+        fault=experiment.fault or "",
+        fault_nodes=o.fault_nodes if faulty else 0,
+        restart_delay_ms=o.restart_delay_ms * scale if restarting else 0.0,
+        persistence=o.persistence if restarting else "none",
         pause_schedule=schedule,
         call_timeout_ms=o.call_timeout_ms,
     )

@@ -28,7 +28,7 @@ SCHEMA_VERSION = 4
 #: in-process sleep; schema 1: it landed right after acquiring, no think time, fenced backends
 #: checked the token on the write only. Until schema 4: no jitter, and no provenance (left empty:
 #: unknown, never guessed).
-_SINCE_V3 = {"jitter": "0"}
+_SINCE_V3 = {"jitter": "0", "fault_nodes": "0", "restart_delay_ms": "0", "persistence": "none"}
 _SINCE_V2 = _SINCE_V3 | {"pause_how": "sleep"}
 _SINCE_V1 = _SINCE_V2 | {"pause_point": "after-acquire", "think_ms": "0", "reads_rejected": "0", "cs_retries": "0"}
 
@@ -46,13 +46,15 @@ COLUMNS = (
 )  # fmt: skip
 
 _INT_COLUMNS = {
-    "schema_version", "trial", "seed", "workers", "rounds", "ttl_ms", "entries", "entries_planned", "conflicts",
+    "schema_version", "trial", "seed", "workers", "rounds", "ttl_ms", "fault_nodes", "entries", "entries_planned",
+    "conflicts",
     "conflicts_overlap", "max_concurrency", "writes_accepted", "writes_rejected",
     "stale_writes_accepted", "stale_writes_rejected", "lost_updates", "final_balance", "acquires",
     "acquire_timeouts", "refused_validity", "releases_failed", "reads_rejected", "cs_retries",
 }  # fmt: skip
 _FLOAT_COLUMNS = {
-    "work_ms", "pause_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter", "overlap_ms",
+    "work_ms", "pause_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter",
+    "restart_delay_ms", "overlap_ms",
     "acquire_p50_ms", "acquire_p99_ms", "wall_s", "load_avg_1m",
 }  # fmt: skip
 _BOOL_COLUMNS = {"conflict_measures_agree"}

@@ -1,0 +1,115 @@
+"""Node faults: what happens to the lock nodes that hold a worker's lease.
+
+Each fault is a small object: :meth:`needs` says how the cluster must be built (persistence, fake
+clocks), :meth:`inject` acts on some lock nodes of a running embedded cluster, :meth:`heal` undoes
+what can be undone. When the runner injects, heals and how often is :mod:`schedule`'s business;
+the runner heals every active fault in ``finally``, whatever happened.
+
+- ``node-crash``: SIGKILL the nodes; they stay down until the trial ends (a single node is a
+  single point of failure; a Redlock survives a minority).
+- ``node-restart``: SIGKILL the nodes and start them again on the same port after
+  ``restart_delay_ms`` — empty, unless the cluster keeps an AOF with ``appendfsync always``
+  (antirez's answers to Kleppmann: delayed restarts, fsync).
+- ``clock-jump``: move the nodes' wall clocks forward by twice the TTL (libfaketime; the monotonic
+  clock is left alone), so every key they hold expires at once (Redlock assumes bounded drift).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar, Protocol
+
+from lockcompare.cluster import Cluster
+from lockcompare.errors import ConfigError
+
+PERSISTENCE_MODES = ("none", "aof-always")
+
+
+@dataclass(frozen=True)
+class ClusterNeeds:
+    """How the embedded cluster must be built for a fault."""
+
+    persistence: str = "none"
+    fake_clocks: bool = False
+
+
+class NodeFault(Protocol):
+    name: ClassVar[str]
+
+    def needs(self) -> ClusterNeeds: ...
+
+    def inject(self, cluster: Cluster, nodes: list[int]) -> str:
+        """Act on ``nodes``; returns a short description for the history."""
+        ...
+
+    def heal(self, cluster: Cluster, nodes: list[int]) -> str: ...
+
+
+def _embedded(cluster: Cluster, fault: str) -> None:
+    if not cluster.embedded:
+        raise ConfigError(f"{fault} needs the embedded cluster: lockcompare cannot kill or restart external servers")
+
+
+@dataclass(frozen=True)
+class NodeCrash:
+    name: ClassVar[str] = "node-crash"
+
+    def needs(self) -> ClusterNeeds:
+        return ClusterNeeds()
+
+    def inject(self, cluster: Cluster, nodes: list[int]) -> str:
+        _embedded(cluster, self.name)
+        for i in nodes:
+            cluster.node_server(i).crash()
+        return "SIGKILL"
+
+    def heal(self, cluster: Cluster, nodes: list[int]) -> str:
+        for i in nodes:
+            server = cluster.node_server(i)
+            if not server.is_running():
+                server.start()
+        return "started again (empty)"
+
+
+@dataclass(frozen=True)
+class NodeRestart:
+    """Crash now; the heal (the restart) is scheduled ``restart_delay_ms`` later."""
+
+    persistence: str = "none"
+    name: ClassVar[str] = "node-restart"
+
+    def needs(self) -> ClusterNeeds:
+        return ClusterNeeds(persistence=self.persistence)
+
+    def inject(self, cluster: Cluster, nodes: list[int]) -> str:
+        _embedded(cluster, self.name)
+        for i in nodes:
+            cluster.node_server(i).crash()
+        return "SIGKILL"
+
+    def heal(self, cluster: Cluster, nodes: list[int]) -> str:
+        for i in nodes:
+            server = cluster.node_server(i)
+            if not server.is_running():
+                server.start()
+        return "restarted on the same port" + (" (AOF, appendfsync always)" if self.persistence != "none" else " (empty)")
+
+
+@dataclass(frozen=True)
+class ClockJump:
+    """Jump forward by ``jump_s``; a jump is not undone mid-trial (clocks reset when the trial ends)."""
+
+    jump_s: float
+    name: ClassVar[str] = "clock-jump"
+
+    def needs(self) -> ClusterNeeds:
+        return ClusterNeeds(fake_clocks=True)
+
+    def inject(self, cluster: Cluster, nodes: list[int]) -> str:
+        _embedded(cluster, self.name)
+        for i in nodes:
+            cluster.node_clock(i).jump(seconds=self.jump_s)
+        return f"wall clock +{self.jump_s:g} s"
+
+    def heal(self, cluster: Cluster, nodes: list[int]) -> str:
+        return "clock stays ahead (reset after the trial)"
