@@ -176,6 +176,27 @@ def test_heal_resets_connections_that_lost_bytes_but_keeps_idle_ones(proxy: Link
         lossy.close()
 
 
+def test_a_close_inside_the_blackhole_reaches_the_server_only_at_heal(server: RedisServer, proxy: LinkProxy) -> None:
+    admin = connect(server.url, timeout_s=1)
+    try:
+        admin.client_setname("admin")
+        sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=1)  # type: ignore[arg-type]
+        sock.sendall(b"CLIENT SETNAME behind-proxy\r\n")
+        assert sock.recv(100) == b"+OK\r\n"
+        proxy.blackhole()
+        sock.close()
+        time.sleep(0.05)
+        names = [c["name"] for c in admin.client_list()]
+        assert "behind-proxy" in names  # the FIN vanished: the server still sees the client
+        proxy.heal()
+        deadline = time.monotonic() + 2
+        while "behind-proxy" in [c["name"] for c in admin.client_list()] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "behind-proxy" not in [c["name"] for c in admin.client_list()]
+    finally:
+        admin.close()
+
+
 def test_reset_closes_current_connections_with_rst(proxy: LinkProxy) -> None:
     sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=1)  # type: ignore[arg-type]
     try:
