@@ -97,21 +97,27 @@ def test_delay_holds_each_reply_back_by_the_configured_time(proxy: LinkProxy) ->
 
 
 def test_delay_is_per_chunk_not_cumulative(proxy: LinkProxy) -> None:
-    """Ten PINGs written at once: replies each wait DELAY_MS from their arrival, in order."""
-    client = connect(proxy.url, timeout_s=2)
-    try:
-        client.ping()
+    """Five PINGs 10 ms apart: each reply waits DELAY_MS from its own arrival, in order."""
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as sock:  # type: ignore[arg-type]
         proxy.delay(ms=DELAY_MS)
-        pipe = client.pipeline(transaction=False)
-        for i in range(10):
-            pipe.echo(f"m{i}")
-        t0 = time.perf_counter()
-        replies = pipe.execute()
-        elapsed_ms = (time.perf_counter() - t0) * 1000
-    finally:
-        client.close()
-    assert replies == [f"m{i}".encode() for i in range(10)]
-    assert DELAY_MS <= elapsed_ms < 2 * DELAY_MS  # cumulative would be 10 x
+        sent = []
+        for i in range(5):
+            sent.append(time.monotonic())
+            sock.sendall(f"ECHO m{i}\r\n".encode())
+            time.sleep(0.01)
+        received: list[tuple[float, bytes]] = []
+        buffer = b""
+        while len(received) < 5:
+            buffer += sock.recv(1000)
+            now = time.monotonic()
+            while b"\r\n" in buffer and buffer.startswith(b"$"):
+                header, _, rest = buffer.partition(b"\r\n")
+                value, _, buffer = rest.partition(b"\r\n")
+                received.append((now, value))
+    assert [value for _, value in received] == [f"m{i}".encode() for i in range(5)]
+    waits_ms = [(at - sent_at) * 1000 for (at, _), sent_at in zip(received, sent, strict=True)]
+    # Cumulative delays would be 50, 100, 150...; each must be one delay (a generous upper bound).
+    assert all(DELAY_MS <= wait < DELAY_MS * 1.3 for wait in waits_ms), waits_ms
 
 
 def test_blackhole_times_out_within_the_socket_timeout_and_heal_restores(proxy: LinkProxy) -> None:
@@ -168,6 +174,27 @@ def test_heal_resets_connections_that_lost_bytes_but_keeps_idle_ones(proxy: Link
     finally:
         idle.close()
         lossy.close()
+
+
+def test_a_close_inside_the_blackhole_reaches_the_server_only_at_heal(server: RedisServer, proxy: LinkProxy) -> None:
+    admin = connect(server.url, timeout_s=1)
+    try:
+        admin.client_setname("admin")
+        sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=1)  # type: ignore[arg-type]
+        sock.sendall(b"CLIENT SETNAME behind-proxy\r\n")
+        assert sock.recv(100) == b"+OK\r\n"
+        proxy.blackhole()
+        sock.close()
+        time.sleep(0.05)
+        names = [c["name"] for c in admin.client_list()]
+        assert "behind-proxy" in names  # the FIN vanished: the server still sees the client
+        proxy.heal()
+        deadline = time.monotonic() + 2
+        while "behind-proxy" in [c["name"] for c in admin.client_list()] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "behind-proxy" not in [c["name"] for c in admin.client_list()]
+    finally:
+        admin.close()
 
 
 def test_reset_closes_current_connections_with_rst(proxy: LinkProxy) -> None:

@@ -5,6 +5,11 @@ the caller, whose GIL would otherwise sit in every measurement), one backend aft
 two at once. A worker does ``warmup`` untimed cycles, then ``iterations`` timed ones; a cycle is one
 acquire and one release of the same key, sequentially, each timed with ``perf_counter_ns``.
 
+Rows ``<backend>-via-proxy`` (``proxied=[...]``) measure the same backend with every lock node
+reached through a :class:`lockcompare.proxy.LinkProxy` (one proxy process, no fault applied): the
+difference to the direct row is what the proxy itself adds to each round trip, measured in the
+same run, so link-fault experiments can say how much of a delay is the proxy's own.
+
 The first row, ``floor``, is the least a correct lock can cost: a bare ``SET key token NX PX`` plus
 the compare-and-delete release script (EVALSHA) on lock node 0, over one connection, with no
 backend object in between. Every other row is read against it or against ``single``.
@@ -42,12 +47,14 @@ from lockcompare.backends.single import RELEASE_SCRIPT
 from lockcompare.cluster import Cluster, delete_keys_containing
 from lockcompare.errors import InvalidValueError, TrialError
 from lockcompare.lifecycle import SPAWN, die_with_parent, start_worker_process
+from lockcompare.proxy import ProxySet, port_of
 from lockcompare.redisconn import DEFAULT_TIMEOUT_S, connect
 from lockcompare.stats import percentile
 from lockcompare.table import check_format, format_table
 from lockcompare.worker import START_TIMEOUT_S
 
 FLOOR = "floor"
+VIA_PROXY = "-via-proxy"
 
 #: A cycle slower than this on average means something hangs, not that a lock is slow.
 _MAX_CYCLE_S = 0.5
@@ -86,6 +93,7 @@ def run_bench(
     warmup: int = 50,
     blocks: int = 5,
     request_timeout_s: float = DEFAULT_TIMEOUT_S,
+    proxied: Sequence[str] = (),
 ) -> list[BenchRow]:
     """Measure acquire + release latency: the ``floor`` row first, then one row per backend, in order.
 
@@ -93,6 +101,10 @@ def run_bench(
     rotated order, each in a fresh process after its own warm-up, so that a machine whose speed
     drifts (on these VMs an idle vCPU wakes slowly: loopback PING p50 was 0.2 ms with one core
     busy and 0.7-1.1 ms idle) biases no backend more than another.
+
+    Each backend in ``proxied`` (also measured directly, or not) gets a ``<name>-via-proxy`` row
+    right after its direct row: its nodes reached through link proxies with no fault (the embedded
+    cluster only: the proxies listen on, and forward to, loopback).
 
     Unknown or unusable backends raise the errors of :func:`lockcompare.backends.load_backend`
     before any worker starts. A worker that fails raises :class:`TrialError`. Only the bench's
@@ -104,25 +116,37 @@ def run_bench(
         raise InvalidValueError(f"ttl_ms must be positive, got {ttl_ms}")
     if warmup < 0:
         raise InvalidValueError(f"warmup must not be negative, got {warmup}")
-    for name in backends:
+    for name in (*backends, *proxied):
         load_backend(name)  # fail here, once, with the loader's own message
+    if proxied and not cluster.embedded:
+        raise InvalidValueError("via-proxy rows need the embedded cluster (the proxies forward to loopback ports)")
     if blocks < 1 or blocks > iterations:
         raise InvalidValueError(f"blocks must be between 1 and iterations ({iterations}), got {blocks}")
     config = BackendConfig(node_urls=cluster.node_urls, request_timeout_s=request_timeout_s)
     prefix = f"lockcompare:bench:{uuid.uuid4().hex[:10]}"
-    names = [FLOOR, *dict.fromkeys(backends)]  # each backend once, in the order given
+    names = [FLOOR]
+    for name in dict.fromkeys([*backends, *proxied]):  # each backend once, in the order given
+        if name in backends:
+            names.append(name)
+        if name in proxied:
+            names.append(name + VIA_PROXY)
     samples: dict[str, list[int]] = {name: [] for name in names}
     refused = dict.fromkeys(names, 0)
     wall_ns = dict.fromkeys(names, 0)
+    links = ProxySet(node_ports=[port_of(url) for url in cluster.node_urls], workers=1, name="bench") if proxied else None
     try:
+        if links is not None:
+            links.start()
+            proxied_config = BackendConfig(node_urls=links.node_urls(worker=0), request_timeout_s=request_timeout_s)
         for block in range(blocks):
             # Rotate the order each block: a backend measured always first (or last) would
             # always meet the same machine state.
             order = names[block % len(names) :] + names[: block % len(names)]
             for name in order:
+                via_proxy = name.endswith(VIA_PROXY) and links is not None
                 job = _Job(
-                    backend=name,
-                    config=config,
+                    backend=name.removesuffix(VIA_PROXY) if via_proxy else name,
+                    config=proxied_config if via_proxy else config,
                     key=f"{prefix}:{names.index(name)}",
                     iterations=iterations // blocks + (1 if block < iterations % blocks else 0),
                     warmup=warmup,
@@ -133,6 +157,8 @@ def run_bench(
                 refused[name] += block_refused
                 wall_ns[name] += block_wall
     finally:
+        if links is not None:
+            links.stop()
         delete_keys_containing(cluster.node_urls, prefix)
     return [_row(name, samples[name], refused[name], wall_ns[name]) for name in names]
 

@@ -418,6 +418,14 @@ def bench(
     iterations: Annotated[int, typer.Option("--iterations", help="Timed acquire+release cycles per backend.")] = 500,
     ttl_ms: Annotated[int, typer.Option("--ttl-ms", help="Lease TTL (long: nothing should expire).")] = 10_000,
     fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
+    via_proxy: Annotated[
+        str,
+        typer.Option(
+            "--via-proxy",
+            help="Comma-separated backends also measured through link proxies (rows NAME-via-proxy; "
+            "embedded cluster only; '' for none).",
+        ),
+    ] = "single",
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,
@@ -430,13 +438,16 @@ def bench(
     table.check_format(fmt)
     options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
     names = _split(backends_list)
-    for name in names:
+    proxied = _split(via_proxy)
+    for name in (*names, *proxied):
         load_backend(name)  # a bad name fails before any server starts
     with open_cluster(
         nodes=options.nodes, resource=options.resource, node_count=options.node_count, redis_server=options.redis_server
     ) as cluster:
         print(f"bench: {describe(cluster)}, {iterations} cycles per backend", file=sys.stderr)
-        rows = run_bench(cluster=cluster, backends=names, iterations=iterations, ttl_ms=ttl_ms)
+        if not cluster.embedded:
+            proxied = []  # the proxies forward to loopback ports: external nodes are measured directly
+        rows = run_bench(cluster=cluster, backends=names, iterations=iterations, ttl_ms=ttl_ms, proxied=proxied)
     typer.echo(render_bench(rows, fmt=fmt))
 
 

@@ -21,6 +21,7 @@ What each fault does (control calls are synchronous: when one returns, the proxy
   a real partition: the listening socket's accept queue is shrunk to 0 and filled with one
   connection of the proxy's own, and Linux drops the SYNs of a listener whose accept queue is
   full; a client's ``connect()`` then waits for its connect timeout.
+  A close on one side is not passed on either: the other end learns of it only at heal().
 * ``heal()``: forward normally again; new connections work at once. A connection that lost bytes
   during the blackhole is reset (RST) on heal, because a byte stream with a hole is no longer the
   stream either end sent (TCP would have retransmitted or given up, never skipped): for Redis, a
@@ -160,6 +161,15 @@ class _Conn:
 
     def side_lost(self, *, upstream: bool) -> None:
         if self.closed:
+            return
+        if self.link.blackholed:
+            # The FIN vanishes like every other byte: the other end keeps its connection, as
+            # behind a real partition, until heal() resets it.
+            self.lost_bytes = True
+            if upstream:
+                self.server = None
+            else:
+                self.client = None
             return
         if upstream:
             # The server closed (or died): the client learns it after the replies already read.

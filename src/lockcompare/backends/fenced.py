@@ -1,19 +1,33 @@
 """``fenced``: the single-node lock plus a fencing token (lesson 10, section 10.4).
 
-The token comes from INCR on the lock node, taken *after* the lock is acquired so that token order
-follows acquisition order. The lock alone still lets a paused holder back in; the token lets the
-resource refuse its stale write.
+The token comes from INCR of a counter on the lock node, in the SAME Lua script as the
+``SET NX PX``: Redis runs a script atomically, so token order is acquisition order. With two
+separate round trips (SET, then INCR) a holder that stalled between them could take its token
+after its successor took one, and hold a *higher* token than the holder that followed it: the
+resource would then reject the successor's writes and accept the stale holder's.
+
+The lock alone still lets a paused holder back in; the token lets the resource refuse its stale
+write.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import time
 from typing import ClassVar
 
 import redis
 
-from lockcompare.backends.base import Lease, Refusal
-from lockcompare.backends.single import SingleNodeLock
+from lockcompare.backends.base import BackendConfig, Lease, Refusal
+from lockcompare.backends.single import SingleNodeLock, new_owner_token
+
+#: KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] owner token, ARGV[2] TTL in ms.
+#: The token, or nil when the lock is held (SET NX returns false to Lua when it did not set).
+ACQUIRE_SCRIPT = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return false
+"""
 
 
 def fence_counter_key(lock_key: str) -> str:
@@ -21,18 +35,27 @@ def fence_counter_key(lock_key: str) -> str:
 
 
 class FencedLock(SingleNodeLock):
-    """``single`` + a strictly increasing fencing token from INCR, issued after acquiring."""
+    """``single`` + a strictly increasing fencing token, issued in one script with the SET NX PX."""
 
-    summary: ClassVar[str] = "single + fencing token (INCR after acquiring), checked by the resource"
+    summary: ClassVar[str] = "single + fencing token (SET NX PX and INCR in one Lua script), checked by the resource"
     issues_fencing_tokens: ClassVar[bool] = True
 
+    def __init__(self, *, config: BackendConfig) -> None:
+        super().__init__(config=config)
+        self._acquire = self._client.register_script(ACQUIRE_SCRIPT)
+
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
-        lease = super().acquire(key=key, ttl_ms=ttl_ms)
-        if not lease:
-            return lease
+        owner = new_owner_token()
+        started_ns = time.monotonic_ns()  # the TTL starts no earlier than the request is sent
         try:
-            token = int(self._client.incr(fence_counter_key(key)))
+            token = self._acquire(keys=[key, fence_counter_key(key)], args=[owner, ttl_ms])
         except redis.RedisError:
-            self.release(lease)
+            # The script may have run before the error (e.g. a reply that timed out): delete
+            # what this owner may hold, so the key does not sit there for a whole TTL.
+            self.release(Lease(key=key, owner=owner))
             return Refusal("error")
-        return dataclasses.replace(lease, fencing_token=token)
+        if token is None:
+            return Refusal("held")
+        return Lease(
+            key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000, fencing_token=int(token)
+        )

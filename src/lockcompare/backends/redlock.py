@@ -7,14 +7,18 @@ of N//2+1, one acquire is:
 1. read the clock (here ``time.monotonic_ns()``) before any request is sent;
 2. ``SET key token NX PX ttl`` on every node, with the same key and the same random token everywhere,
    each node given a timeout that is small next to the TTL, so that a dead node costs little;
-3. elapsed = the time from step 1 until the quorum's replies are in. The lock is acquired iff at
-   least a quorum granted and the validity ``TTL - elapsed - drift`` is positive, where
-   ``drift = 1 % of TTL + 2 ms`` allows for processes whose clocks run at slightly different rates;
-4. the holder may count on the lock for that validity, i.e. until ``T2 + validity`` where T2 is
-   when the quorum's last reply was read (= ``T1 + TTL - drift``: the first key of the quorum
-   was set no earlier than T1, so it lives at least until then);
+3. elapsed = the time from step 1 (T1) until the WHOLE fan-out is over (T2: the last reply was
+   read, or the last node's timeout ran out), not until the quorum-th grant: the spec measures
+   "the time elapsed to acquire the lock", and the acquire is not over while requests are still
+   out. The lock is acquired iff at least a quorum granted and the validity
+   ``TTL - elapsed - drift`` is positive, where ``drift = 1 % of TTL + 2 ms`` allows for processes
+   whose clocks run at slightly different rates. So a quorum that answered in time is still
+   refused (``validity``) when slow nodes kept the acquire going past ``TTL - drift``;
+4. the holder may count on the lock for that validity, i.e. until ``T2 + validity``
+   (= ``T1 + TTL - drift``: every key was set no earlier than T1, so it lives at least until then);
 5. on any failure, release on *all* nodes, also those that seemed not to grant (a SET may have
-   landed even though its reply was lost or late).
+   landed even though its reply was lost or late). Only a node the SET never even left for (its
+   connect failed) is skipped: it cannot hold the key.
 
 Release runs the compare-and-delete script (:data:`~lockcompare.backends.single.RELEASE_SCRIPT`) on
 every node. The spec's "retry after a random delay" (section "Retry on Failure") is the harness's
@@ -26,10 +30,9 @@ Choices the spec leaves open, made here:
   (send all, read all later). One thread writes the request to every node, then reads every reply:
   on a 2-core machine this measured ~0.45 ms per acquire+release against 1.1-2 ms for sequential
   calls and 2-3 ms for a thread pool (FIELD-NOTES.md). Each node keeps one persistent connection.
-  Replies are read in node order, so a slow early node also delays reading the later ones: that
-  can only overstate elapsed, i.e. err on the safe side.
-* **Per-node timeout** = ``min(request_timeout_s, max(5 ms, TTL / 10))``, counted from the moment
-  every request has been written. TTL/10 is "small next to the TTL": a node that has not answered
+  Replies are read in node order; elapsed ends when the last one is read or given up on.
+* **Per-node timeout** = ``min(request_timeout_s, max(5 ms, TTL / 10))``, counted for each node
+  from the moment its request was written. TTL/10 is "small next to the TTL": a node that has not answered
   by then would leave at most ~90 % of the lease, and a partitioned node then costs a tenth of the
   TTL, not the TTL. The 5 ms floor keeps a loaded 2-core machine's scheduling jitter (several ms;
   a loopback round trip is ~0.15 ms) from being mistaken for a dead node at short TTLs, and
@@ -41,9 +44,13 @@ Choices the spec leaves open, made here:
 * **A node that fails** (connection refused, error, or no reply by the deadline) counts as not
   granted, and its connection is dropped at once: the late reply would otherwise be read as the
   answer to the next command on that connection (a pipelined protocol never resynchronises by
-  itself). The next command reconnects, bounded by the same per-node timeout, with redis-py's
-  connect handshake (HELLO, CLIENT SETINFO) switched off so a reconnect is one TCP connect, not
-  extra round trips that could block on a stuck node. A request abandoned this way may still land
+  itself). The next fan-out reconnects every such node AT ONCE: non-blocking TCP connects to all
+  of them, then one wait (bounded by the per-node timeout) in which each node's request is written
+  as soon as its connect completes, while the replies of the connected nodes are already on their
+  way. So a partitioned node whose connect hangs costs one per-node timeout per acquire, however
+  many such nodes there are (connecting one after another would cost one timeout per node).
+  redis-py's connect handshake (HELLO, CLIENT SETINFO) is switched off so a reconnect is one TCP
+  connect, not extra round trips that could block on a stuck node. A request abandoned this way may still land
   after the release that follows it: that key then has no holder and expires after the TTL (an
   availability cost on one node, never two holders).
 * **Refusal reasons.** ``validity``: a quorum granted, too late. ``held``: the nodes that answered
@@ -70,8 +77,11 @@ Example, against five running redis-servers::
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import inspect
+import selectors
+import socket
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Final
@@ -98,6 +108,10 @@ DRIFT_FIXED_NS: Final = 2_000_000
 #: Stands for "this node gave no reply" (down, or too slow). An error reply is returned as the
 #: :class:`redis.ResponseError` it is (the connection stays in step); neither counts as a grant.
 NO_REPLY: Final = object()
+
+#: Stands for "the request never left": the node could not be (re)connected. Like NO_REPLY it is
+#: not a grant, but the node cannot hold the key, so a refused acquire need not release there.
+NOT_SENT: Final = object()
 
 #: EVALSHA name of the compare-and-delete script; EVAL is the fallback on NOSCRIPT.
 RELEASE_SHA: Final = hashlib.sha1(RELEASE_SCRIPT.encode()).hexdigest()
@@ -180,9 +194,64 @@ class _Node:
         except redis.RedisError:
             self.discard()
 
-    def send(self, packed: list[bytes], *, connect_timeout_s: float) -> bool:
-        """Write one packed command, (re)connecting first if needed; False if the node is unreachable."""
-        self._conn.socket_connect_timeout = connect_timeout_s  # only used if a reconnect is needed
+    @property
+    def connected(self) -> bool:
+        return self._conn._sock is not None  # noqa: SLF001 - redis-py's socket, None when disconnected
+
+    def begin_connect(self, *, timeout_s: float) -> socket.socket | None:
+        """Start a non-blocking TCP connect; the socket to wait on, or None (connected, or failed).
+
+        Connections that are not plain TCP (unix sockets, TLS) connect here, blocking, bounded by
+        ``timeout_s``: they are not what the harness partitions.
+        """
+        if type(self._conn) is not redis.Connection:
+            self._conn.socket_connect_timeout = timeout_s
+            try:
+                self._conn.connect()
+            except redis.RedisError:
+                self.discard()
+            return None
+        sock: socket.socket | None = None
+        try:
+            family, socktype, proto, _, address = socket.getaddrinfo(
+                self._conn.host, self._conn.port, type=socket.SOCK_STREAM
+            )[0]
+            sock = socket.socket(family, socktype, proto)
+            sock.setblocking(False)
+            error = sock.connect_ex(address)
+        except OSError:
+            if sock is not None:
+                sock.close()
+            return None
+        if error not in (0, errno.EINPROGRESS):
+            sock.close()  # refused at once: a dead node costs nothing
+            return None
+        return sock
+
+    def finish_connect(self, sock: socket.socket) -> bool:
+        """Adopt ``sock`` once its connect completed; False (and the socket closed) if it failed."""
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
+            sock.close()
+            return False
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as redis-py's own connect
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.settimeout(self._conn.socket_timeout)
+        # redis-py's connect() with its socket factory swapped for this socket: its own state
+        # (parser, handshake-free on_connect) is set up exactly as for a connect it made itself.
+        self._conn._connect = lambda: sock  # type: ignore[method-assign]  # noqa: SLF001
+        try:
+            self._conn.connect()
+        except redis.RedisError:
+            self.discard()
+            return False
+        finally:
+            del self._conn._connect  # noqa: SLF001
+        return True
+
+    def send(self, packed: list[bytes]) -> bool:
+        """Write one packed command on the open connection; False if it is closed or broken."""
+        if not self.connected:
+            return False  # never a hidden blocking reconnect: fan_out connects, concurrently
         try:
             self._conn.send_packed_command(packed, check_health=False)
         except redis.RedisError:
@@ -217,18 +286,59 @@ class _Node:
 
 
 def fan_out(nodes: Sequence[_Node], command: Sequence[object], *, timeout_s: float) -> list[Reply]:
-    """Send ``command`` to every node, then read every reply: (reply or NO_REPLY, read time) per node.
+    """Send ``command`` to every node, then read every reply: (reply, NO_REPLY or NOT_SENT; read time) per node.
 
-    Every node gets at least ``timeout_s`` counted from when the last request was written.
+    Disconnected nodes are reconnected concurrently, within ``timeout_s``; each node's reply gets
+    ``timeout_s`` counted from when its request was written.
     """
     packed = nodes[0].pack(command)  # the same bytes for every node: pack once
-    sent = [node.send(packed, connect_timeout_s=timeout_s) for node in nodes]
-    deadline_ns = time.monotonic_ns() + int(timeout_s * 1e9)
+    timeout_ns = int(timeout_s * 1e9)
+    deadlines: list[int | None] = [None] * len(nodes)  # None: the request was not sent
+    connecting: dict[socket.socket, int] = {}
+    for index, node in enumerate(nodes):
+        if not node.connected:
+            sock = node.begin_connect(timeout_s=timeout_s)
+            if sock is not None:
+                connecting[sock] = index
+                continue
+        if node.send(packed):
+            deadlines[index] = time.monotonic_ns() + timeout_ns
+    if connecting:
+        _finish_connects(nodes, connecting, packed=packed, deadlines=deadlines, timeout_ns=timeout_ns)
     replies: list[Reply] = []
-    for node, was_sent in zip(nodes, sent, strict=True):
-        reply = node.read(deadline_ns=deadline_ns) if was_sent else NO_REPLY
+    for node, deadline_ns in zip(nodes, deadlines, strict=True):
+        reply = node.read(deadline_ns=deadline_ns) if deadline_ns is not None else NOT_SENT
         replies.append((reply, time.monotonic_ns()))
     return replies
+
+
+def _finish_connects(
+    nodes: Sequence[_Node],
+    connecting: dict[socket.socket, int],
+    *,
+    packed: list[bytes],
+    deadlines: list[int | None],
+    timeout_ns: int,
+) -> None:
+    """Wait, at most ``timeout_ns``, for the connects in flight; send to each node as it connects."""
+    give_up_ns = time.monotonic_ns() + timeout_ns
+    with selectors.DefaultSelector() as selector:
+        for sock in connecting:
+            selector.register(sock, selectors.EVENT_WRITE)
+        while connecting:
+            wait_s = (give_up_ns - time.monotonic_ns()) / 1e9
+            if wait_s <= 0:
+                break
+            for selected, _ in selector.select(wait_s):
+                sock = selected.fileobj
+                assert isinstance(sock, socket.socket)
+                selector.unregister(sock)
+                index = connecting.pop(sock)
+                if nodes[index].finish_connect(sock) and nodes[index].send(packed):
+                    deadlines[index] = time.monotonic_ns() + timeout_ns
+        for sock in connecting:  # never connected: these nodes count as failed
+            selector.unregister(sock)
+            sock.close()
 
 
 class Redlock:
@@ -275,13 +385,16 @@ class Redlock:
         replies = fan_out(self._nodes, ("SET", key, owner, "NX", "PX", ttl_ms), timeout_s=timeout_s)
         verdict = self._judge(replies, started_ns=started_ns, ttl_ms=ttl_ms)
         if isinstance(verdict, Refusal):
-            self._delete_everywhere(key=key, owner=owner)  # step 5: every node, not only the grantors
+            # Step 5: every node the SET reached, not only the grantors. A node the request never
+            # left cannot hold the key: skipping it spares a partitioned node a second timeout.
+            reached = [node for node, (reply, _) in zip(self._nodes, replies, strict=True) if reply is not NOT_SENT]
+            self._delete_everywhere(key=key, owner=owner, nodes=reached)
             return verdict
         return Lease(key=key, owner=owner, valid_until_ns=verdict)
 
     def release(self, lease: Lease) -> bool:
         """Compare-and-delete on every node; True iff a quorum still held this owner's key."""
-        return self._delete_everywhere(key=lease.key, owner=lease.owner) >= self.quorum
+        return self._delete_everywhere(key=lease.key, owner=lease.owner, nodes=self._nodes) >= self.quorum
 
     def close(self) -> None:
         for node in self._nodes:
@@ -289,29 +402,31 @@ class Redlock:
 
     def _judge(self, replies: list[Reply], *, started_ns: int, ttl_ms: int) -> int | Refusal:
         """The lease's deadline (monotonic ns), or why there is none."""
-        grant_times = [read_ns for reply, read_ns in replies if reply == b"OK"]  # SET NX: OK or nil
-        if len(grant_times) < self.quorum:
+        grants = sum(1 for reply, _ in replies if reply == b"OK")  # SET NX: OK or nil
+        if grants < self.quorum:
             return Refusal(self._why_no_quorum(replies))
-        quorum_read_ns = grant_times[self.quorum - 1]  # T2: when the quorum-th grant was read
-        elapsed_ns = quorum_read_ns - started_ns
+        finished_ns = max(read_ns for _, read_ns in replies)  # T2: the whole fan-out is over
+        elapsed_ns = finished_ns - started_ns
         validity_ns = ttl_ms * 1_000_000 - elapsed_ns - clock_drift_ns(ttl_ms)
         if validity_ns <= 0:
             return Refusal("validity")
-        return quorum_read_ns + validity_ns
+        return finished_ns + validity_ns
 
     def _why_no_quorum(self, replies: list[Reply]) -> str:
         # "held" when the "already set" answers alone rule out a quorum; else failures decided it.
         taken = sum(1 for reply, _ in replies if reply is None)
         return "held" if taken > len(replies) - self.quorum else "no-quorum"
 
-    def _delete_everywhere(self, *, key: str, owner: str) -> int:
-        """How many nodes deleted ``owner``'s key (compare-and-delete on every node)."""
+    def _delete_everywhere(self, *, key: str, owner: str, nodes: Sequence[_Node]) -> int:
+        """How many of ``nodes`` deleted ``owner``'s key (compare-and-delete on each)."""
+        if not nodes:
+            return 0
         args = (1, key, owner)
         timeout_s = self._release_timeout_s
-        replies = fan_out(self._nodes, ("EVALSHA", RELEASE_SHA, *args), timeout_s=timeout_s)
+        replies = fan_out(nodes, ("EVALSHA", RELEASE_SHA, *args), timeout_s=timeout_s)
         deleted = sum(1 for reply, _ in replies if reply == 1)
         # A node that restarted has an empty script cache: EVAL there loads the script again.
-        unloaded = [node for node, (reply, _) in zip(self._nodes, replies, strict=True) if _noscript(reply)]
+        unloaded = [node for node, (reply, _) in zip(nodes, replies, strict=True) if _noscript(reply)]
         if unloaded:
             retried = fan_out(unloaded, ("EVAL", RELEASE_SCRIPT, *args), timeout_s=timeout_s)
             deleted += sum(1 for reply, _ in retried if reply == 1)
