@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 import os
 import sys
 import tempfile
@@ -28,8 +29,8 @@ from lockcompare.errors import InvalidValueError, LockcompareError
 from lockcompare.checker import VERDICT_MEANINGS
 from lockcompare.evaluate import CARD_FORMATS, DEFAULT_AGAINST, QUICK_ROUNDS, QUICK_TIME_SCALE, evaluate, render_card
 from lockcompare.experiments import (
-    DEFAULT_ACQUIRE_TIMEOUT_MS,
     DEFAULT_CALL_TIMEOUT_MS,
+    DEFAULT_EXPERIMENTS,
     DEFAULT_ROUNDS,
     DEFAULT_JITTER,
     DEFAULT_RETRY_DELAY_MS,
@@ -152,12 +153,32 @@ Workers = Annotated[int, typer.Option("--workers", help="Worker processes.")]
 TimeScale = Annotated[
     float, typer.Option("--time-scale", help="Multiply every time by this (0.1: ten times faster, same ratios).")
 ]
-AcquireTimeoutMs = Annotated[float, typer.Option("--acquire-timeout-ms", help="Give up a round's acquire after this.")]
+AcquireTimeoutMs = Annotated[
+    float | None,
+    typer.Option(
+        "--acquire-timeout-ms", help="Give up a round's acquire after this (default 60000; node-fault experiments 2000)."
+    ),
+]
 RetryDelayMs = Annotated[float, typer.Option("--retry-delay-ms", help="Wait between acquire attempts.")]
 ThinkMs = Annotated[
     float, typer.Option("--think-ms", help="Pause between a release and the next acquire (a rival's turn).")
 ]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for the pause schedule and the retry/think jitter.")]
+FaultNodes = Annotated[
+    str, typer.Option("--fault-nodes", help="Node faults: how many lock nodes they hit (nodes 0..K-1); a comma list sweeps.")
+]
+RestartDelayMs = Annotated[
+    str,
+    typer.Option("--restart-delay-ms", help="node-restart: how long the nodes stay down (0: restart at once); a comma list sweeps."),
+]
+Persistence = Annotated[
+    str,
+    typer.Option(
+        "--persistence",
+        help="node-restart: none (restart empty) or aof-always (AOF with appendfsync always, kept across the restart); "
+        "a comma list sweeps.",
+    ),
+]
 Jitter = Annotated[
     float,
     typer.Option(
@@ -212,6 +233,12 @@ def _trial_settings(params: dict[str, Any]) -> tuple[Overrides, Sweep, ClusterOp
     sweep = _sweep(
         pause_ms=params["pause_ms"], pause_point=params["pause_point"], fence=params["fence"], pause_how=params["pause_how"]
     )
+    sweep = replace(
+        sweep,
+        fault_nodes=tuple(int(v) for v in _numbers("--fault-nodes", params["fault_nodes"], whole=True)),
+        restart_delays_ms=tuple(_numbers("--restart-delay-ms", params["restart_delay_ms"])),
+        persistences=tuple(_choices("--persistence", params["persistence"], ("none", "aof-always"))),
+    )
     options = _cluster_options(
         nodes=params["nodes"],
         resource=params["resource"],
@@ -248,6 +275,26 @@ def _sweep(*, pause_ms: str | None, pause_point: str, fence: str, pause_how: str
         fences=tuple(fences),
         pause_hows=tuple(PauseHow(h) for h in hows),
     )
+
+
+def _numbers(flag: str, text: str, *, whole: bool = False) -> list[float]:
+    """A comma list of finite numbers >= 0 (whole numbers >= 1 with ``whole``)."""
+    try:
+        values = [float(v) for v in _split(text)]
+    except ValueError:
+        raise InvalidValueError(f"{flag} takes numbers separated by commas, got {text!r}") from None
+    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
+        raise InvalidValueError(f"{flag} takes finite numbers >= 0, got {text!r}")
+    if whole and any(v < 1 or not v.is_integer() for v in values):
+        raise InvalidValueError(f"{flag} takes whole numbers >= 1, got {text!r}")
+    return values
+
+
+def _choices(flag: str, text: str, known: tuple[str, ...]) -> list[str]:
+    values = _split(text)
+    if not values or any(v not in known for v in values):
+        raise InvalidValueError(f"{flag} takes {' or '.join(known)}, got {text!r}")
+    return values
 
 
 def _split(text: str) -> list[str]:
@@ -298,7 +345,12 @@ def matrix(
         str | None, typer.Option("--backends", help="Comma-separated backends (default: every registered one).")
     ] = None,
     experiments: Annotated[
-        str | None, typer.Option("--experiments", help="Comma-separated experiments (default: all).")
+        str | None,
+        typer.Option(
+            "--experiments",
+            help="Comma-separated experiments (default: baseline,short-ttl,client-pause, the lesson's; "
+            "see 'lockcompare experiments' for the node-fault and renewal ones).",
+        ),
     ] = None,
     trials: Annotated[int, typer.Option("--trials", help="Trials per backend x experiment cell.")] = 3,
     out_path: Annotated[
@@ -315,12 +367,15 @@ def matrix(
     rounds: Rounds = None,
     workers: Workers = DEFAULT_WORKERS,
     time_scale: TimeScale = 1.0,
-    acquire_timeout_ms: AcquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_MS,
+    acquire_timeout_ms: AcquireTimeoutMs = None,
     retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
     think_ms: ThinkMs = DEFAULT_THINK_MS,
     seed: Seed = 1,
     jitter: Jitter = DEFAULT_JITTER,
     call_timeout_ms: CallTimeoutMs = DEFAULT_CALL_TIMEOUT_MS,
+    fault_nodes: FaultNodes = "1",
+    restart_delay_ms: RestartDelayMs = "0",
+    persistence: Persistence = "none",
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,
@@ -335,7 +390,8 @@ def matrix(
     try:
         report = run_matrix(
             backends=_split(backends) if backends is not None else _default_backends(),
-            experiments=_split(experiments) if experiments is not None else list(EXPERIMENTS),
+            experiments=_split(experiments) if experiments is not None else list(DEFAULT_EXPERIMENTS),
+            skip_unfit=backends is None,
             trials=trials,
             overrides=overrides,
             out=target,
@@ -378,12 +434,15 @@ def run(
     rounds: Rounds = None,
     workers: Workers = DEFAULT_WORKERS,
     time_scale: TimeScale = 1.0,
-    acquire_timeout_ms: AcquireTimeoutMs = DEFAULT_ACQUIRE_TIMEOUT_MS,
+    acquire_timeout_ms: AcquireTimeoutMs = None,
     retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
     think_ms: ThinkMs = DEFAULT_THINK_MS,
     seed: Seed = 1,
     jitter: Jitter = DEFAULT_JITTER,
     call_timeout_ms: CallTimeoutMs = DEFAULT_CALL_TIMEOUT_MS,
+    fault_nodes: FaultNodes = "1",
+    restart_delay_ms: RestartDelayMs = "0",
+    persistence: Persistence = "none",
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,
@@ -391,7 +450,7 @@ def run(
 ) -> None:
     """Run a single trial and print its metrics."""
     overrides, sweep, options = _trial_settings(locals())
-    if max(len(sweep.pause_ms), len(sweep.pause_points), len(sweep.fences), len(sweep.pause_hows)) > 1:
+    if sweep.cells_per_trial() > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
     with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
         target = out_path or Path(scratch) / "run.csv"

@@ -17,6 +17,7 @@ import redis
 from lockcompare.errors import ConfigError, InvalidValueError
 from lockcompare.lifecycle import sigterm_unwinds
 from lockcompare.redisconn import connect, ping, server_version
+from lockcompare.fakeclock import FakeClock, check_fake_clock_support
 from lockcompare.server import RedisServer, find_redis_server
 
 DEFAULT_NODES = 5
@@ -32,12 +33,23 @@ class Cluster:
     redis_version: str
     servers: tuple[RedisServer, ...] = ()
     resource_server: RedisServer | None = None
+    clocks: tuple[FakeClock, ...] = ()  # one per lock node when built with fake clocks
 
     def node_server(self, index: int) -> RedisServer:
         """The spawned server behind lock node ``index`` (for faults that crash or restart it)."""
         if not self.embedded:
             raise ConfigError("this fault needs the embedded cluster: lockcompare cannot restart external servers")
         return self.servers[index]
+
+    def node_clock(self, index: int) -> FakeClock:
+        """The fake wall clock of lock node ``index`` (for clock jumps)."""
+        if not self.clocks:
+            raise ConfigError("clock jumps need a cluster built with fake clocks (libfaketime)")
+        return self.clocks[index]
+
+    def reset_clocks(self) -> None:
+        for clock in self.clocks:
+            clock.reset()
 
 
 @contextlib.contextmanager
@@ -47,6 +59,8 @@ def open_cluster(
     resource: str | None = None,
     node_count: int = DEFAULT_NODES,
     redis_server: str | None = None,
+    persistence: str = "none",
+    fake_clocks: bool = False,
 ) -> Iterator[Cluster]:
     """Yield a ready :class:`Cluster`; spawned servers are stopped however the block ends.
 
@@ -65,7 +79,13 @@ def open_cluster(
     if node_count < 1:
         raise InvalidValueError(f"need at least one lock node, got {node_count}")
     binary = find_redis_server(redis_server)
-    servers = [RedisServer(binary=binary, name=f"node{i}") for i in range(node_count)]
+    if fake_clocks:
+        check_fake_clock_support(binary)  # one clear line now, never a hang mid-matrix
+    clocks = [FakeClock() for _ in range(node_count)] if fake_clocks else []
+    servers = [
+        RedisServer(binary=binary, name=f"node{i}", persistence=persistence, env=clocks[i].env() if clocks else None)
+        for i in range(node_count)
+    ]
     servers.append(RedisServer(binary=binary, name="resource"))
     with sigterm_unwinds():
         try:
@@ -78,10 +98,13 @@ def open_cluster(
                 redis_version=server_version(servers[-1].url),
                 servers=tuple(servers[:-1]),
                 resource_server=servers[-1],
+                clocks=tuple(clocks),
             )
         finally:
             for server in servers:
                 server.cleanup()
+            for clock in clocks:
+                clock.close()
 
 
 def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:

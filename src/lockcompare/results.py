@@ -206,7 +206,7 @@ def read_results(path: Path) -> list[dict[str, Any]]:
 def _upgrade(raw: dict[str, str], version: int) -> dict[str, str]:
     """A row of an older schema in today's terms; its trial_id recomputed from its settings."""
     if version == SCHEMA_VERSION:
-        return raw
+        return _SINCE_V3 | raw  # columns added since the first schema-4 rows (fault settings)
     if version == 1:
         check = "fence-writes" if raw.get("backend") == "fenced" else "plain"
         raw = _SINCE_V1 | {"resource_check": check} | raw

@@ -24,8 +24,10 @@ from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.checker import TrialMetrics, check, unknown
 from lockcompare.cluster import Cluster, delete_keys_containing
 from lockcompare.errors import NodeUnreachableError
-from lockcompare.experiments import TrialSpec
+from lockcompare.experiments import FAULT_DELAY_MS, TrialSpec
 from lockcompare.faults import Freezer
+from lockcompare.faults.node import ClockJump, NodeCrash, NodeRestart
+from lockcompare.faults.schedule import FaultPlan, FaultScheduler
 from lockcompare.history import Event
 from lockcompare.lifecycle import SPAWN, die_with_parent, start_worker_process
 from lockcompare.resource import Resource, ResourceCounters
@@ -88,9 +90,12 @@ def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout
             think_ms=spec.think_ms,
             jitter=spec.jitter,
             seed=spec.seed,
+            report_acquires=bool(spec.fault) and w == 0,
         )
         for w in range(spec.workers)
     ]
+    plan = fault_plan(spec)
+    faults = FaultScheduler(plan=plan, cluster=cluster) if plan is not None else None
     resource = Resource(url=cluster.resource_url, prefix=prefix)
     try:
         # Keys on servers we do not own must not outlive a killed run: they expire on their own.
@@ -103,8 +108,11 @@ def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout
             timeout_s=worst_case_duration_s(spec),
             call_timeout_s=spec.call_timeout_ms / 1000,
             backend=spec.backend,
+            faults=faults,
         )
         wall_s = time.monotonic() - wall_start
+        if faults is not None:
+            events = history_io.merge([events, faults.events])
         died = health.dead_nodes(cluster, node_count=spec.node_count)
         if died:
             failure = "; ".join(filter(None, [failure, f"{health.describe_dead(cluster, died)} died during the trial"]))
@@ -136,8 +144,32 @@ def _read_counters(resource: Resource) -> ResourceCounters:
         raise NodeUnreachableError(f"cannot read the resource's counters: {exc}") from None
 
 
+def fault_plan(spec: TrialSpec) -> FaultPlan | None:
+    """The node fault a trial's experiment applies, following worker 0's leases (None: no fault)."""
+    if not spec.fault:
+        return None
+    nodes = tuple(range(spec.fault_nodes))
+    delay_ms = FAULT_DELAY_MS * spec.time_scale
+    if spec.fault == "node-crash":
+        return FaultPlan(fault=NodeCrash(), nodes=nodes, delay_ms=delay_ms, heal_after_ms=None, every_round=False)
+    if spec.fault == "node-restart":
+        return FaultPlan(
+            fault=NodeRestart(persistence=spec.persistence), nodes=nodes, delay_ms=delay_ms,
+            heal_after_ms=spec.restart_delay_ms, every_round=True,
+        )  # fmt: skip
+    if spec.fault == "clock-jump":
+        jump = ClockJump(jump_s=2 * spec.ttl_ms / 1000)
+        return FaultPlan(fault=jump, nodes=nodes, delay_ms=delay_ms, heal_after_ms=0, every_round=True)
+    raise ValueError(f"unknown fault {spec.fault!r}")
+
+
 def _run_workers(
-    plans: list[WorkerPlan], *, timeout_s: float, call_timeout_s: float, backend: str
+    plans: list[WorkerPlan],
+    *,
+    timeout_s: float,
+    call_timeout_s: float,
+    backend: str,
+    faults: FaultScheduler | None = None,
 ) -> tuple[list[Event], str]:
     """Start one process per plan, release them together, gather their histories.
 
@@ -159,7 +191,7 @@ def _run_workers(
             slots.append(CallSlot(shared))
         watch = _Watch(
             conns=conns, slots=slots, freezer=freezer, pids=[p.pid for p in procs], call_timeout_s=call_timeout_s,
-            backend=backend,
+            backend=backend, faults=faults,
         )  # fmt: skip
         ready, problem = watch.collect(timeout_s=START_TIMEOUT_S, what="start")
         if problem or any(status != "ready" for status, _, _ in ready):
@@ -169,6 +201,8 @@ def _run_workers(
         return _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
     finally:
         freezer.thaw_all()
+        if faults is not None:
+            faults.heal_all()  # no node stays down, no clock stays ahead, whatever ended the trial
         for proc in procs:
             if proc.is_alive():
                 proc.terminate()
@@ -195,6 +229,7 @@ class _Watch:
     pids: list[int]
     call_timeout_s: float
     backend: str
+    faults: FaultScheduler | None = None
 
     def collect(self, *, timeout_s: float, what: str) -> tuple[list[tuple[str, str, list[Event]]], str]:
         """``(status, message, events)`` from every worker (a dead one reports ``error``), and a
@@ -209,7 +244,12 @@ class _Watch:
             stuck = self._stuck_call()
             if stuck:
                 return messages, stuck
-            for conn in wait_for_connections(pending, timeout=min(remaining, _WATCH_INTERVAL_S)):
+            wait_s = min(remaining, _WATCH_INTERVAL_S)
+            if self.faults is not None:
+                self.faults.run_due()
+                next_fault = self.faults.seconds_to_next()
+                wait_s = wait_s if next_fault is None else min(wait_s, next_fault)
+            for conn in wait_for_connections(pending, timeout=wait_s):
                 try:
                     message = conn.recv()
                 except EOFError:
@@ -217,6 +257,11 @@ class _Watch:
                 if message[0] == "freeze":
                     index = self.conns.index(conn)
                     self.freezer.freeze(pid=self.pids[index], conn=conn, pause_s=float(message[1]))
+                    continue
+                if message[0] == "acquired":
+                    if self.faults is not None:
+                        self.faults.on_acquired(worker=self.conns.index(conn), round_=int(message[1]), t_ns=message[2][0])
+                        self.faults.run_due()  # a fault due at once lands before anything else is read
                     continue
                 pending.remove(conn)
                 messages.append(message)

@@ -27,6 +27,10 @@ from lockcompare.experiments import PauseHow, PausePoint
 from lockcompare.resource import Check, Resource
 from lockcompare.sections import run_section
 
+#: After this many rounds in a row without a lease the lock is taken to be gone (a crashed node
+#: that stays down): the remaining rounds are skipped and recorded as such, not waited out one by one.
+MAX_ROUNDS_WITHOUT_LEASE = 3
+
 #: How long start-up may take: spawning an interpreter, importing, connecting (about 0.2 s here).
 START_TIMEOUT_S = 60.0
 
@@ -85,6 +89,7 @@ class WorkerPlan:
     think_ms: float
     jitter: float = 0.0
     seed: int = 0
+    report_acquires: bool = False  # tell the runner of each lease (a node fault follows this worker's leases)
 
 
 def checked_outcome(outcome: object, *, backend: str) -> Lease | Refusal:
@@ -189,11 +194,19 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
         # A seeded random start offset, up to one whole round, makes the phase random instead.
         if plan.jitter:
             time.sleep(rng.uniform(0, plan.work_ms + plan.think_ms) / 1000)
+        without_lease = 0
         for round_ in range(plan.rounds):
             rec.round = round_
+            if without_lease >= MAX_ROUNDS_WITHOUT_LEASE:
+                rec.add("gave-up", t0=now_ns(), rounds_skipped=plan.rounds - round_)
+                break
             lease = acquire_until_deadline(backend, plan, rec, slot=slot, rng=rng)
             if lease is None:
+                without_lease += 1
                 continue
+            without_lease = 0
+            if plan.report_acquires:
+                conn.send(("acquired", str(round_), [now_ns()]))  # no reply awaited: the runner acts on its own
             pausing = round_ in plan.pause_rounds
             if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
                 pause()

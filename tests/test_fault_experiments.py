@@ -1,0 +1,103 @@
+"""Node faults in real trials: the runner injects them while worker 0 holds its lease, records them
+in the history, and heals them whatever happens (real redis-server nodes, real workers)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lockcompare.cli import app
+from lockcompare.cluster import open_cluster
+from lockcompare.experiments import Overrides, get_experiment, make_spec
+from lockcompare.faults.node import ClockJump, NodeCrash
+from lockcompare.faults.schedule import FaultPlan, FaultScheduler
+from lockcompare.health import answers
+from lockcompare.redisconn import connect
+from lockcompare.trial import new_run_id, run_trial
+
+QUICK = dict(time_scale=0.5, rounds=3)  # the quick check the issue names: faults need ~10 ms restarts to fit in a hold
+
+
+def _trial(backend: str, experiment: str, cluster, **kw):
+    spec = make_spec(backend=backend, experiment=get_experiment(experiment), trial=0, overrides=Overrides(**QUICK, **kw))
+    return run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
+
+
+def test_a_majority_restarted_empty_lets_a_second_redlock_holder_in_and_the_history_says_so() -> None:
+    with open_cluster() as cluster:
+        result = _trial("redlock", "node-restart", cluster, fault_nodes=3)
+        assert all(answers(url) for url in cluster.node_urls)  # healed: every node is back
+    faults = [e for e in result.history if e["kind"] == "fault"]
+    assert faults and {e["worker"] for e in faults} == {-1}
+    assert [e["action"] for e in faults[:2]] == ["inject", "heal"] and faults[0]["nodes"] == [0, 1, 2]
+    assert result.metrics.conflicts > 0 and result.metrics.verdict != "unknown"
+
+
+def test_a_minority_restarted_keeps_redlock_exclusive() -> None:
+    with open_cluster() as cluster:
+        result = _trial("redlock", "node-restart", cluster, fault_nodes=2)
+    assert any(e["kind"] == "fault" for e in result.history)
+    assert (result.metrics.conflicts, result.metrics.verdict) == (0, "exclusive")
+
+
+def test_a_crashed_single_node_makes_the_lock_unavailable_not_exclusive() -> None:
+    with open_cluster() as cluster:
+        result = _trial("single", "node-crash", cluster)
+    assert result.metrics.verdict in ("degraded", "unavailable")
+    assert result.metrics.entries < result.metrics.entries_planned and result.metrics.conflicts == 0
+
+
+def test_a_jumped_clock_expires_the_single_nodes_key_early() -> None:
+    with open_cluster(node_count=1, fake_clocks=True) as cluster:
+        result = _trial("single", "clock-jump", cluster)
+        client = connect(cluster.node_urls[0])
+        try:
+            client.set("after-the-trial", 1, px=10_000)  # clocks were reset: a 10 s key lives
+            assert client.pttl("after-the-trial") > 9000
+        finally:
+            client.close()
+    assert result.metrics.conflicts > 0
+
+
+def test_every_fault_heals_in_finally_even_when_the_trial_raises() -> None:
+    with open_cluster(node_count=2, fake_clocks=True) as cluster:
+        crash = FaultScheduler(
+            plan=FaultPlan(fault=NodeCrash(), nodes=(0,), delay_ms=0, heal_after_ms=None, every_round=False),
+            cluster=cluster,
+        )
+        jump = FaultScheduler(
+            plan=FaultPlan(fault=ClockJump(jump_s=30), nodes=(1,), delay_ms=0, heal_after_ms=0, every_round=True),
+            cluster=cluster,
+        )
+        with pytest.raises(RuntimeError):
+            try:
+                for scheduler in (crash, jump):
+                    scheduler.on_acquired(worker=0, round_=0, t_ns=0)
+                    scheduler.run_due()
+                assert not answers(cluster.node_urls[0])
+                raise RuntimeError("the trial broke mid-fault")
+            finally:
+                crash.heal_all()
+                jump.heal_all()
+        assert answers(cluster.node_urls[0])
+        assert cluster.node_clock(1).offset_s == 0
+        assert [e["action"] for e in crash.events] == ["inject", "heal"]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--experiment", "node-restart", "--nodes", "redis://127.0.0.1:7/0", "--resource", "redis://127.0.0.1:8/0"],
+         "needs the embedded cluster"),
+        (["--experiment", "node-crash", "--fault-nodes", "6"], "--fault-nodes 6 but single uses 5 lock nodes"),
+        (["--experiment", "node-restart", "--persistence", "rdb"], "--persistence takes none or aof-always"),
+    ],
+)  # fmt: skip
+def test_fault_settings_that_cannot_run_are_one_line_before_any_server(args: list[str], fragment: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", "--time-scale", "0.1", "--out", str(tmp_path / "x.csv"), *args])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], result.stderr
+    assert not (tmp_path / "x.csv").exists()
