@@ -57,6 +57,7 @@ class TrialMetrics:
     acquire_p50_ms: float
     acquire_p99_ms: float
     releases_failed: int
+    tokens_backwards: int  # granted fencing tokens lower than one granted before (a counter lost to a restart)
     verdict: str
     problem: str = ""  # why the verdict is unknown
 
@@ -160,6 +161,23 @@ def verdict_for(*, conflicts: int, lost_updates: int, entries: int, entries_plan
     return "exclusive" if entries >= entries_planned else "degraded"
 
 
+def tokens_backwards(granted: Sequence[Event]) -> int:
+    """Granted fencing tokens lower than the highest granted before them, in grant order.
+
+    >>> tokens_backwards([{"t1": 1, "fence": 5}, {"t1": 2, "fence": 2}, {"t1": 3, "fence": 6}])
+    1
+    """
+    highest, backwards = None, 0
+    for event in sorted(granted, key=lambda e: e["t1"]):
+        token = event.get("fence")
+        if token is None:
+            continue
+        if highest is not None and token < highest:
+            backwards += 1
+        highest = token if highest is None else max(highest, token)
+    return backwards
+
+
 def refusal_counts(acquires: Sequence[Event]) -> dict[str, int]:
     """Refused attempts by reason over every acquire event."""
     totals: dict[str, int] = {}
@@ -233,6 +251,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         acquire_p50_ms=round(percentile(latencies_ms, 50), 4),
         acquire_p99_ms=round(percentile(latencies_ms, 99), 4),
         releases_failed=sum(1 for e in history if e["kind"] == "release" and not e.get("released")),
+        tokens_backwards=tokens_backwards(granted),
         verdict="unknown"
         if problems
         else verdict_for(
@@ -271,6 +290,7 @@ def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned:
         acquire_p50_ms=nan,
         acquire_p99_ms=nan,
         releases_failed=-1,
+        tokens_backwards=-1,
         verdict="unknown",
         problem=problem,
     )

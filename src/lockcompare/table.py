@@ -31,7 +31,7 @@ CONDITION_COLUMNS = (
 )  # fmt: skip
 
 #: Metrics shown only when some trial has a non-zero value (most tables need neither).
-OPTIONAL_COLUMNS = {"reads_rejected": "rejected reads", "cs_retries": "retries"}
+OPTIONAL_COLUMNS = {"reads_rejected": "rejected reads", "cs_retries": "retries", "tokens_backwards": "tokens backwards"}
 
 
 def _num(value: float, digits: int = 1) -> str:
