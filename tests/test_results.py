@@ -37,7 +37,7 @@ def row(**kw: object) -> dict[str, object]:
     base: dict[str, object] = {c: "" for c in COLUMNS}
     base.update(schema_version=SCHEMA_VERSION, backend="single", experiment="baseline", trial_id=f"t{next(_ids)}",
                 entries=80, entries_planned=80, conflicts=0, max_concurrency=1, writes_rejected=0, reads_rejected=0,
-                cs_retries=0, lost_updates=0, overlap_ms=0.0, acquire_timeouts=0, refusals="",
+                cs_retries=0, lost_updates=0, overlap_ms=0.0, acquire_timeouts=0, refusals="", tokens_backwards=0,
                 verdict="exclusive")  # fmt: skip
     base.update(kw)
     return base
