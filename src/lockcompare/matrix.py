@@ -7,14 +7,21 @@ ends; with ``resume`` the trials already in the file are skipped, so a crash cos
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from lockcompare.backends import load_backend
-from lockcompare.cluster import open_cluster
-from lockcompare.errors import InvalidValueError, ResultsFileError
+from lockcompare.cluster import Cluster, ClusterShape, connect_external, start_embedded
+from lockcompare.crew import WorkerPool, spawn_crew
+from lockcompare.errors import ConfigError, InvalidValueError, ResultsFileError
+from lockcompare.lifecycle import sigterm_unwinds
+from lockcompare.pool import ClusterPool, SharedCluster
+from lockcompare.scheduler import DEFAULT_CPU_SHARE, CpuBudget, Finished, prior_busy_fraction, run_scheduled, usable_cpus
+from lockcompare.server import find_redis_server
 from lockcompare.experiments import Overrides, PausePoint, TrialSpec, get_experiment, make_spec
 from lockcompare.sections import check_for
 from lockcompare.results import ResultsWriter, finished_trials, make_row
@@ -45,6 +52,8 @@ class MatrixReport:
     out: Path
     trials_run: int
     trials_skipped: int
+    jobs: int = 1  # asked for
+    jobs_used: int = 1  # the most trials that ran at once
 
 
 ProgressCallback = Callable[[TrialSpec, TrialResult | None, int, int], None]
@@ -109,8 +118,18 @@ def run_matrix(
     sweep: Sweep = Sweep(),
     resume: bool = False,
     progress: ProgressCallback | None = None,
+    jobs: int = 1,
+    fresh_workers: bool = False,
+    cpu_share: float = DEFAULT_CPU_SHARE,
 ) -> MatrixReport:
-    """Run the matrix, appending one row per trial to ``out``; see the module docstring."""
+    """Run the matrix, appending one row per trial to ``out``; see the module docstring.
+
+    ``jobs`` trials run at once at most, fewer when they would keep more than ``cpu_share`` of
+    the CPUs busy (see scheduler.py); ``fresh_workers`` spawns new worker processes for every
+    trial instead of reusing warm ones (crew.py).
+    """
+    if jobs < 1:
+        raise InvalidValueError(f"--jobs must be >= 1, got {jobs}")
     specs = plan_matrix(
         backends=backends,
         experiments=experiments,
@@ -126,26 +145,61 @@ def run_matrix(
     writer = ResultsWriter(out)
     histories = history_dir(out)
     run_id = new_run_id()
-    with open_cluster(
-        nodes=cluster_options.nodes,
-        resource=cluster_options.resource,
-        node_count=cluster_options.node_count,
-        redis_server=cluster_options.redis_server,
-    ) as cluster:
-        for index, spec in enumerate(todo):
-            if progress:
-                progress(spec, None, index, len(todo))
-            result = run_trial(spec=spec, cluster=cluster, run_id=run_id)
-            path = save_history(result, histories)
-            writer.append(
-                make_row(
-                    result,
-                    run_id=run_id,
-                    cluster_kind="embedded" if cluster.embedded else "external",
-                    redis_version=cluster.redis_version,
-                    history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
-                )
+    budget = CpuBudget(cpus=usable_cpus(), share=cpu_share, prior=prior_busy_fraction(overrides.time_scale))
+    jobs_used = 0
+
+    def run_one(spec: TrialSpec, cluster: Cluster) -> tuple[TrialResult, dict[str, Any]]:
+        result = run_trial(spec=spec, cluster=cluster, run_id=run_id, crews=crews)
+        path = save_history(result, histories)
+        row = make_row(
+            result,
+            run_id=run_id,
+            cluster_kind="embedded" if cluster.embedded else "external",
+            redis_version=cluster.redis_version,
+            history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
+        )
+        return result, row
+
+    def on_done(done: Finished[TrialSpec, tuple[TrialResult, dict[str, Any]]]) -> None:
+        nonlocal jobs_used
+        result, row = done.result
+        row["jobs_concurrent"] = done.jobs_concurrent  # a column in results.py's next schema
+        jobs_used = max(jobs_used, done.jobs_concurrent)
+        writer.append(row)  # on_done runs in the main thread only: rows never interleave
+        if progress:
+            progress(done.spec, result, done.finished, len(todo))
+
+    workers = WorkerPool()
+    crews = spawn_crew if fresh_workers else workers.start
+    with sigterm_unwinds(), _cluster_source(cluster_options, jobs=jobs) as clusters:
+        try:
+            run_scheduled(
+                todo,
+                jobs=jobs,
+                run_one=run_one,
+                clusters=clusters,
+                shape_for=lambda spec: ClusterShape(node_count=cluster_options.node_count),
+                kind_of=lambda spec: (spec.backend, spec.experiment),
+                budget=budget,
+                on_start=lambda spec, done: progress(spec, None, done, len(todo)) if progress else None,
+                on_done=on_done,
+                on_cancel=workers.kill_all,
             )
-            if progress:
-                progress(spec, result, index + 1, len(todo))
-    return MatrixReport(out=out, trials_run=len(todo), trials_skipped=len(specs) - len(todo))
+        finally:
+            workers.close()
+    return MatrixReport(
+        out=out, trials_run=len(todo), trials_skipped=len(specs) - len(todo), jobs=jobs, jobs_used=jobs_used
+    )
+
+
+@contextlib.contextmanager
+def _cluster_source(options: ClusterOptions, *, jobs: int) -> Iterator[ClusterPool | SharedCluster]:
+    """A pool of embedded clusters (one per trial in flight), or the user's servers shared by all."""
+    if (options.nodes is None) != (options.resource is None):
+        raise ConfigError("--nodes and --resource go together: give both, or neither for the embedded cluster")
+    if options.nodes is not None and options.resource is not None:
+        yield SharedCluster(connect_external(nodes=options.nodes, resource=options.resource))
+        return
+    find_redis_server(options.redis_server)  # no binary: one clear error before anything starts
+    with ClusterPool(build=lambda shape: start_embedded(shape, redis_server=options.redis_server), limit=jobs) as pool:
+        yield pool

@@ -22,13 +22,13 @@ from lockcompare import history as history_io
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.checker import TrialMetrics, check, unknown
 from lockcompare.cluster import Cluster, delete_keys_containing
+from lockcompare.crew import CrewSource, spawn_crew
 from lockcompare.errors import NodeUnreachableError, TrialError
 from lockcompare.experiments import TrialSpec
 from lockcompare.faults import Freezer
 from lockcompare.history import Event
-from lockcompare.lifecycle import SPAWN, start_worker_process
 from lockcompare.resource import Resource, ResourceCounters
-from lockcompare.worker import START_TIMEOUT_S, WorkerPlan, worker_main
+from lockcompare.worker import START_TIMEOUT_S, WorkerPlan
 
 
 
@@ -52,8 +52,14 @@ def worst_case_duration_s(spec: TrialSpec) -> float:
     return spec.rounds * per_round_ms / 1000 * 2
 
 
-def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout_s: float = 2.0) -> TrialResult:
-    """Run one trial to the end and judge it. Raises :class:`TrialError` if it cannot finish."""
+def run_trial(
+    *, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout_s: float = 2.0, crews: CrewSource = spawn_crew
+) -> TrialResult:
+    """Run one trial to the end and judge it. Raises :class:`TrialError` if it cannot finish.
+
+    ``crews`` provides the worker processes: spawned for this trial (default), or warm ones a
+    :class:`~lockcompare.crew.WorkerPool` reuses between trials.
+    """
     load_backend(spec.backend)  # fail here, once, rather than in every worker
     prefix = f"lockcompare:{run_id}:{spec.trial_id}"
     config = BackendConfig(
@@ -85,7 +91,7 @@ def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout
     try:
         started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         wall_start = time.monotonic()
-        events, failure = _run_workers(plans, timeout_s=worst_case_duration_s(spec))
+        events, failure = _run_workers(plans, timeout_s=worst_case_duration_s(spec), crews=crews)
         wall_s = time.monotonic() - wall_start
         counters = _read_counters(resource)
         metrics = unknown(counters, problem=failure) if failure else check(events, counters)
@@ -102,45 +108,29 @@ def _read_counters(resource: Resource) -> ResourceCounters:
         raise NodeUnreachableError(f"cannot read the resource's counters: {exc}") from None
 
 
-def _run_workers(plans: list[WorkerPlan], *, timeout_s: float) -> tuple[list[Event], str]:
-    """Start one process per plan, release them together, gather their histories.
+def _run_workers(plans: list[WorkerPlan], *, timeout_s: float, crews: CrewSource) -> tuple[list[Event], str]:
+    """Get one process per plan from ``crews``, release them together, gather their histories.
 
     The start barrier is a handshake: each worker connects, reports ``ready``, and waits for the
-    shared ``go`` event, set once every worker is ready (a worker that dies during start-up is
+    crew's ``go``, given once every worker is ready (a worker that dies during start-up is
     noticed at once, not after a barrier timeout). Returns the merged history and "" — or what
     went wrong, when a worker failed.
     """
-    go = SPAWN.Event()
     freezer = Freezer()
-    procs, conns = [], []
+    crew = crews(plans)
     try:
-        for plan in plans:
-            parent_end, child_end = SPAWN.Pipe(duplex=True)  # duplex: freeze requests and thaws
-            procs.append(start_worker_process(target=worker_main, args=(plan, go, child_end)))
-            child_end.close()
-            conns.append(parent_end)
-        pids = {conn: proc.pid for conn, proc in zip(conns, procs, strict=True)}
-        ready = _collect(conns, timeout_s=START_TIMEOUT_S, what="start")
+        ready = _collect(crew.conns, timeout_s=START_TIMEOUT_S, what="start")
         if any(status != "ready" for status, _, _ in ready):
             return _outcome(ready)
-        go.set()
+        crew.go()
 
         def freeze(conn: Connection, pause_s: float) -> None:
-            freezer.freeze(pid=pids[conn], conn=conn, pause_s=pause_s)
+            freezer.freeze(pid=crew.pids[conn], conn=conn, pause_s=pause_s)
 
-        return _outcome(_collect(conns, timeout_s=timeout_s, what="finish", on_freeze=freeze))
+        return _outcome(_collect(crew.conns, timeout_s=timeout_s, what="finish", on_freeze=freeze))
     finally:
-        freezer.thaw_all()
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        for conn in conns:
-            conn.close()
+        freezer.thaw_all()  # before the crew stops or reuses its processes: a stopped one ignores SIGTERM
+        crew.close()
 
 
 def _collect(
