@@ -34,7 +34,9 @@ from lockcompare.experiments import (
     PausePoint,
     TrialSpec,
 )
-from lockcompare.matrix import ClusterOptions, Sweep, run_matrix
+from lockcompare.compare import compare_rows, comparison_table, differs
+from lockcompare.matrix import ClusterOptions, MatrixReport, Sweep, run_matrix
+from lockcompare.scheduler import DEFAULT_CPU_SHARE, usable_cpus
 from lockcompare.redisconn import parse_url_list, validate_url
 from lockcompare.results import METRIC_COLUMNS, read_results
 from lockcompare.timeline import load_history, render_timeline
@@ -42,6 +44,11 @@ from lockcompare.sections import FENCE_MODES
 from lockcompare.trial import TrialResult
 
 err = Console(stderr=True)
+
+#: Measured on 2 cores (README, "Parallel trials"): at --time-scale 0.1 a trial keeps 0.1-0.7 CPU
+#: busy, so twice the CPUs in flight stays inside the CPU guard for most matrices; the guard
+#: admits fewer when costly backends (pottery) run together.
+DEFAULT_JOBS = 2 * usable_cpus()
 
 
 class OneLineErrors(TyperGroup):
@@ -206,6 +213,18 @@ def _progress_bar() -> tuple[Progress, Any]:
     return bar, update
 
 
+def _parallelism_note(report: MatrixReport) -> str:
+    """How many trials ran at once, and why not more (the CPU guard), in one line."""
+    note = f"up to {report.jobs_used} of --jobs {report.jobs} trials ran at once"
+    if report.jobs_used < report.jobs and report.busy_cpu:
+        (backend, experiment), busy = max(report.busy_cpu.items(), key=lambda item: item[1])
+        note += (
+            f"; more would keep over {DEFAULT_CPU_SHARE:.0%} of {usable_cpus()} CPUs busy "
+            f"(busiest: {backend} × {experiment}, {busy:.2f} CPU per trial)"
+        )
+    return note
+
+
 def _default_backends() -> list[str]:
     """Every registered backend that can run here; the others are named on stderr."""
     usable = []
@@ -248,6 +267,20 @@ def matrix(
     nodes: Nodes = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            help=f"Trials run at once, each on its own embedded servers (default {DEFAULT_JOBS}: twice the CPUs); "
+            f"fewer while the running trials would keep more than {DEFAULT_CPU_SHARE:.0%} of the CPUs busy "
+            "(measured per trial). 1: one after another. With --nodes/--resource the trials share "
+            "the external servers, kept apart by their per-trial keys.",
+        ),
+    ] = DEFAULT_JOBS,
+    fresh_workers: Annotated[
+        bool,
+        typer.Option("--fresh-workers", help="Spawn new worker processes for every trial instead of reusing warm ones."),
+    ] = False,
 ) -> None:
     """Run every selected backend under every selected experiment; one CSV row per trial."""
     if fmt not in table.FORMATS:
@@ -267,10 +300,14 @@ def matrix(
             sweep=sweep,
             resume=resume,
             progress=update,
+            jobs=jobs,
+            fresh_workers=fresh_workers,
         )
     finally:
         bar.stop()
     err.print(f"{report.trials_run} trials run, {report.trials_skipped} already in {report.out}")
+    if report.trials_run:
+        err.print(_parallelism_note(report))
     if report.out.exists():
         typer.echo(table.render(read_results(report.out), fmt=fmt))
 
@@ -344,6 +381,27 @@ def bench(
         print(f"bench: {describe(cluster)}, {iterations} cycles per backend", file=sys.stderr)
         rows = run_bench(cluster=cluster, backends=names, iterations=iterations, ttl_ms=ttl_ms)
     typer.echo(render_bench(rows, fmt=fmt))
+
+
+@app.command()
+def compare(
+    path_a: Annotated[Path, typer.Argument(help="Results CSV A (e.g. a serial run).")],
+    path_b: Annotated[Path, typer.Argument(help="Results CSV B (e.g. the same matrix with --jobs 4).")],
+    fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
+) -> None:
+    """Compare two results files cell by cell: conflict rate and lost updates with 95% intervals.
+
+    A cell is flagged when either file's mean lies outside the other's interval; exit code 1 if
+    any cell differs or is in one file only (as diff does), 0 otherwise.
+    """
+    table.check_format(fmt)
+    lines = compare_rows(read_results(path_a), read_results(path_b))
+    headers, cells = comparison_table(lines)
+    typer.echo(table.format_table(headers, cells, fmt=fmt))
+    moved = [line for line in lines if differs(line)]
+    err.print(f"{len(moved)} of {len(lines)} cells differ between {path_a} and {path_b}")
+    if moved:
+        raise typer.Exit(1)
 
 
 @app.command(name="table")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,8 @@ class MatrixReport:
     trials_skipped: int
     jobs: int = 1  # asked for
     jobs_used: int = 1  # the most trials that ran at once
+    #: Mean busy-CPU fraction per (backend, experiment): CPU of workers + servers / wall time.
+    busy_cpu: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 ProgressCallback = Callable[[TrialSpec, TrialResult | None, int, int], None]
@@ -188,7 +190,12 @@ def run_matrix(
         finally:
             workers.close()
     return MatrixReport(
-        out=out, trials_run=len(todo), trials_skipped=len(specs) - len(todo), jobs=jobs, jobs_used=jobs_used
+        out=out,
+        trials_run=len(todo),
+        trials_skipped=len(specs) - len(todo),
+        jobs=jobs,
+        jobs_used=jobs_used,
+        busy_cpu=budget.estimates(),  # type: ignore[arg-type]  # kinds are (backend, experiment)
     )
 
 

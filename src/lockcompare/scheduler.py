@@ -88,6 +88,10 @@ class CpuBudget:
             return True  # however costly, one trial at a time always runs (that is --jobs 1)
         return sum(self.estimate(k) for k in running) + self.estimate(kind) <= self.limit
 
+    def estimates(self) -> dict[Hashable, float]:
+        """Every measured kind's mean busy fraction."""
+        return {kind: self.estimate(kind) for kind in self._measured}
+
     def parallelism(self, kind: Hashable) -> float:
         """How many trials of ``kind`` fit in the budget at once."""
         return self.limit / max(self.estimate(kind), 1e-9)
