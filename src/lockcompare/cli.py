@@ -45,10 +45,11 @@ from lockcompare.trial import TrialResult
 
 err = Console(stderr=True)
 
-#: Measured on 2 cores (README, "Parallel trials"): at --time-scale 0.1 a trial keeps 0.1-0.7 CPU
-#: busy, so twice the CPUs in flight stays inside the CPU guard for most matrices; the guard
-#: admits fewer when costly backends (pottery) run together.
-DEFAULT_JOBS = 2 * usable_cpus()
+#: Measured on 2 cores (README, "Parallel trials"): a trial keeps 0.03-0.7 CPU busy at
+#: --time-scale 0.1 (mean ~0.2) and about a tenth of that at the lesson's scale, where trials
+#: mostly sleep. Four per CPU lets lesson-scale matrices run 8 at once; at 0.1 the CPU guard,
+#: not this number, decides (it admitted 5-6 on 2 cores).
+DEFAULT_JOBS = 4 * usable_cpus()
 
 
 class OneLineErrors(TyperGroup):
@@ -271,7 +272,7 @@ def matrix(
         int,
         typer.Option(
             "--jobs",
-            help=f"Trials run at once, each on its own embedded servers (default {DEFAULT_JOBS}: twice the CPUs); "
+            help=f"Trials run at once, each on its own embedded servers (default {DEFAULT_JOBS}: four per CPU); "
             f"fewer while the running trials would keep more than {DEFAULT_CPU_SHARE:.0%} of the CPUs busy "
             "(measured per trial). 1: one after another. With --nodes/--resource the trials share "
             "the external servers, kept apart by their per-trial keys.",
@@ -288,10 +289,12 @@ def matrix(
     overrides, sweep, options = _trial_settings(locals())
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()
+    backend_names = _split(backends) if backends is not None else _default_backends()
+    experiment_names = _split(experiments) if experiments is not None else list(EXPERIMENTS)
     try:
         report = run_matrix(
-            backends=_split(backends) if backends is not None else _default_backends(),
-            experiments=_split(experiments) if experiments is not None else list(EXPERIMENTS),
+            backends=backend_names,
+            experiments=experiment_names,
             trials=trials,
             overrides=overrides,
             out=target,
@@ -309,7 +312,19 @@ def matrix(
     if report.trials_run:
         err.print(_parallelism_note(report))
     if report.out.exists():
-        typer.echo(table.render(read_results(report.out), fmt=fmt))
+        rows = _in_plan_order(read_results(report.out), backends=backend_names, experiments=experiment_names)
+        typer.echo(table.render(rows, fmt=fmt))
+
+
+def _in_plan_order(
+    rows: list[dict[str, Any]], *, backends: list[str], experiments: list[str]
+) -> list[dict[str, Any]]:
+    """Rows are appended as trials finish; the table lists cells in the order they were asked for
+    (each backend in turn, its experiments in turn), whatever order parallel trials finished in.
+    Rows of other cells (from an earlier run in a resumed file) follow, in file order."""
+    b_rank = {name: i for i, name in enumerate(backends)}
+    e_rank = {name: i for i, name in enumerate(experiments)}
+    return sorted(rows, key=lambda r: (b_rank.get(r["backend"], len(b_rank)), e_rank.get(r["experiment"], len(e_rank))))
 
 
 @app.command()

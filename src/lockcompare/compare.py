@@ -2,9 +2,10 @@
 
 For every cell (backend × experiment × the settings that define a condition) in either file: the
 conflict rate (conflicts / entries per trial) and the lost updates per trial, each as a mean with
-its 95% confidence interval over the trials. A cell is flagged when either file's mean lies
-outside the other's interval; a cell with fewer than 2 trials on a side cannot be judged and says
-so. Pure: rows in, lines out (rows come from :func:`lockcompare.results.read_results`).
+its 95% confidence interval over the trials. A cell *differs* when each file's mean lies outside
+the other's interval; when only one does, the line says which (with 3 trials an interval is wide,
+or zero-wide when all three agree, so one mean outside is common noise). A cell with fewer than 2
+trials on a side cannot be judged and says so. Pure: rows in, lines out (rows come from :func:`lockcompare.results.read_results`).
 
 >>> a = [{"backend": "single", "experiment": "baseline", "conflicts": 0, "entries": 80, "lost_updates": 0}] * 3
 >>> [line.flag for line in compare_rows(a, a)]
@@ -57,9 +58,12 @@ def _inside(value: float, ci: MeanCI) -> bool:
 def _disagreement(name: str, a: MeanCI, b: MeanCI) -> str:
     if a.n < 2 or b.n < 2:
         return f"{name}: fewer than 2 trials, not judged"
-    if _inside(a.mean, b) and _inside(b.mean, a):
+    a_in_b, b_in_a = _inside(a.mean, b), _inside(b.mean, a)
+    if a_in_b and b_in_a:
         return ""
-    return f"{name} differs"
+    if not a_in_b and not b_in_a:
+        return f"{name} differs"
+    return f"{name}: {'A' if not a_in_b else 'B'}'s mean outside the other's interval"
 
 
 def compare_rows(rows_a: Sequence[Row], rows_b: Sequence[Row]) -> list[CellComparison]:
