@@ -127,3 +127,30 @@ def test_cpu_budget_admits_by_measured_busy_fraction() -> None:
     budget.record(kind="pottery", busy=1.3)
     assert budget.admits(running=[], kind="pottery")  # one trial always runs, whatever it costs
     assert not budget.admits(running=["pottery"], kind="x")
+
+
+class _OneCluster:
+    """A cluster source for scheduling tests that need no servers."""
+
+    cluster = Cluster(node_urls=("redis://127.0.0.1:1/0",), resource_url="redis://127.0.0.1:1/0", embedded=False,
+                      redis_version="none")  # fmt: skip
+
+    def acquire(self, shape: ClusterShape) -> Cluster:
+        return self.cluster
+
+    def release(self, cluster: Cluster) -> None:
+        pass
+
+
+def test_solo_trials_run_with_nothing_beside_them() -> None:
+    specs = ["a0", "solo0", "a1", "a2", "solo1", "a3"]
+    done: list[Finished] = []
+    run_scheduled(
+        specs, jobs=4, run_one=lambda s, c: time.sleep(0.05), clusters=_OneCluster(), shape_for=lambda s: SHAPE,
+        kind_of=lambda s: s[0], budget=CpuBudget(cpus=64), solo=lambda s: s.startswith("solo"),
+        on_start=lambda s, n: None, on_done=done.append, on_cancel=lambda: None,
+    )  # fmt: skip
+    peak = {f.spec: f.jobs_concurrent for f in done}
+    assert sorted(peak) == sorted(specs)
+    assert peak["solo0"] == peak["solo1"] == 1
+    assert max(peak[s] for s in specs if s.startswith("a")) > 1

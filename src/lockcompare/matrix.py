@@ -183,6 +183,7 @@ def run_matrix(
                 shape_for=lambda spec: ClusterShape(node_count=cluster_options.node_count),
                 kind_of=lambda spec: (spec.backend, spec.experiment),
                 budget=budget,
+                solo=_runs_alone,
                 on_start=lambda spec, done: progress(spec, None, done, len(todo)) if progress else None,
                 on_done=on_done,
                 on_cancel=workers.kill_all,
@@ -197,6 +198,12 @@ def run_matrix(
         jobs_used=jobs_used,
         busy_cpu=budget.estimates(),  # type: ignore[arg-type]  # kinds are (backend, experiment)
     )
+
+
+def _runs_alone(spec: TrialSpec) -> bool:
+    """A backend that does not exclude (none, lock-free) measures the phase of two free-running
+    workers, which a neighbour trial's CPU use shifts (scheduler.py): it runs with no neighbour."""
+    return not getattr(load_backend(spec.backend), "exclusive", True)
 
 
 @contextlib.contextmanager
