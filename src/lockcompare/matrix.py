@@ -201,9 +201,11 @@ def run_matrix(
 
 
 def _runs_alone(spec: TrialSpec) -> bool:
-    """A backend that does not exclude (none, lock-free) measures the phase of two free-running
-    workers, which a neighbour trial's CPU use shifts (scheduler.py): it runs with no neighbour."""
-    return not getattr(load_backend(spec.backend), "exclusive", True)
+    """Without a lock and without pauses, conflicts measure the phase of two free-running workers,
+    which a neighbour trial's CPU use shifts (scheduler.py): such a trial runs with no neighbour.
+    With a pause in every round the pause sets the rhythm (no-lock client-pause cells matched the
+    serial run in every parallel run measured), so those trials run in parallel like the rest."""
+    return spec.pause_ms == 0 and not getattr(load_backend(spec.backend), "exclusive", True)
 
 
 @contextlib.contextmanager

@@ -19,8 +19,8 @@ measures the phase between two free-running workers, which stays in step only wh
 delayed by more than the think time (2 ms at ``--time-scale 0.1``). Measured on 2 cores, no-lock
 baseline, 10 trials each: 44.8/80 serial with fresh workers, 45.9 serial with warm ones, 56.8
 with 2 trials at once, 59.9 with 8 (65.9 with 8 and fresh workers) — while lock trials matched
-the serial run cell for cell. Such trials (``solo``: the matrix passes backends that do not
-exclude, ``none``, ``atomic``, ``optimistic``) run with nothing beside them.
+the serial run cell for cell. Such trials (``solo``: the matrix passes no-lock backends —
+``none``, ``atomic``, ``optimistic`` — in experiments without pauses) run with nothing beside them.
 
 On an interrupt (KeyboardInterrupt, :class:`~lockcompare.lifecycle.Terminated`) or a failed
 trial, every worker is killed, the runner threads finish (each deletes its keys), every server is
