@@ -42,7 +42,9 @@ from lockcompare.experiments import (
     PausePoint,
     TrialSpec,
 )
+from lockcompare.compare import compare_rows, comparison_table, differs
 from lockcompare.matrix import ClusterOptions, MatrixReport, Sweep, run_matrix
+from lockcompare.scheduler import DEFAULT_CPU_SHARE, usable_cpus
 from lockcompare.redisconn import parse_url_list, validate_url
 from lockcompare.results import METRIC_COLUMNS, inspect_results, read_results, rewrite
 from lockcompare.timeline import load_history, render_timeline
@@ -50,6 +52,12 @@ from lockcompare.sections import FENCE_MODES
 from lockcompare.trial import TrialResult
 
 err = Console(stderr=True)
+
+#: Measured on 2 cores (README, "Parallel trials"): a trial keeps 0.03-0.7 CPU busy at
+#: --time-scale 0.1 (mean ~0.2) and about a tenth of that at the lesson's scale, where trials
+#: mostly sleep. Four per CPU lets lesson-scale matrices run 8 at once; at 0.1 the CPU guard,
+#: not this number, decides (it admitted 5-6 on 2 cores).
+DEFAULT_JOBS = 4 * usable_cpus()
 
 
 class _OneLineLog(logging.Handler):
@@ -328,6 +336,18 @@ def _progress_bar() -> tuple[Progress, Any]:
     return bar, update
 
 
+def _parallelism_note(report: MatrixReport) -> str:
+    """How many trials ran at once, and why not more (the CPU guard), in one line."""
+    note = f"up to {report.jobs_used} of --jobs {report.jobs} trials ran at once"
+    if report.jobs_used < report.jobs and report.busy_cpu:
+        (backend, experiment), busy = max(report.busy_cpu.items(), key=lambda item: item[1])
+        note += (
+            f"; more would keep over {DEFAULT_CPU_SHARE:.0%} of {usable_cpus()} CPUs busy "
+            f"(busiest: {backend} × {experiment}, {busy:.2f} CPU per trial)"
+        )
+    return note
+
+
 def _default_backends() -> list[str]:
     """Every registered backend that can run here; the others are named on stderr."""
     usable = []
@@ -380,6 +400,20 @@ def matrix(
     nodes: Nodes = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            help=f"Trials run at once, each on its own embedded servers (default {DEFAULT_JOBS}: four per CPU); "
+            f"fewer while the running trials would keep more than {DEFAULT_CPU_SHARE:.0%} of the CPUs busy "
+            "(measured per trial). 1: one after another. With --nodes/--resource trials run one at a "
+            "time: external servers are shared, and neighbours would distort each other's timing.",
+        ),
+    ] = DEFAULT_JOBS,
+    fresh_workers: Annotated[
+        bool,
+        typer.Option("--fresh-workers", help="Spawn new worker processes for every trial instead of reusing warm ones."),
+    ] = False,
 ) -> None:
     """Run every selected backend under every selected experiment; one CSV row per trial."""
     if fmt not in table.FORMATS:
@@ -387,10 +421,12 @@ def matrix(
     overrides, sweep, options = _trial_settings(locals())
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()
+    backend_names = _split(backends) if backends is not None else _default_backends()
+    experiment_names = _split(experiments) if experiments is not None else list(DEFAULT_EXPERIMENTS)
     try:
         report = run_matrix(
-            backends=_split(backends) if backends is not None else _default_backends(),
-            experiments=_split(experiments) if experiments is not None else list(DEFAULT_EXPERIMENTS),
+            backends=backend_names,
+            experiments=experiment_names,
             skip_unfit=backends is None,
             trials=trials,
             overrides=overrides,
@@ -400,12 +436,17 @@ def matrix(
             sweep=sweep,
             resume=resume,
             progress=update,
+            jobs=jobs,
+            fresh_workers=fresh_workers,
         )
     finally:
         bar.stop()
     err.print(f"{report.trials_run} trials run, {report.trials_skipped} already in {report.out}")
+    if report.trials_run:
+        err.print(_parallelism_note(report))
     if report.out.exists():
-        typer.echo(table.render(read_results(report.out), fmt=fmt))
+        rows = _in_plan_order(read_results(report.out), backends=backend_names, experiments=experiment_names)
+        typer.echo(table.render(rows, fmt=fmt))
     _fail_on_unknown(report)
 
 
@@ -418,6 +459,17 @@ def _fail_on_unknown(report: MatrixReport) -> None:
         print(f"lockcompare: unknown verdict for {trial_id}: {problem}", file=sys.stderr)
     if report.unknown:
         raise UnknownTrialsError(f"{len(report.unknown)} trial(s) could not be judged (verdict unknown); see above")
+
+
+def _in_plan_order(
+    rows: list[dict[str, Any]], *, backends: list[str], experiments: list[str]
+) -> list[dict[str, Any]]:
+    """Rows are appended as trials finish; the table lists cells in the order they were asked for
+    (each backend in turn, its experiments in turn), whatever order parallel trials finished in.
+    Rows of other cells (from an earlier run in a resumed file) follow, in file order."""
+    b_rank = {name: i for i, name in enumerate(backends)}
+    e_rank = {name: i for i, name in enumerate(experiments)}
+    return sorted(rows, key=lambda r: (b_rank.get(r["backend"], len(b_rank)), e_rank.get(r["experiment"], len(e_rank))))
 
 
 @app.command()
@@ -508,6 +560,27 @@ def bench(
             proxied = []  # the proxies forward to loopback ports: external nodes are measured directly
         rows = run_bench(cluster=cluster, backends=names, iterations=iterations, ttl_ms=ttl_ms, proxied=proxied)
     typer.echo(render_bench(rows, fmt=fmt))
+
+
+@app.command()
+def compare(
+    path_a: Annotated[Path, typer.Argument(help="Results CSV A (e.g. a serial run).")],
+    path_b: Annotated[Path, typer.Argument(help="Results CSV B (e.g. the same matrix with --jobs 4).")],
+    fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
+) -> None:
+    """Compare two results files cell by cell: conflict rate and lost updates with 95% intervals.
+
+    A cell is flagged when either file's mean lies outside the other's interval; exit code 1 if
+    any cell differs or is in one file only (as diff does), 0 otherwise.
+    """
+    table.check_format(fmt)
+    lines = compare_rows(read_results(path_a), read_results(path_b))
+    headers, cells = comparison_table(lines)
+    typer.echo(table.format_table(headers, cells, fmt=fmt))
+    moved = [line for line in lines if differs(line)]
+    err.print(f"{len(moved)} of {len(lines)} cells differ between {path_a} and {path_b}")
+    if moved:
+        raise typer.Exit(1)
 
 
 @app.command(name="table")

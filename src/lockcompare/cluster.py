@@ -10,17 +10,40 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
-from lockcompare.errors import ConfigError, InvalidValueError
+from lockcompare.errors import ClusterError, ConfigError, InvalidValueError
 from lockcompare.lifecycle import sigterm_unwinds
-from lockcompare.redisconn import connect, ping, server_version
 from lockcompare.fakeclock import FakeClock, check_fake_clock_support
-from lockcompare.server import RedisServer, find_redis_server
+from lockcompare.redisconn import connect, ping, server_version
+from lockcompare.server import PERSISTENCE_ARGS, RedisServer, find_redis_server
 
 DEFAULT_NODES = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterShape:
+    """What kind of servers a trial needs. The pool keeps clusters of different shapes apart.
+
+    ``persistence``: "none" (the default: a restarted node has lost every key) or "aof-always"
+    (AOF, fsync on every write; see server.PERSISTENCE_ARGS). ``fake_clocks``: nodes run under
+    libfaketime so a fault can jump their clocks. ``replicas``: replicas per lock node (not built
+    yet: refused up front).
+    """
+
+    node_count: int = DEFAULT_NODES
+    persistence: str = "none"
+    fake_clocks: bool = False
+    replicas: int = 0
+
+
+class _Health:
+    """The mutable part of a frozen Cluster: whether a trial declared it broken, and why."""
+
+    def __init__(self) -> None:
+        self.broken_reason = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,9 +54,11 @@ class Cluster:
     resource_url: str
     embedded: bool
     redis_version: str
-    servers: tuple[RedisServer, ...] = ()
+    servers: tuple[RedisServer, ...] = ()  # the lock nodes' servers, in node order
     resource_server: RedisServer | None = None
-    clocks: tuple[FakeClock, ...] = ()  # one per lock node when built with fake clocks
+    shape: ClusterShape | None = None  # None: external (its shape is whatever the user runs)
+    clocks: tuple[FakeClock, ...] = ()  # one per lock node when the shape has fake clocks
+    _health: _Health = field(default_factory=_Health, repr=False, compare=False)
 
     def node_server(self, index: int) -> RedisServer:
         """The spawned server behind lock node ``index`` (for faults that crash or restart it)."""
@@ -50,6 +75,100 @@ class Cluster:
     def reset_clocks(self) -> None:
         for clock in self.clocks:
             clock.reset()
+
+    def all_servers(self) -> tuple[RedisServer, ...]:
+        return (*self.servers, self.resource_server) if self.resource_server is not None else self.servers
+
+    def mark_broken(self, reason: str) -> None:
+        """Tell the pool not to hand this cluster to another trial (e.g. a fault left a node odd)."""
+        self._health.broken_reason = reason or "marked broken"
+
+    def problem(self) -> str:
+        """Why this cluster cannot serve another trial, or "" (marked broken, a node down or silent)."""
+        if self._health.broken_reason:
+            return self._health.broken_reason
+        for server in self.all_servers():
+            if not server.is_running():
+                return f"{server.name} is not running"
+        for url in (*self.node_urls, self.resource_url):
+            try:
+                ping(url, timeout_s=0.5)
+            except ClusterError as exc:
+                return str(exc)
+        return ""
+
+    def reset(self) -> None:
+        """Empty every server of an embedded cluster (FLUSHALL) and put its clocks back. External
+        servers are never flushed."""
+        if not self.embedded:
+            return
+        self.reset_clocks()
+        for url in (*self.node_urls, self.resource_url):
+            client = connect(url, timeout_s=1.0)
+            try:
+                client.flushall()
+            except redis.RedisError as exc:
+                self.mark_broken(f"FLUSHALL failed on {url}: {exc}")
+            finally:
+                client.close()
+
+    def stop(self) -> None:
+        """Stop and remove every spawned server and fake clock (nothing for an external cluster).
+        Safe to call twice."""
+        for server in self.all_servers():
+            server.cleanup()
+        for clock in self.clocks:
+            clock.close()
+
+
+def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> Cluster:
+    """Spawn ``shape.node_count`` lock nodes and one resource; all stopped again if any fails.
+
+    Call from a thread that outlives the cluster (the main thread): each server dies with the
+    thread that spawned it (PR_SET_PDEATHSIG follows the spawning thread, not the process).
+    """
+    if shape.node_count < 1:
+        raise InvalidValueError(f"need at least one lock node, got {shape.node_count}")
+    if shape.persistence not in PERSISTENCE_ARGS:
+        known = ", ".join(PERSISTENCE_ARGS)
+        raise InvalidValueError(f"unknown persistence {shape.persistence!r} (known: {known})")
+    if shape.replicas:
+        raise ConfigError(f"{shape}: replicas are not built by the embedded cluster yet")
+    binary = find_redis_server(redis_server)
+    if shape.fake_clocks:
+        check_fake_clock_support(binary)  # one clear line now, never a hang mid-matrix
+    clocks = [FakeClock() for _ in range(shape.node_count)] if shape.fake_clocks else []
+    nodes = [
+        RedisServer(binary=binary, name=f"node{i}", persistence=shape.persistence, env=clocks[i].env() if clocks else None)
+        for i in range(shape.node_count)
+    ]
+    resource = RedisServer(binary=binary, name="resource")
+    try:
+        for server in (*nodes, resource):
+            server.start()
+        return Cluster(
+            node_urls=tuple(s.url for s in nodes),
+            resource_url=resource.url,
+            embedded=True,
+            redis_version=server_version(resource.url),
+            servers=tuple(nodes),
+            resource_server=resource,
+            shape=shape,
+            clocks=tuple(clocks),
+        )
+    except BaseException:
+        for server in (*nodes, resource):
+            server.cleanup()
+        for clock in clocks:
+            clock.close()
+        raise
+
+
+def connect_external(*, nodes: Sequence[str], resource: str) -> Cluster:
+    """The user's servers (validated URLs), checked with PING; lockcompare never flushes them."""
+    for url in (*nodes, resource):
+        ping(url)
+    return Cluster(node_urls=tuple(nodes), resource_url=resource, embedded=False, redis_version=server_version(nodes[0]))
 
 
 @contextlib.contextmanager
@@ -70,41 +189,15 @@ def open_cluster(
     if (nodes is None) != (resource is None):
         raise ConfigError("--nodes and --resource go together: give both, or neither for the embedded cluster")
     if nodes is not None and resource is not None:
-        for url in (*nodes, resource):
-            ping(url)
-        yield Cluster(
-            node_urls=tuple(nodes), resource_url=resource, embedded=False, redis_version=server_version(nodes[0])
-        )
+        yield connect_external(nodes=nodes, resource=resource)
         return
-    if node_count < 1:
-        raise InvalidValueError(f"need at least one lock node, got {node_count}")
-    binary = find_redis_server(redis_server)
-    if fake_clocks:
-        check_fake_clock_support(binary)  # one clear line now, never a hang mid-matrix
-    clocks = [FakeClock() for _ in range(node_count)] if fake_clocks else []
-    servers = [
-        RedisServer(binary=binary, name=f"node{i}", persistence=persistence, env=clocks[i].env() if clocks else None)
-        for i in range(node_count)
-    ]
-    servers.append(RedisServer(binary=binary, name="resource"))
     with sigterm_unwinds():
+        shape = ClusterShape(node_count=node_count, persistence=persistence, fake_clocks=fake_clocks)
+        cluster = start_embedded(shape, redis_server=redis_server)
         try:
-            for server in servers:
-                server.start()
-            yield Cluster(
-                node_urls=tuple(s.url for s in servers[:-1]),
-                resource_url=servers[-1].url,
-                embedded=True,
-                redis_version=server_version(servers[-1].url),
-                servers=tuple(servers[:-1]),
-                resource_server=servers[-1],
-                clocks=tuple(clocks),
-            )
+            yield cluster
         finally:
-            for server in servers:
-                server.cleanup()
-            for clock in clocks:
-                clock.close()
+            cluster.stop()
 
 
 def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:

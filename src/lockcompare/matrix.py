@@ -7,16 +7,22 @@ ends; with ``resume`` the trials already in the file are skipped, so a crash cos
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from lockcompare.backends import BackendConfig, load_backend
-from lockcompare.cluster import open_cluster
+from lockcompare.cluster import Cluster, ClusterShape, connect_external, start_embedded
+from lockcompare.crew import WorkerPool, spawn_crew
 from lockcompare.errors import BackendLoadError, ConfigError, InvalidValueError, ResultsFileError
-from lockcompare.faults.node import ClusterNeeds
+from lockcompare.lifecycle import sigterm_unwinds
+from lockcompare.pool import ClusterPool, SharedCluster
+from lockcompare.scheduler import DEFAULT_CPU_SHARE, CpuBudget, Finished, prior_busy_fraction, run_scheduled, usable_cpus
+from lockcompare.server import find_redis_server
 from lockcompare.experiments import Overrides, PauseHow, PausePoint, TrialSpec, get_experiment, make_spec
 from lockcompare.sections import check_for
 from lockcompare.provenance import registered_run
@@ -58,6 +64,10 @@ class MatrixReport:
     out: Path
     trials_run: int
     trials_skipped: int
+    jobs: int = 1  # asked for
+    jobs_used: int = 1  # the most trials that ran at once
+    #: Mean busy-CPU fraction per (backend, experiment): CPU of workers + servers / wall time.
+    busy_cpu: dict[tuple[str, str], float] = field(default_factory=dict)
     #: Every planned trial, run now or before.
     trial_ids: tuple[str, ...] = ()
     #: (trial_id, problem) of every trial judged ``unknown`` in this run.
@@ -166,17 +176,11 @@ def prepare_out(out: Path, *, resume: bool) -> set[str]:
     return {row["trial_id"] for row in found.rows if row["verdict"] != "unknown"}
 
 
-def cluster_needs(spec: TrialSpec) -> ClusterNeeds:
-    """How the embedded cluster must be built for ``spec`` (its fault's needs)."""
-    return ClusterNeeds(persistence=spec.persistence, fake_clocks=spec.fault == "clock-jump")
-
-
-def group_by_needs(specs: Sequence[TrialSpec]) -> list[tuple[ClusterNeeds, list[TrialSpec]]]:
-    """Trials grouped by the cluster they need, in the order each need first appears."""
-    groups: dict[ClusterNeeds, list[TrialSpec]] = {}
-    for spec in specs:
-        groups.setdefault(cluster_needs(spec), []).append(spec)
-    return list(groups.items())
+def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> ClusterShape:
+    """The servers ``spec`` needs: how many lock nodes, and what its fault asks of them."""
+    return ClusterShape(
+        node_count=cluster_options.node_count, persistence=spec.persistence, fake_clocks=spec.fault == "clock-jump"
+    )
 
 
 def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions) -> None:
@@ -217,12 +221,20 @@ def run_matrix(
     resume: bool = False,
     progress: ProgressCallback | None = None,
     skip_unfit: bool = False,
+    jobs: int = 1,
+    fresh_workers: bool = False,
+    cpu_share: float = DEFAULT_CPU_SHARE,
 ) -> MatrixReport:
     """Run the matrix, appending one row per trial to ``out``; see the module docstring.
 
     ``skip_unfit`` leaves out (with a warning) the cells a backend cannot run, e.g. a TTL it cannot
-    express; without it such a cell is an error before anything starts.
+    express; without it such a cell is an error before anything starts. ``jobs`` trials run at
+    once at most, fewer when they would keep more than ``cpu_share`` of the CPUs busy (see
+    scheduler.py); each running trial has a cluster of its own (pool.py). ``fresh_workers`` spawns
+    new worker processes for every trial instead of reusing warm ones (crew.py).
     """
+    if jobs < 1:
+        raise InvalidValueError(f"--jobs must be >= 1, got {jobs}")
     specs = plan_matrix(
         backends=backends,
         experiments=experiments,
@@ -234,56 +246,106 @@ def run_matrix(
     )
     done = prepare_out(out, resume=resume)
     todo = [s for s in specs if s.trial_id not in done]
+    trial_ids = tuple(s.trial_id for s in specs)
+    if not todo:
+        return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=trial_ids)
+    check_faults(todo, cluster_options=cluster_options)
+    if cluster_options.nodes is not None:
+        # External servers are one shared set: trials beside each other would share the lock
+        # nodes' CPU and timing (their keys never collide: every trial has its own prefix). So
+        # trials there run one at a time, as --jobs's help says.
+        jobs = 1
     writer = ResultsWriter(out)
     histories = history_dir(out)
     run_id = new_run_id()
+    budget = CpuBudget(cpus=usable_cpus(), share=cpu_share, prior=prior_busy_fraction(overrides.time_scale))
+    jobs_used = 0
     unknown: list[tuple[str, str]] = []
     no_progress: dict[str, int] = {}
-    if not todo:
-        return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=tuple(s.trial_id for s in specs))
-    check_faults(todo, cluster_options=cluster_options)
-    index = 0
-    with registered_run("matrix"):
-        for needs, group in group_by_needs(todo):
-            with open_cluster(
-                nodes=cluster_options.nodes,
-                resource=cluster_options.resource,
-                node_count=cluster_options.node_count,
-                redis_server=cluster_options.redis_server,
-                persistence=needs.persistence,
-                fake_clocks=needs.fake_clocks,
-            ) as cluster:
+
+    def run_one(spec: TrialSpec, cluster: Cluster) -> tuple[TrialResult, dict[str, Any]]:
+        result = run_trial(spec=spec, cluster=cluster, run_id=run_id, crews=crews)
+        path = save_history(result, histories)
+        row = make_row(
+            result,
+            run_id=run_id,
+            cluster_kind="embedded" if cluster.embedded else "external",
+            redis_version=cluster.redis_version,
+            history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
+        )
+        return result, row
+
+    def on_done(done: Finished[TrialSpec, tuple[TrialResult, dict[str, Any]]]) -> None:
+        nonlocal jobs_used
+        result, row = done.result
+        row["jobs_concurrent"] = done.jobs_concurrent
+        jobs_used = max(jobs_used, done.jobs_concurrent)
+        writer.append(row)  # on_done runs in the main thread only: rows never interleave
+        verdict = result.metrics.verdict
+        if verdict == "unknown":
+            unknown.append((done.spec.trial_id, result.metrics.problem))
+        elif verdict in ("unavailable", "degraded"):
+            no_progress[verdict] = no_progress.get(verdict, 0) + 1
+        if progress:
+            progress(done.spec, result, done.finished, len(todo))
+
+    workers = WorkerPool()
+    crews = spawn_crew if fresh_workers else workers.start
+    with registered_run("matrix"), sigterm_unwinds(), _cluster_source(cluster_options, jobs=jobs) as clusters:
+        try:
+            probe = clusters.acquire(cluster_shape(todo[0], cluster_options=cluster_options))
+            try:
                 probe_backends(
-                    [s.backend for s in group],
-                    config=BackendConfig(node_urls=cluster.node_urls, node_count=redlock_nodes),
+                    [s.backend for s in todo],
+                    config=BackendConfig(node_urls=probe.node_urls, node_count=redlock_nodes),
                     timeout_s=overrides.call_timeout_ms / 1000,
                 )
-                for spec in group:
-                    if progress:
-                        progress(spec, None, index, len(todo))
-                    result = run_trial(spec=spec, cluster=cluster, run_id=run_id)
-                    path = save_history(result, histories)
-                    writer.append(
-                        make_row(
-                            result,
-                            run_id=run_id,
-                            cluster_kind="embedded" if cluster.embedded else "external",
-                            redis_version=cluster.redis_version,
-                            history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
-                        )
-                    )
-                    if result.metrics.verdict == "unknown":
-                        unknown.append((spec.trial_id, result.metrics.problem))
-                    elif result.metrics.verdict in ("unavailable", "degraded"):
-                        no_progress[result.metrics.verdict] = no_progress.get(result.metrics.verdict, 0) + 1
-                    index += 1
-                    if progress:
-                        progress(spec, result, index, len(todo))
+            finally:
+                clusters.release(probe)
+            run_scheduled(
+                todo,
+                jobs=jobs,
+                run_one=run_one,
+                clusters=clusters,
+                shape_for=lambda spec: cluster_shape(spec, cluster_options=cluster_options),
+                kind_of=lambda spec: (spec.backend, spec.experiment),
+                budget=budget,
+                solo=_runs_alone,
+                on_start=lambda spec, done: progress(spec, None, done, len(todo)) if progress else None,
+                on_done=on_done,
+                on_cancel=workers.kill_all,
+            )
+        finally:
+            workers.close()
     return MatrixReport(
         out=out,
         trials_run=len(todo),
         trials_skipped=len(specs) - len(todo),
-        trial_ids=tuple(s.trial_id for s in specs),
+        trial_ids=trial_ids,
         unknown=tuple(unknown),
         no_progress=no_progress,
+        jobs=jobs,
+        jobs_used=jobs_used,
+        busy_cpu=budget.estimates(),  # type: ignore[arg-type]  # kinds are (backend, experiment)
     )
+
+
+def _runs_alone(spec: TrialSpec) -> bool:
+    """Without a lock and without pauses, conflicts measure the phase of two free-running workers,
+    which a neighbour trial's CPU use shifts (scheduler.py): such a trial runs with no neighbour.
+    With a pause in every round the pause sets the rhythm (no-lock client-pause cells matched the
+    serial run in every parallel run measured), so those trials run in parallel like the rest."""
+    return spec.pause_ms == 0 and not getattr(load_backend(spec.backend), "exclusive", True)
+
+
+@contextlib.contextmanager
+def _cluster_source(options: ClusterOptions, *, jobs: int) -> Iterator[ClusterPool | SharedCluster]:
+    """A pool of embedded clusters (one per trial in flight), or the user's servers shared by all."""
+    if (options.nodes is None) != (options.resource is None):
+        raise ConfigError("--nodes and --resource go together: give both, or neither for the embedded cluster")
+    if options.nodes is not None and options.resource is not None:
+        yield SharedCluster(connect_external(nodes=options.nodes, resource=options.resource))
+        return
+    find_redis_server(options.redis_server)  # no binary: one clear error before anything starts
+    with ClusterPool(build=lambda shape: start_embedded(shape, redis_server=options.redis_server), limit=jobs) as pool:
+        yield pool

@@ -23,6 +23,7 @@ from lockcompare import history as history_io
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.checker import TrialMetrics, check, unknown
 from lockcompare.cluster import Cluster, delete_keys_containing
+from lockcompare.crew import CrewSource, spawn_crew
 from lockcompare.errors import NodeUnreachableError
 from lockcompare.experiments import FAULT_DELAY_MS, TrialSpec
 from lockcompare.faults import Freezer
@@ -31,7 +32,7 @@ from lockcompare.faults.schedule import FaultPlan, FaultScheduler
 from lockcompare.history import Event
 from lockcompare.lifecycle import SPAWN, die_with_parent, start_worker_process
 from lockcompare.resource import Resource, ResourceCounters
-from lockcompare.worker import START_TIMEOUT_S, CallSlot, WorkerPlan, worker_main
+from lockcompare.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,8 +57,11 @@ def worst_case_duration_s(spec: TrialSpec) -> float:
     return spec.rounds * per_round_ms / 1000 * 2 + spec.call_timeout_ms / 1000
 
 
-def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout_s: float = 2.0) -> TrialResult:
-    """Run one trial to the end and judge it.
+def run_trial(
+    *, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout_s: float = 2.0, crews: CrewSource = spawn_crew
+) -> TrialResult:
+    """Run one trial to the end and judge it. ``crews`` provides the worker processes: spawned for
+    this trial (default), or warm ones a :class:`~lockcompare.crew.WorkerPool` reuses.
 
     Whatever goes wrong inside the trial (a worker that dies, a backend call past its deadline, a
     node that dies under it) makes the verdict ``unknown`` with the reason in ``problem``; only a
@@ -109,6 +113,7 @@ def run_trial(*, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout
             call_timeout_s=spec.call_timeout_ms / 1000,
             backend=spec.backend,
             faults=faults,
+            crews=crews,
         )
         wall_s = time.monotonic() - wall_start
         if faults is not None:
@@ -170,6 +175,7 @@ def _run_workers(
     call_timeout_s: float,
     backend: str,
     faults: FaultScheduler | None = None,
+    crews: CrewSource = spawn_crew,
 ) -> tuple[list[Event], str]:
     """Start one process per plan, release them together, gather their histories.
 
@@ -180,39 +186,22 @@ def _run_workers(
     ``timeout_s``. Workers are stopped in ``finally`` whatever happens.
     """
     freezer = Freezer()
-    procs, conns, slots = [], [], []
+    crew = crews(plans)
     try:
-        for plan in plans:
-            parent_end, child_end = SPAWN.Pipe(duplex=True)  # duplex: go, freeze requests, thaws
-            shared = SPAWN.Array("q", 2, lock=False)
-            procs.append(start_worker_process(target=worker_main, args=(plan, child_end, shared)))
-            child_end.close()
-            conns.append(parent_end)
-            slots.append(CallSlot(shared))
         watch = _Watch(
-            conns=conns, slots=slots, freezer=freezer, pids=[p.pid for p in procs], call_timeout_s=call_timeout_s,
-            backend=backend, faults=faults,
+            conns=crew.conns, slots=crew.slots, freezer=freezer, pids=[crew.pids[c] for c in crew.conns],
+            call_timeout_s=call_timeout_s, backend=backend, faults=faults,
         )  # fmt: skip
         ready, problem = watch.collect(timeout_s=START_TIMEOUT_S, what="start")
         if problem or any(status != "ready" for status, _, _ in ready):
             return _outcome(ready, problem)
-        for conn in conns:
-            conn.send(("go", "", []))
+        crew.go()
         return _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
     finally:
-        freezer.thaw_all()
+        freezer.thaw_all()  # before the crew stops or reuses its processes: a stopped one ignores SIGTERM
         if faults is not None:
             faults.heal_all()  # no node stays down, no clock stays ahead, whatever ended the trial
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        for conn in conns:
-            conn.close()
+        crew.close()
 
 
 #: How often the runner looks at the workers' call slots while it waits for them.

@@ -1,8 +1,8 @@
 """Node faults: what happens to the lock nodes that hold a worker's lease.
 
-Each fault is a small object: :meth:`needs` says how the cluster must be built (persistence, fake
-clocks), :meth:`inject` acts on some lock nodes of a running embedded cluster, :meth:`heal` undoes
-what can be undone. When the runner injects, heals and how often is :mod:`schedule`'s business;
+Each fault is a small object: :meth:`inject` acts on some lock nodes of a running embedded cluster,
+:meth:`heal` undoes what can be undone; the cluster a fault needs (persistence, fake clocks) is its
+trial's :class:`~lockcompare.cluster.ClusterShape` (matrix.cluster_shape). When the runner injects, heals and how often is :mod:`schedule`'s business;
 the runner heals every active fault in ``finally``, whatever happened.
 
 - ``node-crash``: SIGKILL the nodes; they stay down until the trial ends (a single node is a
@@ -22,21 +22,10 @@ from typing import ClassVar, Protocol
 from lockcompare.cluster import Cluster
 from lockcompare.errors import ConfigError
 
-PERSISTENCE_MODES = ("none", "aof-always")
-
-
-@dataclass(frozen=True)
-class ClusterNeeds:
-    """How the embedded cluster must be built for a fault."""
-
-    persistence: str = "none"
-    fake_clocks: bool = False
 
 
 class NodeFault(Protocol):
     name: ClassVar[str]
-
-    def needs(self) -> ClusterNeeds: ...
 
     def inject(self, cluster: Cluster, nodes: list[int]) -> str:
         """Act on ``nodes``; returns a short description for the history."""
@@ -53,9 +42,6 @@ def _embedded(cluster: Cluster, fault: str) -> None:
 @dataclass(frozen=True)
 class NodeCrash:
     name: ClassVar[str] = "node-crash"
-
-    def needs(self) -> ClusterNeeds:
-        return ClusterNeeds()
 
     def inject(self, cluster: Cluster, nodes: list[int]) -> str:
         _embedded(cluster, self.name)
@@ -78,9 +64,6 @@ class NodeRestart:
     persistence: str = "none"
     name: ClassVar[str] = "node-restart"
 
-    def needs(self) -> ClusterNeeds:
-        return ClusterNeeds(persistence=self.persistence)
-
     def inject(self, cluster: Cluster, nodes: list[int]) -> str:
         _embedded(cluster, self.name)
         for i in nodes:
@@ -101,9 +84,6 @@ class ClockJump:
 
     jump_s: float
     name: ClassVar[str] = "clock-jump"
-
-    def needs(self) -> ClusterNeeds:
-        return ClusterNeeds(fake_clocks=True)
 
     def inject(self, cluster: Cluster, nodes: list[int]) -> str:
         _embedded(cluster, self.name)
