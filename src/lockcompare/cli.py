@@ -274,8 +274,10 @@ def matrix(
             "--jobs",
             help=f"Trials run at once, each on its own embedded servers (default {DEFAULT_JOBS}: four per CPU); "
             f"fewer while the running trials would keep more than {DEFAULT_CPU_SHARE:.0%} of the CPUs busy "
-            "(measured per trial). 1: one after another. With --nodes/--resource the trials share "
-            "the external servers, kept apart by their per-trial keys.",
+            "(measured per trial); pause-free no-lock trials (none, atomic, optimistic) run alone, "
+            "their conflicts hang on millisecond timing. 1: one after another. With --nodes/--resource "
+            "the trials share the external servers, kept apart by their per-trial key prefix "
+            "(never flushed; faults that restart or slow nodes need the embedded cluster).",
         ),
     ] = DEFAULT_JOBS,
     fresh_workers: Annotated[
