@@ -20,7 +20,14 @@ from lockcompare.crew import WorkerPool, spawn_crew
 from lockcompare.errors import ConfigError, InvalidValueError, ResultsFileError
 from lockcompare.lifecycle import sigterm_unwinds
 from lockcompare.pool import ClusterPool, SharedCluster
-from lockcompare.scheduler import DEFAULT_CPU_SHARE, CpuBudget, Finished, prior_busy_fraction, run_scheduled, usable_cpus
+from lockcompare.scheduler import (
+    DEFAULT_CPU_SHARE,
+    CpuBudget,
+    Finished,
+    prior_busy_fraction,
+    run_scheduled,
+    usable_cpus,
+)
 from lockcompare.server import find_redis_server
 from lockcompare.experiments import Overrides, PausePoint, TrialSpec, get_experiment, make_spec
 from lockcompare.sections import check_for
