@@ -182,6 +182,9 @@ def run_matrix(
     crews = spawn_crew if fresh_workers else workers.start
     with sigterm_unwinds(), _cluster_source(cluster_options, jobs=jobs) as clusters:
         try:
+            if not fresh_workers and todo:
+                # Every worker the run can use, started before any trial (see WorkerPool.prestart).
+                workers.prestart(min(jobs, len(todo)) * max(spec.workers for spec in todo))
             run_scheduled(
                 todo,
                 jobs=jobs,
