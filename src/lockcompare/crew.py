@@ -18,7 +18,9 @@ Every crew also adds its processes' CPU time (user + sys) to the calling thread'
 from __future__ import annotations
 
 import os
+import signal
 import threading
+from multiprocessing import resource_tracker
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -164,6 +166,7 @@ def serve(conn: Connection) -> None:
     error, since its state is unknown.
     """
     die_with_parent()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the runner alone handles Ctrl-C
     conn.send(("idle", "", []))  # imported and ready for a first trial
     while True:
         try:
@@ -181,6 +184,11 @@ def serve(conn: Connection) -> None:
 
 class _WarmWorker:
     def __init__(self) -> None:
+        # The first spawn also starts multiprocessing's resource tracker, whose start-up unblocks
+        # SIGINT in the calling thread (Python 3.11) just before our worker is forked: a warm
+        # worker, which lives for the whole run, then died of Ctrl-C with a traceback. Start the
+        # tracker first, so that start_worker_process's mask holds.
+        resource_tracker.ensure_running()
         parent_end, child_end = SPAWN.Pipe(duplex=True)
         self.proc = start_worker_process(target=serve, args=(child_end,))
         child_end.close()
