@@ -53,10 +53,12 @@ from lockcompare.trial import TrialResult
 
 err = Console(stderr=True)
 
-#: Measured on 2 cores (README, "Parallel trials"): a trial keeps 0.03-0.7 CPU busy at
-#: --time-scale 0.1 (mean ~0.2) and about a tenth of that at the lesson's scale, where trials
-#: mostly sleep. Four per CPU lets lesson-scale matrices run 8 at once; at 0.1 the CPU guard,
-#: not this number, decides (it admitted 5-6 on 2 cores).
+#: Measured on 2 cores: a trial keeps 0.03-0.7 CPU busy at --time-scale 0.1 (mean ~0.2, pottery
+#: the most) and far less at the lesson's scale, where trials mostly sleep. With 8 the lesson-scale
+#: headline matrix took 4 min 6 s (serial: 26 min 51 s) with every cell matching the serial run,
+#: and the README's main command 91.5 s (serial: 325.6 s); with 4 it took 83 s before pause-free
+#: no-lock trials ran alone. Past 8 the runs are bounded by the solo trials and the longest
+#: client-pause trials, not by slots; the CPU guard trims costly mixes (pottery) at small scales.
 DEFAULT_JOBS = 4 * usable_cpus()
 
 
@@ -406,13 +408,17 @@ def matrix(
             "--jobs",
             help=f"Trials run at once, each on its own embedded servers (default {DEFAULT_JOBS}: four per CPU); "
             f"fewer while the running trials would keep more than {DEFAULT_CPU_SHARE:.0%} of the CPUs busy "
-            "(measured per trial). 1: one after another. With --nodes/--resource trials run one at a "
-            "time: external servers are shared, and neighbours would distort each other's timing.",
+            "(measured per trial); pause-free no-lock trials (none, atomic, optimistic) run alone, "
+            "their conflicts hang on millisecond timing. 1: one after another. With --nodes/--resource "
+            "trials run one at a time: external servers are shared, and neighbours would distort each "
+            "other's timing.",
         ),
     ] = DEFAULT_JOBS,
     fresh_workers: Annotated[
         bool,
-        typer.Option("--fresh-workers", help="Spawn new worker processes for every trial instead of reusing warm ones."),
+        typer.Option(
+            "--fresh-workers", help="Spawn new worker processes for every trial instead of reusing warm ones."
+        ),
     ] = False,
 ) -> None:
     """Run every selected backend under every selected experiment; one CSV row per trial."""

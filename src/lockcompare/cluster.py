@@ -168,7 +168,8 @@ def connect_external(*, nodes: Sequence[str], resource: str) -> Cluster:
     """The user's servers (validated URLs), checked with PING; lockcompare never flushes them."""
     for url in (*nodes, resource):
         ping(url)
-    return Cluster(node_urls=tuple(nodes), resource_url=resource, embedded=False, redis_version=server_version(nodes[0]))
+    version = server_version(nodes[0])
+    return Cluster(node_urls=tuple(nodes), resource_url=resource, embedded=False, redis_version=version)
 
 
 @contextlib.contextmanager

@@ -78,25 +78,20 @@ def compare_rows(rows_a: Sequence[Row], rows_b: Sequence[Row]) -> list[CellCompa
     for key, (a, b) in cells.items():
         first = (a or b)[0]
         condition = " ".join(f"{c}={_setting(first.get(c, ''))}" for c in shown)
+        rate = (_side([_rate(r) for r in a]), _side([_rate(r) for r in b]))
+        lost = (_side([r["lost_updates"] for r in a]), _side([r["lost_updates"] for r in b]))
         if not a or not b:
-            out.append(
-                CellComparison(
-                    key=key,
-                    condition=condition,
-                    conflict_rate=(_stats([_rate(r) for r in a]) if a else None, _stats([_rate(r) for r in b]) if b else None),
-                    lost_updates=(
-                        _stats([r["lost_updates"] for r in a]) if a else None,
-                        _stats([r["lost_updates"] for r in b]) if b else None,
-                    ),
-                    flag="only in A" if a else "only in B",
-                )
-            )
-            continue
-        rate = (_stats([_rate(r) for r in a]), _stats([_rate(r) for r in b]))
-        lost = (_stats([r["lost_updates"] for r in a]), _stats([r["lost_updates"] for r in b]))
-        flags = [f for f in (_disagreement("conflict rate", *rate), _disagreement("lost updates", *lost)) if f]
-        out.append(CellComparison(key=key, condition=condition, conflict_rate=rate, lost_updates=lost, flag="; ".join(flags)))
+            flag = "only in A" if a else "only in B"
+        else:
+            judged = (_disagreement("conflict rate", *rate), _disagreement("lost updates", *lost))  # type: ignore[arg-type]
+            flag = "; ".join(f for f in judged if f)
+        out.append(CellComparison(key=key, condition=condition, conflict_rate=rate, lost_updates=lost, flag=flag))
     return out
+
+
+def _side(values: Sequence[float]) -> MeanCI | None:
+    """One file's statistics for a cell; None when the cell is not in that file."""
+    return _stats(values) if values else None
 
 
 def differs(line: CellComparison) -> bool:

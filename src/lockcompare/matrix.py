@@ -21,7 +21,14 @@ from lockcompare.crew import WorkerPool, spawn_crew
 from lockcompare.errors import BackendLoadError, ConfigError, InvalidValueError, ResultsFileError
 from lockcompare.lifecycle import sigterm_unwinds
 from lockcompare.pool import ClusterPool, SharedCluster
-from lockcompare.scheduler import DEFAULT_CPU_SHARE, CpuBudget, Finished, prior_busy_fraction, run_scheduled, usable_cpus
+from lockcompare.scheduler import (
+    DEFAULT_CPU_SHARE,
+    CpuBudget,
+    Finished,
+    prior_busy_fraction,
+    run_scheduled,
+    usable_cpus,
+)
 from lockcompare.server import find_redis_server
 from lockcompare.experiments import Overrides, PauseHow, PausePoint, TrialSpec, get_experiment, make_spec
 from lockcompare.sections import check_for
@@ -302,6 +309,9 @@ def run_matrix(
                 )
             finally:
                 clusters.release(probe)
+            if not fresh_workers and todo:
+                # Every worker the run can use, started before any trial (see WorkerPool.prestart).
+                workers.prestart(min(jobs, len(todo)) * max(spec.workers for spec in todo))
             run_scheduled(
                 todo,
                 jobs=jobs,

@@ -163,13 +163,16 @@ def run_scheduled(
     try:
         while pending or running:
             while pending and len(running) < jobs:
-                index = _next_admissible(pending, running=list(running.values()), solo=solo, kind_of=kind_of, budget=budget)
+                flights = list(running.values())
+                index = _next_admissible(pending, running=flights, solo=solo, kind_of=kind_of, budget=budget)
                 if index is None:
                     break
                 spec = pending.pop(index)
                 on_start(spec, finished)
                 cluster = clusters.acquire(shape_for(spec))
-                flight = _InFlight(spec=spec, cluster=cluster, kind=kind_of(spec), solo=solo(spec), peak=len(running) + 1)
+                flight = _InFlight(
+                    spec=spec, cluster=cluster, kind=kind_of(spec), solo=solo(spec), peak=len(running) + 1
+                )
                 running[executor.submit(_measured, run_one, spec, cluster)] = flight
                 for other in running.values():
                     other.peak = max(other.peak, len(running))
