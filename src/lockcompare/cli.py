@@ -573,6 +573,9 @@ def compare(
     path_a: Annotated[Path, typer.Argument(help="Results CSV A (e.g. a serial run).")],
     path_b: Annotated[Path, typer.Argument(help="Results CSV B (e.g. the same matrix with --jobs 4).")],
     fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
+    ignore: Annotated[
+        str, typer.Option("--ignore", help="Settings that do not split cells here, comma-separated (e.g. jitter).")
+    ] = "",
 ) -> None:
     """Compare two results files cell by cell: conflict rate and lost updates with 95% intervals.
 
@@ -580,7 +583,7 @@ def compare(
     any cell differs or is in one file only (as diff does), 0 otherwise.
     """
     table.check_format(fmt)
-    lines = compare_rows(read_results(path_a), read_results(path_b))
+    lines = compare_rows(read_results(path_a), read_results(path_b), ignore=_split(ignore))
     headers, cells = comparison_table(lines)
     typer.echo(table.format_table(headers, cells, fmt=fmt))
     moved = [line for line in lines if differs(line)]
@@ -684,7 +687,7 @@ def upgrade(
             err.print(f"{f.path}: already current ({len(f.rows)} rows)")
             continue
         rewrite(f.path, f.rows)
-        dropped = f" ; dropped truncated row(s) at line {', '.join(map(str, f.truncated_lines))}" if f.truncated_lines else ""
+        dropped = f"; dropped truncated row(s) at line {', '.join(map(str, f.truncated_lines))}" if f.truncated_lines else ""
         err.print(f"{f.path}: rewritten from schema {f.oldest_schema} ({len(f.rows)} rows){dropped}")
 
 

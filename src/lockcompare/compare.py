@@ -66,9 +66,13 @@ def _disagreement(name: str, a: MeanCI, b: MeanCI) -> str:
     return f"{name}: {'A' if not a_in_b else 'B'}'s mean outside the other's interval"
 
 
-def compare_rows(rows_a: Sequence[Row], rows_b: Sequence[Row]) -> list[CellComparison]:
-    """Every cell of either file, in the order cells first appear (file A first)."""
-    columns = [c for c in CONDITION_COLUMNS if any(c in r for r in (*rows_a, *rows_b))]
+def compare_rows(rows_a: Sequence[Row], rows_b: Sequence[Row], *, ignore: Sequence[str] = ()) -> list[CellComparison]:
+    """Every cell of either file, in the order cells first appear (file A first).
+
+    ``ignore`` names settings that do not tell cells apart here (e.g. ``jitter``, when comparing
+    a run against one made before that setting existed).
+    """
+    columns = [c for c in CONDITION_COLUMNS if c not in ignore and any(c in r for r in (*rows_a, *rows_b))]
     shown = [c for c in columns if _varies_within_a_cell([*rows_a, *rows_b], c)]
     cells: dict[CellKey, tuple[list[Row], list[Row]]] = {}
     for side, rows in enumerate((rows_a, rows_b)):

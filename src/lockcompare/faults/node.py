@@ -41,6 +41,8 @@ def _embedded(cluster: Cluster, fault: str) -> None:
 
 @dataclass(frozen=True)
 class NodeCrash:
+    """SIGKILL now; the heal starts the nodes again (the runner heals a crash when the trial ends)."""
+
     name: ClassVar[str] = "node-crash"
 
     def inject(self, cluster: Cluster, nodes: list[int]) -> str:
@@ -53,29 +55,23 @@ class NodeCrash:
         for i in nodes:
             server = cluster.node_server(i)
             if not server.is_running():
-                server.start()
+                server.start()  # same port, same data directory
+        return self.restarted()
+
+    def restarted(self) -> str:
         return "started again (empty)"
 
 
 @dataclass(frozen=True)
-class NodeRestart:
-    """Crash now; the heal (the restart) is scheduled ``restart_delay_ms`` later."""
+class NodeRestart(NodeCrash):
+    """A crash whose heal (the restart) the runner schedules ``restart_delay_ms`` after it."""
 
     persistence: str = "none"
     name: ClassVar[str] = "node-restart"
 
-    def inject(self, cluster: Cluster, nodes: list[int]) -> str:
-        _embedded(cluster, self.name)
-        for i in nodes:
-            cluster.node_server(i).crash()
-        return "SIGKILL"
-
-    def heal(self, cluster: Cluster, nodes: list[int]) -> str:
-        for i in nodes:
-            server = cluster.node_server(i)
-            if not server.is_running():
-                server.start()
-        return "restarted on the same port" + (" (AOF, appendfsync always)" if self.persistence != "none" else " (empty)")
+    def restarted(self) -> str:
+        kept = " (AOF, appendfsync always)" if self.persistence != "none" else " (empty)"
+        return "restarted on the same port" + kept
 
 
 @dataclass(frozen=True)
