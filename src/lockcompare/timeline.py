@@ -26,6 +26,10 @@ _DETAILS = {
     "release": ("released",),
     "retry": ("attempt",),
     "error": ("message",),
+    "fault": ("fault", "action", "nodes", "detail"),  # the runner's own events (worker -1)
+    "lease": ("ok", "reason"),
+    "renew": ("ok", "reason"),
+    "gave-up": ("rounds_skipped",),
 }
 
 
