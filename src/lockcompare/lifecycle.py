@@ -10,7 +10,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import multiprocessing
+import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -34,22 +36,50 @@ class Terminated(LockcompareError):
     exit_code = 143
 
 
-def _raise_on_sigterm(signum: int, frame: FrameType | None) -> None:
+#: Code that must not be unwound by an exception from a signal handler: it holds a lock it would
+#: never release. logging takes its module lock around every getLogger (redis-py calls it on each
+#: connect) and around every fork (os.register_at_fork), and subprocess forks with preexec_fn.
+#: Measured: a SIGTERM that landed there left logging's lock held, and every trial thread then
+#: hung in getLogger until the run was killed.
+_UNSAFE_MODULES = ("logging", "subprocess")
+_REDELIVER_AFTER_S = 0.02
+
+
+def _in_unsafe_code(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").split(".")[0] in _UNSAFE_MODULES:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _unwind(signum: int, frame: FrameType | None) -> None:
+    """Raise the signal's exception in the main thread — unless it landed inside code that must
+    not be unwound: then deliver the same signal again a moment later, at a safer point."""
+    if _in_unsafe_code(frame):
+        timer = threading.Timer(_REDELIVER_AFTER_S, os.kill, args=(os.getpid(), signum))
+        timer.daemon = True
+        timer.start()
+        return
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Terminated("terminated by SIGTERM; servers and workers stopped")
 
 
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Terminated` for the duration (main thread only)."""
+    """Turn SIGTERM into :class:`Terminated` and SIGINT into KeyboardInterrupt for the duration
+    (main thread only), both raised only where unwinding is safe (see :func:`_unwind`)."""
     try:
-        previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    except ValueError:  # not the main thread: leave the handler alone
+        previous = {sig: signal.signal(sig, _unwind) for sig in (signal.SIGTERM, signal.SIGINT)}
+    except ValueError:  # not the main thread: leave the handlers alone
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 #: Workers are fresh interpreters (spawn): no inherited sockets, threads or locks of the runner.
