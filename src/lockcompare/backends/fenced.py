@@ -24,10 +24,16 @@ from lockcompare.backends.single import SingleNodeLock, new_owner_token
 #: The token, or nil when the lock is held (SET NX returns false to Lua when it did not set).
 ACQUIRE_SCRIPT = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+  return token
 end
 return false
 """
+
+#: The fence counter outlives every lease by far, but not forever: a run killed before it cleaned
+#: up must not leave counters on a server it does not own (each acquire pushes the expiry out).
+FENCE_COUNTER_TTL_S = 24 * 3600
 
 
 def fence_counter_key(lock_key: str) -> str:
@@ -48,7 +54,7 @@ class FencedLock(SingleNodeLock):
         owner = new_owner_token()
         started_ns = time.monotonic_ns()  # the TTL starts no earlier than the request is sent
         try:
-            token = self._acquire(keys=[key, fence_counter_key(key)], args=[owner, ttl_ms])
+            token = self._acquire(keys=[key, fence_counter_key(key)], args=[owner, ttl_ms, FENCE_COUNTER_TTL_S])
         except redis.RedisError:
             # The script may have run before the error (e.g. a reply that timed out): delete
             # what this owner may hold, so the key does not sit there for a whole TTL.
