@@ -12,12 +12,16 @@ non-zero exit code (never a traceback)::
     ├── ClusterError                 the redis-server nodes could not be provided
     │   ├── RedisServerNotFoundError no redis-server binary anywhere we look
     │   ├── ServerStartError         a spawned redis-server did not come up
-    │   └── NodeUnreachableError     a node or the resource does not answer PING
+    │   ├── NodeUnreachableError     a node or the resource does not answer PING
+    │   └── replication.ReplicationError  a master/replica pair would not sync or fail over
     ├── BackendError                 a lock backend cannot be used
     │   ├── BackendLoadError         a module:Class that does not import or is not a backend
-    │   └── BackendNotViableError    a backend whose library is missing here (says what to install)
+    │   ├── BackendNotViableError    a backend whose library is missing here (says what to install)
+    │   └── backend_host.BackendCallFailed  the conformance battery's call raised, hung or died
     ├── FaultNotSupportedError       a fault needs a tool this machine lacks (says what to install)
+    ├── proxy.ProxyError             a link proxy did not start or answer its control pipe
     ├── TrialError                   a trial could not complete (a worker died, a timeout)
+    ├── cli.UnknownTrialsError       some trials were judged unknown (their problems printed first)
     ├── RenderError                  plots or a report could not be produced
     │   └── PlotDependencyError      matplotlib is not installed (says what to install)
     └── lifecycle.Terminated         SIGTERM arrived; everything was stopped; exit code 143
