@@ -246,3 +246,39 @@ def test_bad_values_and_files_are_one_line_errors(tmp_path: Path) -> None:
         assert result.exit_code != 0, args
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and fragment in lines[0] and "hunter2" not in lines[0], (args, result.stderr)
+
+
+def test_a_worker_stopped_from_outside_makes_the_trial_unknown_instead_of_hanging(tmp_path: Path) -> None:
+    """SIGSTOP to a worker (not the harness's own freeze) during the run: unknown within the deadline."""
+    import signal as _signal
+
+    spec = make_spec(backend="single", experiment=get_experiment("baseline"), trial=0,
+                     overrides=Overrides(time_scale=0.1, rounds=200, call_timeout_ms=1000))  # fmt: skip
+    stopped: list[int] = []
+
+    def stop_a_worker() -> None:
+        me = os.getpid()
+        for line in Path(f"/proc/{me}/task/{me}/children").read_text().split():
+            cmdline = Path(f"/proc/{line}/cmdline").read_bytes()
+            if b"spawn_main" in cmdline:
+                os.kill(int(line), _signal.SIGSTOP)
+                stopped.append(int(line))
+                return
+
+    with open_cluster(node_count=1) as cluster:
+        timer = threading.Timer(1.0, stop_a_worker)
+        timer.start()
+        started = time.monotonic()
+        try:
+            result = run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
+        finally:
+            timer.cancel()
+            for pid in stopped:
+                try:
+                    os.kill(pid, _signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+    assert stopped, "no worker process found to stop"
+    assert time.monotonic() - started < 15
+    assert result.metrics.verdict == "unknown"
+    assert "was stopped from outside the harness" in result.metrics.problem

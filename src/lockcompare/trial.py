@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_connections
 from pathlib import Path
@@ -219,6 +219,7 @@ class _Watch:
     call_timeout_s: float
     backend: str
     faults: FaultScheduler | None = None
+    _stopped_since: dict[int, int] = field(default_factory=dict)
 
     def collect(self, *, timeout_s: float, what: str) -> tuple[list[tuple[str, str, list[Event]]], str]:
         """``(status, message, events)`` from every worker (a dead one reports ``error``), and a
@@ -265,7 +266,27 @@ class _Watch:
                     f"worker {index}: backend {self.backend!r} {call}() did not return within "
                     f"{self.call_timeout_s:g} s; workers stopped"
                 )
+        return self._stopped_from_outside(now)
+
+    def _stopped_from_outside(self, now_ns: int) -> str:
+        """A worker stopped by someone other than the harness (SIGSTOP from a shell, a debugger)
+        makes no progress and sends nothing: past the call deadline the trial cannot be judged."""
+        for index, pid in enumerate(self.pids):
+            if self.freezer.is_frozen(pid) or not _stopped(pid):
+                self._stopped_since.pop(pid, None)
+                continue
+            since = self._stopped_since.setdefault(pid, now_ns)
+            if now_ns - since > self.call_timeout_s * 1e9:
+                return f"worker {index} was stopped from outside the harness for more than {self.call_timeout_s:g} s"
         return ""
+
+
+def _stopped(pid: int) -> bool:
+    """True if the process is in the stopped state (``T`` in /proc/PID/stat)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
 
 
 def _outcome(messages: list[tuple[str, str, list[Event]]], problem: str = "") -> tuple[list[Event], str]:

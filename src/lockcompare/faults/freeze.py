@@ -32,6 +32,11 @@ class Freezer:
         self._timers.append(timer)
         timer.start()
 
+    def is_frozen(self, pid: int) -> bool:
+        """True while this freezer holds ``pid`` stopped (a stop it did not make is someone else's)."""
+        with self._lock:
+            return pid in self._frozen
+
     def _thaw(self, pid: int, conn: Connection) -> None:
         with self._lock:
             if pid not in self._frozen:
