@@ -59,15 +59,11 @@ def wait_for_rows(out: Path, proc: subprocess.Popen[str], rows: int, timeout_s: 
     pytest.fail("no rows appeared")
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
-def test_interrupted_run_leaves_no_process_and_only_whole_rows(tmp_path: Path, how: str) -> None:
-    out = tmp_path / "interrupted.csv"
-    proc = start_matrix(out)
+def interrupt_and_check(proc: subprocess.Popen[str], out: Path, how: str, *, children: set[int]) -> list[list[str]]:
+    """Ctrl-C (to the whole process group, as a terminal sends it) or SIGTERM; then the run must
+    end with its exit code and one line, no process below it may survive, and every row written
+    must be whole. Returns the CSV's rows, header first."""
     try:
-        wait_for_rows(out, proc, rows=1)
-        time.sleep(0.15)  # land in the middle of a trial
-        children = descendants(proc.pid)
-        assert len(children) >= 6, "expected 6 redis-servers and worker processes"
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)
         else:
@@ -87,4 +83,22 @@ def test_interrupted_run_leaves_no_process_and_only_whole_rows(tmp_path: Path, h
     with out.open(newline="") as fh:
         rows = list(csv.reader(fh))
     assert rows[0] == list(COLUMNS)
-    assert len(rows) >= 2 and all(len(row) == len(COLUMNS) for row in rows[1:])
+    assert all(len(row) == len(COLUMNS) for row in rows[1:])
+    return rows
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
+def test_interrupted_run_leaves_no_process_and_only_whole_rows(tmp_path: Path, how: str) -> None:
+    out = tmp_path / "interrupted.csv"
+    proc = start_matrix(out)
+    try:
+        wait_for_rows(out, proc, rows=1)
+        time.sleep(0.15)  # land in the middle of a trial
+        children = descendants(proc.pid)
+        assert len(children) >= 6, "expected 6 redis-servers and worker processes"
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    rows = interrupt_and_check(proc, out, how, children=children)
+    assert len(rows) >= 2

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 import redis
 
 import lockcompare.fakeclock as fakeclock
@@ -48,14 +49,6 @@ def servers(binary: Path) -> Iterator[list[RedisServer]]:
         assert not server.data_dir.exists()
         if pid is not None:
             assert not process_exists(pid)
-
-
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def new_server(servers: list[RedisServer], binary: Path, **kwargs: object) -> RedisServer:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import statistics
 import time
 from collections.abc import Iterator
 
 import pytest
+from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 import redis
 
 from lockcompare.proxy import LinkProxy, ProxyError, ProxySet, port_of
@@ -33,14 +33,6 @@ def server() -> Iterator[RedisServer]:
 def proxy(server: RedisServer) -> Iterator[LinkProxy]:
     with LinkProxy(target_port=server.port, name="test") as p:  # type: ignore[arg-type]
         yield p
-
-
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def ping_url(url: str, *, timeout_s: float = 1.0) -> bool:

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 
 import pytest
+from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 from lockcompare.redisconn import connect
 from lockcompare.replication import FailoverPair, ReplicationError
-
-
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture
