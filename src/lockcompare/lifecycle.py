@@ -40,14 +40,16 @@ class Terminated(LockcompareError):
 #: never release. logging takes its module lock around every getLogger (redis-py calls it on each
 #: connect) and around every fork (os.register_at_fork), and subprocess forks with preexec_fn.
 #: Measured: a SIGTERM that landed there left logging's lock held, and every trial thread then
-#: hung in getLogger until the run was killed.
+#: hung in getLogger until the run was killed. A finalizer (``__del__``) is no place either: an
+#: exception raised there is printed and dropped, and the Ctrl-C with it (seen: redis-py's
+#: ConnectionPool.__del__ swallowed one and the run went on).
 _UNSAFE_MODULES = ("logging", "subprocess")
 _REDELIVER_AFTER_S = 0.02
 
 
 def _in_unsafe_code(frame: FrameType | None) -> bool:
     while frame is not None:
-        if frame.f_globals.get("__name__", "").split(".")[0] in _UNSAFE_MODULES:
+        if frame.f_code.co_name == "__del__" or frame.f_globals.get("__name__", "").split(".")[0] in _UNSAFE_MODULES:
             return True
         frame = frame.f_back
     return False

@@ -258,26 +258,22 @@ class _Watch:
         return messages, ""
 
     def _stuck_call(self) -> str:
+        """Why the trial cannot go on ("" if it can): a worker stopped from outside the harness,
+        or a backend call past its deadline (a stopped worker's call is its stop, not the backend's)."""
         now = time.monotonic_ns()
-        for index, slot in enumerate(self.slots):
+        for index, (pid, slot) in enumerate(zip(self.pids, self.slots, strict=True)):
+            if not self.freezer.is_frozen(pid) and _stopped(pid):
+                since = self._stopped_since.setdefault(pid, now)
+                if now - since > self.call_timeout_s * 1e9:
+                    return f"worker {index} was stopped from outside the harness for more than {self.call_timeout_s:g} s"
+                continue
+            self._stopped_since.pop(pid, None)
             call, started_ns = slot.current()
             if call and now - started_ns > self.call_timeout_s * 1e9:
                 return (
                     f"worker {index}: backend {self.backend!r} {call}() did not return within "
                     f"{self.call_timeout_s:g} s; workers stopped"
                 )
-        return self._stopped_from_outside(now)
-
-    def _stopped_from_outside(self, now_ns: int) -> str:
-        """A worker stopped by someone other than the harness (SIGSTOP from a shell, a debugger)
-        makes no progress and sends nothing: past the call deadline the trial cannot be judged."""
-        for index, pid in enumerate(self.pids):
-            if self.freezer.is_frozen(pid) or not _stopped(pid):
-                self._stopped_since.pop(pid, None)
-                continue
-            since = self._stopped_since.setdefault(pid, now_ns)
-            if now_ns - since > self.call_timeout_s * 1e9:
-                return f"worker {index} was stopped from outside the harness for more than {self.call_timeout_s:g} s"
         return ""
 
 
