@@ -19,6 +19,7 @@ works. Hence the up-front check, with a start-up timeout, that says which binary
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import math
 import os
@@ -89,6 +90,7 @@ class FakeClock:
     def __init__(self, *, library: Path | None = None) -> None:
         self.library = library if library is not None else find_libfaketime()
         self._dir = Path(tempfile.mkdtemp(prefix="lockcompare-clock-"))
+        _not_closed.add(self)
         self.timestamp_file = self._dir / "faketime"
         self._offset_s = 0.0
         self._write()
@@ -130,6 +132,7 @@ class FakeClock:
         """Remove the timestamp file. Nodes still running under it read offset 0 from then on
         (measured: TIME went from +60 s back to the real time)."""
         shutil.rmtree(self._dir, ignore_errors=True)
+        _not_closed.discard(self)
 
     def __enter__(self) -> FakeClock:
         return self
@@ -173,4 +176,15 @@ def check_fake_clock_support(binary: Path) -> None:
             )
     finally:
         server.cleanup()
+        clock.close()
+
+
+#: Clocks whose close() has not run (an interrupt between creating one and recording it): their
+#: directories are removed when the interpreter exits, as server.py does for servers.
+_not_closed: set[FakeClock] = set()
+
+
+@atexit.register
+def _close_leftovers() -> None:
+    for clock in list(_not_closed):
         clock.close()
