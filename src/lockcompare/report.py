@@ -21,14 +21,17 @@ from lockcompare.cells import Cell, group_cells, setting_text
 from lockcompare.errors import LockcompareError, RenderError
 from lockcompare.plots import plot_matrix, plot_timeline, require_matplotlib
 from lockcompare.reproduce import matrix_command, settings_key
+from lockcompare.results import PROVENANCE_COLUMNS as ROW_PROVENANCE
 from lockcompare.results import read_results
 from lockcompare.timeline import load_history
 
 REPORT_NAME = "README.md"
-#: Provenance columns shown when the CSV has them (newer schemas add them; older files lack them).
-PROVENANCE_COLUMNS = (
-    "lockcompare_version", "source_revision", "host", "cpu_count", "load_avg_1m", "concurrent_runs", "jobs",
-)  # fmt: skip
+#: Provenance shown per run when the CSV has it (rows before schema 4 lack it): results.py's list,
+#: less what the table shows already (cluster, redis_version) or what varies per trial.
+PROVENANCE_COLUMNS = tuple(
+    c for c in ROW_PROVENANCE
+    if c not in ("cluster", "redis_version", "lock_nodes_reachable", "jobs_concurrent")
+)
 #: Settings shown per cell, as stored (times already multiplied by time_scale).
 PARAMETER_COLUMNS = (
     "workers", "rounds", "ttl_ms", "work_ms", "pause_ms", "pause_point", "pause_how", "resource_check",
