@@ -251,6 +251,30 @@ def run_matrix(
         sweep=sweep,
         skip_unfit=skip_unfit,
     )
+    return run_planned(
+        specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
+        fresh_workers=fresh_workers, cpu_share=cpu_share,
+    )  # fmt: skip
+
+
+def run_planned(
+    specs: Sequence[TrialSpec],
+    *,
+    out: Path,
+    cluster_options: ClusterOptions = ClusterOptions(),
+    resume: bool = False,
+    progress: ProgressCallback | None = None,
+    jobs: int = 1,
+    fresh_workers: bool = False,
+    cpu_share: float = DEFAULT_CPU_SHARE,
+) -> MatrixReport:
+    """Run trials already planned (by :func:`plan_matrix`, or rebuilt from a results row by
+    ``run --from``), appending one row per trial to ``out``; see :func:`run_matrix`."""
+    if not specs:
+        raise InvalidValueError("no trial to run")
+    redlock_nodes = specs[0].node_count
+    time_scale = min(spec.time_scale for spec in specs)
+    call_timeout_ms = max(spec.call_timeout_ms for spec in specs)
     done = prepare_out(out, resume=resume)
     todo = [s for s in specs if s.trial_id not in done]
     trial_ids = tuple(s.trial_id for s in specs)
@@ -265,7 +289,7 @@ def run_matrix(
     writer = ResultsWriter(out)
     histories = history_dir(out)
     run_id = new_run_id()
-    budget = CpuBudget(cpus=usable_cpus(), share=cpu_share, prior=prior_busy_fraction(overrides.time_scale))
+    budget = CpuBudget(cpus=usable_cpus(), share=cpu_share, prior=prior_busy_fraction(time_scale))
     jobs_used = 0
     unknown: list[tuple[str, str]] = []
     no_progress: dict[str, int] = {}
@@ -305,7 +329,7 @@ def run_matrix(
                 probe_backends(
                     [s.backend for s in todo],
                     config=BackendConfig(node_urls=probe.node_urls, node_count=redlock_nodes),
-                    timeout_s=overrides.call_timeout_ms / 1000,
+                    timeout_s=call_timeout_ms / 1000,
                 )
             finally:
                 clusters.release(probe)
@@ -341,11 +365,13 @@ def run_matrix(
 
 
 def _runs_alone(spec: TrialSpec) -> bool:
-    """Without a lock and without pauses, conflicts measure the phase of two free-running workers,
-    which a neighbour trial's CPU use shifts (scheduler.py): such a trial runs with no neighbour.
-    With a pause in every round the pause sets the rhythm (no-lock client-pause cells matched the
-    serial run in every parallel run measured), so those trials run in parallel like the rest."""
-    return spec.pause_ms == 0 and not getattr(load_backend(spec.backend), "exclusive", True)
+    """Without a lock, without pauses and without jitter, conflicts measure the phase of two
+    free-running workers in lockstep, which a neighbour trial's CPU use shifts (scheduler.py): such
+    a trial runs with no neighbour. Jitter (the default) draws every retry and think time afresh,
+    so the phase is random in every round whatever a neighbour does, and a pause in every round
+    sets the rhythm itself; those trials run in parallel like the rest (the fidelity check in the
+    README compares such a run with a serial one cell by cell)."""
+    return spec.pause_ms == 0 and spec.jitter == 0 and not getattr(load_backend(spec.backend), "exclusive", True)
 
 
 @contextlib.contextmanager
