@@ -127,6 +127,19 @@ def test_small_real_matrix_writes_complete_rows_and_a_table(tmp_path: Path) -> N
     steps = [line.split()[4] for line in timeline.stdout.splitlines()[2:]]
     assert steps.count("pause") == 4 and steps.count("write") == 8  # worker 0 paused in each of its 4 rounds
 
+    # run --from reruns one recorded trial with its settings and seed: same trial id, same verdict
+    # for a lock that cannot conflict here, and the file it reran from is left untouched.
+    number = 1 + [(r["backend"], r["experiment"]) for r in rows].index(("single", "baseline"))
+    before = out.read_bytes()
+    rerun = invoke("run", "--from", f"{out}:{number}")
+    assert rerun.exit_code == 0, rerun.output
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in rerun.stdout.splitlines())}
+    assert fields["trial_id"] == by_cell[("single", "baseline")]["trial_id"]
+    assert fields["verdict"] == "exclusive   recorded: exclusive"
+    assert out.read_bytes() == before
+    assert_one_line_error(invoke("run", "--from", f"{out}:99"), 2, "row 99 does not exist")
+    assert_one_line_error(invoke("run", "--from", f"{out}:1", "--rounds", "3"), 2, "drop --rounds")
+
 
 def test_run_prints_one_trials_metrics() -> None:
     result = invoke("run", "--backend", "single", "--experiment", "baseline", "--rounds", "3", "--time-scale", "0.1")

@@ -43,7 +43,8 @@ from lockcompare.experiments import (
     TrialSpec,
 )
 from lockcompare.compare import compare_rows, comparison_table, differs
-from lockcompare.matrix import ClusterOptions, MatrixReport, Sweep, run_matrix
+from lockcompare.matrix import ClusterOptions, MatrixReport, Sweep, run_matrix, run_planned
+from lockcompare.reproduce import find_row, spec_from_row
 from lockcompare.scheduler import DEFAULT_CPU_SHARE, usable_cpus
 from lockcompare.redisconn import parse_url_list, validate_url
 from lockcompare.results import METRIC_COLUMNS, inspect_results, read_results, rewrite
@@ -480,6 +481,7 @@ def _in_plan_order(
 
 @app.command()
 def run(
+    ctx: typer.Context,
     backend: Annotated[str, typer.Option("--backend", help="A backend name or package.module:Class.")] = "single",
     experiment: Annotated[str, typer.Option("--experiment", help="An experiment name.")] = "baseline",
     out_path: Annotated[Path | None, typer.Option("--out", help="Also append the row to this CSV.")] = None,
@@ -505,9 +507,28 @@ def run(
     nodes: Nodes = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    from_row: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="RESULTS.csv:ROW",
+            help="Rerun one trial of a results file with exactly its settings and seed: ROW is its trial id "
+            "or its row number (1 = the first row). Takes no other trial option.",
+        ),
+    ] = None,
 ) -> None:
-    """Run a single trial and print its metrics."""
-    overrides, sweep, options = _trial_settings(locals())
+    """Run a single trial and print its metrics (or rerun a recorded one with --from)."""
+    if from_row is not None:
+        given = [
+            f"--{name.replace('_', '-')}" for name in ctx.params
+            if name not in _RERUN_OPTIONS and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+        ]  # fmt: skip
+        if given:
+            raise InvalidValueError(f"--from takes every setting from the row; drop {', '.join(given)}")
+        options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None)
+        _run_from(from_row, out_path=out_path, options=options)
+        return
+    overrides, sweep, options = _trial_settings({k: v for k, v in locals().items() if k != "ctx"})
     if sweep.cells_per_trial() > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
     with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
@@ -522,6 +543,34 @@ def run(
         for key in ("trial_id", "backend", "experiment", "ttl_ms", "work_ms", "pause_ms", "pause_point", "pause_how",
                     "resource_check", *METRIC_COLUMNS, "wall_s"):  # fmt: skip
             typer.echo(f"{key:>24}: {row[key]}")
+        if out_path is not None:
+            typer.echo(f"{'history':>24}: {target.parent / row['history']}")
+        _fail_on_unknown(report)
+
+
+#: Options ``run --from`` accepts beside the row: where to write, and where the servers are.
+_RERUN_OPTIONS = {"from_row", "out_path", "nodes", "resource", "redis_server"}
+
+
+def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions) -> None:
+    """Rerun the trial ``FILE:ROW`` names and print its verdict beside the recorded one."""
+    path_text, sep, selector = source.rpartition(":")
+    if not sep or not path_text or not selector:
+        raise InvalidValueError(f"--from takes RESULTS.csv:ROW (a trial id or a row number), got {source!r}")
+    original = find_row(read_results(Path(path_text)), selector)
+    spec = spec_from_row(original)
+    if original.get("cluster") == "external" and options.nodes is None:
+        err.print("note: the row ran against external servers; this rerun uses the embedded cluster")
+    with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
+        target = out_path or Path(scratch) / "run.csv"
+        report = run_planned([spec], out=target, cluster_options=options, resume=out_path is not None)
+        (row,) = [r for r in read_results(target) if r["trial_id"] == spec.trial_id][-1:]
+        typer.echo(f"{'trial_id':>24}: {spec.trial_id}")
+        for key in ("verdict", "conflicts", "lost_updates", "entries", "writes_rejected"):
+            same = "" if str(row[key]) == str(original[key]) else "   (differs)"
+            typer.echo(f"{key:>24}: {row[key]}   recorded: {original[key]}{same}")
+        typer.echo(f"{'recorded by':>24}: run {original['run_id']}, lockcompare {original['lockcompare_version']}, "
+                   f"revision {original['source_revision'] or '?'}")  # fmt: skip
         if out_path is not None:
             typer.echo(f"{'history':>24}: {target.parent / row['history']}")
         _fail_on_unknown(report)

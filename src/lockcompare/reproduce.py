@@ -1,4 +1,5 @@
-"""The ``lockcompare matrix`` command line that reproduces a results row, built from its settings.
+"""Reproducing a results row: the ``lockcompare matrix`` command line for its cell, built from its
+settings, and the exact trial (:func:`spec_from_row`) that ``lockcompare run --from`` reruns.
 
 The CSV stores times already multiplied by ``time_scale``; the command gives them at the lesson's
 scale (divided back) with the same ``--time-scale``, so a rerun writes rows whose every setting
@@ -24,9 +25,15 @@ from __future__ import annotations
 import math
 import shlex
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args, get_type_hints
 
-from lockcompare.experiments import trial_seed
+from lockcompare.experiments import (
+    IDENTITY_SETTINGS,
+    TrialSpec,
+    get_experiment,
+    pause_schedule,
+    trial_seed,
+)
 
 #: Times stored scaled, in the order the command gives them.
 SCALED = ("ttl_ms", "work_ms", "pause_ms")
@@ -98,3 +105,62 @@ def _seed_is(row: dict[str, Any], *, base: int) -> bool:
         return trial_seed(base, row["backend"], row["experiment"], int(row["trial"])) == int(row["seed"])
     except (KeyError, TypeError, ValueError):
         return False
+
+
+def spec_from_row(row: dict[str, Any]) -> TrialSpec:
+    """The trial a results row describes, rebuilt with exactly its settings and seed (``run --from``).
+
+    Every identity setting is taken from the row as it was stored (times already scaled, the
+    trial's derived seed), the pause schedule is derived from that seed as the matrix derived it,
+    and the rebuilt trial's id must equal the row's: a row this version cannot rebuild exactly
+    (a setting it does not know, a changed derivation) is refused rather than rerun approximately.
+    """
+    from lockcompare.errors import InvalidValueError  # noqa: PLC0415  (keep the module import-light)
+
+    hints = get_type_hints(TrialSpec)
+    values: dict[str, Any] = {}
+    for name in IDENTITY_SETTINGS:
+        values[name] = _setting(name, row.get(name), hints[name])
+    experiment = get_experiment(str(row["experiment"]))
+    schedule = (
+        pause_schedule(workers=(0,), rounds=values["rounds"], probability=experiment.pause_probability, seed=values["seed"])
+        if values["pause_ms"] > 0
+        else frozenset()
+    )
+    spec = TrialSpec(**values, fault=experiment.fault or "", pause_schedule=schedule)
+    if spec.trial_id != row.get("trial_id"):
+        raise InvalidValueError(
+            f"cannot rebuild trial {row.get('trial_id')} exactly (rebuilt {spec.trial_id}): it was written by "
+            f"lockcompare {row.get('lockcompare_version') or '?'} with settings this version derives differently"
+        )
+    return spec
+
+
+def _setting(name: str, value: Any, hint: Any) -> Any:
+    """A row's value as the TrialSpec field's type (an empty cell is None where None is allowed)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        if type(None) in get_args(hint):
+            return None
+        raise ValueError(f"the row has no {name}")
+    kinds = [k for k in (get_args(hint) or (hint,)) if k is not type(None)]
+    kind = kinds[0]
+    if kind is int:
+        return int(float(value))
+    if kind is float:
+        return float(value)
+    return kind(str(value))  # str, or a StrEnum (pause_point, pause_how, resource_check)
+
+
+def find_row(rows: Sequence[dict[str, Any]], selector: str) -> dict[str, Any]:
+    """The row ``selector`` names: a trial id, or a data row's number (1 = the first row)."""
+    from lockcompare.errors import InvalidValueError  # noqa: PLC0415
+
+    if selector.isdigit():
+        number_ = int(selector)
+        if not 1 <= number_ <= len(rows):
+            raise InvalidValueError(f"row {number_} does not exist: the file has {len(rows)} rows (1..{len(rows)})")
+        return rows[number_ - 1]
+    matches = [row for row in rows if row.get("trial_id") == selector]
+    if not matches:
+        raise InvalidValueError(f"no row with trial id {selector!r} (give a trial id or a row number, 1 = first)")
+    return matches[-1]
