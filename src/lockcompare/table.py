@@ -37,6 +37,12 @@ OPTIONAL_COLUMNS = {
 }  # fmt: skip
 
 
+def _measured(row: dict[str, Any], column: str) -> int:
+    """An optional count, or -1 where the row has none (a row older than the metric)."""
+    value = row.get(column)
+    return value if isinstance(value, int) else -1
+
+
 def _num(value: float, digits: int = 1) -> str:
     if math.isnan(value):
         return "n/a"
@@ -99,7 +105,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
     rows = latest_rows(list(rows))
     varying = [c for c in CONDITION_COLUMNS if _varies_within_a_cell(rows, c)]
     known_rows = [r for r in rows if r["verdict"] != "unknown"]
-    optional = [c for c in OPTIONAL_COLUMNS if any(r.get(c, 0) > 0 for r in known_rows)]
+    optional = [c for c in OPTIONAL_COLUMNS if any(_measured(r, c) > 0 for r in known_rows)]
     failures = _shows_failures(known_rows)
     cells: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in rows:
@@ -129,7 +135,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
                 str(max(r["max_concurrency"] for r in known)),
                 _num(mean_ci([r["overlap_ms"] for r in known]).mean, 0),
                 _mean_with_ci([r["writes_rejected"] for r in known]),
-                *(_mean_with_ci([r[c] for r in known if r[c] >= 0]) for c in optional),  # -1: not measured
+                *(_mean_with_ci([r[c] for r in known if _measured(r, c) >= 0]) for c in optional),
                 f"{_num(mean_ci([r['lost_updates'] for r in known]).mean)} ({_range([r['lost_updates'] for r in known])})",
                 *([_acquire_failures(known)] if failures else []),
                 _verdicts(verdicts),
