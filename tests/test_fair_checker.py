@@ -179,3 +179,23 @@ def test_an_unexpected_message_is_an_error_not_ignored() -> None:
     runner[0].send(("go", "", []))
     with pytest.raises(ValueError, match="unexpected message"):
         Inbox(workers[0]).wait_for("thawed", timeout_s=1)
+
+
+# --- the setting: identity, sweep, validation ---------------------------------------------------
+
+
+def test_the_workload_is_part_of_the_identity_and_lesson_keeps_old_trial_ids() -> None:
+    from lockcompare.errors import InvalidValueError
+    from lockcompare.experiments import IDENTITY_SETTINGS, Overrides
+    from lockcompare.matrix import Sweep, plan_matrix
+
+    specs = plan_matrix(backends=["single"], experiments=["client-pause"], trials=1, overrides=Overrides(),
+                        node_count=None, sweep=Sweep(workloads=("lesson", "contend")))  # fmt: skip
+    assert [s.workload for s in specs] == ["lesson", "contend"] and len({s.trial_id for s in specs}) == 2
+    assert "workload" in IDENTITY_SETTINGS
+    assert specs[0].trial_id == "single.client-pause.plain.pause1200.t0.ba1c4ee2"  # its id before --workload existed
+    contend = plan_matrix(backends=["single"], experiments=["client-pause"], trials=1,
+                          overrides=Overrides(workload="contend"), node_count=None)  # fmt: skip
+    assert contend[0].trial_id == specs[1].trial_id  # the overrides' workload when the sweep names none
+    with pytest.raises(InvalidValueError, match="--workload takes lesson or contend"):
+        Overrides(workload="fair")
