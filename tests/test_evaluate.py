@@ -105,8 +105,10 @@ def test_the_careless_lock_fails_from_the_command_line_via_plugin_path(tmp_path:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     failed = [line for line in lines if line.startswith("FAIL")]
-    assert failed == ["FAIL         a release never deletes another owner's lock"], proc.stdout
+    assert failed[0] == "FAIL         a release never deletes another owner's lock", proc.stdout
     assert "deleted its successor's lock" in lines[lines.index(failed[0]) + 1]
+    # With so few rounds a lease granted over the sleeper's valid one is likely, not certain.
+    assert failed[1:] in ([], ["FAIL         client pause longer than the TTL (client-pause)"]), proc.stdout
     assert f"results: {out}" in proc.stdout and out.exists()
 
 
