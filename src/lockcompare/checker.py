@@ -7,6 +7,17 @@ another worker's interval). Each step's instant is taken as the midpoint of its 
 (the request took effect somewhere between send and reply, a loopback round trip of ~0.15 ms).
 
 A checker that cannot make sense of a history says ``unknown``, never ``exclusive``.
+
+Extra rounds (the ``contend`` workload, contend.py: events marked ``"extra": true``) exist only to
+keep the rivals contending. Exclusion and progress are judged on the planned sections: ``entries``
+counts planned sections; a conflict is an entry that found another worker inside, counted when
+planned work is involved (a planned entry, or an extra entry into another worker's planned
+section), by both measures alike; acquire counts, timeouts, refusals and latencies are the planned
+rounds'. Damage is counted over every section, because the resource cannot tell whose increment a
+stale write erased and an extra section's write is real work under the same lock: writes, lost
+updates, stale writes, and the lock's own symptoms (most workers inside, overlap time, failed
+releases, tokens going backwards). ``extra_entries`` says how many extra sections ran. A history
+without extra events is judged exactly as before.
 """
 
 from __future__ import annotations
@@ -59,6 +70,8 @@ class TrialMetrics:
     releases_failed: int
     tokens_backwards: int  # granted fencing tokens lower than one granted before (a counter lost to a restart)
     verdict: str
+    extra_entries: int = 0  # sections of extra rounds (the contend workload), not in ``entries``
+    grants_while_held: int = 0  # leases granted while another worker's lease was valid and unreleased
     problem: str = ""  # why the verdict is unknown
 
     def as_row(self) -> dict[str, object]:
@@ -70,42 +83,71 @@ class Interval:
     worker: int
     start_ns: float
     end_ns: float
+    extra: bool = False  # a section of an extra round (contend workload)
 
 
 def midpoint(event: Event) -> float:
     return (event["t0"] + event["t1"]) / 2
 
 
-def cs_intervals(history: Sequence[Event]) -> list[Interval]:
-    """Each worker's critical sections, from ``enter`` to the matching ``exit``.
+def sections(history: Sequence[Event]) -> list[tuple[Event, Event]]:
+    """Each worker's critical sections as (``enter``, matching ``exit``) events, by start.
 
     Raises ValueError when an enter has no exit (or the other way round): such a history
     cannot support a verdict.
     """
-    open_at: dict[int, float] = {}
-    intervals = []
+    open_at: dict[int, Event] = {}
+    pairs = []
     for event in sorted(history, key=lambda e: e["t0"]):
         worker, kind = event["worker"], event["kind"]
         if kind == "enter":
             if worker in open_at:
                 raise ValueError(f"worker {worker} entered twice without exiting (round {event['round']})")
-            open_at[worker] = midpoint(event)
+            open_at[worker] = event
         elif kind == "exit":
             if worker not in open_at:
                 raise ValueError(f"worker {worker} exited without entering (round {event['round']})")
-            intervals.append(Interval(worker, open_at.pop(worker), midpoint(event)))
+            pairs.append((open_at.pop(worker), event))
     if open_at:
         raise ValueError(f"workers {sorted(open_at)} entered and never exited")
-    return sorted(intervals, key=lambda i: i.start_ns)
+    return sorted(pairs, key=lambda pair: midpoint(pair[0]))
+
+
+def cs_intervals(history: Sequence[Event]) -> list[Interval]:
+    """Each worker's critical sections, from the midpoint of ``enter`` to that of its ``exit``."""
+    return [
+        Interval(enter["worker"], midpoint(enter), midpoint(exit_), extra=bool(enter.get("extra")))
+        for enter, exit_ in sections(history)
+    ]
 
 
 def overlap_conflicts(intervals: Sequence[Interval]) -> int:
-    """Entries that happened while another worker was inside (start strictly within its interval)."""
+    """Entries that happened while another worker was inside (start strictly within its interval),
+    when planned work is involved: an entry and a section that are both extra do not count."""
     return sum(
         1
         for a in intervals
-        if any(b.worker != a.worker and b.start_ns < a.start_ns < b.end_ns for b in intervals)
+        if any(
+            b.worker != a.worker and b.start_ns < a.start_ns < b.end_ns and not (a.extra and b.extra)
+            for b in intervals
+        )
     )
+
+
+def entry_conflicts(history: Sequence[Event]) -> int:
+    """Entries the resource saw with another worker inside (``inside`` > 1), when planned work is
+    involved: a planned entry always counts; an extra entry only if another worker's planned
+    section was open then (its widest span, enter's t0 to exit's t1, holds the entry's midpoint)."""
+    pairs = sections(history)
+    planned_spans = [(e["worker"], e["t0"], x["t1"]) for e, x in pairs if not e.get("extra")]
+    counted = 0
+    for enter, _ in pairs:
+        if enter["inside"] <= 1:
+            continue
+        at = midpoint(enter)
+        if not enter.get("extra") or any(w != enter["worker"] and t0 <= at <= t1 for w, t0, t1 in planned_spans):
+            counted += 1
+    return counted
 
 
 def concurrency_profile(intervals: Sequence[Interval]) -> tuple[int, float]:
@@ -142,6 +184,32 @@ def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
                 else:
                     rejected += 1
     return accepted, rejected
+
+
+def grants_while_held(history: Sequence[Event]) -> int:
+    """Leases granted while another worker held a lease still valid by its own deadline and not
+    yet released: two valid leases at once, which no correct lease lock allows, whether or not
+    the resource saw it (a careless release that deletes a paused holder's key shows here while
+    the holder sleeps). Conservative: the rival's whole attempt (``t_attempt``..``t1``) must fall
+    inside the holder's lease (its acquire's ``t1`` to the earlier of its ``valid_until`` and its
+    release's ``t0``); a lease with no deadline claims nothing; renewals are not counted.
+    """
+    released_at: dict[tuple[int, int], int] = {}
+    for event in history:
+        if event["kind"] == "release":
+            key = (event["worker"], event["round"])
+            released_at[key] = min(released_at.get(key, event["t0"]), event["t0"])
+    leases = []
+    for event in history:
+        if event["kind"] == "acquire" and event.get("ok") and event.get("valid_until") is not None:
+            end = min(event["valid_until"], released_at.get((event["worker"], event["round"]), event["valid_until"]))
+            leases.append((event["worker"], event["t1"], end))
+    return sum(
+        1
+        for e in history
+        if e["kind"] == "acquire" and e.get("ok")
+        and any(w != e["worker"] and start < e["t_attempt"] and e["t1"] < end for w, start, end in leases)
+    )  # fmt: skip
 
 
 def verdict_for(*, conflicts: int, lost_updates: int, entries: int, entries_planned: int) -> str:
@@ -214,6 +282,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
     if errors:
         problems.append(errors[0].get("message", "a worker failed"))
     intervals = cs_intervals(history)
+    extra_entries = sum(1 for i in intervals if i.extra)
     if len(intervals) != counters.entries:
         problems.append(f"{len(intervals)} entries in the history but {counters.entries} at the resource")
     if counters.occupancy != 0:
@@ -221,19 +290,21 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
     history_conflicts = sum(1 for e in history if e["kind"] == "enter" and e["inside"] > 1)
     if history_conflicts != counters.conflicts:
         problems.append(f"workers saw {history_conflicts} conflicts, the resource counted {counters.conflicts}")
+    conflicts = entry_conflicts(history) if extra_entries else counters.conflicts
+    entries = counters.entries - extra_entries
     conflicts_overlap = overlap_conflicts(intervals)
     peak, overlap_ms = concurrency_profile(intervals)
     stale_accepted, stale_rejected = stale_writes(history)
-    acquires = [e for e in history if e["kind"] == "acquire"]
+    acquires = [e for e in history if e["kind"] == "acquire" and not e.get("extra")]
     granted = [e for e in acquires if e.get("ok")]
     latencies_ms = [(e["t1"] - e["t_attempt"]) / 1e6 for e in granted]
     lost = counters.writes_accepted - counters.final_balance
     return TrialMetrics(
-        entries=counters.entries,
+        entries=entries,
         entries_planned=entries_planned,
-        conflicts=counters.conflicts,
+        conflicts=conflicts,
         conflicts_overlap=conflicts_overlap,
-        conflict_measures_agree=conflicts_overlap == counters.conflicts,
+        conflict_measures_agree=conflicts_overlap == conflicts,
         max_concurrency=peak,
         overlap_ms=round(overlap_ms, 3),
         writes_accepted=counters.writes_accepted,
@@ -251,13 +322,13 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         acquire_p50_ms=round(percentile(latencies_ms, 50), 4),
         acquire_p99_ms=round(percentile(latencies_ms, 99), 4),
         releases_failed=sum(1 for e in history if e["kind"] == "release" and not e.get("released")),
-        tokens_backwards=tokens_backwards(granted),
+        tokens_backwards=tokens_backwards([e for e in history if e["kind"] == "acquire" and e.get("ok")]),
         verdict="unknown"
         if problems
-        else verdict_for(
-            conflicts=counters.conflicts, lost_updates=lost, entries=counters.entries, entries_planned=entries_planned
-        ),
+        else verdict_for(conflicts=conflicts, lost_updates=lost, entries=entries, entries_planned=entries_planned),
         problem="; ".join(problems),
+        extra_entries=extra_entries,
+        grants_while_held=grants_while_held(history),
     )
 
 
@@ -293,4 +364,6 @@ def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned:
         tokens_backwards=-1,
         verdict="unknown",
         problem=problem,
+        extra_entries=-1,
+        grants_while_held=-1,
     )

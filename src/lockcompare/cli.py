@@ -43,6 +43,7 @@ from lockcompare.experiments import (
     TrialSpec,
 )
 from lockcompare.compare import compare_rows, comparison_table, differs
+from lockcompare.contend import DEFAULT_WORKLOAD, WORKLOADS
 from lockcompare.matrix import ClusterOptions, MatrixReport, Sweep, run_matrix, run_planned
 from lockcompare.reproduce import find_row, spec_from_row
 from lockcompare.scheduler import DEFAULT_CPU_SHARE, usable_cpus
@@ -190,6 +191,16 @@ Persistence = Annotated[
         "a comma list sweeps.",
     ),
 ]
+WorkloadOption = Annotated[
+    str,
+    typer.Option(
+        "--workload",
+        help="lesson (each worker runs its rounds and stops, the lesson's) or contend (a worker that has run "
+        "its rounds keeps contending with extra rounds, marked as such and not counted, until every worker "
+        "is done: no worker ever runs alone, so a lock cannot look better by letting one finish early); "
+        "a comma list sweeps.",
+    ),
+]
 Jitter = Annotated[
     float,
     typer.Option(
@@ -249,6 +260,7 @@ def _trial_settings(params: dict[str, Any]) -> tuple[Overrides, Sweep, ClusterOp
         fault_nodes=tuple(int(v) for v in _numbers("--fault-nodes", params["fault_nodes"], whole=True)),
         restart_delays_ms=tuple(_numbers("--restart-delay-ms", params["restart_delay_ms"])),
         persistences=tuple(_choices("--persistence", params["persistence"], ("none", "aof-always"))),
+        workloads=tuple(_choices("--workload", params["workload"], WORKLOADS)),
     )
     options = _cluster_options(
         nodes=params["nodes"],
@@ -399,6 +411,7 @@ def matrix(
     fault_nodes: FaultNodes = "1",
     restart_delay_ms: RestartDelayMs = "0",
     persistence: Persistence = "none",
+    workload: WorkloadOption = DEFAULT_WORKLOAD,
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,
@@ -503,6 +516,7 @@ def run(
     fault_nodes: FaultNodes = "1",
     restart_delay_ms: RestartDelayMs = "0",
     persistence: Persistence = "none",
+    workload: WorkloadOption = DEFAULT_WORKLOAD,
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from lockcompare.contend import DEFAULT_WORKLOAD, WORKLOADS
 from lockcompare.errors import InvalidValueError, UnknownNameError
 from lockcompare.resource import Check
 from lockcompare.sections import FENCE_MODES
@@ -153,6 +154,7 @@ class Overrides:
     fault_nodes: int = DEFAULT_FAULT_NODES
     restart_delay_ms: float = 0.0
     persistence: str = "none"
+    workload: str = DEFAULT_WORKLOAD  # lesson, or contend: no worker runs alone (contend.py)
 
     def __post_init__(self) -> None:
         for name in ("ttl_ms", "work_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "call_timeout_ms",
@@ -172,6 +174,8 @@ class Overrides:
             raise InvalidValueError(f"--fault-nodes must be >= 1, got {self.fault_nodes}")
         if not (math.isfinite(self.restart_delay_ms) and self.restart_delay_ms >= 0):
             raise InvalidValueError(f"--restart-delay-ms must be a finite number >= 0, got {self.restart_delay_ms:g}")
+        if self.workload not in WORKLOADS:
+            raise InvalidValueError(f"--workload takes {' or '.join(WORKLOADS)}, got {self.workload!r}")
         if self.persistence not in ("none", "aof-always"):
             raise InvalidValueError(f"--persistence takes none or aof-always, got {self.persistence!r}")
         if not (math.isfinite(self.jitter) and 0 <= self.jitter < 1):
@@ -213,6 +217,7 @@ class TrialSpec:
     fault_nodes: int = 0  # how many lock nodes it hits (0 without a fault)
     restart_delay_ms: float = 0.0  # node-restart: down this long before it restarts
     persistence: str = "none"  # node-restart: none, or aof-always (appendfsync always, kept across restarts)
+    workload: str = DEFAULT_WORKLOAD  # contend: workers keep contending until all are done (contend.py)
     #: (worker, round) pairs at which the worker pauses; explicit, derived from the seed.
     pause_schedule: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     #: A bound on each backend call, not a setting of the experiment (not part of the identity).
@@ -236,12 +241,14 @@ class TrialSpec:
 IDENTITY_SETTINGS = (
     "backend", "experiment", "trial", "seed", "workers", "rounds", "ttl_ms", "work_ms", "pause_ms",
     "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter", "node_count", "pause_point",
-    "pause_how", "resource_check", "fault_nodes", "restart_delay_ms", "persistence",
+    "pause_how", "resource_check", "fault_nodes", "restart_delay_ms", "persistence", "workload",
 )  # fmt: skip
 
 #: Settings added after the first results were written, with the value every older row had. A
 #: setting at this value is left out of the identity hash, so adding a setting keeps old trial ids.
-SETTINGS_SINCE_V1 = {"jitter": "0", "fault_nodes": "0", "restart_delay_ms": "0", "persistence": "none"}
+SETTINGS_SINCE_V1 = {
+    "jitter": "0", "fault_nodes": "0", "restart_delay_ms": "0", "persistence": "none", "workload": DEFAULT_WORKLOAD,
+}  # fmt: skip
 
 
 def canonical(value: object) -> str:
@@ -340,6 +347,7 @@ def make_spec(
         fault_nodes=o.fault_nodes if faulty else 0,
         restart_delay_ms=o.restart_delay_ms * scale if restarting else 0.0,
         persistence=o.persistence if restarting else "none",
+        workload=o.workload,
         pause_schedule=schedule,
         call_timeout_ms=o.call_timeout_ms,
     )

@@ -60,6 +60,7 @@ class Sweep:
     fault_nodes: tuple[int, ...] = (1,)
     restart_delays_ms: tuple[float, ...] = (0.0,)
     persistences: tuple[str, ...] = ("none",)
+    workloads: tuple[str | None, ...] = (None,)  # None: the overrides' (see contend.py)
 
     def cells_per_trial(self) -> int:
         """How many values the sweep has in all (more than 1: ``run`` cannot take it)."""
@@ -113,9 +114,9 @@ def plan_matrix(
     classes = {backend: load_backend(backend) for backend in backends}
     exps = [get_experiment(name) for name in experiments]
     specs: dict[str, TrialSpec] = {}
-    for k, backend, experiment, pause_ms, point, fence, how, fault_nodes, delay, persistence in itertools.product(
+    for k, backend, experiment, pause_ms, point, fence, how, fault_nodes, delay, persistence, workload in itertools.product(
         range(trials), backends, exps, sweep.pause_ms, sweep.pause_points, sweep.fences, sweep.pause_hows,
-        sweep.fault_nodes, sweep.restart_delays_ms, sweep.persistences,
+        sweep.fault_nodes, sweep.restart_delays_ms, sweep.persistences, sweep.workloads,
     ):  # fmt: skip
         cell = replace(
             overrides,
@@ -126,6 +127,7 @@ def plan_matrix(
             fault_nodes=fault_nodes,
             restart_delay_ms=delay,
             persistence=persistence,
+            workload=overrides.workload if workload is None else workload,
         )
         spec = make_spec(
             backend=backend,

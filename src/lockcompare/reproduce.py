@@ -91,6 +91,8 @@ def _arguments(row: dict[str, Any]) -> list[str]:
     jitter = row.get("jitter")
     if isinstance(jitter, float) and not math.isnan(jitter):
         args += ["--jitter", number(jitter)]
+    if str(row.get("workload") or "lesson") != "lesson":
+        args += ["--workload", str(row["workload"])]
     if _seed_is(row, base=1):
         args += ["--seed", "1"]
     return args

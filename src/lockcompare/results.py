@@ -28,7 +28,10 @@ SCHEMA_VERSION = 4
 #: in-process sleep; schema 1: it landed right after acquiring, no think time, fenced backends
 #: checked the token on the write only. Until schema 4: no jitter, and no provenance (left empty:
 #: unknown, never guessed).
-_SINCE_V3 = {"jitter": "0", "fault_nodes": "0", "restart_delay_ms": "0", "persistence": "none"}
+_SINCE_V3 = {
+    "jitter": "0", "fault_nodes": "0", "restart_delay_ms": "0", "persistence": "none", "workload": "lesson",
+    "extra_entries": "0",
+}  # fmt: skip
 _SINCE_V2 = _SINCE_V3 | {"pause_how": "sleep"}
 _SINCE_V1 = _SINCE_V2 | {"pause_point": "after-acquire", "think_ms": "0", "reads_rejected": "0", "cs_retries": "0"}
 
@@ -51,6 +54,7 @@ _INT_COLUMNS = {
     "conflicts_overlap", "max_concurrency", "writes_accepted", "writes_rejected",
     "stale_writes_accepted", "stale_writes_rejected", "lost_updates", "final_balance", "acquires",
     "acquire_timeouts", "refused_validity", "releases_failed", "reads_rejected", "cs_retries", "tokens_backwards",
+    "extra_entries", "grants_while_held",
 }  # fmt: skip
 _FLOAT_COLUMNS = {
     "work_ms", "pause_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter",

@@ -27,11 +27,20 @@ FORMATS = ("github", "simple", "latex", "csv")
 #: Settings that split cells when they vary within one experiment (backend and experiment always do).
 CONDITION_COLUMNS = (
     "resource_check", "pause_point", "pause_how", "pause_ms", "ttl_ms", "work_ms", "workers", "rounds",
-    "time_scale", "node_count", "fault_nodes", "restart_delay_ms", "persistence", "jitter",
+    "time_scale", "node_count", "fault_nodes", "restart_delay_ms", "persistence", "jitter", "workload",
 )  # fmt: skip
 
 #: Metrics shown only when some trial has a non-zero value (most tables need neither).
-OPTIONAL_COLUMNS = {"reads_rejected": "rejected reads", "cs_retries": "retries", "tokens_backwards": "tokens backwards"}
+OPTIONAL_COLUMNS = {
+    "reads_rejected": "rejected reads", "cs_retries": "retries", "tokens_backwards": "tokens backwards",
+    "grants_while_held": "granted while held",
+}  # fmt: skip
+
+
+def _measured(row: dict[str, Any], column: str) -> int:
+    """An optional count, or -1 where the row has none (a row older than the metric)."""
+    value = row.get(column)
+    return value if isinstance(value, int) else -1
 
 
 def _num(value: float, digits: int = 1) -> str:
@@ -96,7 +105,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
     rows = latest_rows(list(rows))
     varying = [c for c in CONDITION_COLUMNS if _varies_within_a_cell(rows, c)]
     known_rows = [r for r in rows if r["verdict"] != "unknown"]
-    optional = [c for c in OPTIONAL_COLUMNS if any(r.get(c, 0) > 0 for r in known_rows)]
+    optional = [c for c in OPTIONAL_COLUMNS if any(_measured(r, c) > 0 for r in known_rows)]
     failures = _shows_failures(known_rows)
     cells: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for row in rows:
@@ -126,7 +135,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
                 str(max(r["max_concurrency"] for r in known)),
                 _num(mean_ci([r["overlap_ms"] for r in known]).mean, 0),
                 _mean_with_ci([r["writes_rejected"] for r in known]),
-                *(_mean_with_ci([r[c] for r in known]) for c in optional),
+                *(_mean_with_ci([r[c] for r in known if _measured(r, c) >= 0]) for c in optional),
                 f"{_num(mean_ci([r['lost_updates'] for r in known]).mean)} ({_range([r['lost_updates'] for r in known])})",
                 *([_acquire_failures(known)] if failures else []),
                 _verdicts(verdicts),

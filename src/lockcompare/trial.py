@@ -23,6 +23,7 @@ from lockcompare import history as history_io
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.checker import TrialMetrics, check, unknown
 from lockcompare.cluster import Cluster, delete_keys_containing
+from lockcompare.contend import DoneTracker
 from lockcompare.crew import CrewSource, spawn_crew
 from lockcompare.errors import NodeUnreachableError
 from lockcompare.experiments import FAULT_DELAY_MS, TrialSpec
@@ -54,7 +55,8 @@ def new_run_id() -> str:
 def worst_case_duration_s(spec: TrialSpec) -> float:
     """An upper bound on a healthy trial's length; past it the trial is declared stuck."""
     per_round_ms = spec.acquire_timeout_ms + spec.pause_ms + spec.work_ms + spec.think_ms * (1 + spec.jitter) + 50
-    return spec.rounds * per_round_ms / 1000 * 2 + spec.call_timeout_ms / 1000
+    extra_round_ms = per_round_ms if spec.workload == "contend" else 0  # the one a rival may finish after "stop"
+    return (spec.rounds * per_round_ms * 2 + extra_round_ms) / 1000 + spec.call_timeout_ms / 1000
 
 
 def run_trial(
@@ -95,6 +97,7 @@ def run_trial(
             jitter=spec.jitter,
             seed=spec.seed,
             report_acquires=bool(spec.fault) and w == 0,
+            workload=spec.workload,
         )
         for w in range(spec.workers)
     ]
@@ -220,6 +223,10 @@ class _Watch:
     backend: str
     faults: FaultScheduler | None = None
     _stopped_since: dict[int, int] = field(default_factory=dict)
+    _done: DoneTracker = field(init=False)  # the contend workload's "done"/"stop" (contend.py)
+
+    def __post_init__(self) -> None:
+        self._done = DoneTracker(conns=self.conns)
 
     def collect(self, *, timeout_s: float, what: str) -> tuple[list[tuple[str, str, list[Event]]], str]:
         """``(status, message, events)`` from every worker (a dead one reports ``error``), and a
@@ -253,8 +260,13 @@ class _Watch:
                         self.faults.on_acquired(worker=self.conns.index(conn), round_=int(message[1]), t_ns=message[2][0])
                         self.faults.run_due()  # a fault due at once lands before anything else is read
                     continue
+                if message[0] == "done":
+                    self._done.on_done(conn)
+                    continue
                 pending.remove(conn)
                 messages.append(message)
+                if message[0] != "ready":  # its final message: a worker that ended is done
+                    self._done.on_ended(conn)
         return messages, ""
 
     def _stuck_call(self) -> str:

@@ -3,7 +3,8 @@
 Each round: acquire (retry until a deadline) → pause (if scheduled ``after-acquire``) → the
 critical section (enter, read, work, pause if scheduled ``before-write``, write, exit: see
 sections.py) → release → think. Every step is recorded with its start and end on the shared monotonic
-clock.
+clock. In the ``contend`` workload a worker that has run its planned rounds goes on with extra
+rounds until the runner says every worker is done (see contend.py).
 
 Workers are separate OS processes, never threads of the runner: threads share the GIL and a
 CPU-busy neighbour pushed loopback PING from 0.14 ms to 16 ms p50 on the measuring machine.
@@ -21,6 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from lockcompare.backends import BackendConfig, Lease, LockBackend, Refusal, load_backend
+from lockcompare.contend import ANSWER_TIMEOUT_S, DEFAULT_WORKLOAD, Inbox
 from lockcompare.history import Recorder, now_ns
 from lockcompare.lifecycle import die_with_parent
 from lockcompare.experiments import PauseHow, PausePoint
@@ -90,6 +92,7 @@ class WorkerPlan:
     jitter: float = 0.0
     seed: int = 0
     report_acquires: bool = False  # tell the runner of each lease (a node fault follows this worker's leases)
+    workload: str = DEFAULT_WORKLOAD  # "contend": extra rounds until every worker is done (contend.py)
 
 
 def checked_outcome(outcome: object, *, backend: str) -> Lease | Refusal:
@@ -100,9 +103,19 @@ def checked_outcome(outcome: object, *, backend: str) -> Lease | Refusal:
 
 
 def acquire_until_deadline(
-    backend: LockBackend, plan: WorkerPlan, rec: Recorder, *, slot: CallSlot, rng: random.Random
+    backend: LockBackend,
+    plan: WorkerPlan,
+    rec: Recorder,
+    *,
+    slot: CallSlot,
+    rng: random.Random,
+    abandon: Callable[[], bool] | None = None,
 ) -> Lease | None:
-    """Try to acquire until the acquire deadline; record one ``acquire`` event either way."""
+    """Try to acquire until the acquire deadline; record one ``acquire`` event either way.
+
+    ``abandon`` (an extra round's): asked between attempts; True ends the wait at once, recorded
+    as an acquire with ``abandoned`` set (not a timeout: nobody is left to contend with).
+    """
     t0 = now_ns()
     deadline = t0 + int(plan.acquire_timeout_ms * 1e6)
     refusals: Counter[str] = Counter()
@@ -129,6 +142,9 @@ def acquire_until_deadline(
             )
             return lease
         refusals[outcome.reason] += 1
+        if abandon is not None and abandon():
+            rec.add("acquire", t0=t0, t1=now_ns(), ok=False, attempts=attempts, refusals=dict(refusals), abandoned=True)
+            return None
         if now_ns() >= deadline:
             rec.add("acquire", t0=t0, t1=now_ns(), ok=False, attempts=attempts, refusals=dict(refusals))
             return None
@@ -172,15 +188,52 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
     backend = slot.call("construct", lambda: backend_cls(config=plan.backend_config))
     resource = Resource(url=plan.resource_url, prefix=plan.resource_prefix)
     rng = random.Random(plan.seed * 1009 + plan.index)  # reproducible, and different per worker
+    inbox = Inbox(conn)
 
     def freeze() -> None:
         conn.send(("freeze", str(plan.pause_ms / 1000), []))  # the runner SIGSTOPs us...
-        conn.recv()  # ...and, once it has SIGCONTed us, says so
+        inbox.wait_for("thawed")  # ...and, once it has SIGCONTed us, says so
 
     def pause() -> None:
         # The holder freezes without knowing it: a GC pause, a migrated VM, swapping.
         how = freeze if plan.pause_how is PauseHow.SIGSTOP else lambda: time.sleep(plan.pause_ms / 1000)
         rec.timed("pause", how, how=plan.pause_how.value, point=plan.pause_point.value)
+
+    def play(round_: int, *, extra: bool) -> bool:
+        """One round; False when no lease was obtained. An extra round pauses like the planned
+        round it repeats (the schedule taken cyclically) and is abandoned once told to stop."""
+        rec.round = round_
+        abandon = inbox.stop_requested if extra else None
+        lease = acquire_until_deadline(backend, plan, rec, slot=slot, rng=rng, abandon=abandon)
+        if lease is None:
+            return False
+        if extra and inbox.stop_requested():  # every planned round is over: nothing left to contend with
+            rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
+            return True
+        if plan.report_acquires:
+            conn.send(("acquired", str(round_), [now_ns()]))  # no reply awaited: the runner acts on its own
+        pausing = round_ % plan.rounds in plan.pause_rounds
+        if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
+            pause()
+
+        def before_write(lease: Lease = lease, pausing: bool = pausing) -> bool:
+            if pausing and plan.pause_point is PausePoint.BEFORE_WRITE:
+                pause()
+            return lease_check(backend, lease, rec, slot)
+
+        run_section(
+            check=plan.check,
+            resource=resource,
+            lease=lease,
+            rec=rec,
+            work_s=plan.work_ms / 1000,
+            before_write=before_write,
+        )
+        rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
+        record_renewals(backend, rec)
+        # Give a waiting rival its turn (see DEFAULT_THINK_MS), never in lockstep (DEFAULT_JITTER).
+        time.sleep(jittered(plan.think_ms, spread=plan.jitter / 2, rng=rng) / 1000)
+        return True
 
     try:
         # The start barrier: process start-up skew, not the lock, would otherwise decide who overlaps.
@@ -199,38 +252,36 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             rec.round = round_
             if without_lease >= MAX_ROUNDS_WITHOUT_LEASE:
                 rec.add("gave-up", t0=now_ns(), rounds_skipped=plan.rounds - round_)
-                break
-            lease = acquire_until_deadline(backend, plan, rec, slot=slot, rng=rng)
-            if lease is None:
-                without_lease += 1
-                continue
-            without_lease = 0
-            if plan.report_acquires:
-                conn.send(("acquired", str(round_), [now_ns()]))  # no reply awaited: the runner acts on its own
-            pausing = round_ in plan.pause_rounds
-            if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
-                pause()
-
-            def before_write(lease: Lease = lease, pausing: bool = pausing) -> bool:
-                if pausing and plan.pause_point is PausePoint.BEFORE_WRITE:
-                    pause()
-                return lease_check(backend, lease, rec, slot)
-
-            run_section(
-                check=plan.check,
-                resource=resource,
-                lease=lease,
-                rec=rec,
-                work_s=plan.work_ms / 1000,
-                before_write=before_write,
-            )
-            rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
-            record_renewals(backend, rec)
-            # Give a waiting rival its turn (see DEFAULT_THINK_MS), never in lockstep (DEFAULT_JITTER).
-            time.sleep(jittered(plan.think_ms, spread=plan.jitter / 2, rng=rng) / 1000)
+                return  # the lock is gone: no extra rounds either (ending counts as done)
+            without_lease = 0 if play(round_, extra=False) else without_lease + 1
+        if plan.workload == "contend":
+            keep_contending(play, rec=rec, conn=conn, inbox=inbox, first_round=plan.rounds)
     finally:
         slot.call("close", backend.close)
         resource.close()
+
+
+def keep_contending(
+    play: Callable[..., bool], *, rec: Recorder, conn: Connection, inbox: Inbox, first_round: int
+) -> None:
+    """The ``contend`` workload's extra rounds: say ``done``, then play extra rounds until told to
+    stop; every event they record is marked ``extra``. A worker told to continue ends only after
+    its ``stop`` (see contend.py), even when the lock stops granting leases."""
+    conn.send(("done", str(first_round - 1), []))
+    first_extra = len(rec.events)
+    try:
+        if inbox.wait_for("continue", "stop", timeout_s=ANSWER_TIMEOUT_S) == "stop" or inbox.stopped:
+            return
+        round_, without_lease = first_round, 0
+        while not inbox.stop_requested():
+            if without_lease >= MAX_ROUNDS_WITHOUT_LEASE:
+                inbox.wait_for("stop")
+                break
+            without_lease = 0 if play(round_, extra=True) else without_lease + 1
+            round_ += 1
+    finally:
+        for event in rec.events[first_extra:]:
+            event["extra"] = True
 
 
 def worker_main(plan: WorkerPlan, conn: Connection, shared_slot: Any) -> None:
