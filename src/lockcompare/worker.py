@@ -90,6 +90,9 @@ class WorkerPlan:
     jitter: float = 0.0
     seed: int = 0
     report_acquires: bool = False  # tell the runner of each lease (a node fault follows this worker's leases)
+    #: Wait for the runner before and after each round's acquire (a link fault on the acquire's
+    #: replies only: the runner slows the links first and heals them before the critical section).
+    acquire_handshake: bool = False
 
 
 def checked_outcome(outcome: object, *, backend: str) -> Lease | Refusal:
@@ -126,6 +129,7 @@ def acquire_until_deadline(
                 owner=lease.owner,
                 fence=lease.fencing_token,
                 valid_until=lease.valid_until_ns,
+                **({} if lease.granted_by is None else {"granted_by": list(lease.granted_by)}),
             )
             return lease
         refusals[outcome.reason] += 1
@@ -167,6 +171,14 @@ def record_renewals(backend: LockBackend, rec: Recorder) -> None:
         rec.add("renew", t0=int(fields.pop("t0")), t1=int(fields.pop("t1", 0)) or None, **fields)
 
 
+def handshake(conn: Connection, what: str, round_: int) -> None:
+    """Tell the runner ``what`` and wait until it has acted on it (it answers ``go-on``)."""
+    conn.send((what, str(round_), [now_ns()]))
+    reply = conn.recv()
+    if reply[0] != "go-on":
+        raise RuntimeError(f"the runner answered {reply[0]!r} to {what!r}")
+
+
 def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot) -> None:
     backend_cls = load_backend(plan.backend)
     backend = slot.call("construct", lambda: backend_cls(config=plan.backend_config))
@@ -200,7 +212,11 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             if without_lease >= MAX_ROUNDS_WITHOUT_LEASE:
                 rec.add("gave-up", t0=now_ns(), rounds_skipped=plan.rounds - round_)
                 break
+            if plan.acquire_handshake:
+                handshake(conn, "acquiring", round_)
             lease = acquire_until_deadline(backend, plan, rec, slot=slot, rng=rng)
+            if plan.acquire_handshake:
+                handshake(conn, "acquire-done", round_)
             if lease is None:
                 without_lease += 1
                 continue
