@@ -139,7 +139,10 @@ def test_fault_nodes_sweeps_only_where_it_applies() -> None:
 
 def test_redlock_keeps_granting_with_a_minority_cut_and_refuses_worker_0_with_a_majority(cluster: Cluster) -> None:
     minority = _trial("redlock", "partition", cluster, fault_nodes=2)
-    assert (minority.metrics.conflicts, minority.metrics.verdict) == (0, "exclusive")
+    # Still granting worker 0 (3 of 5 reachable); its acquires are slower (one per-node timeout each),
+    # so it may lose a round's race to worker 1 now and then: exclusive or degraded, never a conflict.
+    assert minority.metrics.conflicts == 0 and minority.metrics.verdict in ("exclusive", "degraded")
+    assert any(e["kind"] == "enter" and e["worker"] == 0 for e in minority.history)
     majority = _trial("redlock", "partition", cluster, fault_nodes=3)
     assert majority.metrics.conflicts == 0 and majority.metrics.verdict == "degraded"
     assert "no-quorum" in majority.metrics.refusals

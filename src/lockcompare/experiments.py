@@ -123,7 +123,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             takes_fault_nodes=False,
             claim="Kleppmann's scenario: worker 0 reaches nodes 0,1,2, worker 1 reaches 0,3,4; node 0's clock "
             "jumps 2 x TTL while worker 0 holds its lease: both hold a majority at once (redlock conflicts); "
-            "single (node 0) conflicts; fenced rejects the stale writes and loses nothing",
+            "single (node 0) conflicts; fenced with --fence all loses nothing (checked on the write only it "
+            "loses updates: the old holder, mid-section, writes before its successor does)",
         ),
     )
 }
