@@ -177,7 +177,7 @@ ThinkMs = Annotated[
 ]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for the pause schedule and the retry/think jitter.")]
 FaultNodes = Annotated[
-    str, typer.Option("--fault-nodes", help="Node faults: how many lock nodes they hit (nodes 0..K-1); a comma list sweeps.")
+    str, typer.Option("--fault-nodes", help="Node faults and partition: how many lock nodes they hit (nodes 0..K-1); a comma list sweeps.")
 ]
 RestartDelayMs = Annotated[
     str,

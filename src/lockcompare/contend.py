@@ -70,7 +70,7 @@ class Inbox:
         kind = message[0]
         if kind == "stop":
             self.stopped = True
-        elif kind not in ("thawed", "continue"):
+        elif kind not in ("thawed", "continue", "go-on"):
             raise ValueError(f"unexpected message from the runner: {kind!r}")
         return kind
 

@@ -48,6 +48,8 @@ class Experiment:
     #: How long a round may wait for the lock (None: DEFAULT_ACQUIRE_TIMEOUT_MS). Node faults make a
     #: lock unavailable on purpose: there a round gives up after 2 TTLs instead of a minute.
     acquire_timeout_ms: float | None = None
+    #: Whether --fault-nodes K says how many nodes the fault hits (False: the experiment fixes them).
+    takes_fault_nodes: bool = True
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -96,6 +98,34 @@ EXPERIMENTS: dict[str, Experiment] = {
             rounds=5,
             claim="work 3000 > TTL 1000 with a renewing lock, worker 0 paused 1500 ms: renewal survives "
             "--pause-how sleep (only one thread sleeps), not sigstop (the watchdog freezes too)",
+        ),
+        # Link experiments (faults/network.py): each worker reaches each lock node through a proxy.
+        Experiment(
+            name="slow-response",
+            fault="slow-response",
+            acquire_timeout_ms=2000,
+            takes_fault_nodes=False,
+            claim="every reply from the lock nodes reaches worker 0 TTL + work/2 late (its requests land on "
+            "time): redlock refuses it (0 conflicts; its per-node timeout TTL/10 gives up first: no-quorum; "
+            "pottery waits and refuses for validity); single enters anyway and conflicts",
+        ),
+        Experiment(
+            name="partition",
+            fault="partition",
+            acquire_timeout_ms=2000,
+            claim="worker 0 is cut off (blackhole) from lock nodes 0..K-1 for the whole trial: redlock keeps "
+            "granting with K < 3 of 5 and refuses worker 0 (no-quorum) with K >= 3; single is unavailable "
+            "to worker 0 (node 0 is cut); 0 conflicts either way",
+        ),
+        Experiment(
+            name="partition-clock-jump",
+            fault="partition-clock-jump",
+            acquire_timeout_ms=2000,
+            takes_fault_nodes=False,
+            claim="Kleppmann's scenario: worker 0 reaches nodes 0,1,2, worker 1 reaches 0,3,4; node 0's clock "
+            "jumps 2 x TTL while worker 0 holds its lease: both hold a majority at once (redlock conflicts); "
+            "single (node 0) conflicts; fenced with --fence all loses nothing (checked on the write only it "
+            "loses updates: the old holder, mid-section, writes before its successor does)",
         ),
     )
 }
@@ -344,7 +374,7 @@ def make_spec(
         node_count=node_count,
         jitter=o.jitter,
         fault=experiment.fault or "",
-        fault_nodes=o.fault_nodes if faulty else 0,
+        fault_nodes=o.fault_nodes if faulty and experiment.takes_fault_nodes else 0,
         restart_delay_ms=o.restart_delay_ms * scale if restarting else 0.0,
         persistence=o.persistence if restarting else "none",
         workload=o.workload,

@@ -11,7 +11,8 @@ CLOCK_MONOTONIC is one clock for every process on the machine, so workers' event
 Kinds (the extra fields each carries):
 
 - ``acquire``: ``ok``, ``attempts``, ``refusals`` ({reason: count}), ``t_attempt`` (start of the
-  successful attempt), ``owner``, ``fence`` (fencing token or null), ``valid_until`` (ns or null)
+  successful attempt), ``owner``, ``fence`` (fencing token or null), ``valid_until`` (ns or null),
+  ``granted_by`` (the lock nodes that granted it, when a multi-node backend says so)
 - ``pause``: ``how`` (``sleep``)
 - ``enter``: ``inside`` (workers inside, counted by the resource, including this one)
 - ``read``: ``balance``;  ``write``: ``value``, ``accepted``, ``fence``

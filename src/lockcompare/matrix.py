@@ -19,6 +19,7 @@ from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.cluster import Cluster, ClusterShape, connect_external, start_embedded
 from lockcompare.crew import WorkerPool, spawn_crew
 from lockcompare.errors import BackendLoadError, ConfigError, InvalidValueError, ResultsFileError
+from lockcompare.faults import network
 from lockcompare.lifecycle import sigterm_unwinds
 from lockcompare.pool import ClusterPool, SharedCluster
 from lockcompare.scheduler import (
@@ -188,7 +189,9 @@ def prepare_out(out: Path, *, resume: bool) -> set[str]:
 def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> ClusterShape:
     """The servers ``spec`` needs: how many lock nodes, and what its fault asks of them."""
     return ClusterShape(
-        node_count=cluster_options.node_count, persistence=spec.persistence, fake_clocks=spec.fault == "clock-jump"
+        node_count=cluster_options.node_count,
+        persistence=spec.persistence,
+        fake_clocks=spec.fault in ("clock-jump", network.PARTITION_CLOCK_JUMP),
     )
 
 
@@ -199,13 +202,14 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         return
     if cluster_options.nodes is not None:
         raise ConfigError(
-            f"{faulty[0].experiment} kills, restarts or re-clocks lock nodes: it needs the embedded cluster, "
+            f"{faulty[0].experiment} kills, restarts or re-clocks lock nodes, or proxies their links: it needs the embedded cluster, "
             "not --nodes/--resource"
         )
     for spec in faulty:
         used = spec.node_count or cluster_options.node_count
         if spec.fault_nodes > used:
             raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")
+        network.check_shape(spec, lock_nodes=used)
 
 
 def probe_backends(names: Sequence[str], *, config: BackendConfig, timeout_s: float) -> None:

@@ -15,7 +15,11 @@ What each fault does (control calls are synchronous: when one returns, the proxy
 * ``delay(ms=...)``: every chunk of reply bytes (server → client) is written ``ms`` after it was
   read from the server, in order (the delay is not cumulative: back-to-back replies each wait
   ``ms`` from their own arrival). Requests go through at once. The loop's timer has millisecond
-  granularity (epoll), so a delay can overshoot by up to ~1 ms.
+  granularity (epoll), so a delay can overshoot by up to ~1 ms. With ``nulls=False`` a reply that
+  is exactly one RESP null (``$-1``, ``*-1``, ``_``: what a SET NX that did not set answers) goes
+  through at once unless delayed replies are still queued ahead of it: "the reply that grants a
+  lock is late, a refusal is not" (slow-response: a late refusal would only slow the refused
+  worker's retries, and the rival would finish its rounds first).
 * ``blackhole()``: a partition. Bytes in both directions vanish, connections stay open (no FIN,
   no RST), so a client waits for its own timeout. New connections hang too, as they would behind
   a real partition: the listening socket's accept queue is shrunk to 0 and filled with one
@@ -99,6 +103,9 @@ class _Side(asyncio.Protocol):
         self.conn.side_lost(upstream=self.upstream)
 
 
+#: A reply that is one RESP null (RESP2 bulk, RESP2 array, RESP3): ``delay(nulls=False)`` passes it at once.
+_NULL_REPLIES = frozenset({b"$-1\r\n", b"*-1\r\n", b"_\r\n"})
+
 #: In the reply queue: the server closed; close the client once what came before it is out.
 _CLOSE = None
 
@@ -125,7 +132,8 @@ class _Conn:
             self.server.transport.write(data)
 
     def from_server(self, data: bytes) -> None:
-        if self.replies or self.link.delay_s > 0:  # behind earlier delayed replies: keep the order
+        delayed = self.link.delay_s > 0 and (self.link.delay_nulls or data not in _NULL_REPLIES)
+        if self.replies or delayed:  # behind earlier delayed replies: keep the order
             self.replies.append((self.link.loop.time() + self.link.delay_s, data))
             self._schedule()
         else:
@@ -208,6 +216,7 @@ class _Link:
         self.loop = loop
         self.target_port = target_port
         self.delay_s = 0.0
+        self.delay_nulls = True
         self.blackholed = False
         self.conns: set[_Conn] = set()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -344,6 +353,7 @@ class _Host:
         link = self.links[int(args["port"])]  # type: ignore[call-overload]
         if op == "delay":
             link.delay_s = float(args["ms"]) / 1000  # type: ignore[arg-type]
+            link.delay_nulls = bool(args.get("nulls", True))
         elif op == "blackhole":
             link.blackhole()
         elif op == "heal":
@@ -478,11 +488,12 @@ class LinkProxy:
                 self._host.stop()
             raise
 
-    def delay(self, *, ms: float) -> None:
-        """Replies (server → client) arrive ``ms`` after they were read; 0 forwards at once."""
+    def delay(self, *, ms: float, nulls: bool = True) -> None:
+        """Replies (server → client) arrive ``ms`` after they were read; 0 forwards at once.
+        ``nulls=False``: a lone null reply (a refusal) is not delayed (see the module docstring)."""
         if ms < 0:
             raise ValueError(f"a delay cannot be negative, got {ms} ms")
-        self._call("delay", ms=ms)
+        self._call("delay", ms=ms, nulls=nulls)
 
     def blackhole(self) -> None:
         """Bytes in both directions vanish; connections stay open; new connects hang."""
@@ -551,6 +562,10 @@ class ProxySet:
     @property
     def pid(self) -> int | None:
         return self._host.pid
+
+    def is_running(self) -> bool:
+        """True while the proxy process serves the links (False before start, after stop, or if it died)."""
+        return self._host.is_running()
 
     def start(self) -> None:
         try:

@@ -18,7 +18,7 @@ from lockcompare.table import format_table
 
 #: The fields worth showing per kind of step, in order.
 _DETAILS = {
-    "acquire": ("ok", "attempts", "fence"),
+    "acquire": ("ok", "attempts", "fence", "granted_by", "refusals"),
     "pause": ("how", "point"),
     "enter": ("inside",),
     "read": ("balance", "fence"),
@@ -59,7 +59,7 @@ def render_timeline(events: list[Event], *, from_ms: float = 0, to_ms: float | N
         if start_ms < from_ms or (to_ms is not None and start_ms > to_ms):
             continue
         details = ", ".join(
-            f"{name}={event[name]}" for name in _DETAILS.get(event["kind"], ()) if event.get(name) is not None
+            f"{name}={event[name]}" for name in _DETAILS.get(event["kind"], ()) if event.get(name) not in (None, {})
         )
         lines.append(
             [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_connections
 from pathlib import Path
@@ -28,10 +28,12 @@ from lockcompare.crew import CrewSource, spawn_crew
 from lockcompare.errors import NodeUnreachableError
 from lockcompare.experiments import FAULT_DELAY_MS, TrialSpec
 from lockcompare.faults import Freezer
+from lockcompare.faults import network
 from lockcompare.faults.node import ClockJump, NodeCrash, NodeRestart
 from lockcompare.faults.schedule import FaultPlan, FaultScheduler
 from lockcompare.history import Event
 from lockcompare.lifecycle import SPAWN, die_with_parent, start_worker_process
+from lockcompare.proxy import ProxySet
 from lockcompare.resource import Resource, ResourceCounters
 from lockcompare.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
 
@@ -55,6 +57,8 @@ def new_run_id() -> str:
 def worst_case_duration_s(spec: TrialSpec) -> float:
     """An upper bound on a healthy trial's length; past it the trial is declared stuck."""
     per_round_ms = spec.acquire_timeout_ms + spec.pause_ms + spec.work_ms + spec.think_ms * (1 + spec.jitter) + 50
+    # A call into a cut or slowed link may outlast the acquire deadline by one request timeout.
+    per_round_ms += (network.request_timeout_s(spec) or 0) * 1000
     extra_round_ms = per_round_ms if spec.workload == "contend" else 0  # the one a rival may finish after "stop"
     return (spec.rounds * per_round_ms * 2 + extra_round_ms) / 1000 + spec.call_timeout_ms / 1000
 
@@ -68,18 +72,36 @@ def run_trial(
     Whatever goes wrong inside the trial (a worker that dies, a backend call past its deadline, a
     node that dies under it) makes the verdict ``unknown`` with the reason in ``problem``; only a
     cluster that cannot be used at all raises (:class:`NodeUnreachableError`).
+
+    In a link experiment (faults/network.py) each worker reaches each lock node through a proxied
+    link of its own, started here and stopped whatever happens; the runner's own connections go direct.
     """
     load_backend(spec.backend)  # fail here, once, rather than in every worker
+    links = network.start_links(spec, cluster=cluster)
+    try:
+        return _run_trial(
+            spec=spec, cluster=cluster, run_id=run_id, request_timeout_s=request_timeout_s, crews=crews, links=links
+        )
+    finally:
+        if links is not None:
+            links.stop()
+
+
+def _run_trial(
+    *, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout_s: float, crews: CrewSource, links: ProxySet | None
+) -> TrialResult:
     reachable = health.prepare(cluster, node_count=spec.node_count)
     prefix = f"lockcompare:{run_id}:{spec.trial_id}"
     config = BackendConfig(
-        node_urls=cluster.node_urls, request_timeout_s=request_timeout_s, node_count=spec.node_count
+        node_urls=cluster.node_urls,
+        request_timeout_s=network.request_timeout_s(spec) or request_timeout_s,
+        node_count=spec.node_count,
     )
     plans = [
         WorkerPlan(
             index=w,
             backend=spec.backend,
-            backend_config=config,
+            backend_config=config if links is None else replace(config, node_urls=links.node_urls(worker=w)),
             resource_url=cluster.resource_url,
             resource_prefix=prefix,
             lock_key=f"{prefix}:lock",
@@ -98,11 +120,18 @@ def run_trial(
             seed=spec.seed,
             report_acquires=bool(spec.fault) and w == 0,
             workload=spec.workload,
+            acquire_handshake=w == 0 and bool(network.around_acquire(spec, node_count=len(cluster.node_urls))),
         )
         for w in range(spec.workers)
     ]
     plan = fault_plan(spec)
-    faults = FaultScheduler(plan=plan, cluster=cluster) if plan is not None else None
+    standing = network.standing_faults(spec)
+    around = network.around_acquire(spec, node_count=len(cluster.node_urls))
+    faults = (
+        FaultScheduler(plan=plan, cluster=cluster, links=links, standing=standing, around_acquire=around)
+        if plan is not None or standing or around
+        else None
+    )
     resource = Resource(url=cluster.resource_url, prefix=prefix)
     try:
         # Keys on servers we do not own must not outlive a killed run: they expire on their own.
@@ -121,6 +150,8 @@ def run_trial(
         wall_s = time.monotonic() - wall_start
         if faults is not None:
             events = history_io.merge([events, faults.events])
+        if links is not None and not links.is_running():
+            failure = "; ".join(filter(None, [failure, "the link proxy died during the trial"]))
         died = health.dead_nodes(cluster, node_count=spec.node_count)
         if died:
             failure = "; ".join(filter(None, [failure, f"{health.describe_dead(cluster, died)} died during the trial"]))
@@ -156,6 +187,8 @@ def fault_plan(spec: TrialSpec) -> FaultPlan | None:
     """The node fault a trial's experiment applies, following worker 0's leases (None: no fault)."""
     if not spec.fault:
         return None
+    if network.needs_links(spec):
+        return network.lease_plan(spec)  # its link faults are standing ones: network.standing_faults
     nodes = tuple(range(spec.fault_nodes))
     delay_ms = FAULT_DELAY_MS * spec.time_scale
     if spec.fault == "node-crash":
@@ -198,6 +231,8 @@ def _run_workers(
         ready, problem = watch.collect(timeout_s=START_TIMEOUT_S, what="start")
         if problem or any(status != "ready" for status, _, _ in ready):
             return _outcome(ready, problem)
+        if faults is not None:
+            faults.start()  # standing faults (a partition, a slow link) are there from the first round
         crew.go()
         return _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
     finally:
@@ -254,6 +289,14 @@ class _Watch:
                 if message[0] == "freeze":
                     index = self.conns.index(conn)
                     self.freezer.freeze(pid=self.pids[index], conn=conn, pause_s=float(message[1]))
+                    continue
+                if message[0] in ("acquiring", "acquire-done"):
+                    # The worker waits for "go-on": the fault is in place (or healed) before it goes on.
+                    if self.faults is not None:
+                        self.faults.on_acquire_turn(
+                            worker=self.conns.index(conn), round_=int(message[1]), starting=message[0] == "acquiring"
+                        )
+                    conn.send(("go-on", "", []))
                     continue
                 if message[0] == "acquired":
                     if self.faults is not None:

@@ -93,6 +93,9 @@ class WorkerPlan:
     seed: int = 0
     report_acquires: bool = False  # tell the runner of each lease (a node fault follows this worker's leases)
     workload: str = DEFAULT_WORKLOAD  # "contend": extra rounds until every worker is done (contend.py)
+    #: Wait for the runner before and after each round's acquire (a link fault on the acquire's
+    #: replies only: the runner slows the links first and heals them before the critical section).
+    acquire_handshake: bool = False
 
 
 def checked_outcome(outcome: object, *, backend: str) -> Lease | Refusal:
@@ -139,6 +142,7 @@ def acquire_until_deadline(
                 owner=lease.owner,
                 fence=lease.fencing_token,
                 valid_until=lease.valid_until_ns,
+                **({} if lease.granted_by is None else {"granted_by": list(lease.granted_by)}),
             )
             return lease
         refusals[outcome.reason] += 1
@@ -183,6 +187,13 @@ def record_renewals(backend: LockBackend, rec: Recorder) -> None:
         rec.add("renew", t0=int(fields.pop("t0")), t1=int(fields.pop("t1", 0)) or None, **fields)
 
 
+def handshake(inbox: Inbox, conn: Connection, what: str, round_: int) -> None:
+    """Tell the runner ``what`` and wait until it has acted on it (it answers ``go-on``; a
+    ``stop`` of the contend workload arriving meanwhile is remembered by the inbox)."""
+    conn.send((what, str(round_), [now_ns()]))
+    inbox.wait_for("go-on")
+
+
 def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot) -> None:
     backend_cls = load_backend(plan.backend)
     backend = slot.call("construct", lambda: backend_cls(config=plan.backend_config))
@@ -204,7 +215,11 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
         round it repeats (the schedule taken cyclically) and is abandoned once told to stop."""
         rec.round = round_
         abandon = inbox.stop_requested if extra else None
+        if plan.acquire_handshake:
+            handshake(inbox, conn, "acquiring", round_)
         lease = acquire_until_deadline(backend, plan, rec, slot=slot, rng=rng, abandon=abandon)
+        if plan.acquire_handshake:
+            handshake(inbox, conn, "acquire-done", round_)
         if lease is None:
             return False
         if extra and inbox.stop_requested():  # every planned round is over: nothing left to contend with

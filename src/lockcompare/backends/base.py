@@ -44,12 +44,15 @@ class Lease:
     ``valid_until_ns`` is the holder's belief, on the shared monotonic clock
     (``time.monotonic_ns()``), of when the lease ends; ``None`` means it never expires.
     ``fencing_token`` is a strictly increasing number when the backend issues one.
+    ``granted_by``: which lock nodes (indices into ``node_urls``) granted it, when a multi-node
+    backend says so; the history records it, so a split majority can be seen there.
     """
 
     key: str
     owner: str
     valid_until_ns: int | None = None
     fencing_token: int | None = None
+    granted_by: tuple[int, ...] | None = None
 
     def is_valid(self, now_ns: int | None = None) -> bool:
         if self.valid_until_ns is None:

@@ -390,7 +390,8 @@ class Redlock:
             reached = [node for node, (reply, _) in zip(self._nodes, replies, strict=True) if reply is not NOT_SENT]
             self._delete_everywhere(key=key, owner=owner, nodes=reached)
             return verdict
-        return Lease(key=key, owner=owner, valid_until_ns=verdict)
+        granted_by = tuple(i for i, (reply, _) in enumerate(replies) if reply == b"OK")
+        return Lease(key=key, owner=owner, valid_until_ns=verdict, granted_by=granted_by)
 
     def release(self, lease: Lease) -> bool:
         """Compare-and-delete on every node; True iff a quorum still held this owner's key."""

@@ -10,16 +10,51 @@ after that, or when the trial ends. Every injection and heal is an event of the 
      "t0": ns, "t1": ns, "nodes": [0, 1, 2], "detail": "SIGKILL"}
 
 :meth:`FaultScheduler.heal_all` runs in the runner's ``finally``: no node stays down, no clock stays
-ahead, whatever ended the trial.
+ahead, no link stays cut, whatever ended the trial.
+
+*Standing* faults (:class:`StandingFault`, e.g. a partition) follow no lease: :meth:`FaultScheduler.start`
+injects them once every worker is ready, before the first round (their events have round -1), and
+``heal_all`` heals them. A fault acts on the cluster's nodes (it is handed the
+:class:`~lockcompare.cluster.Cluster`) unless its class says ``scope = "links"``: then it is handed
+the trial's :class:`FaultContext`, which holds the cluster and the workers' proxied links.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from lockcompare.cluster import Cluster
+from lockcompare.errors import ConfigError
 from lockcompare.faults.node import NodeFault
 from lockcompare.history import Event, now_ns
+
+if TYPE_CHECKING:
+    from lockcompare.proxy import ProxySet
+
+
+@dataclass(frozen=True)
+class FaultContext:
+    """What a link fault (``scope = "links"``) acts on: the trial's cluster and its workers' links."""
+
+    cluster: Cluster
+    links: ProxySet | None = None
+
+    def links_running(self) -> bool:
+        return self.links is not None and self.links.is_running()
+
+    def require_links(self) -> ProxySet:
+        if self.links is None:
+            raise ConfigError("a link fault needs the trial's proxied links (trial.run_trial starts them)")
+        return self.links
+
+
+@dataclass(frozen=True, kw_only=True)
+class StandingFault:
+    """A fault in place for the whole trial: injected before the first round, healed when it ends."""
+
+    fault: Any  # a NodeFault, or a link fault (faults/network.py)
+    nodes: tuple[int, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,15 +69,49 @@ class FaultPlan:
 
 @dataclass
 class FaultScheduler:
-    plan: FaultPlan
+    plan: FaultPlan | None  # None: standing faults only
     cluster: Cluster
     events: list[Event] = field(default_factory=list)
     _inject_at: tuple[int, int] | None = None  # (due ns, round)
     _heal_at: tuple[int, int] | None = None
     _active_round: int | None = None
     _injected: int = 0
+    links: ProxySet | None = None
+    standing: tuple[StandingFault, ...] = ()
+    _standing_active: list[StandingFault] = field(default_factory=list)
+    #: Faults in place while worker 0 acquires: from the start of each round's acquire until it
+    #: returns (the worker waits for the runner at both ends: WorkerPlan.acquire_handshake).
+    around_acquire: tuple[StandingFault, ...] = ()
+    #: Round 0's acquire is left alone: it opens the worker's connections, and a client's connect
+    #: handshake (several round trips in redis-py) is not its acquire (measured: 5 delays, not 1).
+    around_acquire_from_round: int = 1
+    _around_active: list[tuple[StandingFault, int]] = field(default_factory=list)
+
+    def start(self) -> None:
+        """Inject the standing faults (the runner calls this once every worker is ready)."""
+        for standing in self.standing:
+            self._standing_active.append(standing)  # first: a half-done inject is healed too
+            self._record(standing.fault, "inject", list(standing.nodes), round_=-1)
+
+    def on_acquire_turn(self, *, worker: int, round_: int, starting: bool) -> None:
+        """Inject the around-acquire faults as worker 0 starts a round's acquire; heal them when it ends."""
+        if worker != 0:
+            return
+        if starting and round_ >= self.around_acquire_from_round:
+            for around in self.around_acquire:
+                self._around_active.append((around, round_))
+                self._record(around.fault, "inject", list(around.nodes), round_=round_)
+        else:
+            self._heal_around()
+
+    def _heal_around(self) -> None:
+        while self._around_active:
+            around, round_ = self._around_active.pop()
+            self._record(around.fault, "heal", list(around.nodes), round_=round_)
 
     def on_acquired(self, *, worker: int, round_: int, t_ns: int) -> None:
+        if self.plan is None:
+            return
         if worker != self.plan.worker or self._active_round is not None or self._inject_at is not None:
             return
         if self._injected and not self.plan.every_round:
@@ -72,18 +141,31 @@ class FaultScheduler:
     def heal_all(self) -> None:
         """Heal whatever is still injected (the runner's ``finally``); reset every fake clock."""
         self._inject_at = None
-        if self._active_round is not None:
-            self._heal_at = None
-            self._act("heal", self._active_round)
-            self._active_round = None
-        self.cluster.reset_clocks()
+        try:
+            if self._active_round is not None:
+                self._heal_at = None
+                round_, self._active_round = self._active_round, None
+                self._act("heal", round_)
+        finally:
+            try:
+                self._heal_around()
+                while self._standing_active:
+                    standing = self._standing_active.pop()
+                    self._record(standing.fault, "heal", list(standing.nodes), round_=-1)
+            finally:
+                self.cluster.reset_clocks()
 
     def _act(self, action: str, round_: int) -> None:
-        nodes = list(self.plan.nodes)
+        assert self.plan is not None
+        self._record(self.plan.fault, action, list(self.plan.nodes), round_=round_)
+
+    def _record(self, fault: Any, action: str, nodes: list[int], *, round_: int) -> None:
         t0 = now_ns()
-        step = self.plan.fault.inject if action == "inject" else self.plan.fault.heal
-        detail = step(self.cluster, nodes)
+        step = fault.inject if action == "inject" else fault.heal
+        on_links = getattr(fault, "scope", "nodes") == "links"
+        target = FaultContext(cluster=self.cluster, links=self.links) if on_links else self.cluster
+        detail = step(target, nodes)
         self.events.append(
-            {"worker": -1, "round": round_, "kind": "fault", "fault": self.plan.fault.name, "action": action,
+            {"worker": -1, "round": round_, "kind": "fault", "fault": fault.name, "action": action,
              "t0": t0, "t1": now_ns(), "nodes": nodes, "detail": detail}  # fmt: skip
         )
