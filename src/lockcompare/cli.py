@@ -189,6 +189,14 @@ Persistence = Annotated[
         "a comma list sweeps.",
     ),
 ]
+WaitReplicas = Annotated[
+    str,
+    typer.Option(
+        "--wait-replicas",
+        help="failover: replicas that must acknowledge the lock key (WAIT N after SET, on single and fenced; "
+        "a lease not acknowledged in TTL/10 is released and refused); 0: no WAIT; a comma list sweeps.",
+    ),
+]
 Jitter = Annotated[
     float,
     typer.Option(
@@ -248,6 +256,7 @@ def _trial_settings(params: dict[str, Any]) -> tuple[Overrides, Sweep, ClusterOp
         fault_nodes=tuple(int(v) for v in _numbers("--fault-nodes", params["fault_nodes"], whole=True)),
         restart_delays_ms=tuple(_numbers("--restart-delay-ms", params["restart_delay_ms"])),
         persistences=tuple(_choices("--persistence", params["persistence"], ("none", "aof-always"))),
+        wait_replicas=_counts("--wait-replicas", params["wait_replicas"]),
     )
     options = _cluster_options(
         nodes=params["nodes"],
@@ -298,6 +307,14 @@ def _numbers(flag: str, text: str, *, whole: bool = False) -> list[float]:
     if whole and any(v < 1 or not v.is_integer() for v in values):
         raise InvalidValueError(f"{flag} takes whole numbers >= 1, got {text!r}")
     return values
+
+
+def _counts(flag: str, text: str) -> tuple[int, ...]:
+    """A comma list of whole numbers >= 0."""
+    values = _numbers(flag, text)
+    if any(not v.is_integer() for v in values):
+        raise InvalidValueError(f"{flag} takes whole numbers >= 0, got {text!r}")
+    return tuple(int(v) for v in values)
 
 
 def _choices(flag: str, text: str, known: tuple[str, ...]) -> list[str]:
@@ -398,6 +415,7 @@ def matrix(
     fault_nodes: FaultNodes = "1",
     restart_delay_ms: RestartDelayMs = "0",
     persistence: Persistence = "none",
+    wait_replicas: WaitReplicas = "0",
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,
@@ -501,6 +519,7 @@ def run(
     fault_nodes: FaultNodes = "1",
     restart_delay_ms: RestartDelayMs = "0",
     persistence: Persistence = "none",
+    wait_replicas: WaitReplicas = "0",
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,

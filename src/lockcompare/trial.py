@@ -27,6 +27,7 @@ from lockcompare.crew import CrewSource, spawn_crew
 from lockcompare.errors import NodeUnreachableError
 from lockcompare.experiments import FAULT_DELAY_MS, TrialSpec
 from lockcompare.faults import Freezer
+from lockcompare.faults.failover import Failover
 from lockcompare.faults.node import ClockJump, NodeCrash, NodeRestart
 from lockcompare.faults.schedule import FaultPlan, FaultScheduler
 from lockcompare.history import Event
@@ -71,7 +72,8 @@ def run_trial(
     reachable = health.prepare(cluster, node_count=spec.node_count)
     prefix = f"lockcompare:{run_id}:{spec.trial_id}"
     config = BackendConfig(
-        node_urls=cluster.node_urls, request_timeout_s=request_timeout_s, node_count=spec.node_count
+        node_urls=cluster.node_urls, request_timeout_s=request_timeout_s, node_count=spec.node_count,
+        wait_replicas=spec.wait_replicas,
     )
     plans = [
         WorkerPlan(
@@ -165,6 +167,10 @@ def fault_plan(spec: TrialSpec) -> FaultPlan | None:
     if spec.fault == "clock-jump":
         jump = ClockJump(jump_s=2 * spec.ttl_ms / 1000)
         return FaultPlan(fault=jump, nodes=nodes, delay_ms=delay_ms, heal_after_ms=0, every_round=True)
+    if spec.fault == "failover":  # once per trial: see faults/failover.py
+        return FaultPlan(
+            fault=Failover(), nodes=nodes, delay_ms=delay_ms, heal_after_ms=0, every_round=False, latest_ms=spec.ttl_ms
+        )
     raise ValueError(f"unknown fault {spec.fault!r}")
 
 
@@ -195,6 +201,8 @@ def _run_workers(
         ready, problem = watch.collect(timeout_s=START_TIMEOUT_S, what="start")
         if problem or any(status != "ready" for status, _, _ in ready):
             return _outcome(ready, problem)
+        if faults is not None:
+            faults.start()  # a fault's preparation (e.g. a replication link held back) precedes every write
         crew.go()
         return _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
     finally:

@@ -11,10 +11,17 @@ after that, or when the trial ends. Every injection and heal is an event of the 
 
 :meth:`FaultScheduler.heal_all` runs in the runner's ``finally``: no node stays down, no clock stays
 ahead, whatever ended the trial.
+
+A fault may also have a ``prepare(cluster, nodes)`` step, which :meth:`FaultScheduler.start` runs
+when the workers are released (recorded as action ``prepare``; healed like an injection if the
+trial ends before the injection), and a plan may set ``latest_ms``: inject then at the latest,
+counted from the start, when the worker's lease has not triggered the fault sooner (the failover
+fault: its master dies whether or not a lease was granted).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lockcompare.cluster import Cluster
@@ -30,6 +37,7 @@ class FaultPlan:
     delay_ms: float  # after that worker's acquire
     heal_after_ms: float | None  # None: when the trial ends
     every_round: bool  # False: only at the worker's first lease
+    latest_ms: float | None = None  # inject at the latest this long after start() (None: only on a lease)
 
 
 @dataclass
@@ -41,13 +49,27 @@ class FaultScheduler:
     _heal_at: tuple[int, int] | None = None
     _active_round: int | None = None
     _injected: int = 0
+    _prepared: bool = False
+    _round: int = 0  # the followed worker's latest round with a lease
+
+    def start(self) -> None:
+        """When the workers are released: run the fault's ``prepare`` step, start ``latest_ms``."""
+        prepare = getattr(self.plan.fault, "prepare", None)
+        if prepare is not None:
+            self._prepared = True
+            self._act("prepare", 0, step=prepare)
+        if self.plan.latest_ms is not None:
+            self._inject_at = (now_ns() + int(self.plan.latest_ms * 1e6), 0)
 
     def on_acquired(self, *, worker: int, round_: int, t_ns: int) -> None:
-        if worker != self.plan.worker or self._active_round is not None or self._inject_at is not None:
+        if worker != self.plan.worker or self._active_round is not None:
             return
+        self._round = round_
         if self._injected and not self.plan.every_round:
             return
-        self._inject_at = (t_ns + int(self.plan.delay_ms * 1e6), round_)
+        due = t_ns + int(self.plan.delay_ms * 1e6)
+        if self._inject_at is None or due < self._inject_at[0]:  # a pending injection is never put off
+            self._inject_at = (due, round_)
 
     def seconds_to_next(self) -> float | None:
         due = [at for at, _ in filter(None, (self._inject_at, self._heal_at))]
@@ -57,6 +79,7 @@ class FaultScheduler:
         now = now_ns()
         if self._inject_at is not None and self._inject_at[0] <= now:
             _, round_ = self._inject_at
+            round_ = max(round_, self._round)  # a deadline injection lands in the latest round
             self._inject_at = None
             self._act("inject", round_)
             self._active_round = round_
@@ -76,12 +99,16 @@ class FaultScheduler:
             self._heal_at = None
             self._act("heal", self._active_round)
             self._active_round = None
+        elif self._prepared and not self._injected:
+            self._act("heal", self._round)  # prepared, never injected: undo the preparation
+        self._prepared = False
         self.cluster.reset_clocks()
 
-    def _act(self, action: str, round_: int) -> None:
+    def _act(self, action: str, round_: int, *, step: Callable[[Cluster, list[int]], str] | None = None) -> None:
         nodes = list(self.plan.nodes)
         t0 = now_ns()
-        step = self.plan.fault.inject if action == "inject" else self.plan.fault.heal
+        if step is None:
+            step = self.plan.fault.inject if action == "inject" else self.plan.fault.heal
         detail = step(self.cluster, nodes)
         self.events.append(
             {"worker": -1, "round": round_, "kind": "fault", "fault": self.plan.fault.name, "action": action,
