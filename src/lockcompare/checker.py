@@ -68,7 +68,7 @@ class TrialMetrics:
     acquire_p50_ms: float
     acquire_p99_ms: float
     releases_failed: int
-    tokens_backwards: int  # granted fencing tokens lower than one granted before (a counter lost to a restart)
+    tokens_backwards: int  # granted fencing tokens not above one granted before (counter lost: restart, failover)
     verdict: str
     extra_entries: int = 0  # sections of extra rounds (the contend workload), not in ``entries``
     grants_while_held: int = 0  # leases granted while another worker's lease was valid and unreleased
@@ -230,9 +230,15 @@ def verdict_for(*, conflicts: int, lost_updates: int, entries: int, entries_plan
 
 
 def tokens_backwards(granted: Sequence[Event]) -> int:
-    """Granted fencing tokens lower than the highest granted before them, in grant order.
+    """Granted fencing tokens not higher than the highest granted before them, in grant order.
+
+    A repeated token counts too: two leases with the same token are two holders the resource cannot
+    tell apart (it refuses only a *lower* token), which is what a counter promoted one increment
+    behind hands out (the failover experiment).
 
     >>> tokens_backwards([{"t1": 1, "fence": 5}, {"t1": 2, "fence": 2}, {"t1": 3, "fence": 6}])
+    1
+    >>> tokens_backwards([{"t1": 1, "fence": 1}, {"t1": 2, "fence": 1}, {"t1": 3, "fence": 2}])
     1
     """
     highest, backwards = None, 0
@@ -240,7 +246,7 @@ def tokens_backwards(granted: Sequence[Event]) -> int:
         token = event.get("fence")
         if token is None:
             continue
-        if highest is not None and token < highest:
+        if highest is not None and token <= highest:
             backwards += 1
         highest = token if highest is None else max(highest, token)
     return backwards

@@ -201,6 +201,14 @@ WorkloadOption = Annotated[
         "a comma list sweeps.",
     ),
 ]
+WaitReplicas = Annotated[
+    str,
+    typer.Option(
+        "--wait-replicas",
+        help="failover: replicas that must acknowledge the lock key (WAIT N after SET, on single and fenced; "
+        "a lease not acknowledged in TTL/10 is released and refused); 0: no WAIT; a comma list sweeps.",
+    ),
+]
 Jitter = Annotated[
     float,
     typer.Option(
@@ -261,6 +269,7 @@ def _trial_settings(params: dict[str, Any]) -> tuple[Overrides, Sweep, ClusterOp
         restart_delays_ms=tuple(_numbers("--restart-delay-ms", params["restart_delay_ms"])),
         persistences=tuple(_choices("--persistence", params["persistence"], ("none", "aof-always"))),
         workloads=tuple(_choices("--workload", params["workload"], WORKLOADS)),
+        wait_replicas=_counts("--wait-replicas", params["wait_replicas"]),
     )
     options = _cluster_options(
         nodes=params["nodes"],
@@ -311,6 +320,14 @@ def _numbers(flag: str, text: str, *, whole: bool = False) -> list[float]:
     if whole and any(v < 1 or not v.is_integer() for v in values):
         raise InvalidValueError(f"{flag} takes whole numbers >= 1, got {text!r}")
     return values
+
+
+def _counts(flag: str, text: str) -> tuple[int, ...]:
+    """A comma list of whole numbers >= 0."""
+    values = _numbers(flag, text)
+    if any(not v.is_integer() for v in values):
+        raise InvalidValueError(f"{flag} takes whole numbers >= 0, got {text!r}")
+    return tuple(int(v) for v in values)
 
 
 def _choices(flag: str, text: str, known: tuple[str, ...]) -> list[str]:
@@ -412,6 +429,7 @@ def matrix(
     restart_delay_ms: RestartDelayMs = "0",
     persistence: Persistence = "none",
     workload: WorkloadOption = DEFAULT_WORKLOAD,
+    wait_replicas: WaitReplicas = "0",
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,
@@ -517,6 +535,7 @@ def run(
     restart_delay_ms: RestartDelayMs = "0",
     persistence: Persistence = "none",
     workload: WorkloadOption = DEFAULT_WORKLOAD,
+    wait_replicas: WaitReplicas = "0",
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,

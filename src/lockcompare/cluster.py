@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import redis
 
@@ -18,6 +19,7 @@ from lockcompare.errors import ClusterError, ConfigError, InvalidValueError
 from lockcompare.lifecycle import sigterm_unwinds
 from lockcompare.fakeclock import FakeClock, check_fake_clock_support
 from lockcompare.redisconn import connect, ping, server_version
+from lockcompare.replication import FailoverPair, ReplicatedNodes, ReplicationError
 from lockcompare.server import PERSISTENCE_ARGS, RedisServer, find_redis_server
 
 DEFAULT_NODES = 5
@@ -29,8 +31,8 @@ class ClusterShape:
 
     ``persistence``: "none" (the default: a restarted node has lost every key) or "aof-always"
     (AOF, fsync on every write; see server.PERSISTENCE_ARGS). ``fake_clocks``: nodes run under
-    libfaketime so a fault can jump their clocks. ``replicas``: replicas per lock node (not built
-    yet: refused up front).
+    libfaketime so a fault can jump their clocks. ``replicas``: 1 makes every lock node a master
+    with one replica behind a stable address (replication.ReplicatedNodes), for the failover fault.
     """
 
     node_count: int = DEFAULT_NODES
@@ -58,13 +60,26 @@ class Cluster:
     resource_server: RedisServer | None = None
     shape: ClusterShape | None = None  # None: external (its shape is whatever the user runs)
     clocks: tuple[FakeClock, ...] = ()  # one per lock node when the shape has fake clocks
+    #: Master + replica per lock node when the shape has replicas. ``node_urls`` are then the
+    #: nodes' stable addresses (proxies a failover re-points, like a virtual IP), used by workers
+    #: and harness alike: they always reach the node's current master. Only the fault itself
+    #: (kill, promote, cut the replication link) acts on the servers directly.
+    replication: ReplicatedNodes | None = None
     _health: _Health = field(default_factory=_Health, repr=False, compare=False)
 
     def node_server(self, index: int) -> RedisServer:
         """The spawned server behind lock node ``index`` (for faults that crash or restart it)."""
         if not self.embedded:
             raise ConfigError("this fault needs the embedded cluster: lockcompare cannot restart external servers")
+        if self.replication is not None:
+            return self.replication.pairs[index].master
         return self.servers[index]
+
+    def node_pair(self, index: int) -> FailoverPair:
+        """The master + replica behind lock node ``index`` (for the failover fault)."""
+        if self.replication is None:
+            raise ConfigError("failover needs a cluster built with replicas (ClusterShape.replicas=1)")
+        return self.replication.pairs[index]
 
     def node_clock(self, index: int) -> FakeClock:
         """The fake wall clock of lock node ``index`` (for clock jumps)."""
@@ -77,7 +92,8 @@ class Cluster:
             clock.reset()
 
     def all_servers(self) -> tuple[RedisServer, ...]:
-        return (*self.servers, self.resource_server) if self.resource_server is not None else self.servers
+        nodes = self.replication.servers() if self.replication is not None else self.servers
+        return (*nodes, self.resource_server) if self.resource_server is not None else nodes
 
     def mark_broken(self, reason: str) -> None:
         """Tell the pool not to hand this cluster to another trial (e.g. a fault left a node odd)."""
@@ -87,6 +103,8 @@ class Cluster:
         """Why this cluster cannot serve another trial, or "" (marked broken, a node down or silent)."""
         if self._health.broken_reason:
             return self._health.broken_reason
+        if self.replication is not None and self.replication.problem():
+            return self.replication.problem()
         for server in self.all_servers():
             if not server.is_running():
                 return f"{server.name} is not running"
@@ -111,12 +129,27 @@ class Cluster:
                 self.mark_broken(f"FLUSHALL failed on {url}: {exc}")
             finally:
                 client.close()
+        if self.replication is not None:
+            self._resync()
+
+    def _resync(self) -> None:
+        """Every replica in sync again (a trial that ended with a cut link lets it through)."""
+        assert self.replication is not None
+        try:
+            for pair in self.replication.pairs:
+                if pair.held_back:
+                    pair.let_through()
+            self.replication.wait_in_sync(timeout_s=3.0)
+        except (ReplicationError, ClusterError) as exc:
+            self.mark_broken(str(exc))
 
     def stop(self) -> None:
         """Stop and remove every spawned server and fake clock (nothing for an external cluster).
         Safe to call twice."""
         for server in self.all_servers():
             server.cleanup()
+        if self.replication is not None:
+            self.replication.close()
         for clock in self.clocks:
             clock.close()
 
@@ -132,9 +165,9 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
     if shape.persistence not in PERSISTENCE_ARGS:
         known = ", ".join(PERSISTENCE_ARGS)
         raise InvalidValueError(f"unknown persistence {shape.persistence!r} (known: {known})")
-    if shape.replicas:
-        raise ConfigError(f"{shape}: replicas are not built by the embedded cluster yet")
     binary = find_redis_server(redis_server)
+    if shape.replicas:
+        return _start_replicated(shape, binary=binary)
     if shape.fake_clocks:
         check_fake_clock_support(binary)  # one clear line now, never a hang mid-matrix
     clocks = [FakeClock() for _ in range(shape.node_count)] if shape.fake_clocks else []
@@ -164,6 +197,31 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
         raise
 
 
+def _start_replicated(shape: ClusterShape, *, binary: Path) -> Cluster:
+    """``shape.node_count`` master + replica pairs behind stable addresses, and one resource."""
+    if shape.replicas != 1 or shape.fake_clocks or shape.persistence != "none":
+        raise ConfigError(f"{shape}: replicated lock nodes have exactly one replica, no fake clocks, no persistence")
+    nodes = ReplicatedNodes(count=shape.node_count, binary=binary)
+    resource = RedisServer(binary=binary, name="resource")
+    try:
+        nodes.start()
+        resource.start()
+        return Cluster(
+            node_urls=nodes.urls,
+            resource_url=resource.url,
+            embedded=True,
+            redis_version=server_version(resource.url),
+            servers=tuple(pair.master for pair in nodes.pairs),
+            resource_server=resource,
+            shape=shape,
+            replication=nodes,
+        )
+    except BaseException:
+        nodes.close()
+        resource.cleanup()
+        raise
+
+
 def connect_external(*, nodes: Sequence[str], resource: str) -> Cluster:
     """The user's servers (validated URLs), checked with PING; lockcompare never flushes them."""
     for url in (*nodes, resource):
@@ -181,6 +239,7 @@ def open_cluster(
     redis_server: str | None = None,
     persistence: str = "none",
     fake_clocks: bool = False,
+    replicas: int = 0,
 ) -> Iterator[Cluster]:
     """Yield a ready :class:`Cluster`; spawned servers are stopped however the block ends.
 
@@ -193,7 +252,7 @@ def open_cluster(
         yield connect_external(nodes=nodes, resource=resource)
         return
     with sigterm_unwinds():
-        shape = ClusterShape(node_count=node_count, persistence=persistence, fake_clocks=fake_clocks)
+        shape = ClusterShape(node_count=node_count, persistence=persistence, fake_clocks=fake_clocks, replicas=replicas)
         cluster = start_embedded(shape, redis_server=redis_server)
         try:
             yield cluster

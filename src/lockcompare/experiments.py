@@ -92,6 +92,15 @@ EXPERIMENTS: dict[str, Experiment] = {
             "round): single loses the lock; redlock only with a majority jumped",
         ),
         Experiment(
+            name="failover",
+            fault="failover",
+            acquire_timeout_ms=2000,
+            claim="each lock node is a master + async replica; the replication of --fault-nodes K nodes is "
+            "held back, their masters die while worker 0 holds its first lease and the replicas are "
+            "promoted: single loses the lock (--wait-replicas 1: refuses instead); redlock stays exclusive "
+            "with K < 3 of 5; fenced tokens go backwards and the resource refuses the new holder's writes",
+        ),
+        Experiment(
             name="renewal-pause",
             work_ms=3000,
             pause_ms=1500,
@@ -185,6 +194,7 @@ class Overrides:
     restart_delay_ms: float = 0.0
     persistence: str = "none"
     workload: str = DEFAULT_WORKLOAD  # lesson, or contend: no worker runs alone (contend.py)
+    wait_replicas: int = 0
 
     def __post_init__(self) -> None:
         for name in ("ttl_ms", "work_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "call_timeout_ms",
@@ -206,6 +216,8 @@ class Overrides:
             raise InvalidValueError(f"--restart-delay-ms must be a finite number >= 0, got {self.restart_delay_ms:g}")
         if self.workload not in WORKLOADS:
             raise InvalidValueError(f"--workload takes {' or '.join(WORKLOADS)}, got {self.workload!r}")
+        if self.wait_replicas < 0:
+            raise InvalidValueError(f"--wait-replicas must be >= 0, got {self.wait_replicas}")
         if self.persistence not in ("none", "aof-always"):
             raise InvalidValueError(f"--persistence takes none or aof-always, got {self.persistence!r}")
         if not (math.isfinite(self.jitter) and 0 <= self.jitter < 1):
@@ -248,6 +260,7 @@ class TrialSpec:
     restart_delay_ms: float = 0.0  # node-restart: down this long before it restarts
     persistence: str = "none"  # node-restart: none, or aof-always (appendfsync always, kept across restarts)
     workload: str = DEFAULT_WORKLOAD  # contend: workers keep contending until all are done (contend.py)
+    wait_replicas: int = 0  # failover: replicas that must acknowledge a lease's write (WAIT), 0: none
     #: (worker, round) pairs at which the worker pauses; explicit, derived from the seed.
     pause_schedule: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     #: A bound on each backend call, not a setting of the experiment (not part of the identity).
@@ -272,12 +285,14 @@ IDENTITY_SETTINGS = (
     "backend", "experiment", "trial", "seed", "workers", "rounds", "ttl_ms", "work_ms", "pause_ms",
     "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter", "node_count", "pause_point",
     "pause_how", "resource_check", "fault_nodes", "restart_delay_ms", "persistence", "workload",
+    "wait_replicas",
 )  # fmt: skip
 
 #: Settings added after the first results were written, with the value every older row had. A
 #: setting at this value is left out of the identity hash, so adding a setting keeps old trial ids.
 SETTINGS_SINCE_V1 = {
     "jitter": "0", "fault_nodes": "0", "restart_delay_ms": "0", "persistence": "none", "workload": DEFAULT_WORKLOAD,
+    "wait_replicas": "0",
 }  # fmt: skip
 
 
@@ -378,6 +393,7 @@ def make_spec(
         restart_delay_ms=o.restart_delay_ms * scale if restarting else 0.0,
         persistence=o.persistence if restarting else "none",
         workload=o.workload,
+        wait_replicas=o.wait_replicas if experiment.fault == "failover" else 0,  # only replicas can acknowledge
         pause_schedule=schedule,
         call_timeout_ms=o.call_timeout_ms,
     )

@@ -62,6 +62,7 @@ class Sweep:
     restart_delays_ms: tuple[float, ...] = (0.0,)
     persistences: tuple[str, ...] = ("none",)
     workloads: tuple[str | None, ...] = (None,)  # None: the overrides' (see contend.py)
+    wait_replicas: tuple[int, ...] = (0,)
 
     def cells_per_trial(self) -> int:
         """How many values the sweep has in all (more than 1: ``run`` cannot take it)."""
@@ -106,7 +107,7 @@ def plan_matrix(
     """Every trial's spec, validated before anything starts (bad names fail before any server does).
 
     Combinations that would run the same trial (a fence mode for a backend with nothing to fence,
-    a pause point without a pause) are planned once.
+    a pause point without a pause, --wait-replicas for a backend that issues no WAIT) are planned once.
     """
     if trials < 1:
         raise InvalidValueError(f"--trials must be >= 1, got {trials}")
@@ -115,9 +116,12 @@ def plan_matrix(
     classes = {backend: load_backend(backend) for backend in backends}
     exps = [get_experiment(name) for name in experiments]
     specs: dict[str, TrialSpec] = {}
-    for k, backend, experiment, pause_ms, point, fence, how, fault_nodes, delay, persistence, workload in itertools.product(
-        range(trials), backends, exps, sweep.pause_ms, sweep.pause_points, sweep.fences, sweep.pause_hows,
-        sweep.fault_nodes, sweep.restart_delays_ms, sweep.persistences, sweep.workloads,
+    _warn_no_wait(classes, sweep=sweep, experiments=exps)
+    for k, backend, experiment, pause_ms, point, fence, how, fault_nodes, delay, persistence, workload, wait in (
+        itertools.product(
+            range(trials), backends, exps, sweep.pause_ms, sweep.pause_points, sweep.fences, sweep.pause_hows,
+            sweep.fault_nodes, sweep.restart_delays_ms, sweep.persistences, sweep.workloads, sweep.wait_replicas,
+        )
     ):  # fmt: skip
         cell = replace(
             overrides,
@@ -129,6 +133,7 @@ def plan_matrix(
             restart_delay_ms=delay,
             persistence=persistence,
             workload=overrides.workload if workload is None else workload,
+            wait_replicas=wait if getattr(classes[backend], "supports_wait_replicas", False) else 0,
         )
         spec = make_spec(
             backend=backend,
@@ -140,6 +145,18 @@ def plan_matrix(
         )
         specs.setdefault(spec.trial_id, spec)
     return [spec for spec in specs.values() if _fits(classes[spec.backend], spec, skip_unfit=skip_unfit)]
+
+
+def _warn_no_wait(classes: dict[str, type], *, sweep: Sweep, experiments: Sequence[Any]) -> None:
+    """Say once, up front, which backends run their failover trials without the asked-for WAIT."""
+    if not any(sweep.wait_replicas) or not any(e.fault == "failover" for e in experiments):
+        return
+    without = [name for name, cls in classes.items() if not getattr(cls, "supports_wait_replicas", False)]
+    if without:
+        log.warning(
+            "--wait-replicas: %s issue(s) no WAIT; their failover trials run without it (wait_replicas 0)",
+            ", ".join(without),
+        )
 
 
 def _fits(cls: type, spec: TrialSpec, *, skip_unfit: bool) -> bool:
@@ -192,6 +209,7 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
         node_count=cluster_options.node_count,
         persistence=spec.persistence,
         fake_clocks=spec.fault in ("clock-jump", network.PARTITION_CLOCK_JUMP),
+        replicas=1 if spec.fault == "failover" else 0,
     )
 
 
@@ -200,6 +218,11 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
     faulty = [s for s in specs if s.fault]
     if not faulty:
         return
+    if cluster_options.nodes is not None and any(s.fault == "failover" for s in faulty):
+        raise ConfigError(
+            "failover needs lock nodes with replicas, which lockcompare builds only in its embedded cluster: "
+            "not with --nodes/--resource"
+        )
     if cluster_options.nodes is not None:
         raise ConfigError(
             f"{faulty[0].experiment} kills, restarts or re-clocks lock nodes, or proxies their links: it needs the embedded cluster, "

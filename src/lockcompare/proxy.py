@@ -32,6 +32,8 @@ What each fault does (control calls are synchronous: when one returns, the proxy
   reply that vanished would otherwise be read as the answer to a later command. Connections that
   lost nothing (idle during the blackhole) carry on.
 * ``reset()``: every current connection is closed with an RST (SO_LINGER 0), on both sides.
+* ``retarget(target_port=...)``: new connections go to another port; current ones are reset, as
+  when a virtual IP moves to another host (the failover experiment's stable lock-node address).
 
 Example::
 
@@ -361,6 +363,9 @@ class _Host:
             link.heal()
         elif op == "reset":
             link.reset()
+        elif op == "retarget":
+            link.target_port = int(args["target_port"])  # type: ignore[call-overload]
+            link.reset()
         elif op == "remove":
             link.close()
             del self.links[link.port]
@@ -506,6 +511,11 @@ class LinkProxy:
     def heal(self) -> None:
         """No delay, no blackhole; connections that lost bytes are reset (see the module docstring)."""
         self._call("heal")
+
+    def retarget(self, *, target_port: int) -> None:
+        """Forward new connections to ``target_port``; every current connection is reset."""
+        self._call("retarget", target_port=target_port)
+        self.target_port = target_port
 
     def stop(self) -> None:
         """Close this link (and its own process, if standalone). Safe to call twice."""

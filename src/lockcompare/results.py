@@ -30,7 +30,7 @@ SCHEMA_VERSION = 4
 #: unknown, never guessed).
 _SINCE_V3 = {
     "jitter": "0", "fault_nodes": "0", "restart_delay_ms": "0", "persistence": "none", "workload": "lesson",
-    "extra_entries": "0",
+    "extra_entries": "0", "wait_replicas": "0",
 }  # fmt: skip
 _SINCE_V2 = _SINCE_V3 | {"pause_how": "sleep"}
 _SINCE_V1 = _SINCE_V2 | {"pause_point": "after-acquire", "think_ms": "0", "reads_rejected": "0", "cs_retries": "0"}
@@ -49,7 +49,8 @@ COLUMNS = (
 )  # fmt: skip
 
 _INT_COLUMNS = {
-    "schema_version", "trial", "seed", "workers", "rounds", "ttl_ms", "fault_nodes", "entries", "entries_planned",
+    "schema_version", "trial", "seed", "workers", "rounds", "ttl_ms", "fault_nodes", "wait_replicas", "entries",
+    "entries_planned",
     "conflicts",
     "conflicts_overlap", "max_concurrency", "writes_accepted", "writes_rejected",
     "stale_writes_accepted", "stale_writes_rejected", "lost_updates", "final_balance", "acquires",

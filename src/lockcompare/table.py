@@ -27,7 +27,8 @@ FORMATS = ("github", "simple", "latex", "csv")
 #: Settings that split cells when they vary within one experiment (backend and experiment always do).
 CONDITION_COLUMNS = (
     "resource_check", "pause_point", "pause_how", "pause_ms", "ttl_ms", "work_ms", "workers", "rounds",
-    "time_scale", "node_count", "fault_nodes", "restart_delay_ms", "persistence", "jitter", "workload",
+    "time_scale", "node_count", "fault_nodes", "restart_delay_ms", "persistence", "wait_replicas", "jitter",
+    "workload",
 )  # fmt: skip
 
 #: Metrics shown only when some trial has a non-zero value (most tables need neither).

@@ -29,6 +29,7 @@ from lockcompare.errors import NodeUnreachableError
 from lockcompare.experiments import FAULT_DELAY_MS, TrialSpec
 from lockcompare.faults import Freezer
 from lockcompare.faults import network
+from lockcompare.faults.failover import Failover
 from lockcompare.faults.node import ClockJump, NodeCrash, NodeRestart
 from lockcompare.faults.schedule import FaultPlan, FaultScheduler
 from lockcompare.history import Event
@@ -96,6 +97,7 @@ def _run_trial(
         node_urls=cluster.node_urls,
         request_timeout_s=network.request_timeout_s(spec) or request_timeout_s,
         node_count=spec.node_count,
+        wait_replicas=spec.wait_replicas,
     )
     plans = [
         WorkerPlan(
@@ -201,6 +203,10 @@ def fault_plan(spec: TrialSpec) -> FaultPlan | None:
     if spec.fault == "clock-jump":
         jump = ClockJump(jump_s=2 * spec.ttl_ms / 1000)
         return FaultPlan(fault=jump, nodes=nodes, delay_ms=delay_ms, heal_after_ms=0, every_round=True)
+    if spec.fault == "failover":  # once per trial: see faults/failover.py
+        return FaultPlan(
+            fault=Failover(), nodes=nodes, delay_ms=delay_ms, heal_after_ms=0, every_round=False, latest_ms=spec.ttl_ms
+        )
     raise ValueError(f"unknown fault {spec.fault!r}")
 
 
@@ -232,7 +238,9 @@ def _run_workers(
         if problem or any(status != "ready" for status, _, _ in ready):
             return _outcome(ready, problem)
         if faults is not None:
-            faults.start()  # standing faults (a partition, a slow link) are there from the first round
+            # Standing faults (a partition, a slow link) are there from the first round; a fault's
+            # preparation (e.g. a replication link held back) precedes every write.
+            faults.start()
         crew.go()
         return _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
     finally:

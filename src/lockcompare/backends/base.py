@@ -30,11 +30,19 @@ class BackendConfig:
 
     ``node_count``: how many of ``node_urls`` a multi-node backend (Redlock) should use; ``None``
     means all of them. Single-node backends use ``node_urls[0]``.
+
+    ``wait_replicas``: 0, or how many replicas must acknowledge the write that grants a lease. A
+    backend that honours it declares the class attribute ``supports_wait_replicas = True``; it then
+    sends ``WAIT wait_replicas <timeout>`` on the connection that wrote the key (WAIT counts only
+    that connection's writes) and refuses the lease (``Refusal("not-replicated")``, after releasing
+    it) when fewer replicas acknowledged. The harness never gives a non-zero value to a backend
+    without the attribute (its trials run with 0, and the results say 0).
     """
 
     node_urls: tuple[str, ...]
     request_timeout_s: float = DEFAULT_TIMEOUT_S
     node_count: int | None = None
+    wait_replicas: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +74,8 @@ class Refusal:
 
     Reasons used by the built-ins: ``held`` (someone else has it), ``no-quorum`` (a multi-node
     lock reached too few nodes), ``validity`` (the quorum answered, but too late for the lease to
-    be worth anything), ``error`` (a node failed to answer).
+    be worth anything), ``error`` (a node failed to answer), ``not-replicated`` (fewer replicas
+    than ``BackendConfig.wait_replicas`` acknowledged the lock key in time).
     """
 
     reason: str = "held"

@@ -7,7 +7,10 @@ after its successor took one, and hold a *higher* token than the holder that fol
 resource would then reject the successor's writes and accept the stale holder's.
 
 The lock alone still lets a paused holder back in; the token lets the resource refuse its stale
-write.
+write. The counter lives on the lock node, so it is only as durable as that node: a node restarted
+empty, or a replica promoted before the counter's last increments reached it (the failover
+experiment), hands out tokens again from an older value — tokens that go backwards, whose holder's
+writes the resource then refuses although it holds the lock.
 """
 
 from __future__ import annotations
@@ -62,6 +65,5 @@ class FencedLock(SingleNodeLock):
             return Refusal("error")
         if token is None:
             return Refusal("held")
-        return Lease(
-            key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000, fencing_token=int(token)
-        )
+        lease = Lease(key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000, fencing_token=int(token))
+        return self.replicated(lease, ttl_ms=ttl_ms)  # WAIT, with --wait-replicas (see single.py)

@@ -3,6 +3,13 @@
 All three mandatory parts (lesson 10, section 10.2): NX (acquire only if free), PX (a TTL, so a
 dead holder cannot deadlock everyone), and a random token checked by a Lua script on release, so
 that a holder whose lease expired cannot delete its successor's key.
+
+With ``BackendConfig.wait_replicas`` N > 0 (``--wait-replicas``; the failover experiment) the
+write that grants a lease is followed by ``WAIT N <TTL/10>`` on the same connection, and a lease
+fewer than N replicas acknowledged is released and refused (``not-replicated``): a failover can
+then only lose a lock that was never granted (FIELD-NOTES.md, "Failover"). It does not make the
+lock safe in general: WAIT does not make a write durable, and a replica that acknowledged may
+still lose the key in a later failover.
 """
 
 from __future__ import annotations
@@ -26,8 +33,21 @@ end
 """
 
 
+#: WAIT's timeout as a share of the TTL: waiting for a replica may cost at most a tenth of the lease.
+WAIT_TIMEOUT_SHARE = 0.1
+
+
 def new_owner_token() -> str:
     return secrets.token_hex(16)
+
+
+def wait_timeout_ms(ttl_ms: int) -> int:
+    """WAIT's timeout for a lease of ``ttl_ms`` (at least 1: ``WAIT n 0`` would block forever).
+
+    Redis wakes a blocked client on its cron (``hz`` 10), so a WAIT that times out returns late:
+    with the replication link cut, ``WAIT 1 100`` returned after 148-201 ms here.
+    """
+    return max(1, round(ttl_ms * WAIT_TIMEOUT_SHARE))
 
 
 class SingleNodeLock:
@@ -36,9 +56,13 @@ class SingleNodeLock:
     summary: ClassVar[str] = "SET NX PX + random token + Lua compare-and-delete, on one node"
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    supports_wait_replicas: ClassVar[bool] = True
 
     def __init__(self, *, config: BackendConfig) -> None:
-        self._client = connect(first_node(config.node_urls), timeout_s=config.request_timeout_s)
+        client = connect(first_node(config.node_urls), timeout_s=config.request_timeout_s)
+        self._wait_replicas = config.wait_replicas
+        # WAIT counts only its own connection's writes: with it, every command goes over one connection.
+        self._client = client.client() if self._wait_replicas else client
         self._release = self._client.register_script(RELEASE_SCRIPT)
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
@@ -50,7 +74,23 @@ class SingleNodeLock:
             return Refusal("error")
         if not granted:
             return Refusal("held")
-        return Lease(key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000)
+        lease = Lease(key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000)
+        return self.replicated(lease, ttl_ms=ttl_ms)
+
+    def replicated(self, lease: Lease, *, ttl_ms: int) -> Lease | Refusal:
+        """``lease`` once ``wait_replicas`` replicas acknowledged its write (always, with 0);
+        otherwise it is released and refused."""
+        if not self._wait_replicas:
+            return lease
+        try:
+            acknowledged = int(self._client.execute_command("WAIT", self._wait_replicas, wait_timeout_ms(ttl_ms)))
+        except redis.RedisError:
+            self.release(lease)
+            return Refusal("error")
+        if acknowledged < self._wait_replicas:
+            self.release(lease)
+            return Refusal("not-replicated")
+        return lease
 
     def release(self, lease: Lease) -> bool:
         try:
@@ -60,3 +100,4 @@ class SingleNodeLock:
 
     def close(self) -> None:
         self._client.close()
+        self._client.connection_pool.disconnect()

@@ -17,6 +17,12 @@ injects them once every worker is ready, before the first round (their events ha
 ``heal_all`` heals them. A fault acts on the cluster's nodes (it is handed the
 :class:`~lockcompare.cluster.Cluster`) unless its class says ``scope = "links"``: then it is handed
 the trial's :class:`FaultContext`, which holds the cluster and the workers' proxied links.
+
+A fault may also have a ``prepare(cluster, nodes)`` step, which :meth:`FaultScheduler.start` runs
+when the workers are released (recorded as action ``prepare``; healed like an injection if the
+trial ends before the injection), and a plan may set ``latest_ms``: inject then at the latest,
+counted from the start, when the worker's lease has not triggered the fault sooner (the failover
+fault: its master dies whether or not a lease was granted).
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ class FaultPlan:
     delay_ms: float  # after that worker's acquire
     heal_after_ms: float | None  # None: when the trial ends
     every_round: bool  # False: only at the worker's first lease
+    latest_ms: float | None = None  # inject at the latest this long after start() (None: only on a lease)
 
 
 @dataclass
@@ -76,6 +83,8 @@ class FaultScheduler:
     _heal_at: tuple[int, int] | None = None
     _active_round: int | None = None
     _injected: int = 0
+    _prepared: bool = False
+    _round: int = 0  # the followed worker's latest round with a lease
     links: ProxySet | None = None
     standing: tuple[StandingFault, ...] = ()
     _standing_active: list[StandingFault] = field(default_factory=list)
@@ -88,10 +97,19 @@ class FaultScheduler:
     _around_active: list[tuple[StandingFault, int]] = field(default_factory=list)
 
     def start(self) -> None:
-        """Inject the standing faults (the runner calls this once every worker is ready)."""
+        """When the workers are released: inject the standing faults, run the planned fault's
+        ``prepare`` step and start its ``latest_ms``."""
         for standing in self.standing:
             self._standing_active.append(standing)  # first: a half-done inject is healed too
             self._record(standing.fault, "inject", list(standing.nodes), round_=-1)
+        if self.plan is None:
+            return
+        prepare = getattr(self.plan.fault, "prepare", None)
+        if prepare is not None:
+            self._prepared = True
+            self._act("prepare", 0)
+        if self.plan.latest_ms is not None:
+            self._inject_at = (now_ns() + int(self.plan.latest_ms * 1e6), 0)
 
     def on_acquire_turn(self, *, worker: int, round_: int, starting: bool) -> None:
         """Inject the around-acquire faults as worker 0 starts a round's acquire; heal them when it ends."""
@@ -112,11 +130,14 @@ class FaultScheduler:
     def on_acquired(self, *, worker: int, round_: int, t_ns: int) -> None:
         if self.plan is None:
             return
-        if worker != self.plan.worker or self._active_round is not None or self._inject_at is not None:
+        if worker != self.plan.worker or self._active_round is not None:
             return
+        self._round = round_
         if self._injected and not self.plan.every_round:
             return
-        self._inject_at = (t_ns + int(self.plan.delay_ms * 1e6), round_)
+        due = t_ns + int(self.plan.delay_ms * 1e6)
+        if self._inject_at is None or due < self._inject_at[0]:  # a pending injection is never put off
+            self._inject_at = (due, round_)
 
     def seconds_to_next(self) -> float | None:
         due = [at for at, _ in filter(None, (self._inject_at, self._heal_at))]
@@ -126,6 +147,7 @@ class FaultScheduler:
         now = now_ns()
         if self._inject_at is not None and self._inject_at[0] <= now:
             _, round_ = self._inject_at
+            round_ = max(round_, self._round)  # a deadline injection lands in the latest round
             self._inject_at = None
             self._act("inject", round_)
             self._active_round = round_
@@ -146,7 +168,10 @@ class FaultScheduler:
                 self._heal_at = None
                 round_, self._active_round = self._active_round, None
                 self._act("heal", round_)
+            elif self._prepared and not self._injected:
+                self._act("heal", self._round)  # prepared, never injected: undo the preparation
         finally:
+            self._prepared = False
             try:
                 self._heal_around()
                 while self._standing_active:
@@ -161,7 +186,7 @@ class FaultScheduler:
 
     def _record(self, fault: Any, action: str, nodes: list[int], *, round_: int) -> None:
         t0 = now_ns()
-        step = fault.inject if action == "inject" else fault.heal
+        step = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
         on_links = getattr(fault, "scope", "nodes") == "links"
         target = FaultContext(cluster=self.cluster, links=self.links) if on_links else self.cluster
         detail = step(target, nodes)

@@ -1,0 +1,75 @@
+"""The ``failover`` fault: a lock node's master dies before its replica saw the lock, and the
+replica is promoted in its place — why Redlock exists (antirez), and what WAIT does about it.
+
+Each lock node of the trial's cluster is a master with one asynchronous replica behind a stable
+address (cluster.ClusterShape.replicas=1, replication.ReplicatedNodes). The fault, on lock nodes
+0..K-1 (``--fault-nodes K``):
+
+- ``prepare`` (when the workers are released): the replication link is held back (blackholed in
+  its proxy), so from now on the master acknowledges writes the replica never sees;
+- ``inject`` (FAULT_DELAY_MS after worker 0's first lease — or one TTL after ``prepare`` if worker
+  0 got none by then, e.g. because a backend with WAIT refuses every unreplicated lease): SIGKILL
+  the master, ``REPLICAOF NO ONE`` on the replica (what Sentinel does), and move the node's
+  address to it. The promoted node holds none of the trial's keys: no lock key, no fencing counter;
+- ``heal`` (right after): the promoted node gets a fresh, unbroken replica (a diskless full sync,
+  ~20 ms here), so the trial goes on with a healthy pair — and a backend that waits for a replica
+  can be granted leases again.
+
+Why the workers follow through a stable address (a proxy re-pointed at the promoted replica, as a
+virtual IP is moved on failover) rather than each backend asking Sentinel: every backend, built-in
+or plug-in, follows the failover unchanged, and the one moment the address moves is the fault's.
+
+Why once per trial and not every round (a rebuild is cheap: ~20 ms): the link must be held back
+*before* the lock key is written, and the only moment the runner can pick without racing the
+workers is one that precedes every write of the trial — its start. Re-arming after a failover
+would cut the link while the rival holds a (replicated) lease; its release would then be lost at
+the next failover and its released key resurrected on the promoted node, blocking everyone until
+its TTL ran out — a real effect of failovers, but one that turns every other round's conflict into
+a wait and makes the count hang on timing. Once per trial, the failover is the same in every trial.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from lockcompare.cluster import Cluster
+from lockcompare.errors import LockcompareError
+
+
+@dataclass(frozen=True)
+class Failover:
+    """Hold back the replication link, kill the master, promote the replica; heal with a new replica."""
+
+    name: ClassVar[str] = "failover"
+
+    def prepare(self, cluster: Cluster, nodes: list[int]) -> str:
+        for i in nodes:
+            cluster.node_pair(i).hold_back()
+        return "replication link held back (the master acknowledges writes its replica never sees)"
+
+    def inject(self, cluster: Cluster, nodes: list[int]) -> str:
+        for i in nodes:
+            cluster.node_pair(i).fail_over()
+        return "master SIGKILLed; replica promoted (REPLICAOF NO ONE); the node's address moved to it"
+
+    def heal(self, cluster: Cluster, nodes: list[int]) -> str:
+        """A failed-over node gets a fresh replica; a node still held back gets its link back.
+
+        Runs in the runner's ``finally`` too, so it never raises: a node that cannot be repaired
+        marks the cluster broken (the pool replaces it) and says so in the history.
+        """
+        done, problems = [], []
+        for i in nodes:
+            pair = cluster.node_pair(i)
+            try:
+                if pair.failed_over:
+                    pair.rebuild_replica()
+                    done.append("fresh replica in sync")
+                elif pair.held_back:
+                    pair.let_through()
+                    done.append("replication link let through")
+            except LockcompareError as exc:
+                cluster.mark_broken(f"failover heal on lock node {i}: {exc}")
+                problems.append(f"node {i}: {exc}")
+        return "; ".join(sorted(set(done)) + problems) or "nothing to heal"
