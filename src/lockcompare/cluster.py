@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import redis
 
 from lockcompare.errors import ClusterError, ConfigError, InvalidValueError
+from lockcompare.etcd_client import delete_prefix, is_healthy
+from lockcompare.etcd_server import is_etcd_url, start_members
 from lockcompare.lifecycle import sigterm_unwinds
 from lockcompare.fakeclock import FakeClock, check_fake_clock_support
 from lockcompare.redisconn import connect, ping, server_version
@@ -30,13 +32,16 @@ class ClusterShape:
     ``persistence``: "none" (the default: a restarted node has lost every key) or "aof-always"
     (AOF, fsync on every write; see server.PERSISTENCE_ARGS). ``fake_clocks``: nodes run under
     libfaketime so a fault can jump their clocks. ``replicas``: replicas per lock node (not built
-    yet: refused up front).
+    yet: refused up front). ``lock_servers``: what the lock nodes are, "redis" or "etcd" (members of
+    one etcd cluster, see etcd_server.py; a backend declares it with its ``servers`` attribute); the
+    resource is a redis-server either way.
     """
 
     node_count: int = DEFAULT_NODES
     persistence: str = "none"
     fake_clocks: bool = False
     replicas: int = 0
+    lock_servers: str = "redis"
 
 
 class _Health:
@@ -91,6 +96,10 @@ class Cluster:
             if not server.is_running():
                 return f"{server.name} is not running"
         for url in (*self.node_urls, self.resource_url):
+            if is_etcd_url(url):
+                if not is_healthy(url):
+                    return f"etcd member {url} is not healthy"
+                continue
             try:
                 ping(url, timeout_s=0.5)
             except ClusterError as exc:
@@ -103,7 +112,15 @@ class Cluster:
         if not self.embedded:
             return
         self.reset_clocks()
+        etcd = [url for url in self.node_urls if is_etcd_url(url)]
+        if etcd:
+            try:
+                delete_prefix(etcd, "")  # every key and lease; the revision counter goes on
+            except ClusterError as exc:
+                self.mark_broken(f"emptying etcd failed: {exc}")
         for url in (*self.node_urls, self.resource_url):
+            if is_etcd_url(url):
+                continue
             client = connect(url, timeout_s=1.0)
             try:
                 client.flushall()
@@ -134,6 +151,10 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
         raise InvalidValueError(f"unknown persistence {shape.persistence!r} (known: {known})")
     if shape.replicas:
         raise ConfigError(f"{shape}: replicas are not built by the embedded cluster yet")
+    if shape.lock_servers == "etcd":
+        return _start_etcd(shape, redis_server=redis_server)
+    if shape.lock_servers != "redis":
+        raise InvalidValueError(f"unknown lock servers {shape.lock_servers!r} (known: redis, etcd)")
     binary = find_redis_server(redis_server)
     if shape.fake_clocks:
         check_fake_clock_support(binary)  # one clear line now, never a hang mid-matrix
@@ -164,6 +185,30 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
         raise
 
 
+def _start_etcd(shape: ClusterShape, *, redis_server: str | None) -> Cluster:
+    """``shape.node_count`` etcd members as the lock nodes, and a redis-server as the resource."""
+    if shape.fake_clocks or shape.persistence != "none":
+        raise ConfigError("etcd members run with real clocks and always persist: no fake clocks or --persistence")
+    binary = find_redis_server(redis_server)
+    members = start_members(count=shape.node_count)
+    resource = RedisServer(binary=binary, name="resource")
+    try:
+        resource.start()
+        return Cluster(
+            node_urls=tuple(m.url for m in members),
+            resource_url=resource.url,
+            embedded=True,
+            redis_version=server_version(resource.url),
+            servers=tuple(members),  # type: ignore[arg-type]  # EtcdServer has RedisServer's interface
+            resource_server=resource,
+            shape=shape,
+        )
+    except BaseException:
+        for server in (*members, resource):
+            server.cleanup()
+        raise
+
+
 def connect_external(*, nodes: Sequence[str], resource: str) -> Cluster:
     """The user's servers (validated URLs), checked with PING; lockcompare never flushes them."""
     for url in (*nodes, resource):
@@ -181,6 +226,7 @@ def open_cluster(
     redis_server: str | None = None,
     persistence: str = "none",
     fake_clocks: bool = False,
+    lock_servers: str = "redis",
 ) -> Iterator[Cluster]:
     """Yield a ready :class:`Cluster`; spawned servers are stopped however the block ends.
 
@@ -193,7 +239,9 @@ def open_cluster(
         yield connect_external(nodes=nodes, resource=resource)
         return
     with sigterm_unwinds():
-        shape = ClusterShape(node_count=node_count, persistence=persistence, fake_clocks=fake_clocks)
+        shape = ClusterShape(
+            node_count=node_count, persistence=persistence, fake_clocks=fake_clocks, lock_servers=lock_servers
+        )
         cluster = start_embedded(shape, redis_server=redis_server)
         try:
             yield cluster
@@ -205,6 +253,12 @@ def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:
     """Delete the keys whose names contain ``prefix`` (a run's own, whatever a library wraps them
     in) from every server in ``urls``; never FLUSH anything, a node that is down is skipped."""
     for url in urls:
+        if is_etcd_url(url):
+            try:
+                delete_prefix([url], prefix)  # an etcd backend's keys start with the trial's prefix
+            except ClusterError:
+                pass  # a member that is down, or a cluster without quorum: its leases end anyway
+            continue
         client = connect(url, timeout_s=1.0)
         try:
             keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
@@ -218,5 +272,6 @@ def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:
 
 def describe(cluster: Cluster) -> str:
     kind = "embedded" if cluster.embedded else "external"
-    return f"{kind} cluster: {len(cluster.node_urls)} lock nodes + 1 resource, redis {cluster.redis_version}"
+    nodes = "etcd members" if cluster.node_urls and is_etcd_url(cluster.node_urls[0]) else "lock nodes"
+    return f"{kind} cluster: {len(cluster.node_urls)} {nodes} + 1 resource, redis {cluster.redis_version}"
 
