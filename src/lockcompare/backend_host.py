@@ -68,6 +68,11 @@ class Claims:
     exclusive: object
     issues_fencing_tokens: object
     survives_minority_loss: object = False
+    #: Optional too: which servers the lock nodes are ("redis" or "etcd"), the shortest TTL the backend
+    #: can grant, and how late after its TTL the lock service may end a lease (see backends/base.py).
+    servers: object = "redis"
+    min_ttl_ms: object = 0
+    expiry_lag_ms: object = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +138,9 @@ def claims_of(cls: type) -> Claims:
         exclusive=plain(getattr(cls, "exclusive", None)),
         issues_fencing_tokens=plain(getattr(cls, "issues_fencing_tokens", None)),
         survives_minority_loss=plain(getattr(cls, "survives_minority_loss", False)),
+        servers=plain(getattr(cls, "servers", "redis")),
+        min_ttl_ms=plain(getattr(cls, "min_ttl_ms", 0)),
+        expiry_lag_ms=plain(getattr(cls, "expiry_lag_ms", 0)),
     )
 
 

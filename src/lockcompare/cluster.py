@@ -16,6 +16,8 @@ from pathlib import Path
 import redis
 
 from lockcompare.errors import ClusterError, ConfigError, InvalidValueError
+from lockcompare.etcd_client import delete_prefix, is_healthy
+from lockcompare.etcd_server import is_etcd_url, start_members
 from lockcompare.lifecycle import sigterm_unwinds
 from lockcompare.fakeclock import FakeClock, check_fake_clock_support
 from lockcompare.redisconn import connect, ping, server_version
@@ -33,12 +35,16 @@ class ClusterShape:
     (AOF, fsync on every write; see server.PERSISTENCE_ARGS). ``fake_clocks``: nodes run under
     libfaketime so a fault can jump their clocks. ``replicas``: 1 makes every lock node a master
     with one replica behind a stable address (replication.ReplicatedNodes), for the failover fault.
+    ``lock_servers``: what the lock nodes are, "redis" or "etcd" (members of one etcd cluster, see
+    etcd_server.py; a backend declares it with its ``servers`` attribute); the resource is a
+    redis-server either way.
     """
 
     node_count: int = DEFAULT_NODES
     persistence: str = "none"
     fake_clocks: bool = False
     replicas: int = 0
+    lock_servers: str = "redis"
 
 
 class _Health:
@@ -109,6 +115,10 @@ class Cluster:
             if not server.is_running():
                 return f"{server.name} is not running"
         for url in (*self.node_urls, self.resource_url):
+            if is_etcd_url(url):
+                if not is_healthy(url):
+                    return f"etcd member {url} is not healthy"
+                continue
             try:
                 ping(url, timeout_s=0.5)
             except ClusterError as exc:
@@ -121,7 +131,15 @@ class Cluster:
         if not self.embedded:
             return
         self.reset_clocks()
+        etcd = [url for url in self.node_urls if is_etcd_url(url)]
+        if etcd:
+            try:
+                delete_prefix(etcd, "")  # every key and lease; the revision counter goes on
+            except ClusterError as exc:
+                self.mark_broken(f"emptying etcd failed: {exc}")
         for url in (*self.node_urls, self.resource_url):
+            if is_etcd_url(url):
+                continue
             client = connect(url, timeout_s=1.0)
             try:
                 client.flushall()
@@ -165,6 +183,12 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
     if shape.persistence not in PERSISTENCE_ARGS:
         known = ", ".join(PERSISTENCE_ARGS)
         raise InvalidValueError(f"unknown persistence {shape.persistence!r} (known: {known})")
+    if shape.lock_servers == "etcd":
+        if shape.replicas:
+            raise ConfigError("etcd members replicate by consensus: no --wait-replicas/failover replicas")
+        return _start_etcd(shape, redis_server=redis_server)
+    if shape.lock_servers != "redis":
+        raise InvalidValueError(f"unknown lock servers {shape.lock_servers!r} (known: redis, etcd)")
     binary = find_redis_server(redis_server)
     if shape.replicas:
         return _start_replicated(shape, binary=binary)
@@ -222,6 +246,30 @@ def _start_replicated(shape: ClusterShape, *, binary: Path) -> Cluster:
         raise
 
 
+def _start_etcd(shape: ClusterShape, *, redis_server: str | None) -> Cluster:
+    """``shape.node_count`` etcd members as the lock nodes, and a redis-server as the resource."""
+    if shape.fake_clocks or shape.persistence != "none":
+        raise ConfigError("etcd members run with real clocks and always persist: no fake clocks or --persistence")
+    binary = find_redis_server(redis_server)
+    members = start_members(count=shape.node_count)
+    resource = RedisServer(binary=binary, name="resource")
+    try:
+        resource.start()
+        return Cluster(
+            node_urls=tuple(m.url for m in members),
+            resource_url=resource.url,
+            embedded=True,
+            redis_version=server_version(resource.url),
+            servers=tuple(members),  # type: ignore[arg-type]  # EtcdServer has RedisServer's interface
+            resource_server=resource,
+            shape=shape,
+        )
+    except BaseException:
+        for server in (*members, resource):
+            server.cleanup()
+        raise
+
+
 def connect_external(*, nodes: Sequence[str], resource: str) -> Cluster:
     """The user's servers (validated URLs), checked with PING; lockcompare never flushes them."""
     for url in (*nodes, resource):
@@ -240,6 +288,7 @@ def open_cluster(
     persistence: str = "none",
     fake_clocks: bool = False,
     replicas: int = 0,
+    lock_servers: str = "redis",
 ) -> Iterator[Cluster]:
     """Yield a ready :class:`Cluster`; spawned servers are stopped however the block ends.
 
@@ -252,7 +301,10 @@ def open_cluster(
         yield connect_external(nodes=nodes, resource=resource)
         return
     with sigterm_unwinds():
-        shape = ClusterShape(node_count=node_count, persistence=persistence, fake_clocks=fake_clocks, replicas=replicas)
+        shape = ClusterShape(
+            node_count=node_count, persistence=persistence, fake_clocks=fake_clocks, replicas=replicas,
+            lock_servers=lock_servers,
+        )
         cluster = start_embedded(shape, redis_server=redis_server)
         try:
             yield cluster
@@ -264,6 +316,12 @@ def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:
     """Delete the keys whose names contain ``prefix`` (a run's own, whatever a library wraps them
     in) from every server in ``urls``; never FLUSH anything, a node that is down is skipped."""
     for url in urls:
+        if is_etcd_url(url):
+            try:
+                delete_prefix([url], prefix)  # an etcd backend's keys start with the trial's prefix
+            except ClusterError:
+                pass  # a member that is down, or a cluster without quorum: its leases end anyway
+            continue
         client = connect(url, timeout_s=1.0)
         try:
             keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
@@ -277,5 +335,6 @@ def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:
 
 def describe(cluster: Cluster) -> str:
     kind = "embedded" if cluster.embedded else "external"
-    return f"{kind} cluster: {len(cluster.node_urls)} lock nodes + 1 resource, redis {cluster.redis_version}"
+    nodes = "etcd members" if cluster.node_urls and is_etcd_url(cluster.node_urls[0]) else "lock nodes"
+    return f"{kind} cluster: {len(cluster.node_urls)} {nodes} + 1 resource, redis {cluster.redis_version}"
 

@@ -27,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ from lockcompare.backend_host import Claims, claims_of
 from lockcompare.backends import load_backend
 from lockcompare.conformance import CALL_TIMEOUT_S, PropertyResult, Status, run_battery
 from lockcompare.errors import InvalidValueError, ResultsFileError
-from lockcompare.experiments import DEFAULT_ROUNDS, Overrides
+from lockcompare.experiments import DEFAULT_ROUNDS, Overrides, get_experiment
 from lockcompare.matrix import ClusterOptions, ProgressCallback, run_matrix
 from lockcompare.results import read_results
 
@@ -53,6 +54,12 @@ CARD_FORMATS = ("markdown", "text")
 #: ``--quick``: ten times faster, same ratios (FIELD-NOTES: 0.1 keeps margins far above jitter).
 QUICK_TIME_SCALE = 0.1
 QUICK_ROUNDS = 20
+
+#: Scales tried, in order, for an experiment whose TTL the backend cannot express at the one asked
+#: for (its optional ``check_ttl``; e.g. etcd's whole-second leases at --time-scale 0.1).
+FALLBACK_SCALES = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+log = logging.getLogger("lockcompare")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +79,8 @@ class ReportCard:
     time_scale: float
     rounds: int
     trials: int
+    #: Experiments the backend ran at another scale than asked (it could not express the TTL), said once.
+    notes: tuple[str, ...] = ()
 
     @property
     def failed(self) -> tuple[CardLine, ...]:
@@ -107,22 +116,39 @@ def evaluate(
         raise InvalidValueError(f"--trials must be >= 1, got {trials}")
     if out.exists():  # checked again by run_matrix, but only after the battery's work
         raise ResultsFileError(f"{out} exists: choose another --out")
+    scales = scales_for(cls, time_scale=time_scale)
+    moved = {name: scale for name, scale in scales.items() if scale != time_scale}
+    notes = []
+    if moved:
+        at = ", ".join(f"{name} at --time-scale {scale:g}" for name, scale in moved.items())
+        notes.append(f"{backend} cannot express these TTLs at --time-scale {time_scale:g}: it runs {at}")
+        log.warning("%s", notes[0])
     battery = []
     for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server):
         battery.append(result)
         if on_property:
             on_property(result)
     backends = list(dict.fromkeys([backend, *against]))  # the backend first, no duplicates
-    report = run_matrix(
-        backends=backends,
-        experiments=EXPERIMENTS,
-        trials=trials,
-        overrides=Overrides(time_scale=time_scale, rounds=rounds, workload=WORKLOAD),
-        out=out,
-        cluster_options=cluster_options,
-        progress=progress,
-    )
-    rows = tuple(read_results(report.out))
+    runs: list[tuple[list[str], list[str], float]] = []  # (backends, experiments, scale), one matrix each
+    if not moved:
+        runs.append((backends, list(EXPERIMENTS), time_scale))
+    else:
+        kept = [name for name in EXPERIMENTS if name not in moved]
+        runs += [([backend], kept, time_scale)] if kept else []
+        runs += [([backend], [n for n, s in moved.items() if s == scale], scale) for scale in dict.fromkeys(moved.values())]
+        runs += [(backends[1:], list(EXPERIMENTS), time_scale)] if backends[1:] else []
+    for names, experiments, scale in runs:
+        run_matrix(
+            backends=names,
+            experiments=experiments,
+            trials=trials,
+            overrides=Overrides(time_scale=scale, rounds=rounds, workload=WORKLOAD),
+            out=out,
+            cluster_options=cluster_options,
+            progress=progress,
+            resume=out.exists(),  # the later matrices add their rows to the first one's file
+        )
+    rows = tuple(read_results(out))
     claims = claims_of(cls)
     lines = [CardLine(title=r.prop.title, status=r.status, evidence=r.evidence) for r in battery]
     lines += judge_experiments(rows=rows, backend=backend, claims=claims)
@@ -130,12 +156,33 @@ def evaluate(
         backend=backend,
         summary=str(claims.summary),
         lines=tuple(lines),
-        results_csv=report.out,
+        results_csv=out,
         rows=rows,
         time_scale=time_scale,
         rounds=rounds,
         trials=trials,
+        notes=tuple(notes),
     )
+
+
+def scales_for(cls: type, *, time_scale: float) -> dict[str, float]:
+    """Per experiment, ``time_scale`` if the backend can express its TTL there, else the smallest
+    larger scale of :data:`FALLBACK_SCALES` it can (a backend without ``check_ttl`` takes any)."""
+    check_ttl = getattr(cls, "check_ttl", None)
+    scales = {}
+    for name in EXPERIMENTS:
+        ttl = get_experiment(name).ttl_ms
+        for scale in (time_scale, *(s for s in FALLBACK_SCALES if s > time_scale)):
+            try:
+                if check_ttl is not None:
+                    check_ttl(ttl_ms=round(ttl * scale))
+            except InvalidValueError:
+                continue
+            scales[name] = scale
+            break
+        else:
+            raise InvalidValueError(f"{getattr(cls, '__name__', cls)} cannot express the {name} TTL at any scale up to {FALLBACK_SCALES[-1]:g}")
+    return scales
 
 
 # --- judging the experiments (pure: rows in, lines out) ----------------------------------------
@@ -296,7 +343,7 @@ def render_card(card: ReportCard, *, fmt: str = "text") -> str:
         f"experiments at --time-scale {card.time_scale:g}, {card.rounds} rounds per worker "
         f"(--workload {WORKLOAD}: none runs alone), "
         f"{card.trials} trial(s) per cell; results: {card.results_csv}"
-    )
+    ) + "".join(f"; {note}" for note in card.notes)
     if fmt == "markdown":
         body = tabulate(
             [(line.title, f"**{line.status}**" if line.status is Status.FAIL else str(line.status), line.evidence)

@@ -16,6 +16,8 @@ import redis
 
 from lockcompare.cluster import Cluster
 from lockcompare.errors import LockcompareError, NodeUnreachableError
+from lockcompare.etcd_client import is_healthy
+from lockcompare.etcd_server import is_etcd_url
 from lockcompare.redisconn import connect, redact
 
 log = logging.getLogger("lockcompare")
@@ -24,6 +26,8 @@ _PING_TIMEOUT_S = 0.5
 
 
 def answers(url: str) -> bool:
+    if is_etcd_url(url):
+        return is_healthy(url, timeout_s=_PING_TIMEOUT_S)
     client = connect(url, timeout_s=_PING_TIMEOUT_S)
     try:
         return bool(client.ping())

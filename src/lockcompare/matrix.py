@@ -203,8 +203,23 @@ def prepare_out(out: Path, *, resume: bool) -> set[str]:
     return {row["trial_id"] for row in found.rows if row["verdict"] != "unknown"}
 
 
+#: etcd members for a trial with a node fault: a quorum that survives one member down, not two.
+ETCD_FAULT_MEMBERS = 3
+
+
+def lock_servers_of(backend: str) -> str:
+    """Which servers a backend's lock nodes are (its optional ``servers`` attribute; "redis" without)."""
+    return str(getattr(load_backend(backend), "servers", "redis"))
+
+
 def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> ClusterShape:
-    """The servers ``spec`` needs: how many lock nodes, and what its fault asks of them."""
+    """The servers ``spec`` needs: how many lock nodes, and what its fault asks of them.
+
+    A backend on etcd gets one member, or three when a fault crashes or restarts members
+    (``--redlock-nodes`` sets the count instead)."""
+    if lock_servers_of(spec.backend) == "etcd":
+        members = spec.node_count or (ETCD_FAULT_MEMBERS if spec.fault else 1)
+        return ClusterShape(node_count=members, lock_servers="etcd")
     return ClusterShape(
         node_count=cluster_options.node_count,
         persistence=spec.persistence,
@@ -215,6 +230,12 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
 
 def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions) -> None:
     """Refuse, before any server starts, fault trials that cannot run as asked."""
+    on_etcd = [s for s in specs if lock_servers_of(s.backend) == "etcd"]
+    if on_etcd and cluster_options.nodes is not None:
+        raise ConfigError(f"backend {on_etcd[0].backend!r} runs on etcd members that lockcompare starts: drop --nodes/--resource")
+    for spec in on_etcd:
+        if spec.fault == "clock-jump":
+            raise ConfigError(f"{spec.backend} x clock-jump: etcd members cannot run under fake clocks")
     faulty = [s for s in specs if s.fault]
     if not faulty:
         return
@@ -230,6 +251,8 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         )
     for spec in faulty:
         used = spec.node_count or cluster_options.node_count
+        if lock_servers_of(spec.backend) == "etcd":
+            used = cluster_shape(spec, cluster_options=cluster_options).node_count
         if spec.fault_nodes > used:
             raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")
         network.check_shape(spec, lock_nodes=used)
@@ -309,7 +332,7 @@ def run_planned(
     trial_ids = tuple(s.trial_id for s in specs)
     if not todo:
         return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=trial_ids)
-    check_faults(todo, cluster_options=cluster_options)
+    check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
     if cluster_options.nodes is not None:
         # External servers are one shared set: trials beside each other would share the lock
         # nodes' CPU and timing (their keys never collide: every trial has its own prefix). So
@@ -353,15 +376,19 @@ def run_planned(
     crews = spawn_crew if fresh_workers else workers.start
     with registered_run("matrix"), sigterm_unwinds(), _cluster_source(cluster_options, jobs=jobs) as clusters:
         try:
-            probe = clusters.acquire(cluster_shape(todo[0], cluster_options=cluster_options))
-            try:
-                probe_backends(
-                    [s.backend for s in todo],
-                    config=BackendConfig(node_urls=probe.node_urls, node_count=redlock_nodes),
-                    timeout_s=call_timeout_ms / 1000,
-                )
-            finally:
-                clusters.release(probe)
+            by_servers: dict[str, TrialSpec] = {}  # each backend is probed on the kind of nodes it uses
+            for spec in todo:
+                by_servers.setdefault(lock_servers_of(spec.backend), spec)
+            for first in by_servers.values():
+                probe = clusters.acquire(cluster_shape(first, cluster_options=cluster_options))
+                try:
+                    probe_backends(
+                        [s.backend for s in todo if lock_servers_of(s.backend) == lock_servers_of(first.backend)],
+                        config=BackendConfig(node_urls=probe.node_urls, node_count=redlock_nodes),
+                        timeout_s=call_timeout_ms / 1000,
+                    )
+                finally:
+                    clusters.release(probe)
             if not fresh_workers and todo:
                 # Every worker the run can use, started before any trial (see WorkerPool.prestart).
                 workers.prestart(min(jobs, len(todo)) * max(spec.workers for spec in todo))

