@@ -139,6 +139,12 @@ def test_matrix_refuses_an_unrepresentable_ttl_before_anything_starts() -> None:
         plan_matrix(backends=["etcd"], experiments=["baseline"], trials=1, overrides=Overrides(time_scale=0.1), node_count=None)
     with pytest.raises(InvalidValueError, match="short-ttl.*not 200 ms"):
         plan_matrix(backends=["etcd"], experiments=["short-ttl"], trials=1, overrides=Overrides(), node_count=None)
+    # Beside cells it can run, a cell etcd cannot is left out with one line, not a refused matrix.
+    mixed = plan_matrix(backends=["etcd", "single"], experiments=["baseline", "short-ttl"], trials=1,
+                        overrides=Overrides(), node_count=None)  # fmt: skip
+    assert sorted((s.backend, s.experiment) for s in mixed) == [
+        ("etcd", "baseline"), ("single", "baseline"), ("single", "short-ttl")
+    ]
     specs = plan_matrix(backends=["etcd-fenced", "single"], experiments=["baseline", "node-crash"], trials=1,
                         overrides=Overrides(), node_count=None)  # fmt: skip
     shapes = {(s.backend, s.experiment): cluster_shape(s, cluster_options=ClusterOptions()) for s in specs}

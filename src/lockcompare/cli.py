@@ -465,7 +465,6 @@ def matrix(
         report = run_matrix(
             backends=backend_names,
             experiments=experiment_names,
-            skip_unfit=backends is None,
             trials=trials,
             overrides=overrides,
             out=target,

@@ -102,7 +102,7 @@ def plan_matrix(
     overrides: Overrides,
     node_count: int | None,
     sweep: Sweep = Sweep(),
-    skip_unfit: bool = False,
+    skip_unfit: bool = True,
 ) -> list[TrialSpec]:
     """Every trial's spec, validated before anything starts (bad names fail before any server does).
 
@@ -144,7 +144,7 @@ def plan_matrix(
             resource_check=check_for(classes[backend], fence=fence),
         )
         specs.setdefault(spec.trial_id, spec)
-    return [spec for spec in specs.values() if _fits(classes[spec.backend], spec, skip_unfit=skip_unfit)]
+    return _fitting(classes, list(specs.values()), skip_unfit=skip_unfit)
 
 
 def _warn_no_wait(classes: dict[str, type], *, sweep: Sweep, experiments: Sequence[Any]) -> None:
@@ -159,20 +159,38 @@ def _warn_no_wait(classes: dict[str, type], *, sweep: Sweep, experiments: Sequen
         )
 
 
-def _fits(cls: type, spec: TrialSpec, *, skip_unfit: bool) -> bool:
-    """A backend that cannot express the trial's TTL (its optional ``check_ttl``) is refused up
-    front — or, among the default backends, left out of those cells with a note."""
+def _unfit(cls: type, spec: TrialSpec) -> str:
+    """Why a backend cannot run the trial ("" when it can): a TTL it cannot express (its optional
+    ``check_ttl``, e.g. etcd's whole-second leases)."""
     check_ttl = getattr(cls, "check_ttl", None)
     if check_ttl is None:
-        return True
+        return ""
     try:
         check_ttl(ttl_ms=spec.ttl_ms)
     except InvalidValueError as exc:
-        if not skip_unfit:
-            raise InvalidValueError(f"backend {spec.backend!r}, {spec.experiment}: {exc}") from None
-        log.warning("skipping %s x %s: %s", spec.backend, spec.experiment, exc)
-        return False
-    return True
+        return str(exc)
+    return ""
+
+
+def _fitting(classes: dict[str, type], specs: Sequence[TrialSpec], *, skip_unfit: bool) -> list[TrialSpec]:
+    """The specs their backends can run. Cells a backend cannot run are left out with one warning
+    line per backend and reason; it is an error when nothing is left (or ``skip_unfit`` is off)."""
+    kept: list[TrialSpec] = []
+    left_out: dict[tuple[str, str], list[str]] = {}
+    for spec in specs:
+        reason = _unfit(classes[spec.backend], spec)
+        if not reason:
+            kept.append(spec)
+            continue
+        cells = left_out.setdefault((spec.backend, reason), [])
+        if spec.experiment not in cells:
+            cells.append(spec.experiment)
+    if left_out and (not kept or not skip_unfit):
+        (backend, reason), cells = next(iter(left_out.items()))
+        raise InvalidValueError(f"backend {backend!r}, {cells[0]}: {reason}")
+    for (backend, reason), cells in left_out.items():
+        log.warning("skipping %s x %s: %s", backend, ", ".join(cells), reason)
+    return kept
 
 
 def prepare_out(out: Path, *, resume: bool) -> set[str]:
@@ -279,15 +297,16 @@ def run_matrix(
     sweep: Sweep = Sweep(),
     resume: bool = False,
     progress: ProgressCallback | None = None,
-    skip_unfit: bool = False,
+    skip_unfit: bool = True,
     jobs: int = 1,
     fresh_workers: bool = False,
     cpu_share: float = DEFAULT_CPU_SHARE,
 ) -> MatrixReport:
     """Run the matrix, appending one row per trial to ``out``; see the module docstring.
 
-    ``skip_unfit`` leaves out (with a warning) the cells a backend cannot run, e.g. a TTL it cannot
-    express; without it such a cell is an error before anything starts. ``jobs`` trials run at
+    ``skip_unfit`` leaves out (with one warning line per backend) the cells a backend cannot run,
+    e.g. a TTL it cannot express; without it, or when no cell is left, that is an error before
+    anything starts. ``jobs`` trials run at
     once at most, fewer when they would keep more than ``cpu_share`` of the CPUs busy (see
     scheduler.py); each running trial has a cluster of its own (pool.py). ``fresh_workers`` spawns
     new worker processes for every trial instead of reusing warm ones (crew.py).
