@@ -89,6 +89,10 @@ class EtcdServer:
     ``name``, ``url``, ``pid``, ``start()``, ``crash()``, ``stop()``, ``cleanup()``, ``is_running()``.
     """
 
+    #: A member restarted on its data directory has kept everything (etcd fsyncs its WAL on every
+    #: commit): a node-restart fault says so in the history.
+    keeps_data_across_restarts = True
+
     def __init__(
         self,
         *,

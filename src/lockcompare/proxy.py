@@ -52,7 +52,7 @@ import contextlib
 import os
 import socket
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -559,8 +559,13 @@ class ProxySet:
     ``finally`` of every fault.
     """
 
-    def __init__(self, *, node_ports: Iterable[int], workers: int, name: str = "links") -> None:
+    def __init__(
+        self, *, node_ports: Iterable[int], workers: int, name: str = "links", node_urls: Sequence[str] = ()
+    ) -> None:
         self.node_ports = tuple(node_ports)
+        #: The nodes' own URLs, when given: a worker's URL keeps its node's scheme and path (an etcd
+        #: member is ``http://``), with the link's port. Without them: ``redis://...:port/0``.
+        self._node_urls = tuple(node_urls)
         self.workers = workers
         self._host = ProxyHost(name=name)
         self._links: dict[tuple[int, int], LinkProxy] = {
@@ -590,7 +595,15 @@ class ProxySet:
         return self._links[(worker, node)]
 
     def node_urls(self, *, worker: int) -> tuple[str, ...]:
-        return tuple(self._links[(worker, n)].url for n in range(len(self.node_ports)))
+        links = [self._links[(worker, n)] for n in range(len(self.node_ports))]
+        if not self._node_urls:
+            return tuple(link.url for link in links)
+        from urllib.parse import urlsplit  # noqa: PLC0415 - keeps the proxy process's imports small
+
+        return tuple(
+            urlsplit(url)._replace(netloc=f"{_LOOPBACK}:{link.port}").geturl()
+            for url, link in zip(self._node_urls, links, strict=True)
+        )
 
     def __iter__(self) -> Iterator[LinkProxy]:
         return iter(self._links.values())

@@ -158,7 +158,8 @@ def start_links(spec: TrialSpec, *, cluster: Cluster) -> ProxySet | None:
     if not cluster.embedded:
         raise ConfigError(f"{spec.experiment} proxies the links to the lock nodes: it needs the embedded cluster")
     links = ProxySet(
-        node_ports=[port_of(url) for url in cluster.node_urls], workers=spec.workers, name=f"links-{spec.trial_id}"
+        node_ports=[port_of(url) for url in cluster.node_urls], workers=spec.workers, name=f"links-{spec.trial_id}",
+        node_urls=cluster.node_urls,
     )
     links.start()  # stops what it started if it fails
     return links

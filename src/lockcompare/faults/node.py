@@ -52,14 +52,16 @@ class NodeCrash:
         return "SIGKILL"
 
     def heal(self, cluster: Cluster, nodes: list[int]) -> str:
+        kept = False
         for i in nodes:
             server = cluster.node_server(i)
+            kept = kept or getattr(server, "keeps_data_across_restarts", False)
             if not server.is_running():
                 server.start()  # same port, same data directory
-        return self.restarted()
+        return self.restarted(kept=kept)
 
-    def restarted(self) -> str:
-        return "started again (empty)"
+    def restarted(self, *, kept: bool = False) -> str:
+        return "started again (with its data)" if kept else "started again (empty)"
 
 
 @dataclass(frozen=True)
@@ -69,9 +71,10 @@ class NodeRestart(NodeCrash):
     persistence: str = "none"
     name: ClassVar[str] = "node-restart"
 
-    def restarted(self) -> str:
-        kept = " (AOF, appendfsync always)" if self.persistence != "none" else " (empty)"
-        return "restarted on the same port" + kept
+    def restarted(self, *, kept: bool = False) -> str:
+        if self.persistence != "none":
+            return "restarted on the same port (AOF, appendfsync always)"
+        return "restarted on the same port" + (" (with its data: the server persists on its own)" if kept else " (empty)")
 
 
 @dataclass(frozen=True)
