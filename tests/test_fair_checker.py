@@ -7,7 +7,7 @@ from multiprocessing import Pipe
 
 import pytest
 
-from lockcompare.checker import check, entry_conflicts, grants_while_held
+from lockcompare.checker import check, entry_conflicts, foreign_releases, grants_while_held
 from lockcompare.contend import DoneTracker, Inbox
 from lockcompare.resource import ResourceCounters
 from test_checker import MS, HistoryBuilder
@@ -199,3 +199,29 @@ def test_the_workload_is_part_of_the_identity_and_lesson_keeps_old_trial_ids() -
     assert contend[0].trial_id == specs[1].trial_id  # the overrides' workload when the sweep names none
     with pytest.raises(InvalidValueError, match="--workload takes lesson or contend"):
         Overrides(workload="fair")
+
+
+# --- releases that removed another worker's lock ------------------------------------------------
+
+
+def test_a_release_reported_done_while_a_rival_holds_the_lock_is_foreign() -> None:
+    h = HistoryBuilder()
+    # Worker 0 sleeps past its TTL (valid until 1000); worker 1 gets the lock at 1100 (valid to
+    # 2100) and is inside when worker 0 wakes at 1300 and its release reports a deletion.
+    h.step(0, 0, "acquire", 0, ok=True, attempts=1, refusals={}, t_attempt=0, owner="a", fence=None,
+           valid_until=1000 * MS)  # fmt: skip
+    h.critical_section(1, 0, acquire_ms=1100, enter_ms=1101, exit_ms=1401, inside=1, balance=0, valid_until_ms=2100)
+    h.step(0, 0, "release", 1300, released=True)
+    assert foreign_releases(h.events) == 1
+
+
+def test_a_refused_release_or_ones_own_or_after_the_rivals_release_is_not_foreign() -> None:
+    h = HistoryBuilder()
+    h.step(0, 0, "acquire", 0, ok=True, attempts=1, refusals={}, t_attempt=0, owner="a", fence=None,
+           valid_until=1000 * MS)  # fmt: skip
+    h.critical_section(1, 0, acquire_ms=1100, enter_ms=1101, exit_ms=1401, inside=1, balance=0, valid_until_ms=2100)
+    h.step(0, 0, "release", 1300, released=False)  # compare-and-delete: "not mine"
+    h.step(0, 1, "release", 1500, released=True)  # after worker 1 released: nobody's lock
+    h.critical_section(0, 2, acquire_ms=1600, enter_ms=1601, exit_ms=1901, inside=1, balance=1, valid_until_ms=2600)
+    h.step(1, 1, "release", 2700, released=True)  # worker 0's lease expired at 2600: a stale key at most
+    assert foreign_releases(h.events) == 0

@@ -72,6 +72,7 @@ class TrialMetrics:
     verdict: str
     extra_entries: int = 0  # sections of extra rounds (the contend workload), not in ``entries``
     grants_while_held: int = 0  # leases granted while another worker's lease was valid and unreleased
+    foreign_releases: int = 0  # releases reported done while the lock was another worker's (deleted its key)
     problem: str = ""  # why the verdict is unknown
 
     def as_row(self) -> dict[str, object]:
@@ -212,6 +213,38 @@ def grants_while_held(history: Sequence[Event]) -> int:
     )  # fmt: skip
 
 
+def foreign_releases(history: Sequence[Event]) -> int:
+    """Releases that removed another worker's lock: the backend reported the release done while
+    the lock belonged to someone else — the latest lease granted before the release (by ``t1``)
+    is another worker's, still valid by its own deadline (or without one) and not yet released.
+
+    A compare-and-delete release reports "not mine" there (``released`` false) and is not
+    counted; a plain ``DEL`` reports the deletion of the rival's key as success, which is what
+    this counts. It needs no help from the backend beyond an honest return value of ``release``.
+    """
+    releases = [e for e in history if e["kind"] == "release"]
+    released_at: dict[tuple[int, int], int] = {}
+    for event in releases:
+        key = (event["worker"], event["round"])
+        released_at[key] = min(released_at.get(key, event["t0"]), event["t0"])
+    grants = sorted((e for e in history if e["kind"] == "acquire" and e.get("ok")), key=lambda e: e["t1"])
+    count = 0
+    for release in releases:
+        if not release.get("released"):
+            continue
+        before = [g for g in grants if g["t1"] < release["t0"]]
+        if not before:
+            continue
+        holder = before[-1]
+        if holder["worker"] == release["worker"]:
+            continue
+        deadline = holder.get("valid_until")
+        still_valid = deadline is None or deadline > release["t0"]
+        unreleased = released_at.get((holder["worker"], holder["round"]), release["t0"] + 1) > release["t0"]
+        count += still_valid and unreleased
+    return count
+
+
 def verdict_for(*, conflicts: int, lost_updates: int, entries: int, entries_planned: int) -> str:
     """Safety first, then progress: see :data:`VERDICT_MEANINGS`.
 
@@ -335,6 +368,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         problem="; ".join(problems),
         extra_entries=extra_entries,
         grants_while_held=grants_while_held(history),
+        foreign_releases=foreign_releases(history),
     )
 
 
@@ -372,4 +406,5 @@ def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned:
         problem=problem,
         extra_entries=-1,
         grants_while_held=-1,
+        foreign_releases=-1,
     )

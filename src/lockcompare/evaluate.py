@@ -199,6 +199,7 @@ class Totals:
     lost_updates: int
     stale_writes_rejected: int
     grants_while_held: int  # leases granted while another's was valid (0 where the CSV predates it)
+    foreign_releases: int  # releases that removed another worker's lock (0 where the CSV predates it)
     acquire_p50_ms: float
     problems: tuple[str, ...]  # trials the checker could not judge, and why
 
@@ -228,6 +229,7 @@ def totals(rows: Sequence[dict[str, Any]], *, backend: str, experiment: str) -> 
         lost_updates=sum(int(r["lost_updates"]) for r in mine),
         stale_writes_rejected=sum(int(r["stale_writes_rejected"]) for r in mine),
         grants_while_held=sum(max(0, int(r.get("grants_while_held") or 0)) for r in mine),
+        foreign_releases=sum(max(0, int(r.get("foreign_releases") or 0)) for r in mine),
         acquire_p50_ms=statistics.median(p50s) if p50s else float("nan"),
         problems=tuple(str(r.get("problem") or r["verdict"]) for r in mine if r["verdict"] == "unknown"),
     )
@@ -271,14 +273,14 @@ def judge_experiments(*, rows: Sequence[dict[str, Any]], backend: str, claims: C
         evidence = (
             f"{pause.conflicts} conflicts in {pause.entries} entries, {pause.stale_writes_rejected} stale writes "
             f"rejected, {pause.lost_updates} lost updates, {pause.grants_while_held} leases granted while "
-            "another's was valid"
+            f"another's was valid, {pause.foreign_releases} releases that removed another's lock"
         )
         if claims.issues_fencing_tokens is True:  # fencing is the claim that makes a pause harmless
             status = Status.PASS if pause.lost_updates == 0 and pause.entries > 0 else Status.FAIL
             line(title, status, f"fenced: {evidence}", "client-pause", damage)
         elif claims.exclusive is not True:
             line(title, Status.NOT_CLAIMED, f"not exclusive: {evidence}", "client-pause", damage)
-        elif pause.grants_while_held:  # the resource may not see it (the holder sleeps), the history does
+        elif pause.grants_while_held or pause.foreign_releases:  # the resource may not see it, the history does
             line(title, Status.FAIL, f"two valid leases at once: {evidence}", "client-pause", damage)
         elif pause.conflicts or pause.lost_updates:
             line(title, Status.NOT_CLAIMED, f"needs fencing: {evidence}", "client-pause", damage)

@@ -55,7 +55,7 @@ _INT_COLUMNS = {
     "conflicts_overlap", "max_concurrency", "writes_accepted", "writes_rejected",
     "stale_writes_accepted", "stale_writes_rejected", "lost_updates", "final_balance", "acquires",
     "acquire_timeouts", "refused_validity", "releases_failed", "reads_rejected", "cs_retries", "tokens_backwards",
-    "extra_entries", "grants_while_held",
+    "extra_entries", "grants_while_held", "foreign_releases",
 }  # fmt: skip
 _FLOAT_COLUMNS = {
     "work_ms", "pause_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter",

@@ -34,7 +34,7 @@ CONDITION_COLUMNS = (
 #: Metrics shown only when some trial has a non-zero value (most tables need neither).
 OPTIONAL_COLUMNS = {
     "reads_rejected": "rejected reads", "cs_retries": "retries", "tokens_backwards": "tokens backwards",
-    "grants_while_held": "granted while held",
+    "grants_while_held": "granted while held", "foreign_releases": "released another's lock",
 }  # fmt: skip
 
 
