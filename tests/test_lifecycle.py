@@ -102,3 +102,17 @@ def test_interrupted_run_leaves_no_process_and_only_whole_rows(tmp_path: Path, h
         raise
     rows = interrupt_and_check(proc, out, how, children=children)
     assert len(rows) >= 2
+
+
+def test_a_port_handed_out_is_not_handed_out_again_until_released() -> None:
+    # A crashed node keeps its port while nothing listens on it: a cluster started meanwhile by a
+    # parallel trial must not be given that port, or the node cannot come back.
+    from lockcompare.server import _reserved_ports, free_port, release_port
+
+    ports = [free_port() for _ in range(50)]
+    try:
+        assert len(set(ports)) == 50 and set(ports) <= _reserved_ports
+    finally:
+        for port in ports:
+            release_port(port)
+    assert not set(ports) & _reserved_ports

