@@ -216,7 +216,8 @@ def grants_while_held(history: Sequence[Event]) -> int:
 def foreign_releases(history: Sequence[Event]) -> int:
     """Releases that removed another worker's lock: the backend reported the release done while
     the lock belonged to someone else — the latest lease granted before the release (by ``t1``)
-    is another worker's, still valid by its own deadline (or without one) and not yet released.
+    is another worker's, still valid by its own deadline and not yet released (a lease without a
+    deadline, e.g. the no-lock backend's, claims nothing).
 
     A compare-and-delete release reports "not mine" there (``released`` false) and is not
     counted; a plain ``DEL`` reports the deletion of the rival's key as success, which is what
@@ -239,7 +240,7 @@ def foreign_releases(history: Sequence[Event]) -> int:
         if holder["worker"] == release["worker"]:
             continue
         deadline = holder.get("valid_until")
-        still_valid = deadline is None or deadline > release["t0"]
+        still_valid = deadline is not None and deadline > release["t0"]  # no deadline (no lock): claims nothing
         unreleased = released_at.get((holder["worker"], holder["round"]), release["t0"] + 1) > release["t0"]
         count += still_valid and unreleased
     return count
