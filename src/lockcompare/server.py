@@ -268,15 +268,8 @@ class RedisServer:
     def _kill(self) -> None:
         """SIGKILL the server's whole process group (an AOF rewrite child too) and reap it."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            # Not reaped yet, so the pid (= its process group, start_new_session) is still ours.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.wait()
+        if proc is not None:
+            kill_group_and_reap(proc)
 
     def crash(self) -> None:
         """SIGKILL the server (it loses everything not persisted) and reap it. Safe to call twice."""
@@ -284,15 +277,8 @@ class RedisServer:
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL) and reap it. Safe to call twice."""
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                pass
+        if self._proc is not None:
+            terminate_politely(self._proc)
         self._kill()
 
     def cleanup(self) -> None:
@@ -301,6 +287,27 @@ class RedisServer:
         shutil.rmtree(self._dir, ignore_errors=True)
         release_port(self.port)
         _not_cleaned_up.discard(self)
+
+
+def kill_group_and_reap(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a server started with ``start_new_session`` (its whole process group) and reap it."""
+    if proc.poll() is None:
+        # Not reaped yet, so the pid (= its process group) is still ours.
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
+def terminate_politely(proc: subprocess.Popen[bytes], *, grace_s: float = 3.0) -> None:
+    """SIGTERM and wait up to ``grace_s`` for the process to exit (the caller then kills what is left)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 #: Every server whose cleanup() has not run yet. An interrupt can land between a server's start
