@@ -79,8 +79,10 @@ def test_wait_with_the_link_blocked_acknowledges_nothing_and_the_backend_refuses
         plain = backend(config=BackendConfig(node_urls=cluster.node_urls))
         admin = connect(pair.master_url, timeout_s=1)
         try:
-            lease = waiting.acquire(key="k", ttl_ms=1000)
-            assert isinstance(lease, Lease)  # link open: the replica acknowledged
+            # Link open: the replica acknowledges. A 10 s lease gives WAIT 1 s (a tenth of it), so a
+            # busy machine's slow acknowledgement is not mistaken for a blocked link.
+            lease = waiting.acquire(key="k", ttl_ms=10_000)
+            assert isinstance(lease, Lease), lease
             assert waiting.release(lease)
             pair.hold_back()
             admin.set("probe", b"1")
