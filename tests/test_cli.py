@@ -146,3 +146,16 @@ def test_run_prints_one_trials_metrics() -> None:
     assert result.exit_code == 0, result.output
     fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in result.stdout.splitlines())}
     assert fields["backend"] == "single" and fields["entries"] == "6" and fields["conflicts"] == "0"
+
+
+def test_backends_that_cannot_run_here_are_named_once_per_reason(monkeypatch, capsys) -> None:
+    from lockcompare.cli import _default_backends
+
+    monkeypatch.setenv("LOCKCOMPARE_ETCD", "/nonexistent/etcd")
+    usable = _default_backends()
+    assert "etcd" not in usable and "etcd-fenced" not in usable and "single" in usable
+    lines = capsys.readouterr().err.splitlines()
+    assert [line for line in lines if "etcd" in line] == [
+        "lockcompare: skipping etcd, etcd-fenced: the etcd backends are not viable here: "
+        "LOCKCOMPARE_ETCD=/nonexistent/etcd: not an executable file"
+    ]

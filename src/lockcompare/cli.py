@@ -381,13 +381,17 @@ def _parallelism_note(report: MatrixReport) -> str:
 
 
 def _default_backends() -> list[str]:
-    """Every registered backend that can run here; the others are named on stderr."""
-    usable = []
+    """Every registered backend that can run here; the others are named on stderr, one line per
+    reason (etcd and etcd-fenced share theirs: one missing binary)."""
+    usable: list[str] = []
+    skipped: dict[str, list[str]] = {}
     for info in describe_backends():
         if info.problem:
-            print(f"lockcompare: skipping {info.problem}", file=sys.stderr)
+            skipped.setdefault(info.problem, []).append(info.name)
         else:
             usable.append(info.name)
+    for problem, names in skipped.items():
+        print(f"lockcompare: skipping {', '.join(names)}: {problem}", file=sys.stderr)
     return usable
 
 
