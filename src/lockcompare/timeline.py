@@ -13,6 +13,7 @@ from pathlib import Path
 
 from lockcompare import history as history_io
 from lockcompare.errors import ResultsFileError
+from lockcompare.faults.holders import describe_holders, worker_of_owner
 from lockcompare.history import Event
 from lockcompare.table import format_table
 
@@ -26,7 +27,7 @@ _DETAILS = {
     "release": ("released",),
     "retry": ("attempt",),
     "error": ("message",),
-    "fault": ("fault", "action", "nodes", "detail"),  # the runner's own events (worker -1)
+    "fault": ("fault", "action", "nodes", "detail", "holders"),  # the runner's own events (worker -1)
     "lease": ("ok", "reason"),
     "renew": ("ok", "reason"),
     "gave-up": ("rounds_skipped",),
@@ -49,17 +50,25 @@ def load_history(path: Path) -> list[Event]:
     return events
 
 
+def _shown(name: str, value: object, owners: dict[str, int]) -> object:
+    """A detail as the timeline prints it: a fault's lock holders by worker (``[w0 w0 - w1 ?]``)."""
+    return describe_holders(value, owners) if name == "holders" else value  # type: ignore[arg-type]
+
+
 def render_timeline(events: list[Event], *, from_ms: float = 0, to_ms: float | None = None) -> str:
     if not events:
         return "(empty history)"
     origin = min(e["t0"] for e in events)
+    owners = worker_of_owner(events)
     lines = []
     for event in sorted(events, key=lambda e: e["t0"]):
         start_ms = (event["t0"] - origin) / 1e6
         if start_ms < from_ms or (to_ms is not None and start_ms > to_ms):
             continue
         details = ", ".join(
-            f"{name}={event[name]}" for name in _DETAILS.get(event["kind"], ()) if event.get(name) not in (None, {})
+            f"{name}={_shown(name, event[name], owners)}"
+            for name in _DETAILS.get(event["kind"], ())
+            if event.get(name) not in (None, {})
         )
         lines.append(
             [

@@ -29,7 +29,9 @@ from lockcompare.errors import NodeUnreachableError
 from lockcompare.experiments import FAULT_DELAY_MS, TrialSpec
 from lockcompare.faults import Freezer
 from lockcompare.faults import network
+from lockcompare.etcd_server import is_etcd_url
 from lockcompare.faults.failover import Failover
+from lockcompare.faults.holders import LockHolders, glob_escape
 from lockcompare.faults.node import ClockJump, NodeCrash, NodeRestart
 from lockcompare.faults.schedule import FaultPlan, FaultScheduler
 from lockcompare.history import Event
@@ -130,7 +132,10 @@ def _run_trial(
     standing = network.standing_faults(spec)
     around = network.around_acquire(spec, node_count=len(cluster.node_urls))
     faults = (
-        FaultScheduler(plan=plan, cluster=cluster, links=links, standing=standing, around_acquire=around)
+        FaultScheduler(
+            plan=plan, cluster=cluster, links=links, standing=standing, around_acquire=around,
+            holders=_lock_holders(cluster, lock_key=f"{prefix}:lock") if plan is not None else None,
+        )  # fmt: skip
         if plan is not None or standing or around
         else None
     )
@@ -183,6 +188,17 @@ def _read_counters(resource: Resource) -> ResourceCounters:
         return resource.counters()
     except redis.RedisError as exc:
         raise NodeUnreachableError(f"cannot read the resource's counters: {exc}") from None
+
+
+def _lock_holders(cluster: Cluster, *, lock_key: str) -> LockHolders | None:
+    """What reads the lock's holders before a node fault: embedded Redis nodes only (faults/holders.py).
+
+    Matched as ``*<lock key>``: a library stores the harness's key under a prefix of its own
+    (pottery: ``redlock:``, python-redis-lock: ``lock:``).
+    """
+    if not cluster.embedded or any(is_etcd_url(url) for url in cluster.node_urls):
+        return None
+    return LockHolders(node_urls=cluster.node_urls, key_pattern="*" + glob_escape(lock_key))
 
 
 def fault_plan(spec: TrialSpec) -> FaultPlan | None:

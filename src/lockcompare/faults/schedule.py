@@ -7,7 +7,9 @@ after that, or when the trial ends. Every injection and heal is an event of the 
 (``worker == -1``) in the trial's history, between the workers' steps:
 
     {"worker": -1, "round": R, "kind": "fault", "fault": "node-restart", "action": "inject",
-     "t0": ns, "t1": ns, "nodes": [0, 1, 2], "detail": "SIGKILL"}
+     "t0": ns, "t1": ns, "nodes": [0, 1, 2], "detail": "SIGKILL", "holders": [owner, owner, None, ...]}
+
+(``holders``: who held the lock on each node just before a planned injection; faults/holders.py.)
 
 :meth:`FaultScheduler.heal_all` runs in the runner's ``finally``: no node stays down, no clock stays
 ahead, no link stays cut, whatever ended the trial.
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockcompare.cluster import Cluster
 from lockcompare.errors import ConfigError
+from lockcompare.faults.holders import LockHolders
 from lockcompare.faults.node import NodeFault
 from lockcompare.history import Event, now_ns
 
@@ -95,6 +98,9 @@ class FaultScheduler:
     #: handshake (several round trips in redis-py) is not its acquire (measured: 5 delays, not 1).
     around_acquire_from_round: int = 1
     _around_active: list[tuple[StandingFault, int]] = field(default_factory=list)
+    #: Reads which node holds the lock just before each planned injection (faults/holders.py);
+    #: None: not read (external servers, etcd members). Closed by :meth:`heal_all`.
+    holders: LockHolders | None = None
 
     def start(self) -> None:
         """When the workers are released: inject the standing faults, run the planned fault's
@@ -178,13 +184,19 @@ class FaultScheduler:
                     standing = self._standing_active.pop()
                     self._record(standing.fault, "heal", list(standing.nodes), round_=-1)
             finally:
-                self.cluster.reset_clocks()
+                try:
+                    self.cluster.reset_clocks()
+                finally:
+                    if self.holders is not None:
+                        self.holders.close()
 
     def _act(self, action: str, round_: int) -> None:
         assert self.plan is not None
-        self._record(self.plan.fault, action, list(self.plan.nodes), round_=round_)
+        # read before the step (and its t0): the state the fault struck, not the one it made
+        seen = {"holders": self.holders.read()} if action == "inject" and self.holders is not None else {}
+        self._record(self.plan.fault, action, list(self.plan.nodes), round_=round_, extra=seen)
 
-    def _record(self, fault: Any, action: str, nodes: list[int], *, round_: int) -> None:
+    def _record(self, fault: Any, action: str, nodes: list[int], *, round_: int, extra: dict | None = None) -> None:
         t0 = now_ns()
         step = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
         on_links = getattr(fault, "scope", "nodes") == "links"
@@ -192,5 +204,5 @@ class FaultScheduler:
         detail = step(target, nodes)
         self.events.append(
             {"worker": -1, "round": round_, "kind": "fault", "fault": fault.name, "action": action,
-             "t0": t0, "t1": now_ns(), "nodes": nodes, "detail": detail}  # fmt: skip
+             "t0": t0, "t1": now_ns(), "nodes": nodes, "detail": detail, **(extra or {})}  # fmt: skip
         )

@@ -1,0 +1,104 @@
+"""Who held the lock on each node at the moment a node fault struck: evidence, read by the runner.
+
+A Redlock survives a minority of its nodes restarting only when the holder's key is on more than a
+bare majority (the Redlock specification says so itself: 3 of 5, one restarts empty, and 3 nodes
+are free again). Whether a lost update under a minority fault is that case or a bug cannot be told
+from the workers' side: most backends do not say which nodes granted them (pottery does not).
+So just before it injects a node fault the runner reads the lock key on every lock node, over its
+own admin connections, and the inject event carries ``holders``: one entry per node —
+
+* the owner token the node holds for the trial's lock key (what the backend stored as the value;
+  :func:`~lockcompare.timeline.render_timeline` names the worker whose acquire returned it),
+* ``None`` when the node holds no such key,
+* ``"?"`` when the node could not be read (down, or it did not answer within the read timeout).
+
+One Lua call per node (the key's name is whatever the backend wraps the harness's key in, so it is
+matched by pattern: a trial's private lock nodes hold a handful of keys). Embedded Redis clusters
+only: node faults cannot act on external servers anyway, and etcd members are not read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis
+
+from lockcompare.redisconn import connect
+
+#: Unknown: the node could not be read.
+UNREADABLE = "?"
+
+#: How long the runner waits for one node: the injection is late by at most this much per node.
+READ_TIMEOUT_S = 0.05
+
+# The owner stored under the first key that matches (a lock's value is its owner's token); a key
+# that is not a string (a library's hash, say) is reported by its type.
+_READ_SCRIPT = """
+local keys = redis.call('KEYS', ARGV[1])
+if #keys == 0 then return false end
+local kind = redis.call('TYPE', keys[1])['ok']
+if kind ~= 'string' then return '<' .. kind .. '>' end
+return redis.call('GET', keys[1])
+"""
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis glob pattern (KEYS, SCAN MATCH)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+class LockHolders:
+    """Reads the lock key on every node; connections are opened once and reopened after a restart."""
+
+    def __init__(self, *, node_urls: Sequence[str], key_pattern: str) -> None:
+        self._urls = tuple(node_urls)
+        self._pattern = key_pattern
+        self._clients: dict[int, redis.Redis] = {}
+
+    def read(self) -> list[str | None]:
+        return [self._read_node(i) for i in range(len(self._urls))]
+
+    def _read_node(self, index: int) -> str | None:
+        # Two tries: the first call after a node restarted fails on the dead connection it left.
+        for _ in range(2):
+            client = self._clients.get(index) or self._clients.setdefault(
+                index, connect(self._urls[index], timeout_s=READ_TIMEOUT_S)
+            )
+            try:
+                value = client.eval(_READ_SCRIPT, 0, self._pattern)
+            except redis.ConnectionError:
+                self._drop(index)
+                continue
+            except redis.RedisError:
+                self._drop(index)
+                return UNREADABLE
+            return None if value is None else value.decode(errors="replace")
+        return UNREADABLE
+
+    def _drop(self, index: int) -> None:
+        client = self._clients.pop(index, None)
+        if client is not None:
+            client.close()
+
+    def close(self) -> None:
+        for index in list(self._clients):
+            self._drop(index)
+
+
+def worker_of_owner(events: Sequence[dict]) -> dict[str, int]:
+    """Owner token -> the worker whose granted acquire returned it (from the workers' own events)."""
+    return {e["owner"]: e["worker"] for e in events if e.get("kind") == "acquire" and e.get("ok") and e.get("owner")}
+
+
+def describe_holders(holders: Sequence[str | None], owners: dict[str, int]) -> str:
+    """``[w0 w0 w1 - ?]``: per node, the worker holding the lock, ``-`` free, ``?`` unreadable."""
+
+    def one(value: str | None) -> str:
+        if value is None:
+            return "-"
+        if value == UNREADABLE:
+            return "?"
+        worker = owners.get(value)
+        return f"w{worker}" if worker is not None else value[:8]
+
+    return "[" + " ".join(one(v) for v in holders) + "]"
