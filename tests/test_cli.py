@@ -12,6 +12,7 @@ from lockcompare.checker import VERDICT_MEANINGS
 from lockcompare.experiments import EXPERIMENTS
 
 from lockcompare.cli import app
+from lockcompare.timeline import STEP_KINDS
 from lockcompare.server import free_port
 
 runner = CliRunner()
@@ -21,9 +22,16 @@ def invoke(*args: str):
     return runner.invoke(app, list(args))
 
 
+def own_lines(stderr: str) -> list[str]:
+    """What the command said about its own input: without the warning that another lockcompare
+    run is active on this machine (a fact about the machine, printed by any command that measures;
+    it stays global on purpose, so a measurement records the test suite running beside it)."""
+    return [line for line in stderr.splitlines() if line.strip() and "another lockcompare run is active" not in line]
+
+
 def assert_one_line_error(result, code: int, fragment: str) -> None:
     assert result.exit_code == code, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = own_lines(result.stderr)
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("lockcompare: error: ") and fragment in lines[0], lines[0]
     assert "Traceback" not in result.output
@@ -68,6 +76,7 @@ def test_experiments_lists_each_claim() -> None:
         (["matrix", "--backends", "redlock", "--redlock-nodes", "0"], 2, "--redlock-nodes must be >= 1"),
         (["table", "/nonexistent/results.csv"], 2, "cannot read /nonexistent/results.csv"),
         (["history", "/nonexistent/trial.jsonl.gz"], 2, "cannot read /nonexistent/trial.jsonl.gz"),
+        (["history", "/nonexistent/trial.jsonl.gz", "--kinds", "faults"], 2, "--kinds takes step kinds among"),
     ],
 )
 def test_bad_input_gives_one_line_and_an_exit_code(args: list[str], code: int, fragment: str) -> None:
@@ -126,6 +135,9 @@ def test_small_real_matrix_writes_complete_rows_and_a_table(tmp_path: Path) -> N
     assert timeline.exit_code == 0
     steps = [line.split()[4] for line in timeline.stdout.splitlines()[2:]]
     assert steps.count("pause") == 4 and steps.count("write") == 8  # worker 0 paused in each of its 4 rounds
+    assert set(steps) <= set(STEP_KINDS)  # --kinds knows every step a history holds
+    some = invoke("history", str(tmp_path / by_cell[("fenced", "client-pause")]["history"]), "--kinds", "pause,write")
+    assert sorted({line.split()[4] for line in some.stdout.splitlines()[2:]}) == ["pause", "write"]
 
     # run --from reruns one recorded trial with its settings and seed: same trial id, same verdict
     # for a lock that cannot conflict here, and the file it reran from is left untouched.

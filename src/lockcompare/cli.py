@@ -49,7 +49,7 @@ from lockcompare.reproduce import find_row, spec_from_row
 from lockcompare.scheduler import DEFAULT_CPU_SHARE, usable_cpus
 from lockcompare.redisconn import parse_url_list, validate_url
 from lockcompare.results import METRIC_COLUMNS, inspect_results, read_results, rewrite
-from lockcompare.timeline import load_history, render_timeline
+from lockcompare.timeline import STEP_KINDS, load_history, render_timeline
 from lockcompare.sections import FENCE_MODES
 from lockcompare.trial import TrialResult
 
@@ -697,6 +697,14 @@ def history(
         float | None, typer.Option("--from-ms", help="Show events from this time (ms after the first).")
     ] = None,
     to_ms: Annotated[float | None, typer.Option("--to-ms", help="...up to this time.")] = None,
+    kinds: Annotated[
+        str | None,
+        typer.Option(
+            "--kinds",
+            help=f"Show only these steps, comma-separated (of {', '.join(STEP_KINDS)}); e.g. 'fault' lists "
+            "the runner's injections, with who held the lock on each node when a node fault struck.",
+        ),
+    ] = None,
     plot: Annotated[
         Path | None,
         typer.Option(
@@ -711,9 +719,16 @@ def history(
     ] = None,
 ) -> None:
     """Print a trial's history as a timeline: who acquired, read, paused and wrote, and when."""
+    shown = None
+    if kinds is not None:
+        shown = {k.strip() for k in kinds.split(",") if k.strip()}
+        if not shown or not shown <= set(STEP_KINDS):
+            raise InvalidValueError(f"--kinds takes step kinds among {', '.join(STEP_KINDS)}, got {kinds!r}")
+        if plot is not None:
+            raise InvalidValueError("--kinds selects lines of the text timeline; --plot draws every step")
     events = load_history(path)
     if plot is None:
-        typer.echo(render_timeline(events, from_ms=from_ms or 0, to_ms=to_ms))
+        typer.echo(render_timeline(events, from_ms=from_ms or 0, to_ms=to_ms, kinds=shown))
         return
     from lockcompare.plots import plot_timeline  # matplotlib is imported only when a picture is drawn
     from lockcompare.report import row_for_history

@@ -24,6 +24,7 @@ _DETAILS = {
     "enter": ("inside",),
     "read": ("balance", "fence"),
     "write": ("value", "accepted", "fence"),
+    "exit": (),
     "release": ("released",),
     "retry": ("attempt",),
     "error": ("message",),
@@ -55,7 +56,15 @@ def _shown(name: str, value: object, owners: dict[str, int]) -> object:
     return describe_holders(value, owners) if name == "holders" else value  # type: ignore[arg-type]
 
 
-def render_timeline(events: list[Event], *, from_ms: float = 0, to_ms: float | None = None) -> str:
+#: Every kind of step a history holds (``lockcompare history --kinds``).
+STEP_KINDS = tuple(_DETAILS)
+
+
+def render_timeline(
+    events: list[Event], *, from_ms: float = 0, to_ms: float | None = None, kinds: set[str] | None = None
+) -> str:
+    """One line per step from ``from_ms`` to ``to_ms`` (times from the first event of the whole
+    history, whatever is shown); only steps of ``kinds`` when given."""
     if not events:
         return "(empty history)"
     origin = min(e["t0"] for e in events)
@@ -64,6 +73,8 @@ def render_timeline(events: list[Event], *, from_ms: float = 0, to_ms: float | N
     for event in sorted(events, key=lambda e: e["t0"]):
         start_ms = (event["t0"] - origin) / 1e6
         if start_ms < from_ms or (to_ms is not None and start_ms > to_ms):
+            continue
+        if kinds is not None and event["kind"] not in kinds:
             continue
         details = ", ".join(
             f"{name}={_shown(name, event[name], owners)}"
