@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from lockcompare import provenance
 from lockcompare.backends import BackendConfig
 from lockcompare.cluster import Cluster, open_cluster
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_runs_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The suite's own runs register in a private directory, so a lockcompare measurement running
+    elsewhere on the machine cannot add its "another run is active" warning to the one-line errors
+    the tests count; the suite itself is registered in the machine-wide one, so such a measurement
+    still records that it ran beside the tests (provenance.concurrent_runs)."""
+    with provenance.registered_run("pytest"):
+        before = os.environ.get(provenance.RUNS_DIR_ENV)
+        os.environ[provenance.RUNS_DIR_ENV] = str(tmp_path_factory.mktemp("runs"))
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ[provenance.RUNS_DIR_ENV]
+            else:
+                os.environ[provenance.RUNS_DIR_ENV] = before
 
 
 @pytest.fixture(scope="session")

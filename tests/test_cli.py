@@ -22,16 +22,9 @@ def invoke(*args: str):
     return runner.invoke(app, list(args))
 
 
-def own_lines(stderr: str) -> list[str]:
-    """What the command said about its own input: without the warning that another lockcompare
-    run is active on this machine (a fact about the machine, printed by any command that measures;
-    it stays global on purpose, so a measurement records the test suite running beside it)."""
-    return [line for line in stderr.splitlines() if line.strip() and "another lockcompare run is active" not in line]
-
-
 def assert_one_line_error(result, code: int, fragment: str) -> None:
     assert result.exit_code == code, result.output
-    lines = own_lines(result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("lockcompare: error: ") and fragment in lines[0], lines[0]
     assert "Traceback" not in result.output

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli import own_lines
 from typer.testing import CliRunner
 
 from lockcompare.backend_host import Claims
@@ -124,7 +123,7 @@ def test_the_careless_lock_fails_from_the_command_line_via_plugin_path(tmp_path:
 def test_evaluate_bad_input_is_one_line(args: list[str], fragment: str, tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "x.csv")])
     assert result.exit_code == 2, result.output
-    lines = own_lines(result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("lockcompare: error: ") and fragment in lines[0], result.stderr
     assert not (tmp_path / "x.csv").exists()
 
