@@ -9,7 +9,14 @@ from lockcompare.backends import BackendConfig, Lease
 from lockcompare.backends.pottery_redlock import PotteryRedlock
 from lockcompare.backends.redlock import Redlock
 from lockcompare.cluster import open_cluster
-from lockcompare.faults.holders import UNREADABLE, LockHolders, describe_holders, glob_escape, worker_of_owner
+from lockcompare.faults.holders import (
+    UNREADABLE,
+    LockHolders,
+    describe_holders,
+    glob_escape,
+    majority_broken,
+    worker_of_owner,
+)
 from lockcompare.timeline import render_timeline
 
 
@@ -25,6 +32,20 @@ def test_holders_are_named_by_the_worker_whose_acquire_returned_the_owner() -> N
     assert owners == {"aaaa": 0, "bbbb": 1}
     assert describe_holders(events[-1]["holders"], owners) == "[w0 w0 - ? cccccccc]"
     assert "holders=[w0 w0 - ? cccccccc]" in render_timeline(events)
+
+
+def test_a_fault_breaks_the_majority_only_of_a_holder_it_leaves_short_of_one() -> None:
+    def inject(holders: list, nodes: list[int]) -> dict:
+        return {"kind": "fault", "action": "inject", "fault": "node-restart", "nodes": nodes, "holders": holders}
+
+    assert majority_broken(inject(["a", "a", "a", None, None], [0])) is True  # 3 of 5, one hit: 2 left
+    assert majority_broken(inject(["a", "a", "a", "a", None], [0])) is False  # 4 of 5: 3 left
+    assert majority_broken(inject(["a", "a", "a", None, None], [4])) is False  # the fault missed the holder
+    assert majority_broken(inject(["a", "a", "a", "a", "a"], [0, 1, 2])) is True  # a majority hit
+    assert majority_broken(inject(["a", "a", "b", "b", UNREADABLE], [0])) is False  # nobody held a majority
+    assert majority_broken(inject([None] * 5, [0])) is False  # free
+    assert majority_broken(inject(["a"], [0])) is True  # a single node's holder loses it to every fault
+    assert majority_broken({"kind": "fault", "action": "inject", "nodes": [0]}) is None  # not read: unknown
 
 
 def test_glob_escape_makes_every_pattern_character_literal() -> None:

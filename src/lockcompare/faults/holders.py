@@ -102,3 +102,28 @@ def describe_holders(holders: Sequence[str | None], owners: dict[str, int]) -> s
         return f"w{worker}" if worker is not None else value[:8]
 
     return "[" + " ".join(one(v) for v in holders) + "]"
+
+
+#: The node faults whose victims lose the lock keys they held (a jump of 2 x TTL expires them).
+#: A failover is not one: the promoted replica answers on the same address, with or without the key.
+NODE_LOSING_FAULTS = ("node-crash", "node-restart", "clock-jump")
+
+
+def majority_broken(inject: dict) -> bool | None:
+    """Did this injection take the lock's majority away from its holder? None: no holders read.
+
+    The holder is the owner found on the most nodes; the answer is yes when it held a majority of
+    the nodes read before the fault and fewer than a majority of the nodes the fault spared — then
+    a rival can gather a majority of free nodes (Redlock's bare-majority case). The majority is
+    over every node read, which is right only for a backend that uses all of them.
+    """
+    holders = inject.get("holders")
+    if not isinstance(holders, list):
+        return None
+    owners = [v for v in holders if v not in (None, UNREADABLE)]
+    if not owners:
+        return False  # the lock was free: nothing to lose
+    holder = max(set(owners), key=owners.count)
+    majority = len(holders) // 2 + 1
+    spared = sum(1 for i, v in enumerate(holders) if v == holder and i not in inject.get("nodes", ()))
+    return owners.count(holder) >= majority > spared
