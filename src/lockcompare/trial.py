@@ -26,10 +26,10 @@ from lockcompare.cluster import Cluster, delete_keys_containing
 from lockcompare.contend import DoneTracker
 from lockcompare.crew import CrewSource, spawn_crew
 from lockcompare.errors import NodeUnreachableError
+from lockcompare.etcd_server import is_etcd_url
 from lockcompare.experiments import FAULT_DELAY_MS, TrialSpec
 from lockcompare.faults import Freezer
 from lockcompare.faults import network
-from lockcompare.etcd_server import is_etcd_url
 from lockcompare.faults.failover import Failover
 from lockcompare.faults.holders import LockHolders, glob_escape
 from lockcompare.faults.node import ClockJump, NodeCrash, NodeRestart

@@ -15,6 +15,8 @@ own admin connections, and the inject event carries ``holders``: one entry per n
 One Lua call per node (the key's name is whatever the backend wraps the harness's key in, so it is
 matched by pattern: a trial's private lock nodes hold a handful of keys). Embedded Redis clusters
 only: node faults cannot act on external servers anyway, and etcd members are not read.
+Limitation: the key must END with the harness's key (prefixes such as pottery's ``redlock:`` are
+fine); a plug-in that stores its lock under ``<key>:something`` reads as free (``None``).
 """
 
 from __future__ import annotations
