@@ -27,6 +27,18 @@ def spec(trial: int, *, backend: str = "single", rounds: int = 3, acquire_timeou
     return make_spec(backend=backend, experiment=get_experiment("baseline"), trial=trial, overrides=overrides)
 
 
+def crash_once_used(cluster: Cluster) -> None:
+    """Crash lock node 0 once a worker has sent it a SET (an acquire attempt of the trial)."""
+    client = connect(cluster.node_urls[0], timeout_s=1)
+    try:
+        deadline = time.monotonic() + 30
+        while "cmdstat_set" not in client.info("commandstats") and time.monotonic() < deadline:
+            time.sleep(0.002)
+    finally:
+        client.close()
+    cluster.servers[0].crash()
+
+
 def test_a_trial_that_breaks_its_cluster_leaves_its_neighbours_alone_and_the_pool_replaces_it() -> None:
     # Trial 0's workers give up a round after 50 ms: their lock node dies under them.
     specs = [spec(0, rounds=10, acquire_timeout_ms=500), spec(1, rounds=10), spec(2, rounds=10), spec(3), spec(4)]
@@ -39,8 +51,10 @@ def test_a_trial_that_breaks_its_cluster_leaves_its_neighbours_alone_and_the_poo
         with lock:
             handed[s.trial] = cluster
         if s.trial == 0:
-            # Trial 0 loses a lock node while its neighbours run (a crash fault would do this).
-            threading.Timer(0.05, cluster.servers[0].crash).start()
+            # Trial 0 loses a lock node while its neighbours run (a crash fault would do this): as
+            # soon as its workers have tried to lock, not after a fixed delay, which a stalled
+            # machine can stretch past the end of the trial.
+            threading.Thread(target=crash_once_used, args=(cluster,), daemon=True).start()
         return run_trial(spec=s, cluster=cluster, run_id=run_id, crews=workers.start)
 
     done: list[Finished] = []
