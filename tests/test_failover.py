@@ -18,6 +18,7 @@ from lockcompare.cli import app
 from lockcompare.cluster import Cluster, open_cluster
 from lockcompare.experiments import Overrides, get_experiment, make_spec
 from lockcompare.faults.failover import Failover
+from lockcompare.faults.holders import majority_broken
 from lockcompare.faults.schedule import FaultPlan, FaultScheduler
 from lockcompare.health import answers
 from lockcompare.matrix import Sweep, plan_matrix
@@ -174,10 +175,18 @@ def test_fenced_tokens_go_backwards_after_the_failover(replicated: Cluster) -> N
     assert min(e["fence"] for e in granted if e["t1"] > inject) <= before
 
 
-def test_redlock_with_one_of_five_nodes_failed_over_stays_exclusive(replicated: Cluster) -> None:
+def test_redlock_with_one_of_five_nodes_failed_over_stays_exclusive_unless_the_holder_had_a_bare_majority(
+    replicated: Cluster,
+) -> None:
+    """The promoted replica lacks the held-back key, as a node restarted empty would: a holder on a
+    bare 3 of 5 that includes it is left with 2 (see test_fault_experiments' minority restart)."""
     result = _trial("redlock", replicated)
-    assert _faults(result)[1]["action"] == "inject"
-    assert (result.metrics.conflicts, result.metrics.verdict) == (0, "exclusive")
+    inject = _faults(result)[1]
+    assert inject["action"] == "inject" and len(inject["holders"]) == 5
+    if not majority_broken(inject):
+        assert (result.metrics.conflicts, result.metrics.verdict) == (0, "exclusive")
+    else:
+        assert result.metrics.verdict != "unknown"
 
 
 def test_wait_replicas_is_kept_only_for_failover_and_for_backends_that_wait() -> None:

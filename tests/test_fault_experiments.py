@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from lockcompare.cli import app
 from lockcompare.cluster import open_cluster
 from lockcompare.experiments import Overrides, get_experiment, make_spec
+from lockcompare.faults.holders import majority_broken
 from lockcompare.faults.node import ClockJump, NodeCrash
 from lockcompare.faults.schedule import FaultPlan, FaultScheduler
 from lockcompare.health import answers
@@ -35,13 +36,6 @@ def test_a_majority_restarted_empty_lets_a_second_redlock_holder_in_and_the_hist
     assert result.metrics.conflicts > 0 and result.metrics.verdict != "unknown"
 
 
-def _holder_kept_a_quorum(inject: dict, *, quorum: int = 3) -> bool:
-    """After the restart, some owner still holds the lock on ``quorum`` nodes that were not
-    restarted: no rival can gather a majority (5 nodes) until that lease ends."""
-    survivors = [v for i, v in enumerate(inject["holders"]) if i not in inject["nodes"] and v not in (None, "?")]
-    return any(survivors.count(owner) >= quorum for owner in survivors)
-
-
 def test_a_minority_restarted_keeps_redlock_exclusive_unless_the_holder_had_a_bare_majority() -> None:
     """Redlock's own specification: a holder on a bare 3 of 5 that loses one to an empty restart
     leaves 3 nodes free. The holders read at each injection say which case each trial was."""
@@ -49,7 +43,7 @@ def test_a_minority_restarted_keeps_redlock_exclusive_unless_the_holder_had_a_ba
         result = _trial("redlock", "node-restart", cluster, fault_nodes=2)
     injects = [e for e in result.history if e["kind"] == "fault" and e["action"] == "inject"]
     assert injects and all(len(e["holders"]) == 5 for e in injects)
-    if all(_holder_kept_a_quorum(e) for e in injects):
+    if not any(majority_broken(e) for e in injects):
         assert (result.metrics.conflicts, result.metrics.verdict) == (0, "exclusive")
     else:  # a bare-majority holder: the fault may let a rival in, but only then
         assert result.metrics.verdict != "unknown"

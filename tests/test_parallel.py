@@ -17,6 +17,7 @@ from lockcompare.results import read_results
 from lockcompare.scheduler import CpuBudget, Finished, run_scheduled
 from lockcompare.trial import TrialResult, new_run_id, run_trial
 from test_lifecycle import alive, descendants
+from expect import assert_lock_held_up
 
 QUICK = Overrides(time_scale=0.1, rounds=3)
 SHAPE = ClusterShape(node_count=3)
@@ -77,7 +78,8 @@ def test_a_trial_that_breaks_its_cluster_leaves_its_neighbours_alone_and_the_poo
     assert sorted(by_trial) == [0, 1, 2, 3, 4]
     for t in (1, 2, 3, 4):
         m = by_trial[t].result.metrics
-        assert (m.verdict, m.conflicts, m.entries) == ("exclusive", 0, 2 * by_trial[t].spec.rounds), (t, m)
+        assert m.entries == 2 * by_trial[t].spec.rounds, (t, m)
+        assert_lock_held_up(m)  # its neighbour's broken node did not touch it
     # Its lock node died under it (the lead's checker will call this "unavailable" or "degraded").
     assert by_trial[0].result.metrics.entries < 2 * 10
     assert {by_trial[t].jobs_concurrent for t in (0, 1, 2)} == {3}
@@ -124,7 +126,9 @@ def test_parallel_matrix_matches_its_plan_and_leaves_no_process(tmp_path: Path) 
     assert report.trials_run == len(rows) == 8
     assert len({r["trial_id"] for r in rows}) == 8
     assert report.jobs_used >= 2
-    assert all(r["verdict"] == "exclusive" for r in rows if r["backend"] == "single" and r["experiment"] == "baseline")
+    for row in rows:
+        if row["backend"] == "single" and row["experiment"] == "baseline":
+            assert_lock_held_up(row)
     left = [pid for pid in descendants(os.getpid()) - before if alive(pid)]
     assert not left, "servers and workers are stopped when the matrix ends"
 
