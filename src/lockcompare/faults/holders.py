@@ -30,8 +30,10 @@ from lockcompare.redisconn import connect
 #: Unknown: the node could not be read.
 UNREADABLE = "?"
 
-#: How long the runner waits for one node: the injection is late by at most this much per node.
-READ_TIMEOUT_S = 0.05
+#: How long the runner waits for one node before calling it unreadable. A node that is down
+#: refuses at once, so this is spent only on a machine that stalls (a CPU-throttled run took over
+#: 50 ms to connect and answer); then the injection is late by as much, as is everything else.
+READ_TIMEOUT_S = 0.25
 
 # The owner stored under the first key that matches (a lock's value is its owner's token); a key
 # that is not a string (a library's hash, say) is reported by its type.
