@@ -35,7 +35,9 @@ def links(cluster: Cluster) -> Iterator[ProxySet]:
 
 
 def _trial(backend: str, experiment: str, cluster: Cluster, **kw: object) -> TrialResult:
-    spec = make_spec(backend=backend, experiment=get_experiment(experiment), trial=0, overrides=Overrides(**QUICK, **kw))
+    spec = make_spec(
+        backend=backend, experiment=get_experiment(experiment), trial=0, overrides=Overrides(**(QUICK | kw))
+    )  # fmt: skip
     return run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
 
 
@@ -155,9 +157,12 @@ def test_redlock_keeps_granting_with_a_minority_cut_and_refuses_worker_0_with_a_
 
 
 def test_slow_grants_make_single_conflict_and_redlock_refuse(cluster: Cluster) -> None:
-    single = _trial("single", "slow-response", cluster)
+    # At half the lesson's scale: worker 1's own leases (TTL 500 ms, work 150 ms) must not expire
+    # under it when the machine stalls, or redlock's "0 conflicts" would be the machine's doing; at
+    # 0.1 a CPU-throttled run (70 ms of slack) lost one that way.
+    single = _trial("single", "slow-response", cluster, time_scale=0.5)
     assert single.metrics.conflicts > 0 and single.metrics.stale_writes_accepted > 0
-    redlock = _trial("redlock", "slow-response", cluster)
+    redlock = _trial("redlock", "slow-response", cluster, time_scale=0.5)
     assert redlock.metrics.conflicts == 0 and redlock.metrics.verdict == "degraded"
     assert "no-quorum" in redlock.metrics.refusals  # its per-node timeout (TTL/10) gave up on the late grants
 
