@@ -13,7 +13,7 @@ from lockcompare.checker import VERDICT_MEANINGS
 from lockcompare.experiments import EXPERIMENTS
 
 from lockcompare.cli import app
-from lockcompare.timeline import STEP_KINDS
+from lockcompare.timeline import STEP_KINDS, load_history
 from lockcompare.server import free_port
 
 runner = CliRunner()
@@ -109,7 +109,15 @@ def test_small_real_matrix_writes_complete_rows_and_a_table(tmp_path: Path) -> N
     assert all(row["verdict"] in {"exclusive", "conflicts-no-damage", "lost-updates"} for row in rows)
     by_cell = {(r["backend"], r["experiment"]): r for r in rows}
     assert_lock_held_up(by_cell[("single", "baseline")])
-    assert by_cell[("fenced", "client-pause")]["lost_updates"] == "0"
+    # Fencing's guarantee, whatever the interleaving: no write is accepted with a token below one the
+    # resource already accepted. (Write-only fencing can still lose an update when a stalled machine
+    # lets the zombie write before the new holder's first write: "Fencing depth" in the README; a
+    # CPU-quota run lost 1 of 8 that way, so lost_updates == 0 is not asserted here.)
+    writes = [e for e in load_history(tmp_path / by_cell[("fenced", "client-pause")]["history"]) if e["kind"] == "write"]
+    accepted = [e for e in writes if e["accepted"]]
+    assert accepted
+    # (pairs that surely took effect in this order: one returned before the other was sent)
+    assert all(a["fence"] <= b["fence"] for a in accepted for b in accepted if a["t1"] < b["t0"]), accepted
     assert all((tmp_path / r["history"]).is_file() for r in rows)
     assert "| single    | baseline" in result.stdout
 
