@@ -17,9 +17,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from lockcompare.faults.holders import NODE_LOSING_FAULTS, majority_broken
-from lockcompare.results import read_results
-from lockcompare.timeline import load_history
+from lockcompare.analysis.holders import NODE_LOSING_FAULTS, majority_broken
+from lockcompare.analysis.results import read_results
+from lockcompare.render.timeline import load_history
+
 
 def main(csv_path: Path) -> None:
     tally: Counter[tuple[str, str, str]] = Counter()

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from lockcompare import provenance
 from lockcompare.backends import BackendConfig
-from lockcompare.cluster import Cluster, open_cluster
+from lockcompare.infra import provenance
+from lockcompare.infra.cluster import Cluster, open_cluster
 
 
 @pytest.fixture(scope="session", autouse=True)

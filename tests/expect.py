@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockcompare.checker import TrialMetrics
+from lockcompare.analysis.checker import TrialMetrics
 
 
 def assert_lock_held_up(metrics: TrialMetrics | dict[str, Any]) -> None:

@@ -8,12 +8,18 @@ import time
 
 import pytest
 
-from lockcompare.backends import BackendConfig, Lease, Refusal, describe_backends, load_backend
+from lockcompare.backends import (
+    BackendConfig,
+    Lease,
+    Refusal,
+    describe_backends,
+    load_backend,
+)
 from lockcompare.backends.pottery_redlock import PotteryRedlock
 from lockcompare.backends.redis_py_lock import RedisPyLock, seconds_for_px
-from lockcompare.cluster import Cluster
 from lockcompare.errors import BackendNotViableError, InvalidValueError
-from lockcompare.redisconn import connect
+from lockcompare.infra.cluster import Cluster
+from lockcompare.infra.redisconn import connect
 from lockcompare.testing import BackendContract
 
 
@@ -169,7 +175,9 @@ def test_pottery_missing_is_reported_with_what_to_install(monkeypatch: pytest.Mo
 # --- redis-py --------------------------------------------------------------------------------
 
 
-def test_redis_py_owner_is_the_token_stored_on_node_0(cluster: Cluster, backend_config: BackendConfig, key: str) -> None:
+def test_redis_py_owner_is_the_token_stored_on_node_0(
+    cluster: Cluster, backend_config: BackendConfig, key: str
+) -> None:
     lock = RedisPyLock(config=backend_config)
     try:
         lease = lock.acquire(key=key, ttl_ms=2000)

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from lockcompare.bench import BenchRow, render_bench, run_bench
-from lockcompare.cluster import Cluster
 from lockcompare.errors import InvalidValueError, UnknownNameError
-from lockcompare.redisconn import connect
+from lockcompare.infra.cluster import Cluster
+from lockcompare.infra.redisconn import connect
+from lockcompare.runner.bench import BenchRow, render_bench, run_bench
 
 
 @pytest.fixture(scope="module")

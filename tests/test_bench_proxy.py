@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from lockcompare.bench import run_bench
-from lockcompare.cluster import Cluster
 from lockcompare.errors import InvalidValueError
+from lockcompare.infra.cluster import Cluster
+from lockcompare.runner.bench import run_bench
 
 
 def test_via_proxy_row_follows_the_direct_row(cluster: Cluster) -> None:

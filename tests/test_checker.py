@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from lockcompare.checker import (
+from lockcompare.analysis.checker import (
     Interval,
     check,
     concurrency_profile,
@@ -14,7 +14,7 @@ from lockcompare.checker import (
     overlap_conflicts,
     stale_writes,
 )
-from lockcompare.resource import ResourceCounters
+from lockcompare.analysis.counters import ResourceCounters
 
 MS = 1_000_000  # ns
 
@@ -88,7 +88,11 @@ def test_fenced_zombie_write_is_rejected_and_counted_as_stale() -> None:
                        valid_until_ms=2000, fence=2)  # fmt: skip
     h.critical_section(0, 0, acquire_ms=0, enter_ms=1200, exit_ms=1500, inside=2, balance=0,
                        valid_until_ms=1000, fence=1, accepted=False)  # fmt: skip
-    m = check(h.events, counters(entries=2, conflicts=1, writes_accepted=1, writes_rejected=1, final_balance=1), entries_planned=2)
+    m = check(
+        h.events,
+        counters(entries=2, conflicts=1, writes_accepted=1, writes_rejected=1, final_balance=1),
+        entries_planned=2,
+    )
     assert (m.conflicts, m.conflicts_overlap) == (1, 1)
     assert (m.stale_writes_accepted, m.stale_writes_rejected) == (0, 1)
     assert m.lost_updates == 0 and m.verdict == "conflicts-no-damage"
@@ -179,7 +183,7 @@ def test_cs_intervals_pair_enter_and_exit_per_worker() -> None:
 
 
 def test_history_survives_a_save_and_load(tmp_path) -> None:
-    from lockcompare import history
+    from lockcompare.analysis import history
 
     h = HistoryBuilder()
     h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0)
@@ -190,7 +194,7 @@ def test_history_survives_a_save_and_load(tmp_path) -> None:
 
 
 def test_timeline_shows_each_step_relative_to_the_first() -> None:
-    from lockcompare.timeline import render_timeline
+    from lockcompare.render.timeline import render_timeline
 
     h = HistoryBuilder()
     h.critical_section(0, 0, acquire_ms=100, enter_ms=101, exit_ms=401, inside=1, balance=7, fence=3)
@@ -208,7 +212,7 @@ def test_the_starvation_that_made_think_time_necessary() -> None:
     # release, and worker 0, polling every 10 ms, got in only after worker 1's 40 rounds were done.
     from pathlib import Path
 
-    from lockcompare import history
+    from lockcompare.analysis import history
 
     events = history.load(Path(__file__).parent / "data" / "starved-client-pause.jsonl.gz")
     order = "".join(str(e["worker"]) for e in sorted(events, key=lambda e: e["t0"]) if e["kind"] == "enter")

@@ -6,15 +6,14 @@ import csv
 from pathlib import Path
 
 import pytest
-from expect import assert_lock_held_up
 from typer.testing import CliRunner
 
-from lockcompare.checker import VERDICT_MEANINGS
-from lockcompare.experiments import EXPERIMENTS
-
+from expect import assert_lock_held_up
+from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.cli import app
-from lockcompare.timeline import STEP_KINDS, load_history
-from lockcompare.server import free_port
+from lockcompare.infra.server import free_port
+from lockcompare.render.timeline import STEP_KINDS, load_history
+from lockcompare.spec.experiments import EXPERIMENTS
 
 runner = CliRunner()
 
@@ -59,8 +58,8 @@ def test_experiments_lists_each_claim() -> None:
         (["matrix", "--nodes", "localhost:6379", "--resource", "redis://127.0.0.1:1"], 2, "not a redis URL"),
         (["matrix", "--backends", "single", "--nodes", "redis://127.0.0.1:1"], 2, "--nodes and --resource go together"),
         (["run", "--backend", "no.such.module:Lock"], 2, "cannot import 'no.such.module'"),
-        (["run", "--backend", "lockcompare.stats:mean_ci"], 2, "is not a class"),
-        (["run", "--backend", "lockcompare.stats:MeanCI"], 2, "is not a lock backend"),
+        (["run", "--backend", "lockcompare.analysis.stats:mean_ci"], 2, "is not a class"),
+        (["run", "--backend", "lockcompare.analysis.stats:MeanCI"], 2, "is not a lock backend"),
         (["matrix", "--bogus"], 2, "No such option: --bogus"),
         (["matrix", "--backends", "single", "--pause-ms", "600,abc"], 2, "--pause-ms takes numbers"),
         (["matrix", "--backends", "single", "--pause-point", "sometime"], 2, "--pause-point takes"),
@@ -79,13 +78,23 @@ def test_bad_input_gives_one_line_and_an_exit_code(args: list[str], code: int, f
 
 def test_unreachable_node_is_one_line(tmp_path: Path) -> None:
     dead = f"redis://127.0.0.1:{free_port()}/0"
-    result = invoke("matrix", "--backends", "single", "--nodes", dead, "--resource", dead, "--out", str(tmp_path / "x.csv"))
+    result = invoke(
+        "matrix", "--backends", "single", "--nodes", dead, "--resource", dead, "--out", str(tmp_path / "x.csv")
+    )
     assert_one_line_error(result, 1, f"redis server {dead} does not answer")
     assert not (tmp_path / "x.csv").exists()
 
 
 def test_missing_redis_server_binary_is_one_line(tmp_path: Path) -> None:
-    result = invoke("matrix", "--backends", "single", "--redis-server", str(tmp_path / "redis-server"), "--out", str(tmp_path / "x.csv"))
+    result = invoke(
+        "matrix",
+        "--backends",
+        "single",
+        "--redis-server",
+        str(tmp_path / "redis-server"),
+        "--out",
+        str(tmp_path / "x.csv"),
+    )
     assert_one_line_error(result, 1, "not an executable file")
     assert not (tmp_path / "x.csv").exists()
 
@@ -113,7 +122,9 @@ def test_small_real_matrix_writes_complete_rows_and_a_table(tmp_path: Path) -> N
     # resource already accepted. (Write-only fencing can still lose an update when a stalled machine
     # lets the zombie write before the new holder's first write: "Fencing depth" in the README; a
     # CPU-quota run lost 1 of 8 that way, so lost_updates == 0 is not asserted here.)
-    writes = [e for e in load_history(tmp_path / by_cell[("fenced", "client-pause")]["history"]) if e["kind"] == "write"]
+    writes = [
+        e for e in load_history(tmp_path / by_cell[("fenced", "client-pause")]["history"]) if e["kind"] == "write"
+    ]
     accepted = [e for e in writes if e["accepted"]]
     assert accepted
     # (pairs that surely took effect in this order: one returned before the other was sent)
@@ -168,7 +179,7 @@ def test_run_prints_one_trials_metrics() -> None:
 
 
 def test_backends_that_cannot_run_here_are_named_once_per_reason(monkeypatch, capsys) -> None:
-    from lockcompare.cli import _default_backends
+    from lockcompare.cli.options import _default_backends
 
     monkeypatch.setenv("LOCKCOMPARE_ETCD", "/nonexistent/etcd")
     usable = _default_backends()

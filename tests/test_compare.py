@@ -6,8 +6,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from lockcompare.analysis.compare import compare_rows, comparison_table, differs
 from lockcompare.cli import app
-from lockcompare.compare import compare_rows, comparison_table, differs
 
 
 def rows(backend: str, experiment: str, conflicts: list[int], lost: list[int], **settings) -> list[dict]:

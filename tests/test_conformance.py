@@ -13,20 +13,26 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from misbehaving_backends import PID_FILE_ENV
 
-from lockcompare.backend_host import (
+from lockcompare.backends import BackendConfig, Lease, Refusal, add_plugin_paths
+from lockcompare.errors import BackendLoadError
+from lockcompare.evaluation.backend_host import (
     BackendCallFailed,
     BackendCallRaised,
     BackendCallTimedOut,
     BackendHost,
     BackendHostDied,
 )
-from lockcompare.backends import BackendConfig, Lease, Refusal, add_plugin_paths
-from lockcompare.cluster import Cluster
-from lockcompare.conformance import PROPERTIES, Status, battery, check_property, property_named
-from lockcompare.errors import BackendLoadError
+from lockcompare.evaluation.conformance import (
+    PROPERTIES,
+    Status,
+    battery,
+    check_property,
+    property_named,
+)
+from lockcompare.infra.cluster import Cluster
 from lockcompare.testing import BackendContract
+from misbehaving_backends import PID_FILE_ENV
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -59,7 +65,9 @@ def test_every_property_is_a_test_of_the_contract_class() -> None:
     assert tests == {prop.name for prop in PROPERTIES}
 
 
-def test_a_hung_acquire_fails_within_its_deadline_and_the_process_is_killed(host_for, cluster, tmp_path, monkeypatch) -> None:
+def test_a_hung_acquire_fails_within_its_deadline_and_the_process_is_killed(
+    host_for, cluster, tmp_path, monkeypatch
+) -> None:
     pid_file = tmp_path / "pids"
     monkeypatch.setenv(PID_FILE_ENV, str(pid_file))  # the spawned host inherits the environment
     host = host_for("misbehaving_backends:HangingLock", call_timeout_s=0.5)
@@ -157,7 +165,11 @@ def test_a_plug_in_authors_test_module_needs_one_subclass_and_no_conftest(tmp_pa
         skipped = case.find("skipped")
         outcome = "failed" if failure is not None else "skipped" if skipped is not None else "passed"
         message = failure.get("message", "") if failure is not None else ""
-        outcomes[(case.get("classname").rsplit(".", 1)[-1], case.get("name"))] = (outcome, message, float(case.get("time")))
+        outcomes[(case.get("classname").rsplit(".", 1)[-1], case.get("name"))] = (
+            outcome,
+            message,
+            float(case.get("time")),
+        )
     careless = {name: outcome for (cls, name), (outcome, _, _) in outcomes.items() if cls == "TestCareless"}
     assert [name for name, outcome in careless.items() if outcome == "failed"] == [
         "test_expired_holder_cannot_release_its_successors_lock"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lockcompare.errors import BackendNotViableError, InvalidValueError
-from lockcompare.etcd_server import find_etcd
+from lockcompare.infra.etcd_server import find_etcd
 
 try:
     find_etcd()
@@ -25,10 +25,10 @@ except BackendNotViableError as exc:
 
 from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend
 from lockcompare.backends.etcd import EtcdFencedLock, EtcdLock, lease_seconds
-from lockcompare.cluster import Cluster, open_cluster
-from lockcompare.etcd_server import EXPIRY_LAG_MS
-from lockcompare.experiments import Overrides
-from lockcompare.matrix import ClusterOptions, cluster_shape, plan_matrix
+from lockcompare.infra.cluster import Cluster, open_cluster
+from lockcompare.infra.etcd_server import EXPIRY_LAG_MS
+from lockcompare.runner.matrix import ClusterOptions, cluster_shape, plan_matrix
+from lockcompare.spec.trialspec import Overrides
 from test_lifecycle import alive
 
 
@@ -136,14 +136,18 @@ def test_a_ttl_etcd_cannot_grant_exactly_is_refused(ttl_ms: int, config: Backend
 
 def test_matrix_refuses_an_unrepresentable_ttl_before_anything_starts() -> None:
     with pytest.raises(InvalidValueError, match="etcd.*baseline.*whole seconds of at least 1 s, not 100 ms"):
-        plan_matrix(backends=["etcd"], experiments=["baseline"], trials=1, overrides=Overrides(time_scale=0.1), node_count=None)
+        plan_matrix(
+            backends=["etcd"], experiments=["baseline"], trials=1, overrides=Overrides(time_scale=0.1), node_count=None
+        )
     with pytest.raises(InvalidValueError, match="short-ttl.*not 200 ms"):
         plan_matrix(backends=["etcd"], experiments=["short-ttl"], trials=1, overrides=Overrides(), node_count=None)
     # Beside cells it can run, a cell etcd cannot is left out with one line, not a refused matrix.
     mixed = plan_matrix(backends=["etcd", "single"], experiments=["baseline", "short-ttl"], trials=1,
                         overrides=Overrides(), node_count=None)  # fmt: skip
     assert sorted((s.backend, s.experiment) for s in mixed) == [
-        ("etcd", "baseline"), ("single", "baseline"), ("single", "short-ttl")
+        ("etcd", "baseline"),
+        ("single", "baseline"),
+        ("single", "short-ttl"),
     ]
     specs = plan_matrix(backends=["etcd-fenced", "single"], experiments=["baseline", "node-crash"], trials=1,
                         overrides=Overrides(), node_count=None)  # fmt: skip
@@ -223,7 +227,7 @@ def test_without_etcd_the_backend_is_listed_and_refuses_in_one_line(tmp_path: Pa
 
 def test_evaluate_moves_only_the_experiments_etcd_cannot_express() -> None:
     from lockcompare.backends.single import SingleNodeLock
-    from lockcompare.evaluate import scales_for
+    from lockcompare.evaluation.evaluate import scales_for
 
     assert scales_for(EtcdLock, time_scale=0.1) == {"baseline": 1.0, "client-pause": 1.0, "short-ttl": 5.0}
     assert scales_for(EtcdLock, time_scale=1.0) == {"baseline": 1.0, "client-pause": 1.0, "short-ttl": 5.0}

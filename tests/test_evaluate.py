@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from lockcompare.backend_host import Claims
 from lockcompare.cli import app
-from lockcompare.conformance import Status
-from lockcompare.evaluate import evaluate, judge_experiments, render_card
+from lockcompare.evaluation.backend_host import Claims
+from lockcompare.evaluation.conformance import Status
+from lockcompare.evaluation.evaluate import evaluate, judge_experiments, render_card
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,10 @@ def row(backend: str, experiment: str, *, conflicts: int = 0, lost: int = 0, ent
 
 
 def card_of(rows: list[dict], claims: Claims, backend: str = "mine") -> dict[str, tuple[Status, str]]:
-    return {line.title: (line.status, line.evidence) for line in judge_experiments(rows=rows, backend=backend, claims=claims)}
+    return {
+        line.title: (line.status, line.evidence)
+        for line in judge_experiments(rows=rows, backend=backend, claims=claims)
+    }
 
 
 def healthy(backend: str = "mine", *, pause_conflicts: int = 30, pause_lost: int = 12) -> list[dict]:
@@ -61,8 +64,12 @@ def test_a_lease_granted_over_a_valid_lease_fails_the_pause_line_whatever_the_co
 
 
 def test_a_lock_that_claims_fencing_must_lose_no_update_under_a_pause() -> None:
-    assert card_of(healthy(pause_lost=0), FENCED_LOCK)["client pause longer than the TTL (client-pause)"][0] is Status.PASS
-    assert card_of(healthy(pause_lost=3), FENCED_LOCK)["client pause longer than the TTL (client-pause)"][0] is Status.FAIL
+    assert (
+        card_of(healthy(pause_lost=0), FENCED_LOCK)["client pause longer than the TTL (client-pause)"][0] is Status.PASS
+    )
+    assert (
+        card_of(healthy(pause_lost=3), FENCED_LOCK)["client pause longer than the TTL (client-pause)"][0] is Status.FAIL
+    )
 
 
 def test_baseline_conflicts_and_unfinished_rounds_fail() -> None:

@@ -9,8 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from lockcompare.cli import app
-from lockcompare.cluster import Cluster
-from lockcompare.redisconn import connect
+from lockcompare.infra.cluster import Cluster
+from lockcompare.infra.redisconn import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 

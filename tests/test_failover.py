@@ -8,22 +8,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 from typer.testing import CliRunner
 
+from lockcompare.analysis.holders import majority_broken
 from lockcompare.backends import BackendConfig, Lease, Refusal
 from lockcompare.backends.fenced import FencedLock
 from lockcompare.backends.single import SingleNodeLock
 from lockcompare.cli import app
-from lockcompare.cluster import Cluster, open_cluster
-from lockcompare.experiments import Overrides, get_experiment, make_spec
 from lockcompare.faults.failover import Failover
-from lockcompare.faults.holders import majority_broken
 from lockcompare.faults.schedule import FaultPlan, FaultScheduler
-from lockcompare.health import answers
-from lockcompare.matrix import Sweep, plan_matrix
-from lockcompare.redisconn import connect
-from lockcompare.trial import new_run_id, run_trial
+from lockcompare.infra.cluster import Cluster, open_cluster
+from lockcompare.infra.health import answers
+from lockcompare.infra.redisconn import connect
+from lockcompare.runner.matrix import Sweep, plan_matrix
+from lockcompare.runner.trial import new_run_id, run_trial
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import Overrides, make_spec
+from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 QUICK = dict(time_scale=0.5, rounds=3)
 
@@ -137,7 +138,10 @@ def test_a_prepared_failover_that_never_fired_lets_the_link_through(private_tmp:
 
 def _trial(backend: str, cluster: Cluster, **kw: object):
     spec = make_spec(
-        backend=backend, experiment=get_experiment("failover"), trial=0, overrides=Overrides(**QUICK, **kw)  # type: ignore[arg-type]
+        backend=backend,
+        experiment=get_experiment("failover"),
+        trial=0,
+        overrides=Overrides(**QUICK, **kw),  # type: ignore[arg-type]
     )
     return run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
 
@@ -211,7 +215,9 @@ def test_wait_replicas_is_kept_only_for_failover_and_for_backends_that_wait() ->
         (["--wait-replicas", "0.5"], "--wait-replicas takes whole numbers >= 0"),
     ],
 )  # fmt: skip
-def test_failover_settings_that_cannot_run_are_one_line_before_any_server(args: list[str], fragment: str, tmp_path: Path) -> None:
+def test_failover_settings_that_cannot_run_are_one_line_before_any_server(
+    args: list[str], fragment: str, tmp_path: Path
+) -> None:
     result = CliRunner().invoke(app, ["run", "--experiment", "failover", "--out", str(tmp_path / "x.csv"), *args])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()

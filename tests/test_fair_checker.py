@@ -7,9 +7,14 @@ from multiprocessing import Pipe
 
 import pytest
 
-from lockcompare.checker import check, entry_conflicts, foreign_releases, grants_while_held
-from lockcompare.contend import DoneTracker, Inbox
-from lockcompare.resource import ResourceCounters
+from lockcompare.analysis.checker import (
+    check,
+    entry_conflicts,
+    foreign_releases,
+    grants_while_held,
+)
+from lockcompare.analysis.counters import ResourceCounters
+from lockcompare.runner.contend import DoneTracker, Inbox
 from test_checker import MS, HistoryBuilder
 
 
@@ -186,8 +191,8 @@ def test_an_unexpected_message_is_an_error_not_ignored() -> None:
 
 def test_the_workload_is_part_of_the_identity_and_lesson_keeps_old_trial_ids() -> None:
     from lockcompare.errors import InvalidValueError
-    from lockcompare.experiments import IDENTITY_SETTINGS, Overrides
-    from lockcompare.matrix import Sweep, plan_matrix
+    from lockcompare.runner.matrix import Sweep, plan_matrix
+    from lockcompare.spec.trialspec import IDENTITY_SETTINGS, Overrides
 
     specs = plan_matrix(backends=["single"], experiments=["client-pause"], trials=1, overrides=Overrides(),
                         node_count=None, sweep=Sweep(workloads=("lesson", "contend")))  # fmt: skip

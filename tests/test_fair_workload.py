@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lockcompare.analysis.history import Event
 from lockcompare.backends import add_plugin_paths
-from lockcompare.cluster import Cluster
-from lockcompare.crew import WorkerPool
-from lockcompare.experiments import Overrides, get_experiment, make_spec
-from lockcompare.history import Event
-from lockcompare.trial import TrialResult, new_run_id, run_trial
+from lockcompare.infra.cluster import Cluster
+from lockcompare.runner.crew import WorkerPool
+from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import Overrides, make_spec
 
 ROUNDS = 6
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

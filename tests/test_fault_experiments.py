@@ -8,21 +8,24 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from lockcompare.analysis.holders import majority_broken
 from lockcompare.cli import app
-from lockcompare.cluster import open_cluster
-from lockcompare.experiments import Overrides, get_experiment, make_spec
-from lockcompare.faults.holders import majority_broken
 from lockcompare.faults.node import ClockJump, NodeCrash
 from lockcompare.faults.schedule import FaultPlan, FaultScheduler
-from lockcompare.health import answers
-from lockcompare.redisconn import connect
-from lockcompare.trial import new_run_id, run_trial
+from lockcompare.infra.cluster import open_cluster
+from lockcompare.infra.health import answers
+from lockcompare.infra.redisconn import connect
+from lockcompare.runner.trial import new_run_id, run_trial
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import Overrides, make_spec
 
 QUICK = dict(time_scale=0.5, rounds=3)  # the quick check the issue names: faults need ~10 ms restarts to fit in a hold
 
 
 def _trial(backend: str, experiment: str, cluster, **kw):
-    spec = make_spec(backend=backend, experiment=get_experiment(experiment), trial=0, overrides=Overrides(**(QUICK | kw)))
+    spec = make_spec(
+        backend=backend, experiment=get_experiment(experiment), trial=0, overrides=Overrides(**(QUICK | kw))
+    )
     return run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
 
 
@@ -106,7 +109,9 @@ def test_every_fault_heals_in_finally_even_when_the_trial_raises() -> None:
         (["--experiment", "node-restart", "--persistence", "rdb"], "--persistence takes none or aof-always"),
     ],
 )  # fmt: skip
-def test_fault_settings_that_cannot_run_are_one_line_before_any_server(args: list[str], fragment: str, tmp_path: Path) -> None:
+def test_fault_settings_that_cannot_run_are_one_line_before_any_server(
+    args: list[str], fragment: str, tmp_path: Path
+) -> None:
     result = CliRunner().invoke(app, ["run", "--time-scale", "0.1", "--out", str(tmp_path / "x.csv"), *args])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from lockcompare.analysis.history import load
 from lockcompare.cli import app
 from lockcompare.faults import Freezer
-from lockcompare.history import load
 
 
 def state(pid: int) -> str:

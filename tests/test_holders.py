@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import uuid
 
-from lockcompare.backends import BackendConfig, Lease
-from lockcompare.backends.pottery_redlock import PotteryRedlock
-from lockcompare.backends.redlock import Redlock
-from lockcompare.cluster import open_cluster
-from lockcompare.faults.holders import (
+from lockcompare.analysis.holders import (
     UNREADABLE,
-    LockHolders,
     describe_holders,
-    glob_escape,
     majority_broken,
     worker_of_owner,
 )
-from lockcompare.timeline import render_timeline
+from lockcompare.backends import BackendConfig, Lease
+from lockcompare.backends.pottery_redlock import PotteryRedlock
+from lockcompare.backends.redlock import Redlock
+from lockcompare.faults.holders import LockHolders, glob_escape
+from lockcompare.infra.cluster import open_cluster
+from lockcompare.render.timeline import render_timeline
 
 
 def test_holders_are_named_by_the_worker_whose_acquire_returned_the_owner() -> None:

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from lockcompare.cluster import Cluster
-from lockcompare.resource import Check, Resource
+from lockcompare.infra.cluster import Cluster
+from lockcompare.runner.resource import Check, Resource
 
 ZOMBIE = {"fencing_token": 1, "owner": "zombie"}
 HOLDER = {"fencing_token": 2, "owner": "holder"}
@@ -123,7 +123,7 @@ def test_enter_counts_conflicts_at_the_resource(resource: Resource) -> None:
 
 def test_a_backend_names_a_strategy_that_does_not_exist() -> None:
     from lockcompare.errors import BackendLoadError
-    from lockcompare.sections import check_for
+    from lockcompare.runner.sections import check_for
 
     class Strange:
         resource_check = "telepathy"

@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 import redis
 
-from lockcompare.cluster import Cluster, open_cluster
-from lockcompare.experiments import Overrides, get_experiment, make_spec
 from lockcompare.faults import network
 from lockcompare.faults.network import LinkCut, LinkDelay
 from lockcompare.faults.schedule import FaultScheduler, StandingFault
-from lockcompare.matrix import Sweep, plan_matrix
-from lockcompare.proxy import ProxySet, port_of
-from lockcompare.redisconn import connect
-from lockcompare.timeline import render_timeline
-from lockcompare.trial import TrialResult, new_run_id, run_trial
+from lockcompare.infra.cluster import Cluster, open_cluster
+from lockcompare.infra.proxy import ProxySet, port_of
+from lockcompare.infra.redisconn import connect
+from lockcompare.render.timeline import render_timeline
+from lockcompare.runner.matrix import Sweep, plan_matrix
+from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import Overrides, make_spec
 from test_lifecycle import alive, descendants, interrupt_and_check, wait_for_rows
 
 QUICK = dict(time_scale=0.1, rounds=6)
@@ -105,7 +106,9 @@ def test_a_slow_link_delays_grants_by_at_least_the_delay_and_refusals_not_at_all
         admin.close()
 
 
-def test_a_trial_that_raises_mid_fault_leaves_no_proxy_process(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_trial_that_raises_mid_fault_leaves_no_proxy_process(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
     started: list[ProxySet] = []
     real_start = network.start_links
 

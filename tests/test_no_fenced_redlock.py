@@ -9,8 +9,8 @@ accept a zombie whose older token now looks new. See README, "No fenced Redlock"
 
 from __future__ import annotations
 
-from lockcompare.cluster import Cluster
-from lockcompare.redisconn import connect
+from lockcompare.infra.cluster import Cluster
+from lockcompare.infra.redisconn import connect
 
 COUNTER = "lockcompare-test:fence-seq"
 

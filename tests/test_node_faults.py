@@ -12,15 +12,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 import redis
 
-import lockcompare.fakeclock as fakeclock
-import lockcompare.server as server_module
-from lockcompare.errors import FaultNotSupportedError, InvalidValueError, ServerStartError
-from lockcompare.fakeclock import FakeClock, check_fake_clock_support, find_libfaketime
-from lockcompare.redisconn import connect
-from lockcompare.server import RedisServer, find_redis_server
+import lockcompare.infra.server as server_module
+from lockcompare.errors import (
+    FaultNotSupportedError,
+    InvalidValueError,
+    ServerStartError,
+)
+from lockcompare.infra import fakeclock
+from lockcompare.infra.fakeclock import (
+    FakeClock,
+    check_fake_clock_support,
+    find_libfaketime,
+)
+from lockcompare.infra.redisconn import connect
+from lockcompare.infra.server import RedisServer, find_redis_server
+from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 
 @pytest.fixture(autouse=True)

@@ -7,17 +7,18 @@ import threading
 import time
 from pathlib import Path
 
-from lockcompare.cluster import Cluster, ClusterShape, start_embedded
-from lockcompare.crew import WorkerPool
-from lockcompare.experiments import Overrides, get_experiment, make_spec
-from lockcompare.matrix import run_matrix
-from lockcompare.pool import ClusterPool, SharedCluster
-from lockcompare.redisconn import connect
-from lockcompare.results import read_results
-from lockcompare.scheduler import CpuBudget, Finished, run_scheduled
-from lockcompare.trial import TrialResult, new_run_id, run_trial
-from test_lifecycle import alive, descendants
 from expect import assert_lock_held_up
+from lockcompare.analysis.results import read_results
+from lockcompare.infra.cluster import Cluster, ClusterShape, start_embedded
+from lockcompare.infra.pool import ClusterPool, SharedCluster
+from lockcompare.infra.redisconn import connect
+from lockcompare.runner.crew import WorkerPool
+from lockcompare.runner.matrix import run_matrix
+from lockcompare.runner.scheduler import CpuBudget, Finished, run_scheduled
+from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import Overrides, make_spec
+from test_lifecycle import alive, descendants
 
 QUICK = Overrides(time_scale=0.1, rounds=3)
 SHAPE = ClusterShape(node_count=3)

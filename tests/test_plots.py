@@ -11,15 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from png_header import png_size
 from typer.testing import CliRunner
 
-from lockcompare import incidents
-from lockcompare.cells import group_cells, varying_conditions
+from lockcompare.analysis import incidents
+from lockcompare.analysis.cells import group_cells, varying_conditions
+from lockcompare.analysis.history import load
+from lockcompare.analysis.results import read_results
+from lockcompare.analysis.stats import mean_ci
 from lockcompare.cli import app
 from lockcompare.errors import PlotDependencyError
-from lockcompare.history import load
-from lockcompare.plots import (
+from lockcompare.render.plots import (
     BACKEND_COLOURS,
     DPI,
     INSTALL_HINT,
@@ -32,8 +33,7 @@ from lockcompare.plots import (
     plot_timeline,
     timeline_height_px,
 )
-from lockcompare.results import read_results
-from lockcompare.stats import mean_ci
+from png_header import png_size
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 needs_matplotlib = pytest.mark.skipif(

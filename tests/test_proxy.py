@@ -8,12 +8,12 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 import redis
 
-from lockcompare.proxy import LinkProxy, ProxyError, ProxySet, port_of
-from lockcompare.redisconn import connect
-from lockcompare.server import RedisServer, find_redis_server
+from lockcompare.infra.proxy import LinkProxy, ProxyError, ProxySet, port_of
+from lockcompare.infra.redisconn import connect
+from lockcompare.infra.server import RedisServer, find_redis_server
+from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 #: Long enough that a busy machine's scheduling noise (tens of ms in CI) stays inside the ±10 % the
 #: proxy must hold: the proxy's own timer is accurate to ~1 ms, the client around it is not.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lockcompare.docs import BLOCK, rendered_blocks
+from lockcompare.render.docs import BLOCK, rendered_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -16,7 +16,7 @@ def test_readme_tables_are_rendered_from_committed_csvs() -> None:
     assert blocks, "the README shows at least one table rendered from results/"
     for block in blocks:
         assert (ROOT / block["csv"]).is_file(), block["csv"]
-    assert rendered_blocks(README, base=ROOT) == README, "run: python -m lockcompare.docs README.md"
+    assert rendered_blocks(README, base=ROOT) == README, "run: python -m lockcompare.render.docs README.md"
 
 
 def test_ci_runs_the_readme_test_command() -> None:

@@ -15,9 +15,9 @@ import redis
 from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend
 from lockcompare.backends import redlock as redlock_module
 from lockcompare.backends.redlock import Redlock, clock_drift_ns, lock_node_urls, quorum
-from lockcompare.cluster import Cluster
 from lockcompare.errors import InvalidValueError
-from lockcompare.redisconn import connect
+from lockcompare.infra.cluster import Cluster
+from lockcompare.infra.redisconn import connect
 from lockcompare.testing import BackendContract
 
 
@@ -206,9 +206,7 @@ def test_no_quorum_when_the_failed_nodes_made_the_difference(opened, fresh_clust
     assert values(nodes, key) == ["other", None, None]
 
 
-def test_slow_majority_within_the_node_timeout_is_refused_for_validity(
-    opened, fresh_cluster, key, read_path
-) -> None:
+def test_slow_majority_within_the_node_timeout_is_refused_for_validity(opened, fresh_cluster, key, read_path) -> None:
     class PatientRedlock(Redlock):
         NODE_TIMEOUT_FLOOR_S = 0.3  # waits for replies far slower than the TTL
 

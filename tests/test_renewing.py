@@ -16,12 +16,23 @@ from typing import Any
 
 import pytest
 
-from lockcompare.backends import BackendConfig, Lease, LockBackend, Refusal, describe_backends, load_backend
-from lockcompare.backends.redis_lock_renew import KEY_PREFIX, RedisLockRenew, expire_seconds
+from lockcompare.backends import (
+    BackendConfig,
+    Lease,
+    LockBackend,
+    Refusal,
+    describe_backends,
+    load_backend,
+)
+from lockcompare.backends.redis_lock_renew import (
+    KEY_PREFIX,
+    RedisLockRenew,
+    expire_seconds,
+)
 from lockcompare.backends.renewals import RenewalLog
 from lockcompare.errors import BackendNotViableError, InvalidValueError
-from lockcompare.lifecycle import SPAWN, die_with_parent, start_worker_process
-from lockcompare.redisconn import connect
+from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
+from lockcompare.infra.redisconn import connect
 from lockcompare.testing import BackendContract
 
 TTL_MS = 1000

@@ -6,10 +6,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
-from lockcompare.redisconn import connect
-from lockcompare.replication import FailoverPair, ReplicationError
+from lockcompare.infra.redisconn import connect
+from lockcompare.infra.replication import FailoverPair, ReplicationError
+from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 
 @pytest.fixture

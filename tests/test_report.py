@@ -3,7 +3,6 @@ reproduce its cells (one rerun for real), and the provenance columns newer CSVs 
 
 from __future__ import annotations
 
-import csv
 import doctest
 import importlib.util
 import shlex
@@ -11,17 +10,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-from png_header import png_size
 from typer.testing import CliRunner
 
-from lockcompare import cells as cells_module
-from lockcompare import reproduce
+from lockcompare.analysis import cells as cells_module
+from lockcompare.analysis import reproduce
+from lockcompare.analysis.reproduce import matrix_command
+from lockcompare.analysis.results import SETTING_COLUMNS, read_results
 from lockcompare.cli import app
-from lockcompare.plots import MATRIX_HEIGHT_PX, WIDTH_PX, timeline_height_px
-from lockcompare.report import REPORT_NAME, row_for_history, write_report
-from lockcompare.reproduce import matrix_command
-from lockcompare.results import SETTING_COLUMNS, read_results
-from lockcompare.table import render
+from lockcompare.render.plots import MATRIX_HEIGHT_PX, WIDTH_PX, timeline_height_px
+from lockcompare.render.report import REPORT_NAME, row_for_history, write_report
+from lockcompare.render.table import render
+from png_header import png_size
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 TINY = GOLDEN / "tiny.csv"

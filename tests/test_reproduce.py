@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from lockcompare.analysis.reproduce import find_row, spec_from_row
+from lockcompare.analysis.results import read_results
 from lockcompare.errors import InvalidValueError
-from lockcompare.results import read_results
-from lockcompare.reproduce import find_row, spec_from_row
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 

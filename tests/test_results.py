@@ -8,9 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from lockcompare.analysis.results import (
+    COLUMNS,
+    SCHEMA_VERSION,
+    ResultsWriter,
+    inspect_results,
+    read_results,
+)
 from lockcompare.errors import ResultsFileError, UnknownNameError
-from lockcompare.results import COLUMNS, SCHEMA_VERSION, ResultsWriter, inspect_results, read_results
-from lockcompare.table import render, summarize
+from lockcompare.render.table import render, summarize
 
 DATA = Path(__file__).parent / "data"
 

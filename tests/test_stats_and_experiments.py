@@ -6,9 +6,10 @@ import math
 
 import pytest
 
+from lockcompare.analysis.stats import mean_ci, percentile
 from lockcompare.errors import InvalidValueError, UnknownNameError
-from lockcompare.experiments import EXPERIMENTS, Overrides, get_experiment, make_spec, pause_schedule
-from lockcompare.stats import mean_ci, percentile
+from lockcompare.spec.experiments import EXPERIMENTS, get_experiment
+from lockcompare.spec.trialspec import Overrides, make_spec, pause_schedule
 
 
 def test_percentile_interpolates() -> None:

@@ -10,19 +10,19 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-from expect import assert_lock_held_up
 from typer.testing import CliRunner
 
-from lockcompare.checker import check
+from expect import assert_lock_held_up
+from lockcompare.analysis.checker import check
+from lockcompare.analysis.results import SCHEMA_VERSION, inspect_results, read_results
 from lockcompare.cli import app
-from lockcompare.cluster import open_cluster
-from lockcompare.experiments import Overrides, get_experiment, make_spec
-from lockcompare.matrix import run_matrix
-from lockcompare.redisconn import connect
-from lockcompare.resource import Resource, ResourceCounters
-from lockcompare.results import SCHEMA_VERSION, inspect_results, read_results
-from lockcompare.trial import new_run_id, run_trial
+from lockcompare.infra.cluster import open_cluster
+from lockcompare.infra.redisconn import connect
+from lockcompare.runner.matrix import run_matrix
+from lockcompare.runner.resource import Resource, ResourceCounters
+from lockcompare.runner.trial import new_run_id, run_trial
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import Overrides, make_spec
 
 DATA = Path(__file__).parent / "data"
 QUICK = Overrides(time_scale=0.1, rounds=3, call_timeout_ms=1500)
@@ -74,7 +74,9 @@ def test_every_round_entered_without_conflict_is_exclusive() -> None:
 
 
 def _run_quick(out: Path, **kw) -> None:
-    run_matrix(backends=["single"], experiments=["baseline"], trials=1, overrides=kw.pop("overrides", QUICK), out=out, **kw)
+    run_matrix(
+        backends=["single"], experiments=["baseline"], trials=1, overrides=kw.pop("overrides", QUICK), out=out, **kw
+    )
 
 
 def test_a_truncated_last_row_is_reported_and_repaired_on_resume(tmp_path: Path) -> None:
@@ -144,7 +146,9 @@ def test_a_hanging_acquire_is_unknown_names_the_call_and_the_matrix_goes_on(tmp_
 
 
 def test_a_plugin_that_cannot_be_constructed_is_one_load_error_before_any_trial(tmp_path: Path) -> None:
-    result = invoke("run", "--backend", "plugins.broken:RaisesInInit", "--time-scale", "0.1", "--out", str(tmp_path / "x.csv"))
+    result = invoke(
+        "run", "--backend", "plugins.broken:RaisesInInit", "--time-scale", "0.1", "--out", str(tmp_path / "x.csv")
+    )
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
         "lockcompare: error: backend 'plugins.broken:RaisesInInit' cannot be constructed: RuntimeError: no licence key"

@@ -8,11 +8,11 @@ In your own test suite, one subclass per backend is all it takes (no conftest.py
         backend_name = "mypkg.mylock:MyLock"   # or a name registered under lockcompare.backends
         call_timeout_s = 5.0                    # optional: the deadline of every backend call
 
-Each test is one property of :mod:`lockcompare.conformance`, checked against real redis-server
+Each test is one property of :mod:`lockcompare.evaluation.conformance`, checked against real redis-server
 processes over loopback: a claim the backend does not make (``exclusive``,
 ``issues_fencing_tokens``, ``survives_minority_loss``) is skipped, a broken one fails with its
 evidence. The backend runs in a child process; a call that hangs past ``call_timeout_s`` fails
-its test and the process is killed (see :mod:`lockcompare.backend_host`).
+its test and the process is killed (see :mod:`lockcompare.evaluation.backend_host`).
 
 The fixtures come from this module, which pytest loads through the ``pytest11`` entry point that
 lockcompare installs. They cost nothing until a test asks for them: this module imports only
@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, ClassVar
 import pytest
 
 if TYPE_CHECKING:  # imported lazily below: loading the plugin must stay free for suites that never use it
-    from lockcompare.backend_host import BackendHost
-    from lockcompare.cluster import Cluster
-    from lockcompare.conformance import BatteryContext
+    from lockcompare.evaluation.backend_host import BackendHost
+    from lockcompare.evaluation.conformance import BatteryContext
+    from lockcompare.infra.cluster import Cluster
 
 __all__ = ["BackendContract", "lockcompare_cluster", "lockcompare_etcd_cluster"]
 
@@ -44,7 +44,7 @@ def lockcompare_cluster() -> Iterator[Cluster]:
     Tests must leave every node running; the battery's node-loss tests crash nodes of private
     clusters of their own.
     """
-    from lockcompare.cluster import open_cluster
+    from lockcompare.infra.cluster import open_cluster
 
     with open_cluster() as cluster:
         yield cluster
@@ -54,7 +54,7 @@ def lockcompare_cluster() -> Iterator[Cluster]:
 def lockcompare_etcd_cluster() -> Iterator[Cluster]:
     """One etcd member + a redis-server resource, for backends whose lock nodes are etcd
     (``servers = "etcd"``); started on first use, stopped at the end."""
-    from lockcompare.cluster import open_cluster
+    from lockcompare.infra.cluster import open_cluster
 
     with open_cluster(node_count=1, lock_servers="etcd") as cluster:
         yield cluster
@@ -72,7 +72,7 @@ class BackendContract:
     @classmethod
     def lockcompare_host(cls) -> Iterator[BackendHost]:
         """One child process per test class hosts the backend (restarted after a call that timed out)."""
-        from lockcompare.backend_host import BackendHost
+        from lockcompare.evaluation.backend_host import BackendHost
 
         if not getattr(cls, "backend_name", ""):
             raise pytest.UsageError(f"{cls.__name__}: set backend_name = 'package.module:Class' (or a registered name)")
@@ -83,8 +83,11 @@ class BackendContract:
     @pytest.fixture
     def lockcompare_battery(self, lockcompare_host: BackendHost, request: pytest.FixtureRequest) -> BatteryContext:
         """The cluster of the backend's kind of lock nodes (its ``servers``: redis, or etcd members)."""
-        from lockcompare.conformance import BatteryContext, private_cluster_for
         from lockcompare.errors import BackendError
+        from lockcompare.evaluation.conformance import (
+            BatteryContext,
+            private_cluster_for,
+        )
 
         try:
             servers = lockcompare_host.claims().servers
@@ -125,7 +128,11 @@ class BackendContract:
 
 def _check(name: str, ctx: BatteryContext) -> None:
     """Run the named property; skip what the backend does not claim, fail with the evidence."""
-    from lockcompare.conformance import Status, check_property, property_named
+    from lockcompare.evaluation.conformance import (
+        Status,
+        check_property,
+        property_named,
+    )
 
     result = check_property(property_named(name), ctx)
     if result.status in (Status.NOT_CLAIMED, Status.SKIPPED):

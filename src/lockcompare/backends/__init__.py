@@ -33,7 +33,9 @@ class BackendInfo:
 PLUGIN_PATH_HINT = "is it installed, or importable from the current directory or a --plugin-path DIR?"
 
 
-def add_plugin_paths(*, first: Sequence[str | os.PathLike[str]] = (), last: Sequence[str | os.PathLike[str]] = ()) -> None:
+def add_plugin_paths(
+    *, first: Sequence[str | os.PathLike[str]] = (), last: Sequence[str | os.PathLike[str]] = ()
+) -> None:
     """Make ``package.module:Class`` plug-ins importable from directories that are not installed.
 
     ``first`` goes before the installed packages (``--plugin-path``: the user named it), ``last``
@@ -89,7 +91,9 @@ def _import_target(target: str, *, name: str | None = None) -> type[LockBackend]
     except ModuleNotFoundError as exc:
         if name is not None:  # a registered backend whose library is not installed
             raise BackendNotViableError(f"backend {label!r} is not viable here: {exc}") from None
-        raise BackendLoadError(f"backend {label!r}: cannot import {module_name!r}: {exc} ({PLUGIN_PATH_HINT})") from None
+        raise BackendLoadError(
+            f"backend {label!r}: cannot import {module_name!r}: {exc} ({PLUGIN_PATH_HINT})"
+        ) from None
     except Exception as exc:  # a plug-in's import-time failure must not become a traceback
         raise BackendLoadError(f"backend {label!r}: importing {module_name!r} failed: {exc!r}") from None
     try:

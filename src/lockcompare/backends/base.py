@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
-from lockcompare.redisconn import DEFAULT_TIMEOUT_S
+from lockcompare.infra.redisconn import DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True, kw_only=True)

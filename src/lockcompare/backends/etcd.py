@@ -36,8 +36,13 @@ from typing import ClassVar
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.single import new_owner_token
 from lockcompare.errors import BackendNotViableError, InvalidValueError
-from lockcompare.etcd_client import EtcdClient, EtcdRequestError, EtcdUnavailable, b64
-from lockcompare.etcd_server import EXPIRY_LAG_MS, MIN_LEASE_S, find_etcd
+from lockcompare.infra.etcd_client import (
+    EtcdClient,
+    EtcdRequestError,
+    EtcdUnavailable,
+    b64,
+)
+from lockcompare.infra.etcd_server import EXPIRY_LAG_MS, MIN_LEASE_S, find_etcd
 
 
 def lease_seconds(ttl_ms: int) -> int:

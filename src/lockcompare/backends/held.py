@@ -28,9 +28,7 @@ class HeldLocks(Generic[L]):
         """The library object behind a lease still held (for inspecting the library's own view)."""
         return self._by_owner[owner]
 
-    def release(
-        self, lease: Lease, *, release: Callable[[L], object], errors: tuple[type[BaseException], ...]
-    ) -> bool:
+    def release(self, lease: Lease, *, release: Callable[[L], object], errors: tuple[type[BaseException], ...]) -> bool:
         """Release the object behind ``lease``; False if this adapter never handed it out (or
         already released it) or if the library raised one of ``errors`` (the lease had lapsed)."""
         lock = self._by_owner.pop(lease.owner, None)

@@ -91,10 +91,12 @@ import redis
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.single import RELEASE_SCRIPT, new_owner_token
 from lockcompare.errors import InvalidValueError
-from lockcompare.redisconn import connect
+from lockcompare.infra.redisconn import connect
 
 try:
-    from redis.maint_notifications import MaintNotificationsConfig as _MaintNotificationsConfig
+    from redis.maint_notifications import (
+        MaintNotificationsConfig as _MaintNotificationsConfig,
+    )
 except ImportError:  # redis-py < 8
     _MaintNotificationsConfig = None  # type: ignore[assignment,misc]
 
@@ -156,7 +158,7 @@ def lock_node_urls(config: BackendConfig) -> tuple[str, ...]:
 def _handshake_free_connection(client: redis.Redis) -> AbstractConnection:
     """A new, unconnected connection with ``client``'s settings (no retries, short timeouts).
 
-    The settings come from :func:`lockcompare.redisconn.connect`; only the connect handshake is
+    The settings come from :func:`lockcompare.infra.redisconn.connect`; only the connect handshake is
     switched off, so that a reconnect in the middle of an acquire is a bare TCP connect and not
     extra round trips that a stuck or slowed node would hold up: RESP2 (redis-py 8 otherwise sends
     HELLO 3 and a CLIENT MAINT_NOTIFICATIONS probe; SET and EVAL replies read the same in both), and
@@ -196,7 +198,7 @@ class _Node:
 
     @property
     def connected(self) -> bool:
-        return self._conn._sock is not None  # noqa: SLF001 - redis-py's socket, None when disconnected
+        return self._conn._sock is not None
 
     def begin_connect(self, *, timeout_s: float) -> socket.socket | None:
         """Start a non-blocking TCP connect; the socket to wait on, or None (connected, or failed).
@@ -238,14 +240,14 @@ class _Node:
         sock.settimeout(self._conn.socket_timeout)
         # redis-py's connect() with its socket factory swapped for this socket: its own state
         # (parser, handshake-free on_connect) is set up exactly as for a connect it made itself.
-        self._conn._connect = lambda: sock  # type: ignore[method-assign]  # noqa: SLF001
+        self._conn._connect = lambda: sock  # type: ignore[method-assign]
         try:
             self._conn.connect()
         except redis.RedisError:
             self.discard()
             return False
         finally:
-            del self._conn._connect  # noqa: SLF001
+            del self._conn._connect
         return True
 
     def send(self, packed: list[bytes]) -> bool:
@@ -344,9 +346,7 @@ def _finish_connects(
 class Redlock:
     """Redlock over the first ``node_count`` lock nodes: quorum N//2+1, validity TTL - elapsed - drift."""
 
-    summary: ClassVar[str] = (
-        "Redlock: SET NX PX on N nodes at once, majority quorum, validity = TTL - elapsed - drift"
-    )
+    summary: ClassVar[str] = "Redlock: SET NX PX on N nodes at once, majority quorum, validity = TTL - elapsed - drift"
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
     #: A majority quorum: keeps granting (and stays exclusive) with a minority of its nodes down.

@@ -84,7 +84,9 @@ class RenewalLog:
             belief = self._beliefs.get(owner)
             if belief is not None and reason == "lost":
                 belief.lost = True  # only an owner-checked "no" proves the loss; an error proves nothing
-            self._records.append({"t0": t0, "t1": t1, "ok": False, "owner": owner, "valid_until": None, "reason": reason})
+            self._records.append(
+                {"t0": t0, "t1": t1, "ok": False, "owner": owner, "valid_until": None, "reason": reason}
+            )
 
     def believe(self, lease: Lease) -> Lease | Refusal:
         """``lease`` as its holder now believes it: moved to the last renewal's deadline, or lost.

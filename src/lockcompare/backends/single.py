@@ -21,7 +21,7 @@ from typing import ClassVar
 import redis
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
-from lockcompare.redisconn import connect
+from lockcompare.infra.redisconn import connect
 
 #: Compare-and-delete: only the owner's token deletes the key.
 RELEASE_SCRIPT = """

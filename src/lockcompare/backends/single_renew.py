@@ -61,9 +61,7 @@ class Watchdog:
         self._ttl_ms = ttl_ms
         self._log = log
         self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"single-renew watchdog {lease.owner[:8]}", daemon=True
-        )
+        self._thread = threading.Thread(target=self._run, name=f"single-renew watchdog {lease.owner[:8]}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -33,8 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lockcompare.cluster import Cluster
 from lockcompare.errors import LockcompareError
+from lockcompare.infra.cluster import Cluster
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ So just before it injects a node fault the runner reads the lock key on every lo
 own admin connections, and the inject event carries ``holders``: one entry per node —
 
 * the owner token the node holds for the trial's lock key (what the backend stored as the value;
-  :func:`~lockcompare.timeline.render_timeline` names the worker whose acquire returned it),
+  :func:`~lockcompare.render.timeline.render_timeline` names the worker whose acquire returned it),
 * ``None`` when the node holds no such key,
 * ``"?"`` when the node could not be read (down, or it did not answer within the read timeout).
 
@@ -25,10 +25,8 @@ from collections.abc import Sequence
 
 import redis
 
-from lockcompare.redisconn import connect
-
-#: Unknown: the node could not be read.
-UNREADABLE = "?"
+from lockcompare.analysis.holders import UNREADABLE
+from lockcompare.infra.redisconn import connect
 
 #: How long the runner waits for one node before calling it unreadable. A node that is down
 #: refuses at once, so this is spent only on a machine that stalls (a CPU-throttled run took over
@@ -87,47 +85,3 @@ class LockHolders:
     def close(self) -> None:
         for index in list(self._clients):
             self._drop(index)
-
-
-def worker_of_owner(events: Sequence[dict]) -> dict[str, int]:
-    """Owner token -> the worker whose granted acquire returned it (from the workers' own events)."""
-    return {e["owner"]: e["worker"] for e in events if e.get("kind") == "acquire" and e.get("ok") and e.get("owner")}
-
-
-def describe_holders(holders: Sequence[str | None], owners: dict[str, int]) -> str:
-    """``[w0 w0 w1 - ?]``: per node, the worker holding the lock, ``-`` free, ``?`` unreadable."""
-
-    def one(value: str | None) -> str:
-        if value is None:
-            return "-"
-        if value == UNREADABLE:
-            return "?"
-        worker = owners.get(value)
-        return f"w{worker}" if worker is not None else value[:8]
-
-    return "[" + " ".join(one(v) for v in holders) + "]"
-
-
-#: The node faults whose victims lose the lock keys they held (a jump of 2 x TTL expires them).
-#: A failover is not one: the promoted replica answers on the same address, with or without the key.
-NODE_LOSING_FAULTS = ("node-crash", "node-restart", "clock-jump")
-
-
-def majority_broken(inject: dict) -> bool | None:
-    """Did this injection take the lock's majority away from its holder? None: no holders read.
-
-    The holder is the owner found on the most nodes; the answer is yes when it held a majority of
-    the nodes read before the fault and fewer than a majority of the nodes the fault spared — then
-    a rival can gather a majority of free nodes (Redlock's bare-majority case). The majority is
-    over every node read, which is right only for a backend that uses all of them.
-    """
-    holders = inject.get("holders")
-    if not isinstance(holders, list):
-        return None
-    owners = [v for v in holders if v not in (None, UNREADABLE)]
-    if not owners:
-        return False  # the lock was free: nothing to lose
-    holder = max(set(owners), key=owners.count)
-    majority = len(holders) // 2 + 1
-    spared = sum(1 for i, v in enumerate(holders) if v == holder and i not in inject.get("nodes", ()))
-    return owners.count(holder) >= majority > spared

@@ -1,7 +1,7 @@
 """Link faults: what happens on the wire between one worker and some lock nodes.
 
 In a link experiment every worker reaches every lock node through a link of its own — one
-:class:`~lockcompare.proxy.ProxySet` per trial, started by :func:`start_links` and stopped in the
+:class:`~lockcompare.infra.proxy.ProxySet` per trial, started by :func:`start_links` and stopped in the
 trial's ``finally``; the runner's admin connections (health checks, key cleanup, node faults, the
 resource) go direct. Per trial rather than pooled with the cluster: starting the proxy process and
 its 10 links took 123 ms (median of 8; stopping it 26 ms) on the 2-core machine, a few per cent of a
@@ -15,7 +15,7 @@ A link fault acts on the links of one worker (``worker``) to the lock nodes it i
 - :class:`LinkCut`: a partition (blackhole): bytes vanish both ways, new connects hang, the
   worker's calls time out after its request timeout.
 
-Faults act on *nodes* (given the :class:`~lockcompare.cluster.Cluster`) or on *links* (``scope =
+Faults act on *nodes* (given the :class:`~lockcompare.infra.cluster.Cluster`) or on *links* (``scope =
 "links"``: given the trial's :class:`FaultContext`, which holds the cluster and the links); the
 scheduler hands each fault what it acts on. When (schedule.py): a partition is *standing*, in place
 from the workers' first round to the end of the trial; the slow link is in place *around each
@@ -43,12 +43,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from lockcompare.cluster import Cluster
 from lockcompare.errors import ConfigError, InvalidValueError
-from lockcompare.experiments import FAULT_DELAY_MS, TrialSpec
 from lockcompare.faults.node import ClockJump
 from lockcompare.faults.schedule import FaultContext, FaultPlan, StandingFault
-from lockcompare.proxy import ProxySet, port_of
+from lockcompare.infra.cluster import Cluster
+from lockcompare.infra.proxy import ProxySet, port_of
+from lockcompare.spec.experiments import FAULT_DELAY_MS
+from lockcompare.spec.trialspec import TrialSpec
 
 SLOW_RESPONSE = "slow-response"
 PARTITION = "partition"
@@ -158,7 +159,9 @@ def start_links(spec: TrialSpec, *, cluster: Cluster) -> ProxySet | None:
     if not cluster.embedded:
         raise ConfigError(f"{spec.experiment} proxies the links to the lock nodes: it needs the embedded cluster")
     links = ProxySet(
-        node_ports=[port_of(url) for url in cluster.node_urls], workers=spec.workers, name=f"links-{spec.trial_id}",
+        node_ports=[port_of(url) for url in cluster.node_urls],
+        workers=spec.workers,
+        name=f"links-{spec.trial_id}",
         node_urls=cluster.node_urls,
     )
     links.start()  # stops what it started if it fails

@@ -2,7 +2,7 @@
 
 Each fault is a small object: :meth:`inject` acts on some lock nodes of a running embedded cluster,
 :meth:`heal` undoes what can be undone; the cluster a fault needs (persistence, fake clocks) is its
-trial's :class:`~lockcompare.cluster.ClusterShape` (matrix.cluster_shape). When the runner injects, heals and how often is :mod:`schedule`'s business;
+trial's :class:`~lockcompare.infra.cluster.ClusterShape` (matrix.cluster_shape). When the runner injects, heals and how often is :mod:`schedule`'s business;
 the runner heals every active fault in ``finally``, whatever happened.
 
 - ``node-crash``: SIGKILL the nodes; they stay down until the trial ends (a single node is a
@@ -19,9 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-from lockcompare.cluster import Cluster
 from lockcompare.errors import ConfigError
-
+from lockcompare.infra.cluster import Cluster
 
 
 class NodeFault(Protocol):
@@ -74,7 +73,9 @@ class NodeRestart(NodeCrash):
     def restarted(self, *, kept: bool = False) -> str:
         if self.persistence != "none":
             return "restarted on the same port (AOF, appendfsync always)"
-        return "restarted on the same port" + (" (with its data: the server persists on its own)" if kept else " (empty)")
+        return "restarted on the same port" + (
+            " (with its data: the server persists on its own)" if kept else " (empty)"
+        )
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ ahead, no link stays cut, whatever ended the trial.
 *Standing* faults (:class:`StandingFault`, e.g. a partition) follow no lease: :meth:`FaultScheduler.start`
 injects them once every worker is ready, before the first round (their events have round -1), and
 ``heal_all`` heals them. A fault acts on the cluster's nodes (it is handed the
-:class:`~lockcompare.cluster.Cluster`) unless its class says ``scope = "links"``: then it is handed
+:class:`~lockcompare.infra.cluster.Cluster`) unless its class says ``scope = "links"``: then it is handed
 the trial's :class:`FaultContext`, which holds the cluster and the workers' proxied links.
 
 A fault may also have a ``prepare(cluster, nodes)`` step, which :meth:`FaultScheduler.start` runs
@@ -32,14 +32,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lockcompare.cluster import Cluster
+from lockcompare.analysis.history import Event, now_ns
 from lockcompare.errors import ConfigError
 from lockcompare.faults.holders import LockHolders
 from lockcompare.faults.node import NodeFault
-from lockcompare.history import Event, now_ns
+from lockcompare.infra.cluster import Cluster
 
 if TYPE_CHECKING:
-    from lockcompare.proxy import ProxySet
+    from lockcompare.infra.proxy import ProxySet
 
 
 @dataclass(frozen=True)
@@ -203,6 +203,16 @@ class FaultScheduler:
         target = FaultContext(cluster=self.cluster, links=self.links) if on_links else self.cluster
         detail = step(target, nodes)
         self.events.append(
-            {"worker": -1, "round": round_, "kind": "fault", "fault": fault.name, "action": action,
-             "t0": t0, "t1": now_ns(), "nodes": nodes, "detail": detail, **(extra or {})}  # fmt: skip
+            {
+                "worker": -1,
+                "round": round_,
+                "kind": "fault",
+                "fault": fault.name,
+                "action": action,
+                "t0": t0,
+                "t1": now_ns(),
+                "nodes": nodes,
+                "detail": detail,
+                **(extra or {}),
+            }  # fmt: skip
         )

@@ -1,0 +1,86 @@
+"""Cells of a results file: the trials that belong together in one table line, bar or report section.
+
+A cell is a backend × an experiment, split further by every setting of
+:data:`lockcompare.render.table.CONDITION_COLUMNS` that varies inside one backend × experiment (a
+pause-length sweep makes one cell per pause length). This is the same grouping as the summary
+table's, so a bar in a plot and a line in the table always cover the same trials.
+
+>>> rows = [{"backend": "single", "experiment": "client-pause", "pause_ms": p} for p in (600.0, 850.0)]
+>>> [cell.name for cell in group_cells(rows)]
+['single.client-pause.pause_ms-600', 'single.client-pause.pause_ms-850']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lockcompare.render.table import CONDITION_COLUMNS
+
+Row = dict[str, Any]
+
+
+def setting_text(value: Any) -> str:
+    """A setting as text, the way the summary table shows it: 850.0 reads 850."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of ``text`` (a backend may be ``package.module:Class``)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "_"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    backend: str
+    experiment: str
+    #: (column, value as text) for each condition that varies in the file, in CONDITION_COLUMNS order.
+    conditions: tuple[tuple[str, str], ...]
+    rows: tuple[Row, ...]
+
+    @property
+    def name(self) -> str:
+        """Stable and file-name safe: ``single.client-pause.pause_ms-850``."""
+        parts = [self.backend, self.experiment, *(f"{column}-{value}" for column, value in self.conditions)]
+        return slug(".".join(parts))
+
+    @property
+    def condition_label(self) -> str:
+        """The varying settings in words, e.g. ``pause_ms 850`` ('' when nothing varies)."""
+        return ", ".join(f"{column} {value}" for column, value in self.conditions)
+
+    @property
+    def title(self) -> str:
+        label = self.condition_label
+        return f"{self.backend} × {self.experiment}" + (f" ({label})" if label else "")
+
+
+def varying_conditions(rows: Sequence[Row]) -> list[str]:
+    """Condition columns whose value differs between rows of one backend × experiment.
+
+    Differences between backends or experiments are already said by their names, so they do not
+    split cells (fenced checks ``fence-writes`` where single checks ``plain``: still one bar each).
+    """
+    seen: dict[tuple[str, str], dict[str, set[str]]] = {}
+    for row in rows:
+        per_column = seen.setdefault((row["backend"], row["experiment"]), {})
+        for column in CONDITION_COLUMNS:
+            per_column.setdefault(column, set()).add(setting_text(row.get(column)))
+    return [c for c in CONDITION_COLUMNS if any(len(per_column[c]) > 1 for per_column in seen.values())]
+
+
+def group_cells(rows: Sequence[Row]) -> list[Cell]:
+    """The cells of ``rows``, in the order they first appear in the file."""
+    varying = varying_conditions(rows)
+    groups: dict[tuple[str, ...], list[Row]] = {}
+    for row in rows:
+        key = (row["backend"], row["experiment"], *(setting_text(row.get(c)) for c in varying))
+        groups.setdefault(key, []).append(row)
+    return [
+        Cell(backend=key[0], experiment=key[1], conditions=tuple(zip(varying, key[2:], strict=True)), rows=tuple(group))
+        for key, group in groups.items()
+    ]

@@ -1,0 +1,410 @@
+"""The verdict on one trial: pure functions over the history and the resource's counters.
+
+No Redis here, so every rule can be tested on hand-built histories. Conflicts are measured twice,
+independently: by the resource (its INCR of the occupancy counter returned more than 1) and from
+the workers' critical-section intervals on the shared monotonic clock (an entry that falls inside
+another worker's interval). Each step's instant is taken as the midpoint of its ``t0``/``t1``
+(the request took effect somewhere between send and reply, a loopback round trip of ~0.15 ms).
+
+A checker that cannot make sense of a history says ``unknown``, never ``exclusive``.
+
+Extra rounds (the ``contend`` workload, contend.py: events marked ``"extra": true``) exist only to
+keep the rivals contending. Exclusion and progress are judged on the planned sections: ``entries``
+counts planned sections; a conflict is an entry that found another worker inside, counted when
+planned work is involved (a planned entry, or an extra entry into another worker's planned
+section), by both measures alike; acquire counts, timeouts, refusals and latencies are the planned
+rounds'. Damage is counted over every section, because the resource cannot tell whose increment a
+stale write erased and an extra section's write is real work under the same lock: writes, lost
+updates, stale writes, and the lock's own symptoms (most workers inside, overlap time, failed
+releases, tokens going backwards). ``extra_entries`` says how many extra sections ran. A history
+without extra events is judged exactly as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from lockcompare.analysis.counters import ResourceCounters
+from lockcompare.analysis.history import Event
+from lockcompare.analysis.stats import percentile
+
+#: Every verdict, with what it means. Safety is judged first (a violation observed is a violation
+#: whatever else happened); a trial without one is ``exclusive`` only if every planned round ran.
+VERDICT_MEANINGS = {
+    "exclusive": "every planned critical section ran, never two at once, no update lost",
+    "conflicts-no-damage": "two workers were inside at once, but the resource lost no update (fencing, lock-free)",
+    "lost-updates": "an increment a worker believed it made is missing from the final balance",
+    "degraded": "no conflict seen, but some planned rounds never entered (acquires refused or timed out): "
+    "exclusion held only over what ran",
+    "unavailable": "the lock was never granted (or nothing entered): nothing was observed, so nothing is claimed",
+    "unknown": "the trial could not be judged (a worker failed, a backend call hung, a node died, "
+    "the history is inconsistent); see the problem column",
+}
+VERDICTS = tuple(VERDICT_MEANINGS)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialMetrics:
+    entries: int
+    entries_planned: int  # workers x rounds
+    conflicts: int  # counted by the resource
+    conflicts_overlap: int  # from the workers' CS intervals
+    conflict_measures_agree: bool
+    max_concurrency: int
+    overlap_ms: float
+    writes_accepted: int
+    writes_rejected: int
+    reads_rejected: int  # fenced reads refused (fence-all): the holder was known to be stale
+    cs_retries: int  # optimistic updates redone because the balance changed under them
+    stale_writes_accepted: int
+    stale_writes_rejected: int
+    lost_updates: int
+    final_balance: int
+    acquires: int
+    acquire_timeouts: int  # rounds that gave up acquiring at the acquire deadline
+    refusals: str  # every refused attempt by reason, e.g. "held:120;no-quorum:3"
+    refused_validity: int
+    acquire_p50_ms: float
+    acquire_p99_ms: float
+    releases_failed: int
+    tokens_backwards: int  # granted fencing tokens not above one granted before (counter lost: restart, failover)
+    verdict: str
+    extra_entries: int = 0  # sections of extra rounds (the contend workload), not in ``entries``
+    grants_while_held: int = 0  # leases granted while another worker's lease was valid and unreleased
+    foreign_releases: int = 0  # releases reported done while the lock was another worker's (deleted its key)
+    problem: str = ""  # why the verdict is unknown
+
+    def as_row(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Interval:
+    worker: int
+    start_ns: float
+    end_ns: float
+    extra: bool = False  # a section of an extra round (contend workload)
+
+
+def midpoint(event: Event) -> float:
+    return (event["t0"] + event["t1"]) / 2
+
+
+def sections(history: Sequence[Event]) -> list[tuple[Event, Event]]:
+    """Each worker's critical sections as (``enter``, matching ``exit``) events, by start.
+
+    Raises ValueError when an enter has no exit (or the other way round): such a history
+    cannot support a verdict.
+    """
+    open_at: dict[int, Event] = {}
+    pairs = []
+    for event in sorted(history, key=lambda e: e["t0"]):
+        worker, kind = event["worker"], event["kind"]
+        if kind == "enter":
+            if worker in open_at:
+                raise ValueError(f"worker {worker} entered twice without exiting (round {event['round']})")
+            open_at[worker] = event
+        elif kind == "exit":
+            if worker not in open_at:
+                raise ValueError(f"worker {worker} exited without entering (round {event['round']})")
+            pairs.append((open_at.pop(worker), event))
+    if open_at:
+        raise ValueError(f"workers {sorted(open_at)} entered and never exited")
+    return sorted(pairs, key=lambda pair: midpoint(pair[0]))
+
+
+def cs_intervals(history: Sequence[Event]) -> list[Interval]:
+    """Each worker's critical sections, from the midpoint of ``enter`` to that of its ``exit``."""
+    return [
+        Interval(enter["worker"], midpoint(enter), midpoint(exit_), extra=bool(enter.get("extra")))
+        for enter, exit_ in sections(history)
+    ]
+
+
+def overlap_conflicts(intervals: Sequence[Interval]) -> int:
+    """Entries that happened while another worker was inside (start strictly within its interval),
+    when planned work is involved: an entry and a section that are both extra do not count."""
+    return sum(
+        1
+        for a in intervals
+        if any(
+            b.worker != a.worker and b.start_ns < a.start_ns < b.end_ns and not (a.extra and b.extra) for b in intervals
+        )
+    )
+
+
+def entry_conflicts(history: Sequence[Event]) -> int:
+    """Entries the resource saw with another worker inside (``inside`` > 1), when planned work is
+    involved: a planned entry always counts; an extra entry only if another worker's planned
+    section was open then (its widest span, enter's t0 to exit's t1, holds the entry's midpoint)."""
+    pairs = sections(history)
+    planned_spans = [(e["worker"], e["t0"], x["t1"]) for e, x in pairs if not e.get("extra")]
+    counted = 0
+    for enter, _ in pairs:
+        if enter["inside"] <= 1:
+            continue
+        at = midpoint(enter)
+        if not enter.get("extra") or any(w != enter["worker"] and t0 <= at <= t1 for w, t0, t1 in planned_spans):
+            counted += 1
+    return counted
+
+
+def concurrency_profile(intervals: Sequence[Interval]) -> tuple[int, float]:
+    """(max workers inside at once, total ms with two or more inside), by a sweep over the edges."""
+    edges = sorted([(i.start_ns, 1) for i in intervals] + [(i.end_ns, -1) for i in intervals])
+    inside = peak = 0
+    overlap_ns = 0.0
+    last = None
+    for t, step in edges:  # at equal times exits (-1) sort first: touching intervals do not overlap
+        if inside >= 2 and last is not None:
+            overlap_ns += t - last
+        inside += step
+        peak = max(peak, inside)
+        last = t
+    return peak, overlap_ns / 1e6
+
+
+def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
+    """(accepted, rejected) writes made after the writer's own lease had expired, by the deadline
+    the writer last believed (its acquire's, or a renewal's reported right before the write)."""
+    valid_until: dict[tuple[int, int], int | None] = {}
+    accepted = rejected = 0
+    for event in sorted(history, key=lambda e: e["t0"]):
+        key = (event["worker"], event["round"])
+        if event["kind"] == "acquire" and event.get("ok"):
+            valid_until[key] = event.get("valid_until")
+        elif event["kind"] == "lease" and event.get("ok"):
+            valid_until[key] = event.get("valid_until")  # a renewing holder's belief, right before it wrote
+        elif event["kind"] == "write":
+            deadline = valid_until.get(key)
+            if deadline is not None and event["t0"] >= deadline:
+                if event.get("accepted"):
+                    accepted += 1
+                else:
+                    rejected += 1
+    return accepted, rejected
+
+
+def grants_while_held(history: Sequence[Event]) -> int:
+    """Leases granted while another worker held a lease still valid by its own deadline and not
+    yet released: two valid leases at once, which no correct lease lock allows, whether or not
+    the resource saw it (a careless release that deletes a paused holder's key shows here while
+    the holder sleeps). Conservative: the rival's whole attempt (``t_attempt``..``t1``) must fall
+    inside the holder's lease (its acquire's ``t1`` to the earlier of its ``valid_until`` and its
+    release's ``t0``); a lease with no deadline claims nothing; renewals are not counted.
+    """
+    released_at: dict[tuple[int, int], int] = {}
+    for event in history:
+        if event["kind"] == "release":
+            key = (event["worker"], event["round"])
+            released_at[key] = min(released_at.get(key, event["t0"]), event["t0"])
+    leases = []
+    for event in history:
+        if event["kind"] == "acquire" and event.get("ok") and event.get("valid_until") is not None:
+            end = min(event["valid_until"], released_at.get((event["worker"], event["round"]), event["valid_until"]))
+            leases.append((event["worker"], event["t1"], end))
+    return sum(
+        1
+        for e in history
+        if e["kind"] == "acquire" and e.get("ok")
+        and any(w != e["worker"] and start < e["t_attempt"] and e["t1"] < end for w, start, end in leases)
+    )  # fmt: skip
+
+
+def foreign_releases(history: Sequence[Event]) -> int:
+    """Releases that removed another worker's lock: the backend reported the release done while
+    the lock belonged to someone else — the latest lease granted before the release (by ``t1``)
+    is another worker's, still valid by its own deadline and not yet released (a lease without a
+    deadline, e.g. the no-lock backend's, claims nothing).
+
+    A compare-and-delete release reports "not mine" there (``released`` false) and is not
+    counted; a plain ``DEL`` reports the deletion of the rival's key as success, which is what
+    this counts. It needs no help from the backend beyond an honest return value of ``release``.
+    """
+    releases = [e for e in history if e["kind"] == "release"]
+    released_at: dict[tuple[int, int], int] = {}
+    for event in releases:
+        key = (event["worker"], event["round"])
+        released_at[key] = min(released_at.get(key, event["t0"]), event["t0"])
+    grants = sorted((e for e in history if e["kind"] == "acquire" and e.get("ok")), key=lambda e: e["t1"])
+    count = 0
+    for release in releases:
+        if not release.get("released"):
+            continue
+        before = [g for g in grants if g["t1"] < release["t0"]]
+        if not before:
+            continue
+        holder = before[-1]
+        if holder["worker"] == release["worker"]:
+            continue
+        deadline = holder.get("valid_until")
+        still_valid = deadline is not None and deadline > release["t0"]  # no deadline (no lock): claims nothing
+        unreleased = released_at.get((holder["worker"], holder["round"]), release["t0"] + 1) > release["t0"]
+        count += still_valid and unreleased
+    return count
+
+
+def verdict_for(*, conflicts: int, lost_updates: int, entries: int, entries_planned: int) -> str:
+    """Safety first, then progress: see :data:`VERDICT_MEANINGS`.
+
+    >>> verdict_for(conflicts=0, lost_updates=0, entries=0, entries_planned=80)
+    'unavailable'
+    >>> verdict_for(conflicts=0, lost_updates=0, entries=50, entries_planned=80)
+    'degraded'
+    """
+    if lost_updates > 0:
+        return "lost-updates"
+    if conflicts > 0:
+        return "conflicts-no-damage"
+    if entries == 0:
+        return "unavailable"
+    return "exclusive" if entries >= entries_planned else "degraded"
+
+
+def tokens_backwards(granted: Sequence[Event]) -> int:
+    """Granted fencing tokens not higher than the highest granted before them, in grant order.
+
+    A repeated token counts too: two leases with the same token are two holders the resource cannot
+    tell apart (it refuses only a *lower* token), which is what a counter promoted one increment
+    behind hands out (the failover experiment).
+
+    >>> tokens_backwards([{"t1": 1, "fence": 5}, {"t1": 2, "fence": 2}, {"t1": 3, "fence": 6}])
+    1
+    >>> tokens_backwards([{"t1": 1, "fence": 1}, {"t1": 2, "fence": 1}, {"t1": 3, "fence": 2}])
+    1
+    """
+    highest, backwards = None, 0
+    for event in sorted(granted, key=lambda e: e["t1"]):
+        token = event.get("fence")
+        if token is None:
+            continue
+        if highest is not None and token <= highest:
+            backwards += 1
+        highest = token if highest is None else max(highest, token)
+    return backwards
+
+
+def refusal_counts(acquires: Sequence[Event]) -> dict[str, int]:
+    """Refused attempts by reason over every acquire event."""
+    totals: dict[str, int] = {}
+    for event in acquires:
+        for reason, count in (event.get("refusals") or {}).items():
+            totals[reason] = totals.get(reason, 0) + int(count)
+    return dict(sorted(totals.items()))
+
+
+def format_refusals(counts: dict[str, int]) -> str:
+    """``{"held": 3, "no-quorum": 1}`` → ``"held:3;no-quorum:1"`` (the CSV's text form)."""
+    return ";".join(f"{reason}:{n}" for reason, n in counts.items())
+
+
+def parse_refusals(text: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for part in filter(None, (text or "").split(";")):
+        reason, _, n = part.rpartition(":")
+        counts[reason] = counts.get(reason, 0) + int(n)
+    return counts
+
+
+def check(history: Sequence[Event], counters: ResourceCounters, *, entries_planned: int) -> TrialMetrics:
+    """Compute every metric of a trial; any inconsistency makes the verdict ``unknown``."""
+    try:
+        return _check(history, counters, entries_planned=entries_planned)
+    except (ValueError, KeyError, TypeError) as exc:
+        return unknown(counters, problem=f"history unusable: {exc}", entries_planned=entries_planned)
+
+
+def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_planned: int) -> TrialMetrics:
+    problems = []
+    errors = [e for e in history if e["kind"] == "error"]
+    if errors:
+        problems.append(errors[0].get("message", "a worker failed"))
+    intervals = cs_intervals(history)
+    extra_entries = sum(1 for i in intervals if i.extra)
+    if len(intervals) != counters.entries:
+        problems.append(f"{len(intervals)} entries in the history but {counters.entries} at the resource")
+    if counters.occupancy != 0:
+        problems.append(f"occupancy counter ended at {counters.occupancy}, not 0")
+    history_conflicts = sum(1 for e in history if e["kind"] == "enter" and e["inside"] > 1)
+    if history_conflicts != counters.conflicts:
+        problems.append(f"workers saw {history_conflicts} conflicts, the resource counted {counters.conflicts}")
+    conflicts = entry_conflicts(history) if extra_entries else counters.conflicts
+    entries = counters.entries - extra_entries
+    conflicts_overlap = overlap_conflicts(intervals)
+    peak, overlap_ms = concurrency_profile(intervals)
+    stale_accepted, stale_rejected = stale_writes(history)
+    acquires = [e for e in history if e["kind"] == "acquire" and not e.get("extra")]
+    granted = [e for e in acquires if e.get("ok")]
+    latencies_ms = [(e["t1"] - e["t_attempt"]) / 1e6 for e in granted]
+    lost = counters.writes_accepted - counters.final_balance
+    return TrialMetrics(
+        entries=entries,
+        entries_planned=entries_planned,
+        conflicts=conflicts,
+        conflicts_overlap=conflicts_overlap,
+        conflict_measures_agree=conflicts_overlap == conflicts,
+        max_concurrency=peak,
+        overlap_ms=round(overlap_ms, 3),
+        writes_accepted=counters.writes_accepted,
+        writes_rejected=counters.writes_rejected,
+        reads_rejected=counters.reads_rejected,
+        cs_retries=sum(1 for e in history if e["kind"] == "retry"),
+        stale_writes_accepted=stale_accepted,
+        stale_writes_rejected=stale_rejected,
+        lost_updates=lost,
+        final_balance=counters.final_balance,
+        acquires=len(granted),
+        acquire_timeouts=len(acquires) - len(granted),
+        refusals=format_refusals(refusal_counts(acquires)),
+        refused_validity=refusal_counts(acquires).get("validity", 0),
+        acquire_p50_ms=round(percentile(latencies_ms, 50), 4),
+        acquire_p99_ms=round(percentile(latencies_ms, 99), 4),
+        releases_failed=sum(1 for e in history if e["kind"] == "release" and not e.get("released")),
+        tokens_backwards=tokens_backwards([e for e in history if e["kind"] == "acquire" and e.get("ok")]),
+        verdict="unknown"
+        if problems
+        else verdict_for(conflicts=conflicts, lost_updates=lost, entries=entries, entries_planned=entries_planned),
+        problem="; ".join(problems),
+        extra_entries=extra_entries,
+        grants_while_held=grants_while_held(history),
+        foreign_releases=foreign_releases(history),
+    )
+
+
+def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned: int) -> TrialMetrics:
+    """Metrics for a trial whose history cannot be judged: counters kept, verdict ``unknown``."""
+    c = counters or ResourceCounters(
+        entries=0, conflicts=0, writes_accepted=0, writes_rejected=0, final_balance=0, occupancy=0
+    )
+    nan = float("nan")
+    return TrialMetrics(
+        entries=c.entries,
+        entries_planned=entries_planned,
+        conflicts=c.conflicts,
+        conflicts_overlap=-1,
+        conflict_measures_agree=False,
+        max_concurrency=-1,
+        overlap_ms=nan,
+        writes_accepted=c.writes_accepted,
+        writes_rejected=c.writes_rejected,
+        reads_rejected=c.reads_rejected,
+        cs_retries=-1,
+        stale_writes_accepted=-1,
+        stale_writes_rejected=-1,
+        lost_updates=c.writes_accepted - c.final_balance,
+        final_balance=c.final_balance,
+        acquires=-1,
+        acquire_timeouts=-1,
+        refusals="",
+        refused_validity=-1,
+        acquire_p50_ms=nan,
+        acquire_p99_ms=nan,
+        releases_failed=-1,
+        tokens_backwards=-1,
+        verdict="unknown",
+        problem=problem,
+        extra_entries=-1,
+        grants_while_held=-1,
+        foreign_releases=-1,
+    )

@@ -1,0 +1,165 @@
+"""Reproducing a results row: the ``lockcompare matrix`` command line for its cell, built from its
+settings, and the exact trial (:func:`spec_from_row`) that ``lockcompare run --from`` reruns.
+
+The CSV stores times already multiplied by ``time_scale``; the command gives them at the lesson's
+scale (divided back) with the same ``--time-scale``, so a rerun writes rows whose every setting
+column, ``time_scale`` included, equals the original's. Every setting is written out, even where
+it equals today's default, so the command still means the same when a default changes.
+
+The CSV keeps each trial's derived seed, not the run's ``--seed``: the command says ``--seed 1``
+when seed 1 derives the stored one (the default, checked), and says the seed is unknown otherwise.
+
+>>> row = {"backend": "single", "experiment": "client-pause", "trial": 0, "seed": 912100329,
+...        "workers": 2, "rounds": 3, "ttl_ms": 100, "work_ms": 30.0, "pause_ms": 120.0,
+...        "time_scale": 0.1, "acquire_timeout_ms": 6000.0, "retry_delay_ms": 1.0, "think_ms": 2.0,
+...        "node_count": "", "pause_point": "after-acquire", "pause_how": "sleep",
+...        "resource_check": "plain", "cluster": "embedded"}
+>>> print(matrix_command([row]))  # doctest: +NORMALIZE_WHITESPACE
+lockcompare matrix --backends single --experiments client-pause --trials 1 --time-scale 0.1
+  --ttl-ms 1000 --work-ms 300 --pause-ms 1200 --pause-point after-acquire --pause-how sleep
+  --rounds 3 --workers 2 --acquire-timeout-ms 60000 --retry-delay-ms 10 --think-ms 20 --seed 1
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Sequence
+from typing import Any, get_args, get_type_hints
+
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import IDENTITY_SETTINGS, TrialSpec, pause_schedule, trial_seed
+
+#: Times stored scaled, in the order the command gives them.
+SCALED = ("ttl_ms", "work_ms", "pause_ms")
+SCALED_WORKLOAD = ("acquire_timeout_ms", "retry_delay_ms", "think_ms")
+#: resource_check → the --fence value that produces it (the others come from the backend itself).
+FENCE_FOR_CHECK = {"fence-writes": "writes", "fence-all": "all", "token-cas": "token"}
+
+
+def number(value: float) -> str:
+    """A plain decimal with at most 6 decimals: 300.00000000000006 reads 300, never 3e+02."""
+    text = f"{round(float(value), 6):.6f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def unscaled(row: dict[str, Any], column: str) -> str:
+    return number(float(row[column]) / float(row["time_scale"]))
+
+
+def settings_key(row: dict[str, Any]) -> tuple[str, ...]:
+    """Everything the command says except the trial count: rows with equal keys share a command."""
+    return tuple(_arguments(row))
+
+
+def matrix_command(rows: Sequence[dict[str, Any]]) -> str:
+    """One command for ``rows`` (trials of one cell with equal settings; see :func:`settings_key`)."""
+    if not rows:
+        raise ValueError("no rows")
+    keys = {settings_key(r) for r in rows}
+    if len(keys) > 1:
+        raise ValueError("rows with different settings need one command each (group them by settings_key)")
+    trials = max(int(r["trial"]) for r in rows) + 1  # trial numbers run 0..K-1 in a matrix of K trials
+    row = rows[0]
+    head = ["lockcompare", "matrix", "--backends", row["backend"], "--experiments", row["experiment"]]
+    command = " ".join(shlex.quote(a) for a in [*head, "--trials", str(trials), *_arguments(row)])
+    notes = []
+    if not _seed_is(row, base=1):
+        notes.append("base --seed unknown (the CSV keeps only each trial's derived seed)")
+    if row.get("cluster") == "external":
+        notes.append("ran against external servers: add --nodes URL,... --resource URL")
+    return command + "".join(f"  # {note}" for note in notes)
+
+
+def _arguments(row: dict[str, Any]) -> list[str]:
+    args = ["--time-scale", number(row["time_scale"])]
+    args += [part for column in SCALED for part in (_flag(column), unscaled(row, column))]
+    if float(row["pause_ms"]) > 0:  # without a pause there is nowhere for it to land (the CSV says the default)
+        args += ["--pause-point", str(row["pause_point"]), "--pause-how", str(row["pause_how"])]
+    fence = FENCE_FOR_CHECK.get(str(row.get("resource_check")))
+    if fence is not None:
+        args += ["--fence", fence]
+    args += ["--rounds", str(row["rounds"]), "--workers", str(row["workers"])]
+    args += [part for column in SCALED_WORKLOAD for part in (_flag(column), unscaled(row, column))]
+    if str(row.get("node_count") or "").strip():
+        args += ["--redlock-nodes", str(row["node_count"])]
+    jitter = row.get("jitter")
+    if isinstance(jitter, float) and not math.isnan(jitter):
+        args += ["--jitter", number(jitter)]
+    if str(row.get("workload") or "lesson") != "lesson":
+        args += ["--workload", str(row["workload"])]
+    if _seed_is(row, base=1):
+        args += ["--seed", "1"]
+    return args
+
+
+def _flag(column: str) -> str:
+    return "--" + column.replace("_", "-")
+
+
+def _seed_is(row: dict[str, Any], *, base: int) -> bool:
+    try:
+        return trial_seed(base, row["backend"], row["experiment"], int(row["trial"])) == int(row["seed"])
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def spec_from_row(row: dict[str, Any]) -> TrialSpec:
+    """The trial a results row describes, rebuilt with exactly its settings and seed (``run --from``).
+
+    Every identity setting is taken from the row as it was stored (times already scaled, the
+    trial's derived seed), the pause schedule is derived from that seed as the matrix derived it,
+    and the rebuilt trial's id must equal the row's: a row this version cannot rebuild exactly
+    (a setting it does not know, a changed derivation) is refused rather than rerun approximately.
+    """
+    from lockcompare.errors import InvalidValueError
+
+    hints = get_type_hints(TrialSpec)
+    values: dict[str, Any] = {}
+    for name in IDENTITY_SETTINGS:
+        values[name] = _setting(name, row.get(name), hints[name])
+    experiment = get_experiment(str(row["experiment"]))
+    schedule = (
+        pause_schedule(
+            workers=(0,), rounds=values["rounds"], probability=experiment.pause_probability, seed=values["seed"]
+        )
+        if values["pause_ms"] > 0
+        else frozenset()
+    )
+    spec = TrialSpec(**values, fault=experiment.fault or "", pause_schedule=schedule)
+    if spec.trial_id != row.get("trial_id"):
+        raise InvalidValueError(
+            f"cannot rebuild trial {row.get('trial_id')} exactly (rebuilt {spec.trial_id}): it was written by "
+            f"lockcompare {row.get('lockcompare_version') or '?'} with settings this version derives differently"
+        )
+    return spec
+
+
+def _setting(name: str, value: Any, hint: Any) -> Any:
+    """A row's value as the TrialSpec field's type (an empty cell is None where None is allowed)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value == "":
+        if type(None) in get_args(hint):
+            return None
+        raise ValueError(f"the row has no {name}")
+    kinds = [k for k in (get_args(hint) or (hint,)) if k is not type(None)]
+    kind = kinds[0]
+    if kind is int:
+        return int(float(value))
+    if kind is float:
+        return float(value)
+    return kind(str(value))  # str, or a StrEnum (pause_point, pause_how, resource_check)
+
+
+def find_row(rows: Sequence[dict[str, Any]], selector: str) -> dict[str, Any]:
+    """The row ``selector`` names: a trial id, or a data row's number (1 = the first row)."""
+    from lockcompare.errors import InvalidValueError
+
+    if selector.isdigit():
+        number_ = int(selector)
+        if not 1 <= number_ <= len(rows):
+            raise InvalidValueError(f"row {number_} does not exist: the file has {len(rows)} rows (1..{len(rows)})")
+        return rows[number_ - 1]
+    matches = [row for row in rows if row.get("trial_id") == selector]
+    if not matches:
+        raise InvalidValueError(f"no row with trial id {selector!r} (give a trial id or a row number, 1 = first)")
+    return matches[-1]

@@ -1,0 +1,277 @@
+"""The results CSV: one row per trial, appended whole the moment the trial ends.
+
+Column names are stable and carry their units (``ttl_ms``, ``wall_s``). ``schema_version`` is in
+every row; files from older versions stay readable (missing columns get their defaults). A row is
+written with a single ``write`` on an ``O_APPEND`` descriptor and fsynced, so an interrupted run
+leaves only complete rows, and the file is created only when its first row is ready.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lockcompare.analysis.checker import TrialMetrics
+from lockcompare.errors import ResultsFileError
+from lockcompare.infra.provenance import host_facts
+from lockcompare.spec.trialspec import IDENTITY_SETTINGS, trial_id_for
+
+if TYPE_CHECKING:  # the runner writes rows; reading them must not import it (no redis offline)
+    from lockcompare.runner.trial import TrialResult
+
+SCHEMA_VERSION = 4
+
+#: What a row of an older schema meant for the columns it lacks. Until schema 3: the pause was an
+#: in-process sleep; schema 1: it landed right after acquiring, no think time, fenced backends
+#: checked the token on the write only. Until schema 4: no jitter, and no provenance (left empty:
+#: unknown, never guessed).
+_SINCE_V3 = {
+    "jitter": "0", "fault_nodes": "0", "restart_delay_ms": "0", "persistence": "none", "workload": "lesson",
+    "extra_entries": "0", "wait_replicas": "0",
+}  # fmt: skip
+_SINCE_V2 = _SINCE_V3 | {"pause_how": "sleep"}
+_SINCE_V1 = _SINCE_V2 | {"pause_point": "after-acquire", "think_ms": "0", "reads_rejected": "0", "cs_retries": "0"}
+
+#: The trial's coordinates and settings (its identity, see experiments.IDENTITY_SETTINGS).
+SETTING_COLUMNS = IDENTITY_SETTINGS
+#: Where and by what the row was produced; "" in rows migrated from before schema 4.
+PROVENANCE_COLUMNS = (
+    "lockcompare_version", "source_revision", "host", "cpu_count", "load_avg_1m", "concurrent_runs",
+    "jobs_concurrent", "cluster", "redis_version", "lock_nodes_reachable",
+)  # fmt: skip
+METRIC_COLUMNS = tuple(f.name for f in fields(TrialMetrics))
+COLUMNS = (
+    "schema_version", "run_id", "trial_id", "started_at", *SETTING_COLUMNS, *PROVENANCE_COLUMNS,
+    *METRIC_COLUMNS, "wall_s", "history",
+)  # fmt: skip
+
+_INT_COLUMNS = {
+    "schema_version", "trial", "seed", "workers", "rounds", "ttl_ms", "fault_nodes", "wait_replicas", "entries",
+    "entries_planned",
+    "conflicts",
+    "conflicts_overlap", "max_concurrency", "writes_accepted", "writes_rejected",
+    "stale_writes_accepted", "stale_writes_rejected", "lost_updates", "final_balance", "acquires",
+    "acquire_timeouts", "refused_validity", "releases_failed", "reads_rejected", "cs_retries", "tokens_backwards",
+    "extra_entries", "grants_while_held", "foreign_releases",
+}  # fmt: skip
+_FLOAT_COLUMNS = {
+    "work_ms", "pause_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter",
+    "restart_delay_ms", "overlap_ms",
+    "acquire_p50_ms", "acquire_p99_ms", "wall_s", "load_avg_1m",
+}  # fmt: skip
+_BOOL_COLUMNS = {"conflict_measures_agree"}
+
+
+def make_row(
+    result: TrialResult,
+    *,
+    run_id: str,
+    cluster_kind: str,
+    redis_version: str,
+    history_path: str,
+    jobs_concurrent: int = 1,
+) -> dict[str, Any]:
+    spec = result.spec
+    row: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "trial_id": spec.trial_id,
+        "started_at": result.started_at,
+        **spec.settings(),
+        **host_facts(),
+        "load_avg_1m": round(result.load_avg_1m, 2),
+        "concurrent_runs": result.concurrent_runs,
+        "jobs_concurrent": jobs_concurrent,
+        "cluster": cluster_kind,
+        "redis_version": redis_version,
+        "lock_nodes_reachable": result.lock_nodes_reachable,
+        **result.metrics.as_row(),
+        "wall_s": round(result.wall_s, 3),
+        "history": history_path,
+    }
+    if row["node_count"] is None:
+        row["node_count"] = ""
+    return row
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.6g}"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) and value == -1:
+        return ""  # an int column's "unknown" (see _parse) stays empty, never a number to average
+    return str(value)
+
+
+def format_header() -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(COLUMNS)
+    return buf.getvalue()
+
+
+def format_row(row: dict[str, Any], *, header: bool = False) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow([_format(row.get(col, "")) for col in COLUMNS])
+    return (format_header() if header else "") + buf.getvalue()
+
+
+class ResultsWriter:
+    """Appends whole rows to a CSV; creates it (with its header) only with the first row."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, row: dict[str, Any]) -> None:
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        data = format_row(row, header=new).encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, data)  # one write: a row is on disk whole, or not at all
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _parse(column: str, text: str) -> Any:
+    if column in _INT_COLUMNS:
+        return int(text) if text not in ("", None) else -1
+    if column in _FLOAT_COLUMNS:
+        return float(text) if text not in ("", None) else math.nan
+    if column in _BOOL_COLUMNS:
+        return text == "true"
+    return text
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultsFile:
+    """A results CSV as read: its rows (typed, in the current schema) and what is wrong with it."""
+
+    path: Path
+    rows: list[dict[str, Any]]
+    oldest_schema: int  # the oldest schema_version among its rows (SCHEMA_VERSION when empty)
+    truncated_lines: list[int]  # line numbers of rows cut short (e.g. by a full disk or a crash)
+    header_current: bool  # the header is exactly today's columns
+
+    @property
+    def needs_rewrite(self) -> bool:
+        """True when appending today's rows would not give a consistent file."""
+        return bool(self.truncated_lines) or not self.header_current or self.oldest_schema < SCHEMA_VERSION
+
+
+def inspect_results(path: Path) -> ResultsFile:
+    """Read a results CSV of any schema; raises :class:`ResultsFileError` for one that is not ours."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ResultsFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsFileError(f"{path}: not a readable CSV: {exc}") from None
+    lines = text.splitlines(keepends=True)
+    try:
+        reader = csv.reader(lines)
+        header = next(reader, None)
+        if not header or "schema_version" not in header:
+            raise ResultsFileError(f"{path}: not a lockcompare results file (no schema_version column)")
+        records = list(reader)
+    except csv.Error as exc:
+        raise ResultsFileError(f"{path}: not a readable CSV: {exc}") from None
+    truncated, typed, oldest = [], [], SCHEMA_VERSION
+    for number, values in enumerate(records, start=2):
+        last = number == len(records) + 1
+        if len(values) != len(header) or (last and not text.endswith("\n")):
+            truncated.append(number)  # our writer ends every whole row with a newline
+            continue
+        raw = dict(zip(header, values, strict=True))
+        try:
+            version = int(raw["schema_version"])
+        except ValueError:
+            raise ResultsFileError(f"{path}:{number}: bad schema_version {raw['schema_version']!r}") from None
+        if version > SCHEMA_VERSION:
+            raise ResultsFileError(
+                f"{path}: schema_version {version} is newer than this lockcompare ({SCHEMA_VERSION}): upgrade lockcompare"
+            )
+        oldest = min(oldest, version)
+        try:
+            typed.append(_typed(_upgrade(raw, version)))
+        except ValueError as exc:
+            raise ResultsFileError(f"{path}:{number}: malformed value: {exc}") from None
+    return ResultsFile(
+        path=path, rows=typed, oldest_schema=oldest, truncated_lines=truncated, header_current=tuple(header) == COLUMNS
+    )
+
+
+def read_results(path: Path) -> list[dict[str, Any]]:
+    """Rows of a results CSV, typed, in the current schema (truncated rows left out: see
+    :func:`inspect_results` to learn about them)."""
+    return inspect_results(path).rows
+
+
+def _upgrade(raw: dict[str, str], version: int) -> dict[str, str]:
+    """A row of an older schema in today's terms; its trial_id recomputed from its settings."""
+    if version == SCHEMA_VERSION:
+        return _SINCE_V3 | raw  # columns added since the first schema-4 rows (fault settings)
+    if version == 1:
+        check = "fence-writes" if raw.get("backend") == "fenced" else "plain"
+        raw = _SINCE_V1 | {"resource_check": check} | raw
+    elif version == 2:
+        raw = _SINCE_V2 | raw
+    else:
+        raw = _SINCE_V3 | raw
+    try:
+        planned = str(int(raw["workers"]) * int(raw["rounds"]))
+    except (KeyError, ValueError):
+        planned = ""
+    upgraded = {"entries_planned": planned} | raw | {"schema_version": str(SCHEMA_VERSION)}
+    upgraded["trial_id"] = trial_id_for(_typed(upgraded))
+    if upgraded.get("verdict") == "exclusive" and planned and upgraded.get("entries") != planned:
+        # Before schema 4 a trial that skipped rounds could be called exclusive; today it is not.
+        upgraded["verdict"] = "degraded" if upgraded.get("entries") not in ("0", "") else "unavailable"
+    return upgraded
+
+
+def _typed(raw: dict[str, str]) -> dict[str, Any]:
+    return {col: _parse(col, raw.get(col) or "") for col in COLUMNS} | _extra(raw)
+
+
+def _extra(raw: dict[str, str]) -> dict[str, str]:
+    """Columns we do not know (e.g. from a newer minor version) are kept as text."""
+    return {k: v for k, v in raw.items() if k is not None and k not in COLUMNS}
+
+
+def rewrite(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Replace ``path`` by ``rows`` in the current schema, atomically (a temporary file, then rename)."""
+    tmp = path.with_name(path.name + ".part")
+    with tmp.open("w", encoding="utf-8", newline="") as fh:
+        fh.write(format_header())
+        for row in rows:
+            fh.write(format_row(row))
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+
+
+def finished_trials(path: Path) -> set[str]:
+    """trial_ids with a judged verdict in a results file (for ``--resume``): an ``unknown`` trial
+    is not finished and runs again."""
+    if not path.exists():
+        return set()
+    return {row["trial_id"] for row in read_results(path) if row["verdict"] != "unknown"}
+
+
+def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per trial: a trial run again (after an ``unknown`` verdict) supersedes its older rows."""
+    latest: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        latest.pop(row["trial_id"], None)
+        latest[row["trial_id"]] = row
+    return list(latest.values())

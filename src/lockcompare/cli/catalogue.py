@@ -1,0 +1,106 @@
+"""The commands that describe what can be run and judge one backend: backends, experiments, evaluate."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lockcompare.analysis.checker import VERDICT_MEANINGS
+from lockcompare.backends import describe_backends
+from lockcompare.cli.core import app
+from lockcompare.cli.options import (
+    RedisServer,
+    _progress_bar,
+    _split,
+)
+from lockcompare.errors import InvalidValueError
+from lockcompare.evaluation.evaluate import (
+    CARD_FORMATS,
+    DEFAULT_AGAINST,
+    QUICK_ROUNDS,
+    QUICK_TIME_SCALE,
+    evaluate,
+    render_card,
+)
+from lockcompare.runner.matrix import ClusterOptions
+from lockcompare.spec.experiments import EXPERIMENTS
+from lockcompare.spec.trialspec import DEFAULT_ROUNDS
+
+
+@app.command()
+def backends() -> None:
+    """List the registered backends (built-ins and plug-ins) and whether each is usable here."""
+    for info in describe_backends():
+        status = info.summary if not info.problem else f"NOT VIABLE: {info.problem}"
+        typer.echo(f"{info.name:<12} {status}")
+    typer.echo("\nAny other class: --backend package.module:Class")
+
+
+@app.command()
+def experiments() -> None:
+    """List the experiments and the claim each one tests, and what each verdict means."""
+    for exp in EXPERIMENTS.values():
+        times = f"ttl {exp.ttl_ms:g} ms, work {exp.work_ms:g} ms, pause {exp.pause_ms:g} ms"
+        typer.echo(f"{exp.name:<13} {times:<40} {exp.claim}")
+    typer.echo("\nVerdicts (one per trial):")
+    for verdict, meaning in VERDICT_MEANINGS.items():
+        typer.echo(f"  {verdict:<20} {meaning}")
+
+
+@app.command(name="evaluate")
+def evaluate_command(
+    backend: Annotated[str, typer.Argument(help="A backend name or package.module:Class.")],
+    against: Annotated[
+        str, typer.Option("--against", help="Built-ins run beside it under the same experiments, comma-separated.")
+    ] = ",".join(DEFAULT_AGAINST),
+    quick: Annotated[
+        bool,
+        typer.Option("--quick", help=f"--time-scale {QUICK_TIME_SCALE:g} and {QUICK_ROUNDS} rounds: about a minute."),
+    ] = False,
+    time_scale: Annotated[
+        float | None, typer.Option("--time-scale", help="Multiply every time by this (default 1: the lesson's times).")
+    ] = None,
+    rounds: Annotated[
+        int | None, typer.Option("--rounds", help=f"Rounds per worker (default {DEFAULT_ROUNDS}).")
+    ] = None,
+    trials: Annotated[int, typer.Option("--trials", help="Trials per backend x experiment.")] = 1,
+    fmt: Annotated[str, typer.Option("--format", help="markdown or text.")] = "text",
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="Results CSV (default: a new file under results/).")
+    ] = None,
+    call_timeout_s: Annotated[
+        float, typer.Option("--call-timeout-s", help="Deadline of every backend call in the battery.")
+    ] = 5.0,
+    redis_server: RedisServer = None,
+) -> None:
+    """A report card for one backend: the conformance battery, then baseline, client-pause and short-ttl
+    beside the built-ins that bracket it. Exit 0 only when every property it claims holds."""
+    if fmt not in CARD_FORMATS:
+        raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(CARD_FORMATS)}", param_hint="--format")
+    if call_timeout_s <= 0:
+        raise InvalidValueError(f"--call-timeout-s must be > 0, got {call_timeout_s:g}")
+    scale = time_scale if time_scale is not None else (QUICK_TIME_SCALE if quick else 1.0)
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
+    target = out_path or Path("results") / time.strftime(f"evaluate-{safe}-%Y%m%d-%H%M%S.csv")
+    bar, update = _progress_bar()
+    try:
+        card = evaluate(
+            backend=backend,
+            against=_split(against),
+            out=target,
+            time_scale=scale,
+            rounds=rounds if rounds is not None else (QUICK_ROUNDS if quick else DEFAULT_ROUNDS),
+            trials=trials,
+            call_timeout_s=call_timeout_s,
+            cluster_options=ClusterOptions(redis_server=redis_server),
+            on_property=lambda r: print(f"battery: {r.status:<11} {r.prop.title}", file=sys.stderr, flush=True),
+            progress=update,
+        )
+    finally:
+        bar.stop()
+    typer.echo(render_card(card, fmt=fmt))
+    raise typer.Exit(card.exit_code)

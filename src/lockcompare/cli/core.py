@@ -1,0 +1,90 @@
+"""The typer app every command hangs on, and how it turns every failure into one line.
+
+Every error a user can cause ends as one line on stderr and a non-zero exit code: lockcompare's
+own errors (see errors.py), click's usage errors, and Ctrl-C (exit 130, servers stopped).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from typer.core import TyperGroup
+
+from lockcompare.backends import add_plugin_paths
+from lockcompare.errors import LockcompareError
+
+err = Console(stderr=True)
+
+
+class _OneLineLog(logging.Handler):
+    """lockcompare's warnings (a node restarted, another run active, a file upgraded) as one
+    ``lockcompare: warning: ...`` line each on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"lockcompare: {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
+def _setup_logging() -> None:
+    logger = logging.getLogger("lockcompare")
+    if not any(isinstance(h, _OneLineLog) for h in logger.handlers):
+        logger.addHandler(_OneLineLog(level=logging.WARNING))
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+
+
+class UnknownTrialsError(LockcompareError):
+    """Some trials could not be judged (their problems were printed above)."""
+
+
+class OneLineErrors(TyperGroup):
+    """Run the group in non-standalone mode and turn every failure into one line + exit code."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # noqa: ARG002
+        _setup_logging()
+        try:
+            result = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as exc:  # typer's (vendored click's) usage and parameter errors
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            print(f"lockcompare: error: {exc.format_message()}{hint}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        except (typer.Abort, KeyboardInterrupt):
+            print("lockcompare: interrupted; servers and workers stopped", file=sys.stderr)
+            sys.exit(130)
+        except LockcompareError as exc:
+            print(f"lockcompare: error: {exc}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        if result == 130:  # typer turns KeyboardInterrupt into Exit(130), returned in this mode
+            print("lockcompare: interrupted; servers and workers stopped", file=sys.stderr)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Measure what distributed locks really guarantee, with real redis-server nodes and real worker processes.",
+)
+
+
+@app.callback()
+def _everywhere(
+    plugin_path: Annotated[
+        str | None,
+        typer.Option(
+            "--plugin-path",
+            envvar="LOCKCOMPARE_PLUGIN_PATH",
+            help=f"Directories ('{os.pathsep}'-separated) to import package.module:Class backends from, before "
+            "the installed packages; the current directory is searched after them.",
+        ),
+    ] = None,
+) -> None:
+    """Where module:Class plug-ins are found, for every command (spawned workers inherit it)."""
+    add_plugin_paths(first=[d for d in (plugin_path or "").split(os.pathsep) if d], last=[os.getcwd()])

@@ -1,0 +1,326 @@
+"""The commands that run trials: matrix, run (and run --from), bench."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from lockcompare.analysis.checker import VERDICT_MEANINGS
+from lockcompare.analysis.reproduce import find_row, spec_from_row
+from lockcompare.analysis.results import METRIC_COLUMNS, read_results
+from lockcompare.backends import load_backend
+from lockcompare.cli.core import UnknownTrialsError, app, err
+from lockcompare.cli.options import (
+    DEFAULT_JOBS,
+    AcquireTimeoutMs,
+    CallTimeoutMs,
+    FaultNodes,
+    Fences,
+    Jitter,
+    Nodes,
+    PauseHowOption,
+    PauseMs,
+    PausePoints,
+    Persistence,
+    RedisServer,
+    RedlockNodes,
+    ResourceUrl,
+    RestartDelayMs,
+    RetryDelayMs,
+    Rounds,
+    Seed,
+    ThinkMs,
+    TimeScale,
+    TtlMs,
+    WaitReplicas,
+    Workers,
+    WorkloadOption,
+    WorkMs,
+    _cluster_options,
+    _default_backends,
+    _parallelism_note,
+    _progress_bar,
+    _split,
+    _trial_settings,
+)
+from lockcompare.errors import InvalidValueError
+from lockcompare.infra.cluster import describe, open_cluster
+from lockcompare.render import table
+from lockcompare.runner.bench import render_bench, run_bench
+from lockcompare.runner.matrix import (
+    ClusterOptions,
+    MatrixReport,
+    run_matrix,
+    run_planned,
+)
+from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE
+from lockcompare.spec.choices import DEFAULT_WORKLOAD
+from lockcompare.spec.experiments import DEFAULT_EXPERIMENTS
+from lockcompare.spec.trialspec import (
+    DEFAULT_CALL_TIMEOUT_MS,
+    DEFAULT_JITTER,
+    DEFAULT_RETRY_DELAY_MS,
+    DEFAULT_THINK_MS,
+    DEFAULT_WORKERS,
+)
+
+
+@app.command()
+def matrix(
+    backends: Annotated[
+        str | None, typer.Option("--backends", help="Comma-separated backends (default: every registered one).")
+    ] = None,
+    experiments: Annotated[
+        str | None,
+        typer.Option(
+            "--experiments",
+            help="Comma-separated experiments (default: baseline,short-ttl,client-pause, the lesson's; "
+            "see 'lockcompare experiments' for the node-fault and renewal ones).",
+        ),
+    ] = None,
+    trials: Annotated[int, typer.Option("--trials", help="Trials per backend x experiment cell.")] = 3,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", help="Results CSV (default: a new file under results/).")
+    ] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue --out, skipping trials it already holds.")] = False,
+    fmt: Annotated[str, typer.Option("--format", help="Table format: github, simple, latex, csv.")] = "github",
+    ttl_ms: TtlMs = None,
+    work_ms: WorkMs = None,
+    pause_ms: PauseMs = None,
+    pause_point: PausePoints = "after-acquire",
+    pause_how: PauseHowOption = "sleep",
+    fence: Fences = "writes",
+    rounds: Rounds = None,
+    workers: Workers = DEFAULT_WORKERS,
+    time_scale: TimeScale = 1.0,
+    acquire_timeout_ms: AcquireTimeoutMs = None,
+    retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
+    think_ms: ThinkMs = DEFAULT_THINK_MS,
+    seed: Seed = 1,
+    jitter: Jitter = DEFAULT_JITTER,
+    call_timeout_ms: CallTimeoutMs = DEFAULT_CALL_TIMEOUT_MS,
+    fault_nodes: FaultNodes = "1",
+    restart_delay_ms: RestartDelayMs = "0",
+    persistence: Persistence = "none",
+    workload: WorkloadOption = DEFAULT_WORKLOAD,
+    wait_replicas: WaitReplicas = "0",
+    redlock_nodes: RedlockNodes = None,
+    nodes: Nodes = None,
+    resource: ResourceUrl = None,
+    redis_server: RedisServer = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            help=f"Trials run at once, each on its own embedded servers (default {DEFAULT_JOBS}: four per CPU); "
+            f"fewer while the running trials would keep more than {DEFAULT_CPU_SHARE:.0%} of the CPUs busy "
+            "(measured per trial); pause-free no-lock trials (none, atomic, optimistic) run alone, "
+            "their conflicts hang on millisecond timing. 1: one after another. With --nodes/--resource "
+            "trials run one at a time: external servers are shared, and neighbours would distort each "
+            "other's timing.",
+        ),
+    ] = DEFAULT_JOBS,
+    fresh_workers: Annotated[
+        bool,
+        typer.Option(
+            "--fresh-workers", help="Spawn new worker processes for every trial instead of reusing warm ones."
+        ),
+    ] = False,
+) -> None:
+    """Run every selected backend under every selected experiment; one CSV row per trial."""
+    if fmt not in table.FORMATS:
+        raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(table.FORMATS)}", param_hint="--format")
+    overrides, sweep, options = _trial_settings(locals())
+    target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
+    bar, update = _progress_bar()
+    backend_names = _split(backends) if backends is not None else _default_backends()
+    experiment_names = _split(experiments) if experiments is not None else list(DEFAULT_EXPERIMENTS)
+    try:
+        report = run_matrix(
+            backends=backend_names,
+            experiments=experiment_names,
+            trials=trials,
+            overrides=overrides,
+            out=target,
+            cluster_options=options,
+            redlock_nodes=redlock_nodes,
+            sweep=sweep,
+            resume=resume,
+            progress=update,
+            jobs=jobs,
+            fresh_workers=fresh_workers,
+        )
+    finally:
+        bar.stop()
+    err.print(f"{report.trials_run} trials run, {report.trials_skipped} already in {report.out}")
+    if report.trials_run:
+        err.print(_parallelism_note(report))
+    if report.out.exists():
+        rows = _in_plan_order(read_results(report.out), backends=backend_names, experiments=experiment_names)
+        typer.echo(table.render(rows, fmt=fmt))
+    _fail_on_unknown(report)
+
+
+def _fail_on_unknown(report: MatrixReport) -> None:
+    """Exit non-zero when a trial could not be judged, after saying why on stderr. A trial that
+    made no progress is a result (a lock may rightly refuse), said on stderr but exit code 0."""
+    for verdict, count in sorted(report.no_progress.items()):
+        print(f"lockcompare: note: {count} trial(s) {verdict}: {VERDICT_MEANINGS[verdict]}", file=sys.stderr)
+    for trial_id, problem in report.unknown:
+        print(f"lockcompare: unknown verdict for {trial_id}: {problem}", file=sys.stderr)
+    if report.unknown:
+        raise UnknownTrialsError(f"{len(report.unknown)} trial(s) could not be judged (verdict unknown); see above")
+
+
+def _in_plan_order(rows: list[dict[str, Any]], *, backends: list[str], experiments: list[str]) -> list[dict[str, Any]]:
+    """Rows are appended as trials finish; the table lists cells in the order they were asked for
+    (each backend in turn, its experiments in turn), whatever order parallel trials finished in.
+    Rows of other cells (from an earlier run in a resumed file) follow, in file order."""
+    b_rank = {name: i for i, name in enumerate(backends)}
+    e_rank = {name: i for i, name in enumerate(experiments)}
+    return sorted(rows, key=lambda r: (b_rank.get(r["backend"], len(b_rank)), e_rank.get(r["experiment"], len(e_rank))))
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    backend: Annotated[str, typer.Option("--backend", help="A backend name or package.module:Class.")] = "single",
+    experiment: Annotated[str, typer.Option("--experiment", help="An experiment name.")] = "baseline",
+    out_path: Annotated[Path | None, typer.Option("--out", help="Also append the row to this CSV.")] = None,
+    ttl_ms: TtlMs = None,
+    work_ms: WorkMs = None,
+    pause_ms: PauseMs = None,
+    pause_point: PausePoints = "after-acquire",
+    pause_how: PauseHowOption = "sleep",
+    fence: Fences = "writes",
+    rounds: Rounds = None,
+    workers: Workers = DEFAULT_WORKERS,
+    time_scale: TimeScale = 1.0,
+    acquire_timeout_ms: AcquireTimeoutMs = None,
+    retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
+    think_ms: ThinkMs = DEFAULT_THINK_MS,
+    seed: Seed = 1,
+    jitter: Jitter = DEFAULT_JITTER,
+    call_timeout_ms: CallTimeoutMs = DEFAULT_CALL_TIMEOUT_MS,
+    fault_nodes: FaultNodes = "1",
+    restart_delay_ms: RestartDelayMs = "0",
+    persistence: Persistence = "none",
+    workload: WorkloadOption = DEFAULT_WORKLOAD,
+    wait_replicas: WaitReplicas = "0",
+    redlock_nodes: RedlockNodes = None,
+    nodes: Nodes = None,
+    resource: ResourceUrl = None,
+    redis_server: RedisServer = None,
+    from_row: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="RESULTS.csv:ROW",
+            help="Rerun one trial of a results file with exactly its settings and seed: ROW is its trial id "
+            "or its row number (1 = the first row). Takes no other trial option.",
+        ),
+    ] = None,
+) -> None:
+    """Run a single trial and print its metrics (or rerun a recorded one with --from)."""
+    if from_row is not None:
+        given = [
+            f"--{name.replace('_', '-')}" for name in ctx.params
+            if name not in _RERUN_OPTIONS and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+        ]  # fmt: skip
+        if given:
+            raise InvalidValueError(f"--from takes every setting from the row; drop {', '.join(given)}")
+        options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None)
+        _run_from(from_row, out_path=out_path, options=options)
+        return
+    overrides, sweep, options = _trial_settings({k: v for k, v in locals().items() if k != "ctx"})
+    if sweep.cells_per_trial() > 1:
+        raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
+    with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
+        target = out_path or Path(scratch) / "run.csv"
+        report = run_matrix(
+            backends=[backend], experiments=[experiment], trials=1, overrides=overrides, out=target,
+            cluster_options=options, redlock_nodes=redlock_nodes, sweep=sweep, resume=out_path is not None,
+        )  # fmt: skip
+        (row,) = [r for r in read_results(target) if r["trial_id"] == report.trial_ids[0]][-1:]
+        if report.trials_run == 0:
+            err.print(f"this trial is already in {target} (run {row['run_id']}); its row:")
+        for key in ("trial_id", "backend", "experiment", "ttl_ms", "work_ms", "pause_ms", "pause_point", "pause_how",
+                    "resource_check", *METRIC_COLUMNS, "wall_s"):  # fmt: skip
+            typer.echo(f"{key:>24}: {row[key]}")
+        if out_path is not None:
+            typer.echo(f"{'history':>24}: {target.parent / row['history']}")
+        _fail_on_unknown(report)
+
+
+#: Options ``run --from`` accepts beside the row: where to write, and where the servers are.
+_RERUN_OPTIONS = {"from_row", "out_path", "nodes", "resource", "redis_server"}
+
+
+def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions) -> None:
+    """Rerun the trial ``FILE:ROW`` names and print its verdict beside the recorded one."""
+    path_text, sep, selector = source.rpartition(":")
+    if not sep or not path_text or not selector:
+        raise InvalidValueError(f"--from takes RESULTS.csv:ROW (a trial id or a row number), got {source!r}")
+    original = find_row(read_results(Path(path_text)), selector)
+    spec = spec_from_row(original)
+    if original.get("cluster") == "external" and options.nodes is None:
+        err.print("note: the row ran against external servers; this rerun uses the embedded cluster")
+    with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
+        target = out_path or Path(scratch) / "run.csv"
+        report = run_planned([spec], out=target, cluster_options=options, resume=out_path is not None)
+        (row,) = [r for r in read_results(target) if r["trial_id"] == spec.trial_id][-1:]
+        typer.echo(f"{'trial_id':>24}: {spec.trial_id}")
+        for key in ("verdict", "conflicts", "lost_updates", "entries", "writes_rejected"):
+            same = "" if str(row[key]) == str(original[key]) else "   (differs)"
+            typer.echo(f"{key:>24}: {row[key]}   recorded: {original[key]}{same}")
+        typer.echo(f"{'recorded by':>24}: run {original['run_id']}, lockcompare {original['lockcompare_version']}, "
+                   f"revision {original['source_revision'] or '?'}")  # fmt: skip
+        if out_path is not None:
+            typer.echo(f"{'history':>24}: {target.parent / row['history']}")
+        _fail_on_unknown(report)
+
+
+@app.command()
+def bench(
+    backends_list: Annotated[
+        str, typer.Option("--backends", help="Comma-separated backends to measure (the floor row is always first).")
+    ] = "single,redlock,pottery,redis-py",
+    iterations: Annotated[int, typer.Option("--iterations", help="Timed acquire+release cycles per backend.")] = 500,
+    ttl_ms: Annotated[int, typer.Option("--ttl-ms", help="Lease TTL (long: nothing should expire).")] = 10_000,
+    fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
+    via_proxy: Annotated[
+        str,
+        typer.Option(
+            "--via-proxy",
+            help="Comma-separated backends also measured through link proxies (rows NAME-via-proxy; "
+            "embedded cluster only; '' for none).",
+        ),
+    ] = "single",
+    redlock_nodes: RedlockNodes = None,
+    nodes: Nodes = None,
+    resource: ResourceUrl = None,
+    redis_server: RedisServer = None,
+) -> None:
+    """Acquire+release latency per backend, beside the floor (bare SET NX PX + release script).
+
+    A benchmark, not a test: the ratios compare rows measured in this one run.
+    """
+    table.check_format(fmt)
+    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
+    names = _split(backends_list)
+    proxied = _split(via_proxy)
+    for name in (*names, *proxied):
+        load_backend(name)  # a bad name fails before any server starts
+    with open_cluster(
+        nodes=options.nodes, resource=options.resource, node_count=options.node_count, redis_server=options.redis_server
+    ) as cluster:
+        print(f"bench: {describe(cluster)}, {iterations} cycles per backend", file=sys.stderr)
+        if not cluster.embedded:
+            proxied = []  # the proxies forward to loopback ports: external nodes are measured directly
+        rows = run_bench(cluster=cluster, backends=names, iterations=iterations, ttl_ms=ttl_ms, proxied=proxied)
+    typer.echo(render_bench(rows, fmt=fmt))

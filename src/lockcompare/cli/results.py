@@ -1,0 +1,141 @@
+"""The commands that read results and need no server: compare, table, history, report, upgrade."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lockcompare.analysis.compare import compare_rows, comparison_table, differs
+from lockcompare.analysis.results import inspect_results, read_results, rewrite
+from lockcompare.cli.core import app, err
+from lockcompare.cli.options import (
+    _split,
+)
+from lockcompare.errors import InvalidValueError
+from lockcompare.render import table
+from lockcompare.render.timeline import STEP_KINDS, load_history, render_timeline
+
+
+@app.command()
+def compare(
+    path_a: Annotated[Path, typer.Argument(help="Results CSV A (e.g. a serial run).")],
+    path_b: Annotated[Path, typer.Argument(help="Results CSV B (e.g. the same matrix with --jobs 4).")],
+    fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
+    ignore: Annotated[
+        str, typer.Option("--ignore", help="Settings that do not split cells here, comma-separated (e.g. jitter).")
+    ] = "",
+) -> None:
+    """Compare two results files cell by cell: conflict rate and lost updates with 95% intervals.
+
+    A cell is flagged when either file's mean lies outside the other's interval; exit code 1 if
+    any cell differs or is in one file only (as diff does), 0 otherwise.
+    """
+    table.check_format(fmt)
+    lines = compare_rows(read_results(path_a), read_results(path_b), ignore=_split(ignore))
+    headers, cells = comparison_table(lines)
+    typer.echo(table.format_table(headers, cells, fmt=fmt))
+    moved = [line for line in lines if differs(line)]
+    err.print(f"{len(moved)} of {len(lines)} cells differ between {path_a} and {path_b}")
+    if moved:
+        raise typer.Exit(1)
+
+
+@app.command(name="table")
+def table_command(
+    path: Annotated[Path, typer.Argument(help="A results CSV written by `lockcompare matrix`.")],
+    fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
+) -> None:
+    """Print the summary table of a results CSV (computed from the CSV alone)."""
+    found = inspect_results(path)
+    if found.truncated_lines:
+        lines = ", ".join(map(str, found.truncated_lines))
+        print(f"lockcompare: warning: {path}: left out truncated row(s) at line {lines}", file=sys.stderr)
+    typer.echo(table.render(found.rows, fmt=fmt))
+
+
+@app.command()
+def history(
+    path: Annotated[Path, typer.Argument(help="A trial's history (results/<name>.histories/<trial>.jsonl.gz).")],
+    from_ms: Annotated[
+        float | None, typer.Option("--from-ms", help="Show events from this time (ms after the first).")
+    ] = None,
+    to_ms: Annotated[float | None, typer.Option("--to-ms", help="...up to this time.")] = None,
+    kinds: Annotated[
+        str | None,
+        typer.Option(
+            "--kinds",
+            help=f"Show only these steps, comma-separated (of {', '.join(STEP_KINDS)}); e.g. 'fault' lists "
+            "the runner's injections, with who held the lock on each node when a node fault struck.",
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Draw the timeline into this PNG instead (needs matplotlib). Default window: around the "
+            "first lost update, else the first conflict, else the first 3 s.",
+        ),
+    ] = None,
+    ttl_ms: Annotated[
+        float | None,
+        typer.Option("--ttl-ms", help="With --plot: the lease TTL as run (default: the CSV beside the histories)."),
+    ] = None,
+) -> None:
+    """Print a trial's history as a timeline: who acquired, read, paused and wrote, and when."""
+    shown = None
+    if kinds is not None:
+        shown = {k.strip() for k in kinds.split(",") if k.strip()}
+        if not shown or not shown <= set(STEP_KINDS):
+            raise InvalidValueError(f"--kinds takes step kinds among {', '.join(STEP_KINDS)}, got {kinds!r}")
+        if plot is not None:
+            raise InvalidValueError("--kinds selects lines of the text timeline; --plot draws every step")
+    events = load_history(path)
+    if plot is None:
+        typer.echo(render_timeline(events, from_ms=from_ms or 0, to_ms=to_ms, kinds=shown))
+        return
+    from lockcompare.render.plots import (
+        plot_timeline,  # matplotlib is imported only when a picture is drawn
+    )
+    from lockcompare.render.report import row_for_history
+
+    row = row_for_history(path)
+    if ttl_ms is None and row is not None:
+        ttl_ms = row["ttl_ms"]
+    title = row["trial_id"] if row is not None else path.name
+    typer.echo(plot_timeline(events, out=plot, title=title, ttl_ms=ttl_ms, from_ms=from_ms, to_ms=to_ms))
+
+
+@app.command()
+def report(
+    path: Annotated[Path, typer.Argument(help="A results CSV written by `lockcompare matrix` or `run --out`.")],
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Directory for README.md and its PNGs (default: <csv>.report/ beside it)."),
+    ] = None,
+) -> None:
+    """Write a Markdown report (table, plots, first lost update per cell, commands, provenance)."""
+    from lockcompare.render.report import write_report  # imports matplotlib
+
+    target = out_dir if out_dir is not None else path.with_name(path.stem + ".report")
+    for written in write_report(results=path, out=target):
+        typer.echo(written)
+
+
+@app.command()
+def upgrade(
+    paths: Annotated[list[Path], typer.Argument(help="Results CSVs to bring to the current schema.")],
+) -> None:
+    """Rewrite results CSVs in the current schema, atomically (truncated rows are dropped and named)."""
+    found = [inspect_results(path) for path in paths]  # every file readable before any is rewritten
+    for f in found:
+        if not f.needs_rewrite:
+            err.print(f"{f.path}: already current ({len(f.rows)} rows)")
+            continue
+        rewrite(f.path, f.rows)
+        dropped = (
+            f"; dropped truncated row(s) at line {', '.join(map(str, f.truncated_lines))}" if f.truncated_lines else ""
+        )
+        err.print(f"{f.path}: rewritten from schema {f.oldest_schema} ({len(f.rows)} rows){dropped}")

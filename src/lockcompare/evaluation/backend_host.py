@@ -1,0 +1,322 @@
+"""A backend under test, run in a child process so that every call has a deadline that holds.
+
+The conformance battery must survive a backend that hangs (a blocking socket without a timeout, a
+lock taken twice, an infinite retry loop). A thread with ``join(timeout)`` would report the hang but
+leave the thread running, holding its sockets and possibly the GIL, until pytest exits — and a
+thread stuck in C code cannot be interrupted at all. So the backend lives in one spawned child
+process (the ``host``) that the runner talks to over a pipe: a call that misses its deadline gets
+the host SIGKILLed and reaped at once, and nothing of the backend is left running. The host is
+started again, lazily, for the next test. A spawn costs ~0.3 s, so one host serves many calls and
+many backend instances (one instance per simulated client).
+
+Every outcome is reported as data, so a caller can tell a backend's *refusal* (a
+:class:`~lockcompare.backends.Refusal`) from a backend that *raised* (``acquire raised X``), that
+timed out, or that returned something that is not a Lease or a Refusal.
+
+Example::
+
+    >>> host = BackendHost(spec="single", call_timeout_s=5.0)            # doctest: +SKIP
+    >>> lock = host.new_instance(config=BackendConfig(node_urls=urls))   # doctest: +SKIP
+    >>> lock.acquire(key="demo", ttl_ms=1000)                            # doctest: +SKIP
+    Lease(key='demo', owner='9f2c...', valid_until_ns=..., fencing_token=None)
+    >>> host.close()                                                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from lockcompare.backends import (
+    BackendConfig,
+    Lease,
+    LockBackend,
+    Refusal,
+    load_backend,
+)
+from lockcompare.errors import BackendError, LockcompareError
+from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
+
+#: Starting the host: spawning an interpreter and importing lockcompare (~0.3 s here). Importing
+#: the plug-in is a backend call of its own ("load") and has the backend's deadline.
+HOST_START_TIMEOUT_S = 60.0
+
+
+class BackendCallFailed(BackendError):
+    """A call into the backend under test did not return a proper result."""
+
+
+class BackendCallRaised(BackendCallFailed):
+    """The backend raised instead of returning (an exception is not a refusal)."""
+
+
+class BackendCallTimedOut(BackendCallFailed):
+    """The backend did not return within the deadline; its process was killed."""
+
+
+class BackendHostDied(BackendCallFailed):
+    """The host process exited (or was killed by an earlier timeout) mid-conversation."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claims:
+    """What a backend class says about itself (its class attributes), as the host read them.
+
+    ``survives_minority_loss`` is optional on a backend (False when absent): a multi-node design
+    that promises to keep granting leases while a minority of its nodes is down.
+    """
+
+    summary: object
+    exclusive: object
+    issues_fencing_tokens: object
+    survives_minority_loss: object = False
+    #: Optional too: which servers the lock nodes are ("redis" or "etcd"), the shortest TTL the backend
+    #: can grant, and how late after its TTL the lock service may end a lease (see backends/base.py).
+    servers: object = "redis"
+    min_ttl_ms: object = 0
+    expiry_lag_ms: object = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Timed:
+    """A call's result and when it ran in the host (``time.monotonic_ns()``: one clock for all processes)."""
+
+    value: Any
+    t0_ns: int
+    t1_ns: int
+
+
+# --- the child side ------------------------------------------------------------------------------
+
+
+def _serve(conn: Connection) -> None:
+    """The host's loop: one request in, one reply out, until the pipe closes."""
+    die_with_parent()
+    cls: type[LockBackend] | None = None
+    instances: dict[int, LockBackend] = {}
+    ids = itertools.count()
+    conn.send(("ready", None, 0, 0))  # the interpreter is up and lockcompare imported
+    while True:
+        try:
+            op, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        t0 = time.monotonic_ns()
+        try:
+            if op == "load":
+                cls = load_backend(args["spec"])
+                value: Any = claims_of(cls)
+            elif op == "new":
+                assert cls is not None, "load first"
+                handle = next(ids)
+                instances[handle] = cls(config=args["config"])
+                value = handle
+            elif op == "acquire":
+                value = _as_outcome(instances[args["handle"]].acquire(key=args["key"], ttl_ms=args["ttl_ms"]))
+            elif op == "release":
+                value = _as_bool(instances[args["handle"]].release(args["lease"]))
+            elif op == "close":
+                instances.pop(args["handle"]).close()
+                value = None
+            else:
+                raise ValueError(f"unknown host operation {op!r}")
+            reply: tuple[str, Any, int, int] = ("ok", value, t0, time.monotonic_ns())
+        except LockcompareError as exc:  # load_backend's own one-line errors keep their type
+            reply = ("lockcompare-error", exc, t0, time.monotonic_ns())
+        except BaseException as exc:  # noqa: BLE001 - the backend's failure is the data we report
+            reply = ("raised", f"{type(exc).__name__}: {exc}", t0, time.monotonic_ns())
+        try:
+            conn.send(reply)
+        except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable exception: report it as text
+            conn.send(("raised", f"{type(exc).__name__} while reporting the result: {exc}", t0, time.monotonic_ns()))
+
+
+def claims_of(cls: type) -> Claims:
+    def plain(value: object) -> object:  # only plain values cross the pipe
+        return value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
+
+    return Claims(
+        summary=plain(getattr(cls, "summary", None)),
+        exclusive=plain(getattr(cls, "exclusive", None)),
+        issues_fencing_tokens=plain(getattr(cls, "issues_fencing_tokens", None)),
+        survives_minority_loss=plain(getattr(cls, "survives_minority_loss", False)),
+        servers=plain(getattr(cls, "servers", "redis")),
+        min_ttl_ms=plain(getattr(cls, "min_ttl_ms", 0)),
+        expiry_lag_ms=plain(getattr(cls, "expiry_lag_ms", 0)),
+    )
+
+
+class _BadReturn(str):
+    """What a call returned when it was neither of the allowed types (its repr, for the message)."""
+
+
+def _as_outcome(outcome: object) -> Lease | Refusal | _BadReturn:
+    """A Lease or a Refusal as our own plain dataclasses (a subclass may not unpickle in the parent)."""
+    if isinstance(outcome, Lease):
+        return Lease(
+            key=outcome.key,
+            owner=outcome.owner,
+            valid_until_ns=outcome.valid_until_ns,
+            fencing_token=outcome.fencing_token,
+        )
+    if isinstance(outcome, Refusal):
+        return Refusal(str(outcome.reason))
+    return _BadReturn(repr(outcome)[:200])
+
+
+def _as_bool(result: object) -> bool | _BadReturn:
+    return result if isinstance(result, bool) else _BadReturn(repr(result)[:200])
+
+
+# --- the runner side -----------------------------------------------------------------------------
+
+
+class BackendHost:
+    """One child process hosting instances of the backend ``spec``; every call has ``call_timeout_s``.
+
+    Started lazily by the first call; after a timeout it is killed, and the next :meth:`new_instance`
+    starts a fresh one (instances of the killed host are gone: their calls raise
+    :class:`BackendHostDied`). :meth:`close` kills and reaps it; safe to call twice.
+    """
+
+    def __init__(self, *, spec: str, call_timeout_s: float) -> None:
+        if not call_timeout_s > 0:
+            raise ValueError(f"call_timeout_s must be > 0, got {call_timeout_s}")
+        self.spec = spec
+        self.call_timeout_s = call_timeout_s
+        self._proc: BaseProcess | None = None
+        self._conn: Connection | None = None
+        self._claims: Claims | None = None
+        self._generation = 0  # which process an instance belongs to
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def claims(self) -> Claims:
+        """The backend class's claims (loading it in the host first if needed)."""
+        self._ensure_started()
+        assert self._claims is not None
+        return self._claims
+
+    def new_instance(self, *, config: BackendConfig) -> RemoteBackend:
+        """Construct one backend instance in the host (the ``construct`` call has the deadline too)."""
+        self._ensure_started()
+        handle = self.call("new", what="construct", config=config).value
+        return RemoteBackend(host=self, handle=handle, generation=self._generation)
+
+    def call(self, op: str, *, what: str, **args: Any) -> Timed:
+        """Run one operation in the host; raise a :class:`BackendCallFailed` unless it returned."""
+        if self._conn is None:
+            raise BackendHostDied(f"{what}: the backend's process is gone (killed after an earlier timeout)")
+        conn = self._conn
+        try:
+            conn.send((op, args))
+            answered = conn.poll(self.call_timeout_s)
+        except (OSError, EOFError):
+            self._kill()
+            raise BackendHostDied(f"{what}: the backend's process died") from None
+        if not answered:
+            self._kill()
+            raise BackendCallTimedOut(
+                f"{what} did not return within {self.call_timeout_s:g} s (the backend's process was killed)"
+            )
+        try:
+            status, value, t0, t1 = conn.recv()
+        except (OSError, EOFError):
+            self._kill()
+            raise BackendHostDied(f"{what}: the backend's process died (exit code {self._exitcode()})") from None
+        if status == "lockcompare-error":
+            raise value
+        if status == "raised":
+            raise BackendCallRaised(f"{what} raised {value}")
+        if isinstance(value, _BadReturn):
+            expected = "a bool" if op == "release" else "a Lease or a Refusal"
+            raise BackendCallFailed(f"{what} returned {value}, not {expected}")
+        return Timed(value=value, t0_ns=t0, t1_ns=t1)
+
+    def is_current(self, generation: int) -> bool:
+        return generation == self._generation and self._conn is not None
+
+    def close(self) -> None:
+        """Stop the host: close the pipe (it exits by itself), SIGKILL it if it does not, reap it."""
+        proc, conn = self._proc, self._conn
+        self._proc, self._conn = None, None
+        if conn is not None:
+            conn.close()
+        if proc is not None:
+            proc.join(timeout=2)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+    def _ensure_started(self) -> None:
+        if self._conn is not None:
+            return
+        parent_end, child_end = SPAWN.Pipe(duplex=True)
+        self._proc = start_worker_process(target=_serve, args=(child_end,))
+        child_end.close()
+        self._conn = parent_end
+        self._generation += 1
+        try:
+            # Starting an interpreter has a generous deadline of its own; importing the plug-in is
+            # the backend's first call and has the backend's deadline.
+            if not parent_end.poll(HOST_START_TIMEOUT_S):
+                raise BackendHostDied(f"the backend's process did not start within {HOST_START_TIMEOUT_S:g} s")
+            parent_end.recv()
+            claims = self.call("load", what=f"loading {self.spec}", spec=self.spec).value
+        except (OSError, EOFError):
+            self._kill()
+            raise BackendHostDied("the backend's process died while starting") from None
+        except BaseException:
+            self._kill()
+            raise
+        self._claims = claims
+
+    def _kill(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc, self._conn = None, None
+        if proc is not None:
+            proc.kill()
+            proc.join()
+        if conn is not None:
+            conn.close()
+
+    def _exitcode(self) -> int | None:
+        return self._proc.exitcode if self._proc is not None else None
+
+
+class RemoteBackend:
+    """One backend instance living in a :class:`BackendHost`; the protocol's methods, with deadlines."""
+
+    def __init__(self, *, host: BackendHost, handle: int, generation: int) -> None:
+        self._host = host
+        self._handle = handle
+        self._generation = generation
+        self.closed = False
+
+    def acquire_timed(self, *, key: str, ttl_ms: int) -> Timed:
+        return self._call("acquire", key=key, ttl_ms=ttl_ms)
+
+    def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
+        return self.acquire_timed(key=key, ttl_ms=ttl_ms).value
+
+    def release(self, lease: Lease) -> bool:
+        return self._call("release", lease=lease).value
+
+    def close(self) -> None:
+        """Close the instance in the host; a no-op if the host is gone (its process took it along)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._host.is_current(self._generation):
+            self._host.call("close", what="close", handle=self._handle)
+
+    def _call(self, op: str, **args: Any) -> Timed:
+        if not self._host.is_current(self._generation):
+            raise BackendHostDied(f"{op}: this instance's process was killed after an earlier timeout")
+        return self._host.call(op, what=op, handle=self._handle, **args)

@@ -1,0 +1,411 @@
+"""The conformance battery as plain functions: what every lock backend must do, against real nodes.
+
+Each property is a function ``check(ctx) -> evidence`` that returns a line of evidence when the
+property holds, raises :class:`PropertyFailed` when it does not, and :class:`NotClaimed` when the
+backend does not claim it (``exclusive = False`` claims no mutual exclusion;
+``issues_fencing_tokens = False`` no tokens; ``survives_minority_loss`` is optional and False
+when absent). A backend call that raises, hangs past the deadline, or returns something that is
+not a Lease / Refusal / bool fails the property with that message (see backend_host.py).
+
+The same functions serve the pytest classes in :mod:`lockcompare.testing` and the report card of
+``lockcompare evaluate``, so both always check the same thing. Timings are loose (a 150 ms lease
+checked 100 ms after it ends): the battery tests behaviour, not speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from lockcompare.backends import BackendConfig, Lease, Refusal
+from lockcompare.errors import BackendError, BackendNotViableError
+from lockcompare.evaluation.backend_host import (
+    BackendCallFailed,
+    BackendHost,
+    Claims,
+    RemoteBackend,
+)
+from lockcompare.infra.cluster import Cluster, open_cluster
+
+TTL_MS = 1000
+SHORT_TTL_MS = 150
+#: Past a SHORT_TTL_MS lease's end by this much, every server has expired the key.
+EXPIRY_MARGIN_S = 0.1
+#: How far past the TTL a lease's validity may reach: the host's pipe and a loaded machine's scheduling.
+VALIDITY_SLACK_NS = 50_000_000
+#: Per-request timeout handed to backends: small, so that a dead node costs little.
+REQUEST_TIMEOUT_S = 0.5
+#: The deadline of every backend call (construct, acquire, release, close).
+CALL_TIMEOUT_S = 5.0
+#: Lock nodes of the private clusters the node-loss properties crash.
+PRIVATE_NODES = 5
+#: How long a backend may take to grant again after a minority of its nodes died: a consensus
+#: service (etcd) first elects a new leader when the old one was among them.
+RECOVERY_S = 3.0
+
+
+class Status(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    NOT_CLAIMED = "NOT CLAIMED"
+    SKIPPED = "SKIPPED"  # could not be checked here (e.g. the backend's library is not installed)
+
+
+class PropertyFailed(AssertionError):
+    """The backend broke the property; the message is the evidence."""
+
+
+class NotClaimed(Exception):
+    """The backend does not claim the property; the message says why."""
+
+
+@dataclass
+class BatteryContext:
+    """What a property needs: a host running the backend, where the nodes are, and a fresh key.
+
+    ``private_cluster`` opens a cluster of real redis-servers that only this property uses (the
+    node-loss properties crash some of its nodes). Instances made through :meth:`new` are closed by
+    :func:`check_property` afterwards.
+    """
+
+    host: BackendHost
+    node_urls: tuple[str, ...]
+    private_cluster: Callable[[], AbstractContextManager[Cluster]] = field(
+        default=lambda: open_cluster(node_count=PRIVATE_NODES)
+    )
+    made: list[RemoteBackend] = field(default_factory=list)
+
+    @property
+    def claims(self) -> Claims:
+        return self.host.claims()
+
+    def new(self, *, node_urls: tuple[str, ...] | None = None) -> RemoteBackend:
+        config = BackendConfig(node_urls=node_urls or self.node_urls, request_timeout_s=REQUEST_TIMEOUT_S)
+        instance = self.host.new_instance(config=config)
+        self.made.append(instance)
+        return instance
+
+    @staticmethod
+    def key() -> str:
+        return f"lockcompare-conformance:{uuid.uuid4().hex}"
+
+    def close_all(self) -> None:
+        """Close every instance made (each close has the deadline); raise the first failure after all."""
+        made, self.made = self.made, []
+        first: BackendCallFailed | None = None
+        for instance in made:
+            try:
+                instance.close()
+            except BackendCallFailed as exc:
+                first = first or exc
+        if first is not None:
+            raise first
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def private_cluster_for(
+    servers: object, *, redis_server: str | None = None
+) -> Callable[[], AbstractContextManager[Cluster]]:
+    """What ``private_cluster`` opens for a backend whose lock nodes are ``servers`` (redis or etcd)."""
+    kind = "etcd" if servers == "etcd" else "redis"
+    return lambda: open_cluster(node_count=PRIVATE_NODES, redis_server=redis_server, lock_servers=kind)
+
+
+def _short_ttl_ms(ctx: BatteryContext) -> int:
+    """The short lease of the expiry properties: SHORT_TTL_MS, or the backend's shortest (etcd: 1 s)."""
+    floor = ctx.claims.min_ttl_ms
+    return max(SHORT_TTL_MS, floor if isinstance(floor, int) else 0)
+
+
+def _expiry_margin_s(ctx: BatteryContext) -> float:
+    """How long past a lease's TTL the lock is surely free: the margin, plus the service's own lag."""
+    lag = ctx.claims.expiry_lag_ms
+    return EXPIRY_MARGIN_S + (lag / 1000 if isinstance(lag, int | float) else 0)
+
+
+def _lease_within(instance: RemoteBackend, *, key: str, within_s: float, doing: str) -> Lease:
+    """Acquire, retrying refusals that are not ``held`` for up to ``within_s`` (a leader election)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        outcome = instance.acquire(key=key, ttl_ms=TTL_MS)
+        if isinstance(outcome, Lease) or outcome.reason == "held" or time.monotonic() > deadline:
+            return _lease(outcome, f"{doing} (retried for {within_s:g} s)")
+        time.sleep(0.05)
+
+
+def _need(claimed: object, reason: str) -> None:
+    if claimed is not True:
+        raise NotClaimed(reason)
+
+
+def _lease(outcome: Lease | Refusal, doing: str) -> Lease:
+    if not isinstance(outcome, Lease):
+        raise PropertyFailed(f"{doing}: refused ({outcome.reason}), expected a lease")
+    return outcome
+
+
+def _refused(outcome: Lease | Refusal, doing: str) -> Refusal:
+    if not isinstance(outcome, Refusal):
+        raise PropertyFailed(f"{doing}: granted a lease (owner {outcome.owner[:12]}), expected a refusal")
+    return outcome
+
+
+def _crash(cluster: Cluster, indices: range) -> None:
+    for index in indices:
+        cluster.node_server(index).crash()
+
+
+# --- the properties ------------------------------------------------------------------------------
+
+
+def declares_the_protocol(ctx: BatteryContext) -> str:
+    claims = ctx.claims
+    problems = [
+        f"{name} is {getattr(claims, name)!r}, expected {kind}"
+        for name, kind, ok in (
+            ("summary", "a non-empty str", isinstance(claims.summary, str) and bool(claims.summary)),
+            ("exclusive", "a bool", isinstance(claims.exclusive, bool)),
+            ("issues_fencing_tokens", "a bool", isinstance(claims.issues_fencing_tokens, bool)),
+            ("survives_minority_loss", "a bool", isinstance(claims.survives_minority_loss, bool)),
+        )
+        if not ok
+    ]
+    if problems:
+        raise PropertyFailed("; ".join(problems))
+    said = [name for name in ("exclusive", "issues_fencing_tokens", "survives_minority_loss") if getattr(claims, name)]
+    return f"claims: {', '.join(said) or 'nothing'}"
+
+
+def returns_leases_with_random_owners(ctx: BatteryContext) -> str:
+    a, b = ctx.new(), ctx.new()
+    key = ctx.key()
+    owners = []
+    for instance in (a, b, a, b):
+        lease = _lease(instance.acquire(key=key, ttl_ms=TTL_MS), "acquire of a free lock")
+        if lease.key != key or not isinstance(lease.owner, str) or not lease.owner:
+            raise PropertyFailed(f"lease for {key!r} has key {lease.key!r} and owner {lease.owner!r}")
+        owners.append(lease.owner)
+        if instance.release(lease) is not True:
+            raise PropertyFailed("the holder's own release returned False")
+    if len(set(owners)) != len(owners):
+        raise PropertyFailed(f"owner tokens repeat across leases: {owners}")
+    return f"{len(owners)} leases, {len(owners)} distinct owners"
+
+
+def lease_validity_is_within_the_ttl(ctx: BatteryContext) -> str:
+    _need(ctx.claims.exclusive, "a non-exclusive backend promises no validity")
+    timed = ctx.new().acquire_timed(key=ctx.key(), ttl_ms=TTL_MS)
+    lease = _lease(timed.value, "acquire of a free lock")
+    if lease.valid_until_ns is None:
+        raise PropertyFailed("the lease never expires (valid_until_ns is None), yet the lock has a TTL")
+    ahead_ms = (lease.valid_until_ns - timed.t0_ns) / 1e6
+    if not 0 < ahead_ms <= TTL_MS + VALIDITY_SLACK_NS / 1e6:
+        raise PropertyFailed(f"a {TTL_MS} ms lease is valid until {ahead_ms:.1f} ms after the call began")
+    return f"{TTL_MS} ms lease valid for {ahead_ms:.1f} ms from the call"
+
+
+def refuses_while_held(ctx: BatteryContext) -> str:
+    _need(ctx.claims.exclusive, "a non-exclusive backend grants everyone")
+    a, b = ctx.new(), ctx.new()
+    key = ctx.key()
+    lease = _lease(a.acquire(key=key, ttl_ms=TTL_MS), "first acquire")
+    refusal = _refused(b.acquire(key=key, ttl_ms=TTL_MS), "a second client's acquire while the lock is held")
+    if a.release(lease) is not True:
+        raise PropertyFailed("the holder's release returned False")
+    second = _lease(b.acquire(key=key, ttl_ms=TTL_MS), "acquire after the holder released")
+    b.release(second)
+    return f"second client refused ({refusal.reason}), granted after the release"
+
+
+def free_again_after_the_ttl(ctx: BatteryContext) -> str:
+    _need(ctx.claims.exclusive, "a non-exclusive backend has no TTL")
+    a, b = ctx.new(), ctx.new()
+    key = ctx.key()
+    short_ms, margin_s = _short_ttl_ms(ctx), _expiry_margin_s(ctx)
+    _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
+    _refused(b.acquire(key=key, ttl_ms=TTL_MS), "acquire while the first lease is valid")
+    time.sleep(short_ms / 1000 + margin_s)
+    lease = _lease(b.acquire(key=key, ttl_ms=TTL_MS), f"acquire {margin_s * 1000:.0f} ms after the holder's TTL ended")
+    b.release(lease)
+    return f"a {short_ms} ms lease that was never released: free again {margin_s * 1000:.0f} ms after it"
+
+
+def expired_release_spares_the_successor(ctx: BatteryContext) -> str:
+    _need(ctx.claims.exclusive, "a non-exclusive backend has no owner")
+    a, b, c = ctx.new(), ctx.new(), ctx.new()
+    key = ctx.key()
+    old = _lease(a.acquire(key=key, ttl_ms=_short_ttl_ms(ctx)), "first acquire")
+    time.sleep(_short_ttl_ms(ctx) / 1000 + _expiry_margin_s(ctx))
+    new = _lease(b.acquire(key=key, ttl_ms=TTL_MS), "the successor's acquire after the first lease expired")
+    released = a.release(old)  # the zombie wakes up and releases what it believes it holds
+    third = c.acquire(key=key, ttl_ms=TTL_MS)
+    if isinstance(third, Lease):
+        raise PropertyFailed(
+            f"the expired holder's release (returned {released}) deleted its successor's lock: "
+            "a third client then acquired it while the successor still held it"
+        )
+    if released is not False:
+        raise PropertyFailed("the expired holder's release returned True although it no longer held the lock")
+    if b.release(new) is not True:
+        raise PropertyFailed("the successor's own release returned False")
+    return "expired holder's release returned False; the successor kept the lock"
+
+
+def fencing_tokens_strictly_increase(ctx: BatteryContext) -> str:
+    _need(ctx.claims.issues_fencing_tokens, "the backend issues no fencing tokens")
+    a, b = ctx.new(), ctx.new()
+    key = ctx.key()
+    tokens: list[object] = []
+
+    def take(instance: RemoteBackend, ttl_ms: int, release: bool = True) -> None:
+        lease = _lease(instance.acquire(key=key, ttl_ms=ttl_ms), f"acquire #{len(tokens) + 1}")
+        tokens.append(lease.fencing_token)
+        if release:
+            instance.release(lease)
+
+    for instance in (a, b, a):
+        take(instance, TTL_MS)
+    take(a, _short_ttl_ms(ctx), release=False)  # expires unreleased: the successor's token must still be higher
+    time.sleep(_short_ttl_ms(ctx) / 1000 + _expiry_margin_s(ctx))
+    take(b, TTL_MS)
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise PropertyFailed(f"fencing tokens are not all integers: {tokens}")
+    if any(later <= earlier for earlier, later in zip(tokens, tokens[1:])):  # type: ignore[operator]
+        raise PropertyFailed(f"fencing tokens do not strictly increase: {tokens}")
+    return f"tokens {tokens} (two clients, one takeover after expiry)"
+
+
+def refuses_without_a_quorum(ctx: BatteryContext) -> str:
+    _need(ctx.claims.exclusive, "a non-exclusive backend grants everyone")
+    majority = range(PRIVATE_NODES // 2 + 1)  # nodes 0..2 of 5: node 0 is a single-node lock's only node
+    with ctx.private_cluster() as cluster:
+        before = ctx.new(node_urls=cluster.node_urls)
+        _crash(cluster, majority)
+        try:
+            after = ctx.new(node_urls=cluster.node_urls)
+        except BackendCallFailed as exc:
+            raise PropertyFailed(f"construct while a majority of nodes was down: {exc}") from None
+        reasons = []
+        for who, instance in (("a client connected before", before), ("a client created after", after)):
+            try:
+                outcome = instance.acquire(key=ctx.key(), ttl_ms=TTL_MS)
+            except BackendCallFailed as exc:
+                raise PropertyFailed(f"{who} the crash: {exc}") from None
+            reasons.append(_refused(outcome, f"acquire by {who} the crash").reason)
+    return f"nodes {majority.start}-{majority.stop - 1} of {PRIVATE_NODES} crashed: refused ({', '.join(reasons)})"
+
+
+def survives_the_loss_of_a_minority(ctx: BatteryContext) -> str:
+    _need(ctx.claims.survives_minority_loss, "the backend does not set survives_minority_loss = True")
+    minority = range((PRIVATE_NODES - 1) // 2)  # nodes 0..1 of 5
+    with ctx.private_cluster() as cluster:
+        before = ctx.new(node_urls=cluster.node_urls)
+        _crash(cluster, minority)
+        after = ctx.new(node_urls=cluster.node_urls)
+        key = ctx.key()
+        lease = _lease_within(
+            before, key=key, within_s=RECOVERY_S, doing="acquire by a client connected before the crash"
+        )
+        _refused(after.acquire(key=key, ttl_ms=TTL_MS), "a second client's acquire while the lock is held")
+        if before.release(lease) is not True:
+            raise PropertyFailed("the holder's release returned False with a majority of nodes up")
+        again = _lease(after.acquire(key=key, ttl_ms=TTL_MS), "acquire by a client created after the crash")
+        after.release(again)
+    return f"nodes {minority.start}-{minority.stop - 1} of {PRIVATE_NODES} crashed: granted, exclusive, released"
+
+
+@dataclass(frozen=True)
+class Property:
+    name: str  # the pytest test's name without "test_"
+    title: str  # one line on the report card
+    check: Callable[[BatteryContext], str]
+
+
+PROPERTIES: tuple[Property, ...] = (
+    Property("declares_the_protocol", "declares summary, exclusive, issues_fencing_tokens", declares_the_protocol),
+    Property("acquire_returns_a_lease_with_a_random_owner", "leases carry random owner tokens",
+             returns_leases_with_random_owners),
+    Property("lease_validity_is_within_the_ttl", "lease validity within the TTL", lease_validity_is_within_the_ttl),
+    Property("second_acquire_is_refused_while_held", "refuses a second client while held", refuses_while_held),
+    Property("lock_is_free_again_after_the_ttl", "free again after the TTL", free_again_after_the_ttl),
+    Property("expired_holder_cannot_release_its_successors_lock", "a release never deletes another owner's lock",
+             expired_release_spares_the_successor),
+    Property("fencing_tokens_strictly_increase", "monotonic fencing tokens", fencing_tokens_strictly_increase),
+    Property("refuses_without_a_quorum", "refuses without a quorum of its nodes", refuses_without_a_quorum),
+    Property("survives_the_loss_of_a_minority", "survives the loss of a minority of nodes",
+             survives_the_loss_of_a_minority),
+)  # fmt: skip
+
+
+def property_named(name: str) -> Property:
+    for prop in PROPERTIES:
+        if prop.name == name:
+            return prop
+    raise KeyError(f"no conformance property named {name!r}")
+
+
+@dataclass(frozen=True)
+class PropertyResult:
+    prop: Property
+    status: Status
+    evidence: str
+
+
+def check_property(prop: Property, ctx: BatteryContext) -> PropertyResult:
+    """Run one property, then close its instances; every outcome becomes a result, never an exception.
+
+    A close that raises or hangs fails a property that had passed (close has the deadline too).
+    """
+    try:
+        result = PropertyResult(prop, Status.PASS, prop.check(ctx))
+    except NotClaimed as exc:
+        result = PropertyResult(prop, Status.NOT_CLAIMED, str(exc))
+    except BackendNotViableError as exc:
+        result = PropertyResult(prop, Status.SKIPPED, str(exc))
+    except (PropertyFailed, BackendError) as exc:  # BackendError: a call failed, or the class did not load
+        result = PropertyResult(prop, Status.FAIL, str(exc))
+    try:
+        ctx.close_all()
+    except BackendCallFailed as exc:
+        if result.status is Status.PASS:
+            result = PropertyResult(prop, Status.FAIL, str(exc))
+    return result
+
+
+@contextlib.contextmanager
+def battery(
+    *, spec: str, node_urls: tuple[str, ...], call_timeout_s: float = CALL_TIMEOUT_S
+) -> Iterator[BatteryContext]:
+    """A context for running properties against ``spec`` on the lock nodes ``node_urls``; host stopped after."""
+    host = BackendHost(spec=spec, call_timeout_s=call_timeout_s)
+    try:
+        yield BatteryContext(host=host, node_urls=node_urls)
+    finally:
+        host.close()
+
+
+def run_battery(
+    *, spec: str, call_timeout_s: float = CALL_TIMEOUT_S, redis_server: str | None = None
+) -> list[PropertyResult]:
+    """Every property against ``spec``, on embedded clusters started (and stopped) here."""
+    with (
+        battery(spec=spec, node_urls=(), call_timeout_s=call_timeout_s) as ctx,
+    ):
+        try:
+            servers = ctx.claims.servers
+        except BackendError:
+            servers = "redis"  # the properties report why the backend cannot be used
+        kind = "etcd" if servers == "etcd" else "redis"
+        with open_cluster(
+            redis_server=redis_server, node_count=1 if kind == "etcd" else 5, lock_servers=kind
+        ) as cluster:
+            ctx.node_urls = cluster.node_urls
+            ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)
+            return [check_property(prop, ctx) for prop in PROPERTIES]

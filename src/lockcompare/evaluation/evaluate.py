@@ -1,0 +1,375 @@
+"""``lockcompare evaluate BACKEND``: a report card for one lock backend, with the evidence.
+
+Two sources, one line per property:
+
+1. the conformance battery (:mod:`lockcompare.evaluation.conformance`, the same checks as the pytest classes
+   in :mod:`lockcompare.testing`), run in-process as plain functions — so pytest is *not* a
+   runtime dependency of lockcompare;
+2. the experiments baseline, client-pause and short-ttl, for the backend and the built-ins that
+   bracket it (``single``, ``redlock``, ``fenced`` by default), through
+   :func:`lockcompare.runner.matrix.run_matrix`: one CSV on disk, from which the experiment lines and the
+   comparison table are computed (:func:`judge_experiments` is pure, testable on hand-built rows).
+   The experiments run the ``contend`` workload (contend.py): no worker ever runs alone, so a lock
+   cannot look better than ``single`` by letting one worker finish early (a plain-DEL release did,
+   18/80 conflicts against 39/80 under client-pause, in the lesson's workload).
+
+A property the backend does not claim is ``NOT CLAIMED``, never ``FAIL``: a lease lock without
+fencing tokens that lets a paused holder back in is "not claimed — needs fencing"; one that claims
+fencing tokens must lose no update there. The card passes (exit code 0) only when every claimed
+property holds.
+
+Example::
+
+    >>> card = evaluate(backend="redlock", against=("single",), out=Path("results/ev.csv"),
+    ...                 time_scale=0.1, rounds=20)                                 # doctest: +SKIP
+    >>> print(render_card(card, fmt="text")); card.exit_code                         # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from lockcompare.analysis.results import read_results
+from lockcompare.backends import load_backend
+from lockcompare.errors import InvalidValueError, ResultsFileError
+from lockcompare.evaluation.backend_host import Claims, claims_of
+from lockcompare.evaluation.conformance import (
+    CALL_TIMEOUT_S,
+    PropertyResult,
+    Status,
+    run_battery,
+)
+from lockcompare.render import table
+from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides
+
+DEFAULT_AGAINST = ("single", "redlock", "fenced")
+EXPERIMENTS = ("baseline", "client-pause", "short-ttl")
+#: The workload of the card's experiments: every worker keeps contending until all are done.
+WORKLOAD = "contend"
+CARD_FORMATS = ("markdown", "text")
+
+#: ``--quick``: ten times faster, same ratios (FIELD-NOTES: 0.1 keeps margins far above jitter).
+QUICK_TIME_SCALE = 0.1
+QUICK_ROUNDS = 20
+
+#: Scales tried, in order, for an experiment whose TTL the backend cannot express at the one asked
+#: for (its optional ``check_ttl``; e.g. etcd's whole-second leases at --time-scale 0.1).
+FALLBACK_SCALES = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+
+log = logging.getLogger("lockcompare")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CardLine:
+    title: str
+    status: Status
+    evidence: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportCard:
+    backend: str
+    summary: str
+    lines: tuple[CardLine, ...]
+    results_csv: Path
+    rows: tuple[dict[str, Any], ...]
+    time_scale: float
+    rounds: int
+    trials: int
+    #: Experiments the backend ran at another scale than asked (it could not express the TTL), said once.
+    notes: tuple[str, ...] = ()
+
+    @property
+    def failed(self) -> tuple[CardLine, ...]:
+        return tuple(line for line in self.lines if line.status is Status.FAIL)
+
+    @property
+    def exit_code(self) -> int:
+        """0 only when every property the backend claims holds."""
+        return 1 if self.failed else 0
+
+
+def evaluate(
+    *,
+    backend: str,
+    out: Path,
+    against: Sequence[str] = DEFAULT_AGAINST,
+    time_scale: float = 1.0,
+    rounds: int = DEFAULT_ROUNDS,
+    trials: int = 1,
+    call_timeout_s: float = CALL_TIMEOUT_S,
+    cluster_options: ClusterOptions = ClusterOptions(),
+    on_property: Callable[[PropertyResult], None] | None = None,
+    progress: ProgressCallback | None = None,
+) -> ReportCard:
+    """Run the battery, then the experiments, and judge them; see the module docstring.
+
+    Every name is checked before anything starts (a bad one raises the usual one-line error).
+    """
+    cls = load_backend(backend)
+    for name in against:
+        load_backend(name)
+    if trials < 1:
+        raise InvalidValueError(f"--trials must be >= 1, got {trials}")
+    if out.exists():  # checked again by run_matrix, but only after the battery's work
+        raise ResultsFileError(f"{out} exists: choose another --out")
+    scales = scales_for(cls, time_scale=time_scale)
+    moved = {name: scale for name, scale in scales.items() if scale != time_scale}
+    notes = []
+    if moved:
+        at = ", ".join(f"{name} at --time-scale {scale:g}" for name, scale in moved.items())
+        notes.append(f"{backend} cannot express these TTLs at --time-scale {time_scale:g}: it runs {at}")
+        log.warning("%s", notes[0])
+    battery = []
+    for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server):
+        battery.append(result)
+        if on_property:
+            on_property(result)
+    backends = list(dict.fromkeys([backend, *against]))  # the backend first, no duplicates
+    runs: list[tuple[list[str], list[str], float]] = []  # (backends, experiments, scale), one matrix each
+    if not moved:
+        runs.append((backends, list(EXPERIMENTS), time_scale))
+    else:
+        kept = [name for name in EXPERIMENTS if name not in moved]
+        runs += [([backend], kept, time_scale)] if kept else []
+        runs += [
+            ([backend], [n for n, s in moved.items() if s == scale], scale) for scale in dict.fromkeys(moved.values())
+        ]
+        runs += [(backends[1:], list(EXPERIMENTS), time_scale)] if backends[1:] else []
+    for names, experiments, scale in runs:
+        run_matrix(
+            backends=names,
+            experiments=experiments,
+            trials=trials,
+            overrides=Overrides(time_scale=scale, rounds=rounds, workload=WORKLOAD),
+            out=out,
+            cluster_options=cluster_options,
+            progress=progress,
+            resume=out.exists(),  # the later matrices add their rows to the first one's file
+        )
+    rows = tuple(read_results(out))
+    claims = claims_of(cls)
+    lines = [CardLine(title=r.prop.title, status=r.status, evidence=r.evidence) for r in battery]
+    lines += judge_experiments(rows=rows, backend=backend, claims=claims)
+    return ReportCard(
+        backend=backend,
+        summary=str(claims.summary),
+        lines=tuple(lines),
+        results_csv=out,
+        rows=rows,
+        time_scale=time_scale,
+        rounds=rounds,
+        trials=trials,
+        notes=tuple(notes),
+    )
+
+
+def scales_for(cls: type, *, time_scale: float) -> dict[str, float]:
+    """Per experiment, ``time_scale`` if the backend can express its TTL there, else the smallest
+    larger scale of :data:`FALLBACK_SCALES` it can (a backend without ``check_ttl`` takes any)."""
+    check_ttl = getattr(cls, "check_ttl", None)
+    scales = {}
+    for name in EXPERIMENTS:
+        ttl = get_experiment(name).ttl_ms
+        for scale in (time_scale, *(s for s in FALLBACK_SCALES if s > time_scale)):
+            try:
+                if check_ttl is not None:
+                    check_ttl(ttl_ms=round(ttl * scale))
+            except InvalidValueError:
+                continue
+            scales[name] = scale
+            break
+        else:
+            raise InvalidValueError(
+                f"{getattr(cls, '__name__', cls)} cannot express the {name} TTL at any scale up to {FALLBACK_SCALES[-1]:g}"
+            )
+    return scales
+
+
+# --- judging the experiments (pure: rows in, lines out) ----------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Totals:
+    """One backend under one experiment, summed over its trials."""
+
+    trials: int
+    entries: int
+    planned: int
+    conflicts: int
+    lost_updates: int
+    stale_writes_rejected: int
+    grants_while_held: int  # leases granted while another's was valid (0 where the CSV predates it)
+    foreign_releases: int  # releases that removed another worker's lock (0 where the CSV predates it)
+    acquire_p50_ms: float
+    problems: tuple[str, ...]  # trials the checker could not judge, and why
+
+    def ratio(self) -> str:
+        return f"{self.conflicts}/{self.entries}"
+
+
+def _planned(row: dict[str, Any]) -> int:
+    """Rounds the trial meant to enter: the CSV's ``entries_planned`` when it has one (newer schemas)."""
+    try:
+        planned = int(row.get("entries_planned") or 0)
+    except (TypeError, ValueError):
+        planned = 0
+    return planned if planned > 0 else int(row["workers"]) * int(row["rounds"])
+
+
+def totals(rows: Sequence[dict[str, Any]], *, backend: str, experiment: str) -> Totals | None:
+    mine = [r for r in rows if r["backend"] == backend and r["experiment"] == experiment]
+    if not mine:
+        return None
+    p50s = [float(r["acquire_p50_ms"]) for r in mine if r["acquire_p50_ms"] == r["acquire_p50_ms"]]  # not NaN
+    return Totals(
+        trials=len(mine),
+        entries=sum(int(r["entries"]) for r in mine),
+        planned=sum(_planned(r) for r in mine),
+        conflicts=sum(int(r["conflicts"]) for r in mine),
+        lost_updates=sum(int(r["lost_updates"]) for r in mine),
+        stale_writes_rejected=sum(int(r["stale_writes_rejected"]) for r in mine),
+        grants_while_held=sum(max(0, int(r.get("grants_while_held") or 0)) for r in mine),
+        foreign_releases=sum(max(0, int(r.get("foreign_releases") or 0)) for r in mine),
+        acquire_p50_ms=statistics.median(p50s) if p50s else float("nan"),
+        problems=tuple(str(r.get("problem") or r["verdict"]) for r in mine if r["verdict"] == "unknown"),
+    )
+
+
+def _others(rows: Sequence[dict[str, Any]], *, backend: str, experiment: str, show: Callable[[Totals], str]) -> str:
+    """The same experiment's figures for every other backend in the file, for comparison."""
+    names = list(dict.fromkeys(r["backend"] for r in rows if r["backend"] != backend))
+    parts = [f"{name} {show(t)}" for name in names if (t := totals(rows, backend=name, experiment=experiment))]
+    return f" (beside: {', '.join(parts)})" if parts else ""
+
+
+def judge_experiments(*, rows: Sequence[dict[str, Any]], backend: str, claims: Claims) -> list[CardLine]:
+    """The experiment lines of the card: mutual exclusion, client pause, short TTL, progress."""
+    runs = {name: totals(rows, backend=backend, experiment=name) for name in EXPERIMENTS}
+    conflicts = lambda t: f"{t.ratio()} conflicts"  # noqa: E731
+    lines = []
+
+    def line(title: str, status: Status, evidence: str, experiment: str, show: Callable[[Totals], str]) -> None:
+        lines.append(CardLine(title=title, status=status, evidence=evidence + _others(
+            rows, backend=backend, experiment=experiment, show=show)))  # fmt: skip
+
+    base = runs["baseline"]
+    title = "mutual exclusion with a correct TTL (baseline)"
+    if base is None or base.problems:
+        lines.append(CardLine(title=title, status=Status.FAIL, evidence=_missing("baseline", base)))
+    else:
+        evidence = f"{base.conflicts} conflicts in {base.entries} entries"
+        if claims.exclusive is not True:
+            line(title, Status.NOT_CLAIMED, f"not exclusive: {evidence}", "baseline", conflicts)
+        else:
+            ok = base.conflicts == 0 and base.entries > 0
+            line(title, Status.PASS if ok else Status.FAIL, evidence, "baseline", conflicts)
+
+    pause = runs["client-pause"]
+    title = "client pause longer than the TTL (client-pause)"
+    damage = lambda t: f"{t.ratio()} conflicts, {t.lost_updates} lost, {t.grants_while_held} granted while held"  # noqa: E731
+    if pause is None or pause.problems:
+        lines.append(CardLine(title=title, status=Status.FAIL, evidence=_missing("client-pause", pause)))
+    else:
+        evidence = (
+            f"{pause.conflicts} conflicts in {pause.entries} entries, {pause.stale_writes_rejected} stale writes "
+            f"rejected, {pause.lost_updates} lost updates, {pause.grants_while_held} leases granted while "
+            f"another's was valid, {pause.foreign_releases} releases that removed another's lock"
+        )
+        if claims.issues_fencing_tokens is True:  # fencing is the claim that makes a pause harmless
+            status = Status.PASS if pause.lost_updates == 0 and pause.entries > 0 else Status.FAIL
+            line(title, status, f"fenced: {evidence}", "client-pause", damage)
+        elif claims.exclusive is not True:
+            line(title, Status.NOT_CLAIMED, f"not exclusive: {evidence}", "client-pause", damage)
+        elif pause.grants_while_held or pause.foreign_releases:  # the resource may not see it, the history does
+            line(title, Status.FAIL, f"two valid leases at once: {evidence}", "client-pause", damage)
+        elif pause.conflicts or pause.lost_updates:
+            line(title, Status.NOT_CLAIMED, f"needs fencing: {evidence}", "client-pause", damage)
+        else:
+            line(title, Status.PASS, evidence, "client-pause", damage)
+
+    short = runs["short-ttl"]
+    title = "TTL shorter than the work (short-ttl)"
+    if short is None or short.problems:
+        lines.append(CardLine(title=title, status=Status.FAIL, evidence=_missing("short-ttl", short)))
+    else:
+        evidence = f"{short.conflicts} conflicts in {short.entries} entries, {short.lost_updates} lost updates"
+        if short.conflicts == 0 and short.lost_updates == 0 and claims.exclusive is True:
+            line(title, Status.PASS, evidence, "short-ttl", damage)
+        else:  # no lease lock claims to survive a lease that ends mid-section
+            line(title, Status.NOT_CLAIMED, f"lease expires mid-section: {evidence}", "short-ttl", damage)
+
+    lines.append(_progress_line(rows, backend=backend, runs=runs))
+    return lines
+
+
+def _missing(experiment: str, t: Totals | None) -> str:
+    if t is None:
+        return f"no {experiment} trial in the results"
+    return f"{experiment}: the trial could not be judged: {'; '.join(t.problems)}"
+
+
+def _progress_line(rows: Sequence[dict[str, Any]], *, backend: str, runs: dict[str, Totals | None]) -> CardLine:
+    """Progress: every planned round entered, and the acquire p50 beside single's."""
+    title = "progress (entries completed / planned)"
+    done = {name: t for name, t in runs.items() if t is not None}
+    if not done:
+        return CardLine(title=title, status=Status.FAIL, evidence="no trial ran")
+    parts = [f"{name} {t.entries}/{t.planned}" for name, t in done.items()]
+    complete = all(t.entries == t.planned and t.planned > 0 for t in done.values())
+    evidence = ", ".join(parts)
+    base = runs.get("baseline")
+    single = totals(rows, backend="single", experiment="baseline")
+    if base is not None:
+        evidence += f"; baseline acquire p50 {base.acquire_p50_ms:.2f} ms"
+        if single is not None and backend != "single" and single.acquire_p50_ms > 0:
+            evidence += f" (single: {single.acquire_p50_ms:.2f} ms, x{base.acquire_p50_ms / single.acquire_p50_ms:.1f})"
+    return CardLine(title=title, status=Status.PASS if complete else Status.FAIL, evidence=evidence)
+
+
+# --- rendering ---------------------------------------------------------------------------------
+
+
+def render_card(card: ReportCard, *, fmt: str = "text") -> str:
+    """The card as Markdown (``markdown``: a table) or plain text (``text``: status, title, evidence below)."""
+    if fmt not in CARD_FORMATS:
+        raise InvalidValueError(f"--format takes {' or '.join(CARD_FORMATS)}, got {fmt!r}")
+    failed = len(card.failed)
+    verdict = (
+        "every claimed property holds (exit 0)"
+        if not failed
+        else f"{failed} claimed propert{'y does' if failed == 1 else 'ies do'} not hold: "
+        + "; ".join(line.title for line in card.failed)
+        + " (exit 1)"
+    )
+    setting = (
+        f"experiments at --time-scale {card.time_scale:g}, {card.rounds} rounds per worker "
+        f"(--workload {WORKLOAD}: none runs alone), "
+        f"{card.trials} trial(s) per cell; results: {card.results_csv}"
+    ) + "".join(f"; {note}" for note in card.notes)
+    if fmt == "markdown":
+        body = tabulate(
+            [(line.title, f"**{line.status}**" if line.status is Status.FAIL else str(line.status), line.evidence)
+             for line in card.lines],
+            headers=("property", "result", "evidence"),
+            tablefmt="github",
+        )  # fmt: skip
+        return "\n".join([
+            f"# Report card: `{card.backend}`", "", f"> {card.summary}", "", body, "",
+            f"**Verdict:** {verdict}.", "", f"Evidence: {setting}.", "", table.render(list(card.rows), fmt="github"),
+        ])  # fmt: skip
+    width = max(len(str(s)) for s in Status) + 2
+    body = "\n".join(f"{line.status!s:<{width}}{line.title}\n{'':<{width}}{line.evidence}" for line in card.lines)
+    return "\n".join([
+        f"Report card: {card.backend}", f"  {card.summary}", "", body, "", f"Verdict: {verdict}.", "",
+        f"Evidence: {setting}.", "", table.render(list(card.rows), fmt="simple"),
+    ])  # fmt: skip

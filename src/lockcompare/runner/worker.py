@@ -1,0 +1,322 @@
+"""One worker process: the same critical-section loop for every backend and experiment.
+
+Each round: acquire (retry until a deadline) → pause (if scheduled ``after-acquire``) → the
+critical section (enter, read, work, pause if scheduled ``before-write``, write, exit: see
+sections.py) → release → think. Every step is recorded with its start and end on the shared monotonic
+clock. In the ``contend`` workload a worker that has run its planned rounds goes on with extra
+rounds until the runner says every worker is done (see contend.py).
+
+Workers are separate OS processes, never threads of the runner: threads share the GIL and a
+CPU-busy neighbour pushed loopback PING from 0.14 ms to 16 ms p50 on the measuring machine.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, TypeVar
+
+from lockcompare.analysis.history import Recorder, now_ns
+from lockcompare.backends import (
+    BackendConfig,
+    Lease,
+    LockBackend,
+    Refusal,
+    load_backend,
+)
+from lockcompare.infra.lifecycle import die_with_parent
+from lockcompare.runner.contend import ANSWER_TIMEOUT_S, Inbox
+from lockcompare.runner.resource import Check, Resource
+from lockcompare.runner.sections import run_section
+from lockcompare.spec.choices import DEFAULT_WORKLOAD, PauseHow, PausePoint
+
+#: After this many rounds in a row without a lease the lock is taken to be gone (a crashed node
+#: that stays down): the remaining rounds are skipped and recorded as such, not waited out one by one.
+MAX_ROUNDS_WITHOUT_LEASE = 3
+
+#: How long start-up may take: spawning an interpreter, importing, connecting (about 0.2 s here).
+START_TIMEOUT_S = 60.0
+
+T = TypeVar("T")
+
+#: Which backend call a worker is in, as written to its call slot (0: none). The runner reads the
+#: slot to enforce the per-call deadline: a worker stuck in one call is stopped from outside.
+CALLS = ("", "construct", "acquire", "release", "close", "before_write")
+
+
+class CallSlot:
+    """Shared memory of two int64s: the backend call in progress and when it started (monotonic ns).
+
+    The start is written before the call code and the code cleared after the call, so a reader
+    never sees a call older than it is (it may see a newer start: an underestimate, never a false
+    timeout).
+    """
+
+    def __init__(self, shared: Any) -> None:
+        self._shared = shared
+
+    def call(self, name: str, step: Callable[[], T]) -> T:
+        self._shared[1] = time.monotonic_ns()
+        self._shared[0] = CALLS.index(name)
+        try:
+            return step()
+        finally:
+            self._shared[0] = 0
+
+    def current(self) -> tuple[str, int]:
+        """(call name or "", its start in ns)."""
+        code = int(self._shared[0])
+        return CALLS[code] if 0 <= code < len(CALLS) else "?", int(self._shared[1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerPlan:
+    """What one worker process is told to do (picklable: it crosses the process boundary)."""
+
+    index: int
+    backend: str
+    backend_config: BackendConfig
+    resource_url: str
+    resource_prefix: str
+    lock_key: str
+    rounds: int
+    ttl_ms: int
+    work_ms: float
+    pause_ms: float
+    pause_rounds: frozenset[int]
+    pause_point: PausePoint
+    pause_how: PauseHow
+    check: Check
+    acquire_timeout_ms: float
+    retry_delay_ms: float
+    think_ms: float
+    jitter: float = 0.0
+    seed: int = 0
+    report_acquires: bool = False  # tell the runner of each lease (a node fault follows this worker's leases)
+    workload: str = DEFAULT_WORKLOAD  # "contend": extra rounds until every worker is done (contend.py)
+    #: Wait for the runner before and after each round's acquire (a link fault on the acquire's
+    #: replies only: the runner slows the links first and heals them before the critical section).
+    acquire_handshake: bool = False
+
+
+def checked_outcome(outcome: object, *, backend: str) -> Lease | Refusal:
+    """``acquire``'s result, or a TypeError naming the backend: anything else is a broken plug-in."""
+    if isinstance(outcome, (Lease, Refusal)):
+        return outcome
+    raise TypeError(f"backend {backend!r}: acquire returned {type(outcome).__name__}, expected a Lease or a Refusal")
+
+
+def acquire_until_deadline(
+    backend: LockBackend,
+    plan: WorkerPlan,
+    rec: Recorder,
+    *,
+    slot: CallSlot,
+    rng: random.Random,
+    abandon: Callable[[], bool] | None = None,
+) -> Lease | None:
+    """Try to acquire until the acquire deadline; record one ``acquire`` event either way.
+
+    ``abandon`` (an extra round's): asked between attempts; True ends the wait at once, recorded
+    as an acquire with ``abandoned`` set (not a timeout: nobody is left to contend with).
+    """
+    t0 = now_ns()
+    deadline = t0 + int(plan.acquire_timeout_ms * 1e6)
+    refusals: Counter[str] = Counter()
+    attempts = 0
+    while True:
+        attempts += 1
+        t_attempt = now_ns()
+        outcome = checked_outcome(
+            slot.call("acquire", lambda: backend.acquire(key=plan.lock_key, ttl_ms=plan.ttl_ms)), backend=plan.backend
+        )
+        if isinstance(outcome, Lease):
+            lease: Lease = outcome
+            rec.add(
+                "acquire",
+                t0=t0,
+                t1=now_ns(),
+                ok=True,
+                attempts=attempts,
+                refusals=dict(refusals),
+                t_attempt=t_attempt,
+                owner=lease.owner,
+                fence=lease.fencing_token,
+                valid_until=lease.valid_until_ns,
+                **({} if lease.granted_by is None else {"granted_by": list(lease.granted_by)}),
+            )
+            return lease
+        refusals[outcome.reason] += 1
+        if abandon is not None and abandon():
+            rec.add("acquire", t0=t0, t1=now_ns(), ok=False, attempts=attempts, refusals=dict(refusals), abandoned=True)
+            return None
+        if now_ns() >= deadline:
+            rec.add("acquire", t0=t0, t1=now_ns(), ok=False, attempts=attempts, refusals=dict(refusals))
+            return None
+        time.sleep(jittered(plan.retry_delay_ms, spread=plan.jitter, rng=rng) / 1000)
+
+
+def jittered(ms: float, *, spread: float, rng: random.Random) -> float:
+    """``ms`` × U(1 - spread, 1 + spread): the seeded random delay that keeps workers out of lockstep."""
+    return ms * (1 + spread * (2 * rng.random() - 1)) if spread else ms
+
+
+def lease_check(backend: LockBackend, lease: Lease, rec: Recorder, slot: CallSlot) -> bool:
+    """Ask the backend about its lease right before the write, if it has a ``before_write`` hook.
+
+    A renewing backend returns the lease with the deadline it now believes (recorded as a
+    ``lease`` event, which the checker uses for stale writes); a lease-checking one may refuse
+    (``lost``): the write is skipped.
+    """
+    hook = getattr(backend, "before_write", None)
+    if hook is None:
+        return True
+    t0 = now_ns()
+    outcome = checked_outcome(slot.call("before_write", lambda: hook(lease)), backend=type(backend).__name__)
+    if isinstance(outcome, Lease):
+        rec.add("lease", t0=t0, t1=now_ns(), ok=True, valid_until=outcome.valid_until_ns)
+        return True
+    rec.add("lease", t0=t0, t1=now_ns(), ok=False, reason=outcome.reason)
+    return False
+
+
+def record_renewals(backend: LockBackend, rec: Recorder) -> None:
+    """Move a renewing backend's renewal records into the history as ``renew`` events."""
+    drain = getattr(backend, "drain_renewals", None)
+    for record in drain() if drain is not None else ():
+        fields = dict(record)
+        rec.add("renew", t0=int(fields.pop("t0")), t1=int(fields.pop("t1", 0)) or None, **fields)
+
+
+def handshake(inbox: Inbox, conn: Connection, what: str, round_: int) -> None:
+    """Tell the runner ``what`` and wait until it has acted on it (it answers ``go-on``; a
+    ``stop`` of the contend workload arriving meanwhile is remembered by the inbox)."""
+    conn.send((what, str(round_), [now_ns()]))
+    inbox.wait_for("go-on")
+
+
+def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot) -> None:
+    backend_cls = load_backend(plan.backend)
+    backend = slot.call("construct", lambda: backend_cls(config=plan.backend_config))
+    resource = Resource(url=plan.resource_url, prefix=plan.resource_prefix)
+    rng = random.Random(plan.seed * 1009 + plan.index)  # reproducible, and different per worker
+    inbox = Inbox(conn)
+
+    def freeze() -> None:
+        conn.send(("freeze", str(plan.pause_ms / 1000), []))  # the runner SIGSTOPs us...
+        inbox.wait_for("thawed")  # ...and, once it has SIGCONTed us, says so
+
+    def pause() -> None:
+        # The holder freezes without knowing it: a GC pause, a migrated VM, swapping.
+        how = freeze if plan.pause_how is PauseHow.SIGSTOP else lambda: time.sleep(plan.pause_ms / 1000)
+        rec.timed("pause", how, how=plan.pause_how.value, point=plan.pause_point.value)
+
+    def play(round_: int, *, extra: bool) -> bool:
+        """One round; False when no lease was obtained. An extra round pauses like the planned
+        round it repeats (the schedule taken cyclically) and is abandoned once told to stop."""
+        rec.round = round_
+        abandon = inbox.stop_requested if extra else None
+        if plan.acquire_handshake:
+            handshake(inbox, conn, "acquiring", round_)
+        lease = acquire_until_deadline(backend, plan, rec, slot=slot, rng=rng, abandon=abandon)
+        if plan.acquire_handshake:
+            handshake(inbox, conn, "acquire-done", round_)
+        if lease is None:
+            return False
+        if extra and inbox.stop_requested():  # every planned round is over: nothing left to contend with
+            rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
+            return True
+        if plan.report_acquires:
+            conn.send(("acquired", str(round_), [now_ns()]))  # no reply awaited: the runner acts on its own
+        pausing = round_ % plan.rounds in plan.pause_rounds
+        if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
+            pause()
+
+        def before_write(lease: Lease = lease, pausing: bool = pausing) -> bool:
+            if pausing and plan.pause_point is PausePoint.BEFORE_WRITE:
+                pause()
+            return lease_check(backend, lease, rec, slot)
+
+        run_section(
+            check=plan.check,
+            resource=resource,
+            lease=lease,
+            rec=rec,
+            work_s=plan.work_ms / 1000,
+            before_write=before_write,
+        )
+        rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
+        record_renewals(backend, rec)
+        # Give a waiting rival its turn (see DEFAULT_THINK_MS), never in lockstep (DEFAULT_JITTER).
+        time.sleep(jittered(plan.think_ms, spread=plan.jitter / 2, rng=rng) / 1000)
+        return True
+
+    try:
+        # The start barrier: process start-up skew, not the lock, would otherwise decide who overlaps.
+        # "go" comes down the pipe (a shared Event could be left locked by a worker stopped in it).
+        conn.send(("ready", "", []))
+        if not conn.poll(START_TIMEOUT_S) or conn.recv()[0] != "go":
+            raise TimeoutError("the runner never gave the start signal")
+        # ...but workers released together run in lockstep: with identical loops, whether an
+        # unlocked entry overlaps the other worker then depends on a phase difference smaller
+        # than the think time (measured: no-lock baselines at 40/80 or 79/80 from run to run).
+        # A seeded random start offset, up to one whole round, makes the phase random instead.
+        if plan.jitter:
+            time.sleep(rng.uniform(0, plan.work_ms + plan.think_ms) / 1000)
+        without_lease = 0
+        for round_ in range(plan.rounds):
+            rec.round = round_
+            if without_lease >= MAX_ROUNDS_WITHOUT_LEASE:
+                rec.add("gave-up", t0=now_ns(), rounds_skipped=plan.rounds - round_)
+                return  # the lock is gone: no extra rounds either (ending counts as done)
+            without_lease = 0 if play(round_, extra=False) else without_lease + 1
+        if plan.workload == "contend":
+            keep_contending(play, rec=rec, conn=conn, inbox=inbox, first_round=plan.rounds)
+    finally:
+        slot.call("close", backend.close)
+        resource.close()
+
+
+def keep_contending(
+    play: Callable[..., bool], *, rec: Recorder, conn: Connection, inbox: Inbox, first_round: int
+) -> None:
+    """The ``contend`` workload's extra rounds: say ``done``, then play extra rounds until told to
+    stop; every event they record is marked ``extra``. A worker told to continue ends only after
+    its ``stop`` (see contend.py), even when the lock stops granting leases."""
+    conn.send(("done", str(first_round - 1), []))
+    first_extra = len(rec.events)
+    try:
+        if inbox.wait_for("continue", "stop", timeout_s=ANSWER_TIMEOUT_S) == "stop" or inbox.stopped:
+            return
+        round_, without_lease = first_round, 0
+        while not inbox.stop_requested():
+            if without_lease >= MAX_ROUNDS_WITHOUT_LEASE:
+                inbox.wait_for("stop")
+                break
+            without_lease = 0 if play(round_, extra=True) else without_lease + 1
+            round_ += 1
+    finally:
+        for event in rec.events[first_extra:]:
+            event["extra"] = True
+
+
+def worker_main(plan: WorkerPlan, conn: Connection, shared_slot: Any) -> None:
+    """Process entry point: run the rounds, then send ``("ok"|"error", message, events)`` back."""
+    die_with_parent()
+    rec = Recorder(worker=plan.index)
+    try:
+        run_rounds(plan, rec, conn, CallSlot(shared_slot))
+        conn.send(("ok", "", rec.events))
+    except BaseException as exc:  # noqa: BLE001 - everything must reach the runner as data
+        rec.add("error", t0=now_ns(), message=f"{type(exc).__name__}: {exc}")
+        try:
+            conn.send(("error", f"worker {plan.index}: {type(exc).__name__}: {exc}", rec.events))
+        except (OSError, ValueError):
+            traceback.print_exc()
+    finally:
+        conn.close()

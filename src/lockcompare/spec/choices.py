@@ -1,0 +1,39 @@
+"""The closed sets of values some settings take, shared by the spec, the runner and the CLI."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Check(StrEnum):
+    """What the resource checks when a critical section touches the balance."""
+
+    PLAIN = "plain"  # read, write: nothing checked (a lock without fencing)
+    FENCE_WRITES = "fence-writes"  # the fencing token is checked on the final write only
+    FENCE_ALL = "fence-all"  # the read carries the token too and raises the high-water mark
+    TOKEN_CAS = "token-cas"  # the read stores the lease's random token; the write needs it unchanged
+    ATOMIC = "atomic"  # no read-modify-write: one INCRBY
+    OPTIMISTIC = "optimistic"  # WATCH the balance, read, MULTI/SET/EXEC; retry when it changed
+
+
+#: What the resource checks, as --fence names it: the token on the write, on every access, or the
+#: lease's random token by check-and-set.
+FENCE_MODES = ("writes", "all", "token")
+
+#: lesson: each worker runs its rounds and stops; contend: no worker ever runs alone.
+WORKLOADS = ("lesson", "contend")
+DEFAULT_WORKLOAD = "lesson"
+
+
+class PausePoint(StrEnum):
+    """Where in a round a scheduled pause lands."""
+
+    AFTER_ACQUIRE = "after-acquire"  # the lesson's lab: the zombie wakes before it reads
+    BEFORE_WRITE = "before-write"  # read → work → pause → write: the zombie wakes holding a stale read
+
+
+class PauseHow(StrEnum):
+    """How a worker is paused."""
+
+    SLEEP = "sleep"  # in-process sleep, as in the lesson's lab: only the sleeping thread stops
+    SIGSTOP = "sigstop"  # a real freeze from outside: every thread of the process stops
