@@ -212,7 +212,7 @@ def test_wait_replicas_is_kept_only_for_failover_and_for_backends_that_wait() ->
     [
         (["--nodes", "redis://127.0.0.1:7/0", "--resource", "redis://127.0.0.1:8/0"], "failover needs lock nodes with replicas"),
         (["--wait-replicas", "-1"], "--wait-replicas"),
-        (["--wait-replicas", "0.5"], "--wait-replicas takes whole numbers >= 0"),
+        (["--wait-replicas", "0.5"], "--wait-replicas takes a whole number, got '0.5'"),
     ],
 )  # fmt: skip
 def test_failover_settings_that_cannot_run_are_one_line_before_any_server(

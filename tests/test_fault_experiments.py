@@ -106,7 +106,7 @@ def test_every_fault_heals_in_finally_even_when_the_trial_raises() -> None:
         (["--experiment", "node-restart", "--nodes", "redis://127.0.0.1:7/0", "--resource", "redis://127.0.0.1:8/0"],
          "needs the embedded cluster"),
         (["--experiment", "node-crash", "--fault-nodes", "6"], "--fault-nodes 6 but single uses 5 lock nodes"),
-        (["--experiment", "node-restart", "--persistence", "rdb"], "--persistence takes none or aof-always"),
+        (["--experiment", "node-restart", "--persistence", "rdb"], "--persistence takes none, aof-always, got 'rdb'"),
     ],
 )  # fmt: skip
 def test_fault_settings_that_cannot_run_are_one_line_before_any_server(

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from lockcompare.analysis import cells as cells_module
 from lockcompare.analysis import reproduce
 from lockcompare.analysis.reproduce import matrix_command
-from lockcompare.analysis.results import SETTING_COLUMNS, read_results
+from lockcompare.analysis.results import read_results
+from lockcompare.spec.settings import IDENTITY_SETTINGS
 from lockcompare.cli import app
 from lockcompare.render.plots import MATRIX_HEIGHT_PX, WIDTH_PX, timeline_height_px
 from lockcompare.render.report import REPORT_NAME, row_for_history, write_report
@@ -58,7 +59,7 @@ def test_report_of_the_golden_csv(golden_report: tuple[Path, list[Path]]) -> Non
     assert "No trial lost an update in: fenced × client-pause (1 trial)." in text
     for row in rows:
         assert f"| {row['run_id']} | 1        | {row['started_at']}" in text
-    assert "--backends fenced --experiments client-pause --trials 1 --time-scale 0.1 --ttl-ms 1000" in text
+    assert "--backends fenced --experiments client-pause --trials 1 --workers 2 --rounds 3 --ttl-ms 1000" in text
     assert "--fence writes" in text
 
 
@@ -130,9 +131,9 @@ def test_docstring_examples() -> None:
 def test_the_command_gives_times_at_the_lesson_scale_with_the_stored_scale() -> None:
     (fenced,) = [r for r in read_results(TINY) if r["backend"] == "fenced"]
     assert matrix_command([fenced]) == (
-        "lockcompare matrix --backends fenced --experiments client-pause --trials 1 --time-scale 0.1 "
-        "--ttl-ms 1000 --work-ms 300 --pause-ms 1200 --pause-point after-acquire --pause-how sleep "
-        "--fence writes --rounds 3 --workers 2 --acquire-timeout-ms 60000 --retry-delay-ms 10 --think-ms 20 --jitter 0.5 --seed 1"
+        "lockcompare matrix --backends fenced --experiments client-pause --trials 1 --workers 2 --rounds 3 "
+        "--ttl-ms 1000 --work-ms 300 --pause-ms 1200 --time-scale 0.1 --acquire-timeout-ms 60000 --retry-delay-ms 10 "
+        "--think-ms 20 --jitter 0.5 --pause-point after-acquire --pause-how sleep --workload lesson --fence writes --seed 1"
     )
 
 
@@ -156,5 +157,5 @@ def test_rerunning_the_command_writes_a_row_with_the_same_settings(tmp_path: Pat
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     (again,) = read_results(tmp_path / "again.csv")
-    for column in ("trial_id", *SETTING_COLUMNS):
+    for column in ("trial_id", *IDENTITY_SETTINGS):
         assert again[column] == single[column], column

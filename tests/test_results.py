@@ -84,9 +84,9 @@ def test_a_setting_that_varies_within_a_cell_becomes_a_column() -> None:
     rows = [row(backend="fenced", experiment="client-pause", pause_ms=p, resource_check=c, verdict="exclusive")
             for p in (600.0, 850.0) for c in ("fence-writes", "fence-all")]  # fmt: skip
     headers, lines = summarize(rows)
-    assert headers[2:4] == ["resource_check", "pause_ms"]
+    assert headers[2:4] == ["pause_ms", "resource_check"]
     assert [line[2:4] for line in lines] == [
-        ["fence-writes", "600"], ["fence-all", "600"], ["fence-writes", "850"], ["fence-all", "850"]
+        ["600", "fence-writes"], ["600", "fence-all"], ["850", "fence-writes"], ["850", "fence-all"]
     ]  # fmt: skip
 
 

@@ -59,10 +59,12 @@ def test_pause_schedule_is_seeded_and_explicit() -> None:
         ({"ttl_ms": 0}, "--ttl-ms must be > 0"),
         ({"work_ms": -1}, "--work-ms must be > 0"),
         ({"pause_ms": -5}, "--pause-ms must be >= 0"),
-        ({"time_scale": 0}, "--time-scale must be > 0"),
+        ({"time_scale": 0}, "--time-scale must be >= 0.01"),
+        ({"time_scale": 1e9}, "--time-scale must be <= 10"),
         ({"rounds": 0}, "--rounds must be >= 1"),
         ({"workers": 0}, "--workers must be >= 1"),
-        ({"workers": 1, "paused_workers": (1,)}, "paused worker 1 does not exist"),
+        ({"workers": 1000}, "--workers must be <= 16, got 1000 .*LOCKCOMPARE_MAX_WORKERS"),
+        ({"paused_workers": (1,)}, "not a setting: 'paused_workers'"),
     ],
 )
 def test_bad_overrides_are_refused(kw: dict, message: str) -> None:
@@ -73,7 +75,7 @@ def test_bad_overrides_are_refused(kw: dict, message: str) -> None:
 def test_a_ttl_scaled_below_a_millisecond_is_refused() -> None:
     with pytest.raises(InvalidValueError, match="use a larger scale"):
         make_spec(backend="single", experiment=get_experiment("short-ttl"), trial=0,
-                  overrides=Overrides(time_scale=0.001))  # fmt: skip
+                  overrides=Overrides(time_scale=0.01, ttl_ms=40))  # fmt: skip
 
 
 def test_unknown_experiment() -> None:

@@ -241,9 +241,9 @@ def test_bad_values_and_files_are_one_line_errors(tmp_path: Path) -> None:
         fh.write('{"not": "an event"}\n')
     u = "redis://127.0.0.1:7/0"
     cases = [
-        (["run", "--ttl-ms", "inf"], "--ttl-ms must be a finite number, got inf"),
-        (["run", "--work-ms", "inf"], "--work-ms must be a finite number, got inf"),
-        (["matrix", "--backends", "single", "--pause-ms", "nan"], "--pause-ms values must be finite numbers >= 0"),
+        (["run", "--ttl-ms", "inf"], "--ttl-ms takes a finite number, got 'inf'"),
+        (["run", "--work-ms", "inf"], "--work-ms takes a finite number, got 'inf'"),
+        (["matrix", "--backends", "single", "--pause-ms", "nan"], "--pause-ms takes a finite number, got 'nan'"),
         (["run", "--out", str(blocker / "r.csv")], f"{blocker} is not a directory"),
         (["history", str(bad_history)], "line 1 is not an event"),
         (["run", "--backend", "redlock", "--nodes", f"{u},{u}", "--resource", u], "is listed twice"),

@@ -1,7 +1,7 @@
 """Cells of a results file: the trials that belong together in one table line, bar or report section.
 
 A cell is a backend × an experiment, split further by every setting of
-:data:`lockcompare.render.table.CONDITION_COLUMNS` that varies inside one backend × experiment (a
+:data:`CONDITION_COLUMNS` (the identity settings of spec/settings.py) that varies inside one backend × experiment (a
 pause-length sweep makes one cell per pause length). This is the same grouping as the summary
 table's, so a bar in a plot and a line in the table always cover the same trials.
 
@@ -17,7 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockcompare.render.table import CONDITION_COLUMNS
+from lockcompare.spec.settings import CONDITION_SETTINGS
+
+#: Settings that split cells when they vary within one experiment (backend and experiment always do).
+CONDITION_COLUMNS = CONDITION_SETTINGS
 
 Row = dict[str, Any]
 
@@ -59,7 +62,7 @@ class Cell:
         return f"{self.backend} × {self.experiment}" + (f" ({label})" if label else "")
 
 
-def varying_conditions(rows: Sequence[Row]) -> list[str]:
+def varying_conditions(rows: Sequence[Row], columns: Sequence[str] = CONDITION_COLUMNS) -> list[str]:
     """Condition columns whose value differs between rows of one backend × experiment.
 
     Differences between backends or experiments are already said by their names, so they do not
@@ -68,9 +71,9 @@ def varying_conditions(rows: Sequence[Row]) -> list[str]:
     seen: dict[tuple[str, str], dict[str, set[str]]] = {}
     for row in rows:
         per_column = seen.setdefault((row["backend"], row["experiment"]), {})
-        for column in CONDITION_COLUMNS:
+        for column in columns:
             per_column.setdefault(column, set()).add(setting_text(row.get(column)))
-    return [c for c in CONDITION_COLUMNS if any(len(per_column[c]) > 1 for per_column in seen.values())]
+    return [c for c in columns if any(len(per_column[c]) > 1 for per_column in seen.values())]
 
 
 def group_cells(rows: Sequence[Row]) -> list[Cell]:

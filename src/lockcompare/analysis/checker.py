@@ -88,7 +88,7 @@ class Interval:
 
 
 def midpoint(event: Event) -> float:
-    return (event["t0"] + event["t1"]) / 2
+    return (int(event["t0"]) + int(event["t1"])) / 2
 
 
 def sections(history: Sequence[Event]) -> list[tuple[Event, Event]]:

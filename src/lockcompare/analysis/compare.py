@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lockcompare.analysis.cells import CONDITION_COLUMNS, setting_text, varying_conditions
 from lockcompare.analysis.stats import MeanCI, mean_ci
-from lockcompare.render.table import CONDITION_COLUMNS, _setting, _varies_within_a_cell
 
 Row = dict[str, Any]
 CellKey = tuple[str, ...]
@@ -38,7 +38,7 @@ class CellComparison:
 
 
 def cell_key(row: Row, columns: Sequence[str]) -> CellKey:
-    return (str(row["backend"]), str(row["experiment"]), *(_setting(row.get(c, "")) for c in columns))
+    return (str(row["backend"]), str(row["experiment"]), *(setting_text(row.get(c, "")) for c in columns))
 
 
 def _rate(row: Row) -> float:
@@ -73,7 +73,7 @@ def compare_rows(rows_a: Sequence[Row], rows_b: Sequence[Row], *, ignore: Sequen
     a run against one made before that setting existed).
     """
     columns = [c for c in CONDITION_COLUMNS if c not in ignore and any(c in r for r in (*rows_a, *rows_b))]
-    shown = [c for c in columns if _varies_within_a_cell([*rows_a, *rows_b], c)]
+    shown = varying_conditions([*rows_a, *rows_b], columns)
     cells: dict[CellKey, tuple[list[Row], list[Row]]] = {}
     for side, rows in enumerate((rows_a, rows_b)):
         for row in rows:
@@ -81,7 +81,7 @@ def compare_rows(rows_a: Sequence[Row], rows_b: Sequence[Row], *, ignore: Sequen
     out = []
     for key, (a, b) in cells.items():
         first = (a or b)[0]
-        condition = " ".join(f"{c}={_setting(first.get(c, ''))}" for c in shown)
+        condition = " ".join(f"{c}={setting_text(first.get(c, ''))}" for c in shown)
         rate = (_side([_rate(r) for r in a]), _side([_rate(r) for r in b]))
         lost = (_side([r["lost_updates"] for r in a]), _side([r["lost_updates"] for r in b]))
         if not a or not b:

@@ -4,12 +4,13 @@ struck; faults/holders.py reads them): pure functions over the history, no serve
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 #: Unknown: the node could not be read.
 UNREADABLE = "?"
 
 
-def worker_of_owner(events: Sequence[dict]) -> dict[str, int]:
+def worker_of_owner(events: Sequence[dict[str, Any]]) -> dict[str, int]:
     """Owner token -> the worker whose granted acquire returned it (from the workers' own events)."""
     return {e["owner"]: e["worker"] for e in events if e.get("kind") == "acquire" and e.get("ok") and e.get("owner")}
 
@@ -33,7 +34,7 @@ def describe_holders(holders: Sequence[str | None], owners: dict[str, int]) -> s
 NODE_LOSING_FAULTS = ("node-crash", "node-restart", "clock-jump")
 
 
-def majority_broken(inject: dict) -> bool | None:
+def majority_broken(inject: dict[str, Any]) -> bool | None:
     """Did this injection take the lock's majority away from its holder? None: no holders read.
 
     The holder is the owner found on the most nodes; the answer is yes when it held a majority of

@@ -27,7 +27,7 @@ MARGIN = 0.08
 
 
 def origin_ns(history: Sequence[Event]) -> int:
-    return min(e["t0"] for e in history)
+    return min(int(e["t0"]) for e in history)
 
 
 def ms(t_ns: float, origin: int) -> float:

@@ -3,8 +3,10 @@ settings, and the exact trial (:func:`spec_from_row`) that ``lockcompare run --f
 
 The CSV stores times already multiplied by ``time_scale``; the command gives them at the lesson's
 scale (divided back) with the same ``--time-scale``, so a rerun writes rows whose every setting
-column, ``time_scale`` included, equals the original's. Every setting is written out, even where
-it equals today's default, so the command still means the same when a default changes.
+column, ``time_scale`` included, equals the original's. Every setting of the settings table
+(spec/settings.py) is written out, in the table's order, even where it equals today's default, so the
+command still means the same when a default changes; a setting that does not apply to the trial (a
+pause point without a pause, fault settings without a fault) is left out.
 
 The CSV keeps each trial's derived seed, not the run's ``--seed``: the command says ``--seed 1``
 when seed 1 derives the stored one (the default, checked), and says the seed is unknown otherwise.
@@ -15,9 +17,9 @@ when seed 1 derives the stored one (the default, checked), and says the seed is 
 ...        "node_count": "", "pause_point": "after-acquire", "pause_how": "sleep",
 ...        "resource_check": "plain", "cluster": "embedded"}
 >>> print(matrix_command([row]))  # doctest: +NORMALIZE_WHITESPACE
-lockcompare matrix --backends single --experiments client-pause --trials 1 --time-scale 0.1
-  --ttl-ms 1000 --work-ms 300 --pause-ms 1200 --pause-point after-acquire --pause-how sleep
-  --rounds 3 --workers 2 --acquire-timeout-ms 60000 --retry-delay-ms 10 --think-ms 20 --seed 1
+lockcompare matrix --backends single --experiments client-pause --trials 1 --workers 2 --rounds 3
+  --ttl-ms 1000 --work-ms 300 --pause-ms 1200 --time-scale 0.1 --acquire-timeout-ms 60000
+  --retry-delay-ms 10 --think-ms 20 --pause-point after-acquire --pause-how sleep --seed 1
 """
 
 from __future__ import annotations
@@ -27,12 +29,11 @@ import shlex
 from collections.abc import Sequence
 from typing import Any, get_args, get_type_hints
 
+from lockcompare.errors import UnknownNameError
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, cli_text
 from lockcompare.spec.trialspec import IDENTITY_SETTINGS, TrialSpec, pause_schedule, trial_seed
 
-#: Times stored scaled, in the order the command gives them.
-SCALED = ("ttl_ms", "work_ms", "pause_ms")
-SCALED_WORKLOAD = ("acquire_timeout_ms", "retry_delay_ms", "think_ms")
 #: resource_check → the --fence value that produces it (the others come from the backend itself).
 FENCE_FOR_CHECK = {"fence-writes": "writes", "fence-all": "all", "token-cas": "token"}
 
@@ -72,22 +73,32 @@ def matrix_command(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def _arguments(row: dict[str, Any]) -> list[str]:
-    args = ["--time-scale", number(row["time_scale"])]
-    args += [part for column in SCALED for part in (_flag(column), unscaled(row, column))]
-    if float(row["pause_ms"]) > 0:  # without a pause there is nowhere for it to land (the CSV says the default)
-        args += ["--pause-point", str(row["pause_point"]), "--pause-how", str(row["pause_how"])]
-    fence = FENCE_FOR_CHECK.get(str(row.get("resource_check")))
-    if fence is not None:
-        args += ["--fence", fence]
-    args += ["--rounds", str(row["rounds"]), "--workers", str(row["workers"])]
-    args += [part for column in SCALED_WORKLOAD for part in (_flag(column), unscaled(row, column))]
-    if str(row.get("node_count") or "").strip():
-        args += ["--redlock-nodes", str(row["node_count"])]
-    jitter = row.get("jitter")
-    if isinstance(jitter, float) and not math.isnan(jitter):
-        args += ["--jitter", number(jitter)]
-    if str(row.get("workload") or "lesson") != "lesson":
-        args += ["--workload", str(row["workload"])]
+    """Every CLI setting of the row, in the settings table's order (spec/settings.py): times given
+    at the lesson's scale, a setting that does not apply to the trial (a pause point without a
+    pause) left out, the fence mode from the row's resource_check, the base seed when it is known."""
+    try:
+        experiment = get_experiment(str(row["experiment"]))
+        context = {"fault": experiment.fault or "", "takes_fault_nodes": experiment.takes_fault_nodes}
+    except UnknownNameError:
+        context = {}
+    context |= {"supports_wait_replicas": True} | {k: v for k, v in row.items() if k in SETTINGS}
+    args: list[str] = []
+    for setting in CLI_SETTINGS:
+        if setting.name == "seed":
+            continue  # the row keeps the derived seed: said last, when known
+        if setting.name == "fence":
+            fence = FENCE_FOR_CHECK.get(str(row.get("resource_check")))
+            args += ["--fence", fence] if fence is not None else []
+            continue
+        value = row.get(setting.name)
+        if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+            continue  # not recorded (an optional setting left at "all", or a row older than the column)
+        if setting.applies is not None and not setting.applies(context):
+            continue
+        if setting.scaled:
+            args += [setting.flag or "", unscaled(row, setting.name)]
+        else:
+            args += [setting.flag or "", cli_text(setting, setting.kind(value) if setting.kind is int else value)]
     if _seed_is(row, base=1):
         args += ["--seed", "1"]
     return args

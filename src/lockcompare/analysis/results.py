@@ -19,26 +19,22 @@ from typing import TYPE_CHECKING, Any
 from lockcompare.analysis.checker import TrialMetrics
 from lockcompare.errors import ResultsFileError
 from lockcompare.infra.provenance import host_facts
-from lockcompare.spec.trialspec import IDENTITY_SETTINGS, trial_id_for
+from lockcompare.spec.settings import LEGACY_VALUES, SETTING_COLUMNS, SETTINGS
+from lockcompare.spec.trialspec import trial_id_for
 
 if TYPE_CHECKING:  # the runner writes rows; reading them must not import it (no redis offline)
     from lockcompare.runner.trial import TrialResult
 
-SCHEMA_VERSION = 4
+#: 5: call_timeout_ms recorded; the settings' legacy values come from spec/settings.py.
+SCHEMA_VERSION = 5
 
-#: What a row of an older schema meant for the columns it lacks. Until schema 3: the pause was an
-#: in-process sleep; schema 1: it landed right after acquiring, no think time, fenced backends
-#: checked the token on the write only. Until schema 4: no jitter, and no provenance (left empty:
-#: unknown, never guessed).
-_SINCE_V3 = {
-    "jitter": "0", "fault_nodes": "0", "restart_delay_ms": "0", "persistence": "none", "workload": "lesson",
-    "extra_entries": "0", "wait_replicas": "0",
-}  # fmt: skip
-_SINCE_V2 = _SINCE_V3 | {"pause_how": "sleep"}
-_SINCE_V1 = _SINCE_V2 | {"pause_point": "after-acquire", "think_ms": "0", "reads_rejected": "0", "cs_retries": "0"}
+#: What a row of an older schema meant for the columns it lacks: each setting's legacy value
+#: (spec/settings.py: until schema 3 the pause was an in-process sleep; schema 1: it landed right
+#: after acquiring, no think time; until schema 4: no jitter), and these metrics. Provenance columns
+#: a row lacks stay empty: unknown, never guessed.
+_LEGACY_METRICS = {"extra_entries": "0", "reads_rejected": "0", "cs_retries": "0"}
+_LEGACY = {name: value for name, (_, value) in LEGACY_VALUES.items()} | _LEGACY_METRICS
 
-#: The trial's coordinates and settings (its identity, see experiments.IDENTITY_SETTINGS).
-SETTING_COLUMNS = IDENTITY_SETTINGS
 #: Where and by what the row was produced; "" in rows migrated from before schema 4.
 PROVENANCE_COLUMNS = (
     "lockcompare_version", "source_revision", "host", "cpu_count", "load_avg_1m", "concurrent_runs",
@@ -50,20 +46,15 @@ COLUMNS = (
     *METRIC_COLUMNS, "wall_s", "history",
 )  # fmt: skip
 
-_INT_COLUMNS = {
-    "schema_version", "trial", "seed", "workers", "rounds", "ttl_ms", "fault_nodes", "wait_replicas", "entries",
-    "entries_planned",
-    "conflicts",
-    "conflicts_overlap", "max_concurrency", "writes_accepted", "writes_rejected",
-    "stale_writes_accepted", "stale_writes_rejected", "lost_updates", "final_balance", "acquires",
-    "acquire_timeouts", "refused_validity", "releases_failed", "reads_rejected", "cs_retries", "tokens_backwards",
-    "extra_entries", "grants_while_held", "foreign_releases",
-}  # fmt: skip
-_FLOAT_COLUMNS = {
-    "work_ms", "pause_ms", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "jitter",
-    "restart_delay_ms", "overlap_ms",
-    "acquire_p50_ms", "acquire_p99_ms", "wall_s", "load_avg_1m",
-}  # fmt: skip
+
+def _columns_of(kind: type, metrics: bool = True) -> set[str]:
+    settings = {s.name for s in SETTINGS.values() if s.kind is kind and s.csv_column and not s.optional}
+    measured = {f.name for f in fields(TrialMetrics) if f.type in (kind.__name__, kind)} if metrics else set()
+    return settings | measured
+
+
+_INT_COLUMNS = _columns_of(int) | {"schema_version", "entries_planned"}
+_FLOAT_COLUMNS = _columns_of(float) | {"wall_s", "load_avg_1m"}
 _BOOL_COLUMNS = {"conflict_measures_agree"}
 
 
@@ -82,7 +73,7 @@ def make_row(
         "run_id": run_id,
         "trial_id": spec.trial_id,
         "started_at": result.started_at,
-        **spec.settings(),
+        **spec.recorded_settings(),
         **host_facts(),
         "load_avg_1m": round(result.load_avg_1m, 2),
         "concurrent_runs": result.concurrent_runs,
@@ -218,15 +209,11 @@ def read_results(path: Path) -> list[dict[str, Any]]:
 
 def _upgrade(raw: dict[str, str], version: int) -> dict[str, str]:
     """A row of an older schema in today's terms; its trial_id recomputed from its settings."""
+    if version == 1:  # schema 1 had no resource_check: fenced checked the token on the write only
+        raw = {"resource_check": "fence-writes" if raw.get("backend") == "fenced" else "plain"} | raw
+    raw = _LEGACY | raw  # a column a row lacks was added after it was written
     if version == SCHEMA_VERSION:
-        return _SINCE_V3 | raw  # columns added since the first schema-4 rows (fault settings)
-    if version == 1:
-        check = "fence-writes" if raw.get("backend") == "fenced" else "plain"
-        raw = _SINCE_V1 | {"resource_check": check} | raw
-    elif version == 2:
-        raw = _SINCE_V2 | raw
-    else:
-        raw = _SINCE_V3 | raw
+        return raw
     try:
         planned = str(int(raw["workers"]) * int(raw["rounds"]))
     except (KeyError, ValueError):

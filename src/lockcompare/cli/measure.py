@@ -17,36 +17,18 @@ from lockcompare.backends import load_backend
 from lockcompare.cli.core import UnknownTrialsError, app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
-    AcquireTimeoutMs,
-    CallTimeoutMs,
-    FaultNodes,
-    Fences,
-    Jitter,
     Nodes,
-    PauseHowOption,
-    PauseMs,
-    PausePoints,
-    Persistence,
     RedisServer,
     RedlockNodes,
     ResourceUrl,
-    RestartDelayMs,
-    RetryDelayMs,
-    Rounds,
-    Seed,
-    ThinkMs,
-    TimeScale,
-    TtlMs,
-    WaitReplicas,
-    Workers,
-    WorkloadOption,
-    WorkMs,
     _cluster_options,
     _default_backends,
     _parallelism_note,
     _progress_bar,
     _split,
     _trial_settings,
+    given_flags,
+    with_trial_settings,
 )
 from lockcompare.errors import InvalidValueError
 from lockcompare.infra.cluster import describe, open_cluster
@@ -59,18 +41,12 @@ from lockcompare.runner.matrix import (
     run_planned,
 )
 from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE
-from lockcompare.spec.choices import DEFAULT_WORKLOAD
 from lockcompare.spec.experiments import DEFAULT_EXPERIMENTS
-from lockcompare.spec.trialspec import (
-    DEFAULT_CALL_TIMEOUT_MS,
-    DEFAULT_JITTER,
-    DEFAULT_RETRY_DELAY_MS,
-    DEFAULT_THINK_MS,
-    DEFAULT_WORKERS,
-)
+from lockcompare.spec.settings import SETTING_COLUMNS
 
 
 @app.command()
+@with_trial_settings
 def matrix(
     backends: Annotated[
         str | None, typer.Option("--backends", help="Comma-separated backends (default: every registered one).")
@@ -89,27 +65,6 @@ def matrix(
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue --out, skipping trials it already holds.")] = False,
     fmt: Annotated[str, typer.Option("--format", help="Table format: github, simple, latex, csv.")] = "github",
-    ttl_ms: TtlMs = None,
-    work_ms: WorkMs = None,
-    pause_ms: PauseMs = None,
-    pause_point: PausePoints = "after-acquire",
-    pause_how: PauseHowOption = "sleep",
-    fence: Fences = "writes",
-    rounds: Rounds = None,
-    workers: Workers = DEFAULT_WORKERS,
-    time_scale: TimeScale = 1.0,
-    acquire_timeout_ms: AcquireTimeoutMs = None,
-    retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
-    think_ms: ThinkMs = DEFAULT_THINK_MS,
-    seed: Seed = 1,
-    jitter: Jitter = DEFAULT_JITTER,
-    call_timeout_ms: CallTimeoutMs = DEFAULT_CALL_TIMEOUT_MS,
-    fault_nodes: FaultNodes = "1",
-    restart_delay_ms: RestartDelayMs = "0",
-    persistence: Persistence = "none",
-    workload: WorkloadOption = DEFAULT_WORKLOAD,
-    wait_replicas: WaitReplicas = "0",
-    redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
@@ -131,11 +86,17 @@ def matrix(
             "--fresh-workers", help="Spawn new worker processes for every trial instead of reusing warm ones."
         ),
     ] = False,
+    trial_settings: dict[str, str | None] | None = None,
 ) -> None:
-    """Run every selected backend under every selected experiment; one CSV row per trial."""
+    """Run every selected backend under every selected experiment; one CSV row per trial.
+
+    Every trial setting is an option below (from the settings table); a comma list sweeps the
+    settings that say so, one cell per value."""
     if fmt not in table.FORMATS:
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(table.FORMATS)}", param_hint="--format")
-    overrides, sweep, options = _trial_settings(locals())
+    overrides, sweep, options, redlock_nodes = _trial_settings(
+        trial_settings or {}, nodes=nodes, resource=resource, redis_server=redis_server
+    )
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()
     backend_names = _split(backends) if backends is not None else _default_backends()
@@ -187,32 +148,12 @@ def _in_plan_order(rows: list[dict[str, Any]], *, backends: list[str], experimen
 
 
 @app.command()
+@with_trial_settings
 def run(
     ctx: typer.Context,
     backend: Annotated[str, typer.Option("--backend", help="A backend name or package.module:Class.")] = "single",
     experiment: Annotated[str, typer.Option("--experiment", help="An experiment name.")] = "baseline",
     out_path: Annotated[Path | None, typer.Option("--out", help="Also append the row to this CSV.")] = None,
-    ttl_ms: TtlMs = None,
-    work_ms: WorkMs = None,
-    pause_ms: PauseMs = None,
-    pause_point: PausePoints = "after-acquire",
-    pause_how: PauseHowOption = "sleep",
-    fence: Fences = "writes",
-    rounds: Rounds = None,
-    workers: Workers = DEFAULT_WORKERS,
-    time_scale: TimeScale = 1.0,
-    acquire_timeout_ms: AcquireTimeoutMs = None,
-    retry_delay_ms: RetryDelayMs = DEFAULT_RETRY_DELAY_MS,
-    think_ms: ThinkMs = DEFAULT_THINK_MS,
-    seed: Seed = 1,
-    jitter: Jitter = DEFAULT_JITTER,
-    call_timeout_ms: CallTimeoutMs = DEFAULT_CALL_TIMEOUT_MS,
-    fault_nodes: FaultNodes = "1",
-    restart_delay_ms: RestartDelayMs = "0",
-    persistence: Persistence = "none",
-    workload: WorkloadOption = DEFAULT_WORKLOAD,
-    wait_replicas: WaitReplicas = "0",
-    redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
@@ -225,19 +166,24 @@ def run(
             "or its row number (1 = the first row). Takes no other trial option.",
         ),
     ] = None,
+    trial_settings: dict[str, str | None] | None = None,
 ) -> None:
     """Run a single trial and print its metrics (or rerun a recorded one with --from)."""
+    trial_settings = trial_settings or {}
     if from_row is not None:
         given = [
             f"--{name.replace('_', '-')}" for name in ctx.params
-            if name not in _RERUN_OPTIONS and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
-        ]  # fmt: skip
+            if name not in _RERUN_OPTIONS and name not in trial_settings
+            and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+        ] + given_flags(trial_settings)  # fmt: skip
         if given:
             raise InvalidValueError(f"--from takes every setting from the row; drop {', '.join(given)}")
         options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None)
         _run_from(from_row, out_path=out_path, options=options)
         return
-    overrides, sweep, options = _trial_settings({k: v for k, v in locals().items() if k != "ctx"})
+    overrides, sweep, options, redlock_nodes = _trial_settings(
+        trial_settings, nodes=nodes, resource=resource, redis_server=redis_server
+    )
     if sweep.cells_per_trial() > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
     with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
@@ -249,8 +195,7 @@ def run(
         (row,) = [r for r in read_results(target) if r["trial_id"] == report.trial_ids[0]][-1:]
         if report.trials_run == 0:
             err.print(f"this trial is already in {target} (run {row['run_id']}); its row:")
-        for key in ("trial_id", "backend", "experiment", "ttl_ms", "work_ms", "pause_ms", "pause_point", "pause_how",
-                    "resource_check", *METRIC_COLUMNS, "wall_s"):  # fmt: skip
+        for key in ("trial_id", *SETTING_COLUMNS[:3], *SETTING_COLUMNS[4:], *METRIC_COLUMNS, "wall_s"):
             typer.echo(f"{key:>24}: {row[key]}")
         if out_path is not None:
             typer.echo(f"{'history':>24}: {target.parent / row['history']}")

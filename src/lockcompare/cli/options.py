@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import math
+import functools
+import inspect
 import sys
-from dataclasses import replace
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -21,15 +22,11 @@ from lockcompare.cli.core import err
 from lockcompare.errors import InvalidValueError
 from lockcompare.infra.cluster import DEFAULT_NODES
 from lockcompare.infra.redisconn import parse_url_list, validate_url
-from lockcompare.runner.matrix import (
-    ClusterOptions,
-    MatrixReport,
-    Sweep,
-)
+from lockcompare.runner.matrix import ClusterOptions, MatrixReport
 from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE, usable_cpus
 from lockcompare.runner.trial import TrialResult
-from lockcompare.spec.choices import FENCE_MODES, WORKLOADS, PauseHow, PausePoint
-from lockcompare.spec.trialspec import Overrides, TrialSpec
+from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Overrides, Setting, Sweep, check_value, cli_text, from_cli
+from lockcompare.spec.trialspec import TrialSpec
 
 #: Measured on 2 cores: a trial keeps 0.03-0.7 CPU busy at --time-scale 0.1 (mean ~0.2, pottery
 #: the most) and far less at the lesson's scale, where trials mostly sleep. With 8 the lesson-scale
@@ -40,110 +37,7 @@ from lockcompare.spec.trialspec import Overrides, TrialSpec
 DEFAULT_JOBS = 4 * usable_cpus()
 
 
-# Options shared by `run` and `matrix` (typer has no option groups, so they are declared once here).
-TtlMs = Annotated[float | None, typer.Option("--ttl-ms", help="Lease TTL (default: the experiment's).")]
-WorkMs = Annotated[float | None, typer.Option("--work-ms", help="Work inside the critical section.")]
-PauseMs = Annotated[
-    str | None,
-    typer.Option("--pause-ms", help="Client pause length (0: none); a comma list sweeps it, e.g. 600,850,1200,1500."),
-]
-PausePoints = Annotated[
-    str,
-    typer.Option(
-        "--pause-point",
-        help="Where the pause lands: after-acquire (the lesson's) or before-write; a comma list sweeps.",
-    ),
-]
-PauseHowOption = Annotated[
-    str,
-    typer.Option(
-        "--pause-how",
-        help="sleep (in-process, the lesson's) or sigstop (a real freeze of the whole process); a comma list sweeps.",
-    ),
-]
-Fences = Annotated[
-    str,
-    typer.Option(
-        "--fence",
-        help="What the resource checks: writes (fencing token on the write), all (on every access), "
-        "token (check-and-set on the lease's random token); a comma list sweeps.",
-    ),
-]
-Rounds = Annotated[
-    int | None,
-    typer.Option("--rounds", help="Critical sections per worker (default: 40, the lesson's; renewal-pause: 5)."),
-]
-Workers = Annotated[int, typer.Option("--workers", help="Worker processes.")]
-TimeScale = Annotated[
-    float, typer.Option("--time-scale", help="Multiply every time by this (0.1: ten times faster, same ratios).")
-]
-AcquireTimeoutMs = Annotated[
-    float | None,
-    typer.Option(
-        "--acquire-timeout-ms",
-        help="Give up a round's acquire after this (default 60000; node-fault experiments 2000).",
-    ),
-]
-RetryDelayMs = Annotated[float, typer.Option("--retry-delay-ms", help="Wait between acquire attempts.")]
-ThinkMs = Annotated[
-    float, typer.Option("--think-ms", help="Pause between a release and the next acquire (a rival's turn).")
-]
-Seed = Annotated[int, typer.Option("--seed", help="Seed for the pause schedule and the retry/think jitter.")]
-FaultNodes = Annotated[
-    str,
-    typer.Option(
-        "--fault-nodes",
-        help="Node faults and partition: how many lock nodes they hit (nodes 0..K-1); a comma list sweeps.",
-    ),
-]
-RestartDelayMs = Annotated[
-    str,
-    typer.Option(
-        "--restart-delay-ms",
-        help="node-restart: how long the nodes stay down (0: restart at once); a comma list sweeps.",
-    ),
-]
-Persistence = Annotated[
-    str,
-    typer.Option(
-        "--persistence",
-        help="node-restart: none (restart empty) or aof-always (AOF with appendfsync always, kept across the restart); "
-        "a comma list sweeps.",
-    ),
-]
-WorkloadOption = Annotated[
-    str,
-    typer.Option(
-        "--workload",
-        help="lesson (each worker runs its rounds and stops, the lesson's) or contend (a worker that has run "
-        "its rounds keeps contending with extra rounds, marked as such and not counted, until every worker "
-        "is done: no worker ever runs alone, so a lock cannot look better by letting one finish early); "
-        "a comma list sweeps.",
-    ),
-]
-WaitReplicas = Annotated[
-    str,
-    typer.Option(
-        "--wait-replicas",
-        help="failover: replicas that must acknowledge the lock key (WAIT N after SET, on single and fenced; "
-        "a lease not acknowledged in TTL/10 is released and refused); 0: no WAIT; a comma list sweeps.",
-    ),
-]
-Jitter = Annotated[
-    float,
-    typer.Option(
-        "--jitter",
-        help="Random spread of the retry delay (±J) and think time (±J/2), seeded; 0 turns it off.",
-    ),
-]
-CallTimeoutMs = Annotated[
-    float,
-    typer.Option(
-        "--call-timeout-ms",
-        help="Deadline on each backend call (construct, acquire, release, close); a call past it makes "
-        "the trial unknown and the matrix goes on. Not scaled by --time-scale.",
-    ),
-]
+# Where the servers come from (run, matrix, bench); the trial settings come from the settings table.
 Nodes = Annotated[
     str | None, typer.Option("--nodes", help="External lock nodes: redis URLs, comma-separated (with --resource).")
 ]
@@ -163,101 +57,71 @@ def _cluster_options(
     """Where the servers come from; the embedded cluster spawns enough nodes for --redlock-nodes."""
     node_urls = tuple(parse_url_list(nodes)) if nodes is not None else None
     resource_url = validate_url(resource) if resource is not None else None
-    if redlock_nodes is not None and redlock_nodes < 1:
-        raise InvalidValueError(f"--redlock-nodes must be >= 1, got {redlock_nodes}")
+    if redlock_nodes is not None:
+        check_value(SETTINGS["node_count"], redlock_nodes)
+        if str(redlock_nodes) not in (SETTINGS["node_count"].choices or ()):
+            raise InvalidValueError(
+                f"--redlock-nodes takes {', '.join(SETTINGS['node_count'].choices or ())}, got {redlock_nodes}"
+            )
     if node_urls is not None and redlock_nodes is not None and redlock_nodes > len(node_urls):
         raise InvalidValueError(f"--redlock-nodes {redlock_nodes} but only {len(node_urls)} --nodes given")
     count = max(redlock_nodes or DEFAULT_NODES, DEFAULT_NODES)
     return ClusterOptions(nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count)
 
 
-_OVERRIDE_FIELDS = (
-    "ttl_ms", "work_ms", "rounds", "workers", "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms",
-    "seed", "jitter", "call_timeout_ms",
-)  # fmt: skip
+def _option_help(setting: Setting) -> str:
+    default = setting.default
+    if default is None or setting.name == "node_count":
+        return setting.help
+    shown = cli_text(setting, default)
+    return f"{setting.help} [default: {shown}{' ' + setting.unit if setting.unit else ''}]"
 
 
-def _trial_settings(params: dict[str, Any]) -> tuple[Overrides, Sweep, ClusterOptions]:
-    """The settings shared by ``run`` and ``matrix``, from their (identically named) parameters."""
-    overrides = Overrides(**{name: params[name] for name in _OVERRIDE_FIELDS})
-    sweep = _sweep(
-        pause_ms=params["pause_ms"],
-        pause_point=params["pause_point"],
-        fence=params["fence"],
-        pause_how=params["pause_how"],
-    )
-    sweep = replace(
-        sweep,
-        fault_nodes=tuple(int(v) for v in _numbers("--fault-nodes", params["fault_nodes"], whole=True)),
-        restart_delays_ms=tuple(_numbers("--restart-delay-ms", params["restart_delay_ms"])),
-        persistences=tuple(_choices("--persistence", params["persistence"], ("none", "aof-always"))),
-        workloads=tuple(_choices("--workload", params["workload"], WORKLOADS)),
-        wait_replicas=_counts("--wait-replicas", params["wait_replicas"]),
-    )
-    options = _cluster_options(
-        nodes=params["nodes"],
-        resource=params["resource"],
-        redis_server=params["redis_server"],
-        redlock_nodes=params["redlock_nodes"],
-    )
-    return overrides, sweep, options
+def with_trial_settings(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Give ``command`` one option per CLI setting of the settings table (spec/settings.py).
+
+    Every option is taken as text (None: not given) and parsed by the table: comma lists where a
+    setting sweeps, bounds and choices checked, one line per bad value. ``command`` receives them as
+    ``trial_settings`` (a dict of the given texts by setting name).
+    """
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != "trial_settings"]
+    added = [
+        inspect.Parameter(
+            setting.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[
+                str | None,
+                typer.Option(setting.flag, help=_option_help(setting), metavar="LIST" if setting.sweeps else "VALUE"),
+            ],
+        )
+        for setting in CLI_SETTINGS
+    ]
+
+    @functools.wraps(command)
+    def wrapper(**params: Any) -> Any:
+        given = {setting.name: params.pop(setting.name, None) for setting in CLI_SETTINGS}
+        return command(**params, trial_settings=given)
+
+    wrapper.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *added)}
+    return wrapper
 
 
-def _sweep(*, pause_ms: str | None, pause_point: str, fence: str, pause_how: str = "sleep") -> Sweep:
-    """The swept settings from their comma lists, each value checked."""
-    pauses: list[float | None] = [None]
-    if pause_ms is not None:
-        try:
-            pauses = [float(v) for v in _split(pause_ms)]
-        except ValueError:
-            raise InvalidValueError(f"--pause-ms takes numbers separated by commas, got {pause_ms!r}") from None
-        if not pauses or any(not (math.isfinite(v) and v >= 0) for v in pauses):
-            raise InvalidValueError(f"--pause-ms values must be finite numbers >= 0, got {pause_ms!r}")
-    points = _split(pause_point)
-    known_points = [p.value for p in PausePoint]
-    if not points or any(p not in known_points for p in points):
-        raise InvalidValueError(f"--pause-point takes {' or '.join(known_points)}, got {pause_point!r}")
-    fences = _split(fence)
-    if not fences or any(f not in FENCE_MODES for f in fences):
-        raise InvalidValueError(f"--fence takes {', '.join(FENCE_MODES)}, got {fence!r}")
-    hows = _split(pause_how)
-    known_hows = [h.value for h in PauseHow]
-    if not hows or any(h not in known_hows for h in hows):
-        raise InvalidValueError(f"--pause-how takes {' or '.join(known_hows)}, got {pause_how!r}")
-    return Sweep(
-        pause_ms=tuple(pauses),
-        pause_points=tuple(PausePoint(p) for p in points),
-        fences=tuple(fences),
-        pause_hows=tuple(PauseHow(h) for h in hows),
-    )
+def given_flags(trial_settings: dict[str, str | None]) -> list[str]:
+    """The flags of the settings the user gave (run --from takes none of them)."""
+    return [SETTINGS[name].flag or name for name, text in trial_settings.items() if text is not None]
 
 
-def _numbers(flag: str, text: str, *, whole: bool = False) -> list[float]:
-    """A comma list of finite numbers >= 0 (whole numbers >= 1 with ``whole``)."""
-    try:
-        values = [float(v) for v in _split(text)]
-    except ValueError:
-        raise InvalidValueError(f"{flag} takes numbers separated by commas, got {text!r}") from None
-    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
-        raise InvalidValueError(f"{flag} takes finite numbers >= 0, got {text!r}")
-    if whole and any(v < 1 or not v.is_integer() for v in values):
-        raise InvalidValueError(f"{flag} takes whole numbers >= 1, got {text!r}")
-    return values
-
-
-def _counts(flag: str, text: str) -> tuple[int, ...]:
-    """A comma list of whole numbers >= 0."""
-    values = _numbers(flag, text)
-    if any(not v.is_integer() for v in values):
-        raise InvalidValueError(f"{flag} takes whole numbers >= 0, got {text!r}")
-    return tuple(int(v) for v in values)
-
-
-def _choices(flag: str, text: str, known: tuple[str, ...]) -> list[str]:
-    values = _split(text)
-    if not values or any(v not in known for v in values):
-        raise InvalidValueError(f"{flag} takes {' or '.join(known)}, got {text!r}")
-    return values
+def _trial_settings(
+    trial_settings: dict[str, str | None], *, nodes: str | None, resource: str | None, redis_server: str | None
+) -> tuple[Overrides, Sweep, ClusterOptions, int | None]:
+    """The settings of ``run`` and ``matrix`` parsed by the table, and where the servers come from."""
+    overrides, sweep = from_cli(trial_settings)
+    redlock_nodes = overrides.given("node_count")
+    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
+    return overrides, sweep, options, redlock_nodes
 
 
 def _split(text: str) -> list[str]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lockcompare.analysis.cells import Cell, group_cells, setting_text
+from lockcompare.analysis.cells import CONDITION_COLUMNS, Cell, group_cells, setting_text
 from lockcompare.analysis.reproduce import matrix_command, settings_key
 from lockcompare.analysis.results import PROVENANCE_COLUMNS as ROW_PROVENANCE
 from lockcompare.analysis.results import read_results
@@ -32,10 +32,7 @@ PROVENANCE_COLUMNS = tuple(
     c for c in ROW_PROVENANCE if c not in ("cluster", "redis_version", "lock_nodes_reachable", "jobs_concurrent")
 )
 #: Settings shown per cell, as stored (times already multiplied by time_scale).
-PARAMETER_COLUMNS = (
-    "workers", "rounds", "ttl_ms", "work_ms", "pause_ms", "pause_point", "pause_how", "resource_check",
-    "time_scale", "acquire_timeout_ms", "retry_delay_ms", "think_ms", "node_count", "cluster", "redis_version",
-)  # fmt: skip
+PARAMETER_COLUMNS = (*CONDITION_COLUMNS, "cluster", "redis_version")
 #: PNG names this module writes; others of these patterns in DIR are left from an older rendering.
 _OUR_PNGS = ("matrix-*.png", "timeline-*.png")
 

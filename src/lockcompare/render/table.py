@@ -17,19 +17,13 @@ from typing import Any
 
 from tabulate import tabulate
 
+from lockcompare.analysis.cells import group_cells
 from lockcompare.analysis.checker import parse_refusals
 from lockcompare.analysis.results import latest_rows
 from lockcompare.analysis.stats import mean_ci
 from lockcompare.errors import UnknownNameError
 
 FORMATS = ("github", "simple", "latex", "csv")
-
-#: Settings that split cells when they vary within one experiment (backend and experiment always do).
-CONDITION_COLUMNS = (
-    "resource_check", "pause_point", "pause_how", "pause_ms", "ttl_ms", "work_ms", "workers", "rounds",
-    "time_scale", "node_count", "fault_nodes", "restart_delay_ms", "persistence", "wait_replicas", "jitter",
-    "workload",
-)  # fmt: skip
 
 #: Metrics shown only when some trial has a non-zero value (most tables need neither).
 OPTIONAL_COLUMNS = {
@@ -59,25 +53,9 @@ def _mean_with_ci(values: Sequence[float]) -> str:
     return f"{_num(ci.mean)} ±{_num(ci.half_width)}"
 
 
-def _setting(value: Any) -> str:
-    """A setting as a table cell: 850.0 ms reads 850."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
 def _range(values: Sequence[float]) -> str:
     lo, hi = min(values), max(values)
     return _num(lo, 0) if lo == hi else f"{_num(lo, 0)}–{_num(hi, 0)}"
-
-
-def _varies_within_a_cell(rows: Sequence[dict[str, Any]], column: str) -> bool:
-    """True if rows of one backend x experiment differ in ``column`` (differences between
-    experiments or backends are already said by their names)."""
-    seen: dict[tuple[str, str], set[str]] = {}
-    for row in rows:
-        seen.setdefault((row["backend"], row["experiment"]), set()).add(str(row.get(column)))
-    return any(len(values) > 1 for values in seen.values())
 
 
 def _acquire_failures(group: Sequence[dict[str, Any]]) -> str:
@@ -102,21 +80,19 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
     are counted in the trials column and kept out of every mean: nothing was observed in them.
     """
     rows = latest_rows(list(rows))
-    varying = [c for c in CONDITION_COLUMNS if _varies_within_a_cell(rows, c)]
+    cells = group_cells(rows)
+    varying = [column for column, _ in cells[0].conditions] if cells else []
     known_rows = [r for r in rows if r["verdict"] != "unknown"]
     optional = [c for c in OPTIONAL_COLUMNS if any(_measured(r, c) > 0 for r in known_rows)]
     failures = _shows_failures(known_rows)
-    cells: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for row in rows:
-        key = (row["backend"], row["experiment"], *(_setting(row.get(c)) for c in varying))
-        cells.setdefault(key, []).append(row)
     headers = [
         "backend", "experiment", *varying, "trials", "conflicts / entries (mean ±95% CI)", "entries / planned",
         "max inside", "overlap ms", "rejected writes", *(OPTIONAL_COLUMNS[c] for c in optional),
         "lost updates (range)", *(["acquires given up (refusals)"] if failures else []), "verdicts",
     ]  # fmt: skip
     lines = []
-    for key, group in cells.items():
+    for cell in cells:
+        key, group = (cell.backend, cell.experiment, *(value for _, value in cell.conditions)), cell.rows
         known = [r for r in group if r["verdict"] != "unknown"]
         verdicts = Counter(r["verdict"] for r in group)
         trials = str(len(known)) + (f" (+{len(group) - len(known)} unknown)" if len(known) < len(group) else "")
@@ -170,4 +146,4 @@ def format_table(headers: Sequence[str], lines: Sequence[Sequence[str]], *, fmt:
         writer.writerow(headers)
         writer.writerows(lines)
         return buf.getvalue().rstrip("\n")
-    return tabulate(lines, headers=headers, tablefmt=fmt, disable_numparse=True)
+    return str(tabulate(lines, headers=headers, tablefmt=fmt, disable_numparse=True))

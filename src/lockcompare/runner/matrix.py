@@ -11,7 +11,7 @@ import contextlib
 import itertools
 import logging
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +57,9 @@ from lockcompare.runner.trial import (
     run_trial,
     save_history,
 )
-from lockcompare.spec.choices import PauseHow, PausePoint
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, TrialSpec, make_spec
+from lockcompare.spec.settings import Overrides, Sweep
+from lockcompare.spec.trialspec import TrialSpec, make_spec
 
 log = logging.getLogger("lockcompare")
 
@@ -72,25 +72,6 @@ class ClusterOptions:
     resource: str | None = None
     redis_server: str | None = None
     node_count: int = 5
-
-
-@dataclass(frozen=True, kw_only=True)
-class Sweep:
-    """Settings swept inside one matrix, each value a cell of its own (``None``: the experiment's)."""
-
-    pause_ms: tuple[float | None, ...] = (None,)
-    pause_points: tuple[PausePoint, ...] = (PausePoint.AFTER_ACQUIRE,)
-    fences: tuple[str, ...] = ("writes",)
-    pause_hows: tuple[PauseHow, ...] = (PauseHow.SLEEP,)
-    fault_nodes: tuple[int, ...] = (1,)
-    restart_delays_ms: tuple[float, ...] = (0.0,)
-    persistences: tuple[str, ...] = ("none",)
-    workloads: tuple[str | None, ...] = (None,)  # None: the overrides' (see contend.py)
-    wait_replicas: tuple[int, ...] = (0,)
-
-    def cells_per_trial(self) -> int:
-        """How many values the sweep has in all (more than 1: ``run`` cannot take it)."""
-        return max(len(getattr(self, f.name)) for f in fields(self))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,40 +121,26 @@ def plan_matrix(
     classes = {backend: load_backend(backend) for backend in backends}
     exps = [get_experiment(name) for name in experiments]
     specs: dict[str, TrialSpec] = {}
-    _warn_no_wait(classes, sweep=sweep, experiments=exps)
-    for k, backend, experiment, pause_ms, point, fence, how, fault_nodes, delay, persistence, workload, wait in (
-        itertools.product(
-            range(trials), backends, exps, sweep.pause_ms, sweep.pause_points, sweep.fences, sweep.pause_hows,
-            sweep.fault_nodes, sweep.restart_delays_ms, sweep.persistences, sweep.workloads, sweep.wait_replicas,
-        )
-    ):  # fmt: skip
-        cell = replace(
-            overrides,
-            pause_ms=overrides.pause_ms if pause_ms is None else pause_ms,
-            pause_point=point,
-            fence=fence,
-            pause_how=how,
-            fault_nodes=fault_nodes,
-            restart_delay_ms=delay,
-            persistence=persistence,
-            workload=overrides.workload if workload is None else workload,
-            wait_replicas=wait if getattr(classes[backend], "supports_wait_replicas", False) else 0,
-        )
+    _warn_no_wait(classes, asked=sweep.values.get("wait_replicas", (overrides.wait_replicas,)), experiments=exps)
+    for k, backend, experiment, swept in itertools.product(range(trials), backends, exps, list(sweep.combinations())):
+        cell = overrides.replace(**swept)
+        cls = classes[backend]
         spec = make_spec(
             backend=backend,
             experiment=experiment,
             trial=k,
             overrides=cell,
             node_count=node_count,
-            resource_check=check_for(classes[backend], fence=fence),
+            resource_check=check_for(cls, fence=cell.fence),
+            supports_wait_replicas=bool(getattr(cls, "supports_wait_replicas", False)),
         )
         specs.setdefault(spec.trial_id, spec)
     return _fitting(classes, list(specs.values()), skip_unfit=skip_unfit)
 
 
-def _warn_no_wait(classes: dict[str, type], *, sweep: Sweep, experiments: Sequence[Any]) -> None:
+def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments: Sequence[Any]) -> None:
     """Say once, up front, which backends run their failover trials without the asked-for WAIT."""
-    if not any(sweep.wait_replicas) or not any(e.fault == "failover" for e in experiments):
+    if not any(asked) or not any(e.fault == "failover" for e in experiments):
         return
     without = [name for name, cls in classes.items() if not getattr(cls, "supports_wait_replicas", False)]
     if without:

@@ -252,7 +252,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
         )
         rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
         record_renewals(backend, rec)
-        # Give a waiting rival its turn (see DEFAULT_THINK_MS), never in lockstep (DEFAULT_JITTER).
+        # Give a waiting rival its turn (see think_ms in spec/settings.py), never in lockstep (jitter).
         time.sleep(jittered(plan.think_ms, spread=plan.jitter / 2, rng=rng) / 1000)
         return True
 

@@ -1,0 +1,543 @@
+"""Every trial setting, declared once.
+
+One :class:`Setting` per knob says everything the rest of lockcompare needs to know about it: its
+type and default, its unit and whether ``--time-scale`` multiplies it, its CLI flag and help,
+whether a comma list sweeps it, whether it is part of the trial identity, its CSV column, the schema
+version that added the column and the value older rows had, and the bounds a value must respect.
+The CLI options of ``run`` and ``matrix`` (cli/options.py), the parsed choices (:class:`Overrides`,
+:class:`Sweep`), the CSV's setting columns and their types (analysis/results.py), the trial
+identity (spec/trialspec.py), ``run --from`` and the report's reproduce commands
+(analysis/reproduce.py) and the columns that split cells (analysis/cells.py) are all derived from
+:data:`SETTINGS`. Adding a knob is one entry here, a field of :class:`~lockcompare.spec.trialspec.TrialSpec`,
+and the code that uses it.
+
+>>> SETTINGS["ttl_ms"].flag, SETTINGS["ttl_ms"].scaled
+('--ttl-ms', True)
+>>> parse_values(SETTINGS["pause_ms"], "600,1200")
+(600.0, 1200.0)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from lockcompare.errors import InvalidValueError
+from lockcompare.spec.choices import DEFAULT_WORKLOAD, FENCE_MODES, WORKLOADS, Check, PauseHow, PausePoint
+
+#: A spec under construction: every setting's chosen value, by name (times still lesson-scale).
+Chosen = Mapping[str, Any]
+
+
+def _limit(name: str, default: float) -> float:
+    """An upper bound that a user with a bigger machine can raise: LOCKCOMPARE_MAX_<NAME>."""
+    text = os.environ.get(f"LOCKCOMPARE_MAX_{name.upper()}")
+    try:
+        return float(text) if text else default
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """One knob of a trial. ``default`` None means "the experiment's" (its catalogue entry says)."""
+
+    name: str  # the TrialSpec field and the CSV column
+    kind: type  # int, float, str or a StrEnum
+    default: Any = None
+    help: str = ""
+    unit: str = ""  # "ms" for times
+    #: Multiplied by --time-scale (the CSV stores the scaled value; commands give it unscaled).
+    scaled: bool = False
+    #: The CLI flag of run and matrix; None: not an option of its own (set by the command or derived).
+    flag: str | None = None
+    #: A comma list makes one cell per value (matrix; run takes one value).
+    sweeps: bool = False
+    #: Two trials whose identity settings are equal are the same trial (--resume skips it).
+    identity: bool = True
+    #: The CSV column (None: a CLI input only, e.g. --fence, which the resource_check column records).
+    column: str | None = None
+    #: The schema that added the column, and the value every older row had (None: there from the start).
+    since_schema: int = 1
+    legacy: str | None = None
+    #: At its legacy value the setting is left out of the identity hash, so a setting added later
+    #: keeps older trial ids.
+    hash_omits_legacy: bool = False
+    minimum: float | None = None
+    minimum_open: bool = False  # True: the value must be > minimum
+    maximum: float | None = None
+    maximum_open: bool = False  # True: the value must be < maximum
+    maximum_hint: str = ""  # how to raise the maximum, said when it is exceeded
+    choices: tuple[str, ...] | None = None
+    #: None is a value of its own (node_count: "all of the cluster's"), stored as an empty cell.
+    optional: bool = False
+    #: Whether the setting means anything for this spec; when not, it takes ``neutral`` (so it
+    #: neither splits cells nor changes the trial id: a pause point without a pause).
+    applies: Callable[[Chosen], bool] | None = None
+    neutral: Any = None
+
+    @property
+    def csv_column(self) -> str | None:
+        return self.column if self.column is not None else (self.name if self.identity or self.flag else None)
+
+
+def _choices_of(enum: type[StrEnum]) -> tuple[str, ...]:
+    return tuple(member.value for member in enum)
+
+
+def _pausing(chosen: Chosen) -> bool:
+    return float(chosen.get("pause_ms") or 0) > 0
+
+
+def _fault_is(*faults: str) -> Callable[[Chosen], bool]:
+    return lambda chosen: chosen.get("fault") in faults
+
+
+def _takes_fault_nodes(chosen: Chosen) -> bool:
+    return bool(chosen.get("fault")) and bool(chosen.get("takes_fault_nodes", True))
+
+
+#: Every setting, in CSV column order (new ones go at the end: the identity hash follows this order).
+SETTINGS_LIST: tuple[Setting, ...] = (
+    Setting(name="backend", kind=str, help="the lock backend"),
+    Setting(name="experiment", kind=str, help="the experiment"),
+    Setting(name="trial", kind=int, help="the trial's number in its cell"),
+    Setting(
+        name="seed",
+        kind=int,
+        default=1,
+        flag="--seed",
+        help="Seed for the pause schedule and the retry/think jitter (each trial derives its own from it).",
+    ),
+    Setting(
+        name="workers",
+        kind=int,
+        default=2,
+        flag="--workers",
+        help="Worker processes.",
+        minimum=1,
+        maximum=_limit("workers", 16),
+        maximum_hint="each worker is a process of ~25 MB; raise with LOCKCOMPARE_MAX_WORKERS",
+    ),  # fmt: skip
+    Setting(
+        name="rounds",
+        kind=int,
+        flag="--rounds",
+        help="Critical sections per worker (default: 40, the lesson's; renewal-pause: 5).",
+        minimum=1,
+        maximum=_limit("rounds", 10_000),
+        maximum_hint="raise with LOCKCOMPARE_MAX_ROUNDS",
+    ),
+    Setting(
+        name="ttl_ms",
+        kind=int,
+        unit="ms",
+        scaled=True,
+        flag="--ttl-ms",
+        help="Lease TTL (default: the experiment's).",
+        minimum=0,
+        minimum_open=True,
+    ),  # fmt: skip
+    Setting(
+        name="work_ms",
+        kind=float,
+        unit="ms",
+        scaled=True,
+        flag="--work-ms",
+        help="Work inside the critical section (default: the experiment's).",
+        minimum=0,
+        minimum_open=True,
+    ),  # fmt: skip
+    Setting(
+        name="pause_ms",
+        kind=float,
+        unit="ms",
+        scaled=True,
+        flag="--pause-ms",
+        sweeps=True,
+        help="Client pause length (0: none; default: the experiment's); a comma list sweeps it, e.g. 600,850,1200,1500.",
+        minimum=0,
+    ),
+    Setting(
+        name="time_scale",
+        kind=float,
+        default=1.0,
+        flag="--time-scale",
+        help="Multiply every time by this (0.1: ten times faster, same ratios; 0.01 to 10).",
+        minimum=0.01,
+        maximum=10,
+    ),
+    Setting(
+        name="acquire_timeout_ms",
+        kind=float,
+        unit="ms",
+        scaled=True,
+        flag="--acquire-timeout-ms",
+        help="Give up a round's acquire after this (default 60000; node-fault experiments 2000).",
+        minimum=0,
+        minimum_open=True,
+    ),
+    Setting(
+        name="retry_delay_ms",
+        kind=float,
+        default=10.0,
+        unit="ms",
+        scaled=True,
+        flag="--retry-delay-ms",
+        help="Wait between acquire attempts.",
+        minimum=0,
+        minimum_open=True,
+    ),  # fmt: skip
+    # Think time between a release and the next acquire. Without it a spinning retry is unfair: the
+    # releasing worker re-acquires within a millisecond, before a rival polling every 10 ms looks
+    # again. Measured without it: one worker ran 39 rounds in a row while the other waited, so the
+    # client-pause trial measured starvation (2/80 conflicts), not the lock. Twice the retry delay
+    # guarantees a waiting rival one poll inside the gap.
+    Setting(
+        name="think_ms",
+        kind=float,
+        default=20.0,
+        unit="ms",
+        scaled=True,
+        flag="--think-ms",
+        help="Pause between a release and the next acquire (a rival's turn).",
+        minimum=0,
+        since_schema=2,
+        legacy="0",
+    ),
+    # Random spread of the retry delay and the think time (the Redlock spec retries "after a random
+    # delay"). Without it two workers can run in lockstep, and the no-lock baselines swung between
+    # 40/80 and 79/80 with the phase they happened to start in. A retry waits retry_delay × U(1-j, 1+j);
+    # think time is think × U(1 - j/2, 1 + j/2), so with the defaults (10 ms ± 50 %, 20 ms ± 25 %) the
+    # shortest think (15 ms) still covers the longest retry wait (15 ms): a waiting rival gets its poll.
+    Setting(
+        name="jitter",
+        kind=float,
+        default=0.5,
+        flag="--jitter",
+        help="Random spread of the retry delay (±J) and think time (±J/2), seeded; 0 turns it off.",
+        minimum=0,
+        maximum=1,
+        maximum_open=True,
+        since_schema=4,
+        legacy="0",
+        hash_omits_legacy=True,
+    ),
+    Setting(
+        name="node_count",
+        kind=int,
+        flag="--redlock-nodes",
+        help="Nodes a multi-node lock uses (3, 5 or 7; default: all of the cluster's).",
+        choices=("3", "5", "7"),
+        optional=True,
+    ),
+    Setting(
+        name="pause_point",
+        kind=PausePoint,
+        default=PausePoint.AFTER_ACQUIRE,
+        flag="--pause-point",
+        sweeps=True,
+        choices=_choices_of(PausePoint),
+        help="Where the pause lands: after-acquire (the lesson's), before-write (read, work, pause, write) "
+        "or after-check (the lease checked, then the pause, then the write); a comma list sweeps.",
+        since_schema=2,
+        legacy="after-acquire",
+        applies=_pausing,
+        neutral=PausePoint.AFTER_ACQUIRE,
+    ),
+    Setting(
+        name="pause_how",
+        kind=PauseHow,
+        default=PauseHow.SIGSTOP,
+        flag="--pause-how",
+        sweeps=True,
+        choices=_choices_of(PauseHow),
+        help="sigstop (default: the whole process freezes, as in a GC pause or a VM migration) or sleep "
+        "(one thread sleeps, the lesson's; a watchdog thread keeps running); a comma list sweeps.",
+        since_schema=3,
+        legacy="sleep",
+        applies=_pausing,
+        neutral=PauseHow.SLEEP,
+    ),
+    Setting(
+        name="resource_check",
+        kind=Check,
+        default=Check.PLAIN,
+        help="what the resource checks (from the backend and --fence)",
+    ),  # fmt: skip
+    Setting(
+        name="fault_nodes",
+        kind=int,
+        default=1,
+        flag="--fault-nodes",
+        sweeps=True,
+        help="Node faults and partition: how many lock nodes they hit (of those holding the lease, "
+        "for the node faults); a comma list sweeps.",
+        minimum=1,
+        since_schema=4,
+        legacy="0",
+        hash_omits_legacy=True,
+        applies=_takes_fault_nodes,
+        neutral=0,
+    ),
+    Setting(
+        name="restart_delay_ms",
+        kind=float,
+        default=0.0,
+        unit="ms",
+        scaled=True,
+        flag="--restart-delay-ms",
+        sweeps=True,
+        help="node-restart: how long the nodes stay down (0: restart at once); a comma list sweeps.",
+        minimum=0,
+        since_schema=4,
+        legacy="0",
+        hash_omits_legacy=True,
+        applies=_fault_is("node-restart"),
+        neutral=0.0,
+    ),
+    Setting(
+        name="persistence",
+        kind=str,
+        default="none",
+        flag="--persistence",
+        sweeps=True,
+        choices=("none", "aof-always"),
+        help="node-restart: none (restart empty) or aof-always (AOF with appendfsync always, kept across "
+        "the restart); a comma list sweeps.",
+        since_schema=4,
+        legacy="none",
+        hash_omits_legacy=True,
+        applies=_fault_is("node-restart"),
+        neutral="none",
+    ),
+    Setting(
+        name="workload",
+        kind=str,
+        default=DEFAULT_WORKLOAD,
+        flag="--workload",
+        sweeps=True,
+        choices=WORKLOADS,
+        help="lesson (each worker runs its rounds and stops, the lesson's) or contend (a worker that has run "
+        "its rounds keeps contending with extra rounds, marked as such and not counted, until every worker "
+        "is done: no worker ever runs alone); a comma list sweeps.",
+        since_schema=4,
+        legacy=DEFAULT_WORKLOAD,
+        hash_omits_legacy=True,
+    ),
+    Setting(
+        name="wait_replicas",
+        kind=int,
+        default=0,
+        flag="--wait-replicas",
+        sweeps=True,
+        help="failover: replicas that must acknowledge the lock key (WAIT N after SET, on backends that "
+        "support it; a lease not acknowledged in TTL/10 is released and refused); 0: no WAIT; a comma list sweeps.",
+        minimum=0,
+        maximum=8,
+        since_schema=4,
+        legacy="0",
+        hash_omits_legacy=True,
+        applies=lambda chosen: chosen.get("fault") == "failover" and bool(chosen.get("supports_wait_replicas")),
+        neutral=0,
+    ),
+    # A bound on a hung backend call, not a timing of the experiment: not scaled, not identity.
+    Setting(
+        name="call_timeout_ms",
+        kind=float,
+        default=5000.0,
+        unit="ms",
+        flag="--call-timeout-ms",
+        identity=False,
+        help="Deadline on each backend call (construct, acquire, release, close); a call past it makes "
+        "the trial unknown and the matrix goes on. Not scaled by --time-scale.",
+        minimum=0,
+        minimum_open=True,
+        since_schema=5,
+        legacy="",
+    ),
+    Setting(
+        name="fence",
+        kind=str,
+        default="writes",
+        flag="--fence",
+        sweeps=True,
+        identity=False,
+        column="",
+        choices=FENCE_MODES,
+        help="What the resource checks for a fencing backend: writes (the token on the write), all (on every "
+        "access), token (check-and-set on the lease's random token); a comma list sweeps. Recorded as resource_check.",
+    ),
+)
+
+SETTINGS: dict[str, Setting] = {s.name: s for s in SETTINGS_LIST}
+
+#: The settings that make up a trial's identity (and the CSV's setting columns, in this order).
+IDENTITY_SETTINGS: tuple[str, ...] = tuple(s.name for s in SETTINGS_LIST if s.identity)
+#: Setting columns of the CSV (identity first, then the recorded-only ones).
+SETTING_COLUMNS: tuple[str, ...] = (
+    *IDENTITY_SETTINGS,
+    *(s.name for s in SETTINGS_LIST if not s.identity and s.csv_column),
+)
+#: Settings the CLI takes as options of run and matrix, in table order.
+CLI_SETTINGS: tuple[Setting, ...] = tuple(s for s in SETTINGS_LIST if s.flag)
+#: The value rows of an older schema had for a column added later (see analysis/results.py).
+LEGACY_VALUES: dict[str, tuple[int, str]] = {
+    s.name: (s.since_schema, s.legacy) for s in SETTINGS_LIST if s.legacy is not None and s.csv_column
+}
+#: Settings that split a backend × experiment into cells when they vary (analysis/cells.py).
+CONDITION_SETTINGS: tuple[str, ...] = tuple(
+    s.name for s in SETTINGS_LIST if s.identity and s.name not in ("backend", "experiment", "trial", "seed")
+)
+
+
+def setting_for_flag(flag: str) -> Setting:
+    return next(s for s in CLI_SETTINGS if s.flag == flag)
+
+
+def _convert(setting: Setting, text: str) -> Any:
+    flag = setting.flag or setting.name
+    if setting.choices is not None:
+        if text not in setting.choices:
+            raise InvalidValueError(f"{flag} takes {', '.join(setting.choices)}, got {text!r}")
+        return setting.kind(int(text)) if setting.kind is int else setting.kind(text)
+    if setting.kind is str:
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        what = "a whole number" if setting.kind is int else "a number"
+        raise InvalidValueError(f"{flag} takes {what}, got {text!r}") from None
+    if not math.isfinite(number):
+        raise InvalidValueError(f"{flag} takes a finite number, got {text!r}")
+    if setting.kind is int and not number.is_integer():
+        raise InvalidValueError(f"{flag} takes a whole number, got {text!r}")
+    return setting.kind(number)
+
+
+def check_value(setting: Setting, value: Any) -> Any:
+    """``value`` if it is within the setting's bounds; else one line saying which."""
+    if value is None or setting.kind not in (int, float):
+        return value
+    flag = setting.flag or setting.name
+    low, high = setting.minimum, setting.maximum
+    if low is not None and (value <= low if setting.minimum_open else value < low):
+        raise InvalidValueError(f"{flag} must be {'>' if setting.minimum_open else '>='} {low:g}, got {value:g}")
+    if high is not None and (value >= high if setting.maximum_open else value > high):
+        hint = f" ({setting.maximum_hint})" if setting.maximum_hint else ""
+        raise InvalidValueError(f"{flag} must be {'<' if setting.maximum_open else '<='} {high:g}, got {value:g}{hint}")
+    return value
+
+
+def parse_values(setting: Setting, text: str) -> tuple[Any, ...]:
+    """The values of ``--flag TEXT``: one, or a comma list where the setting sweeps."""
+    parts = [part.strip() for part in str(text).split(",") if part.strip()]
+    flag = setting.flag or setting.name
+    if not parts:
+        raise InvalidValueError(f"{flag} needs a value, got {text!r}")
+    if len(parts) > 1 and not setting.sweeps:
+        raise InvalidValueError(f"{flag} takes one value, got {text!r}")
+    values = tuple(check_value(setting, _convert(setting, part)) for part in parts)
+    if len(set(values)) != len(values):
+        raise InvalidValueError(f"{flag} names a value twice: {text!r}")
+    return values
+
+
+class Overrides:
+    """The settings a user chose, one value each, at the lesson's scale (unset: the default or the
+    experiment's). Names are the table's; every value is checked against its bounds."""
+
+    def __init__(self, **values: Any) -> None:
+        unknown = [name for name in values if name not in SETTINGS or not SETTINGS[name].flag]
+        if unknown:
+            raise InvalidValueError(f"not a setting: {unknown[0]!r} (known: {', '.join(s.name for s in CLI_SETTINGS)})")
+        checked: dict[str, Any] = {}
+        for name, value in values.items():
+            setting = SETTINGS[name]
+            if value is not None and setting.choices is not None:
+                value = _convert(setting, str(value.value if isinstance(value, StrEnum) else value))
+            elif value is not None and setting.kind in (int, float):
+                if not isinstance(value, int | float) or not math.isfinite(value):
+                    raise InvalidValueError(f"{setting.flag} must be a finite number, got {value!r}")
+            checked[name] = check_value(setting, value)
+        self._values = checked
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in SETTINGS:
+            raise AttributeError(name)
+        return self._values.get(name, SETTINGS[name].default)
+
+    def given(self, name: str) -> Any:
+        """The value the user chose, or None."""
+        return self._values.get(name)
+
+    def replace(self, **values: Any) -> Overrides:
+        return Overrides(**(self._values | values))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Overrides) and self._values == other._values
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self._values.items(), key=lambda kv: kv[0])))
+
+    def __repr__(self) -> str:
+        return "Overrides(" + ", ".join(f"{k}={v!r}" for k, v in self._values.items()) + ")"
+
+
+class Sweep:
+    """Swept settings: each value of each one makes a cell of its own (the cartesian product)."""
+
+    def __init__(self, **values: tuple[Any, ...]) -> None:
+        for name, options in values.items():
+            setting = SETTINGS.get(name)
+            if setting is None or not setting.sweeps:
+                raise InvalidValueError(f"{name!r} is not a setting that sweeps")
+            if not options:
+                raise InvalidValueError(f"{setting.flag} sweeps no value")
+        self.values: dict[str, tuple[Any, ...]] = {name: tuple(options) for name, options in values.items()}
+
+    def cells_per_trial(self) -> int:
+        """How many values the sweep has in all (more than 1: ``run`` cannot take it)."""
+        count = 1
+        for options in self.values.values():
+            count *= len(options)
+        return count
+
+    def combinations(self) -> Iterator[dict[str, Any]]:
+        """Every combination of the swept values, as {name: value}."""
+        combos: list[dict[str, Any]] = [{}]
+        for name, options in self.values.items():
+            combos = [combo | {name: value} for combo in combos for value in options]
+        yield from combos
+
+
+def from_cli(given: Mapping[str, str | None]) -> tuple[Overrides, Sweep]:
+    """Parse the table's CLI options (the text each was given, None when not given)."""
+    scalars: dict[str, Any] = {}
+    swept: dict[str, tuple[Any, ...]] = {}
+    for setting in CLI_SETTINGS:
+        text = given.get(setting.name)
+        if text is None:
+            continue
+        values = parse_values(setting, text)
+        if len(values) > 1:
+            swept[setting.name] = values
+        else:
+            scalars[setting.name] = values[0]
+    return Overrides(**scalars), Sweep(**swept)
+
+
+def cli_text(setting: Setting, value: Any) -> str:
+    """A value as the CLI takes it (850.0 reads 850)."""
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, float):
+        text = f"{round(value, 6):.6f}".rstrip("0").rstrip(".")
+        return "0" if text in ("-0", "") else text
+    return str(value)

@@ -1,0 +1,155 @@
+"""The settings table is the one source: CLI option -> trial -> CSV row -> run --from / the report's
+command -> the same trial id, for every setting. Pure: trials are planned, not run (no Redis)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockcompare.analysis.cells import group_cells
+from lockcompare.analysis.checker import unknown
+from lockcompare.analysis.reproduce import matrix_command, settings_key, spec_from_row
+from lockcompare.analysis.results import format_row, inspect_results, make_row
+from lockcompare.runner.matrix import plan_matrix
+from lockcompare.runner.trial import TrialResult
+from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting, cli_text, from_cli, setting_for_flag
+from lockcompare.spec.trialspec import TrialSpec
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+#: Where each setting applies (a setting that does not apply to a trial is neutral: it could not
+#: change the trial id, so the round trip would prove nothing).
+EXPERIMENT_FOR = {
+    "fault_nodes": "node-restart",
+    "restart_delay_ms": "node-restart",
+    "persistence": "node-restart",
+    "wait_replicas": "failover",
+}
+
+
+def other_value(setting: Setting) -> str:
+    """A valid value of ``setting`` that is not its default."""
+    if setting.choices is not None:
+        default = cli_text(setting, setting.default) if setting.default is not None else None
+        return next(c for c in setting.choices if c != default)
+    if setting.kind is int:
+        return str(int(setting.minimum or 0) + 2 if setting.default is None else int(setting.default) + 1)
+    base = float(setting.default) if setting.default is not None else 100.0
+    value = base / 2 if setting.maximum is not None and base * 2 >= setting.maximum else base * 2 or 0.25
+    return cli_text(setting, value)
+
+
+def plan(argv: list[str]) -> list[TrialSpec]:
+    """The trials a `lockcompare matrix ...` command line plans (parsed the way the CLI parses it)."""
+    options: dict[str, str] = {}
+    rest = argv[argv.index("matrix") + 1 :] if "matrix" in argv else argv
+    for flag, value in zip(rest[::2], rest[1::2], strict=True):
+        options[flag] = value
+    given = {setting_for_flag(f).name: v for f, v in options.items() if f.startswith("--") and _is_setting(f)}
+    overrides, sweep = from_cli(given)
+    return plan_matrix(
+        backends=options["--backends"].split(","),
+        experiments=options["--experiments"].split(","),
+        trials=int(options.get("--trials", "1")),
+        overrides=overrides,
+        sweep=sweep,
+        node_count=overrides.given("node_count"),
+    )
+
+
+def _is_setting(flag: str) -> bool:
+    return any(s.flag == flag for s in CLI_SETTINGS)
+
+
+def row_of(spec: TrialSpec) -> dict[str, Any]:
+    """The CSV row a trial writes, written and read back through the results module."""
+    result = TrialResult(
+        spec=spec,
+        metrics=unknown(None, problem="planned only", entries_planned=spec.entries_planned),
+        history=[],
+        wall_s=0.0,
+        started_at="2026-12-03T00:00:00Z",
+        lock_nodes_reachable=5,
+        load_avg_1m=0.0,
+        concurrent_runs=0,
+    )
+    row = make_row(result, run_id="r", cluster_kind="embedded", redis_version="6.2", history_path="h")
+    return row
+
+
+@pytest.mark.parametrize("setting", [s for s in CLI_SETTINGS if s.name != "seed"], ids=lambda s: s.name)
+def test_every_setting_goes_from_the_cli_to_the_row_and_back_to_the_same_trial(
+    setting: Setting, tmp_path: Path
+) -> None:
+    backend = "fenced" if setting.name == "fence" else "single"
+    if setting.name == "node_count":
+        backend = "redlock"
+    experiment = EXPERIMENT_FOR.get(setting.name, "client-pause")
+    value = other_value(setting)
+    argv = ["--backends", backend, "--experiments", experiment, "--time-scale", "0.5", setting.flag or "", value]
+    if setting.name == "time_scale":
+        argv = argv[:4] + [setting.flag or "", value]
+    (spec,) = plan(argv)
+    (default_spec,) = plan(["--backends", backend, "--experiments", experiment, "--time-scale", "0.5"])
+    if setting.identity:
+        assert spec.trial_id != default_spec.trial_id, f"{setting.flag} {value} did not change the trial"
+    path = tmp_path / "r.csv"
+    path.write_text(format_row(row_of(spec), header=True))
+    (row,) = inspect_results(path).rows
+    assert spec_from_row(row).trial_id == spec.trial_id == row["trial_id"]
+    # the report's command for this row plans the very same trial
+    (again,) = plan(shlex.split(matrix_command([row]).split("  #")[0])[1:])
+    assert again.trial_id == spec.trial_id
+    assert again.call_timeout_ms == spec.call_timeout_ms
+
+
+def test_a_sweep_plans_one_cell_per_value_and_each_command_rebuilds_its_cell() -> None:
+    specs = plan(["--backends", "single", "--experiments", "node-restart", "--trials", "2",
+                  "--restart-delay-ms", "0,1200", "--persistence", "none,aof-always"])  # fmt: skip
+    assert len(specs) == 8
+    rows = [row_of(s) for s in specs]
+    for cell in group_cells(rows):
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for row in cell.rows:
+            groups.setdefault(settings_key(row), []).append(row)
+        for group in groups.values():
+            rebuilt = plan(shlex.split(matrix_command(group).split("  #")[0])[1:])
+            assert {s.trial_id for s in rebuilt} == {r["trial_id"] for r in group}
+
+
+def committed_files() -> list[Path]:
+    return sorted(RESULTS.glob("*.csv"))
+
+
+@pytest.mark.parametrize("path", committed_files(), ids=lambda p: p.name)
+def test_every_cell_command_of_a_committed_file_rebuilds_its_trial_ids(path: Path) -> None:
+    """What `lockcompare report` prints as 'the command that reproduces each cell' plans exactly the
+    trials of that cell (a command per group of equal settings), for every committed results file."""
+    rows = inspect_results(path).rows
+    for cell in group_cells(rows):
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for row in cell.rows:
+            groups.setdefault(settings_key(row), []).append(row)
+        for group in groups.values():
+            command = matrix_command(group)
+            rebuilt = {s.trial_id for s in _plan_any(command)}
+            assert {r["trial_id"] for r in group} <= rebuilt, (path.name, cell.title, command)
+
+
+def _plan_any(command: str) -> list[TrialSpec]:
+    argv = shlex.split(command.split("  #", maxsplit=1)[0])[1:]
+    if "--backends" in argv and ":" in argv[argv.index("--backends") + 1]:
+        pytest.skip("a plug-in backend")
+    return plan(argv)
+
+
+def test_the_table_declares_each_setting_once_and_the_spec_has_a_field_for_each() -> None:
+    fields = TrialSpec.__dataclass_fields__
+    for setting in SETTINGS.values():
+        if setting.csv_column:
+            assert setting.name in fields, setting.name
+    flags = [s.flag for s in CLI_SETTINGS]
+    assert len(flags) == len(set(flags))
