@@ -41,7 +41,6 @@ VERDICT_MEANINGS = {
     "unknown": "the trial could not be judged (a worker failed, a backend call hung, a node died, "
     "the history is inconsistent); see the problem column",
 }
-VERDICTS = tuple(VERDICT_MEANINGS)
 
 
 @dataclass(frozen=True, kw_only=True)

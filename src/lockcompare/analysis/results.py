@@ -247,12 +247,10 @@ def rewrite(path: Path, rows: list[dict[str, Any]]) -> None:
     tmp.replace(path)
 
 
-def finished_trials(path: Path) -> set[str]:
-    """trial_ids with a judged verdict in a results file (for ``--resume``): an ``unknown`` trial
-    is not finished and runs again."""
-    if not path.exists():
-        return set()
-    return {row["trial_id"] for row in read_results(path) if row["verdict"] != "unknown"}
+def finished_trials(rows: list[dict[str, Any]]) -> set[str]:
+    """trial_ids with a judged verdict (for ``--resume``): an ``unknown`` trial is not finished
+    and runs again."""
+    return {row["trial_id"] for row in rows if row["verdict"] != "unknown"}
 
 
 def latest_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ certainty rather than a race, the replica's replication link runs through a :cla
 still acknowledges them.
 
 Why the link and not the replica process: a SIGSTOPped replica does NOT lose the key, because the
-bytes wait in the kernel's socket buffer and arrive after SIGCONT (FIELD-NOTES.md, "Failover").
+bytes wait in the kernel's socket buffer and arrive after SIGCONT (measured: the key survived a SIGSTOP of the replica).
 Promotion is what Sentinel does: ``REPLICAOF NO ONE`` on the replica once the master is gone.
 ``WAIT`` counts acknowledgements only for writes made on its own connection: a client that wants
 ``WAIT`` must send it on the connection that wrote the key.

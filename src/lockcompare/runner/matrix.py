@@ -18,6 +18,7 @@ from typing import Any
 from lockcompare.analysis.results import (
     SCHEMA_VERSION,
     ResultsWriter,
+    finished_trials,
     inspect_results,
     make_row,
     rewrite,
@@ -224,7 +225,7 @@ def prepare_out(out: Path, *, resume: bool) -> set[str]:
         log.warning(
             "%s: %s (%d rows kept)", out, "; ".join(what) or "rewritten with the current header", len(found.rows)
         )
-    return {row["trial_id"] for row in found.rows if row["verdict"] != "unknown"}
+    return finished_trials(found.rows)
 
 
 #: etcd members for a trial with a node fault: a quorum that survives one member down, not two.

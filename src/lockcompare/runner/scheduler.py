@@ -100,10 +100,6 @@ class CpuBudget:
         """Every measured kind's mean busy fraction."""
         return {kind: self.estimate(kind) for kind in self._measured}
 
-    def parallelism(self, kind: Hashable) -> float:
-        """How many trials of ``kind`` fit in the budget at once."""
-        return self.limit / max(self.estimate(kind), 1e-9)
-
 
 class ClusterSource(Protocol):
     def acquire(self, shape: ClusterShape) -> Cluster: ...

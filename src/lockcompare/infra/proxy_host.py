@@ -1,0 +1,332 @@
+"""Inside the link proxy's own process: an asyncio loop forwarding each link's bytes, and doing to
+them what the caller asked (delay replies, blackhole, reset). What each fault does is described in
+proxy.py, the caller's side."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import socket
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+
+from lockcompare.infra.lifecycle import die_with_parent
+
+_LOOPBACK = "127.0.0.1"
+_BACKLOG = 128
+#: SO_LINGER on, 0 s: close() sends an RST instead of a FIN.
+_LINGER_RST = struct.pack("ii", 1, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Inside the proxy process
+# --------------------------------------------------------------------------------------------
+
+
+class _Side(asyncio.Protocol):
+    """One socket of a proxied connection; hands every chunk it reads to its :class:`_Conn`."""
+
+    def __init__(self, conn: _Conn, *, upstream: bool) -> None:
+        self.conn = conn
+        self.upstream = upstream
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        if self.upstream:
+            self.conn.from_server(data)
+        else:
+            self.conn.from_client(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.side_lost(upstream=self.upstream)
+
+
+#: A reply that is one RESP null (RESP2 bulk, RESP2 array, RESP3): ``delay(nulls=False)`` passes it at once.
+_NULL_REPLIES = frozenset({b"$-1\r\n", b"*-1\r\n", b"_\r\n"})
+
+#: In the reply queue: the server closed; close the client once what came before it is out.
+_CLOSE = None
+
+
+@dataclass(eq=False)
+class _Conn:
+    """One client connection and its connection to the target."""
+
+    link: _Link
+    client: _Side | None = None
+    server: _Side | None = None
+    pending: list[bytes] = field(default_factory=list)  # client bytes before the target connected
+    replies: collections.deque[tuple[float, bytes | None]] = field(default_factory=collections.deque)
+    timer: asyncio.TimerHandle | None = None
+    lost_bytes: bool = False  # bytes vanished in a blackhole: reset on heal
+    closed: bool = False
+
+    def from_client(self, data: bytes) -> None:
+        if self.link.blackholed:
+            self.lost_bytes = True
+        elif self.server is None or self.server.transport is None:
+            self.pending.append(data)
+        else:
+            self.server.transport.write(data)
+
+    def from_server(self, data: bytes) -> None:
+        delayed = self.link.delay_s > 0 and (self.link.delay_nulls or data not in _NULL_REPLIES)
+        if self.replies or delayed:  # behind earlier delayed replies: keep the order
+            self.replies.append((self.link.loop.time() + self.link.delay_s, data))
+            self._schedule()
+        else:
+            self._to_client(data)
+
+    def _to_client(self, data: bytes | None) -> None:
+        if self.client is None or self.client.transport is None:
+            return
+        if data is None:  # _CLOSE
+            self.client.transport.close()  # flushes what was written before
+        elif self.link.blackholed:  # applied when the bytes would go out, like a cut wire
+            self.lost_bytes = True
+        else:
+            self.client.transport.write(data)
+
+    def _schedule(self) -> None:
+        if self.timer is None and self.replies:
+            self.timer = self.link.loop.call_at(self.replies[0][0], self._drain)
+
+    def _drain(self) -> None:
+        self.timer = None
+        now = self.link.loop.time()
+        while self.replies and self.replies[0][0] <= now:
+            self._to_client(self.replies.popleft()[1])
+        self._schedule()
+
+    def server_connected(self, side: _Side) -> None:
+        self.server = side
+        assert side.transport is not None
+        for data in self.pending:
+            side.transport.write(data)
+        self.pending.clear()
+
+    def side_lost(self, *, upstream: bool) -> None:
+        if self.closed:
+            return
+        if self.link.blackholed:
+            # The FIN vanishes like every other byte: the other end keeps its connection, as
+            # behind a real partition, until heal() resets it.
+            self.lost_bytes = True
+            if upstream:
+                self.server = None
+            else:
+                self.client = None
+            return
+        if upstream:
+            # The server closed (or died): the client learns it after the replies already read.
+            if self.replies:
+                self.replies.append((self.link.loop.time() + self.link.delay_s, _CLOSE))
+                self._schedule()
+                self.server = None
+                return
+            self._to_client(_CLOSE)
+        self.close(rst=False)
+
+    def close(self, *, rst: bool) -> None:
+        self.closed = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.replies.clear()
+        for side in (self.client, self.server):
+            if side is None or side.transport is None:
+                continue
+            if rst:
+                sock = side.transport.get_extra_info("socket")
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+                side.transport.abort()
+            else:
+                side.transport.close()
+        self.link.conns.discard(self)
+
+
+class _Link:
+    """One listening port forwarding to one target port, with its fault state."""
+
+    def __init__(self, *, loop: asyncio.AbstractEventLoop, target_port: int) -> None:
+        self.loop = loop
+        self.target_port = target_port
+        self.delay_s = 0.0
+        self.delay_nulls = True
+        self.blackholed = False
+        self.conns: set[_Conn] = set()
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind((_LOOPBACK, 0))
+        self._listener.listen(_BACKLOG)
+        self._listener.setblocking(False)
+        self.port: int = self._listener.getsockname()[1]
+        self._filler: socket.socket | None = None  # fills the accept queue while blackholed
+        loop.add_reader(self._listener.fileno(), self._accept)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return  # e.g. EMFILE: the client will see its connect hang, then time out
+            conn = _Conn(link=self)
+            self.conns.add(conn)
+            self.loop.create_task(self._open(conn, sock))
+
+    async def _open(self, conn: _Conn, sock: socket.socket) -> None:
+        client_side = _Side(conn, upstream=False)
+        conn.client = client_side
+        try:
+            await self.loop.connect_accepted_socket(lambda: client_side, sock)
+            server_side = _Side(conn, upstream=True)
+            await self.loop.create_connection(lambda: server_side, _LOOPBACK, self.target_port)
+        except OSError:
+            conn.close(rst=False)  # target down: the client sees its connection closed
+            return
+        if conn.closed:
+            server_side.transport.close()  # type: ignore[union-attr]
+            return
+        conn.server_connected(server_side)
+
+    def blackhole(self) -> None:
+        self.blackholed = True
+        if self._filler is not None:
+            return
+        # Stop accepting, and make new SYNs be dropped: Linux drops the SYN of a listener whose
+        # accept queue is full, and with a backlog of 0 one queued connection fills it.
+        self.loop.remove_reader(self._listener.fileno())
+        self._listener.listen(0)
+        filler = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        filler.settimeout(1.0)
+        try:
+            filler.connect((_LOOPBACK, self.port))
+        except OSError:
+            pass  # a client's connection took the one slot: the queue is full all the same
+        self._filler = filler
+
+    def heal(self) -> None:
+        self.blackholed = False
+        if self._filler is not None:
+            filler_addr = self._filler.getsockname()
+            self._listener.listen(_BACKLOG)
+            # What sits in the accept queue connected during the partition: the filler, and
+            # perhaps a client that raced it. Neither is a clean connection: close both.
+            while True:
+                try:
+                    sock, addr = self._listener.accept()
+                except (BlockingIOError, InterruptedError):
+                    break
+                if addr != filler_addr:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
+                sock.close()
+            self._filler.close()
+            self._filler = None
+            self.loop.add_reader(self._listener.fileno(), self._accept)
+        for conn in [c for c in self.conns if c.lost_bytes]:
+            conn.close(rst=True)
+
+    def reset(self) -> None:
+        for conn in list(self.conns):
+            conn.close(rst=True)
+
+    def close(self) -> None:
+        self.reset()
+        with contextlib.suppress(ValueError, OSError):
+            self.loop.remove_reader(self._listener.fileno())
+        self._listener.close()
+        if self._filler is not None:
+            self._filler.close()
+            self._filler = None
+
+
+class _Host:
+    """The proxy process's state: its links and the control pipe."""
+
+    def __init__(self, control: Connection) -> None:
+        self.control = control
+        self.links: dict[int, _Link] = {}
+        self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = self.loop.create_future()
+
+    async def serve(self) -> None:
+        self.loop.add_reader(self.control.fileno(), self._on_control)
+        self.control.send(("ready", os.getpid()))
+        await self.done
+        for link in self.links.values():
+            link.close()
+
+    def _on_control(self) -> None:
+        try:
+            while self.control.poll():
+                op, args = self.control.recv()
+                try:
+                    result = self._do(op, args)
+                except Exception as exc:  # noqa: BLE001 - reported to the parent as data
+                    self.control.send(("error", f"{type(exc).__name__}: {exc}"))
+                    continue
+                self.control.send(("ok", result))
+                if op == "stop":
+                    self._finish()
+                    return
+        except (EOFError, OSError):  # the parent went away: nothing left to serve
+            self._finish()
+
+    def _finish(self) -> None:
+        self.loop.remove_reader(self.control.fileno())
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def _do(self, op: str, args: Mapping[str, object]) -> object:
+        if op == "add":
+            link = _Link(loop=self.loop, target_port=int(args["target_port"]))  # type: ignore[call-overload]
+            self.links[link.port] = link
+            return link.port
+        if op == "stop":
+            return None
+        link = self.links[int(args["port"])]  # type: ignore[call-overload]
+        if op == "delay":
+            link.delay_s = float(args["ms"]) / 1000  # type: ignore[arg-type]
+            link.delay_nulls = bool(args.get("nulls", True))
+        elif op == "blackhole":
+            link.blackhole()
+        elif op == "heal":
+            link.delay_s = 0.0
+            link.heal()
+        elif op == "reset":
+            link.reset()
+        elif op == "retarget":
+            link.target_port = int(args["target_port"])  # type: ignore[call-overload]
+            link.reset()
+        elif op == "remove":
+            link.close()
+            del self.links[link.port]
+        else:
+            raise ValueError(f"unknown proxy operation {op!r}")
+        return None
+
+
+def proxy_host_main(control: Connection) -> None:
+    """Entry point of the proxy process."""
+    die_with_parent()
+
+    async def run() -> None:
+        await _Host(control).serve()
+
+    try:
+        asyncio.run(run())
+    finally:
+        control.close()
