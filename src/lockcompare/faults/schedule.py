@@ -214,5 +214,5 @@ class FaultScheduler:
                 "nodes": nodes,
                 "detail": detail,
                 **(extra or {}),
-            }  # fmt: skip
+            }
         )

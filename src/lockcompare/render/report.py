@@ -200,7 +200,7 @@ def _provenance_table(rows: Sequence[dict[str, Any]]) -> str:
             str(len(group)),
             _span(sorted(r["started_at"] for r in group)),
             *(_values(group, c) for c in headers[3:]),
-        ]  # fmt: skip
+        ]
         for run, group in sorted(by_run.items(), key=lambda item: min(r["started_at"] for r in item[1]))
     ]
     return table.format_table(headers, lines, fmt="github")

@@ -145,7 +145,7 @@ def _run_trial(
             standing=standing,
             around_acquire=around,
             holders=_lock_holders(cluster, lock_key=f"{prefix}:lock") if plan is not None else None,
-        )  # fmt: skip
+        )
         if plan is not None or standing or around
         else None
     )

@@ -122,7 +122,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         minimum=1,
         maximum=_limit("workers", 16),
         maximum_hint="each worker is a process of ~25 MB; raise with LOCKCOMPARE_MAX_WORKERS",
-    ),  # fmt: skip
+    ),
     Setting(
         name="rounds",
         kind=int,
@@ -141,7 +141,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="Lease TTL (default: the experiment's).",
         minimum=0,
         minimum_open=True,
-    ),  # fmt: skip
+    ),
     Setting(
         name="work_ms",
         kind=float,
@@ -151,7 +151,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="Work inside the critical section (default: the experiment's).",
         minimum=0,
         minimum_open=True,
-    ),  # fmt: skip
+    ),
     Setting(
         name="pause_ms",
         kind=float,
@@ -191,7 +191,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="Wait between acquire attempts.",
         minimum=0,
         minimum_open=True,
-    ),  # fmt: skip
+    ),
     # Think time between a release and the next acquire. Without it a spinning retry is unfair: the
     # releasing worker re-acquires within a millisecond, before a rival polling every 10 ms looks
     # again. Measured without it: one worker ran 39 rounds in a row while the other waited, so the
@@ -268,7 +268,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         kind=Check,
         default=Check.PLAIN,
         help="what the resource checks (from the backend and --fence)",
-    ),  # fmt: skip
+    ),
     Setting(
         name="fault_nodes",
         kind=int,
