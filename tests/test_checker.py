@@ -217,3 +217,96 @@ def test_the_starvation_that_made_think_time_necessary() -> None:
     events = history.load(Path(__file__).parent / "data" / "starved-client-pause.jsonl.gz")
     order = "".join(str(e["worker"]) for e in sorted(events, key=lambda e: e["t0"]) if e["kind"] == "enter")
     assert max(len(run) for run in order.replace("0", " ").split()) == 39
+
+
+# --- the history's safety evidence decides too (issue 17, item 6) --------------------------------
+
+
+def test_an_exclusive_looking_trial_with_a_grant_over_a_valid_lease_is_not_exclusive() -> None:
+    # Worker 0's lease runs to 1000 ms and is released at 300.2; worker 1 is granted at 200 ms,
+    # inside it (a careless lock, or a node that forgot the key). Their sections never overlap and
+    # nothing is lost: the resource saw nothing, but two valid leases existed at once.
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=100, inside=1, balance=0, valid_until_ms=1000)
+    h.critical_section(1, 0, acquire_ms=200, enter_ms=400, exit_ms=500, inside=1, balance=1, valid_until_ms=1200)
+    h.events = [e for e in h.events if not (e["worker"] == 0 and e["kind"] == "release")]
+    h.step(0, 0, "release", 300, released=True)
+    m = check(h.events, counters(entries=2, writes_accepted=2, final_balance=2), entries_planned=2)
+    assert (m.conflicts, m.conflicts_overlap, m.lost_updates) == (0, 0, 0)
+    assert m.grants_while_held == 1
+    assert m.verdict == "lease-violated"
+
+
+def test_a_stale_write_accepted_without_overlap_is_not_exclusive() -> None:
+    # Worker 0 writes at 1100 ms on a lease that ended at 1000 ms; nobody else was there to collide.
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=1100.4, inside=1, balance=0, valid_until_ms=1000)
+    m = check(h.events, counters(entries=1, writes_accepted=1, final_balance=1), entries_planned=1)
+    assert (m.stale_writes_accepted, m.conflicts, m.lost_updates) == (1, 0, 0)
+    assert m.verdict == "lease-violated"
+
+
+def test_a_backwards_token_accepted_is_not_exclusive_but_one_refused_is_only_counted() -> None:
+    # The token counter restarted: worker 1 gets token 1 after worker 0's token 5.
+    def trial(*, accepted: bool):
+        h = HistoryBuilder()
+        h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0,
+                           valid_until_ms=1000, fence=5)  # fmt: skip
+        h.critical_section(1, 0, acquire_ms=302, enter_ms=303, exit_ms=603, inside=1, balance=1,
+                           valid_until_ms=1302, fence=1, accepted=accepted)  # fmt: skip
+        n = 2 if accepted else 1
+        return check(h.events, counters(entries=2, writes_accepted=n, writes_rejected=2 - n, final_balance=n),
+                     entries_planned=2)  # fmt: skip
+
+    let_in = trial(accepted=True)  # nothing checked the token: two holders the resource cannot tell apart
+    assert (let_in.tokens_backwards, let_in.backwards_writes_accepted, let_in.verdict) == (1, 1, "lease-violated")
+    fenced = trial(accepted=False)  # the resource refused it: safe, and worker 1 got nothing done
+    assert (fenced.tokens_backwards, fenced.backwards_writes_accepted) == (1, 0)
+    assert fenced.verdict == "no-progress" and fenced.workers_starved == 1
+
+
+def test_every_verdict_has_a_meaning_and_safety_comes_before_progress() -> None:
+    from lockcompare.analysis.checker import VERDICT_MEANINGS, verdict_for
+
+    seen = {
+        verdict_for(conflicts=c, lost_updates=lost, entries=e, entries_planned=2, violations=v, starved_workers=s)
+        for c in (0, 1) for lost in (0, 1) for e in (0, 1, 2) for v in (0, 1) for s in (0, 1)
+    }  # fmt: skip
+    assert seen == set(VERDICT_MEANINGS) - {"unknown"}
+    assert verdict_for(conflicts=0, lost_updates=0, entries=2, entries_planned=2, violations=1, starved_workers=1) == (
+        "lease-violated"
+    )
+
+
+# --- progress beside safety (issue 17, item 8) --------------------------------------------------
+
+
+def test_progress_per_worker_and_the_worker_that_made_none() -> None:
+    # Worker 0 writes in both its rounds; worker 1 holds the lock twice and is refused twice.
+    h = HistoryBuilder()
+    for rnd in range(2):
+        base = rnd * 1000
+        h.critical_section(0, rnd, acquire_ms=base, enter_ms=base + 1, exit_ms=base + 301, inside=1,
+                           balance=rnd, valid_until_ms=base + 1000, fence=10 + rnd)  # fmt: skip
+        h.critical_section(1, rnd, acquire_ms=base + 400, enter_ms=base + 401, exit_ms=base + 701, inside=1,
+                           balance=rnd + 1, valid_until_ms=base + 1400, fence=1 + rnd, accepted=False)  # fmt: skip
+    m = check(h.events, counters(entries=4, writes_accepted=2, writes_rejected=2, final_balance=2), entries_planned=4)
+    assert m.progress_by_worker == "w0:2/2 w1:0/2"
+    assert (m.rounds_progressed, m.writes_accepted_min_worker, m.workers_starved) == (2, 0, 1)
+    assert m.verdict == "no-progress"
+
+
+def test_a_skipped_write_is_counted_and_is_no_progress() -> None:
+    h = HistoryBuilder()
+    h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0, valid_until_ms=1000)
+    h.step(1, 0, "acquire", 1000, ok=True, attempts=1, refusals={}, t_attempt=1000 * MS, owner="o10",
+           fence=None, valid_until=2000 * MS)  # fmt: skip
+    h.step(1, 0, "enter", 1001, inside=1)
+    h.step(1, 0, "read", 1001.2, balance=1)
+    h.step(1, 0, "lease", 2100, ok=False, reason="expired", valid_until=2000 * MS)
+    h.step(1, 0, "write-skipped", 2100.2, reason="expired")
+    h.step(1, 0, "exit", 2101)
+    h.step(1, 0, "release", 2101.2, released=False)
+    m = check(h.events, counters(entries=2, writes_accepted=1, final_balance=1), entries_planned=2)
+    assert (m.writes_skipped, m.stale_writes_accepted, m.lost_updates) == (1, 0, 0)
+    assert m.progress_by_worker == "w0:1/1 w1:0/1" and m.verdict == "no-progress"

@@ -284,12 +284,13 @@ def test_renewal_log_keeps_the_last_deadline_through_errors_and_reports_a_loss()
     log.track(lease)
     log.renewed(owner="o", t0=400, t1=410, valid_until_ns=1_400)
     log.failed(owner="o", t0=800, t1=900, reason="error")  # a timeout proves nothing about ownership
-    assert log.believe(lease) == Lease(key="k", owner="o", valid_until_ns=1_400)
+    assert log.believe(lease, now_ns=950) == Lease(key="k", owner="o", valid_until_ns=1_400)
     log.failed(owner="o", t0=1_200, t1=1_210, reason="lost")
     log.renewed(owner="o", t0=1_300, t1=1_310, valid_until_ns=2_000)  # too late: a lost lease stays lost
-    assert log.believe(lease) == Refusal("lost")
+    assert log.believe(lease, now_ns=1_350) == Refusal("lost")
     other = Lease(key="k", owner="someone else", valid_until_ns=5)
-    assert log.believe(other) is other  # never tracked: unchanged
+    assert log.believe(other, now_ns=1) is other  # never tracked: unchanged while valid...
+    assert log.believe(other, now_ns=5) == Refusal("expired")  # ...and no permission after its deadline
     assert [(r["ok"], r["reason"], r["valid_until"]) for r in log.drain()] == [
         (True, None, 1_400),
         (False, "error", None),
@@ -297,4 +298,18 @@ def test_renewal_log_keeps_the_last_deadline_through_errors_and_reports_a_loss()
         (True, None, 2_000),
     ]
     log.forget("o")
-    assert log.believe(lease) is lease
+    assert log.believe(lease, now_ns=999) is lease
+
+
+def test_renewal_log_never_returns_a_lease_past_its_last_deadline() -> None:
+    # The bug issue 17 found: a watchdog frozen with its process renews nothing, and believe()
+    # answered "ok" with a deadline already in the past; the worker then wrote on it.
+    log = RenewalLog()
+    lease = Lease(key="k", owner="o", valid_until_ns=1_000)
+    log.track(lease)
+    assert log.believe(lease, now_ns=999) == lease
+    assert log.believe(lease, now_ns=1_000) == Refusal("expired")  # the deadline itself is too late
+    log.renewed(owner="o", t0=900, t1=910, valid_until_ns=1_900)
+    assert log.believe(lease, now_ns=1_500) == Lease(key="k", owner="o", valid_until_ns=1_900)
+    assert log.believe(lease, now_ns=2_500) == Refusal("expired")
+    assert isinstance(log.believe(lease), Refusal)  # default now: monotonic ns, far past 1_900

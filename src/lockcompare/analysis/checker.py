@@ -27,14 +27,23 @@ from dataclasses import asdict, dataclass
 
 from lockcompare.analysis.counters import ResourceCounters
 from lockcompare.analysis.history import Event
+from lockcompare.analysis.progress import format_progress, least_progress, starved, worker_progress, writes_skipped
 from lockcompare.analysis.stats import percentile
 
 #: Every verdict, with what it means. Safety is judged first (a violation observed is a violation
-#: whatever else happened); a trial without one is ``exclusive`` only if every planned round ran.
+#: whatever else happened: an overlap or a loss at the resource, or the lock breaking its promise in
+#: the history), then progress; a trial is ``exclusive`` only if every planned round ran and every
+#: worker that held the lock got work done.
 VERDICT_MEANINGS = {
-    "exclusive": "every planned critical section ran, never two at once, no update lost",
+    "exclusive": "every planned critical section ran, never two at once, no update lost, no lease granted "
+    "over a valid one, no expired or backwards-token write accepted, every holder made progress",
     "conflicts-no-damage": "two workers were inside at once, but the resource lost no update (fencing, lock-free)",
     "lost-updates": "an increment a worker believed it made is missing from the final balance",
+    "lease-violated": "no overlap or loss at the resource, but the history shows the lock broke its promise: "
+    "a lease granted over another's valid unreleased lease, a write accepted after its writer's lease "
+    "deadline, or a write accepted under a fencing token that went backwards (exclusion held by luck)",
+    "no-progress": "safe, but a worker that held the lock never got a write accepted (every write refused "
+    "or skipped, e.g. fencing after a token rollback): see progress_by_worker",
     "degraded": "no conflict seen, but some planned rounds never entered (acquires refused or timed out): "
     "exclusion held only over what ran",
     "unavailable": "the lock was never granted (or nothing entered): nothing was observed, so nothing is claimed",
@@ -72,6 +81,12 @@ class TrialMetrics:
     extra_entries: int = 0  # sections of extra rounds (the contend workload), not in ``entries``
     grants_while_held: int = 0  # leases granted while another worker's lease was valid and unreleased
     foreign_releases: int = 0  # releases reported done while the lock was another worker's (deleted its key)
+    backwards_writes_accepted: int = 0  # writes accepted under a fencing token not above an earlier grant's
+    writes_skipped: int = 0  # writes a holder did not make: its lease deadline had passed, or it was lost
+    rounds_progressed: int = 0  # planned rounds with an accepted write (useful work), over all workers
+    writes_accepted_min_worker: int = 0  # the fewest planned rounds any worker made progress in
+    progress_by_worker: str = ""  # "w0:39/40 w1:1/20": rounds with an accepted write / rounds holding the lock
+    workers_starved: int = 0  # workers that held the lock and made no progress at all ("safe but no progress")
     problem: str = ""  # why the verdict is unknown
 
     def as_row(self) -> dict[str, object]:
@@ -244,20 +259,38 @@ def foreign_releases(history: Sequence[Event]) -> int:
     return count
 
 
-def verdict_for(*, conflicts: int, lost_updates: int, entries: int, entries_planned: int) -> str:
-    """Safety first, then progress: see :data:`VERDICT_MEANINGS`.
+def verdict_for(
+    *,
+    conflicts: int,
+    lost_updates: int,
+    entries: int,
+    entries_planned: int,
+    violations: int = 0,
+    starved_workers: int = 0,
+) -> str:
+    """Safety first, then progress: see :data:`VERDICT_MEANINGS`. ``violations`` is the history's
+    own safety evidence (grants over a valid lease, stale or backwards-token writes accepted);
+    ``starved_workers`` how many workers held the lock and made no progress.
 
     >>> verdict_for(conflicts=0, lost_updates=0, entries=0, entries_planned=80)
     'unavailable'
     >>> verdict_for(conflicts=0, lost_updates=0, entries=50, entries_planned=80)
     'degraded'
+    >>> verdict_for(conflicts=0, lost_updates=0, entries=80, entries_planned=80, violations=1)
+    'lease-violated'
+    >>> verdict_for(conflicts=0, lost_updates=0, entries=80, entries_planned=80, starved_workers=1)
+    'no-progress'
     """
     if lost_updates > 0:
         return "lost-updates"
     if conflicts > 0:
         return "conflicts-no-damage"
+    if violations > 0:
+        return "lease-violated"
     if entries == 0:
         return "unavailable"
+    if starved_workers > 0:
+        return "no-progress"
     return "exclusive" if entries >= entries_planned else "degraded"
 
 
@@ -282,6 +315,26 @@ def tokens_backwards(granted: Sequence[Event]) -> int:
             backwards += 1
         highest = token if highest is None else max(highest, token)
     return backwards
+
+
+def backwards_writes_accepted(history: Sequence[Event]) -> int:
+    """Writes the resource accepted from a holder whose fencing token was not above one granted
+    before it (see :func:`tokens_backwards`): two holders the resource could not tell apart, and it
+    let the later-granted, lower-numbered one write. A fenced resource refuses a *lower* token, so
+    this counts repeats accepted there, and every backwards token where nothing checks tokens.
+    """
+    highest = None
+    backwards: set[tuple[int, int]] = set()
+    for event in sorted((e for e in history if e["kind"] == "acquire" and e.get("ok")), key=lambda e: e["t1"]):
+        token = event.get("fence")
+        if token is None:
+            continue
+        if highest is not None and token <= highest:
+            backwards.add((event["worker"], event["round"]))
+        highest = token if highest is None else max(highest, token)
+    return sum(
+        1 for e in history if e["kind"] == "write" and e.get("accepted") and (e["worker"], e["round"]) in backwards
+    )
 
 
 def refusal_counts(acquires: Sequence[Event]) -> dict[str, int]:
@@ -337,6 +390,18 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
     granted = [e for e in acquires if e.get("ok")]
     latencies_ms = [(e["t1"] - e["t_attempt"]) / 1e6 for e in granted]
     lost = counters.writes_accepted - counters.final_balance
+    grants_over = grants_while_held(history)
+    backwards_accepted = backwards_writes_accepted(history)
+    progress = worker_progress(history)
+    no_progress = starved(progress)
+    verdict = verdict_for(
+        conflicts=conflicts,
+        lost_updates=lost,
+        entries=entries,
+        entries_planned=entries_planned,
+        violations=grants_over + stale_accepted + backwards_accepted,
+        starved_workers=len(no_progress),
+    )
     return TrialMetrics(
         entries=entries,
         entries_planned=entries_planned,
@@ -361,13 +426,17 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         acquire_p99_ms=round(percentile(latencies_ms, 99), 4),
         releases_failed=sum(1 for e in history if e["kind"] == "release" and not e.get("released")),
         tokens_backwards=tokens_backwards([e for e in history if e["kind"] == "acquire" and e.get("ok")]),
-        verdict="unknown"
-        if problems
-        else verdict_for(conflicts=conflicts, lost_updates=lost, entries=entries, entries_planned=entries_planned),
+        verdict="unknown" if problems else verdict,
         problem="; ".join(problems),
         extra_entries=extra_entries,
-        grants_while_held=grants_while_held(history),
+        grants_while_held=grants_over,
         foreign_releases=foreign_releases(history),
+        backwards_writes_accepted=backwards_accepted,
+        writes_skipped=writes_skipped(history),
+        rounds_progressed=sum(p.progressed for p in progress),
+        writes_accepted_min_worker=least_progress(progress),
+        progress_by_worker=format_progress(progress),
+        workers_starved=len(no_progress),
     )
 
 
@@ -406,4 +475,10 @@ def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned:
         extra_entries=-1,
         grants_while_held=-1,
         foreign_releases=-1,
+        backwards_writes_accepted=-1,
+        writes_skipped=-1,
+        rounds_progressed=-1,
+        writes_accepted_min_worker=-1,
+        progress_by_worker="",
+        workers_starved=-1,
     )

@@ -52,6 +52,54 @@ def add_plugin_paths(
             sys.path.append(directory)
 
 
+#: The class attributes every backend must declare, and what each must be (see base.LockBackend);
+#: ``survives_minority_loss`` is optional but, when given, must be a bool too.
+_DECLARATIONS = (
+    ("summary", "a non-empty str", lambda v: isinstance(v, str) and bool(v.strip())),
+    ("exclusive", "a bool", lambda v: isinstance(v, bool)),
+    ("issues_fencing_tokens", "a bool", lambda v: isinstance(v, bool)),
+)
+_OPTIONAL_DECLARATIONS = (("survives_minority_loss", "a bool", lambda v: isinstance(v, bool)),)
+_MISSING = object()
+
+
+def declaration_problems(declared: object) -> list[str]:
+    """What is wrong with what a backend declares about itself, one phrase per attribute ([] if
+    nothing). ``declared`` is the class, or anything with the same attributes (the battery's
+    ``Claims``, read in its backend host). The one rule for ``run``/``matrix`` (which refuse such
+    a backend) and the battery's ``declares_the_protocol``.
+
+    >>> class Bare:
+    ...     exclusive = "yes"
+    >>> declaration_problems(Bare)
+    ['summary is missing (a non-empty str)', "exclusive is 'yes', expected a bool", \
+'issues_fencing_tokens is missing (a bool)']
+    """
+    problems = []
+    for name, kind, ok in _DECLARATIONS:
+        value = getattr(declared, name, _MISSING)
+        if value is _MISSING or value is None:
+            problems.append(f"{name} is missing ({kind})")
+        elif not ok(value):
+            problems.append(f"{name} is {value!r}, expected {kind}")
+    for name, kind, ok in _OPTIONAL_DECLARATIONS:
+        value = getattr(declared, name, False)
+        if not ok(value):
+            problems.append(f"{name} is {value!r}, expected {kind}")
+    return problems
+
+
+def require_declarations(cls: type, *, name: str) -> None:
+    """Refuse (one line, :class:`BackendLoadError`) a backend class that does not declare what it
+    claims: a lock that says nothing would otherwise be measured and judged as if it were one."""
+    problems = declaration_problems(cls)
+    if problems:
+        raise BackendLoadError(
+            f"backend {name!r} does not declare itself: {'; '.join(problems)} "
+            "(see lockcompare.backends.base.LockBackend)"
+        )
+
+
 def registered_names() -> list[str]:
     """Names registered under the entry-point group, sorted."""
     return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
@@ -126,7 +174,9 @@ __all__ = [
     "LockBackend",
     "Refusal",
     "add_plugin_paths",
+    "declaration_problems",
     "describe_backends",
     "load_backend",
     "registered_names",
+    "require_declarations",
 ]

@@ -25,10 +25,12 @@ Example (pure, no Redis)::
     >>> lease = Lease(key="k", owner="o", valid_until_ns=1_000)
     >>> log.track(lease)
     >>> log.renewed(owner="o", t0=500, t1=600, valid_until_ns=1_500)
-    >>> log.believe(lease).valid_until_ns
+    >>> log.believe(lease, now_ns=1_200).valid_until_ns
     1500
+    >>> log.believe(lease, now_ns=1_500)        # the last renewal's deadline has passed
+    Refusal(reason='expired')
     >>> log.failed(owner="o", t0=1_000, t1=1_100, reason="lost")
-    >>> log.believe(lease)
+    >>> log.believe(lease, now_ns=1_200)
     Refusal(reason='lost')
     >>> [r["ok"] for r in log.drain()], log.drain()
     ([True, False], [])
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -88,18 +91,23 @@ class RenewalLog:
                 {"t0": t0, "t1": t1, "ok": False, "owner": owner, "valid_until": None, "reason": reason}
             )
 
-    def believe(self, lease: Lease) -> Lease | Refusal:
-        """``lease`` as its holder now believes it: moved to the last renewal's deadline, or lost.
+    def believe(self, lease: Lease, *, now_ns: int | None = None) -> Lease | Refusal:
+        """``lease`` as its holder now believes it: moved to the last renewal's deadline;
+        ``Refusal("lost")`` once a renewal found the key gone or someone else's; ``Refusal("expired")``
+        when that deadline has passed by ``now_ns`` (default: now) — a watchdog that could not renew
+        in time (a stopped process, a failing node) leaves a lease that is no permission to write.
 
-        A lease this log does not follow (released, or never tracked) is returned unchanged.
+        A lease this log does not follow (released, or never tracked) is judged by its own deadline.
         """
+        now = time.monotonic_ns() if now_ns is None else now_ns
         with self._lock:
             belief = self._beliefs.get(lease.owner)
-            if belief is None:
-                return lease
-            if belief.lost:
+            if belief is not None and belief.lost:
                 return Refusal("lost")
-            return dataclasses.replace(lease, valid_until_ns=belief.valid_until_ns)
+            deadline = lease.valid_until_ns if belief is None else belief.valid_until_ns
+        if deadline is not None and now >= deadline:
+            return Refusal("expired")
+        return lease if belief is None else dataclasses.replace(lease, valid_until_ns=deadline)
 
     def drain(self) -> list[dict[str, Any]]:
         """Every renewal recorded since the last drain, oldest first; the log is emptied."""

@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from lockcompare.backends import BackendConfig, Lease, Refusal
+from lockcompare.backends import BackendConfig, Lease, Refusal, declaration_problems
 from lockcompare.errors import BackendError, BackendNotViableError
 from lockcompare.evaluation.backend_host import (
     BackendCallFailed,
@@ -167,16 +167,7 @@ def _crash(cluster: Cluster, indices: range) -> None:
 
 def declares_the_protocol(ctx: BatteryContext) -> str:
     claims = ctx.claims
-    problems = [
-        f"{name} is {getattr(claims, name)!r}, expected {kind}"
-        for name, kind, ok in (
-            ("summary", "a non-empty str", isinstance(claims.summary, str) and bool(claims.summary)),
-            ("exclusive", "a bool", isinstance(claims.exclusive, bool)),
-            ("issues_fencing_tokens", "a bool", isinstance(claims.issues_fencing_tokens, bool)),
-            ("survives_minority_loss", "a bool", isinstance(claims.survives_minority_loss, bool)),
-        )
-        if not ok
-    ]
+    problems = declaration_problems(claims)  # the same rule run/matrix apply before measuring
     if problems:
         raise PropertyFailed("; ".join(problems))
     said = [name for name in ("exclusive", "issues_fencing_tokens", "survives_minority_loss") if getattr(claims, name)]

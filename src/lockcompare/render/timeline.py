@@ -24,6 +24,7 @@ _DETAILS = {
     "enter": ("inside",),
     "read": ("balance", "fence"),
     "write": ("value", "accepted", "fence"),
+    "write-skipped": ("reason",),  # the lease was past its deadline or lost: no write
     "exit": (),
     "release": ("released",),
     "retry": ("attempt",),

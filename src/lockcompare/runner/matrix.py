@@ -23,7 +23,7 @@ from lockcompare.analysis.results import (
     make_row,
     rewrite,
 )
-from lockcompare.backends import BackendConfig, load_backend
+from lockcompare.backends import BackendConfig, load_backend, require_declarations
 from lockcompare.errors import (
     BackendLoadError,
     ConfigError,
@@ -349,6 +349,8 @@ def run_planned(
     ``run --from``), appending one row per trial to ``out``; see :func:`run_matrix`."""
     if not specs:
         raise InvalidValueError("no trial to run")
+    for backend in dict.fromkeys(spec.backend for spec in specs):  # before any file or server is touched
+        require_declarations(load_backend(backend), name=backend)
     redlock_nodes = specs[0].node_count
     time_scale = min(spec.time_scale for spec in specs)
     call_timeout_ms = max(spec.call_timeout_ms for spec in specs)
