@@ -156,6 +156,20 @@ def test_a_plugin_that_cannot_be_constructed_is_one_load_error_before_any_trial(
     assert not (tmp_path / "x.csv").exists()
 
 
+def test_a_plugin_that_declares_nothing_is_refused_by_run_and_matrix_in_one_line(tmp_path: Path) -> None:
+    expected = (
+        "lockcompare: error: backend 'plugins.broken:DeclaresNothing' does not declare itself: summary is missing "
+        "(a non-empty str); exclusive is missing (a bool); issues_fencing_tokens is missing (a bool) "
+        "(see lockcompare.backends.base.LockBackend)"
+    )
+    for command in (["run", "--backend"], ["matrix", "--trials", "1", "--experiments", "baseline", "--backends"]):
+        out = tmp_path / f"{command[0]}.csv"
+        result = invoke(*command, "plugins.broken:DeclaresNothing", "--time-scale", "0.1", "--out", str(out))
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip().splitlines() == [expected]
+        assert not out.exists()
+
+
 def test_an_acquire_of_the_wrong_type_is_unknown_with_a_reason(tmp_path: Path) -> None:
     result = invoke("run", "--backend", "plugins.broken:ReturnsWrongType", "--time-scale", "0.1", "--rounds", "2")
     assert result.exit_code == 1

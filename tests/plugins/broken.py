@@ -38,3 +38,20 @@ class ReturnsWrongType(SingleNodeLock):
 
     def acquire(self, *, key: str, ttl_ms: int):  # type: ignore[override]
         return 1
+
+
+class DeclaresNothing:
+    """Implements the calls but says nothing about itself (no summary, exclusive or
+    issues_fencing_tokens): run/matrix refuse it rather than judge it as if it were a lock."""
+
+    def __init__(self, *, config) -> None:  # type: ignore[no-untyped-def]
+        self.config = config
+
+    def acquire(self, *, key: str, ttl_ms: int):  # type: ignore[no-untyped-def]
+        return Refusal("held")
+
+    def release(self, lease) -> bool:  # type: ignore[no-untyped-def]
+        return False
+
+    def close(self) -> None:
+        pass

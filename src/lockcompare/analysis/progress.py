@@ -84,6 +84,29 @@ def format_progress(progress: Sequence[WorkerProgress]) -> str:
     return " ".join(f"w{p.worker}:{p.progressed}/{p.held}" for p in progress)
 
 
+def parse_progress(text: str) -> list[WorkerProgress]:
+    """The CSV's ``progress_by_worker`` text back into numbers (``tried`` is not in the text: 0).
+
+    >>> [(p.worker, p.progressed, p.held) for p in parse_progress("w0:39/40 w1:1/20")]
+    [(0, 39, 40), (1, 1, 20)]
+    """
+    parsed = []
+    for part in (text or "").split():
+        worker, _, counts = part.partition(":")
+        progressed, _, held = counts.partition("/")
+        parsed.append(
+            WorkerProgress(worker=int(worker.lstrip("w")), held=int(held), progressed=int(progressed), tried=0)
+        )
+    return parsed
+
+
+def lagging(progress: Sequence[WorkerProgress]) -> bool:
+    """True when some worker made progress in fewer than half the rounds it held the lock: the
+    lock was granted but the work was refused (worth a column in a table; ``starved`` is the
+    extreme, none at all)."""
+    return any(p.held > 0 and 2 * p.progressed < p.held for p in progress)
+
+
 def least_progress(progress: Sequence[WorkerProgress]) -> int:
     """The fewest rounds any worker made progress in (0 with no worker at all)."""
     return min((p.progressed for p in progress), default=0)

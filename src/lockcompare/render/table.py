@@ -19,6 +19,7 @@ from tabulate import tabulate
 
 from lockcompare.analysis.cells import group_cells
 from lockcompare.analysis.checker import parse_refusals
+from lockcompare.analysis.progress import lagging, parse_progress
 from lockcompare.analysis.results import latest_rows
 from lockcompare.analysis.stats import mean_ci
 from lockcompare.errors import UnknownNameError
@@ -29,6 +30,8 @@ FORMATS = ("github", "simple", "latex", "csv")
 OPTIONAL_COLUMNS = {
     "reads_rejected": "rejected reads", "cs_retries": "retries", "tokens_backwards": "tokens backwards",
     "grants_while_held": "granted while held", "foreign_releases": "released another's lock",
+    "backwards_writes_accepted": "backwards-token writes accepted", "writes_skipped": "writes skipped (lease over)",
+    "workers_starved": "workers with no progress",
 }  # fmt: skip
 
 
@@ -85,10 +88,13 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
     known_rows = [r for r in rows if r["verdict"] != "unknown"]
     optional = [c for c in OPTIONAL_COLUMNS if any(_measured(r, c) > 0 for r in known_rows)]
     failures = _shows_failures(known_rows)
+    # Progress beside safety: shown when a worker somewhere held the lock but got little done.
+    slow = any(lagging(parse_progress(r.get("progress_by_worker", ""))) for r in known_rows)
     headers = [
         "backend", "experiment", *varying, "trials", "conflicts / entries (mean ±95% CI)", "entries / planned",
         "max inside", "overlap ms", "rejected writes", *(OPTIONAL_COLUMNS[c] for c in optional),
-        "lost updates (range)", *(["acquires given up (refusals)"] if failures else []), "verdicts",
+        "lost updates (range)", *(["least progress (rounds, one worker)"] if slow else []),
+        *(["acquires given up (refusals)"] if failures else []), "verdicts",
     ]  # fmt: skip
     lines = []
     for cell in cells:
@@ -112,11 +118,24 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
                 _mean_with_ci([r["writes_rejected"] for r in known]),
                 *(_mean_with_ci([r[c] for r in known if _measured(r, c) >= 0]) for c in optional),
                 f"{_num(mean_ci([r['lost_updates'] for r in known]).mean)} ({_range([r['lost_updates'] for r in known])})",
+                *([_least_progress(known)] if slow else []),
                 *([_acquire_failures(known)] if failures else []),
                 _verdicts(verdicts),
             ]
         )
     return headers, lines
+
+
+def _least_progress(group: Sequence[dict[str, Any]]) -> str:
+    """The least-progressing worker of each trial: rounds with an accepted write / rounds it held
+    the lock, as the mean over trials ("1 / 20": a holder whose work was refused 19 times)."""
+    least = [
+        min(parse_progress(r.get("progress_by_worker", "")), key=lambda p: p.progressed, default=None) for r in group
+    ]
+    measured = [p for p in least if p is not None]
+    if not measured:
+        return "n/a"
+    return f"{_num(mean_ci([p.progressed for p in measured]).mean)} / {_num(mean_ci([p.held for p in measured]).mean)}"
 
 
 def _verdicts(verdicts: Counter[str]) -> str:

@@ -88,9 +88,13 @@ class MatrixReport:
     trial_ids: tuple[str, ...] = ()
     #: (trial_id, problem) of every trial judged ``unknown`` in this run.
     unknown: tuple[tuple[str, str], ...] = ()
-    #: How many trials of this run were ``unavailable`` or ``degraded``.
+    #: How many trials of this run had each of :data:`NOTED_VERDICTS` (said on stderr with its meaning).
     no_progress: dict[str, int] = field(default_factory=dict)
 
+
+#: Verdicts a run explains on stderr when it gives them: they are results, not failures, but a
+#: reader may not expect them (no progress; exclusion that held only by luck).
+NOTED_VERDICTS = ("unavailable", "degraded", "no-progress", "lease-violated")
 
 ProgressCallback = Callable[[TrialSpec, TrialResult | None, int, int], None]
 
@@ -394,7 +398,7 @@ def run_planned(
         verdict = result.metrics.verdict
         if verdict == "unknown":
             unknown.append((done.spec.trial_id, result.metrics.problem))
-        elif verdict in ("unavailable", "degraded"):
+        elif verdict in NOTED_VERDICTS:
             no_progress[verdict] = no_progress.get(verdict, 0) + 1
         if progress:
             progress(done.spec, result, done.finished, len(todo))
