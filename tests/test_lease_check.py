@@ -1,7 +1,8 @@
 """The worker's lease check before the write (issue 17, item 7), on hand-made backends: no Redis.
 
-A lease is permission to write only until its own deadline, whatever a backend's ``before_write``
-says; a skipped write is recorded (``lease`` refused, then ``write-skipped``)."""
+For a backend that checks its lease (a ``before_write`` hook), a lease is permission to write only
+until its own deadline, whatever the hook says; a skipped write is recorded (``lease`` refused,
+then ``write-skipped``). A backend without the hook is the lesson's client: it never checks."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ S = 1_000_000_000  # ns
 
 
 class Plain:
-    """A backend without a ``before_write`` hook: the lease's own deadline is all there is."""
+    """A backend without a ``before_write`` hook: the lesson's client, which never checks."""
 
 
 class Believes:
@@ -41,13 +42,16 @@ def _lease(valid_for_s: float | None) -> Lease:
     return Lease(key="k", owner="o", valid_until_ns=until)
 
 
-def test_a_lease_within_its_deadline_is_permission() -> None:
+def test_a_client_that_does_not_check_always_writes() -> None:
     assert _check(Plain(), _lease(60)) == (True, [])
-    assert _check(Plain(), _lease(None)) == (True, [])  # no deadline (the no-lock baseline): never expires
+    assert _check(Plain(), _lease(-1)) == (True, [])  # expired: the checker counts its write as stale
 
 
-def test_a_lease_past_its_own_deadline_is_no_permission_and_the_skip_is_recorded() -> None:
-    assert _check(Plain(), _lease(-0.001)) == (False, [("lease", "expired"), ("write-skipped", "expired")])
+def test_a_lease_within_its_deadline_is_permission() -> None:
+    valid = _lease(60)
+    assert _check(Believes(valid), valid) == (True, [("lease", None)])
+    forever = _lease(None)  # no deadline: never expires
+    assert _check(Believes(forever), forever) == (True, [("lease", None)])
 
 
 def test_a_backend_that_answers_ok_with_a_past_deadline_is_overruled() -> None:

@@ -9,10 +9,10 @@ for locks and for lock-free strategies; what differs is how the balance is incre
 - ``optimistic``: WATCH+read → work → MULTI/SET/EXEC, read and work again when the balance changed.
 
 ``before_write`` is the hook right before the write: a worker scheduled to freeze at
-``before-write`` has read the balance and worked, and wakes to write at once; then the lease is
-checked (the backend's optional ``before_write``, then the lease's own deadline: worker.py's
-``lease_check``), and a worker scheduled to freeze at ``after-check`` freezes only now, holding
-a permission that expires while it sleeps. It returns False when the lease is lost or past its
+``before-write`` has read the balance and worked, and wakes to write at once; then a backend with
+a ``before_write`` hook has its lease checked (the hook's answer, then the lease's own deadline:
+worker.py's ``lease_check``), and a worker scheduled to freeze at ``after-check`` freezes only
+now, holding a permission that expires while it sleeps. It returns False when the lease is lost or past its
 deadline: the write is skipped (recorded as ``write-skipped``).
 """
 

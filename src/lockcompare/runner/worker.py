@@ -3,7 +3,8 @@
 Each round: acquire (retry until a deadline) → pause (if scheduled ``after-acquire``) → the
 critical section (enter, read, work, pause if scheduled ``before-write``, lease check, pause if
 scheduled ``after-check``, write, exit: see sections.py) → release → think. The lease check
-(:func:`lease_check`) skips the write of a holder whose lease deadline has passed. Every step is
+(:func:`lease_check`, for a backend with a ``before_write`` hook) skips the write of a holder
+whose lease is lost or past its deadline. Every step is
 recorded with its start and end on the shared monotonic clock. In the ``contend`` workload a
 worker that has run its planned rounds goes on with extra rounds until the runner says every
 worker is done (see contend.py).
@@ -171,33 +172,33 @@ def jittered(ms: float, *, spread: float, rng: random.Random) -> float:
 def lease_check(backend: LockBackend, lease: Lease, rec: Recorder, slot: CallSlot) -> bool:
     """May the holder write now? Asked right before the write; False skips it (recorded).
 
-    First the backend, if it has a ``before_write`` hook: a renewing backend returns the lease with
-    the deadline it now believes (recorded as a ``lease`` event, which the checker uses for stale
-    writes); a lease-checking one may refuse (``lost``). Then the worker's own rule, the same for
-    every backend: a lease whose own deadline (``valid_until_ns``, as the backend last stated it)
-    has passed is not permission to write, whatever the backend said — the holder has the deadline
-    in hand and a careful client checks it (``expired``). A skipped write is recorded twice: as the
-    failed ``lease`` check and as a ``write-skipped`` event (counted by the checker as
-    ``writes_skipped``). What this cannot stop is a pause *after* the check (``after-check``).
+    A backend without a ``before_write`` hook models the lesson's client, which never looks at its
+    lease again after acquiring: it always writes (the checker then counts a write after the
+    deadline as stale). A backend with the hook models a client that checks its lease before
+    writing: a renewing backend returns the lease with the deadline it now believes (recorded as a
+    ``lease`` event, which the checker uses for stale writes); a lease-checking one may refuse
+    (``lost``). Either way the check includes the deadline, whatever the backend answered: a lease
+    whose own ``valid_until_ns`` has passed is not permission to write (``expired``) — one rule
+    here, for every checking backend, rather than in each. A skipped write is recorded twice: as
+    the failed ``lease`` check and as a ``write-skipped`` event (the checker's ``writes_skipped``).
+    What no check can stop is a pause *after* it (the ``after-check`` pause point).
     """
     hook = getattr(backend, "before_write", None)
+    if hook is None:
+        return True
     t0 = now_ns()
-    believed = lease
-    if hook is not None:
-        outcome = checked_outcome(slot.call("before_write", lambda: hook(lease)), backend=type(backend).__name__)
-        if isinstance(outcome, Refusal):
-            rec.add("lease", t0=t0, t1=now_ns(), ok=False, reason=outcome.reason)
-            rec.add("write-skipped", t0=now_ns(), reason=outcome.reason)
-            return False
-        believed = outcome
+    outcome = checked_outcome(slot.call("before_write", lambda: hook(lease)), backend=type(backend).__name__)
     t1 = now_ns()
-    deadline = believed.valid_until_ns
+    if isinstance(outcome, Refusal):
+        rec.add("lease", t0=t0, t1=t1, ok=False, reason=outcome.reason)
+        rec.add("write-skipped", t0=now_ns(), reason=outcome.reason)
+        return False
+    deadline = outcome.valid_until_ns
     if deadline is not None and t1 >= deadline:
         rec.add("lease", t0=t0, t1=t1, ok=False, reason="expired", valid_until=deadline)
         rec.add("write-skipped", t0=now_ns(), reason="expired", late_ms=round((t1 - deadline) / 1e6, 3))
         return False
-    if hook is not None:
-        rec.add("lease", t0=t0, t1=t1, ok=True, valid_until=deadline)
+    rec.add("lease", t0=t0, t1=t1, ok=True, valid_until=deadline)
     return True
 
 

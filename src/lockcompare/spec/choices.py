@@ -31,7 +31,8 @@ class PausePoint(StrEnum):
     AFTER_ACQUIRE = "after-acquire"  # the lesson's lab: the zombie wakes before it reads
     BEFORE_WRITE = "before-write"  # read → work → pause → write: the zombie wakes holding a stale read
     #: read → work → lease check → pause → write: the check passed, then the world stopped — what
-    #: a check-then-act client cannot prevent (the worker skips a write only when the check fails).
+    #: a check-then-act client cannot prevent (the worker skips a write only when the check fails;
+    #: a backend without a ``before_write`` check writes either way: as ``before-write`` for it).
     AFTER_CHECK = "after-check"
 
 

@@ -242,8 +242,9 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         flag="--pause-point",
         sweeps=True,
         choices=_choices_of(PausePoint),
-        help="Where the pause lands: after-acquire (the lesson's), before-write (read, work, pause, write) "
-        "or after-check (the lease checked, then the pause, then the write); a comma list sweeps.",
+        help="Where the pause lands: after-acquire (the lesson's), before-write (read, work, pause, lease "
+        "check, write) or after-check (read, work, lease check, pause, write; the same as before-write for "
+        "a backend that does not check its lease); a comma list sweeps.",
         since_schema=2,
         legacy="after-acquire",
         applies=_pausing,
