@@ -262,7 +262,7 @@ def test_a_backwards_token_accepted_is_not_exclusive_but_one_refused_is_only_cou
     assert (let_in.tokens_backwards, let_in.backwards_writes_accepted, let_in.verdict) == (1, 1, "lease-violated")
     fenced = trial(accepted=False)  # the resource refused it: safe, and worker 1 got nothing done
     assert (fenced.tokens_backwards, fenced.backwards_writes_accepted) == (1, 0)
-    assert fenced.verdict == "no-progress" and fenced.workers_starved == 1
+    assert fenced.verdict == "starved" and fenced.workers_starved == 1
 
 
 def test_every_verdict_has_a_meaning_and_safety_comes_before_progress() -> None:
@@ -281,22 +281,40 @@ def test_every_verdict_has_a_meaning_and_safety_comes_before_progress() -> None:
 # --- progress beside safety (issue 17, item 8) --------------------------------------------------
 
 
-def test_progress_per_worker_and_the_worker_that_made_none() -> None:
-    # Worker 0 writes in both its rounds; worker 1 holds the lock twice and is refused twice.
+def test_progress_per_worker_and_the_worker_the_resource_starved() -> None:
+    # Fencing after a token rollback: worker 1 holds a valid lease in 4 rounds; its token is below
+    # the resource's high-water mark, so 3 of its 4 writes are refused. It is starved, though not
+    # entirely without progress; worker 0 writes every time.
     h = HistoryBuilder()
-    for rnd in range(2):
+    for rnd in range(4):
         base = rnd * 1000
         h.critical_section(0, rnd, acquire_ms=base, enter_ms=base + 1, exit_ms=base + 301, inside=1,
-                           balance=rnd, valid_until_ms=base + 1000, fence=10 + rnd)  # fmt: skip
+                           balance=rnd, valid_until_ms=base + 1000, fence=100 + rnd)  # fmt: skip
         h.critical_section(1, rnd, acquire_ms=base + 400, enter_ms=base + 401, exit_ms=base + 701, inside=1,
-                           balance=rnd + 1, valid_until_ms=base + 1400, fence=1 + rnd, accepted=False)  # fmt: skip
+                           balance=rnd + 1, valid_until_ms=base + 1400, fence=(1, 2, 3, 200)[rnd],
+                           accepted=rnd == 3)  # fmt: skip
+    m = check(h.events, counters(entries=8, writes_accepted=5, writes_rejected=3, final_balance=5), entries_planned=8)
+    assert m.progress_by_worker == "w0:4/4 w1:1/4"
+    assert (m.rounds_progressed, m.writes_accepted_min_worker, m.rounds_denied, m.workers_starved) == (5, 1, 3, 1)
+    assert m.verdict == "starved"
+
+
+def test_a_zombie_refused_after_its_lease_ran_out_is_fencing_working_not_starvation() -> None:
+    # Worker 0 is paused past its lease in every round; its writes come after its deadline and the
+    # resource refuses them (stale, rejected). It made no progress, but no valid holder was denied.
+    h = HistoryBuilder()
+    for rnd in range(2):
+        base = rnd * 3000
+        h.critical_section(1, rnd, acquire_ms=base + 1000, enter_ms=base + 1001, exit_ms=base + 1301, inside=1,
+                           balance=rnd, valid_until_ms=base + 2000, fence=2 + 2 * rnd)  # fmt: skip
+        h.critical_section(0, rnd, acquire_ms=base, enter_ms=base + 1400, exit_ms=base + 1700, inside=1,
+                           balance=rnd + 1, valid_until_ms=base + 1000, fence=1 + 2 * rnd, accepted=False)  # fmt: skip
     m = check(h.events, counters(entries=4, writes_accepted=2, writes_rejected=2, final_balance=2), entries_planned=4)
-    assert m.progress_by_worker == "w0:2/2 w1:0/2"
-    assert (m.rounds_progressed, m.writes_accepted_min_worker, m.workers_starved) == (2, 0, 1)
-    assert m.verdict == "no-progress"
+    assert (m.stale_writes_rejected, m.rounds_denied, m.workers_starved) == (2, 0, 0)
+    assert m.progress_by_worker == "w0:0/2 w1:2/2" and m.writes_accepted_min_worker == 0
 
 
-def test_a_skipped_write_is_counted_and_is_no_progress() -> None:
+def test_a_skipped_write_is_counted_and_is_neither_stale_nor_a_denial() -> None:
     h = HistoryBuilder()
     h.critical_section(0, 0, acquire_ms=0, enter_ms=1, exit_ms=301, inside=1, balance=0, valid_until_ms=1000)
     h.step(1, 0, "acquire", 1000, ok=True, attempts=1, refusals={}, t_attempt=1000 * MS, owner="o10",
@@ -308,5 +326,5 @@ def test_a_skipped_write_is_counted_and_is_no_progress() -> None:
     h.step(1, 0, "exit", 2101)
     h.step(1, 0, "release", 2101.2, released=False)
     m = check(h.events, counters(entries=2, writes_accepted=1, final_balance=1), entries_planned=2)
-    assert (m.writes_skipped, m.stale_writes_accepted, m.lost_updates) == (1, 0, 0)
-    assert m.progress_by_worker == "w0:1/1 w1:0/1" and m.verdict == "no-progress"
+    assert (m.writes_skipped, m.stale_writes_accepted, m.lost_updates, m.rounds_denied) == (1, 0, 0, 0)
+    assert m.progress_by_worker == "w0:1/1 w1:0/1" and m.verdict == "exclusive"

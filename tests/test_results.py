@@ -100,10 +100,10 @@ def test_progress_shows_when_a_holder_got_little_done() -> None:
     rows = [row(backend="fenced", experiment="node-restart", progress_by_worker="w0:39/40 w1:1/20",
                 workers_starved=0, writes_accepted_min_worker=1, verdict="conflicts-no-damage"),
             row(backend="fenced", experiment="node-restart", progress_by_worker="w0:40/40 w1:0/18",
-                workers_starved=1, writes_accepted_min_worker=0, verdict="no-progress")]  # fmt: skip
+                workers_starved=1, writes_accepted_min_worker=0, verdict="starved")]  # fmt: skip
     headers, (line,) = summarize(rows)
     assert line[headers.index("least progress (rounds, one worker)")] == "0.5 / 19"
-    assert line[headers.index("workers with no progress")] == "0.5 ±6.4"
-    assert line[-1] == "1× conflicts-no-damage, 1× no-progress"
+    assert line[headers.index("workers starved")] == "0.5 ±6.4"
+    assert line[-1] == "1× conflicts-no-damage, 1× starved"
     healthy = [row(progress_by_worker="w0:40/40 w1:40/40", workers_starved=0)]
     assert "least progress (rounds, one worker)" not in summarize(healthy)[0]

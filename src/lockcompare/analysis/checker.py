@@ -27,23 +27,30 @@ from dataclasses import asdict, dataclass
 
 from lockcompare.analysis.counters import ResourceCounters
 from lockcompare.analysis.history import Event
-from lockcompare.analysis.progress import format_progress, least_progress, starved, worker_progress, writes_skipped
+from lockcompare.analysis.progress import (
+    format_progress,
+    least_progress,
+    rounds_denied,
+    starved,
+    worker_progress,
+    writes_skipped,
+)
 from lockcompare.analysis.stats import percentile
 
 #: Every verdict, with what it means. Safety is judged first (a violation observed is a violation
 #: whatever else happened: an overlap or a loss at the resource, or the lock breaking its promise in
-#: the history), then progress; a trial is ``exclusive`` only if every planned round ran and every
-#: worker that held the lock got work done.
+#: the history), then progress; a trial is ``exclusive`` only if every planned round ran and no
+#: worker holding a valid lease was mostly refused by the resource.
 VERDICT_MEANINGS = {
     "exclusive": "every planned critical section ran, never two at once, no update lost, no lease granted "
-    "over a valid one, no expired or backwards-token write accepted, every holder made progress",
+    "over a valid one, no expired or backwards-token write accepted, no holder starved by the resource",
     "conflicts-no-damage": "two workers were inside at once, but the resource lost no update (fencing, lock-free)",
     "lost-updates": "an increment a worker believed it made is missing from the final balance",
     "lease-violated": "no overlap or loss at the resource, but the history shows the lock broke its promise: "
     "a lease granted over another's valid unreleased lease, a write accepted after its writer's lease "
     "deadline, or a write accepted under a fencing token that went backwards (exclusion held by luck)",
-    "no-progress": "safe, but a worker that held the lock never got a write accepted (every write refused "
-    "or skipped, e.g. fencing after a token rollback): see progress_by_worker",
+    "starved": "safe, but the resource refused a worker holding a valid lease in more rounds than it let it "
+    "work (e.g. fencing after a token rollback: the lock lets it in, the resource says no): see progress_by_worker",
     "degraded": "no conflict seen, but some planned rounds never entered (acquires refused or timed out): "
     "exclusion held only over what ran",
     "unavailable": "the lock was never granted (or nothing entered): nothing was observed, so nothing is claimed",
@@ -86,7 +93,8 @@ class TrialMetrics:
     rounds_progressed: int = 0  # planned rounds with an accepted write (useful work), over all workers
     writes_accepted_min_worker: int = 0  # the fewest planned rounds any worker made progress in
     progress_by_worker: str = ""  # "w0:39/40 w1:1/20": rounds with an accepted write / rounds holding the lock
-    workers_starved: int = 0  # workers that held the lock and made no progress at all ("safe but no progress")
+    rounds_denied: int = 0  # planned rounds in which the resource refused a holder whose lease was valid
+    workers_starved: int = 0  # workers denied in more rounds than they progressed ("safe but no progress")
     problem: str = ""  # why the verdict is unknown
 
     def as_row(self) -> dict[str, object]:
@@ -270,7 +278,8 @@ def verdict_for(
 ) -> str:
     """Safety first, then progress: see :data:`VERDICT_MEANINGS`. ``violations`` is the history's
     own safety evidence (grants over a valid lease, stale or backwards-token writes accepted);
-    ``starved_workers`` how many workers held the lock and made no progress.
+    ``starved_workers`` how many workers the resource refused, while their lease was valid, more
+    often than it let them work (see :mod:`lockcompare.analysis.progress`).
 
     >>> verdict_for(conflicts=0, lost_updates=0, entries=0, entries_planned=80)
     'unavailable'
@@ -279,7 +288,7 @@ def verdict_for(
     >>> verdict_for(conflicts=0, lost_updates=0, entries=80, entries_planned=80, violations=1)
     'lease-violated'
     >>> verdict_for(conflicts=0, lost_updates=0, entries=80, entries_planned=80, starved_workers=1)
-    'no-progress'
+    'starved'
     """
     if lost_updates > 0:
         return "lost-updates"
@@ -290,7 +299,7 @@ def verdict_for(
     if entries == 0:
         return "unavailable"
     if starved_workers > 0:
-        return "no-progress"
+        return "starved"
     return "exclusive" if entries >= entries_planned else "degraded"
 
 
@@ -436,6 +445,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         rounds_progressed=sum(p.progressed for p in progress),
         writes_accepted_min_worker=least_progress(progress),
         progress_by_worker=format_progress(progress),
+        rounds_denied=rounds_denied(progress),
         workers_starved=len(no_progress),
     )
 
@@ -480,5 +490,6 @@ def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned:
         rounds_progressed=-1,
         writes_accepted_min_worker=-1,
         progress_by_worker="",
+        rounds_denied=-1,
         workers_starved=-1,
     )

@@ -31,7 +31,7 @@ OPTIONAL_COLUMNS = {
     "reads_rejected": "rejected reads", "cs_retries": "retries", "tokens_backwards": "tokens backwards",
     "grants_while_held": "granted while held", "foreign_releases": "released another's lock",
     "backwards_writes_accepted": "backwards-token writes accepted", "writes_skipped": "writes skipped (lease over)",
-    "workers_starved": "workers with no progress",
+    "rounds_denied": "rounds denied (lease valid)", "workers_starved": "workers starved",
 }  # fmt: skip
 
 

@@ -93,8 +93,8 @@ class MatrixReport:
 
 
 #: Verdicts a run explains on stderr when it gives them: they are results, not failures, but a
-#: reader may not expect them (no progress; exclusion that held only by luck).
-NOTED_VERDICTS = ("unavailable", "degraded", "no-progress", "lease-violated")
+#: reader may not expect them (little or no progress; exclusion that held only by luck).
+NOTED_VERDICTS = ("unavailable", "degraded", "starved", "lease-violated")
 
 ProgressCallback = Callable[[TrialSpec, TrialResult | None, int, int], None]
 
