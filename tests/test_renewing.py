@@ -186,15 +186,17 @@ def hold_then_report(name: str, config: BackendConfig, key: str, ttl_ms: int, co
         lease = backend.acquire(key=key, ttl_ms=ttl_ms)
         conn.send(("held", lease.owner) if isinstance(lease, Lease) else ("refused", repr(lease)))
         conn.recv()  # the parent has SIGSTOPped and SIGCONTed us by now
-        # A watchdog's wait ran out during the freeze, so its next renewal is due at once; give it
-        # that moment (the worker's write would not wait: that is the experiment's point).
+        # Right after the thaw the lease is past its last renewal's deadline: no permission to
+        # write, before the watchdog has even tried again. Its wait ran out during the freeze, so its
+        # next renewal is due at once; give it that moment to find the key someone else's.
+        first = backend.before_write(lease)
         give_up = time.monotonic() + ttl_ms / 1000
-        belief = backend.before_write(lease)
-        while isinstance(belief, Lease) and time.monotonic() < give_up:
+        belief = first
+        while belief != Refusal("lost") and time.monotonic() < give_up:
             time.sleep(0.01)
             belief = backend.before_write(lease)
         renewals = backend.drain_renewals()
-        conn.send((belief, renewals, backend.release(lease)))
+        conn.send((first, belief, renewals, backend.release(lease)))
     finally:
         backend.close()
         conn.close()
@@ -224,8 +226,9 @@ def test_watchdog_does_not_survive_sigstop(make, backend_config: BackendConfig, 
         os.kill(child.pid, signal.SIGCONT)
         ours.send("check")
         assert ours.poll(10), "the holder never reported"
-        belief, renewals, released = ours.recv()
+        first, belief, renewals, released = ours.recv()
 
+        assert first in (Refusal("expired"), Refusal("lost"))  # never the stale lease (issue 17)
         assert belief == Refusal("lost")  # the holder's watchdog found the key someone else's
         assert released is False  # and the zombie could not delete its successor's key
         assert [r["ok"] for r in renewals][-1] is False and renewals[-1]["reason"] == "lost"
