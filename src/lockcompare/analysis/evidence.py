@@ -1,0 +1,138 @@
+"""The lock's own safety evidence in a history: what it promised and broke, whether or not the
+resource saw an overlap. Pure functions over events (no Redis), used by the checker's verdict.
+
+- stale writes: writes made after the writer's own lease deadline (accepted or rejected);
+- grants while held: a lease granted while another worker's lease was valid and unreleased;
+- foreign releases: a release that deleted another worker's lock;
+- tokens backwards: fencing tokens not above one granted before (a counter lost), and the writes
+  the resource accepted under them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lockcompare.analysis.history import Event
+
+
+def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
+    """(accepted, rejected) writes made after the writer's own lease had expired, by the deadline
+    the writer last believed (its acquire's, or a renewal's reported right before the write)."""
+    valid_until: dict[tuple[int, int], int | None] = {}
+    accepted = rejected = 0
+    for event in sorted(history, key=lambda e: e["t0"]):
+        key = (event["worker"], event["round"])
+        if event["kind"] == "acquire" and event.get("ok"):
+            valid_until[key] = event.get("valid_until")
+        elif event["kind"] == "lease" and event.get("ok"):
+            valid_until[key] = event.get("valid_until")  # a renewing holder's belief, right before it wrote
+        elif event["kind"] == "write":
+            deadline = valid_until.get(key)
+            if deadline is not None and event["t0"] >= deadline:
+                if event.get("accepted"):
+                    accepted += 1
+                else:
+                    rejected += 1
+    return accepted, rejected
+
+
+def grants_while_held(history: Sequence[Event]) -> int:
+    """Leases granted while another worker held a lease still valid by its own deadline and not
+    yet released: two valid leases at once, which no correct lease lock allows, whether or not
+    the resource saw it (a careless release that deletes a paused holder's key shows here while
+    the holder sleeps). Conservative: the rival's whole attempt (``t_attempt``..``t1``) must fall
+    inside the holder's lease (its acquire's ``t1`` to the earlier of its ``valid_until`` and its
+    release's ``t0``); a lease with no deadline claims nothing; renewals are not counted.
+    """
+    released_at: dict[tuple[int, int], int] = {}
+    for event in history:
+        if event["kind"] == "release":
+            key = (event["worker"], event["round"])
+            released_at[key] = min(released_at.get(key, event["t0"]), event["t0"])
+    leases = []
+    for event in history:
+        if event["kind"] == "acquire" and event.get("ok") and event.get("valid_until") is not None:
+            end = min(event["valid_until"], released_at.get((event["worker"], event["round"]), event["valid_until"]))
+            leases.append((event["worker"], event["t1"], end))
+    return sum(
+        1
+        for e in history
+        if e["kind"] == "acquire" and e.get("ok")
+        and any(w != e["worker"] and start < e["t_attempt"] and e["t1"] < end for w, start, end in leases)
+    )  # fmt: skip
+
+
+def foreign_releases(history: Sequence[Event]) -> int:
+    """Releases that removed another worker's lock: the backend reported the release done while
+    the lock belonged to someone else — the latest lease granted before the release (by ``t1``)
+    is another worker's, still valid by its own deadline and not yet released (a lease without a
+    deadline, e.g. the no-lock backend's, claims nothing).
+
+    A compare-and-delete release reports "not mine" there (``released`` false) and is not
+    counted; a plain ``DEL`` reports the deletion of the rival's key as success, which is what
+    this counts. It needs no help from the backend beyond an honest return value of ``release``.
+    """
+    releases = [e for e in history if e["kind"] == "release"]
+    released_at: dict[tuple[int, int], int] = {}
+    for event in releases:
+        key = (event["worker"], event["round"])
+        released_at[key] = min(released_at.get(key, event["t0"]), event["t0"])
+    grants = sorted((e for e in history if e["kind"] == "acquire" and e.get("ok")), key=lambda e: e["t1"])
+    count = 0
+    for release in releases:
+        if not release.get("released"):
+            continue
+        before = [g for g in grants if g["t1"] < release["t0"]]
+        if not before:
+            continue
+        holder = before[-1]
+        if holder["worker"] == release["worker"]:
+            continue
+        deadline = holder.get("valid_until")
+        still_valid = deadline is not None and deadline > release["t0"]  # no deadline (no lock): claims nothing
+        unreleased = released_at.get((holder["worker"], holder["round"]), release["t0"] + 1) > release["t0"]
+        count += still_valid and unreleased
+    return count
+
+
+def tokens_backwards(granted: Sequence[Event]) -> int:
+    """Granted fencing tokens not higher than the highest granted before them, in grant order.
+
+    A repeated token counts too: two leases with the same token are two holders the resource cannot
+    tell apart (it refuses only a *lower* token), which is what a counter promoted one increment
+    behind hands out (the failover experiment).
+
+    >>> tokens_backwards([{"t1": 1, "fence": 5}, {"t1": 2, "fence": 2}, {"t1": 3, "fence": 6}])
+    1
+    >>> tokens_backwards([{"t1": 1, "fence": 1}, {"t1": 2, "fence": 1}, {"t1": 3, "fence": 2}])
+    1
+    """
+    highest, backwards = None, 0
+    for event in sorted(granted, key=lambda e: e["t1"]):
+        token = event.get("fence")
+        if token is None:
+            continue
+        if highest is not None and token <= highest:
+            backwards += 1
+        highest = token if highest is None else max(highest, token)
+    return backwards
+
+
+def backwards_writes_accepted(history: Sequence[Event]) -> int:
+    """Writes the resource accepted from a holder whose fencing token was not above one granted
+    before it (see :func:`tokens_backwards`): two holders the resource could not tell apart, and it
+    let the later-granted, lower-numbered one write. A fenced resource refuses a *lower* token, so
+    this counts repeats accepted there, and every backwards token where nothing checks tokens.
+    """
+    highest = None
+    backwards: set[tuple[int, int]] = set()
+    for event in sorted((e for e in history if e["kind"] == "acquire" and e.get("ok")), key=lambda e: e["t1"]):
+        token = event.get("fence")
+        if token is None:
+            continue
+        if highest is not None and token <= highest:
+            backwards.add((event["worker"], event["round"]))
+        highest = token if highest is None else max(highest, token)
+    return sum(
+        1 for e in history if e["kind"] == "write" and e.get("accepted") and (e["worker"], e["round"]) in backwards
+    )
