@@ -56,9 +56,6 @@ def _columns_of(kind: type, metrics: bool = True) -> set[str]:
 _INT_COLUMNS = _columns_of(int) | {"schema_version", "entries_planned"}
 _FLOAT_COLUMNS = _columns_of(float) | {"wall_s", "load_avg_1m"}
 _BOOL_COLUMNS = {"conflict_measures_agree"}
-#: Metric columns take their type from TrialMetrics: a new count needs no entry here.
-_INT_COLUMNS |= {f.name for f in fields(TrialMetrics) if f.type in ("int", int)}
-_FLOAT_COLUMNS |= {f.name for f in fields(TrialMetrics) if f.type in ("float", float)}
 
 
 def make_row(
