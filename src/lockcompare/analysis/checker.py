@@ -70,7 +70,7 @@ VERDICT_MEANINGS = {
 }
 
 __all__ = [  # the evidence functions are re-exported: they were defined here before evidence.py
-    "VERDICTS", "VERDICT_MEANINGS", "Interval", "TrialMetrics", "backwards_writes_accepted", "check",
+    "VERDICT_MEANINGS", "Interval", "TrialMetrics", "backwards_writes_accepted", "check",
     "concurrency_profile", "cs_intervals", "entry_conflicts", "foreign_releases", "format_refusals",
     "grants_while_held", "overlap_conflicts", "parse_refusals", "refusal_counts", "stale_writes",
     "tokens_backwards", "unknown", "verdict_for",
