@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
@@ -54,12 +54,22 @@ def add_plugin_paths(
 
 #: The class attributes every backend must declare, and what each must be (see base.LockBackend);
 #: ``survives_minority_loss`` is optional but, when given, must be a bool too.
-_DECLARATIONS = (
-    ("summary", "a non-empty str", lambda v: isinstance(v, str) and bool(v.strip())),
-    ("exclusive", "a bool", lambda v: isinstance(v, bool)),
-    ("issues_fencing_tokens", "a bool", lambda v: isinstance(v, bool)),
+def _is_bool(value: object) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+_DECLARATIONS: tuple[tuple[str, str, Callable[[object], bool]], ...] = (
+    ("summary", "a non-empty str", _is_text),
+    ("exclusive", "a bool", _is_bool),
+    ("issues_fencing_tokens", "a bool", _is_bool),
 )
-_OPTIONAL_DECLARATIONS = (("survives_minority_loss", "a bool", lambda v: isinstance(v, bool)),)
+_OPTIONAL_DECLARATIONS: tuple[tuple[str, str, Callable[[object], bool]], ...] = (
+    ("survives_minority_loss", "a bool", _is_bool),
+)
 _MISSING = object()
 
 
@@ -71,9 +81,11 @@ def declaration_problems(declared: object) -> list[str]:
 
     >>> class Bare:
     ...     exclusive = "yes"
-    >>> declaration_problems(Bare)
-    ['summary is missing (a non-empty str)', "exclusive is 'yes', expected a bool", \
-'issues_fencing_tokens is missing (a bool)']
+    >>> for problem in declaration_problems(Bare):
+    ...     print(problem)
+    summary is missing (a non-empty str)
+    exclusive is 'yes', expected a bool
+    issues_fencing_tokens is missing (a bool)
     """
     problems = []
     for name, kind, ok in _DECLARATIONS:
