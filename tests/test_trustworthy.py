@@ -156,15 +156,19 @@ def test_a_plugin_that_cannot_be_constructed_is_one_load_error_before_any_trial(
     assert not (tmp_path / "x.csv").exists()
 
 
-def test_a_plugin_that_declares_nothing_is_refused_by_run_and_matrix_in_one_line(tmp_path: Path) -> None:
+def test_a_plugin_that_declares_nothing_is_refused_by_run_matrix_and_evaluate_in_one_line(tmp_path: Path) -> None:
     expected = (
         "lockcompare: error: backend 'plugins.broken:DeclaresNothing' does not declare itself: summary is missing "
         "(a non-empty str); exclusive is missing (a bool); issues_fencing_tokens is missing (a bool) "
         "(see lockcompare.backends.base.LockBackend)"
     )
-    for command in (["run", "--backend"], ["matrix", "--trials", "1", "--experiments", "baseline", "--backends"]):
+    for command in (
+        ["run", "--time-scale", "0.1", "--backend"],
+        ["matrix", "--time-scale", "0.1", "--trials", "1", "--experiments", "baseline", "--backends"],
+        ["evaluate", "--quick"],  # before the battery's minute of work
+    ):
         out = tmp_path / f"{command[0]}.csv"
-        result = invoke(*command, "plugins.broken:DeclaresNothing", "--time-scale", "0.1", "--out", str(out))
+        result = invoke(*command, "plugins.broken:DeclaresNothing", "--out", str(out))
         assert result.exit_code == 2, result.output
         assert result.stderr.strip().splitlines() == [expected]
         assert not out.exists()

@@ -37,7 +37,7 @@ from typing import Any
 from tabulate import tabulate
 
 from lockcompare.analysis.results import read_results
-from lockcompare.backends import load_backend
+from lockcompare.backends import load_backend, require_declarations
 from lockcompare.errors import InvalidValueError, ResultsFileError
 from lockcompare.evaluation.backend_host import Claims, claims_of
 from lockcompare.evaluation.conformance import (
@@ -116,6 +116,8 @@ def evaluate(
     Every name is checked before anything starts (a bad one raises the usual one-line error).
     """
     cls = load_backend(backend)
+    # The experiments would refuse it (run_matrix) after the battery's minute of work: say so now.
+    require_declarations(cls, name=backend)
     for name in against:
         load_backend(name)
     if trials < 1:
