@@ -1,0 +1,70 @@
+"""Judge recorded trials again with today's checker, from their saved histories and counters.
+
+    python scripts/rejudge.py results/*.csv
+
+For every row with a history: the verdict recorded beside the verdict today's checker gives the
+same history and the same resource counts (taken from the row). Only rows whose verdict changed
+are listed, with the evidence behind the change; then a count per file. Nothing is rewritten: a
+changed verdict is for a person to look at (and to re-run, if the rule that changed it is news).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from lockcompare.analysis.checker import check
+from lockcompare.analysis.counters import ResourceCounters
+from lockcompare.analysis.results import read_results
+from lockcompare.errors import ResultsFileError
+from lockcompare.render.timeline import load_history
+
+EVIDENCE = (
+    "grants_while_held", "stale_writes_accepted", "backwards_writes_accepted", "rounds_denied", "workers_starved",
+    "progress_by_worker",
+)  # fmt: skip
+
+
+def rejudge(csv_path: Path) -> tuple[int, int]:
+    """(rows judged, rows whose verdict changed), printing each change."""
+    judged = changed = 0
+    for row in read_results(csv_path):
+        if not row.get("history") or row["verdict"] == "unknown":
+            continue
+        try:
+            events = load_history(csv_path.parent / row["history"])
+        except ResultsFileError as exc:
+            print(f"{csv_path}: {row['trial_id']}: {exc}")
+            continue
+        extra = max(row["extra_entries"], 0)
+        counters = ResourceCounters(
+            entries=row["entries"] + extra,
+            # With extra rounds the row's conflicts are the planned work's only; the resource's own
+            # count (every entry that found someone inside) is not in the row: taken from the history.
+            conflicts=sum(1 for e in events if e["kind"] == "enter" and e["inside"] > 1) if extra else row["conflicts"],
+            writes_accepted=row["writes_accepted"],
+            writes_rejected=row["writes_rejected"],
+            final_balance=row["final_balance"],
+            occupancy=0,
+            reads_rejected=max(row["reads_rejected"], 0),
+        )
+        metrics = check(events, counters, entries_planned=row["entries_planned"])
+        judged += 1
+        if metrics.verdict != row["verdict"]:
+            changed += 1
+            now = metrics.as_row()
+            evidence = ", ".join(f"{k} {now[k]}" for k in EVIDENCE if now[k] not in (0, ""))
+            print(f"{csv_path}: {row['trial_id']}: {row['verdict']} -> {metrics.verdict} ({evidence})")
+    return judged, changed
+
+
+def main(paths: list[Path]) -> None:
+    for path in paths:
+        judged, changed = rejudge(path)
+        print(f"{path}: {judged} trials judged again, {changed} verdicts changed")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit("usage: python scripts/rejudge.py RESULTS.csv ...")
+    main([Path(p) for p in sys.argv[1:]])
