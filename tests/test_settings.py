@@ -33,13 +33,13 @@ EXPERIMENT_FOR = {
 def other_value(setting: Setting) -> str:
     """A valid value of ``setting`` that is not its default."""
     if setting.choices is not None:
-        default = cli_text(setting, setting.default) if setting.default is not None else None
+        default = cli_text(setting.default) if setting.default is not None else None
         return next(c for c in setting.choices if c != default)
     if setting.kind is int:
         return str(int(setting.minimum or 0) + 2 if setting.default is None else int(setting.default) + 1)
     base = float(setting.default) if setting.default is not None else 100.0
     value = base / 2 if setting.maximum is not None and base * 2 >= setting.maximum else base * 2 or 0.25
-    return cli_text(setting, value)
+    return cli_text(value)
 
 
 def plan(argv: list[str]) -> list[TrialSpec]:
@@ -91,7 +91,7 @@ def test_every_setting_goes_from_the_cli_to_the_row_and_back_to_the_same_trial(
     value = other_value(setting)
     argv = ["--backends", backend, "--experiments", experiment, "--time-scale", "0.5", setting.flag or "", value]
     if setting.name == "time_scale":
-        argv = argv[:4] + [setting.flag or "", value]
+        argv = [*argv[:4], setting.flag or "", value]
     (spec,) = plan(argv)
     (default_spec,) = plan(["--backends", backend, "--experiments", experiment, "--time-scale", "0.5"])
     if setting.identity:

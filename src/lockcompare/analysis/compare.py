@@ -5,7 +5,8 @@ conflict rate (conflicts / entries per trial) and the lost updates per trial, ea
 its 95% confidence interval over the trials. A cell *differs* when each file's mean lies outside
 the other's interval; when only one does, the line says which (with 3 trials an interval is wide,
 or zero-wide when all three agree, so one mean outside is common noise). A cell with fewer than 2
-trials on a side cannot be judged and says so. Pure: rows in, lines out (rows come from :func:`lockcompare.analysis.results.read_results`).
+trials on a side cannot be judged and says so. Pure: rows in, lines out (rows come from
+:func:`lockcompare.analysis.results.read_results`).
 
 >>> a = [{"backend": "single", "experiment": "baseline", "conflicts": 0, "entries": 80, "lost_updates": 0}] * 3
 >>> [line.flag for line in compare_rows(a, a)]

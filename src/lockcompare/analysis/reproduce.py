@@ -98,7 +98,7 @@ def _arguments(row: dict[str, Any]) -> list[str]:
         if setting.scaled:
             args += [setting.flag or "", unscaled(row, setting.name)]
         else:
-            args += [setting.flag or "", cli_text(setting, setting.kind(value) if setting.kind is int else value)]
+            args += [setting.flag or "", cli_text(setting.kind(value) if setting.kind is int else value)]
     if _seed_is(row, base=1):
         args += ["--seed", "1"]
     return args

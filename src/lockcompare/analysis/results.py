@@ -189,7 +189,8 @@ def inspect_results(path: Path) -> ResultsFile:
             raise ResultsFileError(f"{path}:{number}: bad schema_version {raw['schema_version']!r}") from None
         if version > SCHEMA_VERSION:
             raise ResultsFileError(
-                f"{path}: schema_version {version} is newer than this lockcompare ({SCHEMA_VERSION}): upgrade lockcompare"
+                f"{path}: schema_version {version} is newer than this lockcompare ({SCHEMA_VERSION}): "
+                "upgrade lockcompare"
             )
         oldest = min(oldest, version)
         try:

@@ -73,7 +73,7 @@ def _option_help(setting: Setting) -> str:
     default = setting.default
     if default is None or setting.name == "node_count":
         return setting.help
-    shown = cli_text(setting, default)
+    shown = cli_text(default)
     return f"{setting.help} [default: {shown}{' ' + setting.unit if setting.unit else ''}]"
 
 

@@ -107,6 +107,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
             continue
         entries = mean_ci([r["entries"] for r in known]).mean
         planned = mean_ci([r["entries_planned"] for r in known]).mean
+        lost = [r["lost_updates"] for r in known]
         lines.append(
             [
                 *key,
@@ -117,7 +118,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
                 _num(mean_ci([r["overlap_ms"] for r in known]).mean, 0),
                 _mean_with_ci([r["writes_rejected"] for r in known]),
                 *(_mean_with_ci([r[c] for r in known if _measured(r, c) >= 0]) for c in optional),
-                f"{_num(mean_ci([r['lost_updates'] for r in known]).mean)} ({_range([r['lost_updates'] for r in known])})",
+                f"{_num(mean_ci(lost).mean)} ({_range(lost)})",
                 *([_least_progress(known)] if slow else []),
                 *([_acquire_failures(known)] if failures else []),
                 _verdicts(verdicts),

@@ -159,7 +159,9 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         scaled=True,
         flag="--pause-ms",
         sweeps=True,
-        help="Client pause length (0: none; default: the experiment's); a comma list sweeps it, e.g. 600,850,1200,1500.",
+        help=(
+            "Client pause length (0: none; default: the experiment's); a comma list sweeps it, e.g. 600,850,1200,1500."
+        ),
         minimum=0,
     ),
     Setting(
@@ -457,10 +459,11 @@ class Overrides:
         if unknown:
             raise InvalidValueError(f"not a setting: {unknown[0]!r} (known: {', '.join(s.name for s in CLI_SETTINGS)})")
         checked: dict[str, Any] = {}
-        for name, value in values.items():
+        for name, given in values.items():
             setting = SETTINGS[name]
-            if value is not None and setting.choices is not None:
-                value = _convert(setting, str(value.value if isinstance(value, StrEnum) else value))
+            value = given
+            if given is not None and setting.choices is not None:
+                value = _convert(setting, str(given.value if isinstance(given, StrEnum) else given))
             elif value is not None and setting.kind in (int, float):
                 if not isinstance(value, int | float) or not math.isfinite(value):
                     raise InvalidValueError(f"{setting.flag} must be a finite number, got {value!r}")
@@ -534,7 +537,7 @@ def from_cli(given: Mapping[str, str | None]) -> tuple[Overrides, Sweep]:
     return Overrides(**scalars), Sweep(**swept)
 
 
-def cli_text(setting: Setting, value: Any) -> str:
+def cli_text(value: Any) -> str:
     """A value as the CLI takes it (850.0 reads 850)."""
     if isinstance(value, StrEnum):
         return value.value

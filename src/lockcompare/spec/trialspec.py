@@ -106,7 +106,8 @@ def trial_id_for(settings: Mapping[str, object]) -> str:
     hashed = "|".join(f"{k}={v}" for k, v in text.items() if _OMITTED_AT.get(k) != v)
     digest = hashlib.sha256(hashed.encode()).hexdigest()[:8]
     safe_backend = "".join(c if c.isalnum() or c in "-_" else "_" for c in text["backend"])
-    return f"{safe_backend}.{text['experiment']}.{text['resource_check']}.pause{text['pause_ms']}.t{text['trial']}.{digest}"
+    cell = f"{safe_backend}.{text['experiment']}.{text['resource_check']}"
+    return f"{cell}.pause{text['pause_ms']}.t{text['trial']}.{digest}"
 
 
 def trial_seed(base_seed: int, *parts: object) -> int:
