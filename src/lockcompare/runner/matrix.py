@@ -111,7 +111,7 @@ def plan_matrix(
     trials: int,
     overrides: Overrides,
     node_count: int | None,
-    sweep: Sweep = Sweep(),
+    sweep: Sweep | None = None,
     skip_unfit: bool = True,
 ) -> list[TrialSpec]:
     """Every trial's spec, validated before anything starts (bad names fail before any server does).
@@ -126,6 +126,7 @@ def plan_matrix(
     classes = {backend: load_backend(backend) for backend in backends}
     exps = [get_experiment(name) for name in experiments]
     specs: dict[str, TrialSpec] = {}
+    sweep = sweep if sweep is not None else Sweep()
     _warn_no_wait(classes, asked=sweep.values.get("wait_replicas", (overrides.wait_replicas,)), experiments=exps)
     for k, backend, experiment, swept in itertools.product(range(trials), backends, exps, list(sweep.combinations())):
         cell = overrides.replace(**swept)
@@ -274,8 +275,8 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         )
     if cluster_options.nodes is not None:
         raise ConfigError(
-            f"{faulty[0].experiment} kills, restarts or re-clocks lock nodes, or proxies their links: it needs the embedded cluster, "
-            "not --nodes/--resource"
+            f"{faulty[0].experiment} kills, restarts or re-clocks lock nodes, or proxies their links: "
+            "it needs the embedded cluster, not --nodes/--resource"
         )
     for spec in faulty:
         used = spec.node_count or cluster_options.node_count
@@ -304,7 +305,7 @@ def run_matrix(
     out: Path,
     cluster_options: ClusterOptions = ClusterOptions(),
     redlock_nodes: int | None = None,
-    sweep: Sweep = Sweep(),
+    sweep: Sweep | None = None,
     resume: bool = False,
     progress: ProgressCallback | None = None,
     skip_unfit: bool = True,

@@ -137,7 +137,7 @@ def run_scheduled(
     shape_for: Callable[[S], ClusterShape],
     kind_of: Callable[[S], Hashable],
     budget: CpuBudget,
-    solo: Callable[[S], bool] = lambda spec: False,
+    solo: Callable[[S], bool] = lambda _spec: False,
     on_start: Callable[[S, int], None],
     on_done: Callable[[Finished[S, R]], None],
     on_cancel: Callable[[], None],

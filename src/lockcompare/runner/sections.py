@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 
 from lockcompare.analysis.history import Recorder, now_ns
 from lockcompare.backends import Lease
@@ -109,7 +110,7 @@ def _optimistic(resource: Resource, rec: Recorder, work_s: float, before_write: 
             pipe.reset()
             return
         committed = rec.timed(
-            "write", lambda: resource.commit_balance(pipe, balance + 1), result_as="accepted", value=balance + 1
+            "write", partial(resource.commit_balance, pipe, balance + 1), result_as="accepted", value=balance + 1
         )
         if committed:
             return
