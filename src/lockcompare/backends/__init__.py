@@ -154,7 +154,7 @@ def _import_target(target: str, *, name: str | None = None) -> type[LockBackend]
         raise BackendLoadError(
             f"backend {label!r}: cannot import {module_name!r}: {exc} ({PLUGIN_PATH_HINT})"
         ) from None
-    except Exception as exc:  # a plug-in's import-time failure must not become a traceback
+    except Exception as exc:  # noqa: BLE001 - a plug-in's import-time failure must not become a traceback
         raise BackendLoadError(f"backend {label!r}: importing {module_name!r} failed: {exc!r}") from None
     try:
         obj = module

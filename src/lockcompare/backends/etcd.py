@@ -123,8 +123,10 @@ class EtcdLock:
         except ValueError:
             return False  # not a lease of ours
         try:
+            # Delete only the key this lease created (same create_revision): never a successor's.
+            created_by_us = {"key": b64(lease.key), "target": "CREATE", "result": "EQUAL", "create_revision": revision}
             txn = self._client.call("/v3/kv/txn", {
-                "compare": [{"key": b64(lease.key), "target": "CREATE", "result": "EQUAL", "create_revision": revision}],
+                "compare": [created_by_us],
                 "success": [{"request_delete_range": {"key": b64(lease.key)}}],
             })  # fmt: skip
         except (EtcdUnavailable, EtcdRequestError):

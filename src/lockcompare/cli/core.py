@@ -44,10 +44,11 @@ class UnknownTrialsError(LockcompareError):
 class OneLineErrors(TyperGroup):
     """Run the group in non-standalone mode and turn every failure into one line + exit code."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:  # noqa: ARG002
+    def main(self, *args: Any, **kwargs: Any) -> Any:
         _setup_logging()
+        kwargs["standalone_mode"] = False  # whatever the caller asked: failures are ours to print
         try:
-            result = super().main(*args, standalone_mode=False, **kwargs)
+            result = super().main(*args, **kwargs)
         except typer.TyperException as exc:  # typer's (vendored click's) usage and parameter errors
             ctx = getattr(exc, "ctx", None)
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from itertools import pairwise
 
 from lockcompare.backends import BackendConfig, Lease, Refusal, declaration_problems
 from lockcompare.errors import BackendError, BackendNotViableError
@@ -266,9 +267,10 @@ def fencing_tokens_strictly_increase(ctx: BatteryContext) -> str:
     take(a, _short_ttl_ms(ctx), release=False)  # expires unreleased: the successor's token must still be higher
     time.sleep(_short_ttl_ms(ctx) / 1000 + _expiry_margin_s(ctx))
     take(b, TTL_MS)
-    if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+    numbers = [t for t in tokens if isinstance(t, int) and not isinstance(t, bool)]
+    if len(numbers) != len(tokens):
         raise PropertyFailed(f"fencing tokens are not all integers: {tokens}")
-    if any(later <= earlier for earlier, later in zip(tokens, tokens[1:])):  # type: ignore[operator]
+    if any(later <= earlier for earlier, later in pairwise(numbers)):
         raise PropertyFailed(f"fencing tokens do not strictly increase: {tokens}")
     return f"tokens {tokens} (two clients, one takeover after expiry)"
 

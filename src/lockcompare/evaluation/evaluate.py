@@ -57,7 +57,8 @@ EXPERIMENTS = ("baseline", "client-pause", "short-ttl")
 WORKLOAD = "contend"
 CARD_FORMATS = ("markdown", "text")
 
-#: ``--quick``: ten times faster, same ratios (measured: at 0.1 a 100 ms lease met a 120 ms SIGSTOP in 40 of 40 runs, sleeps overshooting by p99 0.43 ms).
+#: ``--quick``: ten times faster, same ratios (measured: at 0.1 a 100 ms lease met a 120 ms SIGSTOP in
+#: 40 of 40 runs, sleeps overshooting by p99 0.43 ms).
 QUICK_TIME_SCALE = 0.1
 QUICK_ROUNDS = 20
 
@@ -192,7 +193,8 @@ def scales_for(cls: type, *, time_scale: float) -> dict[str, float]:
             break
         else:
             raise InvalidValueError(
-                f"{getattr(cls, '__name__', cls)} cannot express the {name} TTL at any scale up to {FALLBACK_SCALES[-1]:g}"
+                f"{getattr(cls, '__name__', cls)} cannot express the {name} TTL at any scale up to "
+                f"{FALLBACK_SCALES[-1]:g}"
             )
     return scales
 

@@ -146,7 +146,8 @@ def check_shape(spec: TrialSpec, *, lock_nodes: int) -> None:
     """Refuse, before any server starts, a link trial that cannot run as its experiment says."""
     if spec.fault == PARTITION_CLOCK_JUMP and lock_nodes != KLEPPMANN_NODES:
         raise InvalidValueError(
-            f"{PARTITION_CLOCK_JUMP} is Kleppmann's five-node scenario: {spec.backend} would use {lock_nodes} lock nodes"
+            f"{PARTITION_CLOCK_JUMP} is Kleppmann's five-node scenario: "
+            f"{spec.backend} would use {lock_nodes} lock nodes"
         )
     if spec.fault == PARTITION_CLOCK_JUMP and spec.workers < 2:
         raise InvalidValueError(f"{PARTITION_CLOCK_JUMP} needs two workers (one on each side of the partition)")

@@ -2,8 +2,9 @@
 
 Each fault is a small object: :meth:`inject` acts on some lock nodes of a running embedded cluster,
 :meth:`heal` undoes what can be undone; the cluster a fault needs (persistence, fake clocks) is its
-trial's :class:`~lockcompare.infra.cluster.ClusterShape` (matrix.cluster_shape). When the runner injects, heals and how often is :mod:`schedule`'s business;
-the runner heals every active fault in ``finally``, whatever happened.
+trial's :class:`~lockcompare.infra.cluster.ClusterShape` (matrix.cluster_shape). When the runner
+injects, heals and how often is :mod:`schedule`'s business; the runner heals every active fault in
+``finally``, whatever happened.
 
 - ``node-crash``: SIGKILL the nodes; they stay down until the trial ends (a single node is a
   single point of failure; a Redlock survives a minority).

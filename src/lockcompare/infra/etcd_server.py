@@ -171,7 +171,9 @@ class EtcdServer:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C reaches lockcompare, which then stops us in order
-                preexec_fn=die_with_parent,
+                # Trials run in threads, but die_with_parent is one prctl call through a ctypes function
+                # resolved at import: the child takes no lock another thread could hold across the fork.
+                preexec_fn=die_with_parent,  # noqa: PLW1509
             )
         except OSError as exc:
             raise ServerStartError(f"{self.name}: cannot run {self.binary}: {exc}") from None

@@ -1,8 +1,9 @@
 """A user-space TCP proxy for links client → lock node: delay replies, cut the link, reset it.
 
 The kernel on the machines this runs on has no netem and the harness runs without root, so link
-faults are made here (``tc qdisc ... netem`` answered "Specified qdisc kind is unknown"). A worker connects to the proxy's port
-instead of the node's; the harness tells the proxy what to do to the bytes.
+faults are made here (``tc qdisc ... netem`` answered "Specified qdisc kind is unknown"). A worker
+connects to the proxy's port instead of the node's; the harness tells the proxy what to do to the
+bytes.
 
 The proxy runs in its OWN process (spawned, reaped, PR_SET_PDEATHSIG), never in the runner's
 threads: a thread of the runner would share its GIL, and a busy runner would then add its own
