@@ -44,8 +44,8 @@ class HistoryBuilder:
         fence: int | None = None,
     ) -> None:
         valid_until = None if valid_until_ms is None else int(valid_until_ms * MS)
-        self.step(worker, rnd, "acquire", acquire_ms, ok=True, attempts=1, refusals={},
-                  t_attempt=int(acquire_ms * MS), owner=f"o{worker}{rnd}", fence=fence, valid_until=valid_until)  # fmt: skip
+        self.step(worker, rnd, "acquire", acquire_ms, ok=True, attempts=1, refusals={}, t_attempt=int(acquire_ms * MS),
+                  owner=f"o{worker}{rnd}", fence=fence, valid_until=valid_until)  # fmt: skip
         self.step(worker, rnd, "enter", enter_ms, inside=inside)
         self.step(worker, rnd, "read", enter_ms + 0.2, balance=balance)
         self.step(worker, rnd, "write", exit_ms - 0.4, value=balance + 1, accepted=accepted, fence=fence)

@@ -12,9 +12,9 @@ from lockcompare.cli import app
 
 def rows(backend: str, experiment: str, conflicts: list[int], lost: list[int], **settings) -> list[dict]:
     return [
-        {"backend": backend, "experiment": experiment, "conflicts": c, "entries": 80, "lost_updates": l,
+        {"backend": backend, "experiment": experiment, "conflicts": c, "entries": 80, "lost_updates": lo,
          "trial": k, **settings}
-        for k, (c, l) in enumerate(zip(conflicts, lost, strict=True))
+        for k, (c, lo) in enumerate(zip(conflicts, lost, strict=True))
     ]  # fmt: skip
 
 

@@ -155,8 +155,9 @@ def test_a_plug_in_authors_test_module_needs_one_subclass_and_no_conftest(tmp_pa
     }
     env.pop("PYTEST_DISABLE_PLUGIN_AUTOLOAD", None)  # the plugin comes in by its pytest11 entry point
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", "report.xml", "test_my_lock.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", "report.xml",
+         "test_my_lock.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr  # tests failed (not 2: interrupted, 4: usage)
     outcomes = {}

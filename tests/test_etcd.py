@@ -135,11 +135,11 @@ def test_a_ttl_etcd_cannot_grant_exactly_is_refused(ttl_ms: int, config: Backend
 
 
 def test_matrix_refuses_an_unrepresentable_ttl_before_anything_starts() -> None:
-    with pytest.raises(InvalidValueError, match="etcd.*baseline.*whole seconds of at least 1 s, not 100 ms"):
+    with pytest.raises(InvalidValueError, match=r"etcd.*baseline.*whole seconds of at least 1 s, not 100 ms"):
         plan_matrix(
             backends=["etcd"], experiments=["baseline"], trials=1, overrides=Overrides(time_scale=0.1), node_count=None
         )
-    with pytest.raises(InvalidValueError, match="short-ttl.*not 200 ms"):
+    with pytest.raises(InvalidValueError, match=r"short-ttl.*not 200 ms"):
         plan_matrix(backends=["etcd"], experiments=["short-ttl"], trials=1, overrides=Overrides(), node_count=None)
     # Beside cells it can run, a cell etcd cannot is left out with one line, not a refused matrix.
     mixed = plan_matrix(backends=["etcd", "single"], experiments=["baseline", "short-ttl"], trials=1,
@@ -212,12 +212,19 @@ def test_without_etcd_the_backend_is_listed_and_refuses_in_one_line(tmp_path: Pa
         "from lockcompare.backends import describe_backends\n"
         "print([i.problem for i in describe_backends() if i.name == 'etcd'][0])\n"
         "from lockcompare.cli import main\n"
-        "sys.argv = ['lockcompare', 'matrix', '--backends', 'etcd', '--experiments', 'baseline', '--out', sys.argv[1]]\n"
+        "sys.argv = ['lockcompare', 'matrix', '--backends', 'etcd', '--experiments', 'baseline',\n"
+        "            '--out', sys.argv[1]]\n"
         "main()\n"
     )
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "r.csv")], capture_output=True, text=True,
-                          env=env, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "r.csv")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert "pip install 'lockcompare[etcd]'" in done.stdout
     assert done.returncode != 0
     assert "pip install 'lockcompare[etcd]'" in done.stderr and "Traceback" not in done.stderr

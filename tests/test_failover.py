@@ -210,7 +210,8 @@ def test_wait_replicas_is_kept_only_for_failover_and_for_backends_that_wait() ->
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--nodes", "redis://127.0.0.1:7/0", "--resource", "redis://127.0.0.1:8/0"], "failover needs lock nodes with replicas"),
+        (["--nodes", "redis://127.0.0.1:7/0", "--resource", "redis://127.0.0.1:8/0"],
+         "failover needs lock nodes with replicas"),
         (["--wait-replicas", "-1"], "--wait-replicas"),
         (["--wait-replicas", "0.5"], "--wait-replicas takes a whole number, got '0.5'"),
     ],

@@ -176,7 +176,7 @@ def test_default_window_of_a_quiet_trial_is_its_first_seconds() -> None:
     quiet = [e for e in zombie_history() if e["round"] == 1 or e["worker"] == -1]
     window = incidents.default_window(quiet)
     assert (window.from_ms, window.to_ms) == (0.0, pytest.approx(634.5 - 500))
-    long_quiet = quiet + [ev(1, 2, "release", 9000, 9000.5, released=True)]
+    long_quiet = [*quiet, ev(1, 2, "release", 9000, 9000.5, released=True)]
     assert incidents.default_window(long_quiet).to_ms == incidents.QUIET_WINDOW_MS
 
 

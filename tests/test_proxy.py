@@ -106,7 +106,7 @@ def test_delay_is_per_chunk_not_cumulative(proxy: LinkProxy) -> None:
             buffer += sock.recv(1000)
             now = time.monotonic()
             while b"\r\n" in buffer and buffer.startswith(b"$"):
-                header, _, rest = buffer.partition(b"\r\n")
+                _header, _, rest = buffer.partition(b"\r\n")
                 value, _, buffer = rest.partition(b"\r\n")
                 received.append((now, value))
     assert [value for _, value in received] == [f"m{i}".encode() for i in range(5)]

@@ -296,5 +296,6 @@ def test_release_falls_back_to_eval_on_a_node_with_an_empty_script_cache(opened,
         node.script_flush()  # as after a restart
     assert lock.release(lease) is True
     assert values(nodes, key) == [None] * 5
-    evals = [after - before for after, before in zip([calls(node, "eval") for node in nodes], evals_before)]
+    evals_after = [calls(node, "eval") for node in nodes]
+    evals = [after - before for after, before in zip(evals_after, evals_before, strict=True)]
     assert evals == [1, 1, 0, 0, 0]  # EVAL only where EVALSHA met NOSCRIPT

@@ -11,6 +11,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from itertools import pairwise
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -136,7 +137,7 @@ def test_lease_is_renewed_while_the_holder_sleeps(make, backend_config: BackendC
         samples.append(_pttl(backend_config, REDIS_KEY_PREFIX[name] + key))
         time.sleep(ttl_ms / 1000 / 20)
     assert min(samples) > 0, samples  # the key never expired (-2) and always had a TTL (not -1)
-    assert any(later > earlier for earlier, later in zip(samples, samples[1:])), samples  # it was extended
+    assert any(later > earlier for earlier, later in pairwise(samples)), samples  # it was extended
     assert rival.acquire(key=key, ttl_ms=ttl_ms) == Refusal("held")  # more than two TTLs after the acquire
 
     believed = holder.before_write(lease)

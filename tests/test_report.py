@@ -16,11 +16,11 @@ from lockcompare.analysis import cells as cells_module
 from lockcompare.analysis import reproduce
 from lockcompare.analysis.reproduce import matrix_command
 from lockcompare.analysis.results import read_results
-from lockcompare.spec.settings import IDENTITY_SETTINGS
 from lockcompare.cli import app
 from lockcompare.render.plots import MATRIX_HEIGHT_PX, WIDTH_PX, timeline_height_px
 from lockcompare.render.report import REPORT_NAME, row_for_history, write_report
 from lockcompare.render.table import render
+from lockcompare.spec.settings import IDENTITY_SETTINGS
 from png_header import png_size
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
@@ -133,7 +133,8 @@ def test_the_command_gives_times_at_the_lesson_scale_with_the_stored_scale() -> 
     assert matrix_command([fenced]) == (
         "lockcompare matrix --backends fenced --experiments client-pause --trials 1 --workers 2 --rounds 3 "
         "--ttl-ms 1000 --work-ms 300 --pause-ms 1200 --time-scale 0.1 --acquire-timeout-ms 60000 --retry-delay-ms 10 "
-        "--think-ms 20 --jitter 0.5 --pause-point after-acquire --pause-how sleep --workload lesson --fence writes --seed 1"
+        "--think-ms 20 --jitter 0.5 --pause-point after-acquire --pause-how sleep --workload lesson --fence writes "
+        "--seed 1"
     )
 
 
@@ -153,7 +154,7 @@ def test_the_command_names_what_it_cannot_know() -> None:
 def test_rerunning_the_command_writes_a_row_with_the_same_settings(tmp_path: Path) -> None:
     """The real check of 'exact': run the command (3 rounds at 0.1 scale, ~1 s) and compare rows."""
     (single,) = [r for r in read_results(TINY) if r["backend"] == "single"]
-    args = shlex.split(matrix_command([single]))[1:] + ["--out", str(tmp_path / "again.csv")]
+    args = [*shlex.split(matrix_command([single]))[1:], "--out", str(tmp_path / "again.csv")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     (again,) = read_results(tmp_path / "again.csv")

@@ -45,7 +45,8 @@ def _rounds(n: int, *, refused: int = 0) -> list[dict]:
     events, t = [], 0
     for r in range(n):
         events.append({"worker": 0, "round": r, "kind": "acquire", "t0": t, "t1": t + 1, "ok": True, "attempts": 1,
-                       "refusals": {}, "t_attempt": t, "owner": "o", "fence": None, "valid_until": t + 10**9})  # fmt: skip
+                       "refusals": {}, "t_attempt": t, "owner": "o", "fence": None,
+                       "valid_until": t + 10**9})  # fmt: skip
         events.append({"worker": 0, "round": r, "kind": "enter", "t0": t + 2, "t1": t + 3, "inside": 1})
         events.append({"worker": 0, "round": r, "kind": "exit", "t0": t + 5, "t1": t + 6})
         t += 10
