@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from lockcompare.infra.redisconn import DEFAULT_TIMEOUT_S
 
@@ -80,7 +80,7 @@ class Refusal:
 
     reason: str = "held"
 
-    def __bool__(self) -> bool:
+    def __bool__(self) -> Literal[False]:  # so `if not result:` narrows Lease | Refusal for type checkers
         return False
 
 

@@ -325,8 +325,8 @@ def _finish_connects(
     """Wait, at most ``timeout_ns``, for the connects in flight; send to each node as it connects."""
     give_up_ns = time.monotonic_ns() + timeout_ns
     with selectors.DefaultSelector() as selector:
-        for sock in connecting:
-            selector.register(sock, selectors.EVENT_WRITE)
+        for pending in connecting:
+            selector.register(pending, selectors.EVENT_WRITE)
         while connecting:
             wait_s = (give_up_ns - time.monotonic_ns()) / 1e9
             if wait_s <= 0:

@@ -271,8 +271,9 @@ def _start_etcd(shape: ClusterShape, *, redis_server: str | None) -> Cluster:
             shape=shape,
         )
     except BaseException:
-        for server in (*members, resource):
-            server.cleanup()
+        for member in members:
+            member.cleanup()
+        resource.cleanup()
         raise
 
 

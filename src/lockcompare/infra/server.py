@@ -107,7 +107,7 @@ def free_port() -> int:
 def release_port(port: int | None) -> None:
     """Give a port from :func:`free_port` back (its server is gone for good)."""
     with _ports_lock:
-        _reserved_ports.discard(port)  # type: ignore[arg-type]
+        _reserved_ports.discard(port)
 
 
 class RedisServer:
@@ -177,7 +177,7 @@ class RedisServer:
         if self.is_running():
             raise ServerStartError(f"{self.name} is already running (pid {self.pid})")
         fixed = self.port is not None
-        problem = "no attempt"
+        problem: str | None = "no attempt"
         for _ in range(1 if fixed else 5):
             port = self.port if self.port is not None else free_port()
             problem = self._try_start(port)
