@@ -158,7 +158,7 @@ class FaultScheduler:
             self._act("inject", round_)
             self._active_round = round_
             self._injected += 1
-            if self.plan.heal_after_ms is not None:
+            if self.plan is not None and self.plan.heal_after_ms is not None:  # plan is set when _inject_at is
                 self._heal_at = (now_ns() + int(self.plan.heal_after_ms * 1e6), round_)
         if self._heal_at is not None and self._heal_at[0] <= now_ns():
             _, round_ = self._heal_at
@@ -196,7 +196,9 @@ class FaultScheduler:
         seen = {"holders": self.holders.read()} if action == "inject" and self.holders is not None else {}
         self._record(self.plan.fault, action, list(self.plan.nodes), round_=round_, extra=seen)
 
-    def _record(self, fault: Any, action: str, nodes: list[int], *, round_: int, extra: dict | None = None) -> None:
+    def _record(
+        self, fault: Any, action: str, nodes: list[int], *, round_: int, extra: dict[str, Any] | None = None
+    ) -> None:
         t0 = now_ns()
         step = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
         on_links = getattr(fault, "scope", "nodes") == "links"

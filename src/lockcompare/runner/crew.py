@@ -91,6 +91,12 @@ def send_go(conns: list[Connection]) -> None:
         conn.send(("go", "", []))
 
 
+def started_pid(proc: BaseProcess) -> int:
+    """A started process's pid (multiprocessing types ``pid`` Optional: it is None before start)."""
+    assert proc.pid is not None, "the worker process was never started"
+    return proc.pid
+
+
 class SpawnedCrew:
     """Spawn one process per plan, released together by ``go``; stopped in close()."""
 
@@ -109,7 +115,7 @@ class SpawnedCrew:
         except BaseException:
             self.close()
             raise
-        self.pids = {conn: proc.pid for conn, proc in zip(self.conns, self._procs, strict=True)}
+        self.pids = {conn: started_pid(proc) for conn, proc in zip(self.conns, self._procs, strict=True)}
 
     def go(self) -> None:
         send_go(self.conns)
@@ -237,7 +243,7 @@ class WarmCrew:
         self._went = False
         self._cpu_start = [process_cpu_s(w.proc.pid) for w in workers]
         self.conns = [w.conn for w in workers]
-        self.pids = {w.conn: w.proc.pid for w in workers}
+        self.pids = {w.conn: started_pid(w.proc) for w in workers}
         self.slots = [w.slot for w in workers]
         try:
             for worker, plan in zip(workers, plans, strict=True):

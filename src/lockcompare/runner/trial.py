@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_connections
 from pathlib import Path
+from typing import cast
 
 import redis
 
@@ -300,7 +301,7 @@ class _Watch:
     def collect(self, *, timeout_s: float, what: str) -> tuple[list[tuple[str, str, list[Event]]], str]:
         """``(status, message, events)`` from every worker (a dead one reports ``error``), and a
         problem ("" if none) when the wait had to be cut short."""
-        messages = []
+        messages: list[tuple[str, str, list[Event]]] = []
         deadline = time.monotonic() + timeout_s
         pending = list(self.conns)
         while pending:
@@ -315,7 +316,7 @@ class _Watch:
                 self.faults.run_due()
                 next_fault = self.faults.seconds_to_next()
                 wait_s = wait_s if next_fault is None else min(wait_s, next_fault)
-            for conn in wait_for_connections(pending, timeout=wait_s):
+            for conn in cast(list[Connection], wait_for_connections(pending, timeout=wait_s)):  # a subset of pending
                 try:
                     message = conn.recv()
                 except EOFError:
