@@ -83,12 +83,12 @@ def compare_rows(rows_a: Sequence[Row], rows_b: Sequence[Row], *, ignore: Sequen
     for key, (a, b) in cells.items():
         first = (a or b)[0]
         condition = " ".join(f"{c}={setting_text(first.get(c, ''))}" for c in shown)
-        rate = (_side([_rate(r) for r in a]), _side([_rate(r) for r in b]))
-        lost = (_side([r["lost_updates"] for r in a]), _side([r["lost_updates"] for r in b]))
-        if not a or not b:
+        rate = rate_a, rate_b = _side([_rate(r) for r in a]), _side([_rate(r) for r in b])
+        lost = lost_a, lost_b = _side([r["lost_updates"] for r in a]), _side([r["lost_updates"] for r in b])
+        if rate_a is None or rate_b is None or lost_a is None or lost_b is None:  # a side without rows
             flag = "only in A" if a else "only in B"
         else:
-            judged = (_disagreement("conflict rate", *rate), _disagreement("lost updates", *lost))  # type: ignore[arg-type]
+            judged = (_disagreement("conflict rate", rate_a, rate_b), _disagreement("lost updates", lost_a, lost_b))
             flag = "; ".join(f for f in judged if f)
         out.append(CellComparison(key=key, condition=condition, conflict_rate=rate, lost_updates=lost, flag=flag))
     return out

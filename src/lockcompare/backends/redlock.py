@@ -98,7 +98,7 @@ try:
         MaintNotificationsConfig as _MaintNotificationsConfig,
     )
 except ImportError:  # redis-py < 8
-    _MaintNotificationsConfig = None  # type: ignore[assignment,misc]
+    _MaintNotificationsConfig = None  # type: ignore[assignment,misc]  # absent class: None, checked before use
 
 if TYPE_CHECKING:
     from redis.connection import AbstractConnection

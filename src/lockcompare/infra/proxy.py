@@ -52,7 +52,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from lockcompare.errors import LockcompareError
 from lockcompare.infra.lifecycle import SPAWN, start_worker_process
@@ -101,8 +101,9 @@ class ProxyHost:
             self.stop()
             raise
 
-    def call(self, op: str, **args: object) -> object:
-        """Send one control operation; return when the proxy process has applied it."""
+    def call(self, op: str, **args: object) -> Any:
+        """Send one control operation; return when the proxy process has applied it (the result is
+        unpickled from the control pipe: Any)."""
         if self._control is None:
             raise ProxyError(f"proxy {self.name} is not running")
         try:
@@ -169,7 +170,7 @@ class LinkProxy:
         if self._own_host:
             self._host.start()
         try:
-            self.port = int(self._host.call("add", target_port=self.target_port))  # type: ignore[call-overload]
+            self.port = int(self._host.call("add", target_port=self.target_port))
         except BaseException:
             if self._own_host:
                 self._host.stop()

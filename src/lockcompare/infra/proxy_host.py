@@ -13,6 +13,7 @@ import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from typing import Any
 
 from lockcompare.infra.lifecycle import die_with_parent
 
@@ -198,7 +199,8 @@ class _Link:
             conn.close(rst=False)  # target down: the client sees its connection closed
             return
         if conn.closed:
-            server_side.transport.close()  # type: ignore[union-attr]
+            assert server_side.transport is not None  # create_connection returned: connection_made ran
+            server_side.transport.close()
             return
         conn.server_connected(server_side)
 
@@ -290,16 +292,16 @@ class _Host:
         if not self.done.done():
             self.done.set_result(None)
 
-    def _do(self, op: str, args: Mapping[str, object]) -> object:
+    def _do(self, op: str, args: Mapping[str, Any]) -> object:  # Any: unpickled from the control pipe
         if op == "add":
-            link = _Link(loop=self.loop, target_port=int(args["target_port"]))  # type: ignore[call-overload]
+            link = _Link(loop=self.loop, target_port=int(args["target_port"]))
             self.links[link.port] = link
             return link.port
         if op == "stop":
             return None
-        link = self.links[int(args["port"])]  # type: ignore[call-overload]
+        link = self.links[int(args["port"])]
         if op == "delay":
-            link.delay_s = float(args["ms"]) / 1000  # type: ignore[arg-type]
+            link.delay_s = float(args["ms"]) / 1000
             link.delay_nulls = bool(args.get("nulls", True))
         elif op == "blackhole":
             link.blackhole()
@@ -309,7 +311,7 @@ class _Host:
         elif op == "reset":
             link.reset()
         elif op == "retarget":
-            link.target_port = int(args["target_port"])  # type: ignore[call-overload]
+            link.target_port = int(args["target_port"])
             link.reset()
         elif op == "remove":
             link.close()

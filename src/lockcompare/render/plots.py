@@ -289,7 +289,11 @@ def _window(history: Sequence[Event], *, from_ms: float | None, to_ms: float | N
     if from_ms is None and to_ms is None:
         return incidents.default_window(history)
     span = incidents.QUIET_WINDOW_MS
-    lo = from_ms if from_ms is not None else max(0.0, to_ms - span)  # type: ignore[operator]
+    if from_ms is not None:
+        lo = from_ms
+    else:
+        assert to_ms is not None  # both None returned above
+        lo = max(0.0, to_ms - span)
     hi = to_ms if to_ms is not None else lo + span
     if hi <= lo:
         raise InvalidValueError(f"--to-ms ({hi:g}) must be after --from-ms ({lo:g})")

@@ -54,7 +54,9 @@ def load_history(path: Path) -> list[Event]:
 
 def _shown(name: str, value: object, owners: dict[str, int]) -> object:
     """A detail as the timeline prints it: a fault's lock holders by worker (``[w0 w0 - w1 ?]``)."""
-    return describe_holders(value, owners) if name == "holders" else value  # type: ignore[arg-type]
+    if name != "holders":
+        return value
+    return describe_holders(value, owners)  # type: ignore[arg-type]  # the token list LockHolders.read() recorded
 
 
 #: Every kind of step a history holds (``lockcompare history --kinds``).

@@ -184,7 +184,7 @@ def serve(conn: Connection, shared_slot: Any) -> None:
         if message[0] != "run":
             return
         lent = _KeepOpen(conn)
-        worker_main(message[1], lent, shared_slot)  # type: ignore[arg-type]
+        worker_main(message[1], lent, shared_slot)  # type: ignore[arg-type]  # _KeepOpen: the Connection calls it makes
         if lent.last_status != "ok":
             return
         conn.send(("idle", "", []))
