@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lockcompare.analysis import sentinel
 from lockcompare.analysis.checker import TrialMetrics
 from lockcompare.errors import ResultsFileError
 from lockcompare.infra.provenance import host_facts
@@ -41,9 +42,12 @@ PROVENANCE_COLUMNS = (
     "jobs_concurrent", "cluster", "redis_version", "lock_nodes_reachable",
 )  # fmt: skip
 METRIC_COLUMNS = tuple(f.name for f in fields(TrialMetrics))
+#: How late the machine ran the trial against its experiment's margin (analysis/sentinel.py); empty
+#: in rows from before the sentinel (their timing is unknown, never assumed good).
+TIMING_COLUMNS = sentinel.COLUMNS
 COLUMNS = (
     "schema_version", "run_id", "trial_id", "started_at", *SETTING_COLUMNS, *PROVENANCE_COLUMNS,
-    *METRIC_COLUMNS, "wall_s", "history",
+    *METRIC_COLUMNS, *TIMING_COLUMNS, "wall_s", "history",
 )  # fmt: skip
 
 
@@ -54,8 +58,8 @@ def _columns_of(kind: type, metrics: bool = True) -> set[str]:
 
 
 _INT_COLUMNS = _columns_of(int) | {"schema_version", "entries_planned"}
-_FLOAT_COLUMNS = _columns_of(float) | {"wall_s", "load_avg_1m"}
-_BOOL_COLUMNS = {"conflict_measures_agree"}
+_FLOAT_COLUMNS = _columns_of(float) | {"wall_s", "load_avg_1m", "stall_ms", "margin_ms"}
+_BOOL_COLUMNS = {"conflict_measures_agree", "timing_marked"}
 
 
 def make_row(
@@ -82,6 +86,7 @@ def make_row(
         "redis_version": redis_version,
         "lock_nodes_reachable": result.lock_nodes_reachable,
         **result.metrics.as_row(),
+        **(result.timing.as_row() if result.timing is not None else {}),
         "wall_s": round(result.wall_s, 3),
         "history": history_path,
     }

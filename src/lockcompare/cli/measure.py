@@ -12,7 +12,7 @@ import typer
 
 from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.analysis.reproduce import find_row, spec_from_row
-from lockcompare.analysis.results import METRIC_COLUMNS, read_results
+from lockcompare.analysis.results import METRIC_COLUMNS, TIMING_COLUMNS, read_results
 from lockcompare.backends import load_backend
 from lockcompare.cli.core import UnknownTrialsError, app, err
 from lockcompare.cli.options import (
@@ -195,7 +195,7 @@ def run(
         (row,) = [r for r in read_results(target) if r["trial_id"] == report.trial_ids[0]][-1:]
         if report.trials_run == 0:
             err.print(f"this trial is already in {target} (run {row['run_id']}); its row:")
-        for key in ("trial_id", *SETTING_COLUMNS[:3], *SETTING_COLUMNS[4:], *METRIC_COLUMNS, "wall_s"):
+        for key in ("trial_id", *SETTING_COLUMNS[:3], *SETTING_COLUMNS[4:], *METRIC_COLUMNS, *TIMING_COLUMNS, "wall_s"):
             typer.echo(f"{key:>24}: {row[key]}")
         if out_path is not None:
             typer.echo(f"{'history':>24}: {target.parent / row['history']}")

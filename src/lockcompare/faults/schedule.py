@@ -9,7 +9,8 @@ after that, or when the trial ends. Every injection and heal is an event of the 
     {"worker": -1, "round": R, "kind": "fault", "fault": "node-restart", "action": "inject",
      "t0": ns, "t1": ns, "nodes": [0, 1, 2], "detail": "SIGKILL", "holders": [owner, owner, None, ...]}
 
-(``holders``: who held the lock on each node just before a planned injection; faults/holders.py.)
+(``holders``: who held the lock on each node just before a planned injection; faults/holders.py;
+``planned_ns``: when a scheduled injection or heal was due, so its lateness is ``t0 - planned_ns``.)
 
 :meth:`FaultScheduler.heal_all` runs in the runner's ``finally``: no node stays down, no clock stays
 ahead, no link stays cut, whatever ended the trial.
@@ -152,18 +153,18 @@ class FaultScheduler:
     def run_due(self) -> None:
         now = now_ns()
         if self._inject_at is not None and self._inject_at[0] <= now:
-            _, round_ = self._inject_at
+            planned, round_ = self._inject_at
             round_ = max(round_, self._round)  # a deadline injection lands in the latest round
             self._inject_at = None
-            self._act("inject", round_)
+            self._act("inject", round_, planned_ns=planned)
             self._active_round = round_
             self._injected += 1
             if self.plan is not None and self.plan.heal_after_ms is not None:  # plan is set when _inject_at is
                 self._heal_at = (now_ns() + int(self.plan.heal_after_ms * 1e6), round_)
         if self._heal_at is not None and self._heal_at[0] <= now_ns():
-            _, round_ = self._heal_at
+            planned, round_ = self._heal_at
             self._heal_at = None
-            self._act("heal", round_)
+            self._act("heal", round_, planned_ns=planned)
             self._active_round = None
 
     def heal_all(self) -> None:
@@ -190,10 +191,14 @@ class FaultScheduler:
                     if self.holders is not None:
                         self.holders.close()
 
-    def _act(self, action: str, round_: int) -> None:
+    def _act(self, action: str, round_: int, *, planned_ns: int | None = None) -> None:
         assert self.plan is not None
         # read before the step (and its t0): the state the fault struck, not the one it made
-        seen = {"holders": self.holders.read()} if action == "inject" and self.holders is not None else {}
+        seen: dict[str, Any] = (
+            {"holders": self.holders.read()} if action == "inject" and self.holders is not None else {}
+        )
+        if planned_ns is not None:  # when it was due: t0 - planned_ns is how late it landed (analysis/sentinel.py)
+            seen["planned_ns"] = planned_ns
         self._record(self.plan.fault, action, list(self.plan.nodes), round_=round_, extra=seen)
 
     def _record(

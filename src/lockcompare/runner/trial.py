@@ -22,6 +22,7 @@ import redis
 from lockcompare.analysis import history as history_io
 from lockcompare.analysis.checker import TrialMetrics, check, unknown
 from lockcompare.analysis.history import Event
+from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.errors import NodeUnreachableError
 from lockcompare.faults import Freezer, network
@@ -52,6 +53,7 @@ class TrialResult:
     lock_nodes_reachable: int  # lock nodes that answered right before the trial
     load_avg_1m: float  # the machine's load when the trial started
     concurrent_runs: int  # other lockcompare runs active when the trial started
+    timing: TimingVerdict | None = None  # how late the machine ran it (analysis/sentinel.py)
 
 
 def new_run_id() -> str:
@@ -188,10 +190,29 @@ def _run_trial(
             lock_nodes_reachable=reachable,
             load_avg_1m=load_avg,
             concurrent_runs=others,
+            timing=_judge_timing(spec, events),
         )
     finally:
         delete_keys_containing((*cluster.node_urls, cluster.resource_url), prefix)
         resource.close()
+
+
+def timing_plan(spec: TrialSpec) -> TimingPlan:
+    """What the trial's timing rests on, for the sentinel: its settings, and its fault's offset."""
+    extra: dict[str, object] = {}
+    if spec.fault and spec.fault not in ("partition", "slow-response"):  # those follow no lease
+        extra["fault_offset_ms"] = FAULT_DELAY_MS * spec.time_scale
+    if spec.fault == "slow-response":
+        extra["extra_margins"] = (("reply delay - TTL", network.slow_reply_ms(spec) - spec.ttl_ms),)
+    return plan_from_settings(spec.settings(), **extra)
+
+
+def _judge_timing(spec: TrialSpec, events: list[Event]) -> TimingVerdict | None:
+    """The sentinel's verdict; None (empty columns) for a history it cannot read: it never fails a trial."""
+    try:
+        return judge_timing(events, timing_plan(spec))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _read_counters(resource: Resource) -> ResourceCounters:

@@ -1,0 +1,245 @@
+"""The timing sentinel: how late the machine ran a trial, against the margin its experiment rests on.
+
+Every experiment's claim rests on a margin: TTL 1000 ms against 300 ms of work (the lease outlives
+the critical section), a 1200 ms pause against a 1000 ms lease (the lease expires while its holder
+is frozen), a fault 50 ms into 300 ms of work (it lands while the lease is held). At
+``--time-scale 0.1`` those margins are 70, 20 and 25 ms, and a loaded 2-core machine stalls a
+process that long: then the trial measured the machine, not the lock. This module finds, from the
+history alone (pure: no Redis, testable on hand-built histories), the worst *stall* — how much later
+than planned a step of the trial ran — and compares it with the smallest margin:
+
+- **sleeps**: each worker's planned gaps between consecutive recorded steps: the work between a
+  read (or an atomic/optimistic section's enter) and the next step, the think time after a release
+  (its largest jittered value: the draw itself is not recorded, so a stall is never overstated),
+  no gap at all between back-to-back steps (acquire → enter → read, write → exit → release);
+  a pause's own length beyond ``pause_ms`` (a SIGSTOP freeze includes the runner's reaction);
+- **calls**: each loopback call (enter, read, write, exit, release, a lease check, the successful
+  acquire attempt) beyond the usual time of its kind for that worker (the median in this trial;
+  the first call of each kind is left out: it opens the connection, several round trips);
+- **fault landings**: a runner event that carries its planned time (``planned_ns``) landed
+  ``t0 - planned_ns`` late.
+
+A stall is a lower bound on what the machine did to the trial (the acquire's retry sleeps and a
+worker's start-up offset are not recorded step by step, so they are not judged). The trial is
+*timing-marked* when its worst stall reached :data:`MARK_SHARE` of its smallest margin. Half,
+because the orderings the experiments rest on are races between two workers (the new holder's
+write against the woken zombie's, a rival's entry against the holder's exit): each side can be
+late, and the sentinel sees the worst single delay, so at half the margin two such delays together
+can already flip the race. On an idle machine the stalls found are ~0.2-0.5 ms (sleep overshoot
+p99 0.43 ms, FIELD-NOTES), under 5 % of the smallest default margin at ``--time-scale 0.1``
+(short-ttl: 10 ms), so a mark means the machine, not noise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lockcompare.analysis.history import Event
+
+#: The share of the margin a stall must reach for the trial to be marked (see the module docstring).
+MARK_SHARE = 0.5
+
+#: The columns the sentinel adds to a results row (their values: :meth:`TimingVerdict.as_row`).
+COLUMNS = ("stall_ms", "stall_at", "margin_ms", "margin_of", "timing_marked")
+
+#: Steps a worker records from its main thread, in program order (renewals come from a watchdog
+#: thread and errors end the worker: neither is a step of the schedule).
+_STEPS = frozenset({"acquire", "pause", "enter", "read", "write", "lease", "exit", "release", "retry", "gave-up"})
+#: Steps that are one call to a server: their duration beyond the usual is a stall.
+_CALLS = ("enter", "read", "write", "exit", "release", "lease")
+_NS_PER_MS = 1e6
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingPlan:
+    """What the trial planned, in scaled milliseconds (from its settings)."""
+
+    ttl_ms: float
+    work_ms: float
+    pause_ms: float = 0.0
+    pause_point: str = "after-acquire"
+    think_ms: float = 0.0
+    jitter: float = 0.0
+    #: A fault that must land while worker 0 holds its lease, this long after its acquire (None: none).
+    fault_offset_ms: float | None = None
+    #: Other margins the experiment rests on, by name (e.g. slow-response: the reply delay past the TTL).
+    extra_margins: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def think_max_ms(self) -> float:
+        """The longest think time the jitter can draw (worker.py: think × U(1 - j/2, 1 + j/2))."""
+        return self.think_ms * (1 + self.jitter / 2)
+
+
+def plan_from_settings(settings: Mapping[str, Any], **extra: Any) -> TimingPlan:
+    """A :class:`TimingPlan` from a trial's settings (a spec's ``settings()`` or a results row)."""
+    return TimingPlan(
+        ttl_ms=float(settings["ttl_ms"]),
+        work_ms=float(settings["work_ms"]),
+        pause_ms=float(settings.get("pause_ms") or 0.0),
+        pause_point=str(settings.get("pause_point") or "after-acquire"),
+        think_ms=float(settings.get("think_ms") or 0.0),
+        jitter=float(settings.get("jitter") or 0.0),
+        **extra,
+    )
+
+
+@dataclass(frozen=True)
+class Margin:
+    ms: float
+    of: str  # what it is, e.g. "pause - TTL"
+
+
+def margins(plan: TimingPlan) -> list[Margin]:
+    """Every margin the experiment rests on (non-negative), the first the lease's against the work.
+
+    >>> [(m.of, m.ms) for m in margins(TimingPlan(ttl_ms=100, work_ms=30, pause_ms=120))]
+    [('TTL - work', 70.0), ('pause - TTL', 20.0)]
+    """
+    lease = float(plan.ttl_ms - plan.work_ms)
+    found = [Margin(lease, "TTL - work") if lease >= 0 else Margin(-lease, "work - TTL")]
+    if plan.pause_ms > 0:
+        # The lease must end during the pause (or, paused before the write, during work + pause).
+        frozen = plan.pause_ms + (plan.work_ms if plan.pause_point == "before-write" else 0.0)
+        found.append(Margin(abs(frozen - plan.ttl_ms), "pause - TTL" if frozen >= plan.ttl_ms else "TTL - pause"))
+    if plan.fault_offset_ms is not None:
+        found.append(Margin(max(0.0, plan.work_ms - plan.fault_offset_ms), "work - fault offset"))
+    found += [Margin(max(0.0, ms), of) for of, ms in plan.extra_margins]
+    return found
+
+
+def smallest_margin(plan: TimingPlan) -> Margin:
+    return min(margins(plan), key=lambda m: m.ms)
+
+
+@dataclass(frozen=True)
+class Stall:
+    ms: float
+    at: str  # where, e.g. "worker 1 round 12: work sleep"
+
+
+def _where(event: Event, what: str) -> str:
+    who = "runner" if event["worker"] < 0 else f"worker {event['worker']}"
+    return f"{who} round {event['round']}: {what}"
+
+
+def _planned_gap_ms(prev: Event, nxt: Event, plan: TimingPlan) -> tuple[float, str]:
+    """How long the worker meant to wait between ``prev`` ending and ``nxt`` starting, and what that wait is."""
+    kind = prev["kind"]
+    if kind == "read" and prev.get("balance") is not None:
+        return plan.work_ms, "work sleep"
+    if kind == "enter" and nxt["kind"] != "read":
+        return plan.work_ms, "work sleep"  # atomic: enter → work → write
+    if kind == "release":
+        return plan.think_max_ms, "think sleep"
+    return 0.0, f"{kind} → {nxt['kind']}"
+
+
+def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
+    """Every late step of the workers: sleeps and gaps past their plan, calls past their usual time."""
+    by_worker: dict[int, list[Event]] = {}
+    for event in history:
+        if event["worker"] >= 0 and event["kind"] in _STEPS:
+            by_worker.setdefault(event["worker"], []).append(event)
+    stalls: list[Stall] = []
+    for events in by_worker.values():
+        events.sort(key=lambda e: (e["t0"], e["t1"]))
+        for prev, nxt in itertools.pairwise(events):
+            if bool(prev.get("extra")) != bool(nxt.get("extra")):
+                continue  # the contend workload's wait for the runner's answer, not a planned gap
+            planned, what = _planned_gap_ms(prev, nxt, plan)
+            late = (nxt["t0"] - prev["t1"]) / _NS_PER_MS - planned
+            stalls.append(Stall(late, _where(prev, what)))
+        stalls += [
+            Stall((e["t1"] - e["t0"]) / _NS_PER_MS - plan.pause_ms, _where(e, "pause length"))
+            for e in events
+            if e["kind"] == "pause"
+        ]
+        stalls += _call_stalls(events)
+    return stalls
+
+
+def _call_stalls(events: Sequence[Event]) -> list[Stall]:
+    durations: dict[str, list[tuple[float, Event]]] = {}
+    for event in events:
+        if event["kind"] in _CALLS:
+            durations.setdefault(event["kind"], []).append(((event["t1"] - event["t0"]) / _NS_PER_MS, event))
+        elif event["kind"] == "acquire" and event.get("ok") and event.get("t_attempt") is not None:
+            durations.setdefault("acquire", []).append(((event["t1"] - event["t_attempt"]) / _NS_PER_MS, event))
+    stalls = []
+    for kind, all_timed in durations.items():
+        timed = all_timed[1:]  # the first call of a kind opens its connection (a handshake, not the call)
+        if not timed:
+            continue
+        usual = statistics.median(ms for ms, _ in timed)
+        stalls += [Stall(ms - usual, _where(event, f"{kind} call")) for ms, event in timed]
+    return stalls
+
+
+def fault_stalls(history: Iterable[Event]) -> list[Stall]:
+    """Runner events (faults) that carry their planned time: how late each landed."""
+    return [
+        Stall(
+            (e["t0"] - e["planned_ns"]) / _NS_PER_MS,
+            _where(e, f"{e.get('fault', e['kind'])} {e.get('action', '')}".strip()),
+        )
+        for e in history
+        if e["worker"] < 0 and isinstance(e.get("planned_ns"), int | float)
+    ]
+
+
+def worst_stall(history: Sequence[Event], plan: TimingPlan) -> Stall:
+    """The latest any step ran (0 ms when nothing ran late or nothing was recorded)."""
+    return max([Stall(0.0, ""), *worker_stalls(history, plan), *fault_stalls(history)], key=lambda s: s.ms)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingVerdict:
+    stall: Stall
+    margin: Margin
+    share: float = MARK_SHARE
+
+    @property
+    def marked(self) -> bool:
+        return self.stall.ms >= self.share * self.margin.ms
+
+    @property
+    def eaten(self) -> float:
+        """The share of the margin the worst stall ate (inf for a zero margin with a stall)."""
+        if self.margin.ms > 0:
+            return self.stall.ms / self.margin.ms
+        return math.inf if self.stall.ms > 0 else 0.0
+
+    def as_row(self) -> dict[str, Any]:
+        return {
+            "stall_ms": round(self.stall.ms, 3),
+            "stall_at": self.stall.at,
+            "margin_ms": round(self.margin.ms, 3),
+            "margin_of": self.margin.of,
+            "timing_marked": self.marked,
+        }
+
+
+def judge_timing(history: Sequence[Event], plan: TimingPlan, *, share: float = MARK_SHARE) -> TimingVerdict:
+    """The trial's worst stall against its smallest margin; see the module docstring."""
+    return TimingVerdict(stall=worst_stall(history, plan), margin=smallest_margin(plan), share=share)
+
+
+def eaten_share(row: Mapping[str, Any]) -> float:
+    """How much of its margin a results row's worst stall ate (NaN for a row without the columns)."""
+    stall, margin = row.get("stall_ms"), row.get("margin_ms")
+    if not isinstance(stall, int | float) or not isinstance(margin, int | float) or math.isnan(stall):
+        return math.nan
+    if math.isnan(margin):
+        return math.nan
+    return stall / margin if margin > 0 else (math.inf if stall > 0 else 0.0)
+
+
+def is_marked(row: Mapping[str, Any]) -> bool:
+    """True for a results row the sentinel marked (False for rows from before it existed)."""
+    return row.get("timing_marked") is True or str(row.get("timing_marked")).lower() == "true"

@@ -1,0 +1,167 @@
+"""The timing sentinel on hand-built histories: no Redis, every rule with an exact interleaving."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lockcompare.analysis.sentinel import (
+    MARK_SHARE,
+    TimingPlan,
+    eaten_share,
+    fault_stalls,
+    judge_timing,
+    margins,
+    plan_from_settings,
+    smallest_margin,
+    worst_stall,
+)
+
+MS = 1_000_000  # ns
+CALL_MS = 0.2  # every call in these histories takes 0.2 ms
+
+
+def rounds(*, worker: int = 0, n: int = 5, work_ms: float = 30, think_ms: float = 2, start_ms: float = 0,
+           late: dict[tuple[int, str], float] | None = None) -> list[dict]:  # fmt: skip
+    """``n`` rounds of one worker run exactly to plan: acquire, enter, read, work, write, exit,
+    release, think. ``late[(round, step)]`` delays that step's start by so many ms."""
+    late = late or {}
+    events, t = [], start_ms
+
+    def step(rnd: int, kind: str, **fields) -> None:
+        nonlocal t
+        t += late.get((rnd, kind), 0.0)
+        t0 = int(t * MS)
+        if kind == "acquire":
+            fields["t_attempt"] = t0  # the successful attempt: the only one here
+        events.append({"worker": worker, "round": rnd, "kind": kind, "t0": t0, "t1": t0 + int(CALL_MS * MS), **fields})
+        t += CALL_MS
+
+    for rnd in range(n):
+        step(rnd, "acquire", ok=True, attempts=1, valid_until=None)
+        step(rnd, "enter", inside=1)
+        step(rnd, "read", balance=rnd)
+        t += work_ms
+        step(rnd, "write", accepted=True, value=rnd + 1)
+        step(rnd, "exit")
+        step(rnd, "release", released=True)
+        t += think_ms
+    return events
+
+
+PLAN = TimingPlan(ttl_ms=100, work_ms=30, think_ms=2)
+
+
+def test_a_history_run_to_plan_has_no_stall() -> None:
+    verdict = judge_timing(rounds(), PLAN)
+    assert verdict.stall.ms == pytest.approx(0, abs=1e-6)
+    assert not verdict.marked
+
+
+def test_a_late_work_sleep_is_found_with_where_it_was() -> None:
+    history = rounds(late={(3, "write"): 12.5})  # the work sleep of round 3 overslept by 12.5 ms
+    stall = worst_stall(history, PLAN)
+    assert stall.ms == pytest.approx(12.5)
+    assert stall.at == "worker 0 round 3: work sleep"
+
+
+def test_a_late_think_sleep_counts_beyond_its_largest_jittered_draw() -> None:
+    plan = TimingPlan(ttl_ms=100, work_ms=30, think_ms=2, jitter=0.5)  # think up to 2.5 ms
+    history = rounds(think_ms=2.4)  # a draw inside the jitter: not late
+    assert worst_stall(history, plan).ms == pytest.approx(0, abs=1e-6)
+    history = rounds(late={(2, "acquire"): 7.0})  # the gap after round 1's release: 2 + 7 ms
+    stall = worst_stall(history, plan)
+    assert stall.ms == pytest.approx(7.0 + 2.0 - 2.5)
+    assert stall.at == "worker 0 round 1: think sleep"
+
+
+def test_a_slow_call_counts_beyond_the_usual_of_its_kind() -> None:
+    history = rounds()
+    write = next(e for e in history if e["kind"] == "write" and e["round"] == 2)
+    write["t1"] += 9 * MS  # the reply came 9 ms late; the next step follows the reply
+    for e in history:
+        if e["t0"] > write["t0"]:
+            e["t0"] += 9 * MS
+            e["t1"] += 9 * MS
+            if "t_attempt" in e:
+                e["t_attempt"] += 9 * MS
+    stall = worst_stall(history, PLAN)
+    assert stall.ms == pytest.approx(9.0)
+    assert stall.at == "worker 0 round 2: write call"
+
+
+def test_the_first_call_of_a_kind_opens_its_connection_and_is_not_judged() -> None:
+    history = rounds()
+    first = history[0]  # round 0's acquire: connect handshake
+    first["t1"] += 8 * MS
+    for e in history[1:]:
+        e["t0"] += 8 * MS
+        e["t1"] += 8 * MS
+    assert worst_stall(history, PLAN).ms == pytest.approx(0, abs=1e-6)
+
+
+def test_a_pause_longer_than_planned_is_a_stall_and_gaps_between_back_to_back_steps_count() -> None:
+    plan = TimingPlan(ttl_ms=100, work_ms=30, pause_ms=120)
+    history = [
+        {"worker": 0, "round": 0, "kind": "acquire", "t0": 0, "t1": MS, "ok": True, "t_attempt": 0},
+        {"worker": 0, "round": 0, "kind": "pause", "t0": MS, "t1": 127 * MS, "how": "sigstop"},  # 6 ms long
+        {"worker": 0, "round": 0, "kind": "enter", "t0": 131 * MS, "t1": 132 * MS, "inside": 2},  # 4 ms gap
+    ]
+    assert worst_stall(history, plan).ms == pytest.approx(6.0)
+    assert worst_stall(history, plan).at == "worker 0 round 0: pause length"
+    history[2]["t0"] += 10 * MS  # now 14 ms between the pause's end and the enter
+    assert worst_stall(history, plan).ms == pytest.approx(14.0)
+    assert worst_stall(history, plan).at == "worker 0 round 0: pause → enter"
+
+
+def test_a_late_fault_landing_is_found_from_its_planned_time() -> None:
+    history = [
+        {"worker": -1, "round": 4, "kind": "fault", "fault": "node-restart", "action": "inject",
+         "t0": 217 * MS, "t1": 218 * MS, "planned_ns": 200 * MS},
+        {"worker": -1, "round": 4, "kind": "fault", "fault": "node-restart", "action": "heal",
+         "t0": 300 * MS, "t1": 301 * MS},  # no planned time: nothing to judge
+    ]  # fmt: skip
+    (stall,) = fault_stalls(history)
+    assert stall.ms == pytest.approx(17.0)
+    assert stall.at == "runner round 4: node-restart inject"
+
+
+def test_extra_rounds_waiting_for_the_runner_are_not_a_gap() -> None:
+    planned = rounds(n=2)
+    extra = rounds(n=1, start_ms=500)  # the contend workload: the answer to "done" took a while
+    for e in extra:
+        e["extra"] = True
+        e["round"] = 2
+    assert worst_stall(planned + extra, PLAN).ms == pytest.approx(0, abs=1e-6)
+
+
+def test_the_margin_is_computed_from_the_settings() -> None:
+    # The lesson's experiments at --time-scale 0.1 (times already scaled, as a results row has them).
+    baseline = plan_from_settings({"ttl_ms": 100, "work_ms": 30.0, "pause_ms": 0.0, "think_ms": 2.0, "jitter": 0.5})
+    assert (smallest_margin(baseline).of, smallest_margin(baseline).ms) == ("TTL - work", 70.0)
+    short = plan_from_settings({"ttl_ms": 20, "work_ms": 30.0})
+    assert (smallest_margin(short).of, smallest_margin(short).ms) == ("work - TTL", 10.0)
+    pause = plan_from_settings({"ttl_ms": 100, "work_ms": 30.0, "pause_ms": 120.0})
+    assert (smallest_margin(pause).of, smallest_margin(pause).ms) == pytest.approx(("pause - TTL", 20.0))
+    # Paused before the write, the lease must end during work + pause: 30 + 85 - 100 = 15.
+    before = plan_from_settings({"ttl_ms": 100, "work_ms": 30.0, "pause_ms": 85.0, "pause_point": "before-write"})
+    assert (smallest_margin(before).of, smallest_margin(before).ms) == pytest.approx(("pause - TTL", 15.0))
+    fault = TimingPlan(ttl_ms=100, work_ms=30, fault_offset_ms=5)
+    assert [(m.of, m.ms) for m in margins(fault)] == [("TTL - work", 70.0), ("work - fault offset", 25.0)]
+
+
+@pytest.mark.parametrize(("late_ms", "marked"), [(9.9, False), (10.0, True), (25.0, True)])
+def test_a_trial_is_marked_when_its_stall_ate_the_stated_share_of_its_margin(late_ms: float, marked: bool) -> None:
+    plan = TimingPlan(ttl_ms=100, work_ms=30, pause_ms=120, think_ms=2)  # margin: pause - TTL = 20 ms
+    verdict = judge_timing(rounds(late={(1, "write"): late_ms}), plan)
+    assert MARK_SHARE == 0.5
+    assert verdict.marked is marked
+    row = verdict.as_row()
+    assert row["timing_marked"] is marked and row["margin_ms"] == 20.0 and row["margin_of"] == "pause - TTL"
+    assert eaten_share(row) == pytest.approx(late_ms / 20)
+
+
+def test_rows_from_before_the_sentinel_have_no_share() -> None:
+    assert math.isnan(eaten_share({"stall_ms": math.nan, "margin_ms": math.nan}))
+    assert math.isnan(eaten_share({}))
