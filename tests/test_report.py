@@ -41,14 +41,17 @@ def golden_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[
 @needs_matplotlib
 def test_report_of_the_golden_csv(golden_report: tuple[Path, list[Path]]) -> None:
     out, written = golden_report
-    assert [p.name for p in written] == [REPORT_NAME, "matrix-client-pause.png", "timeline-single.client-pause.png"]
+    assert [p.name for p in written] == [
+        REPORT_NAME, "glance.png", "matrix-client-pause.png", "timeline-single.client-pause.png"
+    ]  # fmt: skip
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in written)
     assert png_size(out / "matrix-client-pause.png") == (WIDTH_PX, MATRIX_HEIGHT_PX)
     assert png_size(out / "timeline-single.client-pause.png") == (WIDTH_PX, timeline_height_px(2))
 
     text = (out / REPORT_NAME).read_text()
     rows = read_results(TINY)
-    assert render(rows, fmt="github") in text  # the summary table, exactly as `lockcompare table` prints it
+    assert render(rows, fmt="github", wide=True) in text  # the summary, as `lockcompare table --wide` prints it
+    assert "![who survives what](glance.png)" in text
     assert "| single    | client-pause | 1        | 3 / 6" in text
     assert "| fenced    | client-pause | 1        | 2 / 6" in text
     assert "![matrix-client-pause](matrix-client-pause.png)" in text

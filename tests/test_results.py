@@ -71,7 +71,7 @@ def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
 def test_summary_groups_trials_and_gives_a_confidence_interval() -> None:
     rows = [row(conflicts=c, lost_updates=lost, verdict="lost-updates", backend="none")
             for c, lost in ((40, 40), (42, 38), (44, 40))]  # fmt: skip
-    headers, lines = summarize(rows)
+    headers, lines = summarize(rows, wide=True)
     assert headers[:3] == ["backend", "experiment", "trials"]
     (line,) = lines
     assert line[:3] == ["none", "baseline", "3"]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lockcompare.analysis.order import cell_rank
 from lockcompare.spec.settings import CONDITION_SETTINGS
 
 #: Settings that split cells when they vary within one experiment (backend and experiment always do).
@@ -77,10 +78,11 @@ def varying_conditions(rows: Sequence[Row], columns: Sequence[str] = CONDITION_C
 
 
 def group_cells(rows: Sequence[Row]) -> list[Cell]:
-    """The cells of ``rows``, in the order they first appear in the file."""
+    """The cells of ``rows``: backends in registration order, experiments in catalogue order
+    (analysis/order.py), cells of one backend × experiment in the order they first appear."""
     varying = varying_conditions(rows)
     groups: dict[tuple[str, ...], list[Row]] = {}
-    for row in rows:
+    for row in sorted(rows, key=cell_rank):
         key = (row["backend"], row["experiment"], *(setting_text(row.get(c)) for c in varying))
         groups.setdefault(key, []).append(row)
     return [

@@ -13,6 +13,7 @@ import typer
 from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.analysis.reproduce import find_row, spec_from_row
 from lockcompare.analysis.results import METRIC_COLUMNS, TIMING_COLUMNS, read_results
+from lockcompare.analysis.sentinel import MARK_SHARE
 from lockcompare.backends import load_backend
 from lockcompare.cli.core import UnknownTrialsError, app, err
 from lockcompare.cli.options import (
@@ -122,9 +123,19 @@ def matrix(
     if report.trials_run:
         err.print(_parallelism_note(report))
     if report.out.exists():
-        rows = _in_plan_order(read_results(report.out), backends=backend_names, experiments=experiment_names)
+        rows = read_results(report.out)
         typer.echo(table.render(rows, fmt=fmt))
+        err.print(timing_line(rows))
     _fail_on_unknown(report)
+
+
+def timing_line(rows: list[dict[str, Any]]) -> str:
+    """One line naming the cells that hold a timing-marked trial (analysis/sentinel.py), or saying none does."""
+    marked = table.marked_cells(rows)
+    if not marked:
+        return f"timing: no trial marked (every stall under {MARK_SHARE:.0%} of its experiment's margin)"
+    cells = ", ".join(f"{name} ({n} of {of})" for name, n, of in marked)
+    return f"timing-marked (a stall ate >= {MARK_SHARE:.0%} of the margin): {cells}"
 
 
 def _fail_on_unknown(report: MatrixReport) -> None:
@@ -136,15 +147,6 @@ def _fail_on_unknown(report: MatrixReport) -> None:
         print(f"lockcompare: unknown verdict for {trial_id}: {problem}", file=sys.stderr)
     if report.unknown:
         raise UnknownTrialsError(f"{len(report.unknown)} trial(s) could not be judged (verdict unknown); see above")
-
-
-def _in_plan_order(rows: list[dict[str, Any]], *, backends: list[str], experiments: list[str]) -> list[dict[str, Any]]:
-    """Rows are appended as trials finish; the table lists cells in the order they were asked for
-    (each backend in turn, its experiments in turn), whatever order parallel trials finished in.
-    Rows of other cells (from an earlier run in a resumed file) follow, in file order."""
-    b_rank = {name: i for i, name in enumerate(backends)}
-    e_rank = {name: i for i, name in enumerate(experiments)}
-    return sorted(rows, key=lambda r: (b_rank.get(r["backend"], len(b_rank)), e_rank.get(r["experiment"], len(e_rank))))
 
 
 @app.command()

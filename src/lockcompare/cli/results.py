@@ -47,13 +47,22 @@ def compare(
 def table_command(
     path: Annotated[Path, typer.Argument(help="A results CSV written by `lockcompare matrix`.")],
     fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide",
+            help="Every column: entries completed, most inside at once, overlap time, optional counts, "
+            "acquires given up, worst timing stall against the margin (default: the narrow table).",
+        ),
+    ] = False,
 ) -> None:
-    """Print the summary table of a results CSV (computed from the CSV alone)."""
+    """Print the summary table of a results CSV (computed from the CSV alone), cells in backend
+    registration order and experiment catalogue order."""
     found = inspect_results(path)
     if found.truncated_lines:
         lines = ", ".join(map(str, found.truncated_lines))
         print(f"lockcompare: warning: {path}: left out truncated row(s) at line {lines}", file=sys.stderr)
-    typer.echo(table.render(found.rows, fmt=fmt))
+    typer.echo(table.render(found.rows, fmt=fmt, wide=wide))
 
 
 @app.command()

@@ -3,9 +3,12 @@
 Everything in it is computed from the CSV and the histories beside it, and nothing in it depends
 on when or where it was rendered (no "generated at", fixed figure sizes, file names derived from
 experiment and cell names), so a report can be committed next to its CSV and re-rendered into a
-clean diff. Sections: the summary table, one matrix figure per experiment, per cell the timeline
-of the first trial that lost an update, the parameters of every cell, the ``lockcompare matrix``
-command that reproduces it, and the provenance of every run the file holds.
+clean diff. Sections: who survives what (one picture: render/glance.py), the summary table (full
+width), one matrix figure per experiment, per cell the timeline of the first trial that lost an
+update, the parameters of every cell, the ``lockcompare matrix`` command that reproduces it, and
+the provenance of every run the file holds. Cells are in backend registration order and experiment
+catalogue order; a cell holding a timing-marked trial (analysis/sentinel.py) says so wherever it is
+named.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ from lockcompare.analysis.cells import CONDITION_COLUMNS, Cell, group_cells, set
 from lockcompare.analysis.reproduce import matrix_command, settings_key
 from lockcompare.analysis.results import PROVENANCE_COLUMNS as ROW_PROVENANCE
 from lockcompare.analysis.results import read_results
+from lockcompare.analysis.sentinel import is_marked
 from lockcompare.errors import LockcompareError, RenderError
 from lockcompare.render import table
+from lockcompare.render.glance import GLANCE_PNG, plot_glance
 from lockcompare.render.plots import plot_matrix, plot_timeline, require_matplotlib
 from lockcompare.render.timeline import load_history
 
@@ -34,7 +39,7 @@ PROVENANCE_COLUMNS = tuple(
 #: Settings shown per cell, as stored (times already multiplied by time_scale).
 PARAMETER_COLUMNS = (*CONDITION_COLUMNS, "cluster", "redis_version")
 #: PNG names this module writes; others of these patterns in DIR are left from an older rendering.
-_OUR_PNGS = ("matrix-*.png", "timeline-*.png")
+_OUR_PNGS = ("matrix-*.png", "timeline-*.png", GLANCE_PNG)
 
 
 def timeline_png_name(cell: Cell) -> str:
@@ -52,7 +57,7 @@ def write_report(*, results: Path, out: Path) -> list[Path]:
         raise RenderError(f"{results}: no trials to report")
     require_matplotlib()  # before anything is written: a missing extra leaves no half-made report
     out.mkdir(parents=True, exist_ok=True)
-    pngs = plot_matrix(rows, out=out)
+    pngs = [plot_glance(rows, out=out / GLANCE_PNG), *plot_matrix(rows, out=out)]
     cells = group_cells(rows)
     timelines: dict[str, str] = {}  # cell name -> its Markdown paragraph
     for cell in cells:
@@ -65,6 +70,12 @@ def write_report(*, results: Path, out: Path) -> list[Path]:
     report.write_text(markdown, encoding="utf-8")
     _remove_stale(out, keep={p.name for p in pngs})
     return [report, *pngs]
+
+
+def cell_title(cell: Cell) -> str:
+    """The cell's title, with how many of its trials are timing-marked when any is."""
+    marked = sum(1 for row in cell.rows if is_marked(row))
+    return cell.title + (f" [{marked} of {len(cell.rows)} timing-marked]" if marked else "")
 
 
 def history_path(row: dict[str, Any], *, results: Path) -> Path:
@@ -113,7 +124,7 @@ def _timeline_section(cell: Cell, *, results: Path, out: Path) -> tuple[str, Pat
     if not history:
         return f"{facts}\n\n(The history is empty, so there is no picture.)", None
     png = plot_timeline(
-        history, out=out / timeline_png_name(cell), title=f"{cell.title}: {row['trial_id']}", ttl_ms=row["ttl_ms"]
+        history, out=out / timeline_png_name(cell), title=f"{cell_title(cell)}: {row['trial_id']}", ttl_ms=row["ttl_ms"]
     )
     picture = f"![timeline of {row['trial_id']}]({png.name})"
     redraw = f"`lockcompare history {row['history']} --plot {png.name} --from-ms A --to-ms B`"
@@ -137,10 +148,12 @@ def render_markdown(
         f"Everything below is computed from [`{results.name}`]({_rel(results, out)}) and the histories "
         f"beside it; render it again from the CSV's folder with "
         f"`lockcompare report {results.name} --out {_rel(out, results.parent)}`.",
+        "## Who survives what",
+        f"![who survives what]({GLANCE_PNG})",
         "## Summary",
         "Conflicts: critical-section entries that found another worker inside, counted at the resource. "
         "Lost updates: increments the workers made that the final balance does not contain.",
-        table.format_table(*table.summarize(rows), fmt="github"),
+        table.render(rows, fmt="github", wide=True),
         "## Conflicts and lost updates",
         *(f"![{p.stem}]({p.name})" for p in matrix_pngs if p.name.startswith("matrix-")),
         "## The first lost update, per cell",
@@ -151,9 +164,9 @@ def render_markdown(
     quiet = []
     for cell in cells:
         if timelines.get(cell.name):
-            parts += [f"### {cell.title}", timelines[cell.name]]
+            parts += [f"### {cell_title(cell)}", timelines[cell.name]]
         else:
-            quiet.append(f"{cell.title} ({_trials(len(cell.rows))})")
+            quiet.append(f"{cell_title(cell)} ({_trials(len(cell.rows))})")
     if quiet:
         parts.append("No trial lost an update in: " + "; ".join(quiet) + ".")
     parts += [
@@ -173,7 +186,9 @@ def render_markdown(
 
 def _parameters_table(cells: Sequence[Cell]) -> str:
     headers = ["cell", "trials", *PARAMETER_COLUMNS]
-    lines = [[cell.title, str(len(cell.rows)), *(_values(cell.rows, c) for c in PARAMETER_COLUMNS)] for cell in cells]
+    lines = [
+        [cell_title(cell), str(len(cell.rows)), *(_values(cell.rows, c) for c in PARAMETER_COLUMNS)] for cell in cells
+    ]
     return table.format_table(headers, lines, fmt="github")
 
 
@@ -184,7 +199,7 @@ def _commands(cells: Sequence[Cell]) -> str:
         for row in cell.rows:
             groups.setdefault(settings_key(row), []).append(row)
         commands = "\n".join(matrix_command(group) for group in groups.values())
-        blocks.append(f"{cell.title}:\n\n```sh\n{commands}\n```")
+        blocks.append(f"{cell_title(cell)}:\n\n```sh\n{commands}\n```")
     return "\n\n".join(blocks)
 
 

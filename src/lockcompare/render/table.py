@@ -1,9 +1,17 @@
 """Summary tables computed from a results CSV alone, so any result file can be re-rendered later.
 
 One line per cell (backend x experiment, plus any setting that varies inside the file, e.g. the
-pause length): conflicts per entries as a mean over trials with a 95% confidence interval, the
-entries completed out of those planned, the most workers ever inside at once, rejected writes,
-lost updates, acquires given up with the refusal reasons, and how the trials were judged.
+pause length), backends in registration order and experiments in catalogue order (analysis/order.py
+via analysis/cells.py), whatever order the trials finished in. The default table is narrow (at most
+~8 columns): trials, conflicts per entries as a mean over trials with a 95% confidence interval,
+rejected writes, lost updates, the least progress of one worker when some worker got little done,
+and how the trials were judged. ``wide`` adds the entries completed out of those planned, the most
+workers ever inside at once, overlap time, the optional counts, acquires given up with the refusal
+reasons, and the worst timing stall against the margin.
+
+A cell holding a trial the timing sentinel marked (its machine stalled for at least half the
+experiment's timing margin: analysis/sentinel.py) says so in its trials column, e.g.
+``3 (1 timing-marked)``, in every format and width.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from lockcompare.analysis.cells import group_cells
 from lockcompare.analysis.checker import parse_refusals
 from lockcompare.analysis.progress import lagging, parse_progress
 from lockcompare.analysis.results import latest_rows
+from lockcompare.analysis.sentinel import MARK_SHARE, is_marked
 from lockcompare.analysis.stats import mean_ci
 from lockcompare.errors import UnknownNameError
 
@@ -76,25 +85,64 @@ def _shows_failures(rows: Sequence[dict[str, Any]]) -> bool:
     return any(r["acquire_timeouts"] > 0 or set(parse_refusals(r.get("refusals", ""))) - {"held"} for r in rows)
 
 
-def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Headers and lines of the summary table, in the order cells first appear in the file.
+def timing_mark(group: Sequence[dict[str, Any]]) -> str:
+    """`` (N timing-marked)`` for a cell holding N marked trials, "" for none."""
+    marked = sum(1 for row in group if is_marked(row))
+    return f" ({marked} timing-marked)" if marked else ""
+
+
+def marked_cells(rows: Sequence[dict[str, Any]]) -> list[tuple[str, int, int]]:
+    """(``backend × experiment``, marked trials, trials) of every cell holding a marked trial, in table order."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for cell in group_cells(latest_rows(list(rows))):
+        groups.setdefault((cell.backend, cell.experiment), []).extend(cell.rows)
+    return [
+        (f"{backend} × {experiment}", sum(1 for r in group if is_marked(r)), len(group))
+        for (backend, experiment), group in groups.items()
+        if any(is_marked(r) for r in group)
+    ]
+
+
+TIMING_NOTE = (
+    f"timing-marked: the machine stalled the trial for at least {MARK_SHARE:.0%} of the timing margin its "
+    "experiment rests on (columns stall_ms, stall_at, margin_ms; see docs/sentinel.md): read its numbers as "
+    "the machine's, not only the lock's."
+)
+
+
+def _worst_stall(group: Sequence[dict[str, Any]]) -> str:
+    """The worst stall of the cell's trials against their margin, e.g. ``12.3 / 20``."""
+    pairs = [(r.get("stall_ms"), r.get("margin_ms")) for r in group]
+    known = [(s, m) for s, m in pairs if isinstance(s, float) and isinstance(m, float) and not math.isnan(s)]
+    if not known:
+        return "n/a"
+    stall, margin = max(known, key=lambda p: p[0])
+    return f"{_num(stall)} / {_num(margin, 0)}"
+
+
+def summarize(rows: Sequence[dict[str, Any]], *, wide: bool = False) -> tuple[list[str], list[list[str]]]:
+    """Headers and lines of the summary table, cells in backend then experiment order (analysis/order.py).
 
     A trial run again after an ``unknown`` verdict counts once (its latest row). ``unknown`` trials
     are counted in the trials column and kept out of every mean: nothing was observed in them.
+    ``wide``: every column (see the module docstring); otherwise the narrow one.
     """
     rows = latest_rows(list(rows))
     cells = group_cells(rows)
     varying = [column for column, _ in cells[0].conditions] if cells else []
     known_rows = [r for r in rows if r["verdict"] != "unknown"]
-    optional = [c for c in OPTIONAL_COLUMNS if any(_measured(r, c) > 0 for r in known_rows)]
-    failures = _shows_failures(known_rows)
+    optional = [c for c in OPTIONAL_COLUMNS if any(_measured(r, c) > 0 for r in known_rows)] if wide else []
+    failures = wide and _shows_failures(known_rows)
+    timing = wide and any(isinstance(r.get("margin_ms"), float) and not math.isnan(r["margin_ms"]) for r in rows)
     # Progress beside safety: shown when a worker somewhere held the lock but got little done.
     slow = any(lagging(parse_progress(r.get("progress_by_worker", ""))) for r in known_rows)
     headers = [
-        "backend", "experiment", *varying, "trials", "conflicts / entries (mean ±95% CI)", "entries / planned",
-        "max inside", "overlap ms", "rejected writes", *(OPTIONAL_COLUMNS[c] for c in optional),
+        "backend", "experiment", *varying, "trials", "conflicts / entries (mean ±95% CI)",
+        *(["entries / planned", "max inside", "overlap ms"] if wide else []),
+        "rejected writes", *(OPTIONAL_COLUMNS[c] for c in optional),
         "lost updates (range)", *(["least progress (rounds, one worker)"] if slow else []),
-        *(["acquires given up (refusals)"] if failures else []), "verdicts",
+        *(["acquires given up (refusals)"] if failures else []),
+        *(["worst stall / margin ms"] if timing else []), "verdicts",
     ]  # fmt: skip
     lines = []
     for cell in cells:
@@ -102,6 +150,7 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
         known = [r for r in group if r["verdict"] != "unknown"]
         verdicts = Counter(r["verdict"] for r in group)
         trials = str(len(known)) + (f" (+{len(group) - len(known)} unknown)" if len(known) < len(group) else "")
+        trials += timing_mark(group)
         if not known:
             lines.append([*key, trials, *["n/a"] * (len(headers) - len(key) - 2), _verdicts(verdicts)])
             continue
@@ -113,14 +162,21 @@ def summarize(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[list[str]
                 *key,
                 trials,
                 f"{_mean_with_ci([r['conflicts'] for r in known])} / {_num(entries)}",
-                f"{_num(entries)} / {_num(planned)}",
-                str(max(r["max_concurrency"] for r in known)),
-                _num(mean_ci([r["overlap_ms"] for r in known]).mean, 0),
+                *(
+                    [
+                        f"{_num(entries)} / {_num(planned)}",
+                        str(max(r["max_concurrency"] for r in known)),
+                        _num(mean_ci([r["overlap_ms"] for r in known]).mean, 0),
+                    ]
+                    if wide
+                    else []
+                ),
                 _mean_with_ci([r["writes_rejected"] for r in known]),
                 *(_mean_with_ci([r[c] for r in known if _measured(r, c) >= 0]) for c in optional),
                 f"{_num(mean_ci(lost).mean)} ({_range(lost)})",
                 *([_least_progress(known)] if slow else []),
                 *([_acquire_failures(known)] if failures else []),
+                *([_worst_stall(group)] if timing else []),
                 _verdicts(verdicts),
             ]
         )
@@ -143,13 +199,18 @@ def _verdicts(verdicts: Counter[str]) -> str:
     return ", ".join(f"{n}× {v}" for v, n in verdicts.most_common())
 
 
-def render(rows: Sequence[dict[str, Any]], *, fmt: str = "github") -> str:
-    """The summary as text in one of :data:`FORMATS`."""
+def render(rows: Sequence[dict[str, Any]], *, fmt: str = "github", wide: bool = False) -> str:
+    """The summary as text in one of :data:`FORMATS` (narrow unless ``wide``); when a cell holds a
+    timing-marked trial, a line under the table says what the mark means (not in ``csv``: it
+    would not be a CSV any more)."""
     check_format(fmt)
     if not rows:
         return "(no trials)"
-    headers, lines = summarize(rows)
-    return format_table(headers, lines, fmt=fmt)
+    headers, lines = summarize(rows, wide=wide)
+    text = format_table(headers, lines, fmt=fmt)
+    if fmt != "csv" and marked_cells(rows):
+        text += f"\n\n{TIMING_NOTE}"
+    return text
 
 
 def check_format(fmt: str) -> None:

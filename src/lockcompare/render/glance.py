@@ -1,0 +1,168 @@
+"""One picture that answers "who survives what", from a results CSV alone.
+
+Backends are the rows (registration order), experiments the columns (catalogue order:
+analysis/order.py). Each cell is coloured by the worst verdict among its trials (safety first: a
+lost update outweighs a conflict without damage, which outweighs a refusal to make progress) and
+shows the lost updates summed over its trials and how many trials it holds (when their verdicts
+differ: how many had the worst one). A cell holding a trial the timing sentinel marked (analysis/sentinel.py)
+gets a thick violet frame and says how many: its number is the machine's as much as the lock's.
+
+A backend run with a resource check of its own beside its default one (``--fence all`` beside
+``writes``) is a row of its own (``fenced, fence-all``): it is another design. Any other setting
+that varies inside a cell (a pause sweep) makes more columns (``client-pause, pause_ms 850``).
+
+The grid is computed by a pure function (:func:`glance_grid`, tested on hand-built rows) and drawn
+with matplotlib (the ``plot`` extra) into ``glance.png`` at a fixed size.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockcompare.analysis.cells import group_cells
+from lockcompare.analysis.order import backend_rank, experiment_rank
+from lockcompare.analysis.sentinel import is_marked
+from lockcompare.errors import RenderError
+
+GLANCE_PNG = "glance.png"
+
+#: Verdicts from worst to best, with the colour and the short word a cell shows.
+VERDICT_STYLE: dict[str, tuple[str, str]] = {
+    "lost-updates": ("#d7301f", "lost updates"),
+    "conflicts-no-damage": ("#fdae61", "no damage"),
+    "unknown": ("#bdbdbd", "unknown"),
+    "unavailable": ("#8c96c6", "unavailable"),
+    "degraded": ("#c6dbef", "degraded"),
+    "exclusive": ("#66bd63", "exclusive"),
+}
+#: A verdict this module does not know (a newer checker's word) ranks just below lost updates.
+OTHER_STYLE = ("#e7298a", "")
+MARKED_EDGE = "#54278f"
+EMPTY = "#ffffff"
+
+DPI = 100
+ROW_PX, COLUMN_PX, LABEL_PX, HEADER_PX, RIGHT_PX = 56, 104, 170, 150, 90
+
+
+@dataclass(frozen=True, kw_only=True)
+class GlanceCell:
+    verdict: str  # the worst verdict among the trials
+    verdicts: dict[str, int]
+    trials: int
+    lost_updates: int  # summed over the trials that could be judged
+    marked: int  # timing-marked trials
+
+    @property
+    def colour(self) -> str:
+        return VERDICT_STYLE.get(self.verdict, OTHER_STYLE)[0]
+
+    @property
+    def label(self) -> str:
+        word = VERDICT_STYLE.get(self.verdict, (None, self.verdict))[1] or self.verdict
+        # The colour is the worst verdict; when the trials differ, how many of them had it.
+        mix = (
+            f"{self.verdicts[self.verdict]} of {self.trials} trials"
+            if len(self.verdicts) > 1
+            else f"{self.trials} trial{'s' * (self.trials != 1)}"
+        )
+        lines = [word, f"{self.lost_updates} lost", mix]
+        if self.marked:
+            lines.append(f"timing-marked {self.marked}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GlanceGrid:
+    rows: tuple[str, ...]  # row labels, top to bottom
+    columns: tuple[str, ...]  # column labels, left to right
+    cells: dict[tuple[str, str], GlanceCell]  # (row, column) -> cell; absent: not run
+
+
+def _severity(verdict: str) -> float:
+    order = list(VERDICT_STYLE)
+    return order.index(verdict) if verdict in VERDICT_STYLE else 0.5
+
+
+def _worst_first(verdicts: dict[str, int]) -> list[tuple[str, int]]:
+    return sorted(verdicts.items(), key=lambda item: _severity(item[0]))
+
+
+def glance_grid(rows: Sequence[dict[str, Any]]) -> GlanceGrid:
+    """Rows (backend [, resource check]) × columns (experiment [, other varying settings]) → cells."""
+    cells: dict[tuple[str, str], GlanceCell] = {}
+    row_keys: dict[str, tuple[Any, ...]] = {}
+    column_keys: dict[str, tuple[Any, ...]] = {}
+    for cell in group_cells(rows):
+        checks = [f"{v}" for c, v in cell.conditions if c == "resource_check"]
+        others = [f"{c} {v}" for c, v in cell.conditions if c != "resource_check"]
+        row = ", ".join([cell.backend, *checks])
+        column = ", ".join([cell.experiment, *others])
+        # within one backend (experiment) the variants keep the order they first appear in
+        row_keys.setdefault(row, (backend_rank(cell.backend), len(row_keys)))
+        column_keys.setdefault(column, (experiment_rank(cell.experiment), len(column_keys)))
+        judged = [r for r in cell.rows if r["verdict"] != "unknown"]
+        verdicts = dict(Counter(str(r["verdict"]) for r in cell.rows))
+        cells[(row, column)] = GlanceCell(
+            verdict=_worst_first(verdicts)[0][0],
+            verdicts=verdicts,
+            trials=len(cell.rows),
+            lost_updates=sum(max(0, int(r["lost_updates"])) for r in judged),
+            marked=sum(1 for r in cell.rows if is_marked(r)),
+        )
+    return GlanceGrid(
+        rows=tuple(sorted(row_keys, key=lambda k: row_keys[k])),
+        columns=tuple(sorted(column_keys, key=lambda k: column_keys[k])),
+        cells=cells,
+    )
+
+
+def size_px(grid: GlanceGrid) -> tuple[int, int]:
+    return LABEL_PX + COLUMN_PX * len(grid.columns) + RIGHT_PX, HEADER_PX + ROW_PX * len(grid.rows)
+
+
+def plot_glance(rows: Sequence[dict[str, Any]], *, out: Path) -> Path:
+    """Draw the grid of ``rows`` into the PNG ``out`` (see the module docstring)."""
+    from lockcompare.render.plots import _save, require_matplotlib
+
+    grid = glance_grid(rows)
+    if not grid.cells:
+        raise RenderError("no trials to draw")
+    mpl = require_matplotlib()
+    width, height = size_px(grid)
+    fig = mpl.Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
+    mpl.FigureCanvasAgg(fig)
+    # The grid fills a fixed box in pixels: every cell is COLUMN_PX x ROW_PX whatever the labels.
+    ax = fig.add_axes((LABEL_PX / width, 50 / height, COLUMN_PX * len(grid.columns) / width,
+                       ROW_PX * len(grid.rows) / height))  # fmt: skip
+    from matplotlib.patches import Rectangle
+
+    for y, row in enumerate(grid.rows):
+        for x, column in enumerate(grid.columns):
+            cell = grid.cells.get((row, column))
+            if cell is None:
+                ax.add_patch(Rectangle((x, y), 1, 1, facecolor=EMPTY, edgecolor="#d9d9d9", lw=0.5))
+                ax.text(x + 0.5, y + 0.5, "not run", ha="center", va="center", fontsize=7, color="#969696")
+                continue
+            ax.add_patch(Rectangle((x, y), 1, 1, facecolor=cell.colour, edgecolor="white", lw=1.5))
+            if cell.marked:
+                ax.add_patch(Rectangle((x + 0.04, y + 0.07), 0.92, 0.86, fill=False, edgecolor=MARKED_EDGE, lw=3.5))
+            ax.text(x + 0.5, y + 0.5, cell.label, ha="center", va="center", fontsize=7, linespacing=1.15)
+    ax.set_xlim(0, len(grid.columns))
+    ax.set_ylim(len(grid.rows), 0)  # the first backend on top
+    ax.set_xticks([x + 0.5 for x in range(len(grid.columns))], list(grid.columns), rotation=30, ha="left",
+                  fontsize=8)  # fmt: skip
+    ax.xaxis.tick_top()
+    ax.set_yticks([y + 0.5 for y in range(len(grid.rows))], list(grid.rows), fontsize=9)
+    ax.tick_params(length=0)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    handles = [mpl.Patch(facecolor=colour, label=word) for colour, word in VERDICT_STYLE.values()]
+    handles.append(mpl.Patch(facecolor="white", edgecolor=MARKED_EDGE, lw=2.5, label="timing-marked"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7, frameon=False)
+    fig.text(0.01, 1 - 8 / height, "Who survives what: the worst verdict per cell, lost updates summed over its trials",
+             ha="left", va="top", fontsize=9)  # fmt: skip
+    return _save(fig, out)
