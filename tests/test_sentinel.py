@@ -165,3 +165,22 @@ def test_a_trial_is_marked_when_its_stall_ate_the_stated_share_of_its_margin(lat
 def test_rows_from_before_the_sentinel_have_no_share() -> None:
     assert math.isnan(eaten_share({"stall_ms": math.nan, "margin_ms": math.nan}))
     assert math.isnan(eaten_share({}))
+
+
+def test_the_scheduler_admits_fewer_trials_once_they_stall_and_more_once_calm() -> None:
+    from lockcompare.runner.scheduler import BACK_OFF_SHARE, CALM_TO_GROW, StallGovernor
+
+    gov = StallGovernor(jobs=8)
+    gov.record(share=math.nan, concurrent=8)  # a row without a measurement changes nothing
+    gov.record(share=BACK_OFF_SHARE * 0.9, concurrent=8)
+    assert gov.limit == 8
+    gov.record(share=BACK_OFF_SHARE, concurrent=8)
+    assert (gov.limit, gov.backed_off) == (4, 1)
+    gov.record(share=1.5, concurrent=8)  # ran beside 7 others when the limit was still 8: halves 4
+    assert gov.limit == 2
+    gov.record(share=1.5, concurrent=1)  # alone and still stalling: one at a time is the floor
+    gov.record(share=1.5, concurrent=1)
+    assert gov.limit == 1
+    for _ in range(CALM_TO_GROW * 2):
+        gov.record(share=0.01, concurrent=1)
+    assert gov.limit == 3

@@ -164,6 +164,11 @@ def _parallelism_note(report: MatrixReport) -> str:
             f"; more would keep over {DEFAULT_CPU_SHARE:.0%} of {usable_cpus()} CPUs busy "
             f"(busiest: {backend} × {experiment}, {busy:.2f} CPU per trial)"
         )
+    if report.backed_off:
+        note += (
+            f"; trials stalled, so the scheduler admitted fewer at once ({report.backed_off}× backed off, "
+            f"down to {report.jobs_floor})"
+        )
     return note
 
 

@@ -14,9 +14,13 @@ Two sources, one line per property:
    18/80 conflicts against 39/80 under client-pause, in the lesson's workload).
 
 A property the backend does not claim is ``NOT CLAIMED``, never ``FAIL``: a lease lock without
-fencing tokens that lets a paused holder back in is "not claimed — needs fencing"; one that claims
-fencing tokens must lose no update there. The card passes (exit code 0) only when every claimed
-property holds.
+fencing tokens that lets a paused holder back in is "not claimed — needs fencing". One that claims
+fencing tokens is judged under client pauses by fencing's own guarantee (analysis/fencing.py): no
+write accepted below an earlier accepted token (checked on the histories), and no update lost when
+the resource checks the token on every access (client-pause runs again with ``--fence all`` for it).
+Lost updates with the token checked on the write only are shown, not failed: write-only fencing
+does not promise none (a zombie that writes before its successor's first write is accepted).
+The card passes (exit code 0) only when every claimed property holds.
 
 Example::
 
@@ -29,13 +33,15 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
+from lockcompare.analysis import history as history_io
+from lockcompare.analysis.fencing import accepted_below_earlier_token
 from lockcompare.analysis.results import read_results
 from lockcompare.backends import load_backend, require_declarations
 from lockcompare.errors import InvalidValueError, ResultsFileError
@@ -47,7 +53,7 @@ from lockcompare.evaluation.conformance import (
     run_battery,
 )
 from lockcompare.render import table
-from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
+from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, Sweep, run_matrix
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides
 
@@ -148,7 +154,12 @@ def evaluate(
             ([backend], [n for n, s in moved.items() if s == scale], scale) for scale in dict.fromkeys(moved.values())
         ]
         runs += [(backends[1:], list(EXPERIMENTS), time_scale)] if backends[1:] else []
-    for names, experiments, scale in runs:
+    claims = claims_of(cls)
+    fences: list[tuple[str, ...]] = [("writes",)] * len(runs)
+    if claims.issues_fencing_tokens is True:  # fencing's promise with the token checked on every access
+        runs.append(([backend], ["client-pause"], scales["client-pause"]))
+        fences.append(("all",))
+    for (names, experiments, scale), fence in zip(runs, fences, strict=True):
         run_matrix(
             backends=names,
             experiments=experiments,
@@ -157,12 +168,13 @@ def evaluate(
             out=out,
             cluster_options=cluster_options,
             progress=progress,
+            sweep=Sweep(fences=fence),
             resume=out.exists(),  # the later matrices add their rows to the first one's file
         )
     rows = tuple(read_results(out))
-    claims = claims_of(cls)
     lines = [CardLine(title=r.prop.title, status=r.status, evidence=r.evidence) for r in battery]
-    lines += judge_experiments(rows=rows, backend=backend, claims=claims)
+    order = token_order_violations(rows, backend=backend, results=out)
+    lines += judge_experiments(rows=rows, backend=backend, claims=claims, token_order=order)
     return ReportCard(
         backend=backend,
         summary=str(claims.summary),
@@ -230,8 +242,33 @@ def _planned(row: dict[str, Any]) -> int:
     return planned if planned > 0 else int(row["workers"]) * int(row["rounds"])
 
 
-def totals(rows: Sequence[dict[str, Any]], *, backend: str, experiment: str) -> Totals | None:
-    mine = [r for r in rows if r["backend"] == backend and r["experiment"] == experiment]
+def token_order_violations(rows: Sequence[dict[str, Any]], *, backend: str, results: Path) -> dict[str, int | None]:
+    """Per client-pause trial of ``backend``: writes accepted below an earlier accepted token, from
+    its history beside ``results`` (None: the history cannot be read, so nothing is claimed)."""
+    found: dict[str, int | None] = {}
+    for row in rows:
+        if row["backend"] != backend or row["experiment"] != "client-pause":
+            continue
+        try:
+            found[row["trial_id"]] = accepted_below_earlier_token(history_io.load(results.parent / str(row["history"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            found[row["trial_id"]] = None
+    return found
+
+
+#: The resource check of a fencing backend's trials run with ``--fence all``.
+FENCE_ALL = "fence-all"
+
+
+def totals(
+    rows: Sequence[dict[str, Any]], *, backend: str, experiment: str, fence_all: bool | None = None
+) -> Totals | None:
+    """One backend × experiment summed; ``fence_all`` True/False keeps only the trials whose
+    resource checked the token on every access / not (None: every trial)."""
+    mine = [
+        r for r in rows if r["backend"] == backend and r["experiment"] == experiment
+        and (fence_all is None or (r.get("resource_check") == FENCE_ALL) == fence_all)
+    ]  # fmt: skip
     if not mine:
         return None
     p50s = [float(r["acquire_p50_ms"]) for r in mine if r["acquire_p50_ms"] == r["acquire_p50_ms"]]  # not NaN
@@ -256,9 +293,24 @@ def _others(rows: Sequence[dict[str, Any]], *, backend: str, experiment: str, sh
     return f" (beside: {', '.join(parts)})" if parts else ""
 
 
-def judge_experiments(*, rows: Sequence[dict[str, Any]], backend: str, claims: Claims) -> list[CardLine]:
-    """The experiment lines of the card: mutual exclusion, client pause, short TTL, progress."""
-    runs = {name: totals(rows, backend=backend, experiment=name) for name in EXPERIMENTS}
+def judge_experiments(
+    *,
+    rows: Sequence[dict[str, Any]],
+    backend: str,
+    claims: Claims,
+    token_order: Mapping[str, int | None] | None = None,
+) -> list[CardLine]:
+    """The experiment lines of the card: mutual exclusion, client pause, short TTL, progress.
+
+    ``token_order``: per client-pause trial id, the writes accepted below an earlier accepted token
+    (:func:`token_order_violations`; None where the history could not be read) — what a fencing
+    backend is judged by there, with the ``--fence all`` trials' lost updates.
+    """
+    fencing = claims.issues_fencing_tokens is True
+    runs = {
+        name: totals(rows, backend=backend, experiment=name, fence_all=False if fencing else None)
+        for name in EXPERIMENTS
+    }
     conflicts = lambda t: f"{t.ratio()} conflicts"  # noqa: E731
     lines = []
 
@@ -289,9 +341,9 @@ def judge_experiments(*, rows: Sequence[dict[str, Any]], backend: str, claims: C
             f"rejected, {pause.lost_updates} lost updates, {pause.grants_while_held} leases granted while "
             f"another's was valid, {pause.foreign_releases} releases that removed another's lock"
         )
-        if claims.issues_fencing_tokens is True:  # fencing is the claim that makes a pause harmless
-            status = Status.PASS if pause.lost_updates == 0 and pause.entries > 0 else Status.FAIL
-            line(title, status, f"fenced: {evidence}", "client-pause", damage)
+        if fencing:  # judged by fencing's own guarantee (analysis/fencing.py)
+            status, verdict = _fencing_verdict(rows, backend=backend, pause=pause, token_order=token_order or {})
+            line(title, status, f"{verdict}; write-only fencing: {evidence}", "client-pause", damage)
         elif claims.exclusive is not True:
             line(title, Status.NOT_CLAIMED, f"not exclusive: {evidence}", "client-pause", damage)
         elif pause.grants_while_held or pause.foreign_releases:  # the resource may not see it, the history does
@@ -314,6 +366,33 @@ def judge_experiments(*, rows: Sequence[dict[str, Any]], backend: str, claims: C
 
     lines.append(_progress_line(rows, backend=backend, runs=runs))
     return lines
+
+
+def _fencing_verdict(
+    rows: Sequence[dict[str, Any]], *, backend: str, pause: Totals, token_order: Mapping[str, int | None]
+) -> tuple[Status, str]:
+    """PASS when no write was accepted below an earlier accepted token (every trial's history
+    read) and, with ``--fence all``, no update was lost; the first reason otherwise."""
+    trials = [r["trial_id"] for r in rows if r["backend"] == backend and r["experiment"] == "client-pause"]
+    counts = [token_order.get(t) for t in trials]
+    unread = sum(1 for c in counts if c is None)
+    below = sum(c for c in counts if c is not None)
+    every = totals(rows, backend=backend, experiment="client-pause", fence_all=True)
+    if every is None:
+        fence_all = "no trial with --fence all"
+    elif every.problems:
+        fence_all = f"--fence all: could not be judged: {'; '.join(every.problems)}"
+    else:
+        fence_all = f"--fence all: {every.lost_updates} lost updates in {every.entries} entries"
+    order = f"{below} writes accepted below an earlier accepted token" + (
+        f" ({unread} trial histories unreadable: not checked)" if unread else ""
+    )
+    text = f"fenced: {order}; {fence_all}"
+    ok = (
+        pause.entries > 0 and not unread and below == 0
+        and every is not None and not every.problems and every.entries > 0 and every.lost_updates == 0
+    )  # fmt: skip
+    return (Status.PASS if ok else Status.FAIL), text
 
 
 def _missing(experiment: str, t: Totals | None) -> str:

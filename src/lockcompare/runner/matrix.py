@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from lockcompare.runner.scheduler import (
     DEFAULT_CPU_SHARE,
     CpuBudget,
     Finished,
+    StallGovernor,
     prior_busy_fraction,
     run_scheduled,
     usable_cpus,
@@ -90,6 +92,9 @@ class MatrixReport:
     unknown: tuple[tuple[str, str], ...] = ()
     #: How many trials of this run had each of :data:`NOTED_VERDICTS` (said on stderr with its meaning).
     no_progress: dict[str, int] = field(default_factory=dict)
+    #: The fewest trials the stall governor let run at once, and how often it backed off (scheduler.py).
+    jobs_floor: int = 1
+    backed_off: int = 0
 
 
 #: Verdicts a run explains on stderr when it gives them: they are results, not failures, but a
@@ -374,6 +379,8 @@ def run_planned(
     histories = history_dir(out)
     run_id = new_run_id()
     budget = CpuBudget(cpus=usable_cpus(), share=cpu_share, prior=prior_busy_fraction(time_scale))
+    governor = StallGovernor(jobs=jobs)
+    floor = jobs
     jobs_used = 0
     unknown: list[tuple[str, str]] = []
     no_progress: dict[str, int] = {}
@@ -391,7 +398,8 @@ def run_planned(
         return result, row
 
     def on_done(done: Finished[TrialSpec, tuple[TrialResult, dict[str, Any]]]) -> None:
-        nonlocal jobs_used
+        nonlocal jobs_used, floor
+        floor = min(floor, governor.limit)
         result, row = done.result
         row["jobs_concurrent"] = done.jobs_concurrent
         jobs_used = max(jobs_used, done.jobs_concurrent)
@@ -433,6 +441,8 @@ def run_planned(
                 kind_of=lambda spec: (spec.backend, spec.experiment),
                 budget=budget,
                 solo=_runs_alone,
+                stall_of=_stall_share,
+                governor=governor,
                 on_start=lambda spec, done: progress(spec, None, done, len(todo)) if progress else None,
                 on_done=on_done,
                 on_cancel=workers.kill_all,
@@ -449,7 +459,15 @@ def run_planned(
         jobs=jobs,
         jobs_used=jobs_used,
         busy_cpu=budget.estimates(),  # type: ignore[arg-type]  # kinds are (backend, experiment)
+        jobs_floor=floor,
+        backed_off=governor.backed_off,
     )
+
+
+def _stall_share(outcome: tuple[TrialResult, dict[str, Any]]) -> float:
+    """The share of its margin a finished trial's worst stall ate (NaN: not measured)."""
+    timing = outcome[0].timing
+    return timing.eaten if timing is not None else math.nan
 
 
 def _runs_alone(spec: TrialSpec) -> bool:

@@ -22,6 +22,13 @@ with 2 trials at once, 59.9 with 8 (65.9 with 8 and fresh workers) — while loc
 the serial run cell for cell. Such trials (``solo``: the matrix passes no-lock backends —
 ``none``, ``atomic``, ``optimistic`` — in experiments without pauses) run with nothing beside them.
 
+Trials that stall say so themselves (analysis/sentinel.py: how late their steps ran against the
+margin their experiment rests on), and a :class:`StallGovernor` listens: when a finished trial's
+worst stall ate :data:`BACK_OFF_SHARE` of its margin (half the share that marks a row), fewer
+trials are admitted at once (the limit halves, down to 1), and it grows back by one after
+:data:`CALM_TO_GROW` calm trials in a row. The CPU budget measures average load; the governor
+catches what an average hides (a burst, a neighbour process, a slow disk) in the numbers that matter.
+
 On an interrupt (KeyboardInterrupt, :class:`~lockcompare.infra.lifecycle.Terminated`) or a failed
 trial, every worker is killed, the runner threads finish (each deletes its keys), every server is
 stopped, and results that arrive after that are dropped: only whole rows of whole trials exist.
@@ -29,6 +36,7 @@ stopped, and results that arrive after that are dropped: only whole rows of whol
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable, Hashable, Sequence
@@ -101,6 +109,55 @@ class CpuBudget:
         return {kind: self.estimate(kind) for kind in self._measured}
 
 
+#: A finished trial whose worst stall ate this share of its margin makes the scheduler back off:
+#: half of what marks a row (sentinel.MARK_SHARE = 0.5), so it backs off before rows get marked.
+BACK_OFF_SHARE = 0.25
+#: Calm trials in a row (stall under BACK_OFF_SHARE) before one more trial may run at once again.
+CALM_TO_GROW = 3
+
+
+@dataclass(kw_only=True)
+class StallGovernor:
+    """How many trials may run at once, from how late the finished ones ran (pure bookkeeping).
+
+    >>> gov = StallGovernor(jobs=8)
+    >>> gov.record(share=0.4, concurrent=8); gov.limit   # a stall of 40% of its margin beside 7 others
+    4
+    >>> gov.record(share=0.3, concurrent=4); gov.limit
+    2
+    >>> for _ in range(3): gov.record(share=0.05, concurrent=2)
+    >>> gov.limit
+    3
+    """
+
+    jobs: int
+    back_off: float = BACK_OFF_SHARE
+    calm_to_grow: int = CALM_TO_GROW
+    limit: int = 0
+    _calm: int = 0
+    backed_off: int = 0  # how many times the limit was lowered
+
+    def __post_init__(self) -> None:
+        self.limit = self.limit or self.jobs
+
+    def record(self, *, share: float, concurrent: int) -> None:
+        """A trial finished whose worst stall ate ``share`` of its margin, having run beside
+        ``concurrent - 1`` others at most (NaN share: not measured, changes nothing)."""
+        if math.isnan(share):
+            return
+        if share >= self.back_off:
+            lowered = max(1, min(self.limit, concurrent) // 2)
+            if lowered < self.limit:
+                self.backed_off += 1
+            self.limit = min(self.limit, lowered)
+            self._calm = 0
+            return
+        self._calm += 1
+        if self._calm >= self.calm_to_grow and self.limit < self.jobs:
+            self.limit += 1
+            self._calm = 0
+
+
 class ClusterSource(Protocol):
     def acquire(self, shape: ClusterShape) -> Cluster: ...
 
@@ -138,12 +195,15 @@ def run_scheduled(
     kind_of: Callable[[S], Hashable],
     budget: CpuBudget,
     solo: Callable[[S], bool] = lambda _spec: False,
+    stall_of: Callable[[R], float] = lambda _result: math.nan,
+    governor: StallGovernor | None = None,
     on_start: Callable[[S, int], None],
     on_done: Callable[[Finished[S, R]], None],
     on_cancel: Callable[[], None],
 ) -> None:
-    """Run every spec with ``run_one(spec, cluster)``, at most ``jobs`` at once within ``budget``;
-    a spec for which ``solo`` is true runs with no other trial beside it.
+    """Run every spec with ``run_one(spec, cluster)``, at most ``jobs`` at once within ``budget``
+    and the ``governor``'s limit (fed with ``stall_of(result)``: the share of its margin a finished
+    trial's worst stall ate); a spec for which ``solo`` is true runs with no other trial beside it.
 
     ``on_start(spec, finished_so_far)`` and ``on_done(finished)`` run in the calling (main)
     thread, in the order trials start and finish. ``on_cancel`` must make every trial in flight
@@ -153,12 +213,13 @@ def run_scheduled(
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
     pending = list(specs)
+    governor = governor or StallGovernor(jobs=jobs)
     running: dict[Future[tuple[R, float]], _InFlight[S]] = {}
     finished = 0
     executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="trial")
     try:
         while pending or running:
-            while pending and len(running) < jobs:
+            while pending and len(running) < min(jobs, governor.limit):
                 flights = list(running.values())
                 index = _next_admissible(pending, running=flights, solo=solo, kind_of=kind_of, budget=budget)
                 if index is None:
@@ -178,6 +239,7 @@ def run_scheduled(
                 clusters.release(flight.cluster)
                 result, busy = future.result()  # a failed trial stops the run, as a serial run does
                 budget.record(kind=flight.kind, busy=busy)
+                governor.record(share=stall_of(result), concurrent=flight.peak)
                 finished += 1
                 on_done(
                     Finished(
