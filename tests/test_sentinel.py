@@ -176,11 +176,15 @@ def test_the_scheduler_admits_fewer_trials_once_they_stall_and_more_once_calm() 
     assert gov.limit == 8
     gov.record(share=BACK_OFF_SHARE, concurrent=8)
     assert (gov.limit, gov.backed_off) == (4, 1)
-    gov.record(share=1.5, concurrent=8)  # ran beside 7 others when the limit was still 8: halves 4
+    gov.record(share=1.5, concurrent=8)  # it too ran beside 7 others: already answered by the 4
+    assert gov.limit == 4
+    gov.record(share=1.5, concurrent=4)
     assert gov.limit == 2
+    gov.record(share=1.5, concurrent=3)  # it ran before the last back-off: half of 3 lowers nothing
+    assert gov.limit == 2
+    gov.record(share=1.5, concurrent=2)
     gov.record(share=1.5, concurrent=1)  # alone and still stalling: one at a time is the floor
-    gov.record(share=1.5, concurrent=1)
-    assert gov.limit == 1
+    assert (gov.limit, gov.backed_off) == (1, 3)
     for _ in range(CALM_TO_GROW * 2):
         gov.record(share=0.01, concurrent=1)
     assert gov.limit == 3

@@ -24,8 +24,8 @@ the serial run cell for cell. Such trials (``solo``: the matrix passes no-lock b
 
 Trials that stall say so themselves (analysis/sentinel.py: how late their steps ran against the
 margin their experiment rests on), and a :class:`StallGovernor` listens: when a finished trial's
-worst stall ate :data:`BACK_OFF_SHARE` of its margin (half the share that marks a row), fewer
-trials are admitted at once (the limit halves, down to 1), and it grows back by one after
+worst stall ate :data:`BACK_OFF_SHARE` of its margin (the share that marks its row), fewer trials
+are admitted at once (half as many as ran beside it, rounded up, down to 1), and one more after
 :data:`CALM_TO_GROW` calm trials in a row. The CPU budget measures average load; the governor
 catches what an average hides (a burst, a neighbour process, a slow disk) in the numbers that matter.
 
@@ -110,8 +110,10 @@ class CpuBudget:
 
 
 #: A finished trial whose worst stall ate this share of its margin makes the scheduler back off:
-#: half of what marks a row (sentinel.MARK_SHARE = 0.5), so it backs off before rows get marked.
-BACK_OFF_SHARE = 0.25
+#: what marks its row (sentinel.MARK_SHARE). A quarter was tried first: at --time-scale 0.1
+#: short-ttl's margin is 10 ms, and 2.5 ms stalls are everyday on 2 cores with a few trials at
+#: once, so it ran the main command nearly serially (5 min instead of ~1.5) without changing a cell.
+BACK_OFF_SHARE = 0.5
 #: Calm trials in a row (stall under BACK_OFF_SHARE) before one more trial may run at once again.
 CALM_TO_GROW = 3
 
@@ -121,9 +123,9 @@ class StallGovernor:
     """How many trials may run at once, from how late the finished ones ran (pure bookkeeping).
 
     >>> gov = StallGovernor(jobs=8)
-    >>> gov.record(share=0.4, concurrent=8); gov.limit   # a stall of 40% of its margin beside 7 others
+    >>> gov.record(share=0.6, concurrent=8); gov.limit   # a stall of 60% of its margin beside 7 others
     4
-    >>> gov.record(share=0.3, concurrent=4); gov.limit
+    >>> gov.record(share=0.5, concurrent=3); gov.limit
     2
     >>> for _ in range(3): gov.record(share=0.05, concurrent=2)
     >>> gov.limit
@@ -146,7 +148,8 @@ class StallGovernor:
         if math.isnan(share):
             return
         if share >= self.back_off:
-            lowered = max(1, min(self.limit, concurrent) // 2)
+            lowered = max(1, math.ceil(concurrent / 2))  # half of what it ran beside: a trial from
+            # before an earlier back-off (more beside it than the limit now) lowers nothing twice
             if lowered < self.limit:
                 self.backed_off += 1
             self.limit = min(self.limit, lowered)
