@@ -101,9 +101,12 @@ def test_progress_shows_when_a_holder_got_little_done() -> None:
                 workers_starved=0, writes_accepted_min_worker=1, verdict="conflicts-no-damage"),
             row(backend="fenced", experiment="node-restart", progress_by_worker="w0:40/40 w1:0/18",
                 workers_starved=1, writes_accepted_min_worker=0, verdict="starved")]  # fmt: skip
-    headers, (line,) = summarize(rows)
+    headers, (line,) = summarize(rows, wide=True)
     assert line[headers.index("least progress (rounds, one worker)")] == "0.5 / 19"
     assert line[headers.index("workers starved")] == "0.5 ±6.4"
+    narrow, (short,) = summarize(rows)  # the narrow table keeps the least progress, not the optional counts
+    assert short[narrow.index("least progress (rounds, one worker)")] == "0.5 / 19"
+    assert "workers starved" not in narrow and len(narrow) <= 8
     assert line[-1] == "1× conflicts-no-damage, 1× starved"
     healthy = [row(progress_by_worker="w0:40/40 w1:40/40", workers_starved=0)]
     assert "least progress (rounds, one worker)" not in summarize(healthy)[0]

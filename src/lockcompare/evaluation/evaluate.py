@@ -53,8 +53,9 @@ from lockcompare.evaluation.conformance import (
     run_battery,
 )
 from lockcompare.render import table
-from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, Sweep, run_matrix
+from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.settings import Sweep
 from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides
 
 DEFAULT_AGAINST = ("single", "redlock", "fenced")
@@ -168,7 +169,7 @@ def evaluate(
             out=out,
             cluster_options=cluster_options,
             progress=progress,
-            sweep=Sweep(fences=fence),
+            sweep=Sweep(fence=fence),
             resume=out.exists(),  # the later matrices add their rows to the first one's file
         )
     rows = tuple(read_results(out))
