@@ -11,8 +11,7 @@ import pytest
 from lockcompare.render.glance import (
     COLUMN_PX,
     EMPTY,
-    HEADER_PX,
-    LABEL_PX,
+    GRID_ORIGIN_PX,
     MARKED_EDGE,
     ROW_PX,
     VERDICT_STYLE,
@@ -59,6 +58,14 @@ def test_the_grid_is_in_fixed_order_and_each_cell_takes_its_worst_verdict() -> N
     assert ("none", "client-pause") not in grid.cells  # not run: drawn empty
 
 
+def test_every_verdict_the_checker_gives_has_a_colour_and_a_rank() -> None:
+    from lockcompare.analysis.checker import VERDICT_MEANINGS
+
+    assert set(VERDICT_MEANINGS) == set(VERDICT_STYLE)
+    ranked = list(VERDICT_STYLE)
+    assert (ranked[0], ranked[-1]) == ("lost-updates", "exclusive")
+
+
 def test_a_second_resource_check_is_a_row_and_a_pause_sweep_makes_columns() -> None:
     rows = [
         row("fenced", "client-pause", "lost-updates", lost=1, resource_check="fence-writes", pause_ms=120.0),
@@ -84,12 +91,11 @@ def test_the_png_has_each_cell_in_its_verdict_colour_and_marked_cells_framed(tmp
     grid = glance_grid(ROWS)
     width, height = size_px(grid)
     assert png_size(path) == (width, height)
-    assert height == HEADER_PX + ROW_PX * len(grid.rows)
     pixels = imread(path)
-    top = height - 50 - ROW_PX * len(grid.rows)  # the grid's top edge, in image rows
+    left, top = GRID_ORIGIN_PX
 
     def pixel(r: int, c: int, dx: int, dy: int) -> tuple[float, float, float]:
-        y, x = top + ROW_PX * r + dy, LABEL_PX + COLUMN_PX * c + dx
+        y, x = top + ROW_PX * r + dy, left + COLUMN_PX * c + dx
         return tuple(float(v) for v in pixels[y, x, :3])  # type: ignore[return-value]
 
     for r, name in enumerate(grid.rows):

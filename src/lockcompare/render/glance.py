@@ -17,6 +17,7 @@ with matplotlib (the ``plot`` extra) into ``glance.png`` at a fixed size.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +34,9 @@ GLANCE_PNG = "glance.png"
 #: Verdicts from worst to best, with the colour and the short word a cell shows.
 VERDICT_STYLE: dict[str, tuple[str, str]] = {
     "lost-updates": ("#d7301f", "lost updates"),
+    "lease-violated": ("#f46d43", "lease violated"),
     "conflicts-no-damage": ("#fdae61", "no damage"),
+    "starved": ("#fee08b", "starved"),
     "unknown": ("#bdbdbd", "unknown"),
     "unavailable": ("#8c96c6", "unavailable"),
     "degraded": ("#c6dbef", "degraded"),
@@ -45,7 +48,10 @@ MARKED_EDGE = "#54278f"
 EMPTY = "#ffffff"
 
 DPI = 100
-ROW_PX, COLUMN_PX, LABEL_PX, HEADER_PX, RIGHT_PX = 56, 104, 170, 150, 90
+#: Cell size, room left of the grid (backend names), above it (title, experiment names), right of it
+#: (the last experiment name's tail), in pixels.
+ROW_PX, COLUMN_PX, LABEL_PX, TOP_PX, RIGHT_PX = 64, 104, 170, 100, 90
+LEGEND_ENTRY_PX, LEGEND_ROW_PX = 115, 18
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,8 +126,26 @@ def glance_grid(rows: Sequence[dict[str, Any]]) -> GlanceGrid:
     )
 
 
+LEGEND_ENTRIES = len(VERDICT_STYLE) + 1  # the verdicts and "timing-marked"
+
+
+def _legend_layout(width: int) -> tuple[int, int]:
+    """(entries per legend row, legend rows) for a figure ``width`` px wide."""
+    per_row = max(1, min(LEGEND_ENTRIES, (width - 20) // LEGEND_ENTRY_PX))
+    return per_row, math.ceil(LEGEND_ENTRIES / per_row)
+
+
+def _footer_px(width: int) -> int:
+    return 14 + LEGEND_ROW_PX * _legend_layout(width)[1]
+
+
 def size_px(grid: GlanceGrid) -> tuple[int, int]:
-    return LABEL_PX + COLUMN_PX * len(grid.columns) + RIGHT_PX, HEADER_PX + ROW_PX * len(grid.rows)
+    width = LABEL_PX + COLUMN_PX * len(grid.columns) + RIGHT_PX
+    return width, TOP_PX + ROW_PX * len(grid.rows) + _footer_px(width)
+
+
+#: Where the first cell's top-left corner is in the image (x from the left, y from the top).
+GRID_ORIGIN_PX = (LABEL_PX, TOP_PX)
 
 
 def plot_glance(rows: Sequence[dict[str, Any]], *, out: Path) -> Path:
@@ -136,7 +160,8 @@ def plot_glance(rows: Sequence[dict[str, Any]], *, out: Path) -> Path:
     fig = mpl.Figure(figsize=(width / DPI, height / DPI), dpi=DPI)
     mpl.FigureCanvasAgg(fig)
     # The grid fills a fixed box in pixels: every cell is COLUMN_PX x ROW_PX whatever the labels.
-    ax = fig.add_axes((LABEL_PX / width, 50 / height, COLUMN_PX * len(grid.columns) / width,
+    bottom = _footer_px(width)
+    ax = fig.add_axes((LABEL_PX / width, bottom / height, COLUMN_PX * len(grid.columns) / width,
                        ROW_PX * len(grid.rows) / height))  # fmt: skip
     from matplotlib.patches import Rectangle
 
@@ -162,7 +187,8 @@ def plot_glance(rows: Sequence[dict[str, Any]], *, out: Path) -> Path:
         spine.set_visible(False)
     handles = [mpl.Patch(facecolor=colour, label=word) for colour, word in VERDICT_STYLE.values()]
     handles.append(mpl.Patch(facecolor="white", edgecolor=MARKED_EDGE, lw=2.5, label="timing-marked"))
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=7, frameon=False)
+    per_row, _ = _legend_layout(width)
+    fig.legend(handles=handles, loc="lower center", ncol=per_row, fontsize=7, frameon=False)
     fig.text(0.01, 1 - 8 / height, "Who survives what: the worst verdict per cell, lost updates summed over its trials",
              ha="left", va="top", fontsize=9)  # fmt: skip
     return _save(fig, out)
