@@ -25,9 +25,10 @@ worker's start-up offset are not recorded step by step, so they are not judged).
 because the orderings the experiments rest on are races between two workers (the new holder's
 write against the woken zombie's, a rival's entry against the holder's exit): each side can be
 late, and the sentinel sees the worst single delay, so at half the margin two such delays together
-can already flip the race. On an idle machine the stalls found are ~0.2-0.5 ms (sleep overshoot
-p99 0.43 ms, FIELD-NOTES), under 5 % of the smallest default margin at ``--time-scale 0.1``
-(short-ttl: 10 ms), so a mark means the machine, not noise.
+can already flip the race. The noise floor is the sleep overshoot and loopback jitter (a sleep
+overshoots by p99 0.43 ms on an idle machine): one trial at a time beside other work measured
+0.7-3 ms here, under a third of the smallest default margin at ``--time-scale 0.1`` (short-ttl:
+10 ms); a CPU hog beside the matrix gave 10-77 ms.
 """
 
 from __future__ import annotations
