@@ -8,7 +8,10 @@ non-zero exit code (never a traceback)::
     │   ├── UnknownNameError         no backend / experiment / format of that name
     │   ├── InvalidValueError        a zero or negative time, a malformed list or number
     │   ├── InvalidURLError          a --nodes / --resource value that is not a redis URL
-    │   └── ResultsFileError         a results CSV that is missing, unreadable or not ours
+    │   ├── ResultsFileError         a results CSV that is missing, unreadable or not ours
+    │   │   └── ResultsBusyError     another run is writing that results file (names its pid)
+    │   └── OutputPathError          an output path that cannot be written (checked before any trial)
+    ├── WriteError                   an OS error while writing output (disk full, /dev/full, EACCES)
     ├── ClusterError                 the redis-server nodes could not be provided
     │   ├── RedisServerNotFoundError no redis-server binary anywhere we look
     │   ├── ServerStartError         a spawned redis-server did not come up
@@ -56,6 +59,18 @@ class InvalidURLError(ConfigError):
 
 class ResultsFileError(ConfigError):
     """A results file that cannot be read, or would be overwritten."""
+
+
+class ResultsBusyError(ResultsFileError):
+    """Another lockcompare run holds the results file's lock."""
+
+
+class OutputPathError(ConfigError):
+    """An output path that cannot be written; found before anything runs."""
+
+
+class WriteError(LockcompareError):
+    """Writing output failed at the OS level (disk full, permissions); the files stay whole."""
 
 
 class ClusterError(LockcompareError):

@@ -28,6 +28,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from lockcompare.errors import ResultsFileError
+from lockcompare.files import MAX_INPUT_ENV, input_cap_bytes, replace_atomically, writing
+
 Event = dict[str, Any]
 T = TypeVar("T")
 
@@ -86,15 +89,23 @@ def merge(per_worker: Iterable[list[Event]]) -> list[Event]:
 
 def save(events: list[Event], path: Path) -> None:
     """Write the history as gzipped JSON lines (written to a temporary name, then renamed)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".part")
-    with gzip.open(tmp, "wt", encoding="utf-8") as fh:
-        for event in events:
-            fh.write(json.dumps(event, separators=(",", ":")) + "\n")
-    tmp.replace(path)
+
+    def write(tmp: Path) -> None:
+        with gzip.open(tmp, "wt", encoding="utf-8") as fh:
+            for event in events:
+                fh.write(json.dumps(event, separators=(",", ":")) + "\n")
+
+    with writing(path.parent):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    replace_atomically(path, write)  # a full disk leaves no .part file and no half history
 
 
 def load(path: Path) -> list[Event]:
+    """A saved history; one larger than the input cap (uncompressed) is refused, not read whole."""
+    cap = input_cap_bytes()
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    with opener(path, "rb") as fh:
+        data = fh.read(cap + 1)
+    if len(data) > cap:
+        raise ResultsFileError(f"{path} holds more than {cap // (1024 * 1024)} MB: set {MAX_INPUT_ENV} to read it")
+    return [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]

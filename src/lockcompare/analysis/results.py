@@ -8,23 +8,28 @@ leaves only complete rows, and the file is created only when its first row is re
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import logging
 import math
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockcompare.analysis import sentinel
 from lockcompare.analysis.checker import TrialMetrics
 from lockcompare.errors import ResultsFileError
+from lockcompare.files import read_capped, replace_atomically, write_error
 from lockcompare.infra.provenance import host_facts
 from lockcompare.spec.settings import LEGACY_VALUES, SETTING_COLUMNS, SETTINGS
 from lockcompare.spec.trialspec import trial_id_for
 
 if TYPE_CHECKING:  # the runner writes rows; reading them must not import it (no redis offline)
     from lockcompare.runner.trial import TrialResult
+
+log = logging.getLogger("lockcompare")
 
 #: 5: call_timeout_ms recorded; the settings' legacy values come from spec/settings.py.
 SCHEMA_VERSION = 5
@@ -125,13 +130,31 @@ class ResultsWriter:
         self.path = path
 
     def append(self, row: dict[str, Any]) -> None:
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        data = format_row(row, header=new).encode()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        """Append one row; an OS error (disk full, /dev/full) is a :class:`WriteError` and the
+        file is cut back to its rows before (a short write never leaves half a row)."""
         try:
-            os.write(fd, data)  # one write: a row is on disk whole, or not at all
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise write_error(self.path, exc) from None
+        size = -1
+        try:
+            size = os.fstat(fd).st_size
+            data = format_row(row, header=size == 0).encode()
+            written = os.write(fd, data)  # one write: a row is on disk whole, or not at all
+            if written != len(data):
+                raise OSError(28, "No space left on device (short write)")
             os.fsync(fd)
+        except OSError as exc:
+            if size >= 0:
+                try:
+                    os.ftruncate(fd, size)
+                except OSError:
+                    pass
+            if size == 0:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()  # the file is created only with its first whole row
+            raise write_error(self.path, exc) from None
         finally:
             os.close(fd)
 
@@ -155,19 +178,39 @@ class ResultsFile:
     oldest_schema: int  # the oldest schema_version among its rows (SCHEMA_VERSION when empty)
     truncated_lines: list[int]  # line numbers of rows cut short (e.g. by a full disk or a crash)
     header_current: bool  # the header is exactly today's columns
+    #: trial_ids with more than one judged row (two runs wrote the file at once, before the lock)
+    duplicate_ids: list[str] = field(default_factory=list)
 
     @property
     def needs_rewrite(self) -> bool:
         """True when appending today's rows would not give a consistent file."""
-        return bool(self.truncated_lines) or not self.header_current or self.oldest_schema < SCHEMA_VERSION
+        return (
+            bool(self.truncated_lines)
+            or bool(self.duplicate_ids)
+            or not self.header_current
+            or self.oldest_schema < SCHEMA_VERSION
+        )
+
+    def kept_rows(self) -> list[dict[str, Any]]:
+        """The rows, each duplicated trial's judged rows reduced to its latest one."""
+        return without_duplicates(self.rows)
+
+    def warn(self) -> None:
+        """Say (as warnings) what a reader of this file leaves out."""
+        if self.truncated_lines:
+            lines = ", ".join(map(str, self.truncated_lines))
+            log.warning("%s: left out truncated row(s) at line %s", self.path, lines)
+        if self.duplicate_ids:
+            log.warning(
+                "%s: %d trial id(s) have more than one judged row (e.g. %s; two runs wrote this file at once): "
+                "each counted once, its latest row; `lockcompare upgrade %s` keeps only those",
+                self.path, len(self.duplicate_ids), self.duplicate_ids[0], self.path,
+            )  # fmt: skip
 
 
 def inspect_results(path: Path) -> ResultsFile:
     """Read a results CSV of any schema; raises :class:`ResultsFileError` for one that is not ours."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ResultsFileError(f"cannot read {path}: {exc.strerror or exc}") from None
+    data = read_capped(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -203,14 +246,40 @@ def inspect_results(path: Path) -> ResultsFile:
         except ValueError as exc:
             raise ResultsFileError(f"{path}:{number}: malformed value: {exc}") from None
     return ResultsFile(
-        path=path, rows=typed, oldest_schema=oldest, truncated_lines=truncated, header_current=tuple(header) == COLUMNS
+        path=path,
+        rows=typed,
+        oldest_schema=oldest,
+        truncated_lines=truncated,
+        header_current=tuple(header) == COLUMNS,
+        duplicate_ids=duplicate_ids(typed),
     )
 
 
 def read_results(path: Path) -> list[dict[str, Any]]:
-    """Rows of a results CSV, typed, in the current schema (truncated rows left out: see
-    :func:`inspect_results` to learn about them)."""
-    return inspect_results(path).rows
+    """Rows of a results CSV, typed, in the current schema. Truncated rows are left out and a
+    trial judged twice counts once (its latest row), each said as a warning."""
+    found = inspect_results(path)
+    found.warn()
+    return found.kept_rows()
+
+
+def duplicate_ids(rows: list[dict[str, Any]]) -> list[str]:
+    """trial_ids with more than one judged (not ``unknown``) row, in file order."""
+    seen: dict[str, int] = {}
+    for row in rows:
+        if row.get("verdict") != "unknown":
+            seen[row["trial_id"]] = seen.get(row["trial_id"], 0) + 1
+    return [trial_id for trial_id, count in seen.items() if count > 1]
+
+
+def without_duplicates(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` without the earlier judged rows of a trial judged again later (an ``unknown``
+    row followed by its rerun is kept as it is: see :func:`latest_rows`)."""
+    last: dict[str, int] = {}
+    for index, row in enumerate(rows):
+        if row.get("verdict") != "unknown":
+            last[row["trial_id"]] = index
+    return [row for index, row in enumerate(rows) if row.get("verdict") == "unknown" or last[row["trial_id"]] == index]
 
 
 def _upgrade(raw: dict[str, str], version: int) -> dict[str, str]:
@@ -243,14 +312,16 @@ def _extra(raw: dict[str, str]) -> dict[str, str]:
 
 def rewrite(path: Path, rows: list[dict[str, Any]]) -> None:
     """Replace ``path`` by ``rows`` in the current schema, atomically (a temporary file, then rename)."""
-    tmp = path.with_name(path.name + ".part")
-    with tmp.open("w", encoding="utf-8", newline="") as fh:
-        fh.write(format_header())
-        for row in rows:
-            fh.write(format_row(row))
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", encoding="utf-8", newline="") as fh:
+            fh.write(format_header())
+            for row in rows:
+                fh.write(format_row(row))
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    replace_atomically(path, write)
 
 
 def finished_trials(rows: list[dict[str, Any]]) -> set[str]:

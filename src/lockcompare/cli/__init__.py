@@ -4,8 +4,14 @@ core.py holds the app and its one-line error handling, options.py the options `r
 share; each other module is one group of commands.
 """
 
-from lockcompare.cli import catalogue, measure, results  # noqa: F401  (registers the commands)
-from lockcompare.cli.core import app
+import sys
+
+try:
+    from lockcompare.cli import catalogue, measure, results  # noqa: F401  (registers the commands)
+    from lockcompare.cli.core import app
+except KeyboardInterrupt:  # a Ctrl-C while the command is still importing: one line, no traceback
+    print("lockcompare: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 
 def main() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from pathlib import Path
@@ -51,6 +52,10 @@ def experiments() -> None:
         typer.echo(f"  {verdict:<20} {meaning}")
 
 
+#: A deadline past this is no deadline: a hung plug-in would hold the battery for ten minutes per call.
+MAX_CALL_TIMEOUT_S = 600
+
+
 @app.command(name="evaluate")
 def evaluate_command(
     backend: Annotated[str, typer.Argument(help="A backend name or package.module:Class.")],
@@ -81,8 +86,10 @@ def evaluate_command(
     beside the built-ins that bracket it. Exit 0 only when every property it claims holds."""
     if fmt not in CARD_FORMATS:
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(CARD_FORMATS)}", param_hint="--format")
-    if call_timeout_s <= 0:
-        raise InvalidValueError(f"--call-timeout-s must be > 0, got {call_timeout_s:g}")
+    if not (math.isfinite(call_timeout_s) and 0 < call_timeout_s <= MAX_CALL_TIMEOUT_S):
+        raise InvalidValueError(
+            f"--call-timeout-s takes a number above 0 and up to {MAX_CALL_TIMEOUT_S}, got {call_timeout_s:g}"
+        )
     scale = time_scale if time_scale is not None else (QUICK_TIME_SCALE if quick else 1.0)
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
     target = out_path or Path("results") / time.strftime(f"evaluate-{safe}-%Y%m%d-%H%M%S.csv")

@@ -6,6 +6,7 @@ own errors (see errors.py), click's usage errors, and Ctrl-C (exit 130, servers 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -60,6 +61,17 @@ class OneLineErrors(TyperGroup):
         except LockcompareError as exc:
             print(f"lockcompare: error: {exc}", file=sys.stderr)
             sys.exit(exc.exit_code)
+        except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing left to say
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(1)
+        except OSError as exc:  # the last net: an OS error no layer above translated is still one line
+            where = f"{exc.filename}: " if exc.filename else ""
+            print(f"lockcompare: error: {where}{exc.strerror or exc}", file=sys.stderr)
+            sys.exit(1)
+        except MemoryError:
+            print("lockcompare: error: out of memory", file=sys.stderr)
+            sys.exit(1)
         if result == 130:  # typer turns KeyboardInterrupt into Exit(130), returned in this mode
             print("lockcompare: interrupted; servers and workers stopped", file=sys.stderr)
         sys.exit(result if isinstance(result, int) else 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -19,6 +20,7 @@ from lockcompare.cli.core import UnknownTrialsError, app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
     Nodes,
+    NodesFile,
     RedisServer,
     RedlockNodes,
     ResourceUrl,
@@ -43,7 +45,11 @@ from lockcompare.runner.matrix import (
 )
 from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE
 from lockcompare.spec.experiments import DEFAULT_EXPERIMENTS
+from lockcompare.spec.limits import LIMITS, check_count, env_name
 from lockcompare.spec.settings import SETTING_COLUMNS
+
+#: bench: a lease longer than this outlives any cycle many times over (a day).
+BENCH_MAX_TTL_MS = 86_400_000
 
 
 @app.command()
@@ -60,20 +66,36 @@ def matrix(
             "see 'lockcompare experiments' for the node-fault and renewal ones).",
         ),
     ] = None,
-    trials: Annotated[int, typer.Option("--trials", help="Trials per backend x experiment cell.")] = 3,
+    trials: Annotated[
+        int,
+        typer.Option(
+            "--trials",
+            help=f"Trials per backend x experiment cell (at most {LIMITS['trials'][1]}; "
+            f"{env_name('trials')} raises it).",
+        ),
+    ] = 3,
     out_path: Annotated[
-        Path | None, typer.Option("--out", help="Results CSV (default: a new file under results/).")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Results CSV (default: a new file under results/). One run writes a file at a time: "
+            "a second run on it is refused, naming the first one's pid.",
+        ),
     ] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Continue --out, skipping trials it already holds.")] = False,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue --out (required), skipping trials it already holds.")
+    ] = False,
     fmt: Annotated[str, typer.Option("--format", help="Table format: github, simple, latex, csv.")] = "github",
     nodes: Nodes = None,
+    nodes_file: NodesFile = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
     jobs: Annotated[
         int,
         typer.Option(
             "--jobs",
-            help=f"Trials run at once, each on its own embedded servers (default {DEFAULT_JOBS}: four per CPU); "
+            help=f"Trials run at once, each on its own embedded servers (default {DEFAULT_JOBS}: four per CPU; "
+            f"at most {LIMITS['jobs'][1]}); "
             f"fewer while the running trials would keep more than {DEFAULT_CPU_SHARE:.0%} of the CPUs busy "
             "(measured per trial); pause-free no-lock trials (none, atomic, optimistic) run alone, "
             "their conflicts hang on millisecond timing. 1: one after another. With --nodes/--resource "
@@ -95,8 +117,12 @@ def matrix(
     settings that say so, one cell per value."""
     if fmt not in table.FORMATS:
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(table.FORMATS)}", param_hint="--format")
+    if resume and out_path is None:
+        raise InvalidValueError("--resume continues the file --out names: give --out")
+    check_count("trials", trials)
+    check_count("jobs", jobs)
     overrides, sweep, options, redlock_nodes = _trial_settings(
-        trial_settings or {}, nodes=nodes, resource=resource, redis_server=redis_server
+        trial_settings or {}, nodes=nodes, resource=resource, redis_server=redis_server, nodes_file=nodes_file
     )
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()
@@ -157,6 +183,7 @@ def run(
     experiment: Annotated[str, typer.Option("--experiment", help="An experiment name.")] = "baseline",
     out_path: Annotated[Path | None, typer.Option("--out", help="Also append the row to this CSV.")] = None,
     nodes: Nodes = None,
+    nodes_file: NodesFile = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
     from_row: Annotated[
@@ -180,15 +207,17 @@ def run(
         ] + given_flags(trial_settings)  # fmt: skip
         if given:
             raise InvalidValueError(f"--from takes every setting from the row; drop {', '.join(given)}")
-        options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None)
+        options = _cluster_options(
+            nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None, nodes_file=nodes_file
+        )
         _run_from(from_row, out_path=out_path, options=options)
         return
     overrides, sweep, options, redlock_nodes = _trial_settings(
-        trial_settings, nodes=nodes, resource=resource, redis_server=redis_server
+        trial_settings, nodes=nodes, resource=resource, redis_server=redis_server, nodes_file=nodes_file
     )
     if sweep.cells_per_trial() > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
-    with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"lockcompare-p{os.getpid()}-run-") as scratch:
         target = out_path or Path(scratch) / "run.csv"
         report = run_matrix(
             backends=[backend], experiments=[experiment], trials=1, overrides=overrides, out=target,
@@ -205,7 +234,7 @@ def run(
 
 
 #: Options ``run --from`` accepts beside the row: where to write, and where the servers are.
-_RERUN_OPTIONS = {"from_row", "out_path", "nodes", "resource", "redis_server"}
+_RERUN_OPTIONS = {"from_row", "out_path", "nodes", "nodes_file", "resource", "redis_server"}
 
 
 def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions) -> None:
@@ -217,7 +246,7 @@ def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions) ->
     spec = spec_from_row(original)
     if original.get("cluster") == "external" and options.nodes is None:
         err.print("note: the row ran against external servers; this rerun uses the embedded cluster")
-    with tempfile.TemporaryDirectory(prefix="lockcompare-run-") as scratch:
+    with tempfile.TemporaryDirectory(prefix=f"lockcompare-p{os.getpid()}-run-") as scratch:
         target = out_path or Path(scratch) / "run.csv"
         report = run_planned([spec], out=target, cluster_options=options, resume=out_path is not None)
         (row,) = [r for r in read_results(target) if r["trial_id"] == spec.trial_id][-1:]
@@ -237,8 +266,15 @@ def bench(
     backends_list: Annotated[
         str, typer.Option("--backends", help="Comma-separated backends to measure (the floor row is always first).")
     ] = "single,redlock,pottery,redis-py",
-    iterations: Annotated[int, typer.Option("--iterations", help="Timed acquire+release cycles per backend.")] = 500,
-    ttl_ms: Annotated[int, typer.Option("--ttl-ms", help="Lease TTL (long: nothing should expire).")] = 10_000,
+    iterations: Annotated[
+        int,
+        typer.Option(
+            "--iterations", help=f"Timed acquire+release cycles per backend (at most {LIMITS['iterations'][1]})."
+        ),
+    ] = 500,
+    ttl_ms: Annotated[
+        int, typer.Option("--ttl-ms", help=f"Lease TTL (long: nothing should expire; 1 to {BENCH_MAX_TTL_MS}).")
+    ] = 10_000,
     fmt: Annotated[str, typer.Option("--format", help="github, simple, latex or csv.")] = "github",
     via_proxy: Annotated[
         str,
@@ -250,6 +286,7 @@ def bench(
     ] = "single",
     redlock_nodes: RedlockNodes = None,
     nodes: Nodes = None,
+    nodes_file: NodesFile = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
 ) -> None:
@@ -258,16 +295,28 @@ def bench(
     A benchmark, not a test: the ratios compare rows measured in this one run.
     """
     table.check_format(fmt)
-    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
+    check_count("iterations", iterations)
+    if not 1 <= ttl_ms <= BENCH_MAX_TTL_MS:
+        raise InvalidValueError(f"--ttl-ms takes 1 to {BENCH_MAX_TTL_MS}, got {ttl_ms}")
+    options = _cluster_options(
+        nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes, nodes_file=nodes_file
+    )
     names = _split(backends_list)
     proxied = _split(via_proxy)
+    if not names:
+        raise InvalidValueError("--backends: name at least one backend")
     for name in (*names, *proxied):
         load_backend(name)  # a bad name fails before any server starts
+    if proxied and options.nodes is not None:
+        print(
+            f"lockcompare: note: no {', '.join(f'{n}-via-proxy' for n in proxied)} row: --via-proxy measures "
+            "the embedded cluster's links, not --nodes servers",
+            file=sys.stderr,
+        )
+        proxied = []
     with open_cluster(
         nodes=options.nodes, resource=options.resource, node_count=options.node_count, redis_server=options.redis_server
     ) as cluster:
         print(f"bench: {describe(cluster)}, {iterations} cycles per backend", file=sys.stderr)
-        if not cluster.embedded:
-            proxied = []  # the proxies forward to loopback ports: external nodes are measured directly
         rows = run_bench(cluster=cluster, backends=names, iterations=iterations, ttl_ms=ttl_ms, proxied=proxied)
     typer.echo(render_bench(rows, fmt=fmt))

@@ -6,6 +6,7 @@ import functools
 import inspect
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -20,11 +21,13 @@ from rich.progress import (
 from lockcompare.backends import describe_backends
 from lockcompare.cli.core import err
 from lockcompare.errors import InvalidValueError
+from lockcompare.files import read_capped
 from lockcompare.infra.cluster import DEFAULT_NODES
-from lockcompare.infra.redisconn import parse_url_list, validate_url
+from lockcompare.infra.redisconn import PASSWORD_ENV, parse_url_list, validate_url, with_env_password
 from lockcompare.runner.matrix import ClusterOptions, MatrixReport
 from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE, usable_cpus
 from lockcompare.runner.trial import TrialResult
+from lockcompare.spec.limits import LIMITS, check_count
 from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Overrides, Setting, Sweep, check_value, cli_text, from_cli
 from lockcompare.spec.trialspec import TrialSpec
 
@@ -34,14 +37,30 @@ from lockcompare.spec.trialspec import TrialSpec
 #: and the README's main command 91.5 s (serial: 325.6 s); with 4 it took 83 s before pause-free
 #: no-lock trials ran alone. Past 8 the runs are bounded by the solo trials and the longest
 #: client-pause trials, not by slots; the CPU guard trims costly mixes (pottery) at small scales.
-DEFAULT_JOBS = 4 * usable_cpus()
+DEFAULT_JOBS = min(4 * usable_cpus(), LIMITS["jobs"][1])
 
 
 # Where the servers come from (run, matrix, bench); the trial settings come from the settings table.
 Nodes = Annotated[
-    str | None, typer.Option("--nodes", help="External lock nodes: redis URLs, comma-separated (with --resource).")
+    str | None,
+    typer.Option(
+        "--nodes",
+        help="External lock nodes: redis URLs, comma-separated (with --resource; at most 16). A password need "
+        f"not be on the command line: set {PASSWORD_ENV}, or use --nodes-file.",
+    ),
 ]
-ResourceUrl = Annotated[str | None, typer.Option("--resource", help="External resource server: a redis URL.")]
+NodesFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--nodes-file",
+        help="Instead of --nodes (and --resource): a file of redis URLs, one lock node per line, and the resource "
+        "as 'resource=URL'; '#' starts a comment. Keeps passwords off the command line.",
+    ),
+]
+ResourceUrl = Annotated[
+    str | None,
+    typer.Option("--resource", help=f"External resource server: a redis URL (password: see {PASSWORD_ENV})."),
+]
 RedisServer = Annotated[
     str | None,
     typer.Option("--redis-server", envvar="LOCKCOMPARE_REDIS_SERVER", help="redis-server binary for embedded nodes."),
@@ -51,12 +70,46 @@ RedlockNodes = Annotated[
 ]
 
 
+#: A nodes file is a few lines of URLs; anything larger is not one.
+NODES_FILE_MAX_BYTES = 64 * 1024
+
+
+def read_nodes_file(path: Path) -> tuple[str, str | None]:
+    """(the lock nodes as a comma list, the resource URL or None) from a ``--nodes-file``."""
+    text = read_capped(path, limit=NODES_FILE_MAX_BYTES, error=InvalidValueError).decode("utf-8", errors="replace")
+    nodes: list[str] = []
+    resource = None
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line.startswith("resource="):
+            resource = line.removeprefix("resource=").strip()
+        elif line:
+            nodes.append(line)
+    if not nodes:
+        raise InvalidValueError(f"--nodes-file {path}: no lock node URL in it (one per line)")
+    return ",".join(nodes), resource
+
+
 def _cluster_options(
-    *, nodes: str | None, resource: str | None, redis_server: str | None, redlock_nodes: int | None
+    *,
+    nodes: str | None,
+    resource: str | None,
+    redis_server: str | None,
+    redlock_nodes: int | None,
+    nodes_file: Path | None = None,
 ) -> ClusterOptions:
     """Where the servers come from; the embedded cluster spawns enough nodes for --redlock-nodes."""
-    node_urls = tuple(parse_url_list(nodes)) if nodes is not None else None
-    resource_url = validate_url(resource) if resource is not None else None
+    if nodes_file is not None:
+        if nodes is not None:
+            raise InvalidValueError("--nodes-file replaces --nodes: give one of them")
+        nodes, from_file = read_nodes_file(nodes_file)
+        if from_file is not None and resource is not None:
+            raise InvalidValueError("the resource is given twice: in --nodes-file and with --resource")
+        resource = resource or from_file
+    node_urls = tuple(with_env_password(u) for u in parse_url_list(nodes)) if nodes is not None else None
+    resource_url = with_env_password(validate_url(resource)) if resource is not None else None
+    if node_urls is not None:
+        check_count("nodes", len(node_urls), flag="--nodes (count)")
     if redlock_nodes is not None:
         check_value(SETTINGS["node_count"], redlock_nodes)
         if str(redlock_nodes) not in (SETTINGS["node_count"].choices or ()):
@@ -70,11 +123,14 @@ def _cluster_options(
 
 
 def _option_help(setting: Setting) -> str:
+    text = setting.help
+    if setting.maximum is not None and setting.maximum_hint:  # a bound a user may need to raise
+        text += f" At most {setting.maximum:g} ({setting.maximum_hint})."
     default = setting.default
     if default is None or setting.name == "node_count":
-        return setting.help
+        return text
     shown = cli_text(default)
-    return f"{setting.help} [default: {shown}{' ' + setting.unit if setting.unit else ''}]"
+    return f"{text} [default: {shown}{' ' + setting.unit if setting.unit else ''}]"
 
 
 def with_trial_settings(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -115,12 +171,19 @@ def given_flags(trial_settings: dict[str, str | None]) -> list[str]:
 
 
 def _trial_settings(
-    trial_settings: dict[str, str | None], *, nodes: str | None, resource: str | None, redis_server: str | None
+    trial_settings: dict[str, str | None],
+    *,
+    nodes: str | None,
+    resource: str | None,
+    redis_server: str | None,
+    nodes_file: Path | None = None,
 ) -> tuple[Overrides, Sweep, ClusterOptions, int | None]:
     """The settings of ``run`` and ``matrix`` parsed by the table, and where the servers come from."""
     overrides, sweep = from_cli(trial_settings)
     redlock_nodes = overrides.given("node_count")
-    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes)
+    options = _cluster_options(
+        nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes, nodes_file=nodes_file
+    )
     return overrides, sweep, options, redlock_nodes
 
 
@@ -143,7 +206,10 @@ def _progress_bar() -> tuple[Progress, Any]:
         label = f"{spec.backend} × {spec.experiment} #{spec.trial}"
         if result is not None:
             m = result.metrics
-            label = f"{label}: {m.conflicts}/{m.entries} conflicts, {m.lost_updates} lost, {result.wall_s:.1f} s"
+            label = (
+                f"{label}: {m.verdict}, {m.conflicts}/{m.entries} conflicts, {m.lost_updates} lost, "
+                f"{result.wall_s:.1f} s"
+            )
         if not err.is_terminal:  # a log file or CI: one plain line per finished trial
             if result is not None:
                 print(f"[{done}/{total}] {label}", file=sys.stderr, flush=True)

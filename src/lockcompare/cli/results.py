@@ -10,11 +10,12 @@ import typer
 
 from lockcompare.analysis.compare import compare_rows, comparison_table, differs
 from lockcompare.analysis.results import inspect_results, read_results, rewrite
-from lockcompare.cli.core import app, err
+from lockcompare.cli.core import app
 from lockcompare.cli.options import (
     _split,
 )
 from lockcompare.errors import InvalidValueError
+from lockcompare.files import check_output_dir, check_output_file, results_lock
 from lockcompare.render import table
 from lockcompare.render.timeline import STEP_KINDS, load_history, render_timeline
 
@@ -38,7 +39,7 @@ def compare(
     headers, cells = comparison_table(lines)
     typer.echo(table.format_table(headers, cells, fmt=fmt))
     moved = [line for line in lines if differs(line)]
-    err.print(f"{len(moved)} of {len(lines)} cells differ between {path_a} and {path_b}")
+    print(f"{len(moved)} of {len(lines)} cells differ between {path_a} and {path_b}", file=sys.stderr)
     if moved:
         raise typer.Exit(1)
 
@@ -58,11 +59,8 @@ def table_command(
 ) -> None:
     """Print the summary table of a results CSV (computed from the CSV alone), cells in backend
     registration order and experiment catalogue order."""
-    found = inspect_results(path)
-    if found.truncated_lines:
-        lines = ", ".join(map(str, found.truncated_lines))
-        print(f"lockcompare: warning: {path}: left out truncated row(s) at line {lines}", file=sys.stderr)
-    typer.echo(table.render(found.rows, fmt=fmt, wide=wide))
+    table.check_format(fmt)
+    typer.echo(table.render(read_results(path), fmt=fmt, wide=wide))  # truncated rows and duplicates are said
 
 
 @app.command()
@@ -101,6 +99,8 @@ def history(
             raise InvalidValueError(f"--kinds takes step kinds among {', '.join(STEP_KINDS)}, got {kinds!r}")
         if plot is not None:
             raise InvalidValueError("--kinds selects lines of the text timeline; --plot draws every step")
+    if plot is not None:
+        check_output_file(plot, flag="--plot")
     events = load_history(path)
     if plot is None:
         typer.echo(render_timeline(events, from_ms=from_ms or 0, to_ms=to_ms, kinds=shown))
@@ -129,6 +129,7 @@ def report(
     from lockcompare.render.report import write_report  # imports matplotlib
 
     target = out_dir if out_dir is not None else path.with_name(path.stem + ".report")
+    check_output_dir(target, flag="--out")
     for written in write_report(results=path, out=target):
         typer.echo(written)
 
@@ -140,11 +141,18 @@ def upgrade(
     """Rewrite results CSVs in the current schema, atomically (truncated rows are dropped and named)."""
     found = [inspect_results(path) for path in paths]  # every file readable before any is rewritten
     for f in found:
+        if f.needs_rewrite:
+            check_output_file(f.path, flag="upgrade")  # every rewrite possible before the first is made
+    for f in found:
         if not f.needs_rewrite:
-            err.print(f"{f.path}: already current ({len(f.rows)} rows)")
+            print(f"{f.path}: already current ({len(f.rows)} rows)", file=sys.stderr)
             continue
-        rewrite(f.path, f.rows)
+        kept = f.kept_rows()
+        with results_lock(f.path):  # never under a run that is appending to it
+            rewrite(f.path, kept)
         dropped = (
             f"; dropped truncated row(s) at line {', '.join(map(str, f.truncated_lines))}" if f.truncated_lines else ""
         )
-        err.print(f"{f.path}: rewritten from schema {f.oldest_schema} ({len(f.rows)} rows){dropped}")
+        if len(kept) < len(f.rows):
+            dropped += f"; dropped {len(f.rows) - len(kept)} earlier row(s) of trials judged twice"
+        print(f"{f.path}: rewritten from schema {f.oldest_schema} ({len(kept)} rows){dropped}", file=sys.stderr)

@@ -52,9 +52,11 @@ from lockcompare.evaluation.conformance import (
     Status,
     run_battery,
 )
+from lockcompare.files import check_output_file, results_lock
 from lockcompare.render import table
 from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.limits import check_count
 from lockcompare.spec.settings import Sweep
 from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides
 
@@ -128,10 +130,32 @@ def evaluate(
     require_declarations(cls, name=backend)
     for name in against:
         load_backend(name)
-    if trials < 1:
-        raise InvalidValueError(f"--trials must be >= 1, got {trials}")
+    check_count("trials", trials)
+    Overrides(time_scale=time_scale, rounds=rounds, workload=WORKLOAD)  # every bound, before any server
+    check_output_file(out, flag="--out")
     if out.exists():  # checked again by run_matrix, but only after the battery's work
         raise ResultsFileError(f"{out} exists: choose another --out")
+    with results_lock(out):  # the battery and every matrix below, one writer throughout
+        return _evaluate_locked(
+            backend=backend, cls=cls, out=out, against=against, time_scale=time_scale, rounds=rounds, trials=trials,
+            call_timeout_s=call_timeout_s, cluster_options=cluster_options, on_property=on_property, progress=progress,
+        )  # fmt: skip
+
+
+def _evaluate_locked(
+    *,
+    backend: str,
+    cls: type,
+    out: Path,
+    against: Sequence[str],
+    time_scale: float,
+    rounds: int,
+    trials: int,
+    call_timeout_s: float,
+    cluster_options: ClusterOptions,
+    on_property: Callable[[PropertyResult], None] | None,
+    progress: ProgressCallback | None,
+) -> ReportCard:
     scales = scales_for(cls, time_scale=time_scale)
     moved = {name: scale for name, scale in scales.items() if scale != time_scale}
     notes = []

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import redis
 
-from lockcompare.errors import ClusterError, ConfigError, InvalidValueError
+from lockcompare.errors import ClusterError, ConfigError, InvalidURLError, InvalidValueError
 from lockcompare.infra.etcd_client import delete_prefix, is_healthy
 from lockcompare.infra.etcd_server import is_etcd_url, start_members
 from lockcompare.infra.fakeclock import FakeClock, check_fake_clock_support
 from lockcompare.infra.lifecycle import sigterm_unwinds
-from lockcompare.infra.redisconn import connect, ping, server_version
+from lockcompare.infra.redisconn import connect, ping, redact, server_run_id, server_version
 from lockcompare.infra.replication import (
     FailoverPair,
     ReplicatedNodes,
@@ -281,8 +281,26 @@ def connect_external(*, nodes: Sequence[str], resource: str) -> Cluster:
     """The user's servers (validated URLs), checked with PING; lockcompare never flushes them."""
     for url in (*nodes, resource):
         ping(url)
+    check_distinct_servers(nodes)
     version = server_version(nodes[0])
     return Cluster(node_urls=tuple(nodes), resource_url=resource, embedded=False, redis_version=version)
+
+
+def check_distinct_servers(nodes: Sequence[str]) -> None:
+    """Refuse lock nodes that are one redis-server under two names (``localhost`` and ``127.0.0.1``,
+    ``/0`` and ``/1``): five aliases of one server are one node, and a Redlock over them would be
+    reported exclusive for a quorum it never had. A server's ``run_id`` names its process."""
+    seen: dict[str, str] = {}
+    for url in nodes:
+        run_id = server_run_id(url)
+        if not run_id:
+            continue  # a server that does not say cannot be compared (e.g. a proxy in front)
+        if run_id in seen:
+            raise InvalidURLError(
+                f"--nodes {redact(seen[run_id])} and {redact(url)} are the same redis-server (run_id {run_id[:12]}): "
+                "give each lock node once"
+            )
+        seen[run_id] = url
 
 
 @contextlib.contextmanager

@@ -29,14 +29,13 @@ import math
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 from lockcompare.errors import BackendNotViableError, ServerStartError
 from lockcompare.infra.etcd_client import is_healthy
-from lockcompare.infra.lifecycle import die_with_parent
+from lockcompare.infra.lifecycle import die_with_parent, owned_tempdir
 from lockcompare.infra.server import (
     free_port,
     kill_group_and_reap,
@@ -118,7 +117,7 @@ class EtcdServer:
         self.cluster_token = cluster_token
         self.start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
-        self._dir = Path(tempfile.mkdtemp(prefix=f"lockcompare-etcd-{name}-"))
+        self._dir = owned_tempdir(f"etcd-{name}")
         _not_cleaned_up.add(self)
 
     @property

@@ -24,7 +24,6 @@ import importlib.util
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from types import TracebackType
 
@@ -35,6 +34,7 @@ from lockcompare.errors import (
     InvalidValueError,
     ServerStartError,
 )
+from lockcompare.infra.lifecycle import owned_tempdir
 from lockcompare.infra.redisconn import connect
 from lockcompare.infra.server import RedisServer
 
@@ -93,7 +93,7 @@ class FakeClock:
 
     def __init__(self, *, library: Path | None = None) -> None:
         self.library = library if library is not None else find_libfaketime()
-        self._dir = Path(tempfile.mkdtemp(prefix="lockcompare-clock-"))
+        self._dir = owned_tempdir("clock")
         _not_closed.add(self)
         self.timestamp_file = self._dir / "faketime"
         self._offset_s = 0.0

@@ -1,9 +1,10 @@
 """What produced a row: lockcompare's version and source revision, the host, and who else was running.
 
 Two measurements on a 2-core machine distort each other's timing, so every run registers itself
-in a small directory of live runs (one file per process, removed at the end; a file whose process
-is gone is stale and ignored). A run that finds another one warns, and every row records how many
-other runs were active when its trial started, so results from overlapping runs stay recognisable.
+in a small directory of live runs (one file per process, mode 0600, holding its pid, start and
+output file only, removed at the end; a file whose process is gone is stale and removed). A run
+that finds another one warns, and every row records how many other runs were active when its
+trial started, so results from overlapping runs stay recognisable.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import logging
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -104,18 +104,32 @@ def other_runs() -> int:
     return len(active_runs())
 
 
+def _entry(what: str, out: Path | None) -> bytes:
+    """What the registry keeps of a run: who, since when, which file it writes. Never the command
+    line: it can hold a password (``redis://:secret@...``), and the directory is shared."""
+    entry = {"pid": os.getpid(), "what": what, "since": time.strftime("%H:%M:%S"), "out": str(out or "")}
+    return json.dumps(entry).encode()
+
+
 @contextlib.contextmanager
-def registered_run(what: str) -> Iterator[None]:
-    """Register this process as a running measurement for the duration; warn about others."""
+def registered_run(what: str, *, out: Path | None = None) -> Iterator[None]:
+    """Register this process as a running measurement for the duration; warn about others.
+
+    The entry is a file of mode 0600 holding pid, start and output file only (see :func:`_entry`)."""
     directory = runs_dir()
-    path = directory / f"{os.getpid()}.json"
+    path: Path | None = directory / f"{os.getpid()}.json"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        path.write_text(
-            json.dumps({"pid": os.getpid(), "what": what, "since": time.strftime("%H:%M:%S"), "argv": sys.argv[1:]})
-        )
+        assert path is not None
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a file left by an earlier process with our pid: never reuse its mode
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, _entry(what, out))
+        finally:
+            os.close(fd)
     except OSError:
-        path = None  # type: ignore[assignment]  # an unwritable temp dir must not stop a run
+        path = None  # an unwritable temp dir must not stop a run
     others = active_runs()
     if others:
         desc = ", ".join(f"pid {o['pid']} ({o.get('what', '?')} since {o.get('since', '?')})" for o in others)

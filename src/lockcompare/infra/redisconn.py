@@ -7,7 +7,9 @@ so every connection here has retries off and short socket timeouts.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+import os
+import re
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import NoBackoff
@@ -29,34 +31,35 @@ def validate_url(url: str) -> str:
     """
     parts = urlsplit(url.strip())
     if parts.scheme not in _SCHEMES:
-        raise InvalidURLError(f"not a redis URL: {url!r} (expected e.g. redis://127.0.0.1:6379/0)")
+        raise InvalidURLError(f"not a redis URL: {redact(url)!r} (expected e.g. redis://127.0.0.1:6379/0)")
     if parts.scheme == "unix":
         if not parts.path:
-            raise InvalidURLError(f"unix URL without a socket path: {url!r}")
+            raise InvalidURLError(f"unix URL without a socket path: {redact(url)!r}")
         return url.strip()
     try:
         port = parts.port
     except ValueError:
-        raise InvalidURLError(f"bad port in redis URL: {url!r}") from None
+        raise InvalidURLError(f"bad port in redis URL: {redact(url)!r}") from None
     if not parts.hostname or port is None:
-        raise InvalidURLError(f"redis URL needs a host and a port: {url!r}")
+        raise InvalidURLError(f"redis URL needs a host and a port: {redact(url)!r}")
     db = parts.path.lstrip("/")
     if db and not db.isdigit():
-        raise InvalidURLError(f"bad database number in redis URL: {url!r}")
+        raise InvalidURLError(f"bad database number in redis URL: {redact(url)!r}")
     return url.strip()
 
 
 def redact(url: str) -> str:
-    """``url`` without its password, for messages.
+    """``url`` without its password, for messages (also a malformed one: no parsing can fail here).
 
     >>> redact("redis://:secret@127.0.0.1:6379/0")
     'redis://:***@127.0.0.1:6379/0'
+    >>> redact("redis://user:secret@host:bad/0")
+    'redis://user:***@host:bad/0'
     """
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    port = f":{parts.port}" if parts.port is not None else ""
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{parts.hostname or ''}{port}"))
+    return _PASSWORD.sub(r"\1***@", url)
+
+
+_PASSWORD = re.compile(r"(//[^/@:]*:)[^/@]*@")
 
 
 def parse_url_list(text: str) -> list[str]:
@@ -72,6 +75,25 @@ def parse_url_list(text: str) -> list[str]:
             raise InvalidURLError(f"{redact(url)} is listed twice: give each lock node once")
         seen.add(url)
     return urls
+
+
+#: A password for the user's servers whose URLs carry none (as redis-cli's REDISCLI_AUTH), so that
+#: it appears on no command line ``ps`` shows; lockcompare never writes it anywhere.
+PASSWORD_ENV = "LOCKCOMPARE_REDIS_PASSWORD"
+
+
+def with_env_password(url: str) -> str:
+    """``url`` with ``$LOCKCOMPARE_REDIS_PASSWORD`` as its password when it has none (redis/rediss).
+
+    The URL lives in memory only: messages show it through :func:`redact`, the registry and the
+    CSV never hold it.
+    """
+    password = os.environ.get(PASSWORD_ENV)
+    parts = urlsplit(url)
+    if not password or parts.scheme not in ("redis", "rediss") or parts.password is not None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
 
 
 def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
@@ -94,6 +116,17 @@ def ping(url: str, *, timeout_s: float = 1.0) -> None:
         client.ping()
     except redis.RedisError as exc:
         raise NodeUnreachableError(f"redis server {redact(url)} does not answer: {exc}") from None
+    finally:
+        client.close()
+
+
+def server_run_id(url: str) -> str:
+    """The ``run_id`` a server reports in ``INFO server`` (one per redis-server process), or ""."""
+    client = connect(url, timeout_s=1.0)
+    try:
+        return str(client.info("server").get("run_id", ""))
+    except redis.RedisError:
+        return ""
     finally:
         client.close()
 

@@ -18,7 +18,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from lockcompare.errors import (
     RedisServerNotFoundError,
     ServerStartError,
 )
-from lockcompare.infra.lifecycle import die_with_parent
+from lockcompare.infra.lifecycle import die_with_parent, owned_tempdir
 from lockcompare.infra.redisconn import connect
 
 ENV_BINARY = "LOCKCOMPARE_REDIS_SERVER"
@@ -145,7 +144,7 @@ class RedisServer:
         self.port: int | None = port
         self.start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
-        self._dir = Path(tempfile.mkdtemp(prefix=f"lockcompare-{name}-"))
+        self._dir = owned_tempdir(name)
         _not_cleaned_up.add(self)
 
     @property

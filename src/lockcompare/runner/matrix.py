@@ -16,22 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockcompare.analysis.results import (
-    SCHEMA_VERSION,
-    ResultsWriter,
-    finished_trials,
-    inspect_results,
-    make_row,
-    rewrite,
-)
+from lockcompare.analysis.results import ResultsWriter, make_row
 from lockcompare.backends import BackendConfig, load_backend, require_declarations
 from lockcompare.errors import (
     BackendLoadError,
     ConfigError,
     InvalidValueError,
-    ResultsFileError,
 )
 from lockcompare.faults import network
+from lockcompare.files import check_output_file, results_lock
 from lockcompare.infra.cluster import (
     Cluster,
     ClusterShape,
@@ -43,6 +36,7 @@ from lockcompare.infra.pool import ClusterPool, SharedCluster
 from lockcompare.infra.provenance import registered_run
 from lockcompare.infra.server import find_redis_server
 from lockcompare.runner.crew import WorkerPool, spawn_crew
+from lockcompare.runner.outfile import history_dir, history_ids, prepare_out, remove_unpointed
 from lockcompare.runner.scheduler import (
     DEFAULT_CPU_SHARE,
     CpuBudget,
@@ -61,6 +55,7 @@ from lockcompare.runner.trial import (
     save_history,
 )
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.limits import check_count
 from lockcompare.spec.settings import Overrides, Sweep
 from lockcompare.spec.trialspec import TrialSpec, make_spec
 
@@ -104,11 +99,6 @@ NOTED_VERDICTS = ("unavailable", "degraded", "starved", "lease-violated")
 ProgressCallback = Callable[[TrialSpec, TrialResult | None, int, int], None]
 
 
-def history_dir(out: Path) -> Path:
-    """Histories live beside the CSV: ``results/x.csv`` → ``results/x.histories/``."""
-    return out.with_name(out.stem + ".histories")
-
-
 def plan_matrix(
     *,
     backends: Sequence[str],
@@ -124,8 +114,7 @@ def plan_matrix(
     Combinations that would run the same trial (a fence mode for a backend with nothing to fence,
     a pause point without a pause, --wait-replicas for a backend that issues no WAIT) are planned once.
     """
-    if trials < 1:
-        raise InvalidValueError(f"--trials must be >= 1, got {trials}")
+    check_count("trials", trials)
     if not backends or not experiments:
         raise InvalidValueError("select at least one backend and one experiment")
     classes = {backend: load_backend(backend) for backend in backends}
@@ -206,36 +195,6 @@ def _fitting(classes: dict[str, type], specs: Sequence[TrialSpec], *, skip_unfit
     for (backend, reason), cells in left_out.items():
         log.warning("skipping %s x %s: %s", backend, ", ".join(cells), reason)
     return kept
-
-
-def prepare_out(out: Path, *, resume: bool) -> set[str]:
-    """Check ``out`` before anything runs; with ``resume``, bring it to the current schema.
-
-    Returns the trial_ids already judged there. An existing file without ``resume`` is refused; a
-    file of an older schema or with a truncated row is rewritten once, atomically, in the current
-    schema (truncated rows dropped, which is said); a file from a newer lockcompare is refused.
-    """
-    if out.exists() and out.is_dir():
-        raise ResultsFileError(f"{out} is a directory: --out takes a CSV file name")
-    parent = next((p for p in out.parents if p.exists()), None)
-    if parent is not None and not parent.is_dir():
-        raise ResultsFileError(f"cannot write {out}: {parent} is not a directory")
-    if not out.exists():
-        return set()
-    if not resume:
-        raise ResultsFileError(f"{out} exists: pass --resume to continue it, or choose another --out")
-    found = inspect_results(out)
-    if found.needs_rewrite:
-        rewrite(out, found.rows)
-        what = []
-        if found.oldest_schema < SCHEMA_VERSION:
-            what.append(f"upgraded from schema {found.oldest_schema} to {SCHEMA_VERSION}")
-        if found.truncated_lines:
-            what.append(f"dropped truncated row(s) at line {', '.join(map(str, found.truncated_lines))}")
-        log.warning(
-            "%s: %s (%d rows kept)", out, "; ".join(what) or "rewritten with the current header", len(found.rows)
-        )
-    return finished_trials(found.rows)
 
 
 #: etcd members for a trial with a node fault: a quorum that survives one member down, not two.
@@ -327,8 +286,7 @@ def run_matrix(
     scheduler.py); each running trial has a cluster of its own (pool.py). ``fresh_workers`` spawns
     new worker processes for every trial instead of reusing warm ones (crew.py).
     """
-    if jobs < 1:
-        raise InvalidValueError(f"--jobs must be >= 1, got {jobs}")
+    check_count("jobs", jobs)
     specs = plan_matrix(
         backends=backends,
         experiments=experiments,
@@ -361,6 +319,25 @@ def run_planned(
         raise InvalidValueError("no trial to run")
     for backend in dict.fromkeys(spec.backend for spec in specs):  # before any file or server is touched
         require_declarations(load_backend(backend), name=backend)
+    check_output_file(out, flag="--out")  # before the lock file beside it is created
+    with results_lock(out):  # one writer per results file, for the whole run
+        return _run_locked(
+            specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
+            fresh_workers=fresh_workers, cpu_share=cpu_share,
+        )  # fmt: skip
+
+
+def _run_locked(
+    specs: Sequence[TrialSpec],
+    *,
+    out: Path,
+    cluster_options: ClusterOptions,
+    resume: bool,
+    progress: ProgressCallback | None,
+    jobs: int,
+    fresh_workers: bool,
+    cpu_share: float,
+) -> MatrixReport:
     redlock_nodes = specs[0].node_count
     time_scale = min(spec.time_scale for spec in specs)
     call_timeout_ms = max(spec.call_timeout_ms for spec in specs)
@@ -377,6 +354,7 @@ def run_planned(
         jobs = 1
     writer = ResultsWriter(out)
     histories = history_dir(out)
+    pointed = history_ids(out)  # histories rows of the file already point to (an unknown one rerun)
     run_id = new_run_id()
     budget = CpuBudget(cpus=usable_cpus(), share=cpu_share, prior=prior_busy_fraction(time_scale))
     governor = StallGovernor(jobs=jobs)
@@ -385,9 +363,13 @@ def run_planned(
     unknown: list[tuple[str, str]] = []
     no_progress: dict[str, int] = {}
 
+    saved: dict[str, Path] = {}  # trial_id -> history written in this run
+    rowed: set[str] = set()  # trial_ids whose row this run appended
+
     def run_one(spec: TrialSpec, cluster: Cluster) -> tuple[TrialResult, dict[str, Any]]:
         result = run_trial(spec=spec, cluster=cluster, run_id=run_id, crews=crews)
         path = save_history(result, histories)
+        saved[spec.trial_id] = path
         row = make_row(
             result,
             run_id=run_id,
@@ -404,6 +386,7 @@ def run_planned(
         row["jobs_concurrent"] = done.jobs_concurrent
         jobs_used = max(jobs_used, done.jobs_concurrent)
         writer.append(row)  # on_done runs in the main thread only: rows never interleave
+        rowed.add(done.spec.trial_id)
         verdict = result.metrics.verdict
         if verdict == "unknown":
             unknown.append((done.spec.trial_id, result.metrics.problem))
@@ -414,7 +397,7 @@ def run_planned(
 
     workers = WorkerPool()
     crews = spawn_crew if fresh_workers else workers.start
-    with registered_run("matrix"), sigterm_unwinds(), _cluster_source(cluster_options, jobs=jobs) as clusters:
+    with registered_run("matrix", out=out), sigterm_unwinds(), _cluster_source(cluster_options, jobs=jobs) as clusters:
         try:
             by_servers: dict[str, TrialSpec] = {}  # each backend is probed on the kind of nodes it uses
             for spec in todo:
@@ -449,6 +432,7 @@ def run_planned(
             )
         finally:
             workers.close()
+            remove_unpointed(saved, rowed=rowed, kept=pointed)
     return MatrixReport(
         out=out,
         trials_run=len(todo),

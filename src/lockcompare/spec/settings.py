@@ -141,6 +141,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="Lease TTL (default: the experiment's).",
         minimum=0,
         minimum_open=True,
+        maximum=_limit("ttl_ms", 600_000),
+        maximum_hint="raise with LOCKCOMPARE_MAX_TTL_MS",
     ),
     Setting(
         name="work_ms",
@@ -151,6 +153,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="Work inside the critical section (default: the experiment's).",
         minimum=0,
         minimum_open=True,
+        maximum=_limit("work_ms", 60_000),
+        maximum_hint="raise with LOCKCOMPARE_MAX_WORK_MS",
     ),
     Setting(
         name="pause_ms",
@@ -163,6 +167,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
             "Client pause length (0: none; default: the experiment's); a comma list sweeps it, e.g. 600,850,1200,1500."
         ),
         minimum=0,
+        maximum=_limit("pause_ms", 600_000),
+        maximum_hint="raise with LOCKCOMPARE_MAX_PAUSE_MS",
     ),
     Setting(
         name="time_scale",
@@ -171,7 +177,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         flag="--time-scale",
         help="Multiply every time by this (0.1: ten times faster, same ratios; 0.01 to 10).",
         minimum=0.01,
-        maximum=10,
+        maximum=_limit("time_scale", 10),
+        maximum_hint="raise with LOCKCOMPARE_MAX_TIME_SCALE",
     ),
     Setting(
         name="acquire_timeout_ms",
@@ -182,6 +189,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="Give up a round's acquire after this (default 60000; node-fault experiments 2000).",
         minimum=0,
         minimum_open=True,
+        maximum=_limit("acquire_timeout_ms", 3_600_000),
+        maximum_hint="raise with LOCKCOMPARE_MAX_ACQUIRE_TIMEOUT_MS",
     ),
     Setting(
         name="retry_delay_ms",
@@ -193,6 +202,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="Wait between acquire attempts.",
         minimum=0,
         minimum_open=True,
+        maximum=_limit("retry_delay_ms", 60_000),
+        maximum_hint="raise with LOCKCOMPARE_MAX_RETRY_DELAY_MS",
     ),
     # Think time between a release and the next acquire. Without it a spinning retry is unfair: the
     # releasing worker re-acquires within a millisecond, before a rival polling every 10 ms looks
@@ -208,6 +219,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         flag="--think-ms",
         help="Pause between a release and the next acquire (a rival's turn).",
         minimum=0,
+        maximum=_limit("think_ms", 60_000),
+        maximum_hint="raise with LOCKCOMPARE_MAX_THINK_MS",
         since_schema=2,
         legacy="0",
     ),
@@ -281,6 +294,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="Node faults and partition: how many lock nodes they hit (of those holding the lease, "
         "for the node faults); a comma list sweeps.",
         minimum=1,
+        maximum=_limit("fault_nodes", 7),
+        maximum_hint="raise with LOCKCOMPARE_MAX_FAULT_NODES",
         since_schema=4,
         legacy="0",
         hash_omits_legacy=True,
@@ -297,6 +312,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         sweeps=True,
         help="node-restart: how long the nodes stay down (0: restart at once); a comma list sweeps.",
         minimum=0,
+        maximum=_limit("restart_delay_ms", 600_000),
+        maximum_hint="raise with LOCKCOMPARE_MAX_RESTART_DELAY_MS",
         since_schema=4,
         legacy="0",
         hash_omits_legacy=True,
@@ -360,6 +377,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         "the trial unknown and the matrix goes on. Not scaled by --time-scale.",
         minimum=0,
         minimum_open=True,
+        maximum=_limit("call_timeout_ms", 600_000),
+        maximum_hint="raise with LOCKCOMPARE_MAX_CALL_TIMEOUT_MS",
         since_schema=5,
         legacy="",
     ),

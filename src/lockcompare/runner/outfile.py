@@ -1,0 +1,73 @@
+"""The results file of a run: checked (and brought to the current schema) before anything runs,
+and no history left behind that no row points to."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+from lockcompare.analysis.results import SCHEMA_VERSION, finished_trials, inspect_results, rewrite
+from lockcompare.errors import OutputPathError, ResultsFileError
+from lockcompare.files import check_output_file
+
+log = logging.getLogger("lockcompare")
+
+
+def history_dir(out: Path) -> Path:
+    """Histories live beside the CSV: ``results/x.csv`` → ``results/x.histories/``."""
+    return out.with_name(out.stem + ".histories")
+
+
+def prepare_out(out: Path, *, resume: bool) -> set[str]:
+    """Check ``out`` before anything runs; with ``resume``, bring it to the current schema.
+
+    Returns the trial_ids already judged there. An existing file without ``resume`` is refused; a
+    file of an older schema or with a truncated row is rewritten once, atomically, in the current
+    schema (truncated rows dropped, which is said); a file from a newer lockcompare is refused.
+    """
+    check_output_file(out, flag="--out")
+    histories = history_dir(out)
+    if histories.exists() and not histories.is_dir():
+        raise OutputPathError(f"--out {out}: {histories} (where its histories go) is not a directory")
+    if not out.exists():
+        return set()
+    if not resume:
+        raise ResultsFileError(f"{out} exists: pass --resume to continue it, or choose another --out")
+    found = inspect_results(out)
+    if found.duplicate_ids:
+        raise ResultsFileError(
+            f"{out}: {len(found.duplicate_ids)} trial id(s) have more than one judged row (e.g. "
+            f"{found.duplicate_ids[0]}; two runs wrote it at once): `lockcompare upgrade {out}` keeps the latest "
+            "row of each, then --resume"
+        )
+    if found.needs_rewrite:
+        rewrite(out, found.rows)
+        what = []
+        if found.oldest_schema < SCHEMA_VERSION:
+            what.append(f"upgraded from schema {found.oldest_schema} to {SCHEMA_VERSION}")
+        if found.truncated_lines:
+            what.append(f"dropped truncated row(s) at line {', '.join(map(str, found.truncated_lines))}")
+        log.warning(
+            "%s: %s (%d rows kept)", out, "; ".join(what) or "rewritten with the current header", len(found.rows)
+        )
+    return finished_trials(found.rows)
+
+
+def history_ids(out: Path) -> set[str]:
+    """trial_ids whose history a row already in ``out`` points to (a trial rerun after an unknown
+    verdict overwrites it: an interrupted rerun must not delete it)."""
+    if not out.exists():
+        return set()
+    return {row["trial_id"] for row in inspect_results(out).rows}
+
+
+def remove_unpointed(saved: dict[str, Path], *, rowed: set[str], kept: set[str]) -> None:
+    """Remove the histories this run wrote that no row points to (the run was interrupted, or its
+    row could not be written): a results folder never holds a history without its row."""
+    for trial_id, path in list(saved.items()):
+        if trial_id not in rowed and trial_id not in kept:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # only when nothing else is left in it

@@ -1,0 +1,51 @@
+"""Bounds of the values that are not trial settings (how many trials, jobs, nodes, bench cycles),
+checked before any server starts.
+
+Each bound is what this kind of machine can run; a user with a bigger one raises it with the
+environment variable the message names (``LOCKCOMPARE_MAX_<NAME>``), never by editing code.
+"""
+
+from __future__ import annotations
+
+import os
+
+from lockcompare.errors import InvalidValueError
+
+#: name: (minimum, maximum, why the maximum). --trials x cells x seconds per trial is the run's
+#: length; 1000 trials of one cell at the lesson's scale is already about 12 hours.
+LIMITS: dict[str, tuple[int, int, str]] = {
+    "trials": (1, 1000, "trials per cell"),
+    "jobs": (1, 64, "trials at once, each with its own servers and workers"),
+    "nodes": (1, 16, "lock nodes given with --nodes"),
+    "iterations": (1, 1_000_000, "timed cycles per backend"),
+}
+
+
+def env_name(name: str) -> str:
+    return f"LOCKCOMPARE_MAX_{name.upper().replace('-', '_')}"
+
+
+def maximum(name: str, default: int) -> int:
+    """``default``, or the larger value the user set in ``LOCKCOMPARE_MAX_<NAME>``."""
+    text = os.environ.get(env_name(name), "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidValueError(f"{env_name(name)} must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise InvalidValueError(f"{env_name(name)} must be >= 1, got {value}")
+    return value
+
+
+def check_count(name: str, value: int, *, flag: str | None = None) -> int:
+    """``value`` if it lies within LIMITS[name], else one line naming the bound and how to raise it."""
+    low, high, what = LIMITS[name]
+    flag = flag or f"--{name}"
+    if value < low:
+        raise InvalidValueError(f"{flag} must be >= {low}, got {value}")
+    high = maximum(name, high)
+    if value > high:
+        raise InvalidValueError(f"{flag} must be <= {high} ({what}), got {value}; set {env_name(name)} to raise it")
+    return value
