@@ -201,6 +201,7 @@ case_ rounds-1e7 lc run --rounds 10000000
 case_ trials-1e6 lc matrix "${Q[@]}" --trials 1000000
 case_ jobs-1000 lc matrix "${Q[@]}" --jobs 1000
 case_ ttl-ms-1e12 lc run --ttl-ms 1e12
+case_ pause-ms-1e12 lc run --pause-ms 1e12
 case_ nodes-17 lc run --nodes "$(for i in $(seq 1 17); do printf 'redis://127.0.0.1:%s/0,' $((7000 + i)); done)" \
     --resource redis://127.0.0.1:7000/0
 case_ evaluate-time-scale-1e9 lc evaluate single --time-scale 1e9
