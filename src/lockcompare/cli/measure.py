@@ -19,6 +19,7 @@ from lockcompare.cli.core import UnknownTrialsError, app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
     Nodes,
+    PostgresUrl,
     RedisServer,
     RedlockNodes,
     ResourceUrl,
@@ -69,6 +70,7 @@ def matrix(
     nodes: Nodes = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    postgres: PostgresUrl = None,
     jobs: Annotated[
         int,
         typer.Option(
@@ -96,7 +98,7 @@ def matrix(
     if fmt not in table.FORMATS:
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(table.FORMATS)}", param_hint="--format")
     overrides, sweep, options, redlock_nodes = _trial_settings(
-        trial_settings or {}, nodes=nodes, resource=resource, redis_server=redis_server
+        trial_settings or {}, nodes=nodes, resource=resource, redis_server=redis_server, postgres=postgres
     )
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()
@@ -159,6 +161,7 @@ def run(
     nodes: Nodes = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    postgres: PostgresUrl = None,
     from_row: Annotated[
         str | None,
         typer.Option(
@@ -180,11 +183,13 @@ def run(
         ] + given_flags(trial_settings)  # fmt: skip
         if given:
             raise InvalidValueError(f"--from takes every setting from the row; drop {', '.join(given)}")
-        options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None)
+        options = _cluster_options(
+            nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None, postgres=postgres
+        )
         _run_from(from_row, out_path=out_path, options=options)
         return
     overrides, sweep, options, redlock_nodes = _trial_settings(
-        trial_settings, nodes=nodes, resource=resource, redis_server=redis_server
+        trial_settings, nodes=nodes, resource=resource, redis_server=redis_server, postgres=postgres
     )
     if sweep.cells_per_trial() > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
@@ -205,7 +210,7 @@ def run(
 
 
 #: Options ``run --from`` accepts beside the row: where to write, and where the servers are.
-_RERUN_OPTIONS = {"from_row", "out_path", "nodes", "resource", "redis_server"}
+_RERUN_OPTIONS = {"from_row", "out_path", "nodes", "resource", "redis_server", "postgres"}
 
 
 def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions) -> None:
