@@ -62,8 +62,9 @@ def end_holder_sessions(url: str, *, lock_key: str, timeout_s: float = 2.0) -> l
     session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-fault")
     try:
         pids = holder_pids(session, lock_key=lock_key)
-        # With a timeout (PostgreSQL >= 14) the call returns once the backend has exited, and its
-        # locks with it: the injection's t1 is when the lock was free, not when it was asked to be.
+        # With a timeout (PostgreSQL >= 14) the call returns only once the backend has exited, so the
+        # injection's t1 is never before the lock was free (PostgreSQL polls for the exit: t1 lands up
+        # to ~100 ms after the locks went, measured; the rival's grant in the history shows when).
         wait_ms = round(timeout_s * 500)
         ended = "select pg_terminate_backend($1::int, $2::bigint)"
         return [pid for pid in pids if session.value(ended, [pid, wait_ms]) == "t"]
