@@ -420,3 +420,16 @@ def test_a_partition_under_the_holder_keeps_pg_advisory_exclusive_until_the_sess
     assert m.problem == "" and len(cuts) == 3
     assert (m.conflicts, m.lost_updates) == (0, 0)
     assert m.releases_failed == 3  # each release went into the cut
+
+
+def test_without_server_binaries_the_backends_refuse_in_one_line() -> None:
+    env = dict(os.environ, LOCKCOMPARE_POSTGRES_BIN="/nonexistent")
+    done = subprocess.run(
+        [sys.executable, "-m", "lockcompare", "run", "--backend", ADVISORY],
+        env=env, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        "lockcompare: error: the PostgreSQL backends are not viable here: "
+        "LOCKCOMPARE_POSTGRES_BIN=/nonexistent: no executable initdb and postgres there"
+    ]

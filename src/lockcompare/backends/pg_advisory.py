@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
 from lockcompare.backends.single import new_owner_token
-from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, advisory_key, require_psycopg
+from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, advisory_key, check_postgres_viable
 
 
 class PgAdvisoryLock:
@@ -43,7 +43,7 @@ class PgAdvisoryLock:
 
     @classmethod
     def check_viable(cls) -> None:
-        require_psycopg()
+        check_postgres_viable()
 
     def __init__(self, *, config: BackendConfig) -> None:
         # No connection yet: a client made while its server is down must still be made.

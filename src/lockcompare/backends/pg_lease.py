@@ -29,7 +29,7 @@ from typing import ClassVar
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
 from lockcompare.backends.single import new_owner_token
-from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, require_psycopg
+from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, check_postgres_viable
 
 TABLE = "lockcompare_leases"
 SEQUENCE = "lockcompare_lease_token"
@@ -63,7 +63,7 @@ class PgLeaseLock:
 
     @classmethod
     def check_viable(cls) -> None:
-        require_psycopg()
+        check_postgres_viable()
 
     def __init__(self, *, config: BackendConfig) -> None:
         self._session = PgSession(
