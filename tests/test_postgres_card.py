@@ -13,6 +13,7 @@ from lockcompare.evaluation.evaluate import judge_experiments
 
 def row(experiment: str, *, conflicts: int = 0, lost: int = 0) -> dict[str, Any]:
     return {
+        "trial_id": f"pg.{experiment}.t0", "resource_check": "fence-writes",
         "backend": "pg", "experiment": experiment, "entries": 40, "entries_planned": 40, "workers": 2,
         "rounds": 20, "conflicts": conflicts, "lost_updates": lost, "stale_writes_rejected": 0,
         "grants_while_held": 0, "foreign_releases": 0, "acquire_p50_ms": 0.2, "verdict": "exclusive", "problem": "",
