@@ -136,8 +136,8 @@ def test_the_command_gives_times_at_the_lesson_scale_with_the_stored_scale() -> 
     assert matrix_command([fenced]) == (
         "lockcompare matrix --backends fenced --experiments client-pause --trials 1 --workers 2 --rounds 3 "
         "--ttl-ms 1000 --work-ms 300 --pause-ms 1200 --time-scale 0.1 --acquire-timeout-ms 60000 --retry-delay-ms 10 "
-        "--think-ms 20 --jitter 0.5 --pause-point after-acquire --pause-how sleep --workload lesson --fence writes "
-        "--seed 1"
+        "--think-ms 20 --jitter 0.5 --pause-point after-acquire --pause-how sleep --workload lesson "
+        "--resource-kind redis --fence writes --seed 1"
     )
 
 

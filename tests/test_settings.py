@@ -28,6 +28,10 @@ EXPERIMENT_FOR = {
     "persistence": "node-restart",
     "wait_replicas": "failover",
 }
+#: Settings that apply to one kind of backend only (idle_session_timeout_ms: PostgreSQL lock sessions).
+BACKEND_FOR = {"idle_session_timeout_ms": "lockcompare.backends.pg_advisory:PgAdvisoryLock"}
+#: A value that changes the trial where the first non-default one would not (single's auto resource is redis).
+VALUE_FOR = {"resource_kind": "postgres"}
 
 
 def other_value(setting: Setting) -> str:
@@ -87,8 +91,11 @@ def test_every_setting_goes_from_the_cli_to_the_row_and_back_to_the_same_trial(
     backend = "fenced" if setting.name == "fence" else "single"
     if setting.name == "node_count":
         backend = "redlock"
+    if setting.name in BACKEND_FOR:
+        pytest.importorskip("psycopg")
+        backend = BACKEND_FOR[setting.name]
     experiment = EXPERIMENT_FOR.get(setting.name, "client-pause")
-    value = other_value(setting)
+    value = VALUE_FOR.get(setting.name) or other_value(setting)
     argv = ["--backends", backend, "--experiments", experiment, "--time-scale", "0.5", setting.flag or "", value]
     if setting.name == "time_scale":
         argv = [*argv[:4], setting.flag or "", value]

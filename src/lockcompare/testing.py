@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # imported lazily below: loading the plugin must stay free fo
     from lockcompare.evaluation.conformance import BatteryContext
     from lockcompare.infra.cluster import Cluster
 
-__all__ = ["BackendContract", "lockcompare_cluster", "lockcompare_etcd_cluster"]
+__all__ = ["BackendContract", "lockcompare_cluster", "lockcompare_etcd_cluster", "lockcompare_postgres_cluster"]
 
 
 @pytest.fixture(scope="session")
@@ -60,6 +60,20 @@ def lockcompare_etcd_cluster() -> Iterator[Cluster]:
         yield cluster
 
 
+@pytest.fixture(scope="session")
+def lockcompare_postgres_cluster() -> Iterator[Cluster]:
+    """One PostgreSQL server + a redis-server resource, for backends whose lock nodes are PostgreSQL
+    (``servers = "postgres"``; needs ``lockcompare[postgres]``); started on first use, stopped at the end."""
+    from lockcompare.infra.cluster import open_cluster
+
+    with open_cluster(node_count=1, lock_servers="postgres") as cluster:
+        yield cluster
+
+
+#: The cluster fixture for each kind of lock nodes a backend declares (its ``servers``).
+_CLUSTER_FIXTURES = {"etcd": "lockcompare_etcd_cluster", "postgres": "lockcompare_postgres_cluster"}
+
+
 class BackendContract:
     """Subclass it, set ``backend_name``; every property of the conformance battery becomes a test."""
 
@@ -82,7 +96,7 @@ class BackendContract:
 
     @pytest.fixture
     def lockcompare_battery(self, lockcompare_host: BackendHost, request: pytest.FixtureRequest) -> BatteryContext:
-        """The cluster of the backend's kind of lock nodes (its ``servers``: redis, or etcd members)."""
+        """The cluster of the backend's kind of lock nodes (its ``servers``: redis, etcd or postgres)."""
         from lockcompare.errors import BackendError
         from lockcompare.evaluation.conformance import (
             BatteryContext,
@@ -93,7 +107,7 @@ class BackendContract:
             servers = lockcompare_host.claims().servers
         except BackendError:
             servers = "redis"  # the test itself reports why the backend cannot be used
-        cluster = request.getfixturevalue("lockcompare_etcd_cluster" if servers == "etcd" else "lockcompare_cluster")
+        cluster = request.getfixturevalue(_CLUSTER_FIXTURES.get(str(servers), "lockcompare_cluster"))
         return BatteryContext(
             host=lockcompare_host, node_urls=cluster.node_urls, private_cluster=private_cluster_for(servers)
         )

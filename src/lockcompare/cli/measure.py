@@ -21,6 +21,7 @@ from lockcompare.cli.options import (
     DEFAULT_JOBS,
     Nodes,
     NodesFile,
+    PostgresUrl,
     RedisServer,
     RedlockNodes,
     ResourceUrl,
@@ -90,6 +91,7 @@ def matrix(
     nodes_file: NodesFile = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    postgres: PostgresUrl = None,
     jobs: Annotated[
         int,
         typer.Option(
@@ -122,7 +124,12 @@ def matrix(
     check_count("trials", trials)
     check_count("jobs", jobs)
     overrides, sweep, options, redlock_nodes = _trial_settings(
-        trial_settings or {}, nodes=nodes, resource=resource, redis_server=redis_server, nodes_file=nodes_file
+        trial_settings or {},
+        nodes=nodes,
+        resource=resource,
+        redis_server=redis_server,
+        nodes_file=nodes_file,
+        postgres=postgres,
     )
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()
@@ -186,6 +193,7 @@ def run(
     nodes_file: NodesFile = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    postgres: PostgresUrl = None,
     from_row: Annotated[
         str | None,
         typer.Option(
@@ -208,12 +216,22 @@ def run(
         if given:
             raise InvalidValueError(f"--from takes every setting from the row; drop {', '.join(given)}")
         options = _cluster_options(
-            nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None, nodes_file=nodes_file
+            nodes=nodes,
+            resource=resource,
+            redis_server=redis_server,
+            redlock_nodes=None,
+            nodes_file=nodes_file,
+            postgres=postgres,
         )
         _run_from(from_row, out_path=out_path, options=options)
         return
     overrides, sweep, options, redlock_nodes = _trial_settings(
-        trial_settings, nodes=nodes, resource=resource, redis_server=redis_server, nodes_file=nodes_file
+        trial_settings,
+        nodes=nodes,
+        resource=resource,
+        redis_server=redis_server,
+        nodes_file=nodes_file,
+        postgres=postgres,
     )
     if sweep.cells_per_trial() > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
@@ -234,7 +252,7 @@ def run(
 
 
 #: Options ``run --from`` accepts beside the row: where to write, and where the servers are.
-_RERUN_OPTIONS = {"from_row", "out_path", "nodes", "nodes_file", "resource", "redis_server"}
+_RERUN_OPTIONS = {"from_row", "out_path", "nodes", "nodes_file", "resource", "redis_server", "postgres"}
 
 
 def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions) -> None:

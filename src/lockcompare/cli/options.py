@@ -65,6 +65,15 @@ RedisServer = Annotated[
     str | None,
     typer.Option("--redis-server", envvar="LOCKCOMPARE_REDIS_SERVER", help="redis-server binary for embedded nodes."),
 ]
+PostgresUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--postgres",
+        help="An external PostgreSQL server (postgresql://user@host:port/db) for the PostgreSQL backends' lock "
+        "and resource instead of the embedded one; lockcompare creates its own two tables there and touches "
+        "only its per-trial rows and sessions.",
+    ),
+]
 RedlockNodes = Annotated[
     int | None, typer.Option("--redlock-nodes", help="Nodes a multi-node lock uses (3, 5, 7; default: all).")
 ]
@@ -97,6 +106,7 @@ def _cluster_options(
     redis_server: str | None,
     redlock_nodes: int | None,
     nodes_file: Path | None = None,
+    postgres: str | None = None,
 ) -> ClusterOptions:
     """Where the servers come from; the embedded cluster spawns enough nodes for --redlock-nodes."""
     if nodes_file is not None:
@@ -119,7 +129,11 @@ def _cluster_options(
     if node_urls is not None and redlock_nodes is not None and redlock_nodes > len(node_urls):
         raise InvalidValueError(f"--redlock-nodes {redlock_nodes} but only {len(node_urls)} --nodes given")
     count = max(redlock_nodes or DEFAULT_NODES, DEFAULT_NODES)
-    return ClusterOptions(nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count)
+    if postgres is not None and not postgres.startswith(("postgresql://", "postgres://")):
+        raise InvalidValueError(f"--postgres takes a postgresql:// URL, got {postgres!r}")
+    return ClusterOptions(
+        nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres
+    )
 
 
 def _option_help(setting: Setting) -> str:
@@ -177,12 +191,18 @@ def _trial_settings(
     resource: str | None,
     redis_server: str | None,
     nodes_file: Path | None = None,
+    postgres: str | None = None,
 ) -> tuple[Overrides, Sweep, ClusterOptions, int | None]:
     """The settings of ``run`` and ``matrix`` parsed by the table, and where the servers come from."""
     overrides, sweep = from_cli(trial_settings)
     redlock_nodes = overrides.given("node_count")
     options = _cluster_options(
-        nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes, nodes_file=nodes_file
+        nodes=nodes,
+        resource=resource,
+        redis_server=redis_server,
+        redlock_nodes=redlock_nodes,
+        nodes_file=nodes_file,
+        postgres=postgres,
     )
     return overrides, sweep, options, redlock_nodes
 

@@ -79,6 +79,9 @@ class Claims:
     servers: object = "redis"
     min_ttl_ms: object = 0
     expiry_lag_ms: object = 0
+    #: False for a lock without a lease deadline (``pg-advisory``: held while its session lives):
+    #: the TTL properties are then NOT CLAIMED.
+    has_ttl: object = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +150,7 @@ def claims_of(cls: type) -> Claims:
         servers=plain(getattr(cls, "servers", "redis")),
         min_ttl_ms=plain(getattr(cls, "min_ttl_ms", 0)),
         expiry_lag_ms=plain(getattr(cls, "expiry_lag_ms", 0)),
+        has_ttl=plain(getattr(cls, "has_ttl", True)),
     )
 
 

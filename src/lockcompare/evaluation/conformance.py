@@ -114,8 +114,8 @@ class BatteryContext:
 def private_cluster_for(
     servers: object, *, redis_server: str | None = None
 ) -> Callable[[], AbstractContextManager[Cluster]]:
-    """What ``private_cluster`` opens for a backend whose lock nodes are ``servers`` (redis or etcd)."""
-    kind = "etcd" if servers == "etcd" else "redis"
+    """What ``private_cluster`` opens for a backend whose lock nodes are ``servers`` (redis, etcd, postgres)."""
+    kind = servers if servers in ("etcd", "postgres") else "redis"
     return lambda: open_cluster(node_count=PRIVATE_NODES, redis_server=redis_server, lock_servers=kind)
 
 
@@ -193,6 +193,7 @@ def returns_leases_with_random_owners(ctx: BatteryContext) -> str:
 
 def lease_validity_is_within_the_ttl(ctx: BatteryContext) -> str:
     _need(ctx.claims.exclusive, "a non-exclusive backend promises no validity")
+    _need(ctx.claims.has_ttl, "the lock has no TTL: it is held as long as its session lives")
     timed = ctx.new().acquire_timed(key=ctx.key(), ttl_ms=TTL_MS)
     lease = _lease(timed.value, "acquire of a free lock")
     if lease.valid_until_ns is None:
@@ -218,6 +219,7 @@ def refuses_while_held(ctx: BatteryContext) -> str:
 
 def free_again_after_the_ttl(ctx: BatteryContext) -> str:
     _need(ctx.claims.exclusive, "a non-exclusive backend has no TTL")
+    _need(ctx.claims.has_ttl, "the lock has no TTL: it is held as long as its session lives")
     a, b = ctx.new(), ctx.new()
     key = ctx.key()
     short_ms, margin_s = _short_ttl_ms(ctx), _expiry_margin_s(ctx)
@@ -231,6 +233,7 @@ def free_again_after_the_ttl(ctx: BatteryContext) -> str:
 
 def expired_release_spares_the_successor(ctx: BatteryContext) -> str:
     _need(ctx.claims.exclusive, "a non-exclusive backend has no owner")
+    _need(ctx.claims.has_ttl, "no TTL, so no expired holder (its session ends, and its release with it)")
     a, b, c = ctx.new(), ctx.new(), ctx.new()
     key = ctx.key()
     old = _lease(a.acquire(key=key, ttl_ms=_short_ttl_ms(ctx)), "first acquire")
@@ -395,9 +398,9 @@ def run_battery(
             servers = ctx.claims.servers
         except BackendError:
             servers = "redis"  # the properties report why the backend cannot be used
-        kind = "etcd" if servers == "etcd" else "redis"
+        kind = servers if servers in ("etcd", "postgres") else "redis"
         with open_cluster(
-            redis_server=redis_server, node_count=1 if kind == "etcd" else 5, lock_servers=kind
+            redis_server=redis_server, node_count=5 if kind == "redis" else 1, lock_servers=kind
         ) as cluster:
             ctx.node_urls = cluster.node_urls
             ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)

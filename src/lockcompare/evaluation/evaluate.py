@@ -5,7 +5,8 @@ Two sources, one line per property:
 1. the conformance battery (:mod:`lockcompare.evaluation.conformance`, the same checks as the pytest classes
    in :mod:`lockcompare.testing`), run in-process as plain functions — so pytest is *not* a
    runtime dependency of lockcompare;
-2. the experiments baseline, client-pause and short-ttl, for the backend and the built-ins that
+2. the experiments baseline, client-pause and short-ttl (and session-kill for a lock held in a
+   database session), for the backend and the built-ins that
    bracket it (``single``, ``redlock``, ``fenced`` by default), through
    :func:`lockcompare.runner.matrix.run_matrix`: one CSV on disk, from which the experiment lines and the
    comparison table are computed (:func:`judge_experiments` is pure, testable on hand-built rows).
@@ -62,6 +63,9 @@ from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides
 
 DEFAULT_AGAINST = ("single", "redlock", "fenced")
 EXPERIMENTS = ("baseline", "client-pause", "short-ttl")
+#: Run for the backend alone, when its lock lives in a database session (``servers = "postgres"``):
+#: the server ends the holder's session (the Redis and etcd built-ins have no session to end).
+SESSION_EXPERIMENT = "session-kill"
 #: The workload of the card's experiments: every worker keeps contending until all are done.
 WORKLOAD = "contend"
 CARD_FORMATS = ("markdown", "text")
@@ -184,6 +188,9 @@ def _evaluate_locked(
     if claims.issues_fencing_tokens is True:  # fencing's promise with the token checked on every access
         runs.append(([backend], ["client-pause"], scales["client-pause"]))
         fences.append(("all",))
+    if getattr(cls, "servers", "redis") == "postgres":  # a lock held in a database session
+        runs.append(([backend], [SESSION_EXPERIMENT], time_scale))
+        fences.append(("writes",))
     for (names, experiments, scale), fence in zip(runs, fences, strict=True):
         run_matrix(
             backends=names,
@@ -389,6 +396,9 @@ def judge_experiments(
         else:  # no lease lock claims to survive a lease that ends mid-section
             line(title, Status.NOT_CLAIMED, f"lease expires mid-section: {evidence}", "short-ttl", damage)
 
+    session = totals(rows, backend=backend, experiment=SESSION_EXPERIMENT)
+    if session is not None:
+        lines.append(_session_line(session, claims=claims))
     lines.append(_progress_line(rows, backend=backend, runs=runs))
     return lines
 
@@ -418,6 +428,20 @@ def _fencing_verdict(
         and every is not None and not every.problems and every.entries > 0 and every.lost_updates == 0
     )  # fmt: skip
     return (Status.PASS if ok else Status.FAIL), text
+
+
+def _session_line(t: Totals, *, claims: Claims) -> CardLine:
+    """The database ends the holder's session: a fenced design must lose nothing; a lock that *is*
+    its session (an advisory lock) does not claim to outlive it, and the evidence says what it cost."""
+    title = "the database ends the holder's session (session-kill)"
+    if t.problems:
+        return CardLine(title=title, status=Status.FAIL, evidence=_missing(SESSION_EXPERIMENT, t))
+    evidence = f"{t.conflicts} conflicts in {t.entries} entries, {t.lost_updates} lost updates"
+    if claims.issues_fencing_tokens is True:
+        return CardLine(title=title, status=Status.PASS if t.lost_updates == 0 else Status.FAIL, evidence=evidence)
+    if t.conflicts == 0 and t.lost_updates == 0:
+        return CardLine(title=title, status=Status.PASS, evidence=evidence)
+    return CardLine(title=title, status=Status.NOT_CLAIMED, evidence=f"the lock ends with its session: {evidence}")
 
 
 def _missing(experiment: str, t: Totals | None) -> str:

@@ -177,8 +177,17 @@ def around_acquire(spec: TrialSpec, *, node_count: int) -> tuple[StandingFault, 
     return ()
 
 
+def on_postgres(spec: TrialSpec) -> bool:
+    """Whether the trial's lock nodes are PostgreSQL servers (the backend's ``servers``)."""
+    from lockcompare.backends import load_backend
+
+    return getattr(load_backend(spec.backend), "servers", "redis") == "postgres"
+
+
 def standing_faults(spec: TrialSpec) -> tuple[StandingFault, ...]:
     """The link faults in place for the whole trial."""
+    if spec.fault == PARTITION and on_postgres(spec):
+        return ()  # a session lock is cut under its holder instead: lease_plan
     if spec.fault == PARTITION:
         return (StandingFault(fault=LinkCut(worker=0), nodes=tuple(range(spec.fault_nodes))),)
     if spec.fault == PARTITION_CLOCK_JUMP:
@@ -187,7 +196,20 @@ def standing_faults(spec: TrialSpec) -> tuple[StandingFault, ...]:
 
 
 def lease_plan(spec: TrialSpec) -> FaultPlan | None:
-    """The fault that follows worker 0's leases in a link experiment (None: only standing ones)."""
+    """The fault that follows worker 0's leases in a link experiment (None: only standing ones).
+
+    ``partition`` on a PostgreSQL lock: a session lock cut off from the start is never taken, which
+    shows nothing; the question is what the server does with a session cut *under its holder*. So
+    worker 0's link is cut 50 ms (scaled) into each of its leases, for one TTL, then healed: the
+    server ends the session only if a session-ending setting (``--idle-session-timeout-ms``) fires
+    first (TCP keepalives cannot: the proxy keeps the server's side of the connection alive).
+    """
+    if spec.fault == PARTITION and on_postgres(spec):
+        return FaultPlan(
+            fault=LinkCut(worker=0),  # type: ignore[arg-type]  # scope "links": the scheduler hands it the links
+            nodes=(0,), delay_ms=FAULT_DELAY_MS * spec.time_scale, heal_after_ms=spec.ttl_ms,
+            every_round=True,
+        )  # fmt: skip
     if spec.fault == PARTITION_CLOCK_JUMP:
         jump = ClockJump(jump_s=2 * spec.ttl_ms / 1000)
         return FaultPlan(

@@ -15,11 +15,14 @@ from pathlib import Path
 
 import redis
 
-from lockcompare.errors import ClusterError, ConfigError, InvalidURLError, InvalidValueError
+from lockcompare.errors import ClusterError, ConfigError, InvalidURLError, InvalidValueError, NodeUnreachableError
 from lockcompare.infra.etcd_client import delete_prefix, is_healthy
 from lockcompare.infra.etcd_server import is_etcd_url, start_members
 from lockcompare.infra.fakeclock import FakeClock, check_fake_clock_support
 from lockcompare.infra.lifecycle import sigterm_unwinds
+from lockcompare.infra.pg_client import answers as pg_answers
+from lockcompare.infra.pg_client import delete_own_rows, is_postgres_url, pg_server_version, reset_database
+from lockcompare.infra.postgres_server import PostgresServer
 from lockcompare.infra.redisconn import connect, ping, redact, server_run_id, server_version
 from lockcompare.infra.replication import (
     FailoverPair,
@@ -39,9 +42,10 @@ class ClusterShape:
     (AOF, fsync on every write; see server.PERSISTENCE_ARGS). ``fake_clocks``: nodes run under
     libfaketime so a fault can jump their clocks. ``replicas``: 1 makes every lock node a master
     with one replica behind a stable address (replication.ReplicatedNodes), for the failover fault.
-    ``lock_servers``: what the lock nodes are, "redis" or "etcd" (members of one etcd cluster, see
-    etcd_server.py; a backend declares it with its ``servers`` attribute); the resource is a
-    redis-server either way.
+    ``lock_servers``: what the lock nodes are, "redis", "etcd" (members of one etcd cluster, see
+    etcd_server.py) or "postgres" (PostgreSQL servers, postgres_server.py); a backend declares it
+    with its ``servers`` attribute. ``resource_kind``: what the resource is, a redis-server or a
+    PostgreSQL server ("postgres": the balance in a table, runner/resource_pg.py).
     """
 
     node_count: int = DEFAULT_NODES
@@ -49,6 +53,7 @@ class ClusterShape:
     fake_clocks: bool = False
     replicas: int = 0
     lock_servers: str = "redis"
+    resource_kind: str = "redis"
 
 
 class _Health:
@@ -123,6 +128,10 @@ class Cluster:
                 if not is_healthy(url):
                     return f"etcd member {url} is not healthy"
                 continue
+            if is_postgres_url(url):
+                if not pg_answers(url, timeout_s=0.5):
+                    return f"PostgreSQL server {url} does not answer"
+                continue
             try:
                 ping(url, timeout_s=0.5)
             except ClusterError as exc:
@@ -141,8 +150,13 @@ class Cluster:
                 delete_prefix(etcd, "")  # every key and lease; the revision counter goes on
             except ClusterError as exc:
                 self.mark_broken(f"emptying etcd failed: {exc}")
-        for url in (*self.node_urls, self.resource_url):
+        for url in dict.fromkeys((*self.node_urls, self.resource_url)):
             if is_etcd_url(url):
+                continue
+            if is_postgres_url(url):
+                problem = reset_database(url)  # every other session ended, lockcompare's tables emptied
+                if problem:
+                    self.mark_broken(f"emptying {url} failed: {problem}")
                 continue
             client = connect(url, timeout_s=1.0)
             try:
@@ -191,10 +205,14 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
         if shape.replicas:
             raise ConfigError("etcd members replicate by consensus: no --wait-replicas/failover replicas")
         return _start_etcd(shape, redis_server=redis_server)
+    if shape.lock_servers == "postgres":
+        return _start_postgres(shape)
     if shape.lock_servers != "redis":
-        raise InvalidValueError(f"unknown lock servers {shape.lock_servers!r} (known: redis, etcd)")
+        raise InvalidValueError(f"unknown lock servers {shape.lock_servers!r} (known: redis, etcd, postgres)")
     binary = find_redis_server(redis_server)
     if shape.replicas:
+        if shape.resource_kind != "redis":
+            raise ConfigError("failover clusters keep their resource on a redis-server")
         return _start_replicated(shape, binary=binary)
     if shape.fake_clocks:
         check_fake_clock_support(binary)  # one clear line now, never a hang mid-matrix
@@ -205,7 +223,7 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
         )
         for i in range(shape.node_count)
     ]
-    resource = RedisServer(binary=binary, name="resource")
+    resource = _resource_server(shape, binary=binary)
     try:
         for server in (*nodes, resource):
             server.start()
@@ -213,7 +231,7 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
             node_urls=tuple(s.url for s in nodes),
             resource_url=resource.url,
             embedded=True,
-            redis_version=server_version(resource.url),
+            redis_version=server_version(nodes[0].url),
             servers=tuple(nodes),
             resource_server=resource,
             shape=shape,
@@ -256,16 +274,16 @@ def _start_etcd(shape: ClusterShape, *, redis_server: str | None) -> Cluster:
     """``shape.node_count`` etcd members as the lock nodes, and a redis-server as the resource."""
     if shape.fake_clocks or shape.persistence != "none":
         raise ConfigError("etcd members run with real clocks and always persist: no fake clocks or --persistence")
-    binary = find_redis_server(redis_server)
+    binary = find_redis_server(redis_server) if shape.resource_kind == "redis" else None
     members = start_members(count=shape.node_count)
-    resource = RedisServer(binary=binary, name="resource")
+    resource = _resource_server(shape, binary=binary)
     try:
         resource.start()
         return Cluster(
             node_urls=tuple(m.url for m in members),
             resource_url=resource.url,
             embedded=True,
-            redis_version=server_version(resource.url),
+            redis_version=_version(resource.url),
             servers=tuple(members),  # type: ignore[arg-type]  # EtcdServer has RedisServer's interface
             resource_server=resource,
             shape=shape,
@@ -277,12 +295,57 @@ def _start_etcd(shape: ClusterShape, *, redis_server: str | None) -> Cluster:
         raise
 
 
+def _resource_server(shape: ClusterShape, *, binary: Path | None) -> RedisServer:
+    """The resource's server, not started: a redis-server, or a PostgreSQL server (``resource_kind``)."""
+    if shape.resource_kind == "postgres":
+        return PostgresServer(name="resource")  # type: ignore[return-value]  # the same interface
+    if shape.resource_kind != "redis":
+        raise InvalidValueError(f"unknown resource kind {shape.resource_kind!r} (known: redis, postgres)")
+    assert binary is not None
+    return RedisServer(binary=binary, name="resource")
+
+
+def _version(url: str) -> str:
+    """The version the results record for a cluster (the CSV's ``redis_version`` column)."""
+    return f"postgresql {pg_server_version(url)}" if is_postgres_url(url) else server_version(url)
+
+
+def _start_postgres(shape: ClusterShape) -> Cluster:
+    """``shape.node_count`` PostgreSQL servers as the lock nodes, and the resource (either kind)."""
+    if shape.fake_clocks or shape.persistence != "none" or shape.replicas:
+        raise ConfigError("PostgreSQL lock nodes run with real clocks, persist on their own and have no replicas")
+    binary = find_redis_server(None) if shape.resource_kind == "redis" else None
+    nodes = [PostgresServer(name=f"pg{i}") for i in range(shape.node_count)]
+    resource = _resource_server(shape, binary=binary)
+    servers: tuple[PostgresServer | RedisServer, ...] = (*nodes, resource)
+    try:
+        for server in servers:
+            server.start()
+        return Cluster(
+            node_urls=tuple(s.url for s in nodes),
+            resource_url=resource.url,
+            embedded=True,
+            redis_version=_version(resource.url),
+            servers=tuple(nodes),  # type: ignore[arg-type]  # PostgresServer has RedisServer's interface
+            resource_server=resource,
+            shape=shape,
+        )
+    except BaseException:
+        for server in servers:
+            server.cleanup()
+        raise
+
+
 def connect_external(*, nodes: Sequence[str], resource: str) -> Cluster:
     """The user's servers (validated URLs), checked with PING; lockcompare never flushes them."""
     for url in (*nodes, resource):
+        if is_postgres_url(url):
+            if not pg_answers(url, timeout_s=2.0):
+                raise NodeUnreachableError(f"PostgreSQL server {redact(url)} does not answer")
+            continue
         ping(url)
-    check_distinct_servers(nodes)
-    version = server_version(nodes[0])
+    check_distinct_servers([url for url in nodes if not is_postgres_url(url)])
+    version = _version(nodes[0])
     return Cluster(node_urls=tuple(nodes), resource_url=resource, embedded=False, redis_version=version)
 
 
@@ -314,6 +377,7 @@ def open_cluster(
     fake_clocks: bool = False,
     replicas: int = 0,
     lock_servers: str = "redis",
+    resource_kind: str = "redis",
 ) -> Iterator[Cluster]:
     """Yield a ready :class:`Cluster`; spawned servers are stopped however the block ends.
 
@@ -332,6 +396,7 @@ def open_cluster(
             fake_clocks=fake_clocks,
             replicas=replicas,
             lock_servers=lock_servers,
+            resource_kind=resource_kind,
         )
         cluster = start_embedded(shape, redis_server=redis_server)
         try:
@@ -343,7 +408,10 @@ def open_cluster(
 def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:
     """Delete the keys whose names contain ``prefix`` (a run's own, whatever a library wraps them
     in) from every server in ``urls``; never FLUSH anything, a node that is down is skipped."""
-    for url in urls:
+    for url in dict.fromkeys(urls):
+        if is_postgres_url(url):
+            delete_own_rows(url, prefix)  # only rows of lockcompare's own tables that name the prefix
+            continue
         if is_etcd_url(url):
             try:
                 delete_prefix([url], prefix)  # an etcd backend's keys start with the trial's prefix
@@ -363,5 +431,7 @@ def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:
 
 def describe(cluster: Cluster) -> str:
     kind = "embedded" if cluster.embedded else "external"
-    nodes = "etcd members" if cluster.node_urls and is_etcd_url(cluster.node_urls[0]) else "lock nodes"
-    return f"{kind} cluster: {len(cluster.node_urls)} {nodes} + 1 resource, redis {cluster.redis_version}"
+    first = cluster.node_urls[0] if cluster.node_urls else ""
+    nodes = "etcd members" if is_etcd_url(first) else "PostgreSQL servers" if is_postgres_url(first) else "lock nodes"
+    resource = "PostgreSQL resource" if is_postgres_url(cluster.resource_url) else "resource"
+    return f"{kind} cluster: {len(cluster.node_urls)} {nodes} + 1 {resource}, redis {cluster.redis_version}"

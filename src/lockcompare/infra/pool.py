@@ -111,3 +111,23 @@ class SharedCluster:
 
     def close(self) -> None:
         pass
+
+
+class WithPostgres:
+    """A cluster source that hands the user's PostgreSQL server (``--postgres``) to trials whose lock
+    nodes are PostgreSQL servers, and asks ``inner`` for every other cluster."""
+
+    def __init__(self, inner: ClusterPool | SharedCluster, postgres: SharedCluster | None) -> None:
+        self.inner, self.postgres = inner, postgres
+
+    def acquire(self, shape: ClusterShape) -> Cluster:
+        if self.postgres is not None and shape.lock_servers == "postgres":
+            return self.postgres.cluster
+        return self.inner.acquire(shape)
+
+    def release(self, cluster: Cluster) -> None:
+        if self.postgres is None or cluster is not self.postgres.cluster:
+            self.inner.release(cluster)
+
+    def close(self) -> None:
+        self.inner.close()

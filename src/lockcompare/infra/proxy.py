@@ -233,6 +233,15 @@ def port_of(url: str) -> int:
     return port
 
 
+def _netloc(url: str, *, port: int | None) -> str:
+    """``url``'s network location moved to the link's loopback port; the user (and password) stay
+    (a PostgreSQL URL names its role there: ``postgresql://postgres@host:port/db``)."""
+    from urllib.parse import urlsplit
+
+    user = urlsplit(url).netloc.rpartition("@")[0]
+    return f"{user + '@' if user else ''}{_LOOPBACK}:{port}"
+
+
 class ProxySet:
     """One proxy per (worker, node) link, all served by one proxy process.
 
@@ -284,7 +293,7 @@ class ProxySet:
         from urllib.parse import urlsplit
 
         return tuple(
-            urlsplit(url)._replace(netloc=f"{_LOOPBACK}:{link.port}").geturl()
+            urlsplit(url)._replace(netloc=_netloc(url, port=link.port)).geturl()
             for url, link in zip(self._node_urls, links, strict=True)
         )
 

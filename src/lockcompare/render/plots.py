@@ -365,7 +365,7 @@ def _draw_rounds(
             handle = ax.broken_barh([(t1, until_ms - t1)], (y + 0.17, 0.22),
                                     facecolor=LEASE_OPEN, edgecolor=LEASE, hatch="..")  # fmt: skip
             legend.add("lease with no deadline (to release)", handle, t1, until_ms)
-        if ttl_ms is not None and e.get("t_attempt") is not None:
+        if ttl_ms is not None and e.get("t_attempt") is not None and not e.get("no_ttl"):
             x = incidents.ms(e["t_attempt"], origin) + ttl_ms
             (tick,) = ax.plot([x], [y + 0.28], "|", color=NODE_EXPIRY, ms=16, mew=2.5)
             legend.add("key expires on nodes (attempt+TTL)", tick, x)

@@ -36,7 +36,9 @@ _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 def process_cpu_s(pid: int | None) -> float:
-    """User + system CPU seconds of a live process (0.0 when it is gone), from /proc."""
+    """User + system CPU seconds of a live process and of its children it has reaped (0.0 when it is
+    gone), from /proc. The children count because a PostgreSQL server's work is done by one child per
+    session: its postmaster alone does almost nothing (measured: 0.04 CPU per pg trial without them)."""
     if pid is None:
         return 0.0
     try:
@@ -44,7 +46,7 @@ def process_cpu_s(pid: int | None) -> float:
             fields = fh.read().rsplit(b")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S  # utime, stime (fields 14, 15)
+    return sum(int(v) for v in fields[11:15]) / _TICKS_PER_S  # utime, stime, cutime, cstime (fields 14-17)
 
 
 class CpuMeter(threading.local):

@@ -32,7 +32,7 @@ from lockcompare.infra.cluster import (
     start_embedded,
 )
 from lockcompare.infra.lifecycle import sigterm_unwinds
-from lockcompare.infra.pool import ClusterPool, SharedCluster
+from lockcompare.infra.pool import ClusterPool, SharedCluster, WithPostgres
 from lockcompare.infra.provenance import registered_run
 from lockcompare.infra.server import find_redis_server
 from lockcompare.runner.crew import WorkerPool, spawn_crew
@@ -70,6 +70,9 @@ class ClusterOptions:
     resource: str | None = None
     redis_server: str | None = None
     node_count: int = 5
+    #: An external PostgreSQL server (``--postgres URL``) for the PostgreSQL backends' lock and
+    #: resource; lockcompare touches only its own per-trial rows there.
+    postgres: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +136,8 @@ def plan_matrix(
             node_count=node_count,
             resource_check=check_for(cls, fence=cell.fence),
             supports_wait_replicas=bool(getattr(cls, "supports_wait_replicas", False)),
+            lock_servers=str(getattr(cls, "servers", "redis")),
+            backend_resource_kind=str(getattr(cls, "resource_kind", "redis")),
         )
         specs.setdefault(spec.trial_id, spec)
     return _fitting(classes, list(specs.values()), skip_unfit=skip_unfit)
@@ -150,9 +155,18 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
         )
 
 
+_NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"
+
 #: Faults the embedded cluster cannot apply to a kind of lock server, and why.
 UNSUPPORTED_FAULTS = {
+    "redis": {"session-kill": _NO_SESSION},
+    "postgres": {
+        "clock-jump": "PostgreSQL servers run with real clocks (libfaketime is applied to redis-server only)",
+        "partition-clock-jump": "Kleppmann's five-node scenario needs five Redis lock nodes",
+        "failover": "lockcompare builds no PostgreSQL replicas",
+    },
     "etcd": {
+        "session-kill": _NO_SESSION,
         "clock-jump": "etcd members run with real clocks (libfaketime is applied to redis-server only)",
         "partition-clock-jump": "etcd members run with real clocks (libfaketime is applied to redis-server only)",
         "failover": "etcd replicates by consensus: there is no asynchronous replica to promote",
@@ -192,8 +206,12 @@ def _fitting(classes: dict[str, type], specs: Sequence[TrialSpec], *, skip_unfit
     if left_out and (not kept or not skip_unfit):
         (backend, reason), cells = next(iter(left_out.items()))
         raise InvalidValueError(f"backend {backend!r}, {cells[0]}: {reason}")
-    for (backend, reason), cells in left_out.items():
-        log.warning("skipping %s x %s: %s", backend, ", ".join(cells), reason)
+    # One line per reason and cells: "skipping single, redlock x session-kill: ..." (not one per backend).
+    lines: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (backend, reason), experiments in left_out.items():
+        lines.setdefault((reason, tuple(experiments)), []).append(backend)
+    for (reason, skipped), names in lines.items():
+        log.warning("skipping %s x %s: %s", ", ".join(names), ", ".join(skipped), reason)
     return kept
 
 
@@ -211,10 +229,14 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
 
     A backend on etcd gets one member, or three when a fault crashes or restarts members
     (``--redlock-nodes`` sets the count instead)."""
-    if lock_servers_of(spec.backend) == "etcd":
+    servers = lock_servers_of(spec.backend)
+    if servers == "etcd":
         members = spec.node_count or (ETCD_FAULT_MEMBERS if spec.fault else 1)
-        return ClusterShape(node_count=members, lock_servers="etcd")
+        return ClusterShape(node_count=members, lock_servers="etcd", resource_kind=spec.resource_kind)
+    if servers == "postgres":
+        return ClusterShape(node_count=spec.node_count or 1, lock_servers="postgres", resource_kind=spec.resource_kind)
     return ClusterShape(
+        resource_kind=spec.resource_kind,
         node_count=cluster_options.node_count,
         persistence=spec.persistence,
         fake_clocks=spec.fault in ("clock-jump", network.PARTITION_CLOCK_JUMP),
@@ -229,6 +251,23 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         raise ConfigError(
             f"backend {on_etcd[0].backend!r} runs on etcd members that lockcompare starts: drop --nodes/--resource"
         )
+    on_postgres = [s for s in specs if lock_servers_of(s.backend) == "postgres"]
+    if on_postgres and cluster_options.nodes is not None and cluster_options.postgres is None:
+        raise ConfigError(
+            f"backend {on_postgres[0].backend!r} locks on PostgreSQL: with --nodes/--resource give --postgres URL too"
+        )
+    if cluster_options.postgres is not None:
+        for spec in on_postgres:
+            if spec.fault and spec.fault != "session-kill":
+                raise ConfigError(
+                    f"{spec.experiment} restarts or cuts off the PostgreSQL server: it needs the embedded one, "
+                    "not --postgres (session-kill ends only lockcompare's own sessions and runs there)"
+                )
+            if spec.resource_kind != "postgres":
+                raise ConfigError(
+                    "with --postgres the PostgreSQL backends keep the resource there: --resource-kind postgres"
+                )
+        specs = [s for s in specs if s not in on_postgres]
     faulty = [s for s in specs if s.fault]
     if not faulty:
         return
@@ -244,7 +283,7 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         )
     for spec in faulty:
         used = spec.node_count or cluster_options.node_count
-        if lock_servers_of(spec.backend) == "etcd":
+        if lock_servers_of(spec.backend) in ("etcd", "postgres"):
             used = cluster_shape(spec, cluster_options=cluster_options).node_count
         if spec.fault_nodes > used:
             raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")
@@ -465,13 +504,18 @@ def _runs_alone(spec: TrialSpec) -> bool:
 
 
 @contextlib.contextmanager
-def _cluster_source(options: ClusterOptions, *, jobs: int) -> Iterator[ClusterPool | SharedCluster]:
+def _cluster_source(options: ClusterOptions, *, jobs: int) -> Iterator[WithPostgres]:
     """A pool of embedded clusters (one per trial in flight), or the user's servers shared by all."""
     if (options.nodes is None) != (options.resource is None):
         raise ConfigError("--nodes and --resource go together: give both, or neither for the embedded cluster")
+    postgres = (
+        SharedCluster(connect_external(nodes=(options.postgres,), resource=options.postgres))
+        if options.postgres is not None
+        else None
+    )
     if options.nodes is not None and options.resource is not None:
-        yield SharedCluster(connect_external(nodes=options.nodes, resource=options.resource))
+        yield WithPostgres(SharedCluster(connect_external(nodes=options.nodes, resource=options.resource)), postgres)
         return
     find_redis_server(options.redis_server)  # no binary: one clear error before anything starts
     with ClusterPool(build=lambda shape: start_embedded(shape, redis_server=options.redis_server), limit=jobs) as pool:
-        yield pool
+        yield WithPostgres(pool, postgres)

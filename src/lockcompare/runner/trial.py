@@ -31,14 +31,17 @@ from lockcompare.faults.failover import Failover
 from lockcompare.faults.holders import LockHolders, glob_escape
 from lockcompare.faults.node import ClockJump, NodeCrash, NodeRestart
 from lockcompare.faults.schedule import FaultPlan, FaultScheduler
+from lockcompare.faults.session import SessionKill
 from lockcompare.infra import health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.etcd_server import is_etcd_url
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
+from lockcompare.infra.pg_client import is_postgres_url, with_session_settings
 from lockcompare.infra.proxy import ProxySet
 from lockcompare.runner.contend import DoneTracker
 from lockcompare.runner.crew import CrewSource, spawn_crew
 from lockcompare.runner.resource import Resource, ResourceCounters
+from lockcompare.runner.resource_pg import PgResource, ResourceError, open_resource
 from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
 from lockcompare.spec.experiments import FAULT_DELAY_MS
 from lockcompare.spec.trialspec import TrialSpec
@@ -106,7 +109,7 @@ def _run_trial(
     reachable = health.prepare(cluster, node_count=spec.node_count)
     prefix = f"lockcompare:{run_id}:{spec.trial_id}"
     config = BackendConfig(
-        node_urls=cluster.node_urls,
+        node_urls=session_urls(cluster.node_urls, spec=spec),
         request_timeout_s=network.request_timeout_s(spec) or request_timeout_s,
         node_count=spec.node_count,
         wait_replicas=spec.wait_replicas,
@@ -115,7 +118,9 @@ def _run_trial(
         WorkerPlan(
             index=w,
             backend=spec.backend,
-            backend_config=config if links is None else replace(config, node_urls=links.node_urls(worker=w)),
+            backend_config=config
+            if links is None
+            else replace(config, node_urls=session_urls(links.node_urls(worker=w), spec=spec)),
             resource_url=cluster.resource_url,
             resource_prefix=prefix,
             lock_key=f"{prefix}:lock",
@@ -138,7 +143,7 @@ def _run_trial(
         )
         for w in range(spec.workers)
     ]
-    plan = fault_plan(spec)
+    plan = fault_plan(spec, lock_key=f"{prefix}:lock")
     standing = network.standing_faults(spec)
     around = network.around_acquire(spec, node_count=len(cluster.node_urls))
     faults = (
@@ -153,7 +158,7 @@ def _run_trial(
         if plan is not None or standing or around
         else None
     )
-    resource = Resource(url=cluster.resource_url, prefix=prefix)
+    resource = open_resource(url=cluster.resource_url, prefix=prefix)
     try:
         # Keys on servers we do not own must not outlive a killed run: they expire on their own.
         resource.prepare(expire_s=worst_case_duration_s(spec) + 3600)
@@ -255,10 +260,10 @@ class StopWatch:
         self._thread.join()
 
 
-def _read_counters(resource: Resource) -> ResourceCounters:
+def _read_counters(resource: Resource | PgResource) -> ResourceCounters:
     try:
         return resource.counters()
-    except redis.RedisError as exc:
+    except (redis.RedisError, ResourceError) as exc:
         raise NodeUnreachableError(f"cannot read the resource's counters: {exc}") from None
 
 
@@ -268,15 +273,29 @@ def _lock_holders(cluster: Cluster, *, lock_key: str) -> LockHolders | None:
     Matched as ``*<lock key>``: a library stores the harness's key under a prefix of its own
     (pottery: ``redlock:``, python-redis-lock: ``lock:``).
     """
-    if not cluster.embedded or any(is_etcd_url(url) for url in cluster.node_urls):
+    if not cluster.embedded or any(is_etcd_url(url) or is_postgres_url(url) for url in cluster.node_urls):
         return None
     return LockHolders(node_urls=cluster.node_urls, key_pattern="*" + glob_escape(lock_key))
 
 
-def fault_plan(spec: TrialSpec) -> FaultPlan | None:
+def session_urls(urls: tuple[str, ...], *, spec: TrialSpec) -> tuple[str, ...]:
+    """The lock nodes' URLs as workers use them: a PostgreSQL session carries the trial's
+    ``idle_session_timeout`` (a session setting, so the pooled server stays as it is)."""
+    if not spec.idle_session_timeout_ms:
+        return urls
+    settings = {"idle_session_timeout": f"{max(1, round(spec.idle_session_timeout_ms))}ms"}
+    return tuple(with_session_settings(url, settings) if is_postgres_url(url) else url for url in urls)
+
+
+def fault_plan(spec: TrialSpec, *, lock_key: str = "") -> FaultPlan | None:
     """The node fault a trial's experiment applies, following worker 0's leases (None: no fault)."""
     if not spec.fault:
         return None
+    if spec.fault == "session-kill":  # the session holding the lock, 50 ms into each of worker 0's leases
+        return FaultPlan(
+            fault=SessionKill(lock_key=lock_key), nodes=(0,), delay_ms=FAULT_DELAY_MS * spec.time_scale,
+            heal_after_ms=0, every_round=True,
+        )  # fmt: skip
     if network.needs_links(spec):
         return network.lease_plan(spec)  # its link faults are standing ones: network.standing_faults
     nodes = tuple(range(spec.fault_nodes))

@@ -34,7 +34,8 @@ from lockcompare.backends import (
 )
 from lockcompare.infra.lifecycle import die_with_parent
 from lockcompare.runner.contend import ANSWER_TIMEOUT_S, Inbox
-from lockcompare.runner.resource import Check, Resource
+from lockcompare.runner.resource import Check
+from lockcompare.runner.resource_pg import open_resource
 from lockcompare.runner.sections import run_section
 from lockcompare.spec.choices import DEFAULT_WORKLOAD, PauseHow, PausePoint
 
@@ -152,6 +153,8 @@ def acquire_until_deadline(
                 fence=lease.fencing_token,
                 valid_until=lease.valid_until_ns,
                 **({} if lease.granted_by is None else {"granted_by": list(lease.granted_by)}),
+                # A lock without a TTL (pg-advisory: the session is the lease): nothing expires on the nodes.
+                **({} if getattr(backend, "has_ttl", True) else {"no_ttl": True}),
             )
             return lease
         refusals[outcome.reason] += 1
@@ -220,7 +223,7 @@ def handshake(inbox: Inbox, conn: Connection, what: str, round_: int) -> None:
 def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot) -> None:
     backend_cls = load_backend(plan.backend)
     backend = slot.call("construct", lambda: backend_cls(config=plan.backend_config))
-    resource = Resource(url=plan.resource_url, prefix=plan.resource_prefix)
+    resource = open_resource(url=plan.resource_url, prefix=plan.resource_prefix)
     rng = random.Random(plan.seed * 1009 + plan.index)  # reproducible, and different per worker
     inbox = Inbox(conn)
 

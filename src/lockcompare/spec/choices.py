@@ -41,3 +41,8 @@ class PauseHow(StrEnum):
 
     SLEEP = "sleep"  # in-process sleep, as in the lesson's lab: only the sleeping thread stops
     SIGSTOP = "sigstop"  # a real freeze from outside: every thread of the process stops
+
+
+#: Where the resource lives (--resource-kind): "auto" takes the backend's ``resource_kind`` attribute
+#: (the pg backends: "postgres", the database checks the token itself), else a redis-server.
+RESOURCE_KINDS = ("auto", "redis", "postgres")

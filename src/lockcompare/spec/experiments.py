@@ -86,6 +86,16 @@ EXPERIMENTS: dict[str, Experiment] = {
             claim="work 3000 > TTL 1000 with a renewing lock, worker 0 paused 1500 ms: renewal survives "
             "--pause-how sleep (only one thread sleeps), not sigstop (the watchdog freezes too)",
         ),
+        Experiment(
+            name="session-kill",
+            fault="session-kill",
+            acquire_timeout_ms=2000,
+            takes_fault_nodes=False,
+            claim="50 ms into each of worker 0's leases the database ends the session holding the lock "
+            "(pg_terminate_backend, as an administrator, idle_session_timeout or a pooler would): pg-advisory "
+            "releases the lock under a holder that still runs (conflicts); pg-lease's row outlives the session "
+            "(exclusive). PostgreSQL backends only",
+        ),
         # Link experiments (faults/network.py): each worker reaches each lock node through a proxy.
         Experiment(
             name="slow-response",

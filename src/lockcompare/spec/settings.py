@@ -27,7 +27,15 @@ from enum import StrEnum
 from typing import Any
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec.choices import DEFAULT_WORKLOAD, FENCE_MODES, WORKLOADS, Check, PauseHow, PausePoint
+from lockcompare.spec.choices import (
+    DEFAULT_WORKLOAD,
+    FENCE_MODES,
+    RESOURCE_KINDS,
+    WORKLOADS,
+    Check,
+    PauseHow,
+    PausePoint,
+)
 
 #: A spec under construction: every setting's chosen value, by name (times still lesson-scale).
 Chosen = Mapping[str, Any]
@@ -365,6 +373,35 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         applies=lambda chosen: chosen.get("fault") == "failover" and bool(chosen.get("supports_wait_replicas")),
         neutral=0,
     ),
+    Setting(
+        name="resource_kind",
+        kind=str,
+        default="auto",
+        flag="--resource-kind",
+        choices=RESOURCE_KINDS,
+        help="Where the resource lives: auto (the PostgreSQL backends keep it in a PostgreSQL table, where the "
+        "database checks the fencing token in the write's own statement; the others on a redis-server), "
+        "redis, or postgres. The CSV records the kind used.",
+        since_schema=5,
+        legacy="redis",
+        hash_omits_legacy=True,
+    ),
+    Setting(
+        name="idle_session_timeout_ms",
+        kind=float,
+        default=0.0,
+        unit="ms",
+        scaled=True,
+        flag="--idle-session-timeout-ms",
+        help="PostgreSQL backends: the server ends a lock session idle this long (idle_session_timeout, set on "
+        "each worker's session); 0: never.",
+        minimum=0,
+        since_schema=5,
+        legacy="0",
+        hash_omits_legacy=True,
+        applies=lambda chosen: chosen.get("lock_servers") == "postgres",
+        neutral=0.0,
+    ),
     # A bound on a hung backend call, not a timing of the experiment: not scaled, not identity.
     Setting(
         name="call_timeout_ms",
@@ -381,6 +418,18 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         maximum_hint="raise with LOCKCOMPARE_MAX_CALL_TIMEOUT_MS",
         since_schema=5,
         legacy="",
+    ),
+    # Recorded, not chosen: the kind of server the backend's lock nodes are (its ``servers``), so that
+    # a row says it and the settings that apply to one kind only (idle_session_timeout_ms) know.
+    Setting(
+        name="lock_servers",
+        kind=str,
+        default="redis",
+        identity=False,
+        column="lock_servers",
+        help="which servers the lock nodes are (the backend's servers: redis, etcd, postgres)",
+        since_schema=5,
+        legacy="redis",
     ),
     Setting(
         name="fence",

@@ -59,6 +59,9 @@ class TrialSpec:
     persistence: str = "none"  # node-restart: none, or aof-always (appendfsync always, kept across restarts)
     workload: str = DEFAULT_WORKLOAD  # contend: workers keep contending until all are done (contend.py)
     wait_replicas: int = 0  # failover: replicas that must acknowledge a lease's write (WAIT), 0: none
+    resource_kind: str = "redis"  # where the resource lives: redis, or postgres (runner/resource_pg.py)
+    idle_session_timeout_ms: float = 0.0  # PostgreSQL lock sessions: idle_session_timeout (0: off), scaled
+    lock_servers: str = "redis"  # recorded: the backend's kind of lock servers (redis, etcd, postgres)
     #: (worker, round) pairs at which the worker pauses; explicit, derived from the seed.
     pause_schedule: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     #: A bound on each backend call, not a setting of the experiment (not part of the identity).
@@ -142,6 +145,8 @@ def make_spec(
     node_count: int | None = None,
     resource_check: Check = Check.PLAIN,
     supports_wait_replicas: bool = True,
+    lock_servers: str = "redis",
+    backend_resource_kind: str = "redis",
 ) -> TrialSpec:
     """Every setting of one trial: the user's choice, else the table's default, else the
     experiment's; scaled where the table says so; neutral where it does not apply (a pause point
@@ -150,6 +155,7 @@ def make_spec(
     chosen: dict[str, Any] = {
         "backend": backend, "experiment": experiment.name, "trial": trial, "fault": experiment.fault or "",
         "takes_fault_nodes": experiment.takes_fault_nodes, "supports_wait_replicas": supports_wait_replicas,
+        "lock_servers": lock_servers,
     }  # fmt: skip
     for setting in SETTINGS_LIST:
         if not setting.flag or setting.name in chosen:
@@ -159,6 +165,8 @@ def make_spec(
             value = setting.default if setting.default is not None else _experiment_value(experiment, setting.name)
         chosen[setting.name] = value
     chosen["node_count"] = node_count if node_count is not None else overrides.given("node_count")
+    if chosen.get("resource_kind") == "auto":  # the backend's own kind (the pg backends: postgres)
+        chosen["resource_kind"] = backend_resource_kind
     for setting in SETTINGS_LIST:
         if setting.applies is not None and not setting.applies(chosen):
             chosen[setting.name] = setting.neutral

