@@ -142,10 +142,10 @@ def test_crash_ends_every_session_and_a_restart_keeps_committed_rows() -> None:
 
 def test_a_failed_start_leaves_no_process_and_no_directory(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(postgres_server.SERVER_SETTINGS, "no_such_setting", "1")
-    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("lockcompare-pg-badstart-*"))
+    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("lockcompare-p*-pg-badstart-*"))
     with pytest.raises(ServerStartError, match="exited during start-up"):
         start_postgres(name="badstart")
-    after = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("lockcompare-pg-badstart-*"))
+    after = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("lockcompare-p*-pg-badstart-*"))
     assert after == before
 
 

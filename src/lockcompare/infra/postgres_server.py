@@ -35,11 +35,11 @@ import pwd
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 from lockcompare.errors import BackendNotViableError, ServerStartError
+from lockcompare.infra.lifecycle import owned_tempdir
 from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, require_psycopg
 from lockcompare.infra.server import free_port, release_port
 
@@ -142,7 +142,7 @@ class PostgresServer:
         self.port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._user = _run_as()
-        self._dir = Path(tempfile.mkdtemp(prefix=f"lockcompare-pg-{name}-"))  # mode 0700
+        self._dir = owned_tempdir(f"pg-{name}")  # mode 0700, tagged with our pid: swept after a SIGKILL
         _not_cleaned_up.add(self)
         if self._user is not None:
             os.chown(self._dir, self._user.pw_uid, self._user.pw_gid)
