@@ -41,7 +41,12 @@ def test_experiments_lists_each_claim() -> None:
     result = invoke("experiments")
     assert result.exit_code == 0
     experiments, _, verdicts = result.stdout.partition("\nVerdicts")
-    assert [line.split()[0] for line in experiments.splitlines()] == list(EXPERIMENTS)
+    lines = [line for line in experiments.splitlines() if line and not line.startswith(" ")]
+    assert [line.split()[0] for line in lines[:-1]] == list(EXPERIMENTS)  # the last: how faults read
+    schedules = [
+        line.split("faults: ", 1)[1] for line in experiments.splitlines() if line.lstrip().startswith("faults: ")
+    ]
+    assert len(schedules) == len(EXPERIMENTS) and "restart nodes=holders:1" in " ".join(schedules)
     assert [line.split()[0] for line in verdicts.splitlines()[1:]] == list(VERDICT_MEANINGS)
 
 

@@ -16,7 +16,8 @@ from lockcompare.backends.fenced import FencedLock
 from lockcompare.backends.single import SingleNodeLock
 from lockcompare.cli import app
 from lockcompare.faults.failover import Failover
-from lockcompare.faults.schedule import FaultPlan, FaultScheduler
+from lockcompare.faults.schedule import FaultScheduler, PlannedStep
+from lockcompare.faults.steps import parse_schedule
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.health import answers
 from lockcompare.infra.redisconn import connect
@@ -102,8 +103,7 @@ def test_the_failover_heals_in_finally_and_leaves_nothing_behind(private_tmp: Pa
     pids: list[int | None] = []
     with open_cluster(node_count=2, replicas=1) as cluster:
         assert cluster.replication is not None
-        plan = FaultPlan(fault=Failover(), nodes=(0,), delay_ms=0, heal_after_ms=None, every_round=False)
-        faults = FaultScheduler(plan=plan, cluster=cluster)
+        faults = FaultScheduler(steps=[_failover_step(heal_after_ns=None)], cluster=cluster, node_count=2, workers=1)
         pids += cluster.replication.pids()
         with pytest.raises(RuntimeError, match="mid-fault"):
             try:
@@ -127,13 +127,18 @@ def test_the_failover_heals_in_finally_and_leaves_nothing_behind(private_tmp: Pa
 
 def test_a_prepared_failover_that_never_fired_lets_the_link_through(private_tmp: Path) -> None:
     with open_cluster(node_count=1, replicas=1) as cluster:
-        plan = FaultPlan(fault=Failover(), nodes=(0,), delay_ms=0, heal_after_ms=0, every_round=False)
-        faults = FaultScheduler(plan=plan, cluster=cluster)
+        faults = FaultScheduler(steps=[_failover_step(heal_after_ns=0)], cluster=cluster, node_count=1, workers=1)
         faults.start()
         faults.heal_all()
         assert [e["action"] for e in faults.events] == ["prepare", "heal"]
         assert not cluster.node_pair(0).held_back
         cluster.node_pair(0).wait_in_sync(timeout_s=5)  # the replica catches up again
+
+
+def _failover_step(*, heal_after_ns: int | None) -> PlannedStep:
+    """Node 0's failover right after worker 0's first acquire, healed ``heal_after_ns`` later (None: at the end)."""
+    step = parse_schedule("failover nodes=0 after-acquire=0 once").steps[0]
+    return PlannedStep(index=0, step=step, build=lambda _w: Failover(), heal_after_ns=heal_after_ns, prepares=True)
 
 
 def _trial(backend: str, cluster: Cluster, **kw: object):

@@ -10,8 +10,9 @@ from typer.testing import CliRunner
 
 from lockcompare.analysis.holders import majority_broken
 from lockcompare.cli import app
-from lockcompare.faults.node import ClockJump, NodeCrash
-from lockcompare.faults.schedule import FaultPlan, FaultScheduler
+from lockcompare.faults.plan import planned_steps
+from lockcompare.faults.schedule import FaultScheduler
+from lockcompare.faults.steps import parse_schedule
 from lockcompare.infra.cluster import open_cluster
 from lockcompare.infra.health import answers
 from lockcompare.infra.redisconn import connect
@@ -77,14 +78,13 @@ def test_a_jumped_clock_expires_the_single_nodes_key_early() -> None:
 
 def test_every_fault_heals_in_finally_even_when_the_trial_raises() -> None:
     with open_cluster(node_count=2, fake_clocks=True) as cluster:
-        crash = FaultScheduler(
-            plan=FaultPlan(fault=NodeCrash(), nodes=(0,), delay_ms=0, heal_after_ms=None, every_round=False),
-            cluster=cluster,
-        )
-        jump = FaultScheduler(
-            plan=FaultPlan(fault=ClockJump(jump_s=30), nodes=(1,), delay_ms=0, heal_after_ms=0, every_round=True),
-            cluster=cluster,
-        )
+
+        def scheduler(text: str) -> FaultScheduler:
+            steps = planned_steps(parse_schedule(text), time_scale=1, ttl_ms=1000)
+            return FaultScheduler(steps=steps, cluster=cluster, node_count=2, workers=1)
+
+        crash = scheduler("crash nodes=0 after-acquire=0 once")
+        jump = scheduler("clock-jump nodes=1 after-acquire=0 every by=+30000")
         with pytest.raises(RuntimeError):
             try:
                 for scheduler in (crash, jump):

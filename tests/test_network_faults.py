@@ -14,8 +14,9 @@ import pytest
 import redis
 
 from lockcompare.faults import network
-from lockcompare.faults.network import LinkCut, LinkDelay
-from lockcompare.faults.schedule import FaultScheduler, StandingFault
+from lockcompare.faults.plan import planned_steps
+from lockcompare.faults.schedule import FaultScheduler
+from lockcompare.faults.steps import parse_schedule
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.proxy import ProxySet, port_of
 from lockcompare.infra.redisconn import connect
@@ -45,9 +46,8 @@ def _trial(backend: str, experiment: str, cluster: Cluster, **kw: object) -> Tri
 def test_a_cut_link_times_the_workers_call_out_while_the_admin_path_answers(
     cluster: Cluster, links: ProxySet, key: str
 ) -> None:
-    scheduler = FaultScheduler(
-        plan=None, cluster=cluster, links=links, standing=(StandingFault(fault=LinkCut(worker=0), nodes=(0,)),)
-    )
+    steps = planned_steps(parse_schedule("cut nodes=0 worker=0 at=start"), time_scale=1, ttl_ms=1000)
+    scheduler = FaultScheduler(steps=steps, cluster=cluster, node_count=1, workers=2, links=links)
     worker = connect(links.node_urls(worker=0)[0], timeout_s=0.2)
     other = connect(links.node_urls(worker=1)[0], timeout_s=0.2)
     admin = connect(cluster.node_urls[0], timeout_s=0.2)
@@ -81,10 +81,8 @@ def test_a_slow_link_delays_grants_by_at_least_the_delay_and_refusals_not_at_all
     admin = connect(cluster.node_urls[0], timeout_s=1.0)
     # 300 ms: long enough that "delayed" and "not delayed" stay apart by more than a busy machine's
     # scheduling noise; "not delayed" is anything under half the delay.
-    delay = LinkDelay(worker=0, ms=300, nulls=False)
-    scheduler = FaultScheduler(
-        plan=None, cluster=cluster, links=links, around_acquire=(StandingFault(fault=delay, nodes=(0,)),)
-    )
+    steps = planned_steps(parse_schedule("slow nodes=0 worker=0 at=acquire delay=300"), time_scale=1, ttl_ms=1000)
+    scheduler = FaultScheduler(steps=steps, cluster=cluster, node_count=1, workers=2, links=links)
     try:
         assert worker.ping()
         scheduler.on_acquire_turn(worker=0, round_=1, starting=True)
@@ -112,8 +110,8 @@ def test_a_trial_that_raises_mid_fault_leaves_no_proxy_process(
     started: list[ProxySet] = []
     real_start = network.start_links
 
-    def remember(spec, *, cluster):  # type: ignore[no-untyped-def]
-        found = real_start(spec, cluster=cluster)
+    def remember(**kw):  # type: ignore[no-untyped-def]
+        found = real_start(**kw)
         started.append(found)
         return found
 
@@ -201,7 +199,7 @@ def test_partition_clock_jump_needs_five_nodes_said_in_one_line(tmp_path: Path) 
     )  # fmt: skip
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "five-node scenario" in lines[0], result.stderr
+    assert len(lines) == 1 and "needs 5 lock nodes; this backend uses 3" in lines[0], result.stderr
 
 
 def test_sigterm_during_a_partition_trial_leaves_no_proxy_or_server(tmp_path: Path) -> None:

@@ -38,11 +38,14 @@ from lockcompare.testing import BackendContract
 
 TTL_MS = 1000
 
+#: The variant with lockcompare's lease check (by class path until its entry point is installed).
+CHECKED = "lockcompare.backends.redis_lock_renew:RedisLockRenewChecked"
 #: The shortest TTL each backend takes: python-redis-lock works in whole seconds, minimum 1 s.
-SHORT_TTL_MS = {"single-renew": 300, "redis-lock-renew": 1000}
+SHORT_TTL_MS = {"single-renew": 300, "redis-lock-renew": 1000, CHECKED: 1000}
 #: Where each backend keeps the key for lock name ``key``.
-REDIS_KEY_PREFIX = {"single-renew": "", "redis-lock-renew": KEY_PREFIX}
-RENEWING = sorted(SHORT_TTL_MS)
+REDIS_KEY_PREFIX = {"single-renew": "", "redis-lock-renew": KEY_PREFIX, CHECKED: KEY_PREFIX}
+#: The renewing backends that report what they believe before a write (``before_write``).
+RENEWING = ["single-renew", CHECKED]
 
 
 class RenewingContract(BackendContract):
@@ -252,6 +255,22 @@ def test_watchdog_does_not_survive_sigstop(make, backend_config: BackendConfig, 
 # --- units, configuration, viability -------------------------------------------------------------
 
 
+def test_redis_lock_renew_gives_no_lease_check_its_checked_variant_says_what_it_adds(
+    make, backend_config: BackendConfig, key: str
+) -> None:
+    """python-redis-lock tells its user nothing when the renewal thread dies: the plain adapter has
+    no before_write (the worker writes straight away); the checked variant is lockcompare's."""
+    plain = make("redis-lock-renew")
+    assert not hasattr(plain, "before_write")
+    checked_cls = load_backend(CHECKED)
+    assert hasattr(checked_cls, "before_write") and "lockcompare adds" in checked_cls.summary
+    lease = plain.acquire(key=key, ttl_ms=1000)
+    assert isinstance(lease, Lease)
+    time.sleep(0.8)  # one renewal at 2/3 of the expiry: still observed, for the history
+    assert [r["ok"] for r in plain.drain_renewals()] == [True]
+    assert plain.release(lease) is True
+
+
 def test_redis_lock_renew_takes_whole_seconds_only(make, key: str) -> None:
     assert [expire_seconds(ms) for ms in (1000, 2000, 30_000)] == [1, 2, 30]
     for ms in (0, 300, 999, 1001, 1500):
@@ -317,3 +336,22 @@ def test_renewal_log_never_returns_a_lease_past_its_last_deadline() -> None:
     assert log.believe(lease, now_ns=1_500) == Lease(key="k", owner="o", valid_until_ns=1_900)
     assert log.believe(lease, now_ns=2_500) == Refusal("expired")
     assert isinstance(log.believe(lease), Refusal)  # default now: monotonic ns, far past 1_900
+
+
+def test_a_renewal_moves_the_deadline_a_write_is_judged_by_without_a_lease_check() -> None:
+    """A backend without before_write (python-redis-lock) writes on renewals the history records:
+    a write after the acquire's deadline but before the last renewal's is not stale; one after a
+    renewal that failed is."""
+    from lockcompare.analysis.checker import stale_writes
+
+    def event(kind: str, t0: int, **fields: object) -> dict[str, object]:
+        return {"worker": 0, "round": 0, "kind": kind, "t0": t0, "t1": t0, **fields}
+
+    history = [
+        event("acquire", 0, ok=True, valid_until=1_000),
+        event("renew", 600, ok=True, valid_until=1_600),
+        event("write", 1_200, accepted=True),  # inside the renewed lease
+        event("renew", 1_300, ok=False, reason="lost", valid_until=None),
+        event("write", 1_700, accepted=True),  # past the last renewal's deadline
+    ]
+    assert stale_writes(history) == (1, 0)

@@ -27,6 +27,7 @@ EXPERIMENT_FOR = {
     "restart_delay_ms": "node-restart",
     "persistence": "node-restart",
     "wait_replicas": "failover",
+    "client_timeout_ms": "partition",
 }
 #: Settings that apply to one kind of backend only (idle_session_timeout_ms: PostgreSQL lock sessions).
 BACKEND_FOR = {"idle_session_timeout_ms": "lockcompare.backends.pg_advisory:PgAdvisoryLock"}
@@ -36,6 +37,8 @@ VALUE_FOR = {"resource_kind": "postgres"}
 
 def other_value(setting: Setting) -> str:
     """A valid value of ``setting`` that is not its default."""
+    if setting.name == "faults":  # a schedule: free text with commas and a pause of its own
+        return "pause worker=0 after-acquire=0 every for=900 how=sleep; crash nodes=0,1 after-acquire=50 once"
     if setting.choices is not None:
         default = cli_text(setting.default) if setting.default is not None else None
         return next(c for c in setting.choices if c != default)

@@ -17,7 +17,9 @@ from lockcompare.analysis.history import Event
 
 def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
     """(accepted, rejected) writes made after the writer's own lease had expired, by the deadline
-    the writer last believed (its acquire's, or a renewal's reported right before the write)."""
+    the writer last believed (its acquire's, a renewal's reported right before the write, or the
+    last successful renewal its watchdog made: a library that reports nothing before a write, such
+    as python-redis-lock, still renews)."""
     valid_until: dict[tuple[int, int], int | None] = {}
     accepted = rejected = 0
     for event in sorted(history, key=lambda e: e["t0"]):
@@ -26,6 +28,8 @@ def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
             valid_until[key] = event.get("valid_until")
         elif event["kind"] == "lease" and event.get("ok"):
             valid_until[key] = event.get("valid_until")  # a renewing holder's belief, right before it wrote
+        elif event["kind"] == "renew" and event.get("ok") and event.get("valid_until") is not None:
+            valid_until[key] = event["valid_until"]  # the watchdog extended the lease by then
         elif event["kind"] == "write":
             deadline = valid_until.get(key)
             if deadline is not None and event["t0"] >= deadline:

@@ -32,7 +32,7 @@ from typing import Any, get_args, get_type_hints
 from lockcompare.errors import UnknownNameError
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, cli_text
-from lockcompare.spec.trialspec import IDENTITY_SETTINGS, TrialSpec, pause_schedule, trial_seed
+from lockcompare.spec.trialspec import IDENTITY_SETTINGS, TrialSpec, catalogue_faults, pause_schedule, trial_seed
 
 #: resource_check → the --fence value that produces it (the others come from the backend itself).
 FENCE_FOR_CHECK = {"fence-writes": "writes", "fence-all": "all", "token-cas": "token"}
@@ -95,6 +95,8 @@ def _arguments(row: dict[str, Any]) -> list[str]:
             continue  # not recorded (an optional setting left at "all", or a row older than the column)
         if setting.applies is not None and not setting.applies(context):
             continue
+        if setting.name == "faults" and value == catalogue_faults(row):
+            continue  # the experiment's own schedule for these settings: nothing to say
         if setting.scaled:
             args += [setting.flag or "", unscaled(row, setting.name)]
         else:
@@ -128,7 +130,8 @@ def spec_from_row(row: dict[str, Any]) -> TrialSpec:
     hints = get_type_hints(TrialSpec)
     values: dict[str, Any] = {}
     for name in IDENTITY_SETTINGS:
-        values[name] = _setting(name, row.get(name), hints[name])
+        empty_is_none = name == "faults" and not row.get(name)  # "" is no schedule, not a missing cell
+        values[name] = "" if empty_is_none else _setting(name, row.get(name), hints[name])
     experiment = get_experiment(str(row["experiment"]))
     schedule = (
         pause_schedule(

@@ -24,15 +24,16 @@ from lockcompare.errors import ResultsFileError
 from lockcompare.files import read_capped, replace_atomically, write_error
 from lockcompare.infra.provenance import host_facts
 from lockcompare.spec.settings import LEGACY_VALUES, SETTING_COLUMNS, SETTINGS
-from lockcompare.spec.trialspec import trial_id_for
+from lockcompare.spec.trialspec import canonical, legacy_client_timeout_ms, legacy_faults, trial_id_for
 
 if TYPE_CHECKING:  # the runner writes rows; reading them must not import it (no redis offline)
     from lockcompare.runner.trial import TrialResult
 
 log = logging.getLogger("lockcompare")
 
-#: 5: call_timeout_ms recorded; the settings' legacy values come from spec/settings.py.
-SCHEMA_VERSION = 5
+#: 5: call_timeout_ms recorded; 6: the fault schedule (faults) and the client timeout of link trials
+#: (client_timeout_ms). The settings' legacy values come from spec/settings.py.
+SCHEMA_VERSION = 6
 
 #: What a row of an older schema meant for the columns it lacks: each setting's legacy value
 #: (spec/settings.py: until schema 3 the pause was an in-process sleep; schema 1: it landed right
@@ -95,8 +96,9 @@ def make_row(
         "wall_s": round(result.wall_s, 3),
         "history": history_path,
     }
-    if row["node_count"] is None:
-        row["node_count"] = ""
+    for setting in SETTINGS.values():  # an optional setting left at None (node_count: all) is an empty cell
+        if setting.optional and setting.csv_column and row.get(setting.csv_column) is None:
+            row[setting.csv_column] = ""
     return row
 
 
@@ -286,6 +288,10 @@ def _upgrade(raw: dict[str, str], version: int) -> dict[str, str]:
     """A row of an older schema in today's terms; its trial_id recomputed from its settings."""
     if version == 1:  # schema 1 had no resource_check: fenced checked the token on the write only
         raw = {"resource_check": "fence-writes" if raw.get("backend") == "fenced" else "plain"} | raw
+    if "faults" not in raw:  # before schedules: what the experiment did then, as a schedule
+        raw = raw | {"faults": legacy_faults(raw)}
+    if "client_timeout_ms" not in raw:  # before backends stated theirs: the harness's pick
+        raw = raw | {"client_timeout_ms": canonical(legacy_client_timeout_ms(raw))}
     raw = _LEGACY | raw  # a column a row lacks was added after it was written
     if version == SCHEMA_VERSION:
         return raw

@@ -59,6 +59,9 @@ class EtcdLock:
     """A lease + a create-if-absent transaction on etcd; release deletes only our own key."""
 
     summary: ClassVar[str] = "etcd lease + create-if-absent txn (etcdctl lock), released only by its owner"
+    #: The client request timeout (used where links are slowed or cut): lockcompare's own choice for
+    #: its built-ins, 2 s (its own HTTP client, infra/etcd_client.py).
+    client_timeout_s: ClassVar[float] = 2.0
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
     survives_minority_loss: ClassVar[bool] = True

@@ -57,6 +57,10 @@ _DRIFT_CONSTANT_NS = 2_000_000
 class PotteryRedlock:
     """``pottery.Redlock`` over the first ``node_count`` lock nodes (all by default)."""
 
+    #: The client request timeout its users get (used where links are slowed or cut): redis-py 8's
+    #: default socket_timeout and socket_connect_timeout, 5 s (redis/_defaults.py), on the client
+    #: pottery is given (it sets no timeout of its own).
+    client_timeout_s: ClassVar[float] = 5.0
     summary: ClassVar[str] = (
         f"pottery.Redlock (pottery {library_version('pottery')}) on the first node_count nodes (all by "
         "default): SET NX PX fanned out by a thread pool per call, quorum > n/2, validity ttl - 1% - 2 ms - elapsed"

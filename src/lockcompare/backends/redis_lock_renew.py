@@ -1,4 +1,6 @@
-"""``redis-lock-renew``: an adapter over python-redis-lock with ``auto_renewal=True``.
+"""``redis-lock-renew``: an adapter over python-redis-lock with ``auto_renewal=True``, exposing
+exactly what the library gives its users; ``redis-lock-renew-checked``: the same plus a lease
+check that lockcompare adds (see :class:`RedisLockRenewChecked`).
 
 What the library does (python-redis-lock 4.0.1, read from its source): ``SET lock:<name> <id> NX
 EX expire`` on one server (lock node 0 here), ``id`` 18 random bytes in base64; with
@@ -18,10 +20,15 @@ Units and semantics:
 - Validity: the request's start + ``expire``; each successful renewal moves it to that renewal's
   start + ``expire`` (:meth:`RedisLockRenew.before_write`).
 - Renewals are observed, not re-implemented: the library's own thread runs, calling our subclass's
-  ``extend``, which records the attempt and then behaves exactly as the library's (it re-raises).
-  So, as in production, the first failed renewal (``NotAcquired`` after a freeze longer than the
-  expiry, or a connection error) ends the renewal thread for good, with the library's traceback on
-  stderr. ``NotAcquired`` is recorded as ``lost``; a Redis error as ``error``.
+  ``extend``, which records the attempt (for the history's ``renew`` events) and then behaves
+  exactly as the library's (it re-raises). So, as in production, the first failed renewal
+  (``NotAcquired`` after a freeze longer than the expiry, or a connection error) ends the renewal
+  thread for good, with the library's traceback on stderr. ``NotAcquired`` is recorded as
+  ``lost``; a Redis error as ``error``.
+- The library gives its user no signal that the lease is gone: the thread dies, the holder is not
+  told, and its next write goes ahead. So ``redis-lock-renew`` has no ``before_write``: the worker
+  writes as a user of the library would. What the recorded renewals know (the lease was lost) is
+  put to use only by ``redis-lock-renew-checked``, a variant that lockcompare adds.
 - ``Lock.release()`` raises ``NotAcquired`` when the key expired or belongs to someone else: a
   release that did not happen, so :meth:`RedisLockRenew.release` returns False.
 - The library logs a WARNING for every refused non-blocking acquire; with no logging configured,
@@ -115,6 +122,10 @@ def _observed_lock_class() -> type[redis_lock.Lock]:
 class RedisLockRenew:
     """``redis_lock.Lock(expire=ttl, auto_renewal=True)`` on lock node 0, one attempt per acquire."""
 
+    #: The client request timeout its users get (used where links are slowed or cut): redis-py 8's
+    #: default socket_timeout and socket_connect_timeout, 5 s (redis/_defaults.py), on the client
+    #: python-redis-lock is given.
+    client_timeout_s: ClassVar[float] = 5.0
     summary: ClassVar[str] = (
         f"redis_lock.Lock (python-redis-lock {library_version('python-redis-lock')}) on one node, "
         "auto_renewal=True: SET NX EX, a thread renews every expire*2/3 (whole seconds, >= 1 s)"
@@ -160,11 +171,6 @@ class RedisLockRenew:
         self._held[lease.owner] = lock
         return lease
 
-    def before_write(self, lease: Lease) -> Lease | Refusal:
-        """The lease with its deadline moved to the last successful renewal, or ``Refusal("lost")``
-        once the library's renewal raised ``NotAcquired``. No request is made."""
-        return self._log.believe(lease)
-
     def drain_renewals(self) -> list[dict[str, Any]]:
         """Renewal attempts since the last call (see :mod:`lockcompare.backends.renewals`)."""
         return self._log.drain()
@@ -199,6 +205,22 @@ class RedisLockRenew:
             lock.stop_renewal()
         self._held.clear()
         self._client.close()
+
+
+class RedisLockRenewChecked(RedisLockRenew):
+    """``redis-lock-renew`` plus a check the library does not make: before each write, a lease whose
+    renewal raised ``NotAcquired`` in the library's thread is reported lost and the write skipped."""
+
+    summary: ClassVar[str] = (
+        f"redis-lock-renew (python-redis-lock {library_version('python-redis-lock')}) plus a check "
+        "lockcompare adds: NotAcquired in the library's renewal thread is caught and the write skipped "
+        "(the library itself only lets the thread die)"
+    )
+
+    def before_write(self, lease: Lease) -> Lease | Refusal:
+        """The lease with its deadline moved to the last successful renewal, or ``Refusal("lost")``
+        once the library's renewal raised ``NotAcquired``. No request is made."""
+        return self._log.believe(lease)
 
 
 #: One handler object, so that repeated constructions add it once (``addHandler`` skips duplicates).

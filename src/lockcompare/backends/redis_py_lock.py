@@ -74,6 +74,10 @@ def seconds_for_px(ttl_ms: int) -> float:
 class RedisPyLock:
     """``redis.lock.Lock`` on lock node 0: one non-blocking attempt per acquire, release by token."""
 
+    #: The client request timeout its users get (used where links are slowed or cut): redis-py 8's
+    #: default socket_timeout and socket_connect_timeout, 5 s (redis/_defaults.py); redis.lock.Lock
+    #: runs on the client it is created from.
+    client_timeout_s: ClassVar[float] = 5.0
     summary: ClassVar[str] = (
         f"redis.lock.Lock (redis-py {library_version('redis')}) on one node: "
         "SET NX PX with a uuid1 token, Lua compare-and-delete release"

@@ -55,6 +55,9 @@ class SingleNodeLock:
     """SET key token NX PX ttl on lock node 0; release by compare-and-delete."""
 
     summary: ClassVar[str] = "SET NX PX + random token + Lua compare-and-delete, on one node"
+    #: The client request timeout (used where links are slowed or cut): lockcompare's own choice for
+    #: its built-ins, 2 s (infra.redisconn.DEFAULT_TIMEOUT_S: generous next to a loopback round trip).
+    client_timeout_s: ClassVar[float] = 2.0
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
     supports_wait_replicas: ClassVar[bool] = True

@@ -29,7 +29,7 @@ from lockcompare.evaluation.evaluate import (
 )
 from lockcompare.runner.matrix import ClusterOptions
 from lockcompare.spec.experiments import EXPERIMENTS
-from lockcompare.spec.trialspec import DEFAULT_ROUNDS
+from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides, make_spec
 
 
 @app.command()
@@ -46,7 +46,14 @@ def experiments() -> None:
     """List the experiments and the claim each one tests, and what each verdict means."""
     for exp in EXPERIMENTS.values():
         times = f"ttl {exp.ttl_ms:g} ms, work {exp.work_ms:g} ms, pause {exp.pause_ms:g} ms"
-        typer.echo(f"{exp.name:<13} {times:<40} {exp.claim}")
+        typer.echo(f"{exp.name:<20} {times:<40} {exp.claim}")
+        schedule = make_spec(backend="single", experiment=exp, trial=0, overrides=Overrides()).faults
+        typer.echo(f"{'':<20} faults: {schedule or '(none)'}")
+    typer.echo(
+        "\nFaults are lesson-scale ms (times --time-scale); holders:K / worker=holder are read from the lease "
+        "at injection. A pause is stop-the-world (SIGSTOP of the whole worker) unless --pause-how sleep. "
+        "--faults replaces an experiment's schedule (docs/faults.md)."
+    )
     typer.echo("\nVerdicts (one per trial):")
     for verdict, meaning in VERDICT_MEANINGS.items():
         typer.echo(f"  {verdict:<20} {meaning}")

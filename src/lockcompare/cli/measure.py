@@ -19,6 +19,7 @@ from lockcompare.backends import load_backend
 from lockcompare.cli.core import UnknownTrialsError, app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
+    FaultsFile,
     Nodes,
     NodesFile,
     PostgresUrl,
@@ -92,6 +93,7 @@ def matrix(
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
+    faults_file: FaultsFile = None,
     jobs: Annotated[
         int,
         typer.Option(
@@ -130,6 +132,7 @@ def matrix(
         redis_server=redis_server,
         nodes_file=nodes_file,
         postgres=postgres,
+        faults_file=faults_file,
     )
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()
@@ -194,6 +197,7 @@ def run(
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
+    faults_file: FaultsFile = None,
     from_row: Annotated[
         str | None,
         typer.Option(
@@ -232,6 +236,7 @@ def run(
         redis_server=redis_server,
         nodes_file=nodes_file,
         postgres=postgres,
+        faults_file=faults_file,
     )
     if sweep.cells_per_trial() > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
@@ -252,7 +257,15 @@ def run(
 
 
 #: Options ``run --from`` accepts beside the row: where to write, and where the servers are.
-_RERUN_OPTIONS = {"from_row", "out_path", "nodes", "nodes_file", "resource", "redis_server", "postgres"}
+_RERUN_OPTIONS = {
+    "from_row",
+    "out_path",
+    "nodes",
+    "nodes_file",
+    "resource",
+    "redis_server",
+    "postgres",
+}  # --faults-file: a setting
 
 
 def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions) -> None:

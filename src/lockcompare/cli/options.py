@@ -21,6 +21,7 @@ from rich.progress import (
 from lockcompare.backends import describe_backends
 from lockcompare.cli.core import err
 from lockcompare.errors import InvalidValueError
+from lockcompare.faults.steps import read_schedule_file
 from lockcompare.files import read_capped
 from lockcompare.infra.cluster import DEFAULT_NODES
 from lockcompare.infra.redisconn import PASSWORD_ENV, parse_url_list, validate_url, with_env_password
@@ -72,6 +73,14 @@ PostgresUrl = Annotated[
         help="An external PostgreSQL server (postgresql://user@host:port/db) for the PostgreSQL backends' lock "
         "and resource instead of the embedded one; lockcompare creates its own two tables there and touches "
         "only its per-trial rows and sessions.",
+    ),
+]
+FaultsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--faults-file",
+        help='A fault schedule from a file (instead of --faults): TOML, steps = ["...", ...], or for a .json '
+        'name JSON, {"steps": [...]}; the steps are --faults steps (docs/faults.md).',
     ),
 ]
 RedlockNodes = Annotated[
@@ -192,8 +201,13 @@ def _trial_settings(
     redis_server: str | None,
     nodes_file: Path | None = None,
     postgres: str | None = None,
+    faults_file: Path | None = None,
 ) -> tuple[Overrides, Sweep, ClusterOptions, int | None]:
     """The settings of ``run`` and ``matrix`` parsed by the table, and where the servers come from."""
+    if faults_file is not None:
+        if trial_settings.get("faults") is not None:
+            raise InvalidValueError("give --faults or --faults-file, not both")
+        trial_settings = trial_settings | {"faults": read_schedule_file(faults_file)}
     overrides, sweep = from_cli(trial_settings)
     redlock_nodes = overrides.given("node_count")
     options = _cluster_options(

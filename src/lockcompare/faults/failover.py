@@ -2,12 +2,13 @@
 replica is promoted in its place — why Redlock exists (antirez), and what WAIT does about it.
 
 Each lock node of the trial's cluster is a master with one asynchronous replica behind a stable
-address (cluster.ClusterShape.replicas=1, replication.ReplicatedNodes). The fault, on lock nodes
-0..K-1 (``--fault-nodes K``):
+address (cluster.ClusterShape.replicas=1, replication.ReplicatedNodes). The fault, on fixed lock
+nodes (the catalogue: ``failover nodes=0..K-1 after-acquire=50 once``, ``--fault-nodes K``; fixed
+because the replication must be held back before any lease exists to read holders from):
 
 - ``prepare`` (when the workers are released): the replication link is held back (blackholed in
   its proxy), so from now on the master acknowledges writes the replica never sees;
-- ``inject`` (FAULT_DELAY_MS after worker 0's first lease — or one TTL after ``prepare`` if worker
+- ``inject`` (``after-acquire`` ms after worker 0's first lease — or one TTL after ``prepare`` if worker
   0 got none by then, e.g. because a backend with WAIT refuses every unreplicated lease): SIGKILL
   the master, ``REPLICAOF NO ONE`` on the replica (what Sentinel does), and move the node's
   address to it. The promoted node holds none of the trial's keys: no lock key, no fencing counter;

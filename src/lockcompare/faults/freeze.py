@@ -1,10 +1,14 @@
-"""Faults the runner applies to worker processes from outside.
+"""Faults the runner applies to worker processes from outside: stop-the-world pauses and starvation.
 
 A *real freeze* is ``SIGSTOP`` then ``SIGCONT``: every thread of the worker stops (a lock library's
 renewal thread too), as in a stop-the-world GC pause or a suspended VM — unlike an in-process
 ``sleep``, which only the sleeping thread notices. The worker asks to be frozen at its pause point
 and blocks until told it has been thawed; the runner stops it, and a timer continues it after the
-pause. Every freeze heals in :meth:`Freezer.thaw_all`, called from the runner's ``finally``.
+pause. Every freeze is recorded as the runner's own fault events (``pause`` inject / heal, with
+the time it was planned) and heals in :meth:`Freezer.thaw_all`, called from the runner's ``finally``.
+
+:class:`Strobe` (``starve``) stops and continues one worker in a loop: it may run ``duty`` of
+every ``period`` — a process starved of CPU, whose watchdog thread gets no time to renew.
 """
 
 from __future__ import annotations
@@ -12,7 +16,14 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, ClassVar
+
+from lockcompare.analysis.history import Event, now_ns
+
+if TYPE_CHECKING:
+    from lockcompare.faults.schedule import FaultContext
 
 
 class Freezer:
@@ -20,17 +31,47 @@ class Freezer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._frozen: set[int] = set()
+        self._frozen: dict[int, int] = {}  # pid -> how many holds (a pause and a strobe may overlap)
         self._timers: list[threading.Timer] = []
+        self.events: list[Event] = []
+        self._pauses: dict[int, tuple[int, int, int]] = {}  # pid -> (worker, round, planned heal ns)
 
-    def freeze(self, *, pid: int, conn: Connection, pause_s: float) -> None:
+    def freeze(self, *, pid: int, conn: Connection, pause_s: float, worker: int = -1, round_: int = -1) -> None:
+        planned = now_ns()
         with self._lock:
             os.kill(pid, signal.SIGSTOP)
-            self._frozen.add(pid)
+            self._frozen[pid] = self._frozen.get(pid, 0) + 1
+            self._pauses[pid] = (worker, round_, planned + int(pause_s * 1e9))
+        self._record("inject", worker=worker, round_=round_, t0=planned, planned=planned)
         timer = threading.Timer(pause_s, self._thaw, args=(pid, conn))
         timer.daemon = True
         self._timers.append(timer)
         timer.start()
+
+    def hold(self, pid: int) -> None:
+        """SIGSTOP ``pid`` (a strobe's stop); undone by :meth:`release` or :meth:`thaw_all`."""
+        with self._lock:
+            os.kill(pid, signal.SIGSTOP)
+            self._frozen[pid] = self._frozen.get(pid, 0) + 1
+
+    def release(self, pid: int) -> None:
+        with self._lock:
+            self._let_go(pid)
+
+    def _let_go(self, pid: int) -> bool:
+        """Drop one hold; SIGCONT when none is left. True if it continued the process."""
+        holds = self._frozen.get(pid, 0)
+        if holds <= 0:
+            return False
+        if holds > 1:
+            self._frozen[pid] = holds - 1
+            return False
+        del self._frozen[pid]
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        return True
 
     def is_frozen(self, pid: int) -> bool:
         """True while this freezer holds ``pid`` stopped (a stop it did not make is someone else's)."""
@@ -39,10 +80,12 @@ class Freezer:
 
     def _thaw(self, pid: int, conn: Connection) -> None:
         with self._lock:
-            if pid not in self._frozen:
+            pause = self._pauses.pop(pid, None)
+            if pause is None:
                 return
-            self._frozen.discard(pid)
-            os.kill(pid, signal.SIGCONT)
+            self._let_go(pid)
+        worker, round_, planned = pause
+        self._record("heal", worker=worker, round_=round_, t0=now_ns(), planned=planned)
         try:
             conn.send(("thawed", "", []))
         except (OSError, ValueError):
@@ -53,9 +96,56 @@ class Freezer:
         for timer in self._timers:
             timer.cancel()
         with self._lock:
-            for pid in self._frozen:
-                try:
-                    os.kill(pid, signal.SIGCONT)
-                except ProcessLookupError:
-                    pass
-            self._frozen.clear()
+            for pid in list(self._frozen):
+                self._frozen[pid] = 1
+                self._let_go(pid)
+            pauses, self._pauses = self._pauses, {}
+        for worker, round_, planned in pauses.values():
+            self._record("heal", worker=worker, round_=round_, t0=now_ns(), planned=planned)
+
+    def _record(self, action: str, *, worker: int, round_: int, t0: int, planned: int) -> None:
+        event: Event = {
+            "worker": -1, "round": round_, "kind": "fault", "fault": "pause", "action": action, "t0": t0,
+            "t1": now_ns(), "planned_ns": planned, "late_ms": (t0 - planned) / 1e6, "nodes": [],
+            "target_worker": worker, "detail": "SIGSTOP" if action == "inject" else "SIGCONT",
+        }  # fmt: skip
+        with self._lock:
+            self.events.append(event)
+
+
+@dataclass
+class Strobe:
+    """``starve``: SIGSTOP/SIGCONT ``worker`` in a loop, letting it run ``duty`` of each ``period_s``."""
+
+    worker: int | None
+    duty: float
+    period_s: float
+    name: ClassVar[str] = "starve"
+    scope: ClassVar[str] = "world"
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    cycles: int = 0
+
+    def inject(self, world: FaultContext, nodes: list[int]) -> str:
+        assert self.worker is not None and world.freezer is not None
+        pid, freezer = world.pids[self.worker], world.freezer
+        self._thread = threading.Thread(target=self._run, args=(freezer, pid), daemon=True, name="strobe")
+        self._thread.start()
+        stopped_ms = (1 - self.duty) * self.period_s * 1000
+        return f"worker {self.worker}: stopped {stopped_ms:g} ms of every {self.period_s * 1000:g} ms"
+
+    def _run(self, freezer: Freezer, pid: int) -> None:
+        while not self._stop.is_set():
+            freezer.hold(pid)
+            try:
+                self._stop.wait((1 - self.duty) * self.period_s)
+            finally:
+                freezer.release(pid)
+            self.cycles += 1
+            self._stop.wait(self.duty * self.period_s)
+
+    def heal(self, world: FaultContext, nodes: list[int]) -> str:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return f"worker {self.worker}: running again after {self.cycles} stop(s)"

@@ -1,54 +1,62 @@
-"""When the runner injects and heals a node fault during a trial, and how it is recorded.
+"""The schedule runner: injects and heals a trial's fault steps on time, and records every one.
 
-A fault is tied to a worker's lease, as in Jepsen's scheduled nemesis: the worker reports each
-acquire (``("acquired", round, t_ns)`` down its pipe, without waiting); ``delay_ms`` later — while
-that worker still holds its lease — the runner injects the fault, and heals it ``heal_after_ms``
-after that, or when the trial ends. Every injection and heal is an event of the runner's own
-(``worker == -1``) in the trial's history, between the workers' steps:
+Jepsen's scheduled nemesis, kept small. Each :class:`PlannedStep` (built from a parsed
+:class:`~lockcompare.faults.steps.FaultStep` by faults/plan.py, times already scaled) lands
+
+- ``at=start``: when the workers are released (before any round; its events have round -1);
+- ``after-acquire``: ``after_ns`` after an acquire of the worker it follows (workers report each
+  acquire, ``("acquired", round, [t_ns, owner])``, without waiting), every round or once; a step
+  still injected is not injected again, and a pending injection is never put off;
+- ``at=acquire``: around each acquire of its worker (the worker waits for the runner before and
+  after it: WorkerPlan.acquire_handshake), from the worker's second round.
+
+It heals ``for`` after the injection (``heal_after_ns``; None: when the trial ends). Targets given
+relative to the lease (``holders:K``, ``others:K``, ``worker=holder``) are resolved at injection
+from the lock key read on every node just before (faults/holders.py, faults/targets.py); one that
+cannot be resolved is recorded as ``skipped`` with the reason and aimed nowhere else. Every
+injection, heal and skip is an event of the runner's own (``worker == -1``) in the history::
 
     {"worker": -1, "round": R, "kind": "fault", "fault": "node-restart", "action": "inject",
-     "t0": ns, "t1": ns, "nodes": [0, 1, 2], "detail": "SIGKILL", "holders": [owner, owner, None, ...]}
+     "step": 0, "target": "holders:1", "t0": ns, "t1": ns, "planned_ns": ns, "late_ms": 0.4,
+     "nodes": [2], "holders": [owner, None, owner, ...], "lease_owner": owner, "detail": "SIGKILL"}
 
-(``holders``: who held the lock on each node just before a planned injection; faults/holders.py;
-``planned_ns``: when a scheduled injection or heal was due, so its lateness is ``t0 - planned_ns``.)
+(``planned_ns``: when the step was due; ``late_ms``: how much later it landed — what the timing
+sentinel reads.) :meth:`FaultScheduler.heal_all` runs in the runner's ``finally`` (Ctrl-C
+included): no node stays down, no clock stays moved, no link stays cut, no worker stays stopped.
 
-:meth:`FaultScheduler.heal_all` runs in the runner's ``finally``: no node stays down, no clock stays
-ahead, no link stays cut, whatever ended the trial.
-
-*Standing* faults (:class:`StandingFault`, e.g. a partition) follow no lease: :meth:`FaultScheduler.start`
-injects them once every worker is ready, before the first round (their events have round -1), and
-``heal_all`` heals them. A fault acts on the cluster's nodes (it is handed the
-:class:`~lockcompare.infra.cluster.Cluster`) unless its class says ``scope = "links"``: then it is handed
-the trial's :class:`FaultContext`, which holds the cluster and the workers' proxied links.
-
-A fault may also have a ``prepare(cluster, nodes)`` step, which :meth:`FaultScheduler.start` runs
-when the workers are released (recorded as action ``prepare``; healed like an injection if the
-trial ends before the injection), and a plan may set ``latest_ms``: inject then at the latest,
-counted from the start, when the worker's lease has not triggered the fault sooner (the failover
-fault: its master dies whether or not a lease was granted).
+A fault object acts on the cluster's nodes (``inject(cluster, nodes)``) unless its class says
+``scope = "world"``: then it is handed the trial's :class:`FaultContext` (cluster, links, worker
+pids). It may have ``prepare(cluster, nodes)``, run at the start (action ``prepare``, undone by its
+heal if the trial ends first), and a step may set ``latest_ns``: inject then at the latest, counted
+from the start, when no acquire triggered it sooner (failover: its master dies either way).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockcompare.analysis.history import Event, now_ns
 from lockcompare.errors import ConfigError
 from lockcompare.faults.holders import LockHolders
-from lockcompare.faults.node import NodeFault
+from lockcompare.faults.steps import FaultStep
+from lockcompare.faults.targets import Resolution, resolve_nodes, resolve_worker
 from lockcompare.infra.cluster import Cluster
 
 if TYPE_CHECKING:
+    from lockcompare.faults.freeze import Freezer
     from lockcompare.infra.proxy import ProxySet
 
 
 @dataclass(frozen=True)
 class FaultContext:
-    """What a link fault (``scope = "links"``) acts on: the trial's cluster and its workers' links."""
+    """What a ``scope = "world"`` fault acts on: the cluster, the workers' links, the worker processes."""
 
     cluster: Cluster
     links: ProxySet | None = None
+    pids: tuple[int, ...] = ()
+    freezer: Freezer | None = None
 
     def links_running(self) -> bool:
         return self.links is not None and self.links.is_running()
@@ -60,155 +68,266 @@ class FaultContext:
 
 
 @dataclass(frozen=True, kw_only=True)
-class StandingFault:
-    """A fault in place for the whole trial: injected before the first round, healed when it ends."""
+class PlannedStep:
+    """One step, ready to run: times in ns (scaled); ``build(worker)`` makes its fault object."""
 
-    fault: Any  # a NodeFault, or a link fault (faults/network.py)
-    nodes: tuple[int, ...]
+    index: int
+    step: FaultStep
+    build: Callable[[int | None], Any]
+    after_ns: int = 0
+    heal_after_ns: int | None = None
+    latest_ns: int | None = None
+    from_round: int = 1  # at=acquire: the first round whose acquire it surrounds
+    prepares: bool = False  # its fault has a prepare step, run at the start (failover)
+    fixed_nodes: tuple[int, ...] | None = None  # the nodes a worker-aimed step acts on (session-kill: 0)
 
 
-@dataclass(frozen=True, kw_only=True)
-class FaultPlan:
-    fault: NodeFault
-    nodes: tuple[int, ...]
-    worker: int = 0  # whose leases the fault follows
-    delay_ms: float  # after that worker's acquire
-    heal_after_ms: float | None  # None: when the trial ends
-    every_round: bool  # False: only at the worker's first lease
-    latest_ms: float | None = None  # inject at the latest this long after start() (None: only on a lease)
+@dataclass
+class _Active:
+    fault: Any
+    nodes: list[int]
+    round: int
+    heal_due: int | None
+    extra: dict[str, Any]
+
+
+@dataclass
+class _State:
+    planned: PlannedStep
+    pending: tuple[int, int] | None = None  # (due ns, round)
+    active: _Active | None = None
+    injected: int = 0
+    prepared: tuple[Any, list[int]] | None = None  # (fault, nodes) of a prepare not yet injected
 
 
 @dataclass
 class FaultScheduler:
-    plan: FaultPlan | None  # None: standing faults only
+    steps: list[PlannedStep]
     cluster: Cluster
-    events: list[Event] = field(default_factory=list)
-    _inject_at: tuple[int, int] | None = None  # (due ns, round)
-    _heal_at: tuple[int, int] | None = None
-    _active_round: int | None = None
-    _injected: int = 0
-    _prepared: bool = False
-    _round: int = 0  # the followed worker's latest round with a lease
+    node_count: int
+    workers: int
     links: ProxySet | None = None
-    standing: tuple[StandingFault, ...] = ()
-    _standing_active: list[StandingFault] = field(default_factory=list)
-    #: Faults in place while worker 0 acquires: from the start of each round's acquire until it
-    #: returns (the worker waits for the runner at both ends: WorkerPlan.acquire_handshake).
-    around_acquire: tuple[StandingFault, ...] = ()
-    #: Round 0's acquire is left alone: it opens the worker's connections, and a client's connect
-    #: handshake (several round trips in redis-py) is not its acquire (measured: 5 delays, not 1).
-    around_acquire_from_round: int = 1
-    _around_active: list[tuple[StandingFault, int]] = field(default_factory=list)
-    #: Reads which node holds the lock just before each planned injection (faults/holders.py);
-    #: None: not read (external servers, etcd members). Closed by :meth:`heal_all`.
+    #: Reads which node holds the lock before each injection (faults/holders.py); None: not read
+    #: (external servers, etcd members). Closed by :meth:`heal_all`.
     holders: LockHolders | None = None
+    events: list[Event] = field(default_factory=list)
+    pids: tuple[int, ...] = ()
+    freezer: Freezer | None = None
+    _states: list[_State] = field(default_factory=list)
+    _owners: dict[str, int] = field(default_factory=dict)  # owner token -> worker
+    _latest_owner: dict[int, str] = field(default_factory=dict)  # worker -> its latest owner token
+    _latest_round: dict[int, int] = field(default_factory=dict)
+    _last_acquirer: int | None = None
+    _last_holders: list[str | None] | None = None  # what the latest _resolve read
+
+    def __post_init__(self) -> None:
+        self._states = [_State(planned=p) for p in self.steps]
+
+    def attach_workers(self, *, pids: tuple[int, ...], freezer: Freezer) -> None:
+        """The worker processes a ``starve`` step acts on (known once the crew is spawned)."""
+        self.pids, self.freezer = pids, freezer
+
+    # -- when -----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """When the workers are released: inject the standing faults, run the planned fault's
-        ``prepare`` step and start its ``latest_ms``."""
-        for standing in self.standing:
-            self._standing_active.append(standing)  # first: a half-done inject is healed too
-            self._record(standing.fault, "inject", list(standing.nodes), round_=-1)
-        if self.plan is None:
-            return
-        prepare = getattr(self.plan.fault, "prepare", None)
-        if prepare is not None:
-            self._prepared = True
-            self._act("prepare", 0)
-        if self.plan.latest_ms is not None:
-            self._inject_at = (now_ns() + int(self.plan.latest_ms * 1e6), 0)
+        """When the workers are released: inject the ``at=start`` steps, prepare, start ``latest``."""
+        now = now_ns()
+        for state in self._states:
+            p = state.planned
+            if p.step.at == "start":
+                self._inject(state, round_=-1, planned=now)
+            if p.prepares and p.step.at == "after-acquire":
+                self._prepare(state, planned=now)
+            if p.latest_ns is not None:
+                state.pending = (now + p.latest_ns, 0)
 
     def on_acquire_turn(self, *, worker: int, round_: int, starting: bool) -> None:
-        """Inject the around-acquire faults as worker 0 starts a round's acquire; heal them when it ends."""
-        if worker != 0:
-            return
-        if starting and round_ >= self.around_acquire_from_round:
-            for around in self.around_acquire:
-                self._around_active.append((around, round_))
-                self._record(around.fault, "inject", list(around.nodes), round_=round_)
-        else:
-            self._heal_around()
+        """Inject the ``at=acquire`` steps of ``worker`` as it starts an acquire; heal them when it ends."""
+        for state in self._states:
+            p = state.planned
+            if p.step.at != "acquire" or p.step.worker is None or p.step.worker.index != worker:
+                continue
+            if starting and round_ >= p.from_round and state.active is None:
+                self._inject(state, round_=round_, planned=now_ns())
+            elif not starting and state.active is not None:
+                self._heal(state, planned=now_ns())
 
-    def _heal_around(self) -> None:
-        while self._around_active:
-            around, round_ = self._around_active.pop()
-            self._record(around.fault, "heal", list(around.nodes), round_=round_)
-
-    def on_acquired(self, *, worker: int, round_: int, t_ns: int) -> None:
-        if self.plan is None:
-            return
-        if worker != self.plan.worker or self._active_round is not None:
-            return
-        self._round = round_
-        if self._injected and not self.plan.every_round:
-            return
-        due = t_ns + int(self.plan.delay_ms * 1e6)
-        if self._inject_at is None or due < self._inject_at[0]:  # a pending injection is never put off
-            self._inject_at = (due, round_)
+    def on_acquired(self, *, worker: int, round_: int, t_ns: int, owner: str | None = None) -> None:
+        if owner:
+            self._owners[owner] = worker
+            self._latest_owner[worker] = owner
+        self._latest_round[worker] = round_
+        self._last_acquirer = worker
+        for state in self._states:
+            step = state.planned.step
+            if step.at != "after-acquire" or step.kind == "pause" or step.follow != worker:
+                continue
+            if state.active is not None or (state.injected and not step.every):
+                continue
+            due = t_ns + state.planned.after_ns
+            if state.pending is None or due < state.pending[0]:  # a pending injection is never put off
+                state.pending = (due, round_)
 
     def seconds_to_next(self) -> float | None:
-        due = [at for at, _ in filter(None, (self._inject_at, self._heal_at))]
+        due = [s.pending[0] for s in self._states if s.pending is not None]
+        due += [s.active.heal_due for s in self._states if s.active is not None and s.active.heal_due is not None]
         return max(0.0, (min(due) - now_ns()) / 1e9) if due else None
 
     def run_due(self) -> None:
-        now = now_ns()
-        if self._inject_at is not None and self._inject_at[0] <= now:
-            planned, round_ = self._inject_at
-            round_ = max(round_, self._round)  # a deadline injection lands in the latest round
-            self._inject_at = None
-            self._act("inject", round_, planned_ns=planned)
-            self._active_round = round_
-            self._injected += 1
-            if self.plan is not None and self.plan.heal_after_ms is not None:  # plan is set when _inject_at is
-                self._heal_at = (now_ns() + int(self.plan.heal_after_ms * 1e6), round_)
-        if self._heal_at is not None and self._heal_at[0] <= now_ns():
-            planned, round_ = self._heal_at
-            self._heal_at = None
-            self._act("heal", round_, planned_ns=planned)
-            self._active_round = None
+        for state in self._states:
+            if state.pending is not None and state.pending[0] <= now_ns():
+                planned, round_ = state.pending
+                state.pending = None
+                follow = state.planned.step.follow
+                self._inject(state, round_=max(round_, self._latest_round.get(follow, 0)), planned=planned)
+            active = state.active
+            if active is not None and active.heal_due is not None and active.heal_due <= now_ns():
+                self._heal(state, planned=active.heal_due)
 
     def heal_all(self) -> None:
-        """Heal whatever is still injected (the runner's ``finally``); reset every fake clock."""
-        self._inject_at = None
-        try:
-            if self._active_round is not None:
-                self._heal_at = None
-                round_, self._active_round = self._active_round, None
-                self._act("heal", round_)
-            elif self._prepared and not self._injected:
-                self._act("heal", self._round)  # prepared, never injected: undo the preparation
-        finally:
-            self._prepared = False
+        """Heal whatever is still injected or prepared (the runner's ``finally``); reset every fake clock.
+
+        Every step is healed even when one heal raises; the first error is raised at the end."""
+        first: BaseException | None = None
+        for state in reversed(self._states):
+            state.pending = None
             try:
-                self._heal_around()
-                while self._standing_active:
-                    standing = self._standing_active.pop()
-                    self._record(standing.fault, "heal", list(standing.nodes), round_=-1)
-            finally:
-                try:
-                    self.cluster.reset_clocks()
-                finally:
-                    if self.holders is not None:
-                        self.holders.close()
+                if state.active is not None:
+                    self._heal(state, planned=None)
+                elif state.prepared is not None:
+                    fault, nodes = state.prepared
+                    state.prepared = None
+                    self._act(state, fault, "heal", nodes, round_=self._latest_round.get(0, 0), planned=None)
+            except BaseException as exc:  # noqa: BLE001 - raised below, once every step had its heal
+                first = first or exc
+        try:
+            self.cluster.reset_clocks()
+        finally:
+            if self.holders is not None:
+                self.holders.close()
+        if first is not None:
+            raise first
 
-    def _act(self, action: str, round_: int, *, planned_ns: int | None = None) -> None:
-        assert self.plan is not None
-        # read before the step (and its t0): the state the fault struck, not the one it made
-        seen: dict[str, Any] = (
-            {"holders": self.holders.read()} if action == "inject" and self.holders is not None else {}
+    # -- what -----------------------------------------------------------------------------------
+
+    def _prepare(self, state: _State, *, planned: int) -> None:
+        step = state.planned.step
+        resolution = self._resolve(step, read=False)
+        if resolution.reason:
+            self._skip(state, round_=-1, planned=planned, resolution=resolution, action="prepare")
+            return
+        fault = state.planned.build(resolution.worker)
+        state.prepared = (fault, list(resolution.nodes))  # first: a half-done prepare is healed too
+        self._act(state, fault, "prepare", list(resolution.nodes), round_=-1, planned=planned)
+
+    def _inject(self, state: _State, *, round_: int, planned: int) -> None:
+        step = state.planned.step
+        resolution = self._resolve(step, read=True)
+        if resolution.reason:
+            self._skip(state, round_=round_, planned=planned, resolution=resolution)
+            return
+        if state.prepared is not None:
+            fault, nodes = state.prepared
+            state.prepared = None
+        else:
+            fixed = state.planned.fixed_nodes
+            fault, nodes = state.planned.build(resolution.worker), list(resolution.nodes if fixed is None else fixed)
+        heal_after = state.planned.heal_after_ns
+        state.active = _Active(fault=fault, nodes=nodes, round=round_, heal_due=None, extra={})
+        state.injected += 1
+        self._act(state, fault, "inject", nodes, round_=round_, planned=planned, resolution=resolution)
+        if heal_after is not None and step.at != "acquire":
+            state.active.heal_due = now_ns() + heal_after
+
+    def _heal(self, state: _State, *, planned: int | None) -> None:
+        active = state.active
+        assert active is not None
+        state.active = None  # first: a heal that raises is not retried forever
+        self._act(state, active.fault, "heal", active.nodes, round_=active.round, planned=planned, carried=active.extra)
+
+    def _resolve(self, step: FaultStep, *, read: bool) -> Resolution:
+        lease_relative = (step.nodes is not None and step.nodes.from_lease) or (
+            step.worker is not None and step.worker.index is None
         )
-        if planned_ns is not None:  # when it was due: t0 - planned_ns is how late it landed (analysis/sentinel.py)
-            seen["planned_ns"] = planned_ns
-        self._record(self.plan.fault, action, list(self.plan.nodes), round_=round_, extra=seen)
+        holders = self.holders.read() if read and self.holders is not None and step.at != "acquire" else None
+        self._last_holders = holders
+        preferred = self._latest_owner.get(step.follow)
+        nodes: tuple[int, ...] = ()
+        owner = None
+        if step.nodes is not None:
+            r = resolve_nodes(step.nodes, node_count=self.node_count, holders=holders, preferred_owner=preferred)
+            if r.reason:
+                return r
+            nodes, owner = r.nodes, r.lease_owner
+        worker = None
+        if step.worker is not None:
+            r = resolve_worker(
+                step.worker, workers=self.workers, holders=holders, owners=self._owners,
+                preferred_owner=preferred, last_acquirer=self._last_acquirer,
+            )  # fmt: skip
+            if r.reason:
+                return r
+            worker, owner = r.worker, owner or r.lease_owner
+        if not lease_relative:
+            owner = None
+        return Resolution(nodes=nodes, worker=worker, lease_owner=owner)
 
-    def _record(
-        self, fault: Any, action: str, nodes: list[int], *, round_: int, extra: dict[str, Any] | None = None
+    def _skip(
+        self, state: _State, *, round_: int, planned: int, resolution: Resolution, action: str = "inject"
     ) -> None:
+        t = now_ns()
+        self.events.append(
+            {
+                "worker": -1,
+                "round": round_,
+                "kind": "fault",
+                "fault": state.planned.step.kind,
+                "action": "skipped",
+                "step": state.planned.index,
+                "t0": t,
+                "t1": t,
+                "planned_ns": planned,
+                "late_ms": (t - planned) / 1e6,
+                "nodes": [],
+                "reason": resolution.reason,
+                "skipped": action,
+                **self._target_fields(state.planned.step),
+                **({"holders": self._last_holders} if self._last_holders is not None else {}),
+            }
+        )
+
+    def _act(
+        self,
+        state: _State,
+        fault: Any,
+        action: str,
+        nodes: list[int],
+        *,
+        round_: int,
+        planned: int | None,
+        resolution: Resolution | None = None,
+        carried: dict[str, Any] | None = None,
+    ) -> None:
+        extra: dict[str, Any] = {}
+        if action == "inject" and self._last_holders is not None:
+            extra["holders"] = self._last_holders  # read before the step (and its t0): what it struck
+        if resolution is not None and resolution.lease_owner is not None:
+            extra["lease_owner"] = resolution.lease_owner
+        if resolution is not None and resolution.worker is not None:
+            extra["target_worker"] = resolution.worker
+        elif carried and "target_worker" in carried:
+            extra["target_worker"] = carried["target_worker"]  # a heal names whom its injection hit
+        if action == "inject" and state.active is not None:
+            state.active.extra = dict(extra)
         t0 = now_ns()
-        step = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
-        on_links = getattr(fault, "scope", "nodes") == "links"
-        target = FaultContext(cluster=self.cluster, links=self.links) if on_links else self.cluster
-        detail = step(target, nodes)
+        step_fn = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
+        on_world = getattr(fault, "scope", "nodes") != "nodes"
+        target = (
+            FaultContext(cluster=self.cluster, links=self.links, pids=self.pids, freezer=self.freezer)
+            if on_world
+            else self.cluster
+        )
+        detail = step_fn(target, nodes)
         self.events.append(
             {
                 "worker": -1,
@@ -216,10 +335,22 @@ class FaultScheduler:
                 "kind": "fault",
                 "fault": fault.name,
                 "action": action,
+                "step": state.planned.index,
                 "t0": t0,
                 "t1": now_ns(),
                 "nodes": nodes,
                 "detail": detail,
-                **(extra or {}),
+                **({"planned_ns": planned, "late_ms": (t0 - planned) / 1e6} if planned is not None else {}),
+                **self._target_fields(state.planned.step),
+                **extra,
             }
         )
+
+    @staticmethod
+    def _target_fields(step: FaultStep) -> dict[str, str]:
+        fields = {}
+        if step.nodes is not None:
+            fields["target"] = step.nodes.text
+        if step.worker is not None:
+            fields["target_worker_spec"] = step.worker.text
+        return fields

@@ -23,7 +23,8 @@ from lockcompare.errors import (
     ConfigError,
     InvalidValueError,
 )
-from lockcompare.faults import network
+from lockcompare.faults import plan as fault_plan
+from lockcompare.faults.steps import parse_schedule
 from lockcompare.files import check_output_file, results_lock
 from lockcompare.infra.cluster import (
     Cluster,
@@ -138,9 +139,16 @@ def plan_matrix(
             supports_wait_replicas=bool(getattr(cls, "supports_wait_replicas", False)),
             lock_servers=str(getattr(cls, "servers", "redis")),
             backend_resource_kind=str(getattr(cls, "resource_kind", "redis")),
+            backend_timeout_ms=_client_timeout_ms(cls),
         )
         specs.setdefault(spec.trial_id, spec)
     return _fitting(classes, list(specs.values()), skip_unfit=skip_unfit)
+
+
+def _client_timeout_ms(cls: type) -> float | None:
+    """A backend's own client request timeout (its ``client_timeout_s``), None if it states none."""
+    own = getattr(cls, "client_timeout_s", None)
+    return None if own is None else float(own) * 1000
 
 
 def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments: Sequence[Any]) -> None:
@@ -157,18 +165,16 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
 
 _NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"
 
-#: Faults the embedded cluster cannot apply to a kind of lock server, and why.
+#: Fault kinds (faults/steps.py) the embedded cluster cannot apply to a kind of lock server, and why.
 UNSUPPORTED_FAULTS = {
     "redis": {"session-kill": _NO_SESSION},
     "postgres": {
         "clock-jump": "PostgreSQL servers run with real clocks (libfaketime is applied to redis-server only)",
-        "partition-clock-jump": "Kleppmann's five-node scenario needs five Redis lock nodes",
         "failover": "lockcompare builds no PostgreSQL replicas",
     },
     "etcd": {
         "session-kill": _NO_SESSION,
         "clock-jump": "etcd members run with real clocks (libfaketime is applied to redis-server only)",
-        "partition-clock-jump": "etcd members run with real clocks (libfaketime is applied to redis-server only)",
         "failover": "etcd replicates by consensus: there is no asynchronous replica to promote",
     },
 }
@@ -177,9 +183,18 @@ UNSUPPORTED_FAULTS = {
 def _unfit(cls: type, spec: TrialSpec) -> str:
     """Why a backend cannot run the trial ("" when it can): a TTL it cannot express (its optional
     ``check_ttl``, e.g. etcd's whole-second leases), or a fault its kind of lock server cannot take."""
-    unsupported = UNSUPPORTED_FAULTS.get(str(getattr(cls, "servers", "redis")), {}).get(spec.fault)
-    if unsupported:
-        return unsupported
+    servers = str(getattr(cls, "servers", "redis"))
+    unsupported = UNSUPPORTED_FAULTS.get(servers, {})
+    schedule = parse_schedule(spec.faults)
+    for kind in sorted(schedule.kinds()):
+        if kind in unsupported:
+            return unsupported[kind]
+    if servers == "postgres":  # one lock server: a step naming more nodes is not for it
+        for step in schedule.steps:
+            wanted = 0 if step.nodes is None or step.nodes.mode == "all" else step.nodes.count
+            wanted = max([wanted, *(i + 1 for i in (step.nodes.indices if step.nodes else ()))])
+            if wanted > 1:
+                return f"PostgreSQL backends lock on one server: {step.text!r} needs {wanted} lock nodes"
     check_ttl = getattr(cls, "check_ttl", None)
     if check_ttl is None:
         return ""
@@ -230,17 +245,14 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
     A backend on etcd gets one member, or three when a fault crashes or restarts members
     (``--redlock-nodes`` sets the count instead)."""
     servers = lock_servers_of(spec.backend)
+    schedule = parse_schedule(spec.faults)
     if servers == "etcd":
-        members = spec.node_count or (ETCD_FAULT_MEMBERS if spec.fault else 1)
+        members = spec.node_count or (ETCD_FAULT_MEMBERS if fault_plan.touches_servers(schedule) else 1)
         return ClusterShape(node_count=members, lock_servers="etcd", resource_kind=spec.resource_kind)
     if servers == "postgres":
         return ClusterShape(node_count=spec.node_count or 1, lock_servers="postgres", resource_kind=spec.resource_kind)
     return ClusterShape(
-        resource_kind=spec.resource_kind,
-        node_count=cluster_options.node_count,
-        persistence=spec.persistence,
-        fake_clocks=spec.fault in ("clock-jump", network.PARTITION_CLOCK_JUMP),
-        replicas=1 if spec.fault == "failover" else 0,
+        resource_kind=spec.resource_kind, node_count=cluster_options.node_count, **fault_plan.cluster_needs(schedule)
     )
 
 
@@ -256,9 +268,15 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         raise ConfigError(
             f"backend {on_postgres[0].backend!r} locks on PostgreSQL: with --nodes/--resource give --postgres URL too"
         )
+    for spec in specs:  # every step has a runtime, every worker one pause: said now, not mid-matrix
+        schedule = parse_schedule(spec.faults)
+        fault_plan.planned_steps(schedule, time_scale=spec.time_scale, ttl_ms=spec.ttl_ms)
+        fault_plan.worker_pauses(schedule, time_scale=spec.time_scale)
+        if schedule and not fault_plan.touches_servers(schedule):
+            fault_plan.check_schedule(schedule, lock_nodes=cluster_options.node_count, workers=spec.workers)
     if cluster_options.postgres is not None:
         for spec in on_postgres:
-            if spec.fault and spec.fault != "session-kill":
+            if fault_plan.touches_servers(parse_schedule(spec.faults)):
                 raise ConfigError(
                     f"{spec.experiment} restarts or cuts off the PostgreSQL server: it needs the embedded one, "
                     "not --postgres (session-kill ends only lockcompare's own sessions and runs there)"
@@ -268,10 +286,10 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
                     "with --postgres the PostgreSQL backends keep the resource there: --resource-kind postgres"
                 )
         specs = [s for s in specs if s not in on_postgres]
-    faulty = [s for s in specs if s.fault]
+    faulty = [s for s in specs if fault_plan.touches_servers(parse_schedule(s.faults))]
     if not faulty:
         return
-    if cluster_options.nodes is not None and any(s.fault == "failover" for s in faulty):
+    if cluster_options.nodes is not None and any("failover" in parse_schedule(s.faults).kinds() for s in faulty):
         raise ConfigError(
             "failover needs lock nodes with replicas, which lockcompare builds only in its embedded cluster: "
             "not with --nodes/--resource"
@@ -287,7 +305,7 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
             used = cluster_shape(spec, cluster_options=cluster_options).node_count
         if spec.fault_nodes > used:
             raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")
-        network.check_shape(spec, lock_nodes=used)
+        fault_plan.check_schedule(parse_schedule(spec.faults), lock_nodes=used, workers=spec.workers)
 
 
 def probe_backends(names: Sequence[str], *, config: BackendConfig, timeout_s: float) -> None:

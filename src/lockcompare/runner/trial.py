@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as wait_for_connections
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import redis
 
@@ -26,12 +26,10 @@ from lockcompare.analysis.history import Event
 from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.errors import NodeUnreachableError
-from lockcompare.faults import Freezer, network
-from lockcompare.faults.failover import Failover
+from lockcompare.faults import Freezer, network, plan
 from lockcompare.faults.holders import LockHolders, glob_escape
-from lockcompare.faults.node import ClockJump, NodeCrash, NodeRestart
-from lockcompare.faults.schedule import FaultPlan, FaultScheduler
-from lockcompare.faults.session import SessionKill
+from lockcompare.faults.schedule import FaultScheduler, PlannedStep
+from lockcompare.faults.steps import Schedule, parse_schedule
 from lockcompare.infra import health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.etcd_server import is_etcd_url
@@ -43,7 +41,7 @@ from lockcompare.runner.crew import CrewSource, spawn_crew
 from lockcompare.runner.resource import Resource, ResourceCounters
 from lockcompare.runner.resource_pg import PgResource, ResourceError, open_resource
 from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
-from lockcompare.spec.experiments import FAULT_DELAY_MS
+from lockcompare.spec.choices import PauseHow, PausePoint
 from lockcompare.spec.trialspec import TrialSpec
 
 
@@ -68,9 +66,9 @@ def worst_case_duration_s(spec: TrialSpec) -> float:
     """An upper bound on a healthy trial's length; past it the trial is declared stuck."""
     per_round_ms = spec.acquire_timeout_ms + spec.pause_ms + spec.work_ms + spec.think_ms * (1 + spec.jitter) + 50
     # A call into a cut or slowed link may outlast the acquire deadline by one request timeout.
-    per_round_ms += (network.request_timeout_s(spec) or 0) * 1000
+    per_round_ms += (link_timeout_s(spec) or 0) * 1000
     extra_round_ms = per_round_ms if spec.workload == "contend" else 0  # the one a rival may finish after "stop"
-    return (spec.rounds * per_round_ms * 2 + extra_round_ms) / 1000 + spec.call_timeout_ms / 1000
+    return (spec.rounds * per_round_ms * 2 + extra_round_ms) / 1000 + call_deadline_s(spec)
 
 
 def run_trial(
@@ -87,11 +85,17 @@ def run_trial(
     link of its own, started here and stopped whatever happens; the runner's own connections go direct.
     """
     load_backend(spec.backend)  # fail here, once, rather than in every worker
-    links = network.start_links(spec, cluster=cluster)
+    schedule = parse_schedule(spec.faults)
+    links = (
+        network.start_links(cluster=cluster, workers=spec.workers, name=f"links-{spec.trial_id}")
+        if plan.needs_links(schedule)
+        else None
+    )
     try:
         return _run_trial(
-            spec=spec, cluster=cluster, run_id=run_id, request_timeout_s=request_timeout_s, crews=crews, links=links
-        )
+            spec=spec, cluster=cluster, run_id=run_id, request_timeout_s=request_timeout_s, crews=crews, links=links,
+            schedule=schedule,
+        )  # fmt: skip
     finally:
         if links is not None:
             links.stop()
@@ -105,15 +109,17 @@ def _run_trial(
     request_timeout_s: float,
     crews: CrewSource,
     links: ProxySet | None,
+    schedule: Schedule,
 ) -> TrialResult:
     reachable = health.prepare(cluster, node_count=spec.node_count)
     prefix = f"lockcompare:{run_id}:{spec.trial_id}"
     config = BackendConfig(
         node_urls=session_urls(cluster.node_urls, spec=spec),
-        request_timeout_s=network.request_timeout_s(spec) or request_timeout_s,
+        request_timeout_s=link_timeout_s(spec) or request_timeout_s,
         node_count=spec.node_count,
         wait_replicas=spec.wait_replicas,
     )
+    pauses = plan.worker_pauses(schedule, time_scale=spec.time_scale)
     plans = [
         WorkerPlan(
             index=w,
@@ -127,35 +133,33 @@ def _run_trial(
             rounds=spec.rounds,
             ttl_ms=spec.ttl_ms,
             work_ms=spec.work_ms,
-            pause_ms=spec.pause_ms,
-            pause_rounds=frozenset(r for (pw, r) in spec.pause_schedule if pw == w),
-            pause_point=spec.pause_point,
-            pause_how=spec.pause_how,
+            pause_ms=pauses[w].pause_ms if w in pauses else 0.0,
+            pause_rounds=pauses[w].rounds(spec.rounds) if w in pauses else frozenset(),
+            pause_point=PausePoint(pauses[w].point) if w in pauses else PausePoint.AFTER_ACQUIRE,
+            pause_how=PauseHow(pauses[w].how) if w in pauses else PauseHow.SLEEP,
             check=spec.resource_check,
             acquire_timeout_ms=spec.acquire_timeout_ms,
             retry_delay_ms=spec.retry_delay_ms,
             think_ms=spec.think_ms,
             jitter=spec.jitter,
             seed=spec.seed,
-            report_acquires=bool(spec.fault) and w == 0,
+            report_acquires=plan.reports_acquires(schedule),
             workload=spec.workload,
-            acquire_handshake=w == 0 and bool(network.around_acquire(spec, node_count=len(cluster.node_urls))),
+            acquire_handshake=w in plan.acquire_handshake_workers(schedule),
         )
         for w in range(spec.workers)
     ]
-    plan = fault_plan(spec, lock_key=f"{prefix}:lock")
-    standing = network.standing_faults(spec)
-    around = network.around_acquire(spec, node_count=len(cluster.node_urls))
+    steps = fault_plan(spec, lock_key=f"{prefix}:lock")
     faults = (
         FaultScheduler(
-            plan=plan,
+            steps=steps,
             cluster=cluster,
+            node_count=len(cluster.node_urls),
+            workers=spec.workers,
             links=links,
-            standing=standing,
-            around_acquire=around,
-            holders=_lock_holders(cluster, lock_key=f"{prefix}:lock") if plan is not None else None,
+            holders=_lock_holders(cluster, lock_key=f"{prefix}:lock"),
         )
-        if plan is not None or standing or around
+        if steps
         else None
     )
     resource = open_resource(url=cluster.resource_url, prefix=prefix)
@@ -165,21 +169,22 @@ def _run_trial(
         started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         load_avg, others = os.getloadavg()[0], provenance.other_runs()
         wall_start = time.monotonic()
+        freezer = Freezer()  # its pause events join the history
         with StopWatch() as stops:
             events, failure = _run_workers(
                 plans,
                 timeout_s=worst_case_duration_s(spec),
-                call_timeout_s=spec.call_timeout_ms / 1000,
+                call_timeout_s=call_deadline_s(spec),
                 backend=spec.backend,
                 faults=faults,
                 crews=crews,
+                freezer=freezer,
             )
         wall_s = time.monotonic() - wall_start
         if stops.longest_s > STOPPED_GAP_S:
             stopped = f"the run was stopped from outside for {stops.longest_s:.1f} s of its {wall_s:.1f} s (SIGSTOP?)"
             failure = "; ".join(filter(None, [failure, stopped]))
-        if faults is not None:
-            events = history_io.merge([events, faults.events])
+        events = history_io.merge([events, freezer.events, faults.events if faults is not None else []])
         if links is not None and not links.is_running():
             failure = "; ".join(filter(None, [failure, "the link proxy died during the trial"]))
         died = health.dead_nodes(cluster, node_count=spec.node_count)
@@ -208,12 +213,17 @@ def _run_trial(
 
 
 def timing_plan(spec: TrialSpec) -> TimingPlan:
-    """What the trial's timing rests on, for the sentinel: its settings, and its fault's offset."""
+    """What the trial's timing rests on, for the sentinel: its settings, the earliest offset of a
+    schedule step that follows a lease, and a slow link's delay past the TTL."""
+    schedule = parse_schedule(spec.faults)
     extra: dict[str, object] = {}
-    if spec.fault and spec.fault not in ("partition", "slow-response"):  # those follow no lease
-        extra["fault_offset_ms"] = FAULT_DELAY_MS * spec.time_scale
-    if spec.fault == "slow-response":
-        extra["extra_margins"] = (("reply delay - TTL", network.slow_reply_ms(spec) - spec.ttl_ms),)
+    offsets = [s.after_ms for s in schedule.steps if s.at == "after-acquire" and s.kind != "pause"]
+    if offsets:  # at=start and at=acquire steps follow no lease
+        extra["fault_offset_ms"] = min(offsets) * spec.time_scale
+    slow = schedule.of_kind("slow")
+    if slow:
+        delay_ms = max(step.number("delay") for step in slow) * spec.time_scale
+        extra["extra_margins"] = (("reply delay - TTL", delay_ms - spec.ttl_ms),)
     return plan_from_settings(spec.settings(), **extra)
 
 
@@ -287,34 +297,26 @@ def session_urls(urls: tuple[str, ...], *, spec: TrialSpec) -> tuple[str, ...]:
     return tuple(with_session_settings(url, settings) if is_postgres_url(url) else url for url in urls)
 
 
-def fault_plan(spec: TrialSpec, *, lock_key: str = "") -> FaultPlan | None:
-    """The node fault a trial's experiment applies, following worker 0's leases (None: no fault)."""
-    if not spec.fault:
-        return None
-    if spec.fault == "session-kill":  # the session holding the lock, 50 ms into each of worker 0's leases
-        return FaultPlan(
-            fault=SessionKill(lock_key=lock_key), nodes=(0,), delay_ms=FAULT_DELAY_MS * spec.time_scale,
-            heal_after_ms=0, every_round=True,
-        )  # fmt: skip
-    if network.needs_links(spec):
-        return network.lease_plan(spec)  # its link faults are standing ones: network.standing_faults
-    nodes = tuple(range(spec.fault_nodes))
-    delay_ms = FAULT_DELAY_MS * spec.time_scale
-    if spec.fault == "node-crash":
-        return FaultPlan(fault=NodeCrash(), nodes=nodes, delay_ms=delay_ms, heal_after_ms=None, every_round=False)
-    if spec.fault == "node-restart":
-        return FaultPlan(
-            fault=NodeRestart(persistence=spec.persistence), nodes=nodes, delay_ms=delay_ms,
-            heal_after_ms=spec.restart_delay_ms, every_round=True,
-        )  # fmt: skip
-    if spec.fault == "clock-jump":
-        jump = ClockJump(jump_s=2 * spec.ttl_ms / 1000)
-        return FaultPlan(fault=jump, nodes=nodes, delay_ms=delay_ms, heal_after_ms=0, every_round=True)
-    if spec.fault == "failover":  # once per trial: see faults/failover.py
-        return FaultPlan(
-            fault=Failover(), nodes=nodes, delay_ms=delay_ms, heal_after_ms=0, every_round=False, latest_ms=spec.ttl_ms
-        )
-    raise ValueError(f"unknown fault {spec.fault!r}")
+def fault_plan(spec: TrialSpec, *, lock_key: str = "") -> list[PlannedStep]:
+    """The steps the runner injects and heals in a trial (its schedule's pauses are the workers' own);
+    ``lock_key``: the trial's lock, which a session-kill step looks up on the server."""
+    return plan.planned_steps(
+        parse_schedule(spec.faults), time_scale=spec.time_scale, ttl_ms=spec.ttl_ms, lock_key=lock_key
+    )
+
+
+def link_timeout_s(spec: TrialSpec) -> float | None:
+    """The workers' client request timeout when their links are slowed or cut (None: the runner's
+    default). The backend's own (its library's default, resolved into the spec), never one the
+    harness picks to make an experiment come out a certain way."""
+    return None if spec.client_timeout_ms is None else spec.client_timeout_ms / 1000
+
+
+def call_deadline_s(spec: TrialSpec) -> float:
+    """The deadline on each backend call: a client waiting out its own request timeout (a call into
+    a cut link) is not a hung call, so the deadline is at least twice that timeout plus a second."""
+    own = link_timeout_s(spec)
+    return max(spec.call_timeout_ms / 1000, 2 * own + 1 if own is not None else 0)
 
 
 def _run_workers(
@@ -325,6 +327,7 @@ def _run_workers(
     backend: str,
     faults: FaultScheduler | None = None,
     crews: CrewSource = spawn_crew,
+    freezer: Freezer | None = None,
 ) -> tuple[list[Event], str]:
     """Start one process per plan, release them together, gather their histories.
 
@@ -334,8 +337,10 @@ def _run_workers(
     went wrong: a worker that failed, a backend call past ``call_timeout_s``, a trial past
     ``timeout_s``. Workers are stopped in ``finally`` whatever happens.
     """
-    freezer = Freezer()
+    freezer = freezer or Freezer()
     crew = crews(plans)
+    if faults is not None:
+        faults.attach_workers(pids=tuple(crew.pids[c] for c in crew.conns), freezer=freezer)
     try:
         watch = _Watch(
             conns=crew.conns, slots=crew.slots, freezer=freezer, pids=[crew.pids[c] for c in crew.conns],
@@ -351,10 +356,14 @@ def _run_workers(
         crew.go()
         return _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
     finally:
-        freezer.thaw_all()  # before the crew stops or reuses its processes: a stopped one ignores SIGTERM
-        if faults is not None:
-            faults.heal_all()  # no node stays down, no clock stays ahead, whatever ended the trial
-        crew.close()
+        try:
+            if faults is not None:
+                faults.heal_all()  # no node stays down, no clock stays moved, no strobe runs on
+        finally:
+            try:
+                freezer.thaw_all()  # before the crew stops or reuses its processes: a stopped one ignores SIGTERM
+            finally:
+                crew.close()
 
 
 #: How often the runner looks at the workers' call slots while it waits for them.
@@ -401,9 +410,13 @@ class _Watch:
                     message = conn.recv()
                 except EOFError:
                     message = ("error", f"worker {self.conns.index(conn)} exited without reporting", [])
+                payload: list[Any] = cast(list[Any], message[2]) if len(message) > 2 else []
                 if message[0] == "freeze":
                     index = self.conns.index(conn)
-                    self.freezer.freeze(pid=self.pids[index], conn=conn, pause_s=float(message[1]))
+                    round_ = int(payload[0]) if payload else -1
+                    self.freezer.freeze(
+                        pid=self.pids[index], conn=conn, pause_s=float(message[1]), worker=index, round_=round_
+                    )
                     continue
                 if message[0] in ("acquiring", "acquire-done"):
                     # The worker waits for "go-on": the fault is in place (or healed) before it goes on.
@@ -416,8 +429,9 @@ class _Watch:
                 if message[0] == "acquired":
                     if self.faults is not None:
                         self.faults.on_acquired(
-                            worker=self.conns.index(conn), round_=int(message[1]), t_ns=message[2][0]
-                        )
+                            worker=self.conns.index(conn), round_=int(message[1]), t_ns=payload[0],
+                            owner=payload[1] if len(payload) > 1 else None,
+                        )  # fmt: skip
                         self.faults.run_due()  # a fault due at once lands before anything else is read
                     continue
                 if message[0] == "done":

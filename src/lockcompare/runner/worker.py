@@ -101,7 +101,7 @@ class WorkerPlan:
     think_ms: float
     jitter: float = 0.0
     seed: int = 0
-    report_acquires: bool = False  # tell the runner of each lease (a node fault follows this worker's leases)
+    report_acquires: bool = False  # tell the runner of each lease (a fault step follows leases)
     workload: str = DEFAULT_WORKLOAD  # "contend": extra rounds until every worker is done (contend.py)
     #: Wait for the runner before and after each round's acquire (a link fault on the acquire's
     #: replies only: the runner slows the links first and heals them before the critical section).
@@ -228,7 +228,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
     inbox = Inbox(conn)
 
     def freeze() -> None:
-        conn.send(("freeze", str(plan.pause_ms / 1000), []))  # the runner SIGSTOPs us...
+        conn.send(("freeze", str(plan.pause_ms / 1000), [rec.round]))  # the runner SIGSTOPs us...
         inbox.wait_for("thawed")  # ...and, once it has SIGCONTed us, says so
 
     def pause() -> None:
@@ -252,7 +252,8 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
             return True
         if plan.report_acquires:
-            conn.send(("acquired", str(round_), [now_ns()]))  # no reply awaited: the runner acts on its own
+            # No reply awaited: the runner acts on its own. The owner lets it tell whose lease a node holds.
+            conn.send(("acquired", str(round_), [now_ns(), lease.owner]))
         pausing = round_ % plan.rounds in plan.pause_rounds
         if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
             pause()

@@ -1,7 +1,13 @@
-"""The experiment catalogue: named timings + faults applied to the same workload.
+"""The experiment catalogue: named timings + a fault schedule applied to the same workload.
 
 Defaults follow the lesson's lab: 2 workers x 40 rounds, 300 ms of work, TTL 1000 ms. Every time
 is given at the lesson's scale and multiplied by ``time_scale``, so a quick run keeps the ratios.
+
+Each experiment's faults are a schedule (faults/steps.py) written as a template whose fields are
+filled from the trial's settings (:func:`schedule_text`): ``{k}`` (``--fault-nodes``),
+``{first_k}`` (nodes ``0..K-1``), ``{restart_delay_ms}``, ``{persistence}``, ``{jump_ms}`` (2 x TTL),
+``{slow_ms}`` (TTL + work/2). A pause (``pause_ms`` > 0, or ``--pause-ms``) adds one ``pause`` step
+per paused worker. ``--faults`` replaces the whole schedule.
 """
 
 from __future__ import annotations
@@ -22,12 +28,23 @@ class Experiment:
     pause_ms: float = 0  # > 0: the pausing workers freeze this long right after acquiring
     pause_probability: float = 1.0  # share of a pausing worker's rounds that pause
     rounds: int | None = None  # rounds per worker when --rounds is not given (None: the lesson's 40)
-    fault: str | None = None  # a node fault (faults/node.py) following worker 0's leases
+    fault: str | None = None  # the experiment's fault family (cluster needs, unsupported-fault checks)
+    #: The fault schedule, a template filled by :func:`schedule_text` (pause steps come from pause_ms).
+    faults: str = ""
+    #: What the experiment did before schedules, where that differs (node faults hit nodes 0..K-1,
+    #: not the lease's): the schedule of its older results rows, which keeps their trial ids.
+    legacy_faults: str | None = None
+    #: A different schedule where the lock nodes are another kind of server (the backend's ``servers``).
+    faults_on: tuple[tuple[str, str], ...] = ()
     #: How long a round may wait for the lock (None: DEFAULT_ACQUIRE_TIMEOUT_MS). Node faults make a
     #: lock unavailable on purpose: there a round gives up after 2 TTLs instead of a minute.
     acquire_timeout_ms: float | None = None
     #: Whether --fault-nodes K says how many nodes the fault hits (False: the experiment fixes them).
     takes_fault_nodes: bool = True
+
+    def uses(self, setting: str) -> bool:
+        """Whether the schedule template reads ``setting`` (a field such as ``restart_delay_ms``)."""
+        return "{" + setting + "}" in self.faults
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -45,20 +62,27 @@ EXPERIMENTS: dict[str, Experiment] = {
         Experiment(
             name="client-pause",
             pause_ms=1200,
-            claim="worker 0 freezes 1200 ms after acquiring (TTL 1000): the lock lets a second worker in",
+            claim="worker 0 is stopped (SIGSTOP, every thread) 1200 ms after acquiring (TTL 1000): the lock lets a "
+            "second worker in (--pause-how sleep: only the worker's own thread sleeps)",
         ),
         Experiment(
             name="node-crash",
             fault="node-crash",
             acquire_timeout_ms=2000,
-            claim="--fault-nodes K lock nodes die while worker 0 holds its first lease, and stay down: "
+            faults="crash nodes=holders:{k} after-acquire=50 once",
+            legacy_faults="crash nodes={first_k} after-acquire=50 once",
+            claim="--fault-nodes K lock nodes holding worker 0's first lease die, and stay down: "
             "single becomes unavailable; redlock keeps granting with K < 3 of 5",
         ),
         Experiment(
             name="node-restart",
             fault="node-restart",
             acquire_timeout_ms=2000,
-            claim="K nodes holding worker 0's lease are SIGKILLed and restart empty (every round): single "
+            faults="restart nodes=holders:{k} after-acquire=50 every for={restart_delay_ms} persistence={persistence}",
+            legacy_faults="restart nodes={first_k} after-acquire=50 every for={restart_delay_ms} "
+            "persistence={persistence}",
+            claim="K nodes holding the current lease (read from the nodes) are SIGKILLed and restart empty "
+            "(every round): single "
             "loses the lock; redlock only with a majority restarted; --restart-delay-ms >= TTL or "
             "--persistence aof-always keeps it exclusive",
         ),
@@ -66,13 +90,36 @@ EXPERIMENTS: dict[str, Experiment] = {
             name="clock-jump",
             fault="clock-jump",
             acquire_timeout_ms=2000,
-            claim="the wall clocks of K nodes jump 2 x TTL forward while worker 0 holds its lease (every "
+            faults="clock-jump nodes=holders:{k} after-acquire=50 every by=+{jump_ms}",
+            legacy_faults="clock-jump nodes={first_k} after-acquire=50 every by=+{jump_ms}",
+            claim="the wall clocks of K nodes holding worker 0's lease jump 2 x TTL forward (every "
             "round): single loses the lock; redlock only with a majority jumped",
+        ),
+        Experiment(
+            name="clock-jump-back",
+            fault="clock-jump",
+            acquire_timeout_ms=2000,
+            faults="clock-jump nodes=holders:{k} after-acquire=50 every by=-{jump_ms}",
+            claim="the wall clocks of K nodes holding worker 0's lease jump 2 x TTL backward (every round): "
+            "keys live longer, nobody gets in early: 0 conflicts; the cost is waiting (entries, wall time)",
+        ),
+        Experiment(
+            name="bare-majority",
+            fault="node-restart",
+            acquire_timeout_ms=2000,
+            takes_fault_nodes=False,
+            faults="cut nodes=3,4 worker=0 at=start; restart nodes=holders:1 after-acquire=50 every "
+            "for={restart_delay_ms} persistence={persistence}",
+            claim="worker 0 cannot reach nodes 3,4 (down, for its leases), so each of its leases is granted by "
+            "exactly 3 of 5; one of those 3 restarts empty 50 ms after each acquire: redlock lets worker 1 "
+            "in (a minority fault breaks a bare majority); --restart-delay-ms >= TTL or --persistence "
+            "aof-always keeps it exclusive",
         ),
         Experiment(
             name="failover",
             fault="failover",
             acquire_timeout_ms=2000,
+            faults="failover nodes={first_k} after-acquire=50 once",
             claim="each lock node is a master + async replica; the replication of --fault-nodes K nodes is "
             "held back, their masters die while worker 0 holds its first lease and the replicas are "
             "promoted: single loses the lock (--wait-replicas 1: refuses instead); redlock stays exclusive "
@@ -91,10 +138,20 @@ EXPERIMENTS: dict[str, Experiment] = {
             fault="session-kill",
             acquire_timeout_ms=2000,
             takes_fault_nodes=False,
+            faults="session-kill worker=holder after-acquire=50 every",
             claim="50 ms into each of worker 0's leases the database ends the session holding the lock "
             "(pg_terminate_backend, as an administrator, idle_session_timeout or a pooler would): pg-advisory "
             "releases the lock under a holder that still runs (conflicts); pg-lease's row outlives the session "
             "(exclusive). PostgreSQL backends only",
+        ),
+        Experiment(
+            name="cpu-starvation",
+            work_ms=3000,
+            rounds=5,
+            faults="starve worker=holder after-acquire=0 every for=3000 duty=0.1 period=1500",
+            claim="work 3000 > TTL 1000 with a renewing lock; the holder's process is stopped 1350 ms of every "
+            "1500 (SIGSTOP/SIGCONT strobe) while it works: its watchdog renews only when the process runs, "
+            "and the key expires in the stopped stretches",
         ),
         # Link experiments (faults/network.py): each worker reaches each lock node through a proxy.
         Experiment(
@@ -102,6 +159,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             fault="slow-response",
             acquire_timeout_ms=2000,
             takes_fault_nodes=False,
+            faults="slow nodes=all worker=0 at=acquire delay={slow_ms}",
             claim="every reply from the lock nodes reaches worker 0 TTL + work/2 late (its requests land on "
             "time): redlock refuses it (0 conflicts; its per-node timeout TTL/10 gives up first: no-quorum; "
             "pottery waits and refuses for validity); single enters anyway and conflicts",
@@ -110,6 +168,12 @@ EXPERIMENTS: dict[str, Experiment] = {
             name="partition",
             fault="partition",
             acquire_timeout_ms=2000,
+            faults="cut nodes={first_k} worker=0 at=start",
+            # A session lock cut off from the start is never taken, which shows nothing; the question is
+            # what the server does with a session cut *under its holder*: cut 50 ms into each of worker
+            # 0's leases for one TTL (the server ends it only if --idle-session-timeout-ms fires first;
+            # TCP keepalives cannot: the proxy keeps the server's side of the connection alive).
+            faults_on=(("postgres", "cut nodes=0 worker=0 after-acquire=50 every for={ttl_ms}"),),
             claim="worker 0 is cut off (blackhole) from lock nodes 0..K-1 for the whole trial: redlock keeps "
             "granting with K < 3 of 5 and refuses worker 0 (no-quorum) with K >= 3; single is unavailable "
             "to worker 0 (node 0 is cut); 0 conflicts either way",
@@ -119,6 +183,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             fault="partition-clock-jump",
             acquire_timeout_ms=2000,
             takes_fault_nodes=False,
+            faults="cut nodes=3,4 worker=0 at=start; cut nodes=1,2 worker=1 at=start; "
+            "clock-jump nodes=0 after-acquire=50 every by=+{jump_ms}",
             claim="Kleppmann's scenario: worker 0 reaches nodes 0,1,2, worker 1 reaches 0,3,4; node 0's clock "
             "jumps 2 x TTL while worker 0 holds its lease: both hold a majority at once (redlock conflicts); "
             "single (node 0) conflicts; fenced with --fence all loses nothing (checked on the write only it "
@@ -132,8 +198,47 @@ EXPERIMENTS: dict[str, Experiment] = {
 #: are opt-in: each needs its own settings (--fault-nodes, ...) and the lesson's scale or 0.5.
 DEFAULT_EXPERIMENTS = ("baseline", "short-ttl", "client-pause")
 
-#: A node fault lands this long after worker 0 acquired (scaled): well inside its 300 ms of work.
+#: The catalogue's node faults land this long after worker 0 acquired (``after-acquire=50`` in
+#: their schedules, scaled): well inside its 300 ms of work.
 FAULT_DELAY_MS = 50.0
+
+
+def schedule_text(
+    experiment: Experiment,
+    *,
+    fault_nodes: int,
+    restart_delay_ms: float,
+    persistence: str,
+    ttl_ms: float,
+    work_ms: float,
+    pause_ms: float,
+    pause_how: str,
+    pause_point: str,
+    paused_workers: tuple[int, ...],
+    legacy: bool = False,
+    lock_servers: str = "redis",
+) -> str:
+    """The experiment's schedule filled from the settings (lesson-scale ms: the runner scales them);
+    ``legacy``: what it ran before schedules (:attr:`Experiment.legacy_faults`)."""
+    template = dict(experiment.faults_on).get(lock_servers, experiment.faults)
+    if legacy and experiment.legacy_faults is not None:
+        template = experiment.legacy_faults
+    text = template.format(
+        ttl_ms=f"{ttl_ms:g}",
+        k=fault_nodes,
+        first_k=",".join(str(i) for i in range(fault_nodes)),
+        restart_delay_ms=f"{restart_delay_ms:g}",
+        persistence=persistence,
+        jump_ms=f"{2 * ttl_ms:g}",
+        slow_ms=f"{ttl_ms + work_ms / 2:g}",
+    )
+    if pause_ms > 0:
+        pauses = [
+            f"pause worker={w} after-acquire=0 every for={pause_ms:g} how={pause_how} point={pause_point}"
+            for w in paused_workers
+        ]
+        text = "; ".join(filter(None, [text, *pauses]))
+    return text
 
 
 def get_experiment(name: str) -> Experiment:

@@ -105,6 +105,16 @@ def _fault_is(*faults: str) -> Callable[[Chosen], bool]:
     return lambda chosen: chosen.get("fault") in faults
 
 
+def _through_links(chosen: Chosen) -> bool:
+    """Whether the trial's schedule slows or cuts links (its workers' client timeout then matters)."""
+    from lockcompare.faults.steps import LINK_KINDS, parse_schedule  # pure; faults sits beside spec
+
+    try:
+        return bool(parse_schedule(str(chosen.get("faults") or "")).of_kind(*LINK_KINDS))
+    except InvalidValueError:
+        return False
+
+
 def _takes_fault_nodes(chosen: Chosen) -> bool:
     return bool(chosen.get("fault")) and bool(chosen.get("takes_fault_nodes", True))
 
@@ -443,6 +453,44 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="What the resource checks for a fencing backend: writes (the token on the write), all (on every "
         "access), token (check-and-set on the lease's random token); a comma list sweeps. Recorded as resource_check.",
     ),
+    # A client's own request timeout belongs to the backend (its class's client_timeout_s: the
+    # library's default, or lockcompare's own for its built-ins); the harness picks none. It matters
+    # where a link is cut or slow, so only those trials record it (resolved: the backend's, or this).
+    Setting(
+        name="client_timeout_ms",
+        kind=float,
+        unit="ms",
+        scaled=True,
+        flag="--client-timeout-ms",
+        sweeps=True,
+        optional=True,
+        help="Slow or cut links: the workers' client request timeout (default: each backend's own, its "
+        "library's default: redis-py 5000 ms, lockcompare's built-ins 2000 ms); a comma list sweeps it.",
+        minimum=0,
+        minimum_open=True,
+        since_schema=6,
+        legacy="",
+        hash_omits_legacy=True,
+        applies=_through_links,
+        neutral=None,
+    ),
+    # The fault schedule (faults/steps.py), canonical text; None: the experiment's, filled from the
+    # settings above (--fault-nodes, --restart-delay-ms, --persistence, the pause). Not swept: its
+    # text has commas of its own. Rows from before schedules read back with their pause as their
+    # schedule (analysis/results.py), and a pause-only schedule keeps a trial's old id (trialspec).
+    Setting(
+        name="faults",
+        kind=str,
+        flag="--faults",
+        help="A fault schedule replacing the experiment's: steps 'KIND key=value ...' separated by ';', e.g. "
+        "'cut nodes=3,4 worker=0 at=start; restart nodes=holders:1 after-acquire=50 every'. Kinds: crash, "
+        "restart, clock-jump, pause, slow, cut, failover, starve. Whom: nodes=0,1|holders:K|others:K|all, "
+        "worker=N|holder. When: at=start|at=acquire|after-acquire=MS [follow=W] [every|once]; for=MS. Times "
+        "are lesson-scale ms. See docs/faults.md; 'lockcompare experiments' shows each experiment's.",
+        since_schema=6,
+        legacy="",
+        hash_omits_legacy=True,
+    ),
 )
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in SETTINGS_LIST}
@@ -490,6 +538,15 @@ def _convert(setting: Setting, text: str) -> Any:
     return setting.kind(number)
 
 
+def _checked_text(setting: Setting, text: str) -> str:
+    """A free-text setting in its canonical form (a schedule: parsed, one line on what is wrong)."""
+    if setting.name == "faults":
+        from lockcompare.faults.steps import parse_schedule  # pure; imported late: faults sits beside spec
+
+        return parse_schedule(text).text
+    return text
+
+
 def check_value(setting: Setting, value: Any) -> Any:
     """``value`` if it is within the setting's bounds; else one line saying which."""
     if value is None or setting.kind not in (int, float):
@@ -506,8 +563,10 @@ def check_value(setting: Setting, value: Any) -> Any:
 
 def parse_values(setting: Setting, text: str) -> tuple[Any, ...]:
     """The values of ``--flag TEXT``: one, or a comma list where the setting sweeps."""
-    parts = [part.strip() for part in str(text).split(",") if part.strip()]
     flag = setting.flag or setting.name
+    if setting.kind is str and setting.choices is None and not setting.sweeps:
+        return (_checked_text(setting, str(text)),)  # free text (a fault schedule): its commas are its own
+    parts = [part.strip() for part in str(text).split(",") if part.strip()]
     if not parts:
         raise InvalidValueError(f"{flag} needs a value, got {text!r}")
     if len(parts) > 1 and not setting.sweeps:
@@ -530,7 +589,9 @@ class Overrides:
         for name, given in values.items():
             setting = SETTINGS[name]
             value = given
-            if given is not None and setting.choices is not None:
+            if given is not None and setting.kind is str and setting.choices is None and not setting.sweeps:
+                value = _checked_text(setting, str(given))
+            elif given is not None and setting.choices is not None:
                 value = _convert(setting, str(given.value if isinstance(given, StrEnum) else given))
             elif value is not None and setting.kind in (int, float):
                 if not isinstance(value, int | float) or not math.isfinite(value):

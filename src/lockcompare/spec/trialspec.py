@@ -13,20 +13,25 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from lockcompare.errors import InvalidValueError
+from lockcompare.errors import InvalidValueError, UnknownNameError
+from lockcompare.faults.steps import Schedule, parse_schedule
 from lockcompare.spec.choices import DEFAULT_WORKLOAD, Check, PauseHow, PausePoint
-from lockcompare.spec.experiments import Experiment
+from lockcompare.spec.experiments import Experiment, get_experiment, schedule_text
 from lockcompare.spec.settings import IDENTITY_SETTINGS, SETTING_COLUMNS, SETTINGS, SETTINGS_LIST, Overrides, Sweep
 
 __all__ = [
     "DEFAULT_ACQUIRE_TIMEOUT_MS", "DEFAULT_ROUNDS", "IDENTITY_SETTINGS", "Overrides", "Sweep", "TrialSpec",
-    "canonical", "make_spec", "pause_schedule", "trial_id_for", "trial_seed",
+    "canonical", "catalogue_faults", "legacy_client_timeout_ms", "legacy_faults", "make_spec", "pause_schedule",
+    "trial_id_for", "trial_seed",
 ]  # fmt: skip
 
 #: The lesson's 40 rounds per worker (an experiment may ask for fewer: renewal-pause's 5).
 DEFAULT_ROUNDS = 40
 #: How long a round waits for the lock unless the experiment or --acquire-timeout-ms says otherwise.
 DEFAULT_ACQUIRE_TIMEOUT_MS = 60_000.0
+#: A backend's client timeout when its class states none (lockcompare's own built-ins: 2 s, see
+#: infra.redisconn.DEFAULT_TIMEOUT_S; kept here so that spec needs no import of infra).
+DEFAULT_CLIENT_TIMEOUT_MS = 2000.0
 #: Which workers an experiment's pause schedule freezes.
 PAUSED_WORKERS = (0,)
 
@@ -66,6 +71,10 @@ class TrialSpec:
     pause_schedule: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     #: A bound on each backend call, not a setting of the experiment (not part of the identity).
     call_timeout_ms: float = 5000.0
+    #: The fault schedule, canonical text (faults/steps.py; lesson-scale ms, scaled by the runner), "" none.
+    faults: str = ""
+    #: The workers' client request timeout in a trial with slow or cut links (None: not such a trial).
+    client_timeout_ms: float | None = None
 
     @property
     def entries_planned(self) -> int:
@@ -106,11 +115,69 @@ def trial_id_for(settings: Mapping[str, object]) -> str:
     rounds, seed, ...) differ, so a results file and its histories never confuse them.
     """
     text = {name: canonical(settings.get(name)) for name in IDENTITY_SETTINGS}
+    if text["faults"] and text["faults"] == legacy_faults(text):
+        text["faults"] = ""  # what the trial ran before schedules: the id it had then
+    if text["client_timeout_ms"] and text["client_timeout_ms"] == canonical(legacy_client_timeout_ms(text)):
+        text["client_timeout_ms"] = ""  # the timeout the harness picked before backends stated theirs
     hashed = "|".join(f"{k}={v}" for k, v in text.items() if _OMITTED_AT.get(k) != v)
     digest = hashlib.sha256(hashed.encode()).hexdigest()[:8]
     safe_backend = "".join(c if c.isalnum() or c in "-_" else "_" for c in text["backend"])
     cell = f"{safe_backend}.{text['experiment']}.{text['resource_check']}"
     return f"{cell}.pause{text['pause_ms']}.t{text['trial']}.{digest}"
+
+
+def legacy_faults(settings: Mapping[str, object]) -> str:
+    """The schedule a trial with these settings ran before schedules existed ("" if unknown).
+
+    Node faults hit nodes 0..K-1 then (:attr:`Experiment.legacy_faults`); a pause was worker 0's own.
+    A results row from before schedules reads back with it (analysis/results.py), and a trial whose
+    schedule is exactly it keeps the id it had then (:func:`trial_id_for`)."""
+    return catalogue_faults(settings, legacy=True)
+
+
+def legacy_client_timeout_ms(settings: Mapping[str, object]) -> float | None:
+    """The client timeout the harness picked before backends stated their own (scaled ms; None: the
+    runner's default): twice the delay of a slow link, so the client waited for it; one TTL for a cut."""
+    try:
+        schedule = parse_schedule(legacy_faults(settings))
+        scale = float(canonical(settings.get("time_scale")) or 1)
+        slow = schedule.of_kind("slow")
+        if slow:
+            return 2 * max(step.number("delay") for step in slow) * scale
+        if schedule.of_kind("cut"):
+            return float(canonical(settings.get("ttl_ms")))
+    except (InvalidValueError, ValueError):
+        pass
+    return None
+
+
+def catalogue_faults(settings: Mapping[str, object], *, legacy: bool = False) -> str:
+    """The experiment's own schedule for these (stored, scaled) settings: what a trial runs without
+    ``--faults`` (a reproduce command need not say it); ``legacy``: what it ran before schedules."""
+    try:
+        experiment = get_experiment(canonical(settings.get("experiment")))
+        scale = float(canonical(settings.get("time_scale")) or 1)
+
+        def lesson(name: str) -> float:
+            return float(f"{float(canonical(settings.get(name)) or 0) / scale:.6g}")
+
+        text = schedule_text(
+            experiment,
+            fault_nodes=int(canonical(settings.get("fault_nodes")) or 0) or 1,
+            restart_delay_ms=lesson("restart_delay_ms"),
+            persistence=canonical(settings.get("persistence")) or "none",
+            ttl_ms=lesson("ttl_ms"),
+            work_ms=lesson("work_ms"),
+            pause_ms=lesson("pause_ms"),
+            pause_how=canonical(settings.get("pause_how")) or "sleep",
+            pause_point=canonical(settings.get("pause_point")) or "after-acquire",
+            paused_workers=PAUSED_WORKERS,
+            legacy=legacy,
+            lock_servers=canonical(settings.get("lock_servers")) or "redis",
+        )
+        return parse_schedule(text).text
+    except (UnknownNameError, InvalidValueError, ValueError, KeyError):
+        return ""
 
 
 def trial_seed(base_seed: int, *parts: object) -> int:
@@ -136,6 +203,36 @@ def _experiment_value(experiment: Experiment, name: str) -> Any:
     return getattr(experiment, name, None)
 
 
+def _schedule(experiment: Experiment, chosen: dict[str, Any], *, given: str | None) -> Schedule:
+    """The trial's fault schedule: the user's (``--faults``), else the experiment's filled from the
+    chosen settings (lesson-scale). A user's schedule also states the pause settings (the CSV's
+    pause columns say what its first pause step does)."""
+    if given is not None:
+        schedule = parse_schedule(given)
+        pause = next(iter(schedule.of_kind("pause")), None)
+        chosen["pause_ms"] = (pause.for_ms or 0.0) if pause is not None else 0.0
+        chosen["pause_how"] = PauseHow(pause.param("how")) if pause is not None else SETTINGS["pause_how"].neutral
+        chosen["pause_point"] = (
+            PausePoint(pause.param("point")) if pause is not None else SETTINGS["pause_point"].neutral
+        )
+        return schedule
+    return parse_schedule(
+        schedule_text(
+            experiment,
+            fault_nodes=int(chosen["fault_nodes"]) or 1,
+            restart_delay_ms=float(chosen["restart_delay_ms"]),
+            persistence=str(chosen["persistence"]),
+            ttl_ms=float(chosen["ttl_ms"]),
+            work_ms=float(chosen["work_ms"]),
+            pause_ms=float(chosen["pause_ms"]),
+            pause_how=str(PauseHow(chosen["pause_how"]).value),
+            pause_point=str(PausePoint(chosen["pause_point"]).value),
+            paused_workers=PAUSED_WORKERS,
+            lock_servers=str(chosen.get("lock_servers") or "redis"),
+        )
+    )
+
+
 def make_spec(
     *,
     backend: str,
@@ -147,6 +244,7 @@ def make_spec(
     supports_wait_replicas: bool = True,
     lock_servers: str = "redis",
     backend_resource_kind: str = "redis",
+    backend_timeout_ms: float | None = None,
 ) -> TrialSpec:
     """Every setting of one trial: the user's choice, else the table's default, else the
     experiment's; scaled where the table says so; neutral where it does not apply (a pause point
@@ -170,9 +268,18 @@ def make_spec(
     for setting in SETTINGS_LIST:
         if setting.applies is not None and not setting.applies(chosen):
             chosen[setting.name] = setting.neutral
+    chosen["faults"] = _schedule(experiment, chosen, given=overrides.given("faults")).text
+    through_links = SETTINGS["client_timeout_ms"].applies  # known only now that the schedule is
+    links = through_links is not None and through_links(chosen)
+    chosen["client_timeout_ms"] = overrides.given("client_timeout_ms") if links else None
     for setting in SETTINGS_LIST:
         if setting.scaled and chosen.get(setting.name) is not None:
             chosen[setting.name] = chosen[setting.name] * scale
+    if links and chosen.get("client_timeout_ms") is None:
+        # The backend's own (a library's default is a constant of the library, not scaled).
+        chosen["client_timeout_ms"] = (
+            backend_timeout_ms if backend_timeout_ms is not None else DEFAULT_CLIENT_TIMEOUT_MS
+        )
     ttl_ms = round(chosen["ttl_ms"])
     if ttl_ms < 1:
         raise InvalidValueError(f"TTL is {ttl_ms} ms after --time-scale {scale:g}: use a larger scale")

@@ -1,0 +1,360 @@
+"""Fault schedules as text: what happens, to whom, when and for how long (issue 17).
+
+A schedule is steps separated by ``;``; a step is ``KIND key=value ...`` plus the flags ``every``
+or ``once`` (the default)::
+
+    restart nodes=holders:1 after-acquire=50 every for=0 persistence=none
+    cut nodes=3,4 worker=0 at=start; restart nodes=holders:1 after-acquire=50 every
+
+Kinds: crash, restart, clock-jump, pause, slow, cut, failover, starve, session-kill.
+
+Whom — ``nodes=``: fixed indices (``0,1``), ``holders:K`` (K of the nodes holding the current
+lease, read from the nodes at injection time), ``others:K`` (K nodes not holding it) or ``all``;
+``worker=``: an index, or ``holder`` (the worker whose lease is current).
+
+When — ``at=start`` (as the workers are released), ``after-acquire=MS`` (MS after an acquire of
+the followed worker: ``follow=W``, default 0; ``by=W`` is accepted for it except on clock-jump,
+where ``by`` is the jump) or ``at=acquire`` (around each of ``worker``'s acquires from its second
+round: a link fault on the acquire only).  How long — ``for=MS``; omitted: healed at once (a crash:
+down until the trial ends).  Times are lesson-scale milliseconds: the runner multiplies them by
+``--time-scale``.
+
+Parameters by kind: restart ``persistence=none|aof-always``; clock-jump ``by=+MS|-MS``; pause
+``how=sigstop|sleep`` (sigstop: the whole process stops, as in a GC pause; sleep: one thread) and
+``point=after-acquire|before-write|after-check`` (a pause lands at the worker's own pause point, so
+it takes ``after-acquire=0`` only); slow ``delay=MS``; starve ``duty=F`` (the share of each ``period=MS``,
+default 100, the process may run).
+
+:func:`parse_schedule` checks everything and says what is wrong in one line;
+:attr:`Schedule.text` is the canonical form (it parses back to the same schedule), which is the
+trial setting ``faults`` and part of the trial identity. This module is pure: no servers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lockcompare.errors import ConfigError, InvalidValueError
+from lockcompare.spec.choices import PauseHow, PausePoint
+
+KINDS = ("crash", "restart", "clock-jump", "pause", "slow", "cut", "failover", "starve", "session-kill")
+
+#: The kinds that act on lock nodes (``nodes=``) and those that act on one worker (``worker=``).
+NODE_KINDS = ("crash", "restart", "clock-jump", "failover")
+LINK_KINDS = ("slow", "cut")  # both: the links from one worker to some nodes
+WORKER_KINDS = ("pause", "starve", "session-kill")
+
+#: Which parameters each kind takes (beyond whom / when / for), with their defaults.
+_PARAMS: dict[str, dict[str, str | None]] = {
+    "crash": {},
+    "restart": {"persistence": "none"},
+    "clock-jump": {"by": None},
+    "failover": {},
+    "pause": {"how": "sigstop", "point": "after-acquire"},
+    "slow": {"delay": None},
+    "cut": {},
+    "starve": {"duty": None, "period": "100"},
+    "session-kill": {},
+}
+_CHOICES = {
+    "persistence": ("none", "aof-always"),
+    "how": tuple(h.value for h in PauseHow),
+    "point": tuple(p.value for p in PausePoint),
+}
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """``nodes=``: fixed indices, ``holders:K``, ``others:K`` or ``all``."""
+
+    mode: str  # "fixed", "holders", "others", "all"
+    indices: tuple[int, ...] = ()  # fixed
+    count: int = 0  # holders / others
+
+    @property
+    def text(self) -> str:
+        if self.mode == "fixed":
+            return ",".join(str(i) for i in self.indices)
+        if self.mode == "all":
+            return "all"
+        return f"{self.mode}:{self.count}"
+
+    @property
+    def from_lease(self) -> bool:
+        return self.mode in ("holders", "others")
+
+
+@dataclass(frozen=True)
+class WorkerTarget:
+    """``worker=``: an index, or ``holder`` (whoever holds the current lease)."""
+
+    index: int | None  # None: the holder
+
+    @property
+    def text(self) -> str:
+        return "holder" if self.index is None else str(self.index)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultStep:
+    """One step of a schedule, times at the lesson's scale (milliseconds)."""
+
+    kind: str
+    nodes: NodeTarget | None = None
+    worker: WorkerTarget | None = None
+    at: str = "after-acquire"  # "start", "after-acquire" or "acquire"
+    after_ms: float = 0.0  # at == "after-acquire": this long after the followed worker's acquire
+    follow: int = 0  # whose acquires an after-acquire step follows
+    every: bool = False  # False: once
+    for_ms: float | None = None  # None: healed at once (a crash: at the end of the trial)
+    params: tuple[tuple[str, str], ...] = ()  # canonical, in _PARAMS order, defaults included
+
+    def param(self, name: str) -> str:
+        return dict(self.params)[name]
+
+    def number(self, name: str) -> float:
+        return float(self.param(name))
+
+    @property
+    def text(self) -> str:
+        words = [self.kind]
+        if self.nodes is not None:
+            words.append(f"nodes={self.nodes.text}")
+        if self.worker is not None:
+            words.append(f"worker={self.worker.text}")
+        if self.at == "after-acquire":
+            words.append(f"after-acquire={_ms(self.after_ms)}")
+            if self.follow:
+                words.append(f"follow={self.follow}")
+            words.append("every" if self.every else "once")
+        else:
+            words.append(f"at={self.at}")
+        if self.for_ms is not None:
+            words.append(f"for={_ms(self.for_ms)}")
+        words += [f"{k}={v}" for k, v in self.params]
+        return " ".join(words)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    steps: tuple[FaultStep, ...] = field(default_factory=tuple)
+
+    @property
+    def text(self) -> str:
+        """The canonical text: ``parse_schedule(s.text) == s``."""
+        return "; ".join(step.text for step in self.steps)
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def kinds(self) -> set[str]:
+        return {step.kind for step in self.steps}
+
+    def of_kind(self, *kinds: str) -> list[FaultStep]:
+        return [step for step in self.steps if step.kind in kinds]
+
+
+def _ms(value: float) -> str:
+    return f"{value:g}"
+
+
+def parse_schedule(text: str) -> Schedule:
+    """Parse a schedule; an :class:`InvalidValueError` in one line says what is wrong and where."""
+    parts = [part.strip() for part in text.replace("\n", ";").split(";")]
+    steps = []
+    for number, part in enumerate((p for p in parts if p), start=1):
+        try:
+            steps.append(_parse_step(part))
+        except InvalidValueError as exc:
+            raise InvalidValueError(f"fault step {number} ({part!r}): {exc}") from None
+    return Schedule(tuple(steps))
+
+
+def _parse_step(text: str) -> FaultStep:
+    kind, *words = text.split()
+    if kind not in KINDS:
+        raise InvalidValueError(f"unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+    values: dict[str, str] = {}
+    flags: set[str] = set()
+    for word in words:
+        if word in ("every", "once"):
+            flags.add(word)
+            continue
+        key, eq, value = word.partition("=")
+        if not eq or not value:
+            raise InvalidValueError(f"{word!r} is not key=value, every or once")
+        if key in values:
+            raise InvalidValueError(f"{key} given twice")
+        values[key] = value
+    if flags == {"every", "once"}:
+        raise InvalidValueError("every and once both given")
+    if "by" in values and kind != "clock-jump":
+        values.setdefault("follow", values.pop("by"))  # the contract's by=W: whose acquire
+    step = _build(kind, values, every="every" in flags)
+    _check(step)
+    return step
+
+
+def _build(kind: str, values: dict[str, str], *, every: bool) -> FaultStep:
+    nodes = _nodes(values.pop("nodes")) if "nodes" in values else None
+    worker = _worker(values.pop("worker")) if "worker" in values else None
+    at = values.pop("at", None)
+    after = values.pop("after-acquire", None)
+    if at is not None and after is not None:
+        raise InvalidValueError("at= and after-acquire= both given")
+    if at is not None and at not in ("start", "acquire"):
+        raise InvalidValueError(f"at= takes start or acquire, got {at!r}")
+    if at is not None and every:
+        raise InvalidValueError(f"every repeats an after-acquire step: at={at} happens by itself")
+    follow = _whole(values.pop("follow"), "follow") if "follow" in values else 0
+    for_ms = _time(values.pop("for"), "for") if "for" in values else None
+    params = []
+    for name, default in _PARAMS[kind].items():
+        value = values.pop(name, default)
+        if value is None:
+            raise InvalidValueError(f"{kind} needs {name}=")
+        params.append((name, _param(name, value)))
+    if values:
+        allowed = ["nodes" if kind not in WORKER_KINDS else "worker", *(["worker"] if kind in LINK_KINDS else [])]
+        allowed += ["at", "after-acquire", "follow", "for", *_PARAMS[kind]]
+        raise InvalidValueError(f"{kind} takes no {next(iter(values))}= (it takes {', '.join(allowed)})")
+    return FaultStep(
+        kind=kind,
+        nodes=nodes,
+        worker=worker,
+        at=at or "after-acquire",
+        after_ms=_time(after, "after-acquire") if after is not None else 0.0,
+        follow=follow,
+        every=every,
+        for_ms=for_ms,
+        params=tuple(params),
+    )
+
+
+def _check(step: FaultStep) -> None:
+    """What a kind needs: whom it acts on, and when it can land."""
+    kind = step.kind
+    if kind in NODE_KINDS or kind in LINK_KINDS:
+        if step.nodes is None:
+            raise InvalidValueError(f"{kind} needs nodes= (indices, holders:K, others:K or all)")
+    elif step.nodes is not None:
+        raise InvalidValueError(f"{kind} acts on a worker: it takes worker=, not nodes=")
+    if kind in LINK_KINDS or kind in WORKER_KINDS:
+        if step.worker is None:
+            raise InvalidValueError(f"{kind} needs worker= (an index or holder)")
+    elif step.worker is not None:
+        raise InvalidValueError(f"{kind} acts on lock nodes: it takes nodes=, not worker=")
+    if step.nodes is not None and step.nodes.from_lease and step.at == "start":
+        raise InvalidValueError(f"nodes={step.nodes.text} is read from a lease: there is none at=start")
+    if step.worker is not None and step.worker.index is None and step.at != "after-acquire":
+        raise InvalidValueError("worker=holder is read from a lease: it needs after-acquire=")
+    if step.at == "acquire" and kind not in LINK_KINDS:
+        raise InvalidValueError("at=acquire (around each acquire) applies to slow and cut only")
+    if kind == "failover" and step.nodes is not None and step.nodes.from_lease:
+        raise InvalidValueError("failover holds the nodes' replication back from the start: give fixed nodes or all")
+    if kind == "pause":
+        if step.at != "after-acquire" or step.after_ms != 0 or step.worker is None or step.worker.index is None:
+            raise InvalidValueError("pause lands at the worker's own pause point: worker=INDEX after-acquire=0")
+        if step.follow not in (0, step.worker.index):
+            raise InvalidValueError("pause follows the paused worker's own acquires: drop follow=")
+        if not step.for_ms:
+            raise InvalidValueError("pause needs for=MS > 0")
+    if kind == "starve":
+        if not step.for_ms:
+            raise InvalidValueError("starve needs for=MS > 0")
+        if not 0 < step.number("duty") < 1:
+            duty = step.param("duty")
+            raise InvalidValueError(f"duty= is the share of each period the worker runs: in (0, 1), got {duty}")
+        if not step.number("period") > 0:
+            raise InvalidValueError("period= must be > 0")
+    if kind == "slow" and not step.number("delay") > 0:
+        raise InvalidValueError("delay= must be > 0")
+    if kind == "clock-jump" and step.for_ms is not None:
+        raise InvalidValueError("a clock jump is not undone mid-trial: it takes no for=")
+
+
+def _nodes(value: str) -> NodeTarget:
+    if value == "all":
+        return NodeTarget("all")
+    mode, colon, count = value.partition(":")
+    if colon:
+        if mode not in ("holders", "others"):
+            raise InvalidValueError(f"nodes={value}: holders:K or others:K")
+        k = _whole(count, f"nodes={mode}:")
+        if k < 1:
+            raise InvalidValueError(f"nodes={value}: K must be >= 1")
+        return NodeTarget(mode, count=k)
+    indices = tuple(_whole(v, "nodes") for v in value.split(","))
+    if len(set(indices)) != len(indices):
+        raise InvalidValueError(f"nodes={value}: a node given twice")
+    return NodeTarget("fixed", indices=tuple(sorted(indices)))
+
+
+def _worker(value: str) -> WorkerTarget:
+    return WorkerTarget(None if value == "holder" else _whole(value, "worker"))
+
+
+def _whole(value: str, what: str) -> int:
+    if not value.isdigit():
+        raise InvalidValueError(f"{what}= takes a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def _time(value: str, what: str) -> float:
+    number = _float(value, what)
+    if number < 0:
+        raise InvalidValueError(f"{what}= must be >= 0 ms, got {value}")
+    return number
+
+
+def _float(value: str, what: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise InvalidValueError(f"{what}= takes a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise InvalidValueError(f"{what}= must be finite, got {value}")
+    return number
+
+
+def _param(name: str, value: str) -> str:
+    if name in _CHOICES:
+        if value not in _CHOICES[name]:
+            raise InvalidValueError(f"{name}= takes {' or '.join(_CHOICES[name])}, got {value!r}")
+        return value
+    number = _float(value, name)
+    if name == "by":
+        if number == 0:
+            raise InvalidValueError("by= must not be 0 (+MS forward, -MS backward)")
+        return f"{number:+g}"
+    return f"{number:g}"
+
+
+#: A schedule file is a few lines; anything larger is not one.
+SCHEDULE_FILE_MAX_BYTES = 64 * 1024
+
+
+def read_schedule_file(path: Path) -> str:
+    """A schedule's canonical text from a file: TOML ``steps = ["...", ...]`` or JSON ``{"steps": [...]}``.
+
+    (A ``.json`` name is read as JSON, anything else as TOML.)"""
+    from lockcompare.files import read_capped  # a schedule is a few lines: 64 KB is far more
+
+    try:
+        raw = read_capped(path, limit=SCHEDULE_FILE_MAX_BYTES, error=ConfigError).decode()
+    except UnicodeDecodeError:
+        raise InvalidValueError(f"--faults-file {path}: not text") from None
+    try:
+        data = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidValueError(
+            f"--faults-file {path}: not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}"
+        ) from None
+    steps = data.get("steps") if isinstance(data, dict) else None
+    if not isinstance(steps, list) or not all(isinstance(s, str) for s in steps):
+        raise InvalidValueError(f"--faults-file {path}: expected steps = a list of step strings")
+    return parse_schedule("; ".join(steps)).text
