@@ -339,3 +339,14 @@ def test_schedules_that_cannot_run_are_refused_in_one_line_before_any_server(tmp
         lines = result.stderr.strip().splitlines()
         assert result.exit_code == 2 and len(lines) == 1 and fragment in lines[0], (faults, result.stderr)
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_an_experiment_may_have_another_schedule_on_another_kind_of_lock_server() -> None:
+    """partition on a PostgreSQL lock: a session cut under its holder for one TTL, not from the start."""
+    partition = EXPERIMENTS["partition"]
+    on_redis = make_spec(backend="single", experiment=partition, trial=0, overrides=Overrides())
+    on_pg = make_spec(
+        backend="pg-advisory", experiment=partition, trial=0, overrides=Overrides(), lock_servers="postgres"
+    )
+    assert on_redis.faults == "cut nodes=0 worker=0 at=start"
+    assert on_pg.faults == "cut nodes=0 worker=0 after-acquire=50 every for=1000"
