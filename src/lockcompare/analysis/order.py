@@ -23,7 +23,7 @@ from lockcompare.spec.experiments import EXPERIMENTS
 #: Built-in backends in registration order (pyproject.toml's ``lockcompare.backends`` entry points).
 BACKEND_ORDER = (
     "none", "single", "fenced", "redlock", "pottery", "redis-py", "atomic", "optimistic", "single-renew",
-    "redis-lock-renew", "etcd", "etcd-fenced", "pg-advisory", "pg-lease",
+    "redis-lock-renew", "redis-lock-renew-checked", "etcd", "etcd-fenced", "pg-advisory", "pg-lease",
 )  # fmt: skip
 
 
