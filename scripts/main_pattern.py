@@ -15,7 +15,10 @@ how many runs held the pattern and how many took longer than the README's budget
 The pattern (issue 21): under client-pause, single, redlock, pottery and redis-py lose updates;
 fenced loses none and rejects stale writes; under baseline every lock (every backend but the
 no-lock and lock-free rows: none, atomic, optimistic) has 0 conflicts in every trial; single under
-short-ttl has more conflicts per trial than no lock under baseline. A backend the run left out
+short-ttl has at least as many conflicts per trial as no lock under baseline ("worse than none" in
+the lesson, whose lockstep no-lock workers conflicted 41/80; here the jittered no-lock workers reach
+50-79 of 80 and single under short-ttl sits at the ceiling, 79 of 80: every entry but the first, so
+"no better than no lock" is what a run can show every time). A backend the run left out
 (not installed, or unable to run at this scale) is named, not counted against the pattern.
 
 It needs only the standard library: the CSV is read with the csv module (column names are stable).
@@ -96,8 +99,8 @@ def judge_pattern(rows: Sequence[dict[str, str]]) -> list[Check]:
     short, none = _cell(rows, "single", "short-ttl"), _cell(rows, "none", "baseline")
     checks.append(
         Check(
-            ok=bool(short) and bool(none) and _mean(short, "conflicts") > _mean(none, "conflicts"),
-            claim="short-ttl worse than no lock for single",
+            ok=bool(short) and bool(none) and _mean(short, "conflicts") >= _mean(none, "conflicts"),
+            claim="short-ttl no better than no lock for single",
             evidence=f"single short-ttl {_mean(short, 'conflicts'):.1f} vs none baseline "
             f"{_mean(none, 'conflicts'):.1f} conflicts per trial",
         )

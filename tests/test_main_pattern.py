@@ -42,6 +42,7 @@ def test_each_break_of_the_pattern_is_named() -> None:
     rows[6] = row("fenced", "client-pause", conflicts=39, lost=1, rejected=19)  # write-only fencing lost one
     rows.append(row("redlock", "baseline", conflicts=1))
     rows[0] = row("none", "baseline", conflicts=79, lost=40)
+    rows[1] = row("single", "short-ttl", conflicts=60, lost=30)  # below no lock: a short TTL that helped
     checks = main_pattern.judge_pattern(rows)
     assert [c.ok for c in checks] == [True, False, False, False]
     assert checks[1].evidence == "1 lost, 19 writes rejected in 1 trials"

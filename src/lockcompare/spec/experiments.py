@@ -57,7 +57,8 @@ EXPERIMENTS: dict[str, Experiment] = {
         Experiment(
             name="short-ttl",
             ttl_ms=200,
-            claim="TTL 200 < work 300: a textbook-correct lock with too short a TTL is worse than none",
+            claim="TTL 200 < work 300: a textbook-correct lock with too short a TTL is no better than none "
+            "(every entry but the first conflicts)",
         ),
         Experiment(
             name="client-pause",
