@@ -19,6 +19,14 @@ def test_readme_tables_are_rendered_from_committed_csvs() -> None:
     assert rendered_blocks(README, base=ROOT) == README, "run: python -m lockcompare.render.docs README.md"
 
 
+def test_docs_tables_are_rendered_from_committed_csvs() -> None:
+    for doc in sorted((ROOT / "docs").glob("*.md")):
+        text = doc.read_text()
+        for block in BLOCK.finditer(text):
+            assert (doc.parent / block["csv"]).is_file(), (doc.name, block["csv"])
+        assert rendered_blocks(text, base=doc.parent) == text, f"run: python -m lockcompare.render.docs {doc}"
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     command = re.search(r"^(python3 -m venv .*pytest)$", README, re.MULTILINE)
     assert command, "the README gives the test command on a line of its own"

@@ -3,7 +3,7 @@
 A table in a Markdown file is delimited by markers naming its source::
 
     <!-- table: results/seed-pattern.csv -->
-    ...rendered here by `python -m lockcompare.render.docs README.md`...
+    ...rendered here by `python -m lockcompare.render.docs README.md docs/*.md`...
     <!-- /table -->
 
 and optionally which of its rows, by column (comma lists; a row must match every column given),
@@ -54,12 +54,13 @@ def rendered_blocks(markdown: str, *, base: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m lockcompare.render.docs README.md", file=sys.stderr)
+    if not args:
+        print("usage: python -m lockcompare.render.docs README.md docs/*.md", file=sys.stderr)
         return 2
-    path = Path(args[0])
-    text = path.read_text()
-    path.write_text(rendered_blocks(text, base=path.parent))
+    for name in args:  # a block's CSV path is relative to its own file (docs/ use ../results/...)
+        path = Path(name)
+        text = path.read_text()
+        path.write_text(rendered_blocks(text, base=path.parent))
     return 0
 
 
