@@ -91,3 +91,15 @@ def test_a_step_whose_target_cannot_be_resolved_is_skipped_in_a_real_trial(clust
     assert all("only 1 node(s) holding the current lease" in e["reason"] for e in faults)
     assert all(e["holders"][0] is not None and e["holders"][1:] == [None] * 4 for e in faults)
     assert result.metrics.verdict == "exclusive"
+
+
+def test_a_strobe_outliving_its_worker_stops_nothing_and_raises_nothing() -> None:
+    proc = subprocess.Popen(["true"])
+    proc.wait()  # gone (and reaped) before the strobe starts
+    freezer = Freezer()
+    world = FaultContext(cluster=None, pids=(proc.pid,), freezer=freezer)  # type: ignore[arg-type]
+    strobe = Strobe(worker=0, duty=0.5, period_s=0.02)
+    strobe.inject(world, [])
+    time.sleep(0.1)
+    assert "running again" in strobe.heal(world, [])
+    assert not freezer.is_frozen(proc.pid)

@@ -49,9 +49,13 @@ class Freezer:
         timer.start()
 
     def hold(self, pid: int) -> None:
-        """SIGSTOP ``pid`` (a strobe's stop); undone by :meth:`release` or :meth:`thaw_all`."""
+        """SIGSTOP ``pid`` (a strobe's stop); undone by :meth:`release` or :meth:`thaw_all`.
+        A process that has already exited is left alone (a strobe may outlive its worker)."""
         with self._lock:
-            os.kill(pid, signal.SIGSTOP)
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                return
             self._frozen[pid] = self._frozen.get(pid, 0) + 1
 
     def release(self, pid: int) -> None:
