@@ -189,12 +189,12 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
     for kind in sorted(schedule.kinds()):
         if kind in unsupported:
             return unsupported[kind]
-    if servers == "postgres":  # one lock server: a step naming more nodes is not for it
-        for step in schedule.steps:
-            wanted = 0 if step.nodes is None or step.nodes.mode == "all" else step.nodes.count
-            wanted = max([wanted, *(i + 1 for i in (step.nodes.indices if step.nodes else ()))])
-            if wanted > 1:
-                return f"PostgreSQL backends lock on one server: {step.text!r} needs {wanted} lock nodes"
+    if servers in ("postgres", "etcd"):  # their servers fix the node count: a step naming more is not for them
+        used = cluster_shape(spec, cluster_options=ClusterOptions()).node_count
+        try:
+            fault_plan.check_schedule(schedule, lock_nodes=used, workers=spec.workers)
+        except InvalidValueError as exc:
+            return f"{servers} lock servers: {exc}"
     check_ttl = getattr(cls, "check_ttl", None)
     if check_ttl is None:
         return ""
