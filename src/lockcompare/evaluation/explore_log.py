@@ -1,0 +1,107 @@
+"""Everything ``explore`` tried, on disk: ``DIR/explored.csv`` (one row per trial, appended the moment
+it ends) and ``DIR/explore.json`` (the search's settings), so a search can be audited and resumed.
+
+A resumed search must be the same search (same property, kinds, rounds, seed, backend and trial
+settings): otherwise the trials in the file would answer other questions. So the settings are
+written once, and a resume with different ones is refused with the first difference named.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lockcompare.errors import ResultsFileError
+
+if TYPE_CHECKING:
+    from lockcompare.evaluation.explore import TrialOutcome, TrialRequest
+
+CSV_NAME = "explored.csv"
+SETTINGS_NAME = "explore.json"
+METRIC_COLUMNS = ("lost_updates", "conflicts", "conflicts_overlap", "grants_while_held", "foreign_releases")
+COLUMNS = (
+    "phase", "schedule", "rounds", "seed", "result", "verdict", *METRIC_COLUMNS, "trial_seconds", "trial_id",
+    "history", "problem",
+)  # fmt: skip
+
+
+class ExploreLog:
+    """The CSV of trials tried, opened for appending; ``outcomes`` holds what an earlier run found."""
+
+    def __init__(self, out_dir: Path, *, settings: Mapping[str, Any], resume: bool) -> None:
+        self.dir = out_dir
+        self.path = out_dir / CSV_NAME
+        self.outcomes: dict[tuple[str, int, int], TrialOutcome] = {}
+        settings_path = out_dir / SETTINGS_NAME
+        wanted = {k: str(v) for k, v in settings.items()}
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ResultsFileError(f"{out_dir} is not a directory: --out takes a directory")
+        if self.path.exists() or settings_path.exists():
+            if not resume:
+                raise ResultsFileError(
+                    f"{out_dir} holds an earlier search: pass --resume to continue it, or another --out"
+                )
+            try:
+                found = json.loads(settings_path.read_text())
+            except (OSError, ValueError) as exc:
+                raise ResultsFileError(f"{settings_path}: cannot read the earlier search's settings ({exc})") from exc
+            differ = [k for k in dict.fromkeys([*wanted, *found]) if found.get(k) != wanted.get(k)]
+            if differ:
+                k = differ[0]
+                raise ResultsFileError(
+                    f"{out_dir} holds a search with {k}={found.get(k)!r}, not {wanted.get(k)!r}: resume it with the "
+                    "same settings, or choose another --out"
+                )
+            self.outcomes = read_outcomes(self.path) if self.path.exists() else {}
+        else:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            settings_path.write_text(json.dumps(wanted, indent=1, sort_keys=True) + "\n")
+        if not self.path.exists():
+            with self.path.open("w", newline="") as f:
+                csv.writer(f).writerow(COLUMNS)
+
+    def append(self, *, phase: str, request: TrialRequest, outcome: TrialOutcome, result: str) -> None:
+        row = {
+            "phase": phase, "schedule": request.schedule, "rounds": request.rounds, "seed": request.seed,
+            "result": result, "verdict": outcome.verdict,
+            **{m: int(outcome.metrics.get(m, 0)) for m in METRIC_COLUMNS},
+            "trial_seconds": f"{outcome.trial_seconds:.3f}", "trial_id": outcome.trial_id,
+            "history": outcome.history, "problem": outcome.problem,
+        }  # fmt: skip
+        with self.path.open("a", newline="") as f:
+            csv.writer(f).writerow([row[c] for c in COLUMNS])
+            f.flush()
+
+
+def read_outcomes(path: Path) -> dict[tuple[str, int, int], TrialOutcome]:
+    """Every whole row of an explore CSV, as outcomes keyed by (schedule, rounds, seed); a row cut
+    short by a crash is left out (its trial runs again)."""
+    from lockcompare.evaluation.explore import TrialOutcome
+
+    outcomes = {}
+    try:
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None or list(reader.fieldnames) != list(COLUMNS):
+                raise ResultsFileError(f"{path} is not an explore CSV of this version (columns differ)")
+            for row in reader:
+                if any(row.get(c) is None for c in COLUMNS):
+                    continue  # truncated
+                try:
+                    key = (row["schedule"], int(row["rounds"]), int(row["seed"]))
+                    outcomes[key] = TrialOutcome(
+                        verdict=row["verdict"],
+                        metrics={m: int(row[m]) for m in METRIC_COLUMNS},
+                        trial_seconds=float(row["trial_seconds"]),
+                        history=row["history"],
+                        trial_id=row["trial_id"],
+                        problem=row["problem"],
+                    )
+                except ValueError:
+                    continue  # a damaged row: its trial runs again
+    except OSError as exc:
+        raise ResultsFileError(f"cannot read {path}: {exc}") from exc
+    return outcomes
