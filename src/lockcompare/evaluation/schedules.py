@@ -151,10 +151,14 @@ def _whom_nodes(rng: random.Random, shape: Shape, *, lease: bool) -> str:
     return ",".join(str(i) for i in sorted(rng.sample(range(n), _count(rng, n))))
 
 
-def _when(rng: random.Random, shape: Shape, *, start_ok: bool) -> tuple[str, ...]:
-    """At the start, or an offset inside the followed worker's hold, each round or once."""
-    if start_ok and rng.random() < 0.3:
+def _when(rng: random.Random, shape: Shape, *, start_ok: bool, acquire_ok: bool = False) -> tuple[str, ...]:
+    """At the start, around each acquire (link faults), or an offset inside the followed worker's
+    hold, each round or once."""
+    draw = rng.random()
+    if start_ok and draw < 0.3:
         return ("at=start",)
+    if acquire_ok and draw < 0.5:
+        return ("at=acquire",)
     offset = _ms(rng.uniform(0, 0.9 * shape.work_ms))
     return (f"after-acquire={offset}", rng.choice(FLAGS))
 
@@ -167,17 +171,22 @@ def random_step(rng: random.Random, *, kind: str, shape: Shape) -> Step:
     """One step of ``kind`` with its whom, when and amounts drawn in ranges relative to the TTL."""
     ttl = shape.ttl_ms
     if kind == "pause":
+        # A pause lands at the worker's own pause point (right after its acquire): it follows that
+        # worker, by index, at offset 0 (faults.steps checks this).
         how = "sigstop" if rng.random() < 0.75 else "sleep"  # the default is stop-the-world (DESIGN.md)
-        tokens: tuple[str, ...] = (f"worker={_worker(rng, shape)}", *_when(rng, shape, start_ok=False))
-        return Step(kind, (*tokens, f"for={_ms(rng.uniform(0.5, 2.5) * ttl)}", f"how={how}"))
+        worker = rng.randrange(shape.workers)
+        when = ("after-acquire=0", rng.choice(FLAGS))
+        return Step(kind, (f"worker={worker}", *when, f"for={_ms(rng.uniform(0.5, 2.5) * ttl)}", f"how={how}"))
     if kind == "starve":
         duty = rng.choice(("0.05", "0.1", "0.2"))
         tokens = (f"worker={_worker(rng, shape)}", *_when(rng, shape, start_ok=False))
         return Step(kind, (*tokens, f"for={_ms(rng.uniform(1.0, 3.0) * ttl)}", f"duty={duty}"))
     if kind == "session-kill":
         return Step(kind, (f"worker={_worker(rng, shape)}", *_when(rng, shape, start_ok=False)))
-    when = _when(rng, shape, start_ok=kind in ("crash", "slow", "cut"))
-    nodes = f"nodes={_whom_nodes(rng, shape, lease=when[0] != 'at=start')}"
+    links = kind in ("slow", "cut")
+    when = _when(rng, shape, start_ok=kind in ("crash", "slow", "cut", "failover"), acquire_ok=links)
+    lease = when[0].startswith("after-acquire") and kind != "failover"  # failover: fixed nodes (from the start)
+    nodes = f"nodes={_whom_nodes(rng, shape, lease=lease)}"
     if kind == "crash":
         down: tuple[str, ...] = (
             () if when[0] == "at=start" or rng.random() < 0.5 else (f"for={_ms(rng.uniform(0.5, 2.0) * ttl)}",)
@@ -195,10 +204,10 @@ def random_step(rng: random.Random, *, kind: str, shape: Shape) -> Step:
         return Step(kind, (nodes, worker, *when, f"delay={_ms(rng.uniform(0.5, 2.0) * ttl)}"))
     if kind == "cut":
         worker = f"worker={rng.randrange(shape.workers)}"
-        for_ = () if when[0] == "at=start" else (f"for={_ms(rng.uniform(0.5, 2.0) * ttl)}",)
+        for_ = () if not when[0].startswith("after-acquire") else (f"for={_ms(rng.uniform(0.5, 2.0) * ttl)}",)
         return Step(kind, (nodes, worker, *when, *for_))
     if kind == "failover":
-        return Step(kind, when)
+        return Step(kind, (nodes, *when))
     raise InvalidValueError(f"unknown fault kind {kind!r} (kinds: {', '.join(KINDS)})")
 
 
