@@ -90,10 +90,15 @@ class TrialOutcome:
 class TrialRunner(Protocol):
     """Runs trials of one backend under fault schedules (a fake in tests, real trials otherwise)."""
 
-    #: Trials worth handing over at once (the runner may still run fewer at a time).
-    parallel: int
-    #: The fixed settings of its trials, for the budget statement (backend, time scale, workload).
-    description: str
+    @property
+    def parallel(self) -> int:
+        """Trials worth handing over at once (the runner may still run fewer at a time)."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """The fixed settings of its trials, for the budget statement (backend, time scale, workload)."""
+        ...
 
     def run(self, requests: Sequence[TrialRequest]) -> list[TrialOutcome]: ...
 

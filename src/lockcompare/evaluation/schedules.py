@@ -174,9 +174,8 @@ def random_step(rng: random.Random, *, kind: str, shape: Shape) -> Step:
         # A pause lands at the worker's own pause point (right after its acquire): it follows that
         # worker, by index, at offset 0 (faults.steps checks this).
         how = "sigstop" if rng.random() < 0.75 else "sleep"  # the default is stop-the-world (DESIGN.md)
-        worker = rng.randrange(shape.workers)
-        when = ("after-acquire=0", rng.choice(FLAGS))
-        return Step(kind, (f"worker={worker}", *when, f"for={_ms(rng.uniform(0.5, 2.5) * ttl)}", f"how={how}"))
+        at_own_point = (f"worker={rng.randrange(shape.workers)}", "after-acquire=0", rng.choice(FLAGS))
+        return Step(kind, (*at_own_point, f"for={_ms(rng.uniform(0.5, 2.5) * ttl)}", f"how={how}"))
     if kind == "starve":
         duty = rng.choice(("0.05", "0.1", "0.2"))
         tokens = (f"worker={_worker(rng, shape)}", *_when(rng, shape, start_ok=False))
@@ -200,12 +199,12 @@ def random_step(rng: random.Random, *, kind: str, shape: Shape) -> Step:
         sign = "+" if rng.random() < 0.8 else "-"  # forward expires keys early; backward keeps them
         return Step(kind, (nodes, *when, f"by={sign}{_ms(rng.uniform(0.5, 3.0) * ttl)}"))
     if kind == "slow":
-        worker = f"worker={rng.randrange(shape.workers)}"
-        return Step(kind, (nodes, worker, *when, f"delay={_ms(rng.uniform(0.5, 2.0) * ttl)}"))
+        link = f"worker={rng.randrange(shape.workers)}"
+        return Step(kind, (nodes, link, *when, f"delay={_ms(rng.uniform(0.5, 2.0) * ttl)}"))
     if kind == "cut":
-        worker = f"worker={rng.randrange(shape.workers)}"
-        for_ = () if not when[0].startswith("after-acquire") else (f"for={_ms(rng.uniform(0.5, 2.0) * ttl)}",)
-        return Step(kind, (nodes, worker, *when, *for_))
+        link = f"worker={rng.randrange(shape.workers)}"
+        for_ = (f"for={_ms(rng.uniform(0.5, 2.0) * ttl)}",) if when[0].startswith("after-acquire") else ()
+        return Step(kind, (nodes, link, *when, *for_))
     if kind == "failover":
         return Step(kind, (nodes, *when))
     raise InvalidValueError(f"unknown fault kind {kind!r} (kinds: {', '.join(KINDS)})")

@@ -1,0 +1,114 @@
+"""``lockcompare explore BACKEND``: search fault schedules for one that breaks a property, shrink it, show it."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lockcompare.cli.core import app
+from lockcompare.cli.options import RedisServer, RedlockNodes, Seed
+from lockcompare.errors import InvalidValueError
+from lockcompare.evaluation.explore import DEFAULT_PROPERTY, PROPERTIES, TrialOutcome, TrialRequest
+from lockcompare.evaluation.explore_run import run_explore
+from lockcompare.evaluation.explore_trials import DEFAULT_TIME_SCALE, RealTrials
+from lockcompare.evaluation.schedules import DEFAULT_KINDS, KINDS, MAX_STEPS, parse_kinds
+from lockcompare.runner.matrix import ClusterOptions
+from lockcompare.spec.choices import FENCE_MODES
+
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_budget(text: str) -> float:
+    """``15m``, ``90s``, ``1h``, ``1h30m`` or plain seconds → seconds.
+
+    >>> parse_budget("15m"), parse_budget("90"), parse_budget("1h30m")
+    (900.0, 90.0, 5400.0)
+    """
+    text = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        seconds = float(text)
+    elif re.fullmatch(r"(\d+(\.\d+)?[hms])+", text):
+        seconds = sum(float(n) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)([hms])", text))
+    else:
+        raise InvalidValueError(f"--budget takes a duration like 15m, 90s, 1h30m or seconds, got {text!r}")
+    if seconds <= 0:
+        raise InvalidValueError(f"--budget must be > 0, got {text!r}")
+    return seconds
+
+
+def _progress(phase: str, request: TrialRequest, outcome: TrialOutcome, result: str) -> None:
+    """One line per trial on stderr: the search is long, and its course is the evidence."""
+    problem = f" ({outcome.problem})" if outcome.problem else ""
+    print(
+        f"explore: {phase:<6} {result:<8} {outcome.verdict:<19} {outcome.trial_seconds:5.1f} s  "
+        f"r{request.rounds} s{request.seed}  {request.schedule}{problem}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+@app.command("explore")
+def explore_command(  # noqa: PLR0917  (typer: every option is a parameter)
+    backend: Annotated[str, typer.Argument(help="A backend name or package.module:Class.")],
+    budget: Annotated[str, typer.Option("--budget", help="Wall time to search for: 15m, 90s, 1h30m.")] = "15m",
+    faults: Annotated[
+        str, typer.Option("--faults", help=f"Fault kinds to draw steps from, comma-separated (of {', '.join(KINDS)}).")
+    ] = ",".join(DEFAULT_KINDS),
+    prop: Annotated[
+        str, typer.Option("--property", help=f"The property to break: {' | '.join(PROPERTIES)}.")
+    ] = DEFAULT_PROPERTY,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="Directory for everything tried (default: results/explore-BACKEND-PROPERTY)."),
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the search in --out: trials already there are not run again.")
+    ] = False,
+    seed: Seed = 1,
+    rounds: Annotated[int, typer.Option("--rounds", help="Rounds per worker in each searched trial.")] = 8,
+    time_scale: Annotated[
+        float, typer.Option("--time-scale", help="Multiply every time (the trial's and the schedule's) by this.")
+    ] = DEFAULT_TIME_SCALE,
+    fence: Annotated[
+        str, typer.Option("--fence", help=f"What a fenced resource checks: {', '.join(FENCE_MODES)}.")
+    ] = "writes",
+    reruns: Annotated[
+        int, typer.Option("--reruns", help="Reruns of each shrinking candidate: it still fails when one of them does.")
+    ] = 5,
+    rate_runs: Annotated[int, typer.Option("--rate-runs", help="Reruns of the minimal schedule for its rate.")] = 10,
+    max_steps: Annotated[int, typer.Option("--max-steps", help="Most steps in a drawn schedule.")] = MAX_STEPS,
+    jobs: Annotated[int, typer.Option("--jobs", help="Trials at once at most (fewer when the CPUs are busy).")] = 2,
+    redlock_nodes: RedlockNodes = None,
+    redis_server: RedisServer = None,
+) -> None:
+    """Search random fault schedules for one that breaks a property, shrink it to the smallest that
+    still fails, and show it: the --faults text, the `lockcompare run` command, its reproduction
+    rate, a timeline picture, and a CSV of everything tried. The output always says what was
+    searched: "no counterexample" means none within this budget. Exit 1 when a counterexample was
+    found, 0 when none was."""
+    if fence not in FENCE_MODES:
+        raise InvalidValueError(f"--fence takes {', '.join(FENCE_MODES)}, got {fence!r}")
+    if prop not in PROPERTIES:
+        raise InvalidValueError(f"--property takes {', '.join(PROPERTIES)}, got {prop!r}")
+    if jobs < 1:
+        raise InvalidValueError(f"--jobs must be >= 1, got {jobs}")
+    if not time_scale > 0:
+        raise InvalidValueError(f"--time-scale must be > 0, got {time_scale:g}")
+    kinds = parse_kinds(faults)
+    seconds = parse_budget(budget)
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
+    target = out_dir or Path("results") / f"explore-{safe}-{prop}"
+    trials = RealTrials(
+        backend=backend, out_dir=target, time_scale=time_scale, fence=fence, jobs=jobs, redlock_nodes=redlock_nodes,
+        cluster_options=ClusterOptions(redis_server=redis_server),
+    )  # fmt: skip
+    result = run_explore(
+        trials=trials, prop=prop, kinds=kinds, budget_s=seconds, rounds=rounds, seed=seed, reruns=reruns,
+        rate_runs=rate_runs, max_steps=max_steps, resume=resume, progress=_progress,
+    )  # fmt: skip
+    typer.echo(result.text)
+    raise typer.Exit(result.exit_code)

@@ -1,0 +1,159 @@
+"""Real trials for ``explore``: each request is one ``lockcompare run`` trial with ``--faults``.
+
+:class:`RealTrials` is the :class:`~lockcompare.evaluation.explore.TrialRunner` the command uses.
+A request becomes the trial spec ``lockcompare run`` would build from the same options
+(:func:`~lockcompare.spec.trialspec.make_spec` with ``trial=0`` and the request's seed as
+``--seed``), and a batch runs through :func:`~lockcompare.runner.matrix.run_planned` — the path of
+``run`` and ``matrix``: the same cluster pool, CPU budget, checker, CSV row and saved history. So
+the command printed for a counterexample reruns exactly the trial that failed.
+
+Every trial's row goes to ``DIR/trials.csv`` (histories in ``DIR/trials.histories/``), beside
+``explored.csv``: the full results file of the search, readable by ``table``, ``report`` and
+``run --from``.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from lockcompare.analysis.results import read_results
+from lockcompare.backends import load_backend
+from lockcompare.errors import ConfigError
+from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
+from lockcompare.evaluation.schedules import Shape
+from lockcompare.runner.matrix import ETCD_FAULT_MEMBERS, ClusterOptions, run_planned
+from lockcompare.runner.sections import check_for
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import Overrides, TrialSpec, make_spec
+
+TRIALS_CSV = "trials.csv"
+#: The experiment whose timings the searched trials use (TTL 1000, work 300; its own faults: none).
+BASE_EXPERIMENT = "baseline"
+#: The workload: no worker ever runs alone, so a lock cannot pass by letting one finish early.
+WORKLOAD = "contend"
+#: The scale of the searched trials: the lesson's timings halved keeps margins (hundreds of ms)
+#: far above the stalls of a loaded 2-core machine (FIELD-NOTES: ×0.1 already lost one update to one).
+DEFAULT_TIME_SCALE = 0.5
+
+
+def schedules_supported() -> bool:
+    """Whether this lockcompare runs fault schedules (the trial setting ``faults``, issue 17)."""
+    return any(f.name == "faults" for f in fields(Overrides))
+
+
+def lock_nodes_of(backend: str, *, cluster_options: ClusterOptions, redlock_nodes: int | None) -> int:
+    """How many lock nodes the backend's faults can hit: a quorum design's all (``--redlock-nodes``
+    or the cluster's), an etcd backend's members under faults, a single-node lock's one."""
+    cls = load_backend(backend)
+    if str(getattr(cls, "servers", "redis")) == "etcd":
+        return redlock_nodes or ETCD_FAULT_MEMBERS
+    if getattr(cls, "survives_minority_loss", False):
+        return redlock_nodes or cluster_options.node_count
+    return 1
+
+
+def _spec(
+    backend: str, *, overrides: Overrides, experiment: str, redlock_nodes: int | None, fence: str = "writes"
+) -> TrialSpec:
+    return make_spec(
+        backend=backend,
+        experiment=get_experiment(experiment),
+        trial=0,
+        overrides=overrides,
+        node_count=redlock_nodes,
+        resource_check=check_for(load_backend(backend), fence=fence),
+    )
+
+
+@dataclass(kw_only=True)
+class RealTrials:
+    """Trials of ``backend`` at the baseline's timings under each request's schedule."""
+
+    backend: str
+    out_dir: Path
+    time_scale: float = DEFAULT_TIME_SCALE
+    fence: str = "writes"
+    jobs: int = 2
+    cluster_options: ClusterOptions = field(default_factory=ClusterOptions)
+    redlock_nodes: int | None = None
+    experiment: str = BASE_EXPERIMENT
+    workload: str = WORKLOAD
+
+    def __post_init__(self) -> None:
+        if not schedules_supported():
+            raise ConfigError(
+                "this lockcompare cannot run fault schedules yet (the trial setting 'faults' of issue 17): explore "
+                "needs them"
+            )
+        load_backend(self.backend)
+        self._base = Overrides(time_scale=self.time_scale, workload=self.workload, fence=self.fence)
+        self._base_spec = _spec(self.backend, overrides=self._base, experiment=self.experiment,
+                                redlock_nodes=self.redlock_nodes, fence=self.fence)  # fmt: skip
+
+    @property
+    def parallel(self) -> int:
+        """Two trials per allowed job in one call: the pool and the warm workers are set up once
+        per call, and the scheduler still runs at most ``jobs`` at once."""
+        return 2 * self.jobs
+
+    @property
+    def description(self) -> str:
+        s = self._base_spec
+        fence = f", --fence {self.fence}" if s.resource_check.value.startswith(("fence", "token")) else ""
+        return (
+            f"backend {self.backend}{fence}, --time-scale {self.time_scale:g} (TTL {s.ttl_ms} ms, work "
+            f"{s.work_ms:g} ms as run), --workload {self.workload}, {s.workers} workers"
+        )
+
+    def shape(self) -> Shape:
+        """Lesson-scale timings (schedules are written at the lesson's scale) and the cast."""
+        s = self._base_spec
+        nodes = lock_nodes_of(self.backend, cluster_options=self.cluster_options, redlock_nodes=self.redlock_nodes)
+        return Shape(ttl_ms=s.ttl_ms / s.time_scale, work_ms=s.work_ms / s.time_scale, nodes=nodes, workers=s.workers)
+
+    def spec_ttl_ms(self) -> float:
+        """The TTL as the trials run it (scaled): the timeline marks the nodes' expiry with it."""
+        return float(self._base_spec.ttl_ms)
+
+    def spec(self, request: TrialRequest) -> TrialSpec:
+        overrides = replace(self._base, rounds=request.rounds, seed=request.seed, faults=request.schedule)  # type: ignore[call-arg]
+        return _spec(self.backend, overrides=overrides, experiment=self.experiment, redlock_nodes=self.redlock_nodes,
+                     fence=self.fence)  # fmt: skip
+
+    def run(self, requests: Sequence[TrialRequest]) -> list[TrialOutcome]:
+        out = self.out_dir / TRIALS_CSV
+        specs = [self.spec(r) for r in requests]
+        run_planned(specs, out=out, cluster_options=self.cluster_options, resume=out.exists(), jobs=self.jobs)
+        rows = {row["trial_id"]: row for row in read_results(out)}  # the latest row of a trial wins
+        return [_outcome(rows[spec.trial_id], base=out.parent) for spec in specs]
+
+    def command(self, request: TrialRequest) -> str:
+        args = ["lockcompare", "run", "--backend", self.backend, "--experiment", self.experiment,
+                "--faults", request.schedule, "--time-scale", f"{self.time_scale:g}", "--rounds", str(request.rounds),
+                "--workload", self.workload, "--seed", str(request.seed)]  # fmt: skip
+        if self.fence != "writes":
+            args += ["--fence", self.fence]
+        if self.redlock_nodes is not None:
+            args += ["--redlock-nodes", str(self.redlock_nodes)]
+        return " ".join(shlex.quote(a) for a in args)
+
+
+def _outcome(row: dict[str, Any], *, base: Path) -> TrialOutcome:
+    def count(name: str) -> int:
+        try:
+            return max(0, int(row.get(name) or 0))
+        except (TypeError, ValueError):
+            return 0
+
+    return TrialOutcome(
+        verdict=str(row["verdict"]),
+        metrics={m: count(m) for m in METRICS},
+        trial_seconds=float(row["wall_s"]),
+        history=str(base / row["history"]) if row.get("history") else "",
+        trial_id=str(row["trial_id"]),
+        problem=str(row.get("problem") or ""),
+    )
