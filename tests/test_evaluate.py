@@ -145,7 +145,7 @@ def test_the_careless_lock_fails_from_the_command_line_via_plugin_path(tmp_path:
     proc = subprocess.run(
         [sys.executable, "-m", "lockcompare", "--plugin-path", str(REPO / "examples"), "evaluate",
          "careless_lock:CarelessLock", "--against", "single", "--time-scale", "0.1", "--rounds", "3",
-         "--out", str(out)],
+         "--out", str(out), "--search-budget", "0"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
     )  # fmt: skip

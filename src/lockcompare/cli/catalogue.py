@@ -13,6 +13,7 @@ import typer
 from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.backends import describe_backends
 from lockcompare.cli.core import app
+from lockcompare.cli.explore import parse_budget, print_trial
 from lockcompare.cli.options import (
     RedisServer,
     _progress_bar,
@@ -88,9 +89,18 @@ def evaluate_command(
         float, typer.Option("--call-timeout-s", help="Deadline of every backend call in the battery.")
     ] = 5.0,
     redis_server: RedisServer = None,
+    search_budget: Annotated[
+        str,
+        typer.Option(
+            "--search-budget",
+            help="Then search fault schedules (client pauses) this long for a counterexample to what the backend "
+            "claims, like `explore`: 2m, 90s; 0 skips the search.",
+        ),
+    ] = "2m",
 ) -> None:
     """A report card for one backend: the conformance battery, then baseline, client-pause and short-ttl
-    beside the built-ins that bracket it. Exit 0 only when every property it claims holds."""
+    beside the built-ins that bracket it, then a budgeted search of fault schedules. Exit 0 only when
+    every property it claims holds."""
     if fmt not in CARD_FORMATS:
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(CARD_FORMATS)}", param_hint="--format")
     if not (math.isfinite(call_timeout_s) and 0 < call_timeout_s <= MAX_CALL_TIMEOUT_S):
@@ -98,6 +108,7 @@ def evaluate_command(
             f"--call-timeout-s takes a number above 0 and up to {MAX_CALL_TIMEOUT_S}, got {call_timeout_s:g}"
         )
     scale = time_scale if time_scale is not None else (QUICK_TIME_SCALE if quick else 1.0)
+    search_s = parse_budget(search_budget, flag="--search-budget", zero_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
     target = out_path or Path("results") / time.strftime(f"evaluate-{safe}-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()
@@ -113,6 +124,8 @@ def evaluate_command(
             cluster_options=ClusterOptions(redis_server=redis_server),
             on_property=lambda r: print(f"battery: {r.status:<11} {r.prop.title}", file=sys.stderr, flush=True),
             progress=update,
+            search_budget_s=search_s,
+            search_progress=print_trial,
         )
     finally:
         bar.stop()

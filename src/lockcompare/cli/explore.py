@@ -22,11 +22,11 @@ from lockcompare.spec.choices import FENCE_MODES
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
-def parse_budget(text: str) -> float:
-    """``15m``, ``90s``, ``1h``, ``1h30m`` or plain seconds → seconds.
+def parse_budget(text: str, *, flag: str = "--budget", zero_ok: bool = False) -> float:
+    """``15m``, ``90s``, ``1h``, ``1h30m`` or plain seconds → seconds (0 only with ``zero_ok``).
 
-    >>> parse_budget("15m"), parse_budget("90"), parse_budget("1h30m")
-    (900.0, 90.0, 5400.0)
+    >>> parse_budget("15m"), parse_budget("90"), parse_budget("1h30m"), parse_budget("0", zero_ok=True)
+    (900.0, 90.0, 5400.0, 0.0)
     """
     text = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", text):
@@ -34,13 +34,13 @@ def parse_budget(text: str) -> float:
     elif re.fullmatch(r"(\d+(\.\d+)?[hms])+", text):
         seconds = sum(float(n) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)([hms])", text))
     else:
-        raise InvalidValueError(f"--budget takes a duration like 15m, 90s, 1h30m or seconds, got {text!r}")
-    if seconds <= 0:
-        raise InvalidValueError(f"--budget must be > 0, got {text!r}")
+        raise InvalidValueError(f"{flag} takes a duration like 15m, 90s, 1h30m or seconds, got {text!r}")
+    if seconds < 0 or (seconds == 0 and not zero_ok):
+        raise InvalidValueError(f"{flag} must be > 0, got {text!r}")
     return seconds
 
 
-def _progress(phase: str, request: TrialRequest, outcome: TrialOutcome, result: str) -> None:
+def print_trial(phase: str, request: TrialRequest, outcome: TrialOutcome, result: str) -> None:
     """One line per trial on stderr: the search is long, and its course is the evidence."""
     problem = f" ({outcome.problem})" if outcome.problem else ""
     print(
@@ -108,7 +108,7 @@ def explore_command(  # noqa: PLR0917  (typer: every option is a parameter)
     )  # fmt: skip
     result = run_explore(
         trials=trials, prop=prop, kinds=kinds, budget_s=seconds, rounds=rounds, seed=seed, reruns=reruns,
-        rate_runs=rate_runs, max_steps=max_steps, resume=resume, progress=_progress,
+        rate_runs=rate_runs, max_steps=max_steps, resume=resume, progress=print_trial,
     )  # fmt: skip
     typer.echo(result.text)
     raise typer.Exit(result.exit_code)

@@ -53,6 +53,9 @@ from lockcompare.evaluation.conformance import (
     Status,
     run_battery,
 )
+from lockcompare.evaluation.explore import ProgressFn
+from lockcompare.evaluation.explore_card import TITLE as SEARCH_TITLE
+from lockcompare.evaluation.explore_card import search_line
 from lockcompare.files import check_output_file, results_lock
 from lockcompare.render import table
 from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
@@ -124,8 +127,13 @@ def evaluate(
     cluster_options: ClusterOptions = ClusterOptions(),
     on_property: Callable[[PropertyResult], None] | None = None,
     progress: ProgressCallback | None = None,
+    search_budget_s: float = 0.0,
+    search_progress: ProgressFn | None = None,
 ) -> ReportCard:
     """Run the battery, then the experiments, and judge them; see the module docstring.
+
+    With ``search_budget_s`` > 0 a budgeted search of fault schedules follows (explore_card.py),
+    written under ``<out stem>.explore/`` beside the CSV.
 
     Every name is checked before anything starts (a bad one raises the usual one-line error).
     """
@@ -139,10 +147,14 @@ def evaluate(
     check_output_file(out, flag="--out")
     if out.exists():  # checked again by run_matrix, but only after the battery's work
         raise ResultsFileError(f"{out} exists: choose another --out")
+    search_dir = out.with_name(out.stem + ".explore")
+    if search_budget_s > 0 and search_dir.exists():
+        raise ResultsFileError(f"{search_dir} exists: choose another --out")
     with results_lock(out):  # the battery and every matrix below, one writer throughout
         return _evaluate_locked(
             backend=backend, cls=cls, out=out, against=against, time_scale=time_scale, rounds=rounds, trials=trials,
             call_timeout_s=call_timeout_s, cluster_options=cluster_options, on_property=on_property, progress=progress,
+            search_budget_s=search_budget_s, search_dir=search_dir, search_progress=search_progress,
         )  # fmt: skip
 
 
@@ -159,6 +171,9 @@ def _evaluate_locked(
     cluster_options: ClusterOptions,
     on_property: Callable[[PropertyResult], None] | None,
     progress: ProgressCallback | None,
+    search_budget_s: float,
+    search_dir: Path,
+    search_progress: ProgressFn | None,
 ) -> ReportCard:
     scales = scales_for(cls, time_scale=time_scale)
     moved = {name: scale for name, scale in scales.items() if scale != time_scale}
@@ -207,6 +222,10 @@ def _evaluate_locked(
     lines = [CardLine(title=r.prop.title, status=r.status, evidence=r.evidence) for r in battery]
     order = token_order_violations(rows, backend=backend, results=out)
     lines += judge_experiments(rows=rows, backend=backend, claims=claims, token_order=order)
+    if search_budget_s > 0:
+        found = search_line(backend=backend, claims=claims, budget_s=search_budget_s, out_dir=search_dir,
+                            cluster_options=cluster_options, progress=search_progress)  # fmt: skip
+        lines.append(CardLine(title=SEARCH_TITLE, status=found.status, evidence=found.evidence))
     return ReportCard(
         backend=backend,
         summary=str(claims.summary),
