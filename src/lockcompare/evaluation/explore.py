@@ -216,6 +216,8 @@ class Explorer:
         self._started = clock()
         self._deadline = self._started + search.budget_s
         self._reserve_s = 0.0  # kept back, while shrinking, to rate the result
+        self._ran_s = 0.0  # wall seconds spent in the runner ...
+        self._ran = 0  # ... running this many trials: the wall cost of one more, as this machine runs them
         self._counted: set[tuple[str, int, int]] = set()
 
     # --- running trials -----------------------------------------------------------------------
@@ -234,7 +236,10 @@ class Explorer:
         todo = list(dict.fromkeys(r for r in requests if (r.schedule, r.rounds, r.seed) not in self._cache))
         if todo and not force and self._left_s() <= 0:
             return None
+        began = self.clock()
         ran = dict(zip(todo, self.runner.run(todo), strict=True)) if todo else {}
+        self._ran_s += self.clock() - began
+        self._ran += len(ran)
         outcomes = []
         for request in requests:
             key = (request.schedule, request.rounds, request.seed)
@@ -322,8 +327,8 @@ class Explorer:
 
     def _shrink_and_rate(self, found: TrialRequest) -> Counterexample:
         s = self.search
-        mean_s = self.report.trial_seconds / max(1, self.report.trials)
-        self._reserve_s = mean_s * math.ceil(s.rate_runs / max(1, self.runner.parallel))
+        # the rating's reruns not yet run (the search's run is rerun 0), at the wall cost seen so far
+        self._reserve_s = (s.rate_runs - 1) * self._ran_s / max(1, self._ran)
 
         def oracle(schedule: Schedule, rounds: int) -> Rate | None:
             text = self._canonical(schedule)

@@ -1,0 +1,56 @@
+"""explore on real trials (real redis-server nodes and worker processes): the command it prints reruns
+the very trial that failed, and a short search on ``single`` finds, shrinks and draws a counterexample.
+
+Margins: --time-scale 0.5 and a pause of 1500 ms against a TTL of 1000 ms (750 against 500 as run),
+so a stalled machine does not decide whether the lease expired under the paused holder.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lockcompare.analysis.results import read_results
+from lockcompare.cli import app
+from lockcompare.evaluation.explore import TrialRequest
+from lockcompare.evaluation.explore_run import SUMMARY_NAME, TIMELINE_NAME, run_explore
+from lockcompare.evaluation.explore_trials import RealTrials, schedules_supported
+from png_header import png_size
+
+pytestmark = pytest.mark.skipif(not schedules_supported(), reason="no fault schedules (issue 17) in this tree")
+
+PAUSE = "pause worker=0 after-acquire=0 once for=1500 how=sigstop"
+
+
+def test_the_printed_command_reruns_the_same_trial(tmp_path: Path) -> None:
+    trials = RealTrials(backend="single", out_dir=tmp_path / "explore", jobs=1)
+    assert trials.shape().nodes == 1 and trials.shape().ttl_ms == 1000  # schedules are sized at the lesson's scale
+    request = TrialRequest(schedule=PAUSE, rounds=2, seed=7)
+    (outcome,) = trials.run([request])
+    assert outcome.trial_id == trials.spec(request).trial_id
+    assert outcome.verdict != "unknown", outcome.problem
+    assert Path(outcome.history).exists() and outcome.trial_seconds > 0
+    args = shlex.split(trials.command(request))
+    assert args[:2] == ["lockcompare", "run"]
+    result = CliRunner().invoke(app, [*args[2:], "--out", str(tmp_path / "rerun.csv")])
+    assert result.exit_code == 0, result.output + result.stderr
+    (row,) = read_results(tmp_path / "rerun.csv")
+    assert row["trial_id"] == outcome.trial_id  # the same trial: every setting, the schedule and the seed
+
+
+def test_a_short_search_on_single_finds_shrinks_and_draws_a_pause(tmp_path: Path) -> None:
+    trials = RealTrials(backend="single", out_dir=tmp_path / "x", jobs=2)
+    result = run_explore(
+        trials=trials, prop="no-lost-updates", kinds=("pause",), budget_s=45, rounds=3, seed=3, reruns=2,
+        rate_runs=3, max_steps=2, resume=False,
+    )  # fmt: skip
+    c = result.report.counterexample
+    assert c is not None, result.text
+    assert len(c.schedule.split(";")) == 1 and c.schedule.startswith("pause ")
+    assert c.rate.runs + c.rate.unknown == 3 and c.rate.failures >= 1
+    assert result.timeline == tmp_path / "x" / TIMELINE_NAME and png_size(result.timeline)[0] > 0
+    assert (tmp_path / "x" / SUMMARY_NAME).read_text().strip() == result.text
+    assert "searched " in result.text and result.exit_code == 1
