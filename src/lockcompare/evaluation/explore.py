@@ -278,7 +278,8 @@ class Explorer:
                 if text is None:
                     continue
                 batch.append(TrialRequest(schedule=text, rounds=s.rounds, seed=self.seed_for(text, s.rounds, 0)))
-            if not batch:
+            if not batch:  # every draw refused: counted as a repeat, so refusing everything ends the search
+                repeats += 1
                 continue
             outcomes = self._run(batch, phase="search")
             if outcomes is None:

@@ -129,7 +129,10 @@ class RealTrials:
         specs = [self.spec(r) for r in requests]
         run_planned(specs, out=out, cluster_options=self.cluster_options, resume=out.exists(), jobs=self.jobs)
         rows = {row["trial_id"]: row for row in read_results(out)}  # the latest row of a trial wins
-        return [_outcome(rows[spec.trial_id], base=out.parent) for spec in specs]
+        return [
+            _outcome(rows[spec.trial_id], base=out.parent) if spec.trial_id in rows else _left_out(spec)
+            for spec in specs
+        ]
 
     def command(self, request: TrialRequest) -> str:
         args = ["lockcompare", "run", "--backend", self.backend, "--experiment", self.experiment,
@@ -140,6 +143,12 @@ class RealTrials:
         if self.redlock_nodes is not None:
             args += ["--redlock-nodes", str(self.redlock_nodes)]
         return " ".join(shlex.quote(a) for a in args)
+
+
+def _left_out(spec: TrialSpec) -> TrialOutcome:
+    """A trial the matrix did not run (it warned why: a fault this backend's servers cannot take)."""
+    return TrialOutcome(verdict="invalid", metrics={}, trial_seconds=0.0, trial_id=spec.trial_id,
+                        problem="not run: the backend cannot take this schedule here (see the warning)")  # fmt: skip
 
 
 def _outcome(row: dict[str, Any], *, base: Path) -> TrialOutcome:
