@@ -254,6 +254,7 @@ class Explorer:
                 self.report.trials += 1
                 self.report.trial_seconds += outcome.trial_seconds
                 self.report.unknown += outcome.verdict == "unknown"
+                self.report.invalid += outcome.verdict == "invalid"
             if self.progress is not None:
                 self.progress(phase, request, outcome, self.judge(outcome))
             outcomes.append(outcome)
