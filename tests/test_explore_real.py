@@ -30,7 +30,8 @@ def test_the_printed_command_reruns_the_same_trial(tmp_path: Path) -> None:
     assert trials.shape().nodes == 1 and trials.shape().ttl_ms == 1000  # schedules are sized at the lesson's scale
     request = TrialRequest(schedule=PAUSE, rounds=2, seed=7)
     (outcome,) = trials.run([request])
-    assert outcome.trial_id == trials.spec(request).trial_id
+    spec = trials.spec(request)
+    assert spec is not None and outcome.trial_id == spec.trial_id
     assert outcome.verdict != "unknown", outcome.problem
     assert Path(outcome.history).exists() and outcome.trial_seconds > 0
     args = shlex.split(trials.command(request))

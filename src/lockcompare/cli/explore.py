@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from lockcompare.cli.core import app
-from lockcompare.cli.options import RedisServer, RedlockNodes, Seed
+from lockcompare.cli.options import RedisServer, RedlockNodes
 from lockcompare.errors import InvalidValueError
 from lockcompare.evaluation.explore import DEFAULT_PROPERTY, PROPERTIES, TrialOutcome, TrialRequest
 from lockcompare.evaluation.explore_run import run_explore
@@ -52,7 +52,7 @@ def print_trial(phase: str, request: TrialRequest, outcome: TrialOutcome, result
 
 
 @app.command("explore")
-def explore_command(  # noqa: PLR0917  (typer: every option is a parameter)
+def explore_command(
     backend: Annotated[str, typer.Argument(help="A backend name or package.module:Class.")],
     budget: Annotated[str, typer.Option("--budget", help="Wall time to search for: 15m, 90s, 1h30m.")] = "15m",
     faults: Annotated[
@@ -68,7 +68,7 @@ def explore_command(  # noqa: PLR0917  (typer: every option is a parameter)
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue the search in --out: trials already there are not run again.")
     ] = False,
-    seed: Seed = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the draws; each trial's seed derives from it.")] = 1,
     rounds: Annotated[int, typer.Option("--rounds", help="Rounds per worker in each searched trial.")] = 8,
     time_scale: Annotated[
         float, typer.Option("--time-scale", help="Multiply every time (the trial's and the schedule's) by this.")

@@ -2,8 +2,8 @@
 
 :class:`RealTrials` is the :class:`~lockcompare.evaluation.explore.TrialRunner` the command uses.
 A request becomes the trial spec ``lockcompare run`` would build from the same options
-(:func:`~lockcompare.spec.trialspec.make_spec` with ``trial=0`` and the request's seed as
-``--seed``), and a batch runs through :func:`~lockcompare.runner.matrix.run_planned` — the path of
+(:func:`~lockcompare.runner.matrix.plan_matrix`, one trial, the request's seed as ``--seed``), and
+a batch runs through :func:`~lockcompare.runner.matrix.run_planned` — the path of
 ``run`` and ``matrix``: the same cluster pool, CPU budget, checker, CSV row and saved history. So
 the command printed for a counterexample reruns exactly the trial that failed.
 
@@ -14,21 +14,23 @@ Every trial's row goes to ``DIR/trials.csv`` (histories in ``DIR/trials.historie
 
 from __future__ import annotations
 
+import logging
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lockcompare.analysis.results import read_results
 from lockcompare.backends import load_backend
-from lockcompare.errors import ConfigError
+from lockcompare.errors import ConfigError, InvalidValueError
 from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
 from lockcompare.evaluation.schedules import Shape
-from lockcompare.runner.matrix import ETCD_FAULT_MEMBERS, ClusterOptions, run_planned
-from lockcompare.runner.sections import check_for
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, TrialSpec, make_spec
+from lockcompare.runner.matrix import ETCD_FAULT_MEMBERS, ClusterOptions, plan_matrix, run_planned
+from lockcompare.spec.settings import SETTINGS
+from lockcompare.spec.trialspec import Overrides, TrialSpec
+
+log = logging.getLogger("lockcompare")
 
 TRIALS_CSV = "trials.csv"
 #: The experiment whose timings the searched trials use (TTL 1000, work 300; its own faults: none).
@@ -42,7 +44,7 @@ DEFAULT_TIME_SCALE = 0.5
 
 def schedules_supported() -> bool:
     """Whether this lockcompare runs fault schedules (the trial setting ``faults``, issue 17)."""
-    return any(f.name == "faults" for f in fields(Overrides))
+    return "faults" in SETTINGS
 
 
 def lock_nodes_of(backend: str, *, cluster_options: ClusterOptions, redlock_nodes: int | None) -> int:
@@ -56,17 +58,16 @@ def lock_nodes_of(backend: str, *, cluster_options: ClusterOptions, redlock_node
     return 1
 
 
-def _spec(
-    backend: str, *, overrides: Overrides, experiment: str, redlock_nodes: int | None, fence: str = "writes"
-) -> TrialSpec:
-    return make_spec(
-        backend=backend,
-        experiment=get_experiment(experiment),
-        trial=0,
-        overrides=overrides,
-        node_count=redlock_nodes,
-        resource_check=check_for(load_backend(backend), fence=fence),
-    )
+def _spec(backend: str, *, overrides: Overrides, experiment: str, redlock_nodes: int | None) -> TrialSpec | None:
+    """The trial ``lockcompare run`` plans from the same options (None: the backend cannot run it
+    here, e.g. a fault its servers cannot take; plan_matrix warned why)."""
+    try:
+        specs = plan_matrix(backends=[backend], experiments=[experiment], trials=1, overrides=overrides,
+                            node_count=redlock_nodes)  # fmt: skip
+    except InvalidValueError as exc:
+        log.warning("explore: %s", exc)
+        return None
+    return specs[0] if specs else None
 
 
 @dataclass(kw_only=True)
@@ -91,8 +92,12 @@ class RealTrials:
             )
         load_backend(self.backend)
         self._base = Overrides(time_scale=self.time_scale, workload=self.workload, fence=self.fence)
-        self._base_spec = _spec(self.backend, overrides=self._base, experiment=self.experiment,
-                                redlock_nodes=self.redlock_nodes, fence=self.fence)  # fmt: skip
+        base = _spec(self.backend, overrides=self._base, experiment=self.experiment, redlock_nodes=self.redlock_nodes)
+        if base is None:
+            raise InvalidValueError(
+                f"{self.backend} cannot run the {self.experiment} trial at --time-scale {self.time_scale:g}"
+            )
+        self._base_spec = base
 
     @property
     def parallel(self) -> int:
@@ -119,18 +124,21 @@ class RealTrials:
         """The TTL as the trials run it (scaled): the timeline marks the nodes' expiry with it."""
         return float(self._base_spec.ttl_ms)
 
-    def spec(self, request: TrialRequest) -> TrialSpec:
-        overrides = replace(self._base, rounds=request.rounds, seed=request.seed, faults=request.schedule)  # type: ignore[call-arg]
-        return _spec(self.backend, overrides=overrides, experiment=self.experiment, redlock_nodes=self.redlock_nodes,
-                     fence=self.fence)  # fmt: skip
+    def spec(self, request: TrialRequest) -> TrialSpec | None:
+        overrides = self._base.replace(rounds=request.rounds, seed=request.seed, faults=request.schedule)
+        return _spec(self.backend, overrides=overrides, experiment=self.experiment, redlock_nodes=self.redlock_nodes)
 
     def run(self, requests: Sequence[TrialRequest]) -> list[TrialOutcome]:
         out = self.out_dir / TRIALS_CSV
         specs = [self.spec(r) for r in requests]
-        run_planned(specs, out=out, cluster_options=self.cluster_options, resume=out.exists(), jobs=self.jobs)
-        rows = {row["trial_id"]: row for row in read_results(out)}  # the latest row of a trial wins
+        runnable = list({s.trial_id: s for s in specs if s is not None}.values())
+        if runnable:
+            run_planned(runnable, out=out, cluster_options=self.cluster_options, resume=out.exists(), jobs=self.jobs)
+        rows = {row["trial_id"]: row for row in read_results(out)} if out.exists() else {}  # the latest row wins
         return [
-            _outcome(rows[spec.trial_id], base=out.parent) if spec.trial_id in rows else _left_out(spec)
+            _outcome(rows[spec.trial_id], base=out.parent)
+            if spec is not None and spec.trial_id in rows
+            else _left_out()
             for spec in specs
         ]
 
@@ -145,9 +153,9 @@ class RealTrials:
         return " ".join(shlex.quote(a) for a in args)
 
 
-def _left_out(spec: TrialSpec) -> TrialOutcome:
-    """A trial the matrix did not run (it warned why: a fault this backend's servers cannot take)."""
-    return TrialOutcome(verdict="invalid", metrics={}, trial_seconds=0.0, trial_id=spec.trial_id,
+def _left_out() -> TrialOutcome:
+    """A trial the matrix did not plan (it warned why: a fault this backend's servers cannot take)."""
+    return TrialOutcome(verdict="invalid", metrics={}, trial_seconds=0.0,
                         problem="not run: the backend cannot take this schedule here (see the warning)")  # fmt: skip
 
 
