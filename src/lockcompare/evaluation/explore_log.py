@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockcompare.errors import ResultsFileError
+from lockcompare.files import writing
 
 if TYPE_CHECKING:
     from lockcompare.evaluation.explore import TrialOutcome, TrialRequest
@@ -57,10 +58,11 @@ class ExploreLog:
                 )
             self.outcomes = read_outcomes(self.path) if self.path.exists() else {}
         else:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            settings_path.write_text(json.dumps(wanted, indent=1, sort_keys=True) + "\n")
+            with writing(out_dir):
+                out_dir.mkdir(parents=True, exist_ok=True)
+                settings_path.write_text(json.dumps(wanted, indent=1, sort_keys=True) + "\n")
         if not self.path.exists():
-            with self.path.open("w", newline="") as f:
+            with writing(self.path), self.path.open("w", newline="") as f:
                 csv.writer(f).writerow(COLUMNS)
 
     def append(self, *, phase: str, request: TrialRequest, outcome: TrialOutcome, result: str) -> None:
@@ -71,7 +73,7 @@ class ExploreLog:
             "trial_seconds": f"{outcome.trial_seconds:.3f}", "trial_id": outcome.trial_id,
             "history": outcome.history, "problem": outcome.problem,
         }  # fmt: skip
-        with self.path.open("a", newline="") as f:
+        with writing(self.path), self.path.open("a", newline="") as f:
             csv.writer(f).writerow([row[c] for c in COLUMNS])
             f.flush()
 

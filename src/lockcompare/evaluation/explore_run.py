@@ -21,6 +21,7 @@ from lockcompare.errors import RenderError
 from lockcompare.evaluation.explore import PROPERTIES, ExploreReport, ProgressFn, Search, explore
 from lockcompare.evaluation.explore_log import CSV_NAME, ExploreLog
 from lockcompare.evaluation.explore_trials import TRIALS_CSV, RealTrials
+from lockcompare.files import check_output_dir, results_lock, writing
 from lockcompare.render.timeline import load_history
 
 SUMMARY_NAME = "summary.txt"
@@ -53,8 +54,10 @@ def run_explore(
     search = Search(prop=prop, kinds=tuple(kinds), shape=trials.shape(), rounds=rounds, seed=seed, budget_s=budget_s,
                     reruns=reruns, rate_runs=rate_runs, max_steps=max_steps)  # fmt: skip
     settings = {**search.settings(), "trials": trials.description, "redlock_nodes": trials.redlock_nodes}
-    log = ExploreLog(trials.out_dir, settings=settings, resume=resume)
-    report = explore(runner=trials, search=search, log=log, progress=progress)
+    check_output_dir(trials.out_dir, flag="--out")
+    with results_lock(trials.out_dir / CSV_NAME):  # one search per directory at a time
+        log = ExploreLog(trials.out_dir, settings=settings, resume=resume)
+        report = explore(runner=trials, search=search, log=log, progress=progress)
     timeline, note = None, ""
     c = report.counterexample
     if c is not None and c.failing is not None and c.failing.history:
@@ -68,7 +71,8 @@ def run_explore(
         except RenderError as exc:  # matplotlib missing, or an unreadable history: say so, keep the result
             note = f"no timeline picture: {exc}"
     text = render_report(report, backend=trials.backend, timeline=timeline, note=note)
-    (trials.out_dir / SUMMARY_NAME).write_text(text + "\n")
+    with writing(trials.out_dir / SUMMARY_NAME):
+        (trials.out_dir / SUMMARY_NAME).write_text(text + "\n")
     return ExploreResult(report=report, text=text, timeline=timeline, exit_code=1 if c is not None else 0)
 
 
