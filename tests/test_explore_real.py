@@ -36,7 +36,7 @@ def test_the_printed_command_reruns_the_same_trial(tmp_path: Path) -> None:
     assert Path(outcome.history).exists() and outcome.trial_seconds > 0
     args = shlex.split(trials.command(request))
     assert args[:2] == ["lockcompare", "run"]
-    result = CliRunner().invoke(app, [*args[2:], "--out", str(tmp_path / "rerun.csv")])
+    result = CliRunner().invoke(app, [*args[1:], "--out", str(tmp_path / "rerun.csv")])
     assert result.exit_code == 0, result.output + result.stderr
     (row,) = read_results(tmp_path / "rerun.csv")
     assert row["trial_id"] == outcome.trial_id  # the same trial: every setting, the schedule and the seed

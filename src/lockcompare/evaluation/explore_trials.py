@@ -40,6 +40,10 @@ WORKLOAD = "contend"
 #: The scale of the searched trials: the lesson's timings halved keeps margins (hundreds of ms)
 #: far above the stalls of a loaded 2-core machine (FIELD-NOTES: ×0.1 already lost one update to one).
 DEFAULT_TIME_SCALE = 0.5
+#: How long a round waits for the lock (lesson-scale ms): two TTLs, as the catalogue's node-fault
+#: experiments do. The baseline's minute would let one schedule that makes the lock unavailable on
+#: purpose (every node crashed) spend the whole budget waiting.
+ACQUIRE_TIMEOUT_MS = 2000.0
 
 
 def schedules_supported() -> bool:
@@ -91,7 +95,9 @@ class RealTrials:
                 "needs them"
             )
         load_backend(self.backend)
-        self._base = Overrides(time_scale=self.time_scale, workload=self.workload, fence=self.fence)
+        self._base = Overrides(
+            time_scale=self.time_scale, workload=self.workload, fence=self.fence, acquire_timeout_ms=ACQUIRE_TIMEOUT_MS
+        )
         base = _spec(self.backend, overrides=self._base, experiment=self.experiment, redlock_nodes=self.redlock_nodes)
         if base is None:
             raise InvalidValueError(
@@ -145,7 +151,8 @@ class RealTrials:
     def command(self, request: TrialRequest) -> str:
         args = ["lockcompare", "run", "--backend", self.backend, "--experiment", self.experiment,
                 "--faults", request.schedule, "--time-scale", f"{self.time_scale:g}", "--rounds", str(request.rounds),
-                "--workload", self.workload, "--seed", str(request.seed)]  # fmt: skip
+                "--workload", self.workload, "--acquire-timeout-ms", f"{ACQUIRE_TIMEOUT_MS:g}",
+                "--seed", str(request.seed)]  # fmt: skip
         if self.fence != "writes":
             args += ["--fence", self.fence]
         if self.redlock_nodes is not None:
