@@ -13,10 +13,13 @@ schedule, and writes ``DIR/summary.txt`` (the same text the command prints). ``D
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockcompare.analysis import incidents
+from lockcompare.analysis.history import Event
 from lockcompare.errors import RenderError
 from lockcompare.evaluation.explore import PROPERTIES, ExploreReport, ProgressFn, Search, explore
 from lockcompare.evaluation.explore_log import CSV_NAME, ExploreLog
@@ -65,7 +68,7 @@ def run_explore(
             timeline = draw_timeline(
                 Path(c.failing.history),
                 out=trials.out_dir / TIMELINE_NAME,
-                title=f"{trials.backend}: {c.schedule} ({c.rounds} rounds; fails in {c.rate.text()})",
+                title=picture_title(backend=trials.backend, schedule=c.schedule, rounds=c.rounds, rate=c.rate.text()),
                 ttl_ms=trials.spec_ttl_ms(),
             )
         except RenderError as exc:  # matplotlib missing, or an unreadable history: say so, keep the result
@@ -77,9 +80,42 @@ def run_explore(
 
 
 def draw_timeline(history: Path, *, out: Path, title: str, ttl_ms: float) -> Path:
+    """The failing trial's picture, from the fault step that preceded its first incident to the
+    incident (the plot's default window shows the incident only, and the cause is the point)."""
     from lockcompare.render.plots import plot_timeline  # matplotlib only when a picture is drawn
 
-    return plot_timeline(load_history(history), out=out, title=title, ttl_ms=ttl_ms)
+    events = load_history(history)
+    from_ms, to_ms = fault_window(events)
+    return plot_timeline(events, out=out, title=title, ttl_ms=ttl_ms, from_ms=from_ms, to_ms=to_ms)
+
+
+def fault_window(events: Sequence[Event]) -> tuple[float | None, float | None]:
+    """(from, to) in ms widening the default window back to the last injection before the first
+    incident; (None, None) to keep the default (no incident, or the injection is already shown or
+    too long before it to draw readably)."""
+    incident = incidents.first_incident(events)
+    if incident is None:
+        return None, None
+    window = incidents.default_window(events)
+    origin = incidents.origin_ns(events)
+    injected = [
+        at for e in events
+        if e.get("kind") == "fault" and e.get("action") == "inject"
+        and (at := incidents.ms(e["t0"], origin)) <= incident.at_ms
+    ]  # fmt: skip
+    if not injected:
+        return None, None
+    last = max(injected)
+    if last >= window.from_ms or incident.at_ms - last > incidents.MAX_BEFORE_MS:
+        return None, None
+    pad = 0.05 * (window.to_ms - last)  # room for the markers drawn at either edge
+    return max(0.0, last - pad), window.to_ms + pad
+
+
+def picture_title(*, backend: str, schedule: str, rounds: int, rate: str) -> str:
+    """Two lines: the picture is narrow, and the schedule is the point of it."""
+    wrapped = textwrap.wrap(f"--faults '{schedule}'", width=95)
+    return "\n".join([f"explore {backend}: fails in {rate} reruns at {rounds} round(s)", *wrapped[:2]])
 
 
 def render_report(report: ExploreReport, *, backend: str, timeline: Path | None = None, note: str = "") -> str:
