@@ -50,12 +50,13 @@ def test_a_counterexample_shows_schedule_rate_command_and_cuts() -> None:
         candidates_tried=9,
         shrink_complete=False,
         command="lockcompare run --backend single --faults '...' --seed 5",
-        failing=TrialOutcome(verdict="lost-updates", metrics={"lost_updates": 1}, trial_seconds=2.0),
+        failing=TrialOutcome(verdict="lost-updates", metrics={"lost_updates": 1}, trial_seconds=2.0, trial_id="t1"),
     )
     text = render_report(report(counterexample=c), backend="single", timeline=Path("/tmp/x/counterexample.png"))
     lines = dict(line.strip().split(":", 1) for line in text.splitlines()[1:])
     assert lines["schedule"].strip() == f"--faults '{c.schedule}' with --rounds 2"
     assert lines["rate"].strip() == "fails in 7 of 10 reruns"
+    assert lines["broke"].strip() == "lost_updates 1 in one failing trial (verdict lost-updates; t1)"
     assert lines["reproduce"].strip() == c.command
     assert "2 cut(s) of 9 candidate(s) judged — stopped at the budget: a smaller one may exist" in lines["shrunk"]
     assert lines["timeline"].strip() == "/tmp/x/counterexample.png"

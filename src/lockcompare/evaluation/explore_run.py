@@ -21,7 +21,7 @@ from pathlib import Path
 from lockcompare.analysis import incidents
 from lockcompare.analysis.history import Event
 from lockcompare.errors import RenderError
-from lockcompare.evaluation.explore import PROPERTIES, ExploreReport, ProgressFn, Search, explore
+from lockcompare.evaluation.explore import PROPERTIES, Counterexample, ExploreReport, ProgressFn, Search, explore
 from lockcompare.evaluation.explore_log import CSV_NAME, ExploreLog
 from lockcompare.evaluation.explore_trials import TRIALS_CSV, RealTrials
 from lockcompare.files import check_output_dir, results_lock, writing
@@ -118,6 +118,15 @@ def picture_title(*, backend: str, schedule: str, rounds: int, rate: str) -> str
     return "\n".join([f"explore {backend}: fails in {rate} reruns at {rounds} round(s)", *wrapped[:2]])
 
 
+def _broken(c: Counterexample, *, prop: str) -> str:
+    """What the failing trial shows, in the property's metrics (and its verdict)."""
+    if c.failing is None:
+        return "no failing trial kept"
+    metrics, _ = PROPERTIES[prop]
+    shown = ", ".join(f"{m} {c.failing.metrics.get(m, 0)}" for m in metrics)
+    return f"{shown} in one failing trial (verdict {c.failing.verdict}; {c.failing.trial_id or 'no trial id'})"
+
+
 def render_report(report: ExploreReport, *, backend: str, timeline: Path | None = None, note: str = "") -> str:
     """The result in a few labelled lines: the counterexample (or none) and, always, the budget."""
     s = report.search
@@ -135,6 +144,7 @@ def render_report(report: ExploreReport, *, backend: str, timeline: Path | None 
             f"Counterexample to {s.prop} ({promise}) for {backend}:",
             f"  schedule:  --faults '{c.schedule}' with --rounds {c.rounds}",
             f"  rate:      fails in {c.rate.text()} reruns",
+            f"  broke:     {_broken(c, prop=s.prop)}",
             f"  reproduce: {c.command}",
             f"  found as:  {c.found} ({c.found_rounds} rounds)",
             f"  shrunk:    {len(c.moves)} cut(s) of {c.candidates_tried} candidate(s) judged{shrunk}: {cuts}",
