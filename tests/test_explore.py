@@ -257,3 +257,16 @@ def test_a_resumed_search_replays_its_trials_from_the_csv(tmp_path: Path) -> Non
     assert not set(second.ran) & set(first.ran)  # ... and none runs again
     assert report.counterexample is not None
     assert cut_short.trials < report.trials
+
+
+def test_max_nodes_keeps_every_step_to_a_minority() -> None:
+    rng = random.Random(11)
+    minority = Shape(ttl_ms=1000, work_ms=300, nodes=5, workers=2, max_nodes=2)
+    hit = set()
+    for _ in range(500):
+        for step in random_schedule(rng, kinds=KINDS, shape=minority):
+            whom = step.get("nodes")
+            if whom is not None:
+                assert whom != "all" and nodes_hit(whom) <= 2, step.text
+                hit.add(nodes_hit(whom))
+    assert hit == {1, 2}

@@ -81,6 +81,13 @@ def explore_command(
     ] = 5,
     rate_runs: Annotated[int, typer.Option("--rate-runs", help="Reruns of the minimal schedule for its rate.")] = 10,
     max_steps: Annotated[int, typer.Option("--max-steps", help="Most steps in a drawn schedule.")] = MAX_STEPS,
+    max_nodes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-nodes",
+            help="Most lock nodes one step may hit (default: all); e.g. 2 on a five-node quorum: minority faults only.",
+        ),
+    ] = None,
     jobs: Annotated[int, typer.Option("--jobs", help="Trials at once at most (fewer when the CPUs are busy).")] = 2,
     redlock_nodes: RedlockNodes = None,
     redis_server: RedisServer = None,
@@ -108,7 +115,7 @@ def explore_command(
     )  # fmt: skip
     result = run_explore(
         trials=trials, prop=prop, kinds=kinds, budget_s=seconds, rounds=rounds, seed=seed, reruns=reruns,
-        rate_runs=rate_runs, max_steps=max_steps, resume=resume, progress=print_trial,
+        rate_runs=rate_runs, max_steps=max_steps, max_nodes=max_nodes, resume=resume, progress=print_trial,
     )  # fmt: skip
     typer.echo(result.text)
     raise typer.Exit(result.exit_code)

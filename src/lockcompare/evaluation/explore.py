@@ -180,10 +180,11 @@ class ExploreReport:
         unknown = f"; {self.unknown} trial(s) could not be judged" if self.unknown else ""
         invalid = f"; {self.invalid} schedule(s) refused as invalid" if self.invalid else ""
         invalid += "; stopped early: every schedule drawn had been searched" if self.exhausted else ""
+        nodes = f" of at most {s.shape.hittable} of {s.shape.nodes} nodes each" if s.shape.max_nodes else ""
         return (
             f"searched {self.schedules_searched} schedules ({self.trials} trials{resumed}, "
             f"{self.trial_seconds:.0f} trial-seconds, {self.wall_seconds:.0f} s wall of a {s.budget_s:.0f} s budget); "
-            f"fault kinds {', '.join(s.kinds)}; 1-{s.max_steps} steps; {s.rounds} rounds per worker per trial; "
+            f"fault kinds {', '.join(s.kinds)}; 1-{s.max_steps} steps{nodes}; {s.rounds} rounds per worker per trial; "
             f"{self.description}; property {s.prop}{unknown}{invalid}"
         )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lockcompare.analysis import incidents
@@ -51,10 +51,12 @@ def run_explore(
     rate_runs: int,
     max_steps: int,
     resume: bool,
+    max_nodes: int | None = None,
     progress: ProgressFn | None = None,
 ) -> ExploreResult:
     """Search ``trials.backend`` for a schedule breaking ``prop``; see the module docstring."""
-    search = Search(prop=prop, kinds=tuple(kinds), shape=trials.shape(), rounds=rounds, seed=seed, budget_s=budget_s,
+    shape = replace(trials.shape(), max_nodes=max_nodes)
+    search = Search(prop=prop, kinds=tuple(kinds), shape=shape, rounds=rounds, seed=seed, budget_s=budget_s,
                     reruns=reruns, rate_runs=rate_runs, max_steps=max_steps)  # fmt: skip
     settings = {**search.settings(), "trials": trials.description, "redlock_nodes": trials.redlock_nodes}
     check_output_dir(trials.out_dir, flag="--out")

@@ -119,10 +119,20 @@ class Shape:
     work_ms: float = 300.0
     nodes: int = 1  # lock nodes the backend uses
     workers: int = 2
+    #: Most nodes one step may hit (None: all): ``--max-nodes 2`` on a five-node quorum draws only
+    #: the minority faults it claims to survive, step by step.
+    max_nodes: int | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.workers < 1 or self.ttl_ms <= 0 or self.work_ms <= 0:
             raise InvalidValueError(f"a schedule needs >= 1 node and worker, and positive times: {self}")
+        if self.max_nodes is not None and self.max_nodes < 1:
+            raise InvalidValueError(f"--max-nodes must be >= 1, got {self.max_nodes}")
+
+    @property
+    def hittable(self) -> int:
+        """How many nodes one step may hit."""
+        return self.nodes if self.max_nodes is None else min(self.nodes, self.max_nodes)
 
 
 def _ms(value: float) -> str:
@@ -136,19 +146,20 @@ def _count(rng: random.Random, most: int) -> int:
 
 
 def _whom_nodes(rng: random.Random, shape: Shape, *, lease: bool) -> str:
-    """Which nodes: relative to the current lease (``lease``: the step lands while one is held) or fixed."""
-    n = shape.nodes
-    choices = ["fixed", "all"]
+    """Which nodes: relative to the current lease (``lease``: the step lands while one is held) or
+    fixed; never more than ``shape.hittable``."""
+    n, most = shape.nodes, shape.hittable
+    choices = ["fixed"] + (["all"] if most == n else [])
     if lease:
         choices += ["holders", "holders"] + (["others"] if n > 1 else [])
     pick = rng.choice(choices)
     if pick == "all":
         return "all"
     if pick == "holders":
-        return f"holders:{_count(rng, n)}"
+        return f"holders:{_count(rng, most)}"
     if pick == "others":
-        return f"others:{_count(rng, n - 1)}"
-    return ",".join(str(i) for i in sorted(rng.sample(range(n), _count(rng, n))))
+        return f"others:{_count(rng, min(most, n - 1))}"
+    return ",".join(str(i) for i in sorted(rng.sample(range(n), _count(rng, most))))
 
 
 def _when(rng: random.Random, shape: Shape, *, start_ok: bool, acquire_ok: bool = False) -> tuple[str, ...]:
