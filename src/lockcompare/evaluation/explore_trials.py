@@ -138,15 +138,31 @@ class RealTrials:
         out = self.out_dir / TRIALS_CSV
         specs = [self.spec(r) for r in requests]
         runnable = list({s.trial_id: s for s in specs if s is not None}.values())
-        if runnable:
-            run_planned(runnable, out=out, cluster_options=self.cluster_options, resume=out.exists(), jobs=self.jobs)
+        refused = self._run_planned(runnable, out=out)
         rows = {row["trial_id"]: row for row in read_results(out)} if out.exists() else {}  # the latest row wins
         return [
             _outcome(rows[spec.trial_id], base=out.parent)
             if spec is not None and spec.trial_id in rows
-            else _left_out()
+            else _left_out(refused.get(spec.trial_id, "") if spec is not None else "")
             for spec in specs
         ]
+
+    def _run_planned(self, specs: list[TrialSpec], *, out: Path) -> dict[str, str]:
+        """Run ``specs``; a batch the matrix refuses as a whole (a combination of steps the cluster
+        cannot build, e.g. failover with fake clocks) is retried one trial at a time, so only the
+        refused schedules are left out. Returns why each refused trial was."""
+        if not specs:
+            return {}
+        try:
+            run_planned(specs, out=out, cluster_options=self.cluster_options, resume=out.exists(), jobs=self.jobs)
+        except ConfigError as exc:
+            if len(specs) == 1:
+                return {specs[0].trial_id: str(exc)}
+            refused: dict[str, str] = {}
+            for spec in specs:  # trials that finished before the refusal are in the file: resume skips them
+                refused |= self._run_planned([spec], out=out)
+            return refused
+        return {}
 
     def command(self, request: TrialRequest) -> str:
         args = ["lockcompare", "run", "--backend", self.backend, "--experiment", self.experiment,
@@ -160,10 +176,10 @@ class RealTrials:
         return " ".join(shlex.quote(a) for a in args)
 
 
-def _left_out() -> TrialOutcome:
-    """A trial the matrix did not plan (it warned why: a fault this backend's servers cannot take)."""
-    return TrialOutcome(verdict="invalid", metrics={}, trial_seconds=0.0,
-                        problem="not run: the backend cannot take this schedule here (see the warning)")  # fmt: skip
+def _left_out(why: str) -> TrialOutcome:
+    """A trial the matrix did not plan or refused to run (a fault this backend's servers cannot take)."""
+    why = why or "the backend cannot take this schedule here (see the warning)"
+    return TrialOutcome(verdict="invalid", metrics={}, trial_seconds=0.0, problem=f"not run: {why}")
 
 
 def _outcome(row: dict[str, Any], *, base: Path) -> TrialOutcome:
