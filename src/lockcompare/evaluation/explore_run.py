@@ -116,7 +116,7 @@ def fault_window(events: Sequence[Event]) -> tuple[float | None, float | None]:
 
 def picture_title(*, backend: str, schedule: str, rounds: int, rate: str) -> str:
     """Two lines: the picture is narrow, and the schedule is the point of it."""
-    wrapped = textwrap.wrap(f"--faults '{schedule}'", width=95)
+    wrapped = textwrap.wrap(f"--faults '{schedule}'", width=95, break_on_hyphens=False)
     return "\n".join([f"explore {backend}: fails in {rate} reruns at {rounds} round(s)", *wrapped[:2]])
 
 
