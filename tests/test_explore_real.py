@@ -15,9 +15,13 @@ from typer.testing import CliRunner
 
 from lockcompare.analysis.results import read_results
 from lockcompare.cli import app
+from lockcompare.evaluation.backend_host import Claims
+from lockcompare.evaluation.conformance import Status
 from lockcompare.evaluation.explore import TrialRequest
+from lockcompare.evaluation.explore_card import search_line
 from lockcompare.evaluation.explore_run import SUMMARY_NAME, TIMELINE_NAME, run_explore
 from lockcompare.evaluation.explore_trials import RealTrials, schedules_supported
+from lockcompare.runner.matrix import ClusterOptions
 from png_header import png_size
 
 pytestmark = pytest.mark.skipif(not schedules_supported(), reason="no fault schedules (issue 17) in this tree")
@@ -55,3 +59,17 @@ def test_a_short_search_on_single_finds_shrinks_and_draws_a_pause(tmp_path: Path
     assert result.timeline == tmp_path / "x" / TIMELINE_NAME and png_size(result.timeline)[0] > 0
     assert (tmp_path / "x" / SUMMARY_NAME).read_text().strip() == result.text
     assert "searched " in result.text and result.exit_code == 1
+
+
+def test_the_cards_search_catches_the_careless_lock_under_pauses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The card searches client pauses against what a lock without fencing claims: no lease over a
+    valid one, no release of another's lock. The careless lock's plain-DEL release breaks it."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))  # spawned workers copy it
+    claims = Claims(summary="", exclusive=True, issues_fencing_tokens=False)
+    line = search_line(backend="careless_lock:CarelessLock", claims=claims, budget_s=40, out_dir=tmp_path / "s",
+                       cluster_options=ClusterOptions())  # fmt: skip
+    assert line.status is Status.FAIL, line.evidence
+    assert line.evidence.startswith("no-grant-over-valid-lease broken by --faults 'pause "), line.evidence
+    assert "rerun: lockcompare run --backend careless_lock:CarelessLock" in line.evidence

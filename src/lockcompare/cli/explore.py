@@ -14,7 +14,7 @@ from lockcompare.cli.options import RedisServer, RedlockNodes
 from lockcompare.errors import InvalidValueError
 from lockcompare.evaluation.explore import DEFAULT_PROPERTY, PROPERTIES, TrialOutcome, TrialRequest
 from lockcompare.evaluation.explore_run import run_explore
-from lockcompare.evaluation.explore_trials import DEFAULT_TIME_SCALE, RealTrials
+from lockcompare.evaluation.explore_trials import DEFAULT_TIME_SCALE, RealTrials, fitting_scale
 from lockcompare.evaluation.schedules import DEFAULT_KINDS, KINDS, MAX_STEPS, parse_kinds
 from lockcompare.runner.matrix import ClusterOptions
 from lockcompare.spec.choices import FENCE_MODES
@@ -71,8 +71,13 @@ def explore_command(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the draws; each trial's seed derives from it.")] = 1,
     rounds: Annotated[int, typer.Option("--rounds", help="Rounds per worker in each searched trial.")] = 8,
     time_scale: Annotated[
-        float, typer.Option("--time-scale", help="Multiply every time (the trial's and the schedule's) by this.")
-    ] = DEFAULT_TIME_SCALE,
+        float | None,
+        typer.Option(
+            "--time-scale",
+            help=f"Multiply every time (the trial's and the schedule's) by this (default {DEFAULT_TIME_SCALE:g}, or "
+            "the next of 1, 2 at which the backend can express the TTL).",
+        ),
+    ] = None,
     fence: Annotated[
         str, typer.Option("--fence", help=f"What a fenced resource checks: {', '.join(FENCE_MODES)}.")
     ] = "writes",
@@ -103,14 +108,15 @@ def explore_command(
         raise InvalidValueError(f"--property takes {', '.join(PROPERTIES)}, got {prop!r}")
     if jobs < 1:
         raise InvalidValueError(f"--jobs must be >= 1, got {jobs}")
-    if not time_scale > 0:
+    if time_scale is not None and not time_scale > 0:
         raise InvalidValueError(f"--time-scale must be > 0, got {time_scale:g}")
     kinds = parse_kinds(faults)
     seconds = parse_budget(budget)
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
     target = out_dir or Path("results") / f"explore-{safe}-{prop}"
+    scale = time_scale if time_scale is not None else fitting_scale(backend)
     trials = RealTrials(
-        backend=backend, out_dir=target, time_scale=time_scale, fence=fence, jobs=jobs, redlock_nodes=redlock_nodes,
+        backend=backend, out_dir=target, time_scale=scale, fence=fence, jobs=jobs, redlock_nodes=redlock_nodes,
         cluster_options=ClusterOptions(redis_server=redis_server),
     )  # fmt: skip
     result = run_explore(

@@ -18,13 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockcompare.backends import load_backend
-from lockcompare.errors import InvalidValueError
 from lockcompare.evaluation.backend_host import Claims
 from lockcompare.evaluation.conformance import Status
 from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_run import run_explore
-from lockcompare.evaluation.explore_trials import DEFAULT_TIME_SCALE, RealTrials, schedules_supported
+from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale, schedules_supported
 from lockcompare.runner.matrix import ClusterOptions
 
 TITLE = "no counterexample in a budgeted search of fault schedules (explore)"
@@ -34,8 +32,6 @@ CARD_KINDS = ("pause",)
 CARD_ROUNDS = 4
 CARD_RERUNS = 3
 CARD_RATE_RUNS = 5
-#: Scales tried in order when the backend cannot express the TTL at the first (etcd's whole seconds).
-CARD_SCALES = (DEFAULT_TIME_SCALE, 1.0, 2.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,20 +47,6 @@ def property_for(claims: Claims) -> str | None:
     if claims.exclusive is True:
         return "no-grant-over-valid-lease"
     return None
-
-
-def _scale_for(backend: str) -> float:
-    check_ttl = getattr(load_backend(backend), "check_ttl", None)
-    for scale in CARD_SCALES:
-        try:
-            if check_ttl is not None:
-                check_ttl(ttl_ms=round(1000 * scale))
-        except InvalidValueError:
-            continue
-        return scale
-    raise InvalidValueError(
-        f"{backend} cannot express a 1000 ms TTL at --time-scale {' or '.join(map(str, CARD_SCALES))}"
-    )
 
 
 def search_line(
@@ -84,7 +66,7 @@ def search_line(
     if not schedules_supported():
         return SearchLine(status=Status.SKIPPED, evidence="this lockcompare cannot run fault schedules (issue 17)")
     fence = "all" if prop == "no-lost-updates" else "writes"
-    trials = RealTrials(backend=backend, out_dir=out_dir, time_scale=_scale_for(backend), fence=fence, jobs=2,
+    trials = RealTrials(backend=backend, out_dir=out_dir, time_scale=fitting_scale(backend), fence=fence, jobs=2,
                         cluster_options=cluster_options)  # fmt: skip
     result = run_explore(
         trials=trials, prop=prop, kinds=CARD_KINDS, budget_s=budget_s, rounds=CARD_ROUNDS, seed=seed,

@@ -27,6 +27,7 @@ from lockcompare.errors import ConfigError, InvalidValueError
 from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
 from lockcompare.evaluation.schedules import Shape
 from lockcompare.runner.matrix import ETCD_FAULT_MEMBERS, ClusterOptions, plan_matrix, run_planned
+from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.settings import SETTINGS
 from lockcompare.spec.trialspec import Overrides, TrialSpec
 
@@ -49,6 +50,28 @@ ACQUIRE_TIMEOUT_MS = 2000.0
 def schedules_supported() -> bool:
     """Whether this lockcompare runs fault schedules (the trial setting ``faults``, issue 17)."""
     return "faults" in SETTINGS
+
+
+#: Scales tried in order when --time-scale is not given and the backend cannot express the TTL at
+#: the first (etcd's whole-second leases).
+FALLBACK_SCALES = (DEFAULT_TIME_SCALE, 1.0, 2.0)
+
+
+def fitting_scale(backend: str, *, scales: Sequence[float] = FALLBACK_SCALES) -> float:
+    """The first of ``scales`` at which the backend can express the baseline's TTL (its optional
+    ``check_ttl``)."""
+    check_ttl = getattr(load_backend(backend), "check_ttl", None)
+    ttl_ms = get_experiment(BASE_EXPERIMENT).ttl_ms
+    for scale in scales:
+        try:
+            if check_ttl is not None:
+                check_ttl(ttl_ms=round(ttl_ms * scale))
+        except InvalidValueError:
+            continue
+        return scale
+    raise InvalidValueError(
+        f"{backend} cannot express a {ttl_ms:g} ms TTL at --time-scale {' or '.join(map(str, scales))}"
+    )
 
 
 def lock_nodes_of(backend: str, *, cluster_options: ClusterOptions, redlock_nodes: int | None) -> int:
