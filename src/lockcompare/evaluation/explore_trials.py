@@ -23,7 +23,7 @@ from typing import Any
 
 from lockcompare.analysis.results import read_results
 from lockcompare.backends import load_backend
-from lockcompare.errors import ConfigError, InvalidValueError
+from lockcompare.errors import ClusterError, ConfigError, InvalidValueError
 from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
 from lockcompare.evaluation.schedules import Shape
 from lockcompare.runner.matrix import ETCD_FAULT_MEMBERS, ClusterOptions, plan_matrix, run_planned
@@ -163,28 +163,34 @@ class RealTrials:
         runnable = list({s.trial_id: s for s in specs if s is not None}.values())
         refused = self._run_planned(runnable, out=out)
         rows = {row["trial_id"]: row for row in read_results(out)} if out.exists() else {}  # the latest row wins
-        return [
-            _outcome(rows[spec.trial_id], base=out.parent)
-            if spec is not None and spec.trial_id in rows
-            else _left_out(refused.get(spec.trial_id, "") if spec is not None else "")
-            for spec in specs
-        ]
+        outcomes = []
+        for spec in specs:
+            if spec is not None and spec.trial_id in rows:
+                outcomes.append(_outcome(rows[spec.trial_id], base=out.parent))
+            else:
+                verdict, why = refused.get(spec.trial_id, ("invalid", "")) if spec is not None else ("invalid", "")
+                outcomes.append(_left_out(verdict, why))
+        return outcomes
 
-    def _run_planned(self, specs: list[TrialSpec], *, out: Path) -> dict[str, str]:
+    def _run_planned(self, specs: list[TrialSpec], *, out: Path) -> dict[str, tuple[str, str]]:
         """Run ``specs``; a batch the matrix refuses as a whole (a combination of steps the cluster
         cannot build, e.g. failover with fake clocks) is retried one trial at a time, so only the
-        refused schedules are left out. Returns why each refused trial was."""
+        refused schedules are left out (``invalid``). Servers that would not start make the batch's
+        trials ``unknown``: the search goes on and counts them. Returns (verdict, why) of each."""
         if not specs:
             return {}
         try:
             run_planned(specs, out=out, cluster_options=self.cluster_options, resume=out.exists(), jobs=self.jobs)
         except ConfigError as exc:
             if len(specs) == 1:
-                return {specs[0].trial_id: str(exc)}
-            refused: dict[str, str] = {}
+                return {specs[0].trial_id: ("invalid", str(exc))}
+            refused: dict[str, tuple[str, str]] = {}
             for spec in specs:  # trials that finished before the refusal are in the file: resume skips them
                 refused |= self._run_planned([spec], out=out)
             return refused
+        except ClusterError as exc:
+            log.warning("explore: %s; the batch's trials count as unknown", exc)
+            return {spec.trial_id: ("unknown", f"servers: {exc}") for spec in specs}
         return {}
 
     def command(self, request: TrialRequest) -> str:
@@ -199,10 +205,10 @@ class RealTrials:
         return " ".join(shlex.quote(a) for a in args)
 
 
-def _left_out(why: str) -> TrialOutcome:
-    """A trial the matrix did not plan or refused to run (a fault this backend's servers cannot take)."""
+def _left_out(verdict: str, why: str) -> TrialOutcome:
+    """A trial the matrix did not plan or refused to run (``invalid``), or could not run (``unknown``)."""
     why = why or "the backend cannot take this schedule here (see the warning)"
-    return TrialOutcome(verdict="invalid", metrics={}, trial_seconds=0.0, problem=f"not run: {why}")
+    return TrialOutcome(verdict=verdict, metrics={}, trial_seconds=0.0, problem=f"not run: {why}")
 
 
 def _outcome(row: dict[str, Any], *, base: Path) -> TrialOutcome:
