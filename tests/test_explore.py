@@ -95,6 +95,8 @@ def test_generated_schedules_stay_in_the_vocabulary_and_the_shape() -> None:
         for _ in range(300):
             schedule = random_schedule(rng, kinds=KINDS, shape=shape)
             assert 1 <= len(schedule) <= 4
+            pauses = [s.get("worker") for s in schedule if s.kind == "pause"]
+            assert len(pauses) == len(set(pauses))  # one pause per worker
             assert parse_text(schedule_text(schedule)) == schedule  # the text is the schedule
             for step in schedule:
                 whom = step.get("nodes")

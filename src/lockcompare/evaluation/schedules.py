@@ -226,4 +226,15 @@ def random_schedule(rng: random.Random, *, kinds: Sequence[str], shape: Shape, m
     if not kinds:
         raise InvalidValueError("no fault kind to draw from")
     count = _count(rng, max_steps)
-    return tuple(random_step(rng, kind=rng.choice(list(kinds)), shape=shape) for _ in range(count))
+    steps: list[Step] = []
+    paused: set[str | None] = set()
+    while len(steps) < count:
+        step = random_step(rng, kind=rng.choice(list(kinds)), shape=shape)
+        if step.kind == "pause":  # one pause per worker (a worker has one pause point: faults/plan.py)
+            if step.get("worker") in paused:
+                if len(paused) >= shape.workers:
+                    count -= 1  # every worker has its pause: draw one step fewer
+                continue
+            paused.add(step.get("worker"))
+        steps.append(step)
+    return tuple(steps)
