@@ -80,7 +80,7 @@ def search_line(
     return SearchLine(
         status=Status.FAIL,
         evidence=(
-            f"{prop} broken by --faults '{c.schedule}' ({c.rounds} rounds), failing in {c.rate.text()} reruns; "
+            f"{prop} broken by --faults '{c.schedule}' at --rounds {c.rounds}, failing in {c.rate.text()} reruns; "
             f"rerun: {c.command}{timeline}; {result.report.budget_text()}"
         ),
     )
