@@ -73,10 +73,10 @@ def test_conditions_split_cells_and_show_in_the_table() -> None:
 
 
 def test_compare_command_exit_code(tmp_path: Path) -> None:
-    data = Path(__file__).parent.parent / "results" / "seed-pattern.csv"
+    data = Path(__file__).parent.parent / "results" / "archive" / "seed-pattern.csv"
     same = CliRunner().invoke(app, ["compare", str(data), str(data)])
     assert same.exit_code == 0, same.output
-    other = Path(__file__).parent.parent / "results" / "quorum-vs-pause.csv"
+    other = Path(__file__).parent.parent / "results" / "archive" / "quorum-vs-pause.csv"
     moved = CliRunner().invoke(app, ["compare", str(data), str(other)])
     assert moved.exit_code == 1  # cells only in one file
     assert "only in A" in moved.stdout

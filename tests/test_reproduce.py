@@ -14,7 +14,9 @@ RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 
 def committed_rows() -> list[dict]:
-    return [row for path in sorted(RESULTS.glob("*.csv")) for row in read_results(path)]
+    return [
+        row for path in sorted([*RESULTS.glob("*.csv"), *RESULTS.glob("archive/*.csv")]) for row in read_results(path)
+    ]
 
 
 def test_every_committed_row_rebuilds_to_its_own_trial_id() -> None:
