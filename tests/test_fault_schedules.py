@@ -307,7 +307,7 @@ def test_link_trials_run_each_backend_with_its_own_client_timeout_unless_swept()
     """Timeouts belong to the backend (redis-py's 5 s default for the library adapters, 2 s for
     lockcompare's own); only trials with slow or cut links record one; --client-timeout-ms sweeps it."""
     from lockcompare.runner.matrix import plan_matrix
-    from lockcompare.spec.settings import Sweep
+    from lockcompare.spec.parsing import Sweep
 
     specs = plan_matrix(
         backends=["single", "pottery"], experiments=["partition", "slow-response", "baseline"], trials=1,

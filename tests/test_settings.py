@@ -15,7 +15,8 @@ from lockcompare.analysis.reproduce import matrix_command, settings_key, spec_fr
 from lockcompare.analysis.results import format_row, inspect_results, make_row
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.trial import TrialResult
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting, cli_text, from_cli, setting_for_flag
+from lockcompare.spec.parsing import cli_text, from_cli, setting_for_flag
+from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting
 from lockcompare.spec.trialspec import TrialSpec
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"

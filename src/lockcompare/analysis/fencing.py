@@ -4,8 +4,8 @@ A fencing resource promises one thing: once it has accepted a write with token T
 write with a lower token. It does not promise that no update is lost when it checks the token on
 the write only: a paused holder (token 5) that wakes before its successor (token 6) has written
 anything still has its stale read-modify-write accepted — no higher token has reached the
-resource yet — and the successor then overwrites it from its own earlier read (DESIGN.md,
-"fencing depth"; on a stalled machine this happened 1 time in 240 at ``--time-scale 0.1``).
+resource yet — and the successor then overwrites it from its own earlier read ("fencing
+depth"; on a stalled machine this happened 1 time in 240 at ``--time-scale 0.1``).
 Checking the token on every access (``--fence all``) closes that gap: there no update is lost.
 
 "Earlier" means surely earlier: one write returned before the other was sent (``t1 < t0``);

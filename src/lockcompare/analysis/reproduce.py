@@ -31,7 +31,8 @@ from typing import Any, get_args, get_type_hints
 
 from lockcompare.errors import UnknownNameError
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, cli_text
+from lockcompare.spec.parsing import cli_text
+from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
 from lockcompare.spec.trialspec import IDENTITY_SETTINGS, TrialSpec, catalogue_faults, pause_schedule, trial_seed
 
 #: resource_check → the --fence value that produces it (the others come from the backend itself).

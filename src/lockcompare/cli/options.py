@@ -29,7 +29,8 @@ from lockcompare.runner.matrix import ClusterOptions, MatrixReport
 from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE, usable_cpus
 from lockcompare.runner.trial import TrialResult
 from lockcompare.spec.limits import LIMITS, check_count
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Overrides, Setting, Sweep, check_value, cli_text, from_cli
+from lockcompare.spec.parsing import Overrides, Sweep, check_value, cli_text, from_cli
+from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting
 from lockcompare.spec.trialspec import TrialSpec
 
 #: Measured on 2 cores: a trial keeps 0.03-0.7 CPU busy at --time-scale 0.1 (mean ~0.2, pottery

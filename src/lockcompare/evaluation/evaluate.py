@@ -61,7 +61,7 @@ from lockcompare.render import table
 from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.limits import check_count
-from lockcompare.spec.settings import Sweep
+from lockcompare.spec.parsing import Sweep
 from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides
 
 DEFAULT_AGAINST = ("single", "redlock", "fenced")

@@ -39,7 +39,8 @@ BASE_EXPERIMENT = "baseline"
 #: The workload: no worker ever runs alone, so a lock cannot pass by letting one finish early.
 WORKLOAD = "contend"
 #: The scale of the searched trials: the lesson's timings halved keeps margins (hundreds of ms)
-#: far above the stalls of a loaded 2-core machine (FIELD-NOTES: ×0.1 already lost one update to one).
+#: far above the stalls of a loaded 2-core machine (at ×0.1, write-only fencing lost one update to
+#: a stall in one of two runs).
 DEFAULT_TIME_SCALE = 0.5
 #: How long a round waits for the lock (lesson-scale ms): two TTLs, as the catalogue's node-fault
 #: experiments do. The baseline's minute would let one schedule that makes the lock unavailable on

@@ -184,7 +184,7 @@ def random_step(rng: random.Random, *, kind: str, shape: Shape) -> Step:
     if kind == "pause":
         # A pause lands at the worker's own pause point (right after its acquire): it follows that
         # worker, by index, at offset 0 (faults.steps checks this).
-        how = "sigstop" if rng.random() < 0.75 else "sleep"  # the default is stop-the-world (DESIGN.md)
+        how = "sigstop" if rng.random() < 0.75 else "sleep"  # the default pause is stop-the-world
         at_own_point = (f"worker={rng.randrange(shape.workers)}", "after-acquire=0", rng.choice(FLAGS))
         return Step(kind, (*at_own_point, f"for={_ms(rng.uniform(0.5, 2.5) * ttl)}", f"how={how}"))
     if kind == "starve":

@@ -4,8 +4,8 @@ Pure: given what the runner just read on every lock node (faults/holders.py: per
 token of the trial's lock key, ``None`` free, ``"?"`` unreadable) and which worker's acquire
 returned which owner, these functions say which nodes or which worker a step means — or why it
 cannot be resolved, in which case the runner records the step as ``skipped`` and aims it nowhere
-else (the old harness hit nodes 0..K-1, which after a restart were often not the holder's:
-FIELD-NOTES, "Dead sockets after a restart decide which nodes a lease has").
+else (the old harness hit nodes 0..K-1, which after a restart were often not the holder's: the
+next fan-out found node 0's old socket dead and the lease was granted without it).
 
 The *current lease* is the owner found on the most readable nodes (a Redlock holder has a majority;
 a stale key a restart left behind is on fewer); on a tie the followed worker's latest owner wins,

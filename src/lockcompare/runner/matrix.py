@@ -57,7 +57,7 @@ from lockcompare.runner.trial import (
 )
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.limits import check_count
-from lockcompare.spec.settings import Overrides, Sweep
+from lockcompare.spec.parsing import Overrides, Sweep
 from lockcompare.spec.trialspec import TrialSpec, make_spec
 
 log = logging.getLogger("lockcompare")

@@ -17,7 +17,8 @@ from lockcompare.errors import InvalidValueError, UnknownNameError
 from lockcompare.faults.steps import Schedule, parse_schedule
 from lockcompare.spec.choices import DEFAULT_WORKLOAD, Check, PauseHow, PausePoint
 from lockcompare.spec.experiments import Experiment, get_experiment, schedule_text
-from lockcompare.spec.settings import IDENTITY_SETTINGS, SETTING_COLUMNS, SETTINGS, SETTINGS_LIST, Overrides, Sweep
+from lockcompare.spec.parsing import Overrides, Sweep
+from lockcompare.spec.settings import IDENTITY_SETTINGS, SETTING_COLUMNS, SETTINGS, SETTINGS_LIST
 
 __all__ = [
     "DEFAULT_ACQUIRE_TIMEOUT_MS", "DEFAULT_ROUNDS", "IDENTITY_SETTINGS", "Overrides", "Sweep", "TrialSpec",
