@@ -205,18 +205,7 @@ class Resource:
     def counters(self) -> ResourceCounters:
         k = self.keys
         names = [k.entries, k.conflicts, k.writes_accepted, k.writes_rejected, k.balance, k.occupancy, k.reads_rejected]
-        entries, conflicts, accepted, rejected, balance, occupancy, reads_rejected = (
-            int(v) if v is not None else 0 for v in self._client.mget(names)
-        )
-        return ResourceCounters(
-            entries=entries,
-            conflicts=conflicts,
-            writes_accepted=accepted,
-            writes_rejected=rejected,
-            final_balance=balance,
-            occupancy=occupancy,
-            reads_rejected=reads_rejected,
-        )
+        return ResourceCounters.from_values([int(v) if v is not None else 0 for v in self._client.mget(names)])
 
     def close(self) -> None:
         self._client.close()

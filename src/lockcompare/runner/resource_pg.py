@@ -155,17 +155,7 @@ class PgResource:
 
     def counters(self) -> ResourceCounters:
         rows = self._rows(f"select {COUNTER_COLUMNS} from {TABLE} where prefix = $1")
-        values = [int(v) for v in rows[0]] if rows else [0] * 7
-        entries, conflicts, accepted, rejected, balance, occupancy, reads_rejected = values
-        return ResourceCounters(
-            entries=entries,
-            conflicts=conflicts,
-            writes_accepted=accepted,
-            writes_rejected=rejected,
-            final_balance=balance,
-            occupancy=occupancy,
-            reads_rejected=reads_rejected,
-        )
+        return ResourceCounters.from_values([int(v) for v in rows[0]] if rows else [0] * 7)
 
     def close(self) -> None:
         self._session.close()
