@@ -127,6 +127,39 @@ def test_a_late_fault_landing_is_found_from_its_planned_time() -> None:
     assert stall.at == "runner round 4: node-restart inject"
 
 
+def _delay_fault(fault: str, *, worker: int | None, start_ms: float, end_ms: float) -> list[dict]:
+    target = {} if worker is None else {"target_worker": worker}
+    return [
+        {"worker": -1, "round": 1, "kind": "fault", "fault": fault, "action": "inject", "step": 0,
+         "t0": int(start_ms * MS), "t1": int(start_ms * MS) + 1, **target},
+        {"worker": -1, "round": 1, "kind": "fault", "fault": fault, "action": "heal", "step": 0,
+         "t0": int(end_ms * MS), "t1": int(end_ms * MS) + 1, **target},
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("fault", ["starve", "slow-link", "link-cut", "session-kill"])
+def test_a_fault_that_delays_its_worker_on_purpose_is_not_a_stall_of_that_worker(fault: str) -> None:
+    w0 = rounds(late={(2, "write"): 40.0})  # round 2's work sleep: 40 ms late, as a starve step's stop makes it
+    w1 = rounds(worker=1, start_ms=1000, late={(3, "write"): 6.0})
+    read = next(e for e in w0 if e["kind"] == "read" and e["round"] == 2)
+    fault_events = _delay_fault(fault, worker=0, start_ms=read["t0"] / MS - 1, end_ms=read["t1"] / MS + 45)
+    stall = worst_stall(w0 + w1 + fault_events, PLAN)
+    # Worker 0's delay is the experiment; worker 1, which the fault did not target, is still judged.
+    assert stall.ms == pytest.approx(6.0)
+    assert stall.at == "worker 1 round 3: work sleep"
+    # The same delay outside the fault's window is a stall again.
+    moved = _delay_fault(fault, worker=0, start_ms=0.5, end_ms=1.0)
+    assert worst_stall(w0 + w1 + moved, PLAN).ms == pytest.approx(40.0)
+
+
+def test_a_node_fault_does_not_excuse_a_worker_and_an_untargeted_delay_excuses_every_worker() -> None:
+    w0 = rounds(late={(2, "write"): 40.0})
+    read = next(e for e in w0 if e["kind"] == "read" and e["round"] == 2)
+    window = {"start_ms": read["t0"] / MS - 1, "end_ms": read["t1"] / MS + 45}
+    assert worst_stall(w0 + _delay_fault("node-restart", worker=None, **window), PLAN).ms == pytest.approx(40.0)
+    assert worst_stall(w0 + _delay_fault("starve", worker=None, **window), PLAN).ms == pytest.approx(0, abs=1e-6)
+
+
 def test_extra_rounds_waiting_for_the_runner_are_not_a_gap() -> None:
     planned = rounds(n=2)
     extra = rounds(n=1, start_ms=500)  # the contend workload: the answer to "done" took a while

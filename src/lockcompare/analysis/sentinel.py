@@ -19,6 +19,10 @@ than planned a step of the trial ran — and compares it with the smallest margi
 - **fault landings**: a runner event that carries its planned time (``planned_ns``) landed
   ``t0 - planned_ns`` late.
 
+A worker's steps during a fault that slows *that worker on purpose* (a starve step's stops, a slow
+link's late replies, a cut link's timeouts, a pause, an ended session: from the fault's inject to its
+heal) are not judged: that delay is the experiment, not the machine. The fault's own landing still is.
+
 A stall is a lower bound on what the machine did to the trial (the acquire's retry sleeps and a
 worker's start-up offset are not recorded step by step, so they are not judged). The trial is
 *timing-marked* when its worst stall reached :data:`MARK_SHARE` of its smallest margin. Half,
@@ -54,6 +58,8 @@ _STEPS = frozenset({"acquire", "pause", "enter", "read", "write", "lease", "exit
 #: Steps that are one call to a server: their duration beyond the usual is a stall.
 _CALLS = ("enter", "read", "write", "exit", "release", "lease")
 _NS_PER_MS = 1e6
+#: Faults whose purpose is to delay the worker they target (``target_worker``; absent: every worker).
+_DELAYS_ITS_WORKER = frozenset({"starve", "slow-link", "link-cut", "pause", "session-kill"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,18 +147,46 @@ def _planned_gap_ms(prev: Event, nxt: Event, plan: TimingPlan) -> tuple[float, s
     return 0.0, f"{kind} → {nxt['kind']}"
 
 
+def deliberate_delays(history: Iterable[Event]) -> dict[int | None, list[tuple[int, int]]]:
+    """The windows (inject t0 .. heal t1, ns) of faults that delay a worker on purpose, by the worker
+    they target (key None: every worker). An injection never healed lasts to the end of the history."""
+    open_at: dict[tuple[Any, Any, Any], tuple[int, int | None]] = {}
+    windows: dict[int | None, list[tuple[int, int]]] = {}
+    for e in sorted(
+        (e for e in history if e["worker"] < 0 and e.get("fault") in _DELAYS_ITS_WORKER), key=lambda e: e["t0"]
+    ):
+        key = (e.get("fault"), e.get("step"), e.get("target_worker"))
+        if e.get("action") == "inject":
+            open_at[key] = (e["t0"], e.get("target_worker"))
+        elif e.get("action") == "heal" and key in open_at:
+            start, worker = open_at.pop(key)
+            windows.setdefault(worker, []).append((start, e["t1"]))
+    for start, worker in open_at.values():
+        windows.setdefault(worker, []).append((start, math.inf))  # type: ignore[arg-type]
+    return windows
+
+
 def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
-    """Every late step of the workers: sleeps and gaps past their plan, calls past their usual time."""
+    """Every late step of the workers: sleeps and gaps past their plan, calls past their usual time,
+    except while a fault delays that worker on purpose (:func:`deliberate_delays`)."""
     by_worker: dict[int, list[Event]] = {}
     for event in history:
         if event["worker"] >= 0 and event["kind"] in _STEPS:
             by_worker.setdefault(event["worker"], []).append(event)
+    delays = deliberate_delays(history)
     stalls: list[Stall] = []
-    for events in by_worker.values():
+    for worker, events in by_worker.items():
         events.sort(key=lambda e: (e["t0"], e["t1"]))
+        windows = delays.get(worker, []) + delays.get(None, [])
+
+        def delayed(t_from: int, t_to: int) -> bool:
+            return any(start <= t_to and t_from <= end for start, end in windows)  # noqa: B023
+
         for prev, nxt in itertools.pairwise(events):
             if bool(prev.get("extra")) != bool(nxt.get("extra")):
                 continue  # the contend workload's wait for the runner's answer, not a planned gap
+            if delayed(prev["t1"], nxt["t0"]):
+                continue
             planned, what = _planned_gap_ms(prev, nxt, plan)
             late = (nxt["t0"] - prev["t1"]) / _NS_PER_MS - planned
             stalls.append(Stall(late, _where(prev, what)))
@@ -161,7 +195,7 @@ def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
             for e in events
             if e["kind"] == "pause"
         ]
-        stalls += _call_stalls(events)
+        stalls += _call_stalls([e for e in events if not delayed(e["t0"], e["t1"])])
     return stalls
 
 
