@@ -332,6 +332,14 @@ def test_schedules_that_cannot_run_are_refused_in_one_line_before_any_server(tmp
         ("pause worker=3 after-acquire=0 every for=100", "worker 3 does not exist (2 workers)"),
         ("pause worker=0 after-acquire=0 for=100; pause worker=0 after-acquire=0 for=200", "two pause steps"),
         ("crash nodes=7 at=start", "needs 8 lock nodes"),
+        (
+            "failover nodes=0 after-acquire=50 once; clock-jump nodes=1 after-acquire=50 by=+2000",
+            "failover cannot share a schedule with clock-jump",
+        ),
+        (
+            "failover nodes=0 after-acquire=50 once; restart nodes=1 after-acquire=50 for=0 persistence=aof-always",
+            "failover cannot share a schedule with restart persistence=aof-always",
+        ),
     ]:
         result = CliRunner().invoke(
             app, ["run", "--faults", faults, "--time-scale", "0.1", "--out", str(tmp_path / "x.csv")]

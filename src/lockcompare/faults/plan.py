@@ -129,15 +129,25 @@ def cluster_needs(schedule: Schedule) -> dict[str, Any]:
     kept = {s.param("persistence") for s in schedule.of_kind("restart")}
     if len(kept) > 1:
         raise InvalidValueError("restart steps with different persistence= cannot share one cluster")
-    return {
+    needs = {
         "persistence": kept.pop() if kept else "none",
         "fake_clocks": bool(schedule.of_kind("clock-jump")),
         "replicas": 1 if schedule.of_kind("failover") else 0,
     }
+    if needs["replicas"] and (needs["fake_clocks"] or needs["persistence"] != "none"):
+        # A master/replica pair runs without libfaketime and without AOF (infra/replication.py):
+        # said now, before any server starts, instead of by the cluster mid-matrix.
+        other = "clock-jump" if needs["fake_clocks"] else f"restart persistence={needs['persistence']}"
+        raise InvalidValueError(
+            f"failover cannot share a schedule with {other}: failover nodes run without fake clocks or persistence"
+        )
+    return needs
 
 
 def check_schedule(schedule: Schedule, *, lock_nodes: int, workers: int) -> None:
-    """Refuse, before any server starts, a schedule that names nodes or workers the trial lacks."""
+    """Refuse, before any server starts, a schedule that names nodes or workers the trial lacks, or
+    asks of its lock nodes what one cluster cannot be (:func:`cluster_needs`)."""
+    cluster_needs(schedule)
     for step in schedule.steps:
         if step.nodes is not None:
             wanted = max(step.nodes.indices, default=-1) + 1 if step.nodes.mode == "fixed" else step.nodes.count
