@@ -7,7 +7,7 @@ an installed virtual environment, e.g. from a clean clone::
     python3 -m venv .venv && .venv/bin/pip install -e .
     .venv/bin/python scripts/main_pattern.py --runs 10 --lockcompare .venv/bin/lockcompare
 
-Each run is ``lockcompare matrix --time-scale 0.1`` (plus anything given after ``--``, e.g.
+Each run is ``lockcompare matrix --time-scale 0.1 --trials 2`` (plus anything given after ``--``, e.g.
 ``-- --jobs 4`` to try another concurrency) with its own ``--out`` CSV. Per run it prints the wall
 time, the pattern verdict and the cells holding a timing-marked trial (docs/sentinel.md); at the end,
 how many runs held the pattern and how many took longer than the README's budget (90 s).
@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-MAIN_COMMAND = ("matrix", "--time-scale", "0.1")
+MAIN_COMMAND = ("matrix", "--time-scale", "0.1", "--trials", "2")
 BUDGET_S = 90.0
 LOSE_UNDER_PAUSE = ("single", "redlock", "pottery", "redis-py")
 FENCED = "fenced"

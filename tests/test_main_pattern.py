@@ -52,3 +52,9 @@ def test_each_break_of_the_pattern_is_named() -> None:
 def test_timing_marked_cells_are_named_with_their_counts() -> None:
     rows = [*the_pattern(), row("fenced", "client-pause", rejected=20, marked=True)]
     assert main_pattern.marked_cells(rows) == ["fenced × client-pause (1 of 2)"]
+
+
+def test_the_script_runs_the_readmes_main_command() -> None:
+    readme = (SCRIPT.parents[1] / "README.md").read_text()
+    command = " ".join(main_pattern.MAIN_COMMAND)
+    assert f".venv/bin/lockcompare {command}\n" in readme, "scripts/main_pattern.py must time the README's command"
