@@ -272,3 +272,18 @@ def test_max_nodes_keeps_every_step_to_a_minority() -> None:
                 assert whom != "all" and nodes_hit(whom) <= 2, step.text
                 hit.add(nodes_hit(whom))
     assert hit == {1, 2}
+
+
+def test_the_log_keeps_histories_relative_so_the_search_directory_can_move(tmp_path: Path) -> None:
+    search = Search(kinds=("crash",), shape=REDLOCK, budget_s=40, seed=9)
+    first = tmp_path / "first"
+    log = ExploreLog(first, settings=search.settings(), resume=False)
+    inside = first / "trials.histories" / "t1.jsonl.gz"
+    log.append(phase="search", request=TrialRequest(schedule="crash nodes=0 at=start", rounds=8, seed=1),
+               outcome=TrialOutcome(verdict="exclusive", metrics={}, trial_seconds=1.0, history=str(inside)),
+               result="holds")  # fmt: skip
+    assert "trials.histories/t1.jsonl.gz" in (first / CSV_NAME).read_text()
+    assert str(first) not in (first / CSV_NAME).read_text()
+    moved = first.rename(tmp_path / "moved")
+    (outcome,) = ExploreLog(moved, settings=search.settings(), resume=True).outcomes.values()
+    assert outcome.history == str(moved / "trials.histories" / "t1.jsonl.gz")

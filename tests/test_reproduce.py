@@ -15,7 +15,11 @@ RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 def committed_rows() -> list[dict]:
     return [
-        row for path in sorted([*RESULTS.glob("*.csv"), *RESULTS.glob("archive/*.csv")]) for row in read_results(path)
+        row
+        for path in sorted(
+            [*RESULTS.glob("*.csv"), *RESULTS.glob("archive/*.csv"), *RESULTS.glob("archive/reproduction-*/*.csv")]
+        )
+        for row in read_results(path)
     ]
 
 

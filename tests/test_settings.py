@@ -132,7 +132,9 @@ def test_a_sweep_plans_one_cell_per_value_and_each_command_rebuilds_its_cell() -
 
 
 def committed_files() -> list[Path]:
-    return sorted([*RESULTS.glob("*.csv"), *RESULTS.glob("archive/*.csv")])
+    return sorted(
+        [*RESULTS.glob("*.csv"), *RESULTS.glob("archive/*.csv"), *RESULTS.glob("archive/reproduction-*/*.csv")]
+    )
 
 
 @pytest.mark.parametrize("path", committed_files(), ids=lambda p: p.name)

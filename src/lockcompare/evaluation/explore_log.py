@@ -71,11 +71,22 @@ class ExploreLog:
             "result": result, "verdict": outcome.verdict,
             **{m: int(outcome.metrics.get(m, 0)) for m in METRIC_COLUMNS},
             "trial_seconds": f"{outcome.trial_seconds:.3f}", "trial_id": outcome.trial_id,
-            "history": outcome.history, "problem": outcome.problem,
+            "history": _relative(outcome.history, self.path.parent), "problem": outcome.problem,
         }  # fmt: skip
         with writing(self.path), self.path.open("a", newline="") as f:
             csv.writer(f).writerow([row[c] for c in COLUMNS])
             f.flush()
+
+
+def _relative(history: str, base: Path) -> str:
+    """A history's path as the CSV keeps it: relative to the search's directory when inside it, so
+    the directory can be moved or committed whole (read back against the CSV's own directory)."""
+    if not history:
+        return ""
+    try:
+        return str(Path(history).resolve().relative_to(base.resolve()))
+    except ValueError:
+        return history
 
 
 def read_outcomes(path: Path) -> dict[tuple[str, int, int], TrialOutcome]:
@@ -98,7 +109,7 @@ def read_outcomes(path: Path) -> dict[tuple[str, int, int], TrialOutcome]:
                         verdict=row["verdict"],
                         metrics={m: int(row[m]) for m in METRIC_COLUMNS},
                         trial_seconds=float(row["trial_seconds"]),
-                        history=row["history"],
+                        history=str(path.parent / row["history"]) if row["history"] else "",
                         trial_id=row["trial_id"],
                         problem=row["problem"],
                     )
