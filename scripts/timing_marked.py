@@ -38,12 +38,11 @@ def main(argv: list[str]) -> int:
         unmarked = [r for r in group if not is_marked(r)]
         for row in sorted((r for r in group if is_marked(r)), key=lambda r: r["trial"]):
             marked += 1
-            seen = {str(r["verdict"]) for r in unmarked}
             if not unmarked:
                 flag = "  (every trial of the cell marked: nothing to compare with)"
                 whole += 1
             else:
-                flag = "" if str(row["verdict"]) in seen else "  DIFFERS"
+                flag = "" if str(row["verdict"]) in {str(r["verdict"]) for r in unmarked} else "  DIFFERS"
                 differ += bool(flag)
             lost = ",".join(str(r["lost_updates"]) for r in unmarked)
             print(

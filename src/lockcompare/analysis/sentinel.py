@@ -178,14 +178,10 @@ def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
     for worker, events in by_worker.items():
         events.sort(key=lambda e: (e["t0"], e["t1"]))
         windows = delays.get(worker, []) + delays.get(None, [])
-
-        def delayed(t_from: int, t_to: int) -> bool:
-            return any(start <= t_to and t_from <= end for start, end in windows)  # noqa: B023
-
         for prev, nxt in itertools.pairwise(events):
             if bool(prev.get("extra")) != bool(nxt.get("extra")):
                 continue  # the contend workload's wait for the runner's answer, not a planned gap
-            if delayed(prev["t1"], nxt["t0"]):
+            if _overlaps(windows, prev["t1"], nxt["t0"]):
                 continue
             planned, what = _planned_gap_ms(prev, nxt, plan)
             late = (nxt["t0"] - prev["t1"]) / _NS_PER_MS - planned
@@ -195,8 +191,13 @@ def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
             for e in events
             if e["kind"] == "pause"
         ]
-        stalls += _call_stalls([e for e in events if not delayed(e["t0"], e["t1"])])
+        stalls += _call_stalls([e for e in events if not _overlaps(windows, e["t0"], e["t1"])])
     return stalls
+
+
+def _overlaps(windows: Sequence[tuple[float, float]], t_from: float, t_to: float) -> bool:
+    """True when [t_from, t_to] meets one of ``windows``."""
+    return any(start <= t_to and t_from <= end for start, end in windows)
 
 
 def _call_stalls(events: Sequence[Event]) -> list[Stall]:
