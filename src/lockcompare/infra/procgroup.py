@@ -101,12 +101,15 @@ def escaped_helpers(pid: int, table: dict[int, Proc]) -> list[Proc]:
 
 
 def command_line(pid: int) -> str:
-    """``pid``'s command line as one string ("" when it is gone), cut at 120 characters."""
+    """``pid``'s command line as one string ("" when it is gone), each path cut to its file name
+    (``python3 client.py redis://... --escape``: the ends of a command name it) and the whole to
+    120 characters."""
     try:
         raw = (_PROC / str(pid) / "cmdline").read_bytes()
     except OSError:
         return ""
-    text = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+    words = [w.decode(errors="replace") for w in raw.rstrip(b"\0").split(b"\0") if w]
+    text = " ".join(w.rsplit("/", 1)[-1] if w.startswith("/") else w for w in words)
     return text if len(text) <= 120 else text[:117] + "..."
 
 
