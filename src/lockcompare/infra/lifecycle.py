@@ -7,6 +7,7 @@ kernel for PR_SET_PDEATHSIG so that it dies even if lockcompare itself is SIGKIL
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import multiprocessing
@@ -136,9 +137,25 @@ def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...
         with _signals_deferred():
             proc = SPAWN.Process(target=_child_main, args=(target, os.getpid(), args), daemon=True)
             proc.start()
+        if proc.pid is not None:
+            _groups_started.add(proc.pid)
         return proc
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+#: Groups led by processes start_worker_process started and reap_group has not swept yet.
+_groups_started: set[int] = set()
+
+
+@atexit.register
+def _sweep_groups_at_exit() -> None:
+    """At interpreter exit, SIGKILL every group a spawned child led: multiprocessing's own exit
+    handler terminates its daemonic children by pid only, which would leave their helper
+    processes (no longer in lockcompare's group, so no Ctrl-C reaches them) running."""
+    for pid in list(_groups_started):
+        sweep_group(pid)
+    _groups_started.clear()
 
 
 def terminate_group(proc: BaseProcess) -> None:
@@ -159,6 +176,7 @@ def reap_group(proc: BaseProcess, *, timeout_s: float = 5.0) -> None:
         kill_group(proc.pid)
         proc.join()
     sweep_group(proc.pid)
+    _groups_started.discard(proc.pid)
 
 
 def kill_and_reap_group(proc: BaseProcess) -> None:
