@@ -9,8 +9,9 @@ inside them, 0/20 conflicts, ``exclusive``).
 
 A helper can leave the group (``setsid()``, ``setpgid()``); nothing then freezes it with its
 worker. :func:`escaped_helpers` finds those among the worker's descendants so the runner can name
-them. Descendants are found by parent pid in one scan of /proc (this kernel has no
-``/proc/PID/task/TID/children``); a helper that double-forked away from its parent is not a
+them. Members and descendants come from one scan of every /proc/PID/stat (pgid and parent pid):
+unlike ``/proc/PID/task/TID/children`` (an optional kernel feature) it also finds a member whose
+parent exited. A helper that double-forked away from its parent and left the group is no
 descendant any more and is not found.
 
 Example (pure, a hand-built table)::
