@@ -328,6 +328,7 @@ def run_matrix(
     redlock_nodes: int | None = None,
     sweep: Sweep | None = None,
     resume: bool = False,
+    allow_mixed_revisions: str | None = None,
     progress: ProgressCallback | None = None,
     skip_unfit: bool = True,
     jobs: int = 1,
@@ -355,6 +356,7 @@ def run_matrix(
     )
     return run_planned(
         specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
+        allow_mixed_revisions=allow_mixed_revisions,
         fresh_workers=fresh_workers, cpu_share=cpu_share,
     )  # fmt: skip
 
@@ -365,6 +367,7 @@ def run_planned(
     out: Path,
     cluster_options: ClusterOptions = ClusterOptions(),
     resume: bool = False,
+    allow_mixed_revisions: str | None = None,
     progress: ProgressCallback | None = None,
     jobs: int = 1,
     fresh_workers: bool = False,
@@ -380,6 +383,7 @@ def run_planned(
     with results_lock(out):  # one writer per results file, for the whole run
         return _run_locked(
             specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
+            allow_mixed_revisions=allow_mixed_revisions,
             fresh_workers=fresh_workers, cpu_share=cpu_share,
         )  # fmt: skip
 
@@ -390,6 +394,7 @@ def _run_locked(
     out: Path,
     cluster_options: ClusterOptions,
     resume: bool,
+    allow_mixed_revisions: str | None = None,
     progress: ProgressCallback | None,
     jobs: int,
     fresh_workers: bool,
@@ -398,7 +403,7 @@ def _run_locked(
     redlock_nodes = specs[0].node_count
     time_scale = min(spec.time_scale for spec in specs)
     call_timeout_ms = max(spec.call_timeout_ms for spec in specs)
-    done = prepare_out(out, resume=resume)
+    done = prepare_out(out, resume=resume, allow_mixed_revisions=allow_mixed_revisions)
     todo = [s for s in specs if s.trial_id not in done]
     trial_ids = tuple(s.trial_id for s in specs)
     if not todo:
@@ -433,6 +438,7 @@ def _run_locked(
             cluster_kind="embedded" if cluster.embedded else "external",
             redis_version=cluster.redis_version,
             history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
+            mixed_revisions_reason=allow_mixed_revisions or "",
         )
         return result, row
 
