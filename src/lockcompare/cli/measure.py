@@ -104,8 +104,8 @@ def matrix(
             f"at most {LIMITS['jobs'][1]}); "
             f"fewer while the running trials would keep more than {DEFAULT_CPU_SHARE:.0%} of the CPUs busy "
             "(measured per trial); pause-free no-lock trials (none, atomic, optimistic) run alone, "
-            "their conflicts hang on millisecond timing. 1: one after another. With --nodes/--resource "
-            "trials run one at a time: external servers are shared, and neighbours would distort each "
+            "their conflicts hang on millisecond timing. 1: one after another. With --nodes/--resource or "
+            "--postgres trials run one at a time: external servers are shared, and neighbours would distort each "
             "other's timing.",
         ),
     ] = DEFAULT_JOBS,

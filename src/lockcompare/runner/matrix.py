@@ -75,6 +75,11 @@ class ClusterOptions:
     #: resource; lockcompare touches only its own per-trial rows there.
     postgres: str | None = None
 
+    @property
+    def external(self) -> bool:
+        """True when any server is the user's (shared by every trial, so trials run one at a time)."""
+        return self.nodes is not None or self.postgres is not None
+
 
 @dataclass(frozen=True, kw_only=True)
 class MatrixReport:
@@ -409,7 +414,7 @@ def _run_locked(
     if not todo:
         return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=trial_ids)
     check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
-    if cluster_options.nodes is not None:
+    if cluster_options.external:
         # External servers are one shared set: trials beside each other would share the lock
         # nodes' CPU and timing (their keys never collide: every trial has its own prefix). So
         # trials there run one at a time, as --jobs's help says.
