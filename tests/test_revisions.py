@@ -47,7 +47,7 @@ def test_resume_onto_rows_of_another_revision_is_refused_unless_a_reason_is_give
     assert result.exit_code == 0, result.output
     rows = read_results(out)
     assert [r["source_revision"] == OTHER for r in rows] == [True, False]
-    assert [r["mixed_revisions_reason"] for r in rows] == ["", "a docs-only commit"]
+    assert [r["note"] for r in rows] == ["", "resumed over another revision: a docs-only commit"]
     table = render(rows)
     assert "2 (2 revisions)" in table and REVISION_NOTE in table
 

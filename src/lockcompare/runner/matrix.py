@@ -443,7 +443,7 @@ def _run_locked(
             cluster_kind="embedded" if cluster.embedded else "external",
             redis_version=cluster.redis_version,
             history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
-            mixed_revisions_reason=allow_mixed_revisions or "",
+            note=f"resumed over another revision: {allow_mixed_revisions}" if allow_mixed_revisions else "",
         )
         return result, row
 
