@@ -297,7 +297,8 @@ RIVAL_POLL_S = 0.02
 def a_paused_client_is_paused(ctx: BatteryContext) -> str:
     """The holder's whole client — its process and every helper process in its process group (a
     lock client in another language, a renewal daemon) — is frozen (SIGSTOP of the group) for
-    FREEZE_TTLS × its TTL; nothing of it may renew the lease meanwhile.
+    FREEZE_TTLS × its TTL (at least the TTL plus twice the expiry margin); nothing of it may renew
+    the lease meanwhile.
 
     Observed from the lock service, as any client sees it: a rival tries to acquire throughout the
     freeze and must be granted once the lease's TTL has run out. A renewal made inside the freeze
