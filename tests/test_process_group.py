@@ -29,7 +29,15 @@ from lockcompare.faults.freeze import Strobe
 from lockcompare.faults.schedule import FaultContext
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.lifecycle import SPAWN, reap_group, start_worker_process, terminate_group
-from lockcompare.infra.procgroup import GroupView, Proc, escaped_helpers, process_table, read_stat
+from lockcompare.infra.procgroup import (
+    GroupView,
+    Proc,
+    command_line,
+    descendants,
+    escaped_helpers,
+    process_table,
+    read_stat,
+)
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.trialspec import Overrides, make_spec
@@ -264,3 +272,42 @@ def test_the_script_counts_a_renewal_inside_a_pause_and_none_outside() -> None:
     count = renewals_in_pauses.count(history)
     assert (count.pauses, count.renewals, count.inside, count.pauses_with_renewals) == (2, 3, 1, 1)
     assert count.measured_by == "SIGSTOP"
+
+
+# --- Ctrl-C: workers lead their own groups now, and the runner still ends every helper ----------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _helpers_below(pid: int) -> list[int]:
+    return [p.pid for p in descendants(pid, process_table()) if "renewing_child_client.py" in command_line(p.pid)]
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_ends_every_helper_of_every_worker(tmp_path: Path, how: signal.Signals) -> None:
+    """The helpers neither die with their parent nor exit at the end of their input (LingeringChildLock):
+    only the end of their worker's process group ends them."""
+    cmd = [
+        sys.executable, "-m", "lockcompare", "--plugin-path", str(REPO / "tests"), "matrix",
+        "--backends", "plugins.renewing_child:LingeringChildLock", "--experiments", "client-pause",
+        "--trials", "20", "--rounds", "10", "--time-scale", "0.1", "--jobs", "1", "--out", str(tmp_path / "r.csv"),
+    ]  # fmt: skip
+    # A session of its own, so that "Ctrl-C" can go to its process group as a terminal's would:
+    # the runner's group, which its workers have left.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    helpers: list[int] = []
+    try:
+        assert _wait_for(lambda: len(_helpers_below(proc.pid)) >= 2, timeout_s=60), "no helper processes appeared"
+        helpers = _helpers_below(proc.pid)
+        os.killpg(proc.pid, how)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == (130 if how == signal.SIGINT else 143), stderr
+    assert "Traceback" not in stderr
+    left = [pid for pid in helpers if not _wait_for(lambda pid=pid: _gone(pid), timeout_s=5)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"helper processes outlived the run: {left}"

@@ -114,3 +114,15 @@ class EscapingChildLock(RenewingChildLock):
         "as plugins.renewing_child:RenewingChildLock, but the helper calls os.setsid() (leaves the worker's group)"
     )
     helper_args: ClassVar[tuple[str, ...]] = ("--escape",)
+
+
+class LingeringChildLock(RenewingChildLock):
+    summary: ClassVar[str] = (
+        "as plugins.renewing_child:RenewingChildLock, but the helper outlives its worker unless its group is ended"
+    )
+    helper_args: ClassVar[tuple[str, ...]] = ("--linger",)
+
+    def close(self) -> None:
+        """Leave the helper running, as a careless plug-in would: the runner must end it."""
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()

@@ -14,7 +14,9 @@ on stdin/stdout, one reply per request:
 It says ``{"ready": true}`` first, once it is ready for requests.
 
 ``--escape`` makes the client leave its parent's process group first (``os.setsid()``), as a
-daemonising library would: a pause of the worker then no longer stops it.
+daemonising library would: a pause of the worker then no longer stops it. ``--linger``
+makes a helper that outlives its worker unless its process group is ended: it does not ask to
+die with its parent and stays after the end of its input.
 """
 
 from __future__ import annotations
@@ -67,7 +69,9 @@ def renew_until_stopped(
 def main() -> None:
     if "--escape" in sys.argv[2:]:
         os.setsid()  # leaves the worker's process group: what this variant is for
-    die_with_parent()  # the worker's end: even if nobody closes our stdin
+    linger = "--linger" in sys.argv[2:]
+    if not linger:
+        die_with_parent()  # the worker's end: even if nobody closes our stdin
     client = redis.Redis.from_url(sys.argv[1], socket_timeout=0.5, socket_connect_timeout=0.5)
     renew, release = client.register_script(RENEW_SCRIPT), client.register_script(RELEASE_SCRIPT)
     log = RenewalLog()
@@ -118,6 +122,8 @@ def main() -> None:
         sys.stdout.flush()
     for owner in list(renewers):
         stop_renewing(owner)
+    if linger:
+        time.sleep(3600)
 
 
 if __name__ == "__main__":
