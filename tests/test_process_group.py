@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -294,7 +295,11 @@ def test_an_interrupted_run_ends_every_helper_of_every_worker(tmp_path: Path, ho
     ]  # fmt: skip
     # A session of its own, so that "Ctrl-C" can go to its process group as a terminal's would:
     # the runner's group, which its workers have left.
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    token = uuid.uuid4().hex
+    mark, env = f"LOCKCOMPARE_TEST_RUN={token}", {**os.environ, "LOCKCOMPARE_TEST_RUN": token}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env
+    )
     helpers: list[int] = []
     try:
         assert _wait_for(lambda: len(_helpers_below(proc.pid)) >= 2, timeout_s=60), "no helper processes appeared"
@@ -308,6 +313,19 @@ def test_an_interrupted_run_ends_every_helper_of_every_worker(tmp_path: Path, ho
     assert proc.returncode == (130 if how == signal.SIGINT else 143), stderr
     assert "Traceback" not in stderr
     left = [pid for pid in helpers if not _wait_for(lambda pid=pid: _gone(pid), timeout_s=5)]
-    for pid in left:
+    for pid in _marked(mark):  # whatever of this run is left, helpers started after the snapshot too
         os.kill(pid, signal.SIGKILL)
     assert not left, f"helper processes outlived the run: {left}"
+
+
+def _marked(mark: str) -> list[int]:
+    """Live processes whose environment carries ``mark`` (they inherited it from the run)."""
+    found = []
+    for pid in process_table():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if mark.encode() in environ and not _gone(pid):
+            found.append(pid)
+    return found
