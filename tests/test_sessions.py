@@ -75,7 +75,8 @@ def test_a_grant_over_a_session_lease_counts_and_an_unlock_of_nothing_is_named()
     m = check(history, counters(entries=2, conflicts=1, writes_accepted=2, final_balance=1), entries_planned=2)
     assert m.verdict == "lost-updates"  # the verdict stands: the note is not "unknown"
     assert m.problem == (
-        "unlock released nothing while held (1 of 2 releases): session not kept (a transaction-pooling proxy?)"
+        "unlock released nothing while held (1 of 2 releases): session not kept "
+        "(a transaction-pooling proxy? a lock that expires?)"
     )
     assert m.grants_while_held == 1
 

@@ -131,7 +131,8 @@ class Interval:
 
 #: The ``problem`` of a trial whose session lock was not where its holder believed (sessions.py).
 RELEASED_NOTHING = (
-    "unlock released nothing while held ({n} of {total} releases): session not kept (a transaction-pooling proxy?)"
+    "unlock released nothing while held ({n} of {total} releases): session not kept "
+    "(a transaction-pooling proxy? a lock that expires?)"
 )
 
 
