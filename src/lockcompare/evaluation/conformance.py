@@ -602,9 +602,14 @@ def battery(
 
 
 def run_battery(
-    *, spec: str, call_timeout_s: float = CALL_TIMEOUT_S, redis_server: str | None = None
+    *, spec: str, call_timeout_s: float = CALL_TIMEOUT_S, redis_server: str | None = None, postgres: str | None = None
 ) -> list[PropertyResult]:
-    """Every property against ``spec``, on embedded clusters started (and stopped) here."""
+    """Every property against ``spec``, on embedded clusters started (and stopped) here.
+
+    ``postgres``: the PostgreSQL server under evaluation (``--postgres URL``) for a backend whose
+    lock nodes are PostgreSQL — the deployment as it is, a pooler in front included; the node-loss
+    properties still crash servers of a private embedded cluster.
+    """
     with (
         battery(spec=spec, node_urls=(), call_timeout_s=call_timeout_s) as ctx,
     ):
@@ -613,9 +618,12 @@ def run_battery(
         except BackendError:
             servers = "redis"  # the properties report why the backend cannot be used
         kind = servers if servers in ("etcd", "postgres") else "redis"
+        ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)
+        if kind == "postgres" and postgres is not None:
+            ctx.node_urls = (postgres,)
+            return [check_property(prop, ctx) for prop in PROPERTIES]
         with open_cluster(
             redis_server=redis_server, node_count=5 if kind == "redis" else 1, lock_servers=kind
         ) as cluster:
             ctx.node_urls = cluster.node_urls
-            ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)
             return [check_property(prop, ctx) for prop in PROPERTIES]
