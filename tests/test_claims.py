@@ -38,6 +38,24 @@ def results(spec: str, cluster: Cluster, *names: str) -> dict[str, PropertyResul
         return {name: check_property(property_named(name), ctx) for name in names}
 
 
+def test_what_a_backend_claims_is_read_from_its_class_and_hooks() -> None:
+    from lockcompare.backends import load_backend
+    from lockcompare.evaluation.backend_host import claims_of
+
+    said = {name: claims_of(load_backend(name)) for name in ("single", "single-renew", "pg-advisory")}
+    assert [(c.has_ttl, c.renews, c.checks_lease) for c in said.values()] == [
+        (True, False, False),
+        (True, True, True),
+        (False, False, False),
+    ]
+    try:
+        renew = claims_of(load_backend("redis-lock-renew"))
+    except Exception as exc:  # noqa: BLE001 - python-redis-lock is optional
+        pytest.skip(f"redis-lock-renew not loadable here: {exc}")
+    # Whole seconds only (its check_ttl): the battery's short leases are 1000 ms for it, not 150 ms.
+    assert (renew.renews, renew.checks_lease, renew.min_ttl_ms) == (True, False, 1000)
+
+
 def test_a_lock_whose_key_expires_cannot_claim_it_has_no_ttl(cluster: Cluster, plugins: None) -> None:
     """The claim fails by name, and the TTL properties it would have excused are checked instead."""
     found = results(SESSION_LIAR, cluster, NO_TTL, *TTL_LINES)
