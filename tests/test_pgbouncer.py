@@ -89,3 +89,23 @@ def test_a_baseline_through_the_pooler_names_the_problem_and_breaks_no_grant_ove
         trial_seconds=1.0,
     )
     assert judge("no-grant-over-valid-lease", outcome) == "violated"
+
+
+def test_the_card_of_pg_advisory_fails_through_the_pooler_and_passes_direct(
+    server: PostgresServer, pooled_url: str, tmp_path: Path
+) -> None:
+    """What ``lockcompare evaluate pg-advisory --postgres URL`` judges: exit 1 through the pooler, 0 direct."""
+    from lockcompare.evaluation.evaluate import evaluate
+
+    def card(url: str, name: str) -> tuple[int, list[str]]:
+        done = evaluate(
+            backend=ADVISORY, against=(), out=tmp_path / f"{name}.csv", time_scale=0.1, rounds=6,
+            cluster_options=ClusterOptions(postgres=url),
+        )  # fmt: skip
+        return done.exit_code, [f"{line.status} {line.title}: {line.evidence}" for line in done.lines]
+
+    code, lines = card(pooled_url, "pooled")
+    assert code == 1, lines
+    assert any(line.startswith("FAIL claim has_ttl = False") for line in lines), lines
+    code, lines = card(server.url, "direct")
+    assert code == 0, lines
