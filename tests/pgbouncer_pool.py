@@ -13,9 +13,9 @@ refuses to run as root; as root it is started with ``-u nobody`` (it drops to th
 reading its files).
 
 Run as a script, it starts an embedded PostgreSQL and a PgBouncer in front of it and prints both
-URLs until Ctrl-C — for ``lockcompare ... --postgres URL`` by hand::
+URLs until Ctrl-C or SIGTERM — for ``lockcompare ... --postgres URL`` by hand::
 
-    python tests/pgbouncer_pool.py
+    python tests/pgbouncer_pool.py &      # then: kill $!   (both servers stop, their dirs go)
 """
 
 from __future__ import annotations
@@ -129,12 +129,14 @@ def main() -> int:
     if pgbouncer_binary() is None:
         print(f"pgbouncer is not installed ({HOW_TO_GET_IT})", file=sys.stderr)
         return 2
+    # A background job of a script ignores SIGINT: SIGTERM ends it the same way (the finally blocks run).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     server = start_postgres(name="pgbouncer-demo")
     try:
         assert server.port is not None
         with running_pgbouncer(server_port=server.port) as url:
-            print(f"direct:                        {server.url}")
-            print(f"through PgBouncer (transaction): {url}", flush=True)
+            print(f"{'direct:':<33}{server.url}")
+            print(f"{'through PgBouncer (transaction):':<33}{url}", flush=True)
             with contextlib.suppress(KeyboardInterrupt):
                 signal.pause()
     finally:
