@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 from lockcompare.backends.base import BackendConfig, Lease, LockBackend, Refusal
 from lockcompare.errors import BackendLoadError, BackendNotViableError, UnknownNameError
@@ -113,9 +113,35 @@ def require_declarations(cls: type, *, name: str) -> None:
         )
 
 
+def _registered() -> tuple[EntryPoint, ...]:
+    """The group's entry points, read once per state of ``sys.path``.
+
+    ``entry_points()`` parses every installed distribution's metadata on each call (a few ms, and
+    it was called several times per trial: py-spy, issue 30). The key is each ``sys.path`` entry
+    with its modification time, so a ``--plugin-path`` added, or a package installed since, is seen.
+    """
+    key = tuple((entry, _mtime_ns(entry)) for entry in sys.path)
+    cached = _REGISTERED.get(key)
+    if cached is None:
+        cached = tuple(entry_points(group=ENTRY_POINT_GROUP))
+        _REGISTERED.clear()  # one state of sys.path at a time
+        _REGISTERED[key] = cached
+    return cached
+
+
+_REGISTERED: dict[tuple[tuple[str, int], ...], tuple[EntryPoint, ...]] = {}
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path or ".").st_mtime_ns
+    except OSError:
+        return -1
+
+
 def registered_names() -> list[str]:
     """Names registered under the entry-point group, sorted."""
-    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    return sorted({ep.name for ep in _registered()})
 
 
 def load_backend(spec: str) -> type[LockBackend]:
@@ -128,7 +154,7 @@ def load_backend(spec: str) -> type[LockBackend]:
     if ":" in spec:
         cls = _import_target(spec)
     else:
-        matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
+        matches = [ep for ep in _registered() if ep.name == spec]
         if not matches:
             known = ", ".join(registered_names()) or "none registered"
             raise UnknownNameError(f"unknown backend {spec!r} (known: {known}; or give package.module:Class)")
@@ -171,7 +197,7 @@ def _import_target(target: str, *, name: str | None = None) -> type[LockBackend]
 def describe_backends() -> list[BackendInfo]:
     """Every registered backend, with its summary or the reason it cannot be used here."""
     infos = []
-    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+    for ep in sorted(_registered(), key=lambda e: e.name):
         try:
             cls = load_backend(ep.name)
             infos.append(BackendInfo(ep.name, ep.value, getattr(cls, "summary", ""), ""))

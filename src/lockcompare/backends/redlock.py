@@ -80,13 +80,16 @@ from __future__ import annotations
 import errno
 import hashlib
 import inspect
+import select
 import selectors
 import socket
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar, Final
 
+import hiredis
 import redis
+from redis._parsers.base import BaseParser
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.single import RELEASE_SCRIPT, new_owner_token
@@ -178,12 +181,42 @@ def _handshake_free_connection(client: redis.Redis) -> AbstractConnection:
     return pool.connection_class(**kwargs)
 
 
+def pack(command: Sequence[object]) -> bytes:
+    """``command`` as one RESP request (what redis-py's ``pack_command`` sends, for str, bytes and int).
+
+    >>> pack(("SET", "k", "v", "PX", 10))
+    b'*5\\r\\n$3\\r\\nSET\\r\\n$1\\r\\nk\\r\\n$1\\r\\nv\\r\\n$2\\r\\nPX\\r\\n$2\\r\\n10\\r\\n'
+    """
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
 class _Node:
-    """One lock node behind one persistent connection, dropped whenever its replies may be out of step."""
+    """One lock node behind one persistent connection, dropped whenever its replies may be out of step.
+
+    redis-py opens and closes the connection; on a plain (non-TLS) socket the fan-out itself then
+    writes and reads it directly: the socket in non-blocking mode, a hiredis reader of its own.
+    A request is one ``send``, a reply that is already there one ``recv`` (redis-py's timed reads
+    poll before every send and recv, and wrap each in several Python calls: with five nodes that
+    was most of the fan-out's own cost).
+    """
 
     def __init__(self, url: str, *, timeout_s: float) -> None:
         self.url = url
         self._conn = _handshake_free_connection(connect(url, timeout_s=timeout_s))
+        self._raw = not isinstance(self._conn, redis.SSLConnection)
+        self._sock: socket.socket | None = None  # the raw path's socket, once connected
+        self._reader = hiredis.Reader()
+
+    def _adopt(self) -> None:
+        """After a connect: take the socket over for the raw path (redis-py's connect is done with it)."""
+        if self._raw and self._conn._sock is not None:
+            self._sock = self._conn._sock
+            self._sock.setblocking(False)
+            self._reader = hiredis.Reader()
 
     def try_connect(self) -> None:
         """Connect now if possible, so the first acquire does not pay for it; a dead node is fine.
@@ -195,6 +228,8 @@ class _Node:
             self._conn.connect()
         except redis.RedisError:
             self.discard()
+            return
+        self._adopt()
 
     @property
     def connected(self) -> bool:
@@ -212,6 +247,8 @@ class _Node:
                 self._conn.connect()
             except redis.RedisError:
                 self.discard()
+                return None
+            self._adopt()
             return None
         sock: socket.socket | None = None
         try:
@@ -248,14 +285,24 @@ class _Node:
             return False
         finally:
             del self._conn._connect
+        self._adopt()
         return True
 
-    def send(self, packed: list[bytes]) -> bool:
-        """Write one packed command on the open connection; False if it is closed or broken."""
+    def send(self, request: bytes) -> bool:
+        """Write one packed request on the open connection; False if it is closed or broken."""
         if not self.connected:
             return False  # never a hidden blocking reconnect: fan_out connects, concurrently
+        if self._sock is not None:
+            try:
+                sent = self._sock.send(request)
+            except OSError:  # broken, or (never seen: a request is ~100 bytes) a full send buffer
+                sent = -1
+            if sent == len(request):
+                return True
+            self.discard()  # a partial request would put the connection out of step
+            return False
         try:
-            self._conn.send_packed_command(packed, check_health=False)
+            self._conn.send_packed_command([request], check_health=False)
         except redis.RedisError:
             self.discard()
             return False
@@ -266,6 +313,8 @@ class _Node:
 
         Past the deadline the wait is 0 s, which still picks up a reply that is already waiting.
         """
+        if self._sock is not None:
+            return self._read_raw(self._sock, deadline_ns=deadline_ns)
         wait_s = max(0.0, (deadline_ns - time.monotonic_ns()) / 1e9)
         try:
             if _READ_TAKES_TIMEOUT:
@@ -280,10 +329,36 @@ class _Node:
             self.discard()  # a late reply must never be read as the answer to the next command
             return NO_REPLY
 
-    def pack(self, command: Sequence[object]) -> list[bytes]:
-        return self._conn.pack_command(*command)
+    def _read_raw(self, sock: socket.socket, *, deadline_ns: int) -> object:
+        reply = self._reader.gets()
+        while reply is False:  # hiredis: no whole reply buffered yet
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                wait_s = (deadline_ns - time.monotonic_ns()) / 1e9
+                if wait_s > 0 and select.select((sock,), (), (), wait_s)[0]:
+                    continue
+                try:  # the deadline passed: a reply already waiting is still read (one last look)
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+            except OSError:
+                data = b""
+            if not data:  # closed, broken, or no reply in time
+                self.discard()  # a late reply must never be read as the answer to the next command
+                return NO_REPLY
+            self._reader.feed(data)
+            try:
+                reply = self._reader.gets()
+            except hiredis.ProtocolError:  # not RESP: nothing after it can be trusted either
+                self.discard()
+                return NO_REPLY
+        if isinstance(reply, hiredis.ReplyError):  # as redis-py raises it: NoScriptError for NOSCRIPT...
+            return BaseParser.parse_error(str(reply))
+        return reply
 
     def discard(self) -> None:
+        self._sock = None
         self._conn.disconnect()
 
 
@@ -293,7 +368,7 @@ def fan_out(nodes: Sequence[_Node], command: Sequence[object], *, timeout_s: flo
     Disconnected nodes are reconnected concurrently, within ``timeout_s``; each node's reply gets
     ``timeout_s`` counted from when its request was written.
     """
-    packed = nodes[0].pack(command)  # the same bytes for every node: pack once
+    packed = pack(command)  # the same bytes for every node: pack once
     timeout_ns = int(timeout_s * 1e9)
     deadlines: list[int | None] = [None] * len(nodes)  # None: the request was not sent
     connecting: dict[socket.socket, int] = {}
@@ -318,7 +393,7 @@ def _finish_connects(
     nodes: Sequence[_Node],
     connecting: dict[socket.socket, int],
     *,
-    packed: list[bytes],
+    packed: bytes,
     deadlines: list[int | None],
     timeout_ns: int,
 ) -> None:

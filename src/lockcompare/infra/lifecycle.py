@@ -10,11 +10,13 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import importlib.machinery
 import multiprocessing
 import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -132,6 +134,7 @@ def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...
     traceback; the runner alone handles it and stops its workers, group by group. A Ctrl-C that
     arrives while the mask is up here is delivered when it comes down.
     """
+    _spare_children_the_main_script()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         with _signals_deferred():
@@ -142,6 +145,24 @@ def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...
         return proc
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _spare_children_the_main_script() -> None:
+    """Keep spawned children from re-running the ``lockcompare`` console script before their target.
+
+    ``spawn`` re-runs the parent's ``__main__`` *file* in every child (as ``__mp_main__``); for the
+    console script that imports the whole CLI, about 0.2 CPU-s per worker process and a third of
+    a small matrix's CPU (py-spy, issue 30). Every target here is a function of an importable
+    module, so the child needs none of it. A main module with a ``__spec__`` naming a
+    ``__main__`` module is never re-run (multiprocessing.spawn's own rule for ``python -m``), so
+    the console script is given the spec ``python -m lockcompare`` would have. Any other main
+    module (a user's script that may define a plug-in) is left as it is.
+    """
+    main = sys.modules.get("__main__")
+    if main is None or getattr(main, "__spec__", None) is not None or not hasattr(main, "__file__"):
+        return
+    if getattr(getattr(main, "main", None), "__module__", None) == "lockcompare.cli":
+        main.__spec__ = importlib.machinery.ModuleSpec("lockcompare.__main__", None)
 
 
 #: Groups led by processes start_worker_process started and reap_group has not swept yet.

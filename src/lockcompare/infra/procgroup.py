@@ -49,8 +49,12 @@ class Proc:
 
 def read_stat(pid: int) -> Proc | None:
     """``pid``'s /proc/PID/stat, or None when it is gone (or unreadable)."""
-    try:
-        raw = (_PROC / str(pid) / "stat").read_bytes()
+    try:  # os.read, not pathlib or open(): a scan reads every process's stat (half the cost per file)
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            raw = os.read(fd, 4096)
+        finally:
+            os.close(fd)
     except OSError:
         return None
     head, _, tail = raw.rpartition(b")")
