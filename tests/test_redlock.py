@@ -61,9 +61,13 @@ def calls(client: redis.Redis, command: str) -> int:
     return int(client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
-@pytest.fixture(params=["read-with-timeout", "can-read-then-read"])
+@pytest.fixture(params=["raw-socket", "read-with-timeout", "can-read-then-read"])
 def read_path(request, monkeypatch) -> str:
-    """Both ways of bounding a read: redis-py 8's read_response(timeout=), and can_read() before."""
+    """Every way of bounding a read: the fan-out's own non-blocking socket and hiredis reader (the
+    default on plain TCP), and through redis-py (TLS nodes): redis-py 8's read_response(timeout=),
+    and can_read() before."""
+    if request.param != "raw-socket":
+        monkeypatch.setattr(redlock_module, "_RAW_SOCKETS", False)
     if request.param == "can-read-then-read":
         monkeypatch.setattr(redlock_module, "_READ_TAKES_TIMEOUT", False)
     return request.param

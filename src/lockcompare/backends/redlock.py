@@ -125,6 +125,10 @@ RELEASE_SHA: Final = hashlib.sha1(RELEASE_SCRIPT.encode()).hexdigest()
 #: versions need ``can_read(timeout)`` first, which costs a few more system calls per node.
 _READ_TAKES_TIMEOUT: Final = "timeout" in inspect.signature(redis.Connection.read_response).parameters
 
+#: Plain TCP and unix sockets are written and read directly (see :class:`_Node`); TLS ones go
+#: through redis-py. False sends every node through redis-py (the tests run both paths).
+_RAW_SOCKETS = True
+
 #: A reply and when it was read (``time.monotonic_ns()``).
 Reply = tuple[object, int]
 
@@ -207,7 +211,7 @@ class _Node:
     def __init__(self, url: str, *, timeout_s: float) -> None:
         self.url = url
         self._conn = _handshake_free_connection(connect(url, timeout_s=timeout_s))
-        self._raw = not isinstance(self._conn, redis.SSLConnection)
+        self._raw = _RAW_SOCKETS and not isinstance(self._conn, redis.SSLConnection)
         self._sock: socket.socket | None = None  # the raw path's socket, once connected
         self._reader = hiredis.Reader()
 
