@@ -20,6 +20,7 @@ holds::
 (one line in the file; broken here to fit).
 
 The statistic is one of ``mean:COLUMN`` (one decimal, as the tables round), ``sum:COLUMN``,
+``ci:COLUMN`` (the mean with its 95% interval, "78.6 ±1.1", as the tables give it),
 ``min:COLUMN``, ``max:COLUMN``, ``range:COLUMN`` ("19–20", or "20" when every row agrees),
 ``nonzero:COLUMN`` (rows where it is > 0), ``true:COLUMN`` (rows where it is true), ``span:wall_s``
 (the run's wall time from its first trial's ``started_at`` to its last trial's end, "32 min 11 s"),
@@ -98,8 +99,8 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
     >>> stats = ("mean:lost_updates", "sum:lost_updates", "min:lost_updates", "rows", "true:marked", "range:lost_updates")
     >>> [statistic(rows, s) for s in stats]
     ['19.5', '39', '19', '2', '1', '19–20']
-    >>> statistic(rows[:1], "range:lost_updates")
-    '20'
+    >>> statistic(rows[:1], "range:lost_updates"), statistic(rows * 3, "ci:lost_updates")
+    ('20', '19.5 ±0.6')
     """
     if stat == "rows":
         return str(len(rows))
@@ -115,11 +116,15 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
         return str(sum(1 for v in values if v > 0))
     computed = {"mean": lambda: sum(values) / len(values), "sum": lambda: sum(values), "min": lambda: min(values),
                 "max": lambda: max(values)}  # fmt: skip
+    if op == "ci":
+        from lockcompare.render.table import _mean_with_ci
+
+        return _mean_with_ci(values)
     if op == "range":
         low, high = (f"{v:.1f}".rstrip("0").rstrip(".") for v in (min(values), max(values)))
         return low if low == high else f"{low}–{high}"
     if op not in computed:
-        raise ValueError(f"unknown statistic {stat!r} (mean, sum, min, max, range, nonzero, true, span: COLUMN; or rows)")
+        raise ValueError(f"unknown statistic {stat!r} (mean, ci, sum, min, max, range, nonzero, true, span: COLUMN; or rows)")
     value = computed[op]()
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
@@ -158,6 +163,19 @@ def duration(seconds: float) -> str:
     return f"{minutes} min {secs} s" if minutes else f"{secs} s"
 
 
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """A results CSV (typed, in today's schema), or any other committed CSV as text — a script's
+    counts, a source's published figures — that value blocks can read too."""
+    import csv
+
+    with path.open(newline="") as handle:
+        header = handle.readline()
+    if header.startswith("schema_version,"):
+        return read_results(path)
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 def rendered_blocks(markdown: str, *, base: Path) -> str:
     """``markdown`` with every table block, value and excerpt re-rendered from its CSV (paths relative to ``base``)."""
     return _render(markdown, base=base, stale=None)
@@ -176,7 +194,7 @@ def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
 
     def rows_of(csv: str) -> list[dict[str, Any]]:
         if csv not in cache:
-            cache[csv] = read_results(base / csv)
+            cache[csv] = _read_rows(base / csv)
         return cache[csv]
 
     def note(match: re.Match[str], fresh: str, what: str) -> str:
@@ -228,25 +246,26 @@ def excerpt_text(csv: Path, rows: list[dict[str, Any]], match: re.Match[str]) ->
 #: result that fits one of these patterns by accident is still a result, so a new pattern names the
 #: setting, never a bare number.
 ALLOWED: tuple[tuple[str, str], ...] = (
-    (r"\b\d+ (?:workers?|rounds?|(?:lock )?nodes?|trials?|jobs|cores?|threads?|CPU hogs?)\b",
+    (r"\b\d+\s(?:workers?|rounds?|(?:lock )?nodes?|trials?|jobs|cores?|threads?|CPU hogs?)\b",
      "the lab's size and a run's shape: 2 workers, 40 rounds, 5 nodes, 5 trials"),
-    (r"\b(?:TTL|lease|pause|work|timeouts?|delay|jumps?|think time|margin|offset|every|of every)"
+    (r"\b(?:TTL|lease|paused?|work|timeouts?|delay|jumps?|think time|margin|offset|every|of every)"
      r" (?:of |is |= |> |< )?(?:about )?\d+(?:\.\d+)?(?: ?(?:ms|s)\b)?",
      "a setting named before its value: TTL 1000 ms, work 300, a pause of 1200 ms"),
-    (r"\b\d+(?:\.\d+)? ?(?:ms|s)\b(?= (?:of work|of (?:every|pause)|TTL|lease|pause|work|timeout|delay|(?:clock )?jump"
-     r"|sleep|after|into|margin|allowance|interval|strobe|stop))",
+    (r"\b\d+(?:\.\d+)? ?(?:ms|s)\b(?=\s(?:of work|of (?:every|pause)|TTL|lease|pause|work|timeout|delay|(?:clock )?jump"
+     r"|sleep|after|into|margin|allowance|interval|window|strobe|stop))",
      "a duration that says what it sets: 300 ms of work, 50 ms after each acquire, a 250 ms margin"),
     (r"\b\d+ [−-] \d+ ms\b|\b\d+ ?[/x×] ?TTL\b|\bTTL ?/ ?\d+\b|\bwork ?/ ?\d+\b|[×x] ?\d+(?:\.\d+)?\b",
      "the margins' and faults' formulas (1000 − 300 ms, 2 x TTL, TTL/10, work/2) and time scales (×0.1)"),
     (r"(?i:\b(?:python|postgresql|redis|etcd|schema|version)[ -]?[≥>=]*\s?\d+(?:\.\d+)*\b)|\b\d+(?:\.\d+){2,}\b",
      "versions and addresses: Python ≥ 3.11, schema 7, 127.0.0.1"),
     (r"^#{1,6} .*$|^\s*\d+\.\s", "headings and numbered lists"),
-    (r"(?i:\b(?:issue|round|step|port|pid|node|nodes|worker|trial|token|exits?|exit codes?|mode|line|run)\s?#?\d+(?:(?:,| and )\d+)*\b)|#\d+\b",
+    (r"(?i:\b(?:issue|round|step|port|pid|node|nodes|worker|trial|token|exits?|exit codes?|mode|line|run)[\s-]?#?\d+(?:(?:, ?| and )\d+)*\b)|#\d+\b",
      "names that carry a number: worker 0, nodes 3,4, token 1, issue 31, trial #3, exit code 2, mode 0600"),
-    (r"\b\d+-(?:node|worker|core|second|bit|byte)\b|\b[357] of (?:the )?[57]\b|\bK [<>]=? \d\b",
+    (r"\b\d+-(?:node|worker|core|second|bit|byte)\b|\b[357] of (?:the )?[57]\b|\bK [<>]=? \d(?: of \d)?\b|\bK-1\b",
      "the quorum and set-up of the lab: 2-core, 3 of 5, K < 3"),
     (r"^\|\s*`[^`|]+`[^|]*\|.*$", "a table row of settings (its first cell an option): limits, defaults"),
-    (r"(?:/ ?|\bof )80\b|\bbalance \+ 1\b", "the lab's 80 planned entries (2 workers × 40 rounds), the write's + 1"),
+    (r"(?:/ ?|\bof )(?:80|40)\b|\bbalance \+ 1\b|\b[A-E] [=>] 0\b|\b95% (?:interval|CI)\b",
+     "the lab's 80 planned entries (2 workers × 40 rounds), the write's + 1, the lesson's pattern (B = 0), 95% CI"),
     (r"\b[0-9a-f]*[a-f][0-9a-f]*\b|\b[0-9a-f]{7,40}\b", "revisions and trial ids (hex)"),
 )
 
@@ -278,8 +297,8 @@ def prose_numbers(markdown: str) -> list[tuple[int, str]]:
 
     >>> prose_numbers("TTL 1000 ms, 2 workers; single lost 19.8 updates (`--trials 5`)\\n")
     [(1, '19.8')]
-    >>> prose_numbers("lost <!-- value: r.csv rows -->5<!-- /value --> of 80 entries\\n```\\n42\\n```\\n")
-    [(1, '80')]
+    >>> prose_numbers("lost <!-- value: r.csv rows -->5<!-- /value --> of 81 entries\\n```\\n42\\n```\\n")
+    [(1, '81')]
     """
     covered = bytearray(len(markdown))  # 1 where a character is not prose or is an allowed setting
 
