@@ -8,12 +8,16 @@ under node-restart: this is the count behind the answer in docs/experiments.md#n
 
 A backend that does not record which nodes granted a lease (pottery) is read from the restart's
 ``holders`` (the owner of the lock on each node at the injection), so only its leases a restart
-met while held are seen. One row per such lease: ``struck`` is true when a restart then hit one of its three nodes while it
-was held (the rounds that can lose an update); ``near_restart`` when a restart was under way during
-the final attempt or had finished within 100 ms before the grant; ``during_rival_release`` when
-the other worker's release call overlapped the final attempt (its key still on some nodes, already
-gone from others: the majority formed by racing the release); ``during_rival_acquire`` when the other worker was
-acquiring at the same time (its attempts take and give back keys node by node).
+met while held are seen. One row per such lease:
+
+- ``struck``: a restart then hit one of its three nodes while it was held (the rounds that can
+  lose an update);
+- ``near_restart``: a restart was under way during the final attempt, or had finished within
+  100 ms before the grant;
+- ``during_rival_release``: the other worker's release call overlapped the final attempt (its key
+  still on some nodes, already gone from others: the majority formed by racing the release);
+- ``during_rival_acquire``: the other worker was acquiring at the same time (its attempts take and
+  give back keys node by node).
 """
 
 from __future__ import annotations
@@ -65,7 +69,8 @@ def leases(events: list[dict[str, Any]], *, node_count: int = 5) -> list[dict[st
             "worker": acq["worker"], "round": acq["round"], "granted_by": " ".join(map(str, granted)),
             "since_restart_ms": "" if since is None else f"{since:.1f}",
             "near_restart": under_way or (since is not None and since <= NEAR_MS),
-            "during_rival_release": rival, "during_rival_acquire": contending, "struck": struck, "t_ms": (acq["t1"] - start) / 1e6,
+            "during_rival_release": rival, "during_rival_acquire": contending, "struck": struck,
+            "t_ms": (acq["t1"] - start) / 1e6,
         })  # fmt: skip
     return found
 

@@ -21,7 +21,7 @@ holds::
 
 The statistic is one of ``mean:COLUMN`` (one decimal, as the tables round), ``sum:COLUMN``,
 ``ci:COLUMN`` (the mean with its 95% interval, "78.6 ±1.1", as the tables give it),
-``min:COLUMN``, ``max:COLUMN``, ``range:COLUMN`` ("19–20", or "20" when every row agrees),
+``min:COLUMN``, ``max:COLUMN``, ``median:COLUMN``, ``range:COLUMN`` ("19–20", or "20" when every row agrees),
 ``nonzero:COLUMN`` (rows where it is > 0), ``true:COLUMN`` (rows where it is true), ``span:wall_s``
 (the run's wall time from its first trial's ``started_at`` to its last trial's end, "32 min 11 s"),
 or ``rows`` (how many rows match).
@@ -45,6 +45,7 @@ checks the same (tests/test_docs_check.py, tests/test_docs_numbers.py).
 from __future__ import annotations
 
 import re
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -96,9 +97,9 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
     """One number over ``rows``, formatted as the tables format it.
 
     >>> rows = [{"lost_updates": 20, "marked": True}, {"lost_updates": 19, "marked": False}]
-    >>> stats = ("mean:lost_updates", "sum:lost_updates", "min:lost_updates", "rows", "true:marked", "range:lost_updates")
-    >>> [statistic(rows, s) for s in stats]
-    ['19.5', '39', '19', '2', '1', '19–20']
+    >>> stats = ("mean:lost_updates", "sum:lost_updates", "min:lost_updates", "rows", "true:marked")
+    >>> [statistic(rows, s) for s in (*stats, "range:lost_updates", "median:lost_updates")]
+    ['19.5', '39', '19', '2', '1', '19–20', '19.5']
     >>> statistic(rows[:1], "range:lost_updates"), statistic(rows * 3, "ci:lost_updates")
     ('20', '19.5 ±0.6')
     """
@@ -115,7 +116,7 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
     if op == "nonzero":
         return str(sum(1 for v in values if v > 0))
     computed = {"mean": lambda: sum(values) / len(values), "sum": lambda: sum(values), "min": lambda: min(values),
-                "max": lambda: max(values)}  # fmt: skip
+                "max": lambda: max(values), "median": lambda: statistics.median(values)}  # fmt: skip
     if op == "ci":
         from lockcompare.render.table import _mean_with_ci
 
@@ -124,7 +125,9 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
         low, high = (f"{v:.1f}".rstrip("0").rstrip(".") for v in (min(values), max(values)))
         return low if low == high else f"{low}–{high}"
     if op not in computed:
-        raise ValueError(f"unknown statistic {stat!r} (mean, ci, sum, min, max, range, nonzero, true, span: COLUMN; or rows)")
+        raise ValueError(
+            f"unknown statistic {stat!r} (mean, ci, sum, min, max, median, range, nonzero, true, span: COLUMN; or rows)"
+        )
     value = computed[op]()
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
@@ -246,30 +249,51 @@ def excerpt_text(csv: Path, rows: list[dict[str, Any]], match: re.Match[str]) ->
 #: result that fits one of these patterns by accident is still a result, so a new pattern names the
 #: setting, never a bare number.
 ALLOWED: tuple[tuple[str, str], ...] = (
-    (r"\b\d+\s(?:workers?|rounds?|(?:lock )?nodes?|trials?|jobs|cores?|threads?|CPU hogs?)\b",
-     "the lab's size and a run's shape: 2 workers, 40 rounds, 5 nodes, 5 trials"),
-    (r"\b(?:TTL|lease|paused?|work|timeouts?|delay|jumps?|think time|margin|offset|every|of every)"
-     r" (?:of |is |= |> |< )?(?:about )?\d+(?:\.\d+)?(?: ?(?:ms|s)\b)?",
-     "a setting named before its value: TTL 1000 ms, work 300, a pause of 1200 ms"),
-    (r"\b\d+(?:\.\d+)? ?(?:ms|s)\b(?=\s(?:of work|of (?:every|pause)|TTL|lease|pause|work|timeout|delay|(?:clock )?jump"
-     r"|sleep|after|into|margin|allowance|interval|window|strobe|stop))",
-     "a duration that says what it sets: 300 ms of work, 50 ms after each acquire, a 250 ms margin"),
-    (r"\b\d+ [−-] \d+ ms\b|\b\d+ ?[/x×] ?TTL\b|\bTTL ?/ ?\d+\b|\bwork ?/ ?\d+\b|[×x] ?\d+(?:\.\d+)?\b",
-     "the margins' and faults' formulas (1000 − 300 ms, 2 x TTL, TTL/10, work/2) and time scales (×0.1)"),
-    (r"(?i:\b(?:python|postgresql|redis|etcd|schema|version)[ -]?[≥>=]*\s?\d+(?:\.\d+)*\b)|\b\d+(?:\.\d+){2,}\b",
-     "versions and addresses: Python ≥ 3.11, schema 7, 127.0.0.1"),
+    (
+        r"\b\d+\s(?:workers?|rounds?|(?:lock )?nodes?|trials?|jobs|cores?|threads?|CPU hogs?)\b",
+        "the lab's size and a run's shape: 2 workers, 40 rounds, 5 nodes, 5 trials",
+    ),
+    (
+        r"\b(?:TTL|lease|paused?|work|timeouts?|delay|jumps?|think time|margin|offset|every|of every)"
+        r"\s(?:of |is |= |> |< )?(?:about )?\d+(?:\.\d+)?(?: ?(?:ms|s)\b)?",
+        "a setting named before its value: TTL 1000 ms, work 300, a pause of 1200 ms",
+    ),
+    (
+        r"\b\d+(?:\.\d+)? ?(?:ms|s)\b(?=\s(?:of work|of (?:every|pause)|TTL|lease|pause|work|timeout|delay"
+        r"|(?:clock )?jump|sleep|after|into|margin|allowance|interval|window|limit|strobe|stop))",
+        "a duration that says what it sets: 300 ms of work, 50 ms after each acquire, a 250 ms margin",
+    ),
+    (
+        r"\b\d+ [−-] \d+ ms\b|\b\d+ ?[/x×] ?TTL\b|\bTTL ?/ ?\d+\b|\bwork ?/ ?\d+\b|[×x] ?\d+(?:\.\d+)?\b",
+        "the margins' and faults' formulas (1000 − 300 ms, 2 x TTL, TTL/10, work/2) and time scales (×0.1)",
+    ),
+    (
+        r"(?i:\b(?:python|postgresql|redis|etcd|schema|version)[ -]?[≥>=]*\s?\d+(?:\.\d+)*\b)|\b\d+(?:\.\d+){2,}\b",
+        "versions and addresses: Python ≥ 3.11, schema 7, 127.0.0.1",
+    ),
     (r"^#{1,6} .*$|^\s*\d+\.\s", "headings and numbered lists"),
-    (r"(?i:\b(?:issue|round|step|port|pid|node|nodes|worker|trial|token|exits?|exit codes?|mode|line|run)[\s-]?#?\d+(?:(?:, ?| and )\d+)*\b)|#\d+\b",
-     "names that carry a number: worker 0, nodes 3,4, token 1, issue 31, trial #3, exit code 2, mode 0600"),
-    (r"\b\d+-(?:node|worker|core|second|bit|byte)\b|\b[357] of (?:the )?[57]\b|\bK [<>]=? \d(?: of \d)?\b|\bK-1\b",
-     "the quorum and set-up of the lab: 2-core, 3 of 5, K < 3"),
-    (r"^\|\s*`[^`|]+`[^|]*\|.*$", "a table row of settings (its first cell an option): limits, defaults"),
-    (r"(?:/ ?|\bof )(?:80|40)\b|\bbalance \+ 1\b|\b[A-E] [=>] 0\b|\b95% (?:interval|CI)\b",
-     "the lab's 80 planned entries (2 workers × 40 rounds), the write's + 1, the lesson's pattern (B = 0), 95% CI"),
+    (
+        r"(?i:\b(?:issue|round|step|port|pid|node|nodes|worker|trial|token|exits?|exit codes?|mode|line|run)"
+        r"[\s-]?#?\d+(?:(?:, ?| and )\d+)*\b)|#\d+\b",
+        "names that carry a number: worker 0, nodes 3,4, token 1, issue 31, trial #3, exit code 2, mode 0600",
+    ),
+    (
+        r"\b\d+-(?:node|worker|core|second|bit|byte)\b|\b[357] of (?:the )?[57]\b|\bK [<>]=? \d(?: of \d)?\b|\bK-1\b",
+        "the quorum and set-up of the lab: 2-core, 3 of 5, K < 3",
+    ),
+    (
+        r"^\|\s*`[^`|]*--[^`|]*`[^|]*\|.*$|^\|.*`LOCKCOMPARE_MAX_\w+`.*$",
+        "a table row of settings (its first cell an option, or a limit's variable): limits, defaults",
+    ),
+    (
+        r"(?:/ ?|\bof )(?:80|40)\b|\bbalance \+ 1\b|\b[A-E] [=>] 0\b|\b95% (?:interval|CI)\b",
+        "the lab's 80 planned entries (2 workers × 40 rounds), the write's + 1, the lesson's pattern (B = 0), 95% CI",
+    ),
     (r"\b[0-9a-f]*[a-f][0-9a-f]*\b|\b[0-9a-f]{7,40}\b", "revisions and trial ids (hex)"),
 )
 
-_ALLOWED = re.compile("|".join(f"(?:{pattern})" for pattern, _ in ALLOWED), re.MULTILINE)
+#: Each pattern is matched on its own, so one that starts earlier cannot hide another's match.
+_ALLOWED = [re.compile(pattern, re.MULTILINE) for pattern, _ in ALLOWED]
 
 #: Everything in a file that is not prose: rendered blocks, code fences and spans, HTML comments,
 #: link targets and image paths. Removed (replaced by spaces, so lines keep their numbers) before
@@ -307,8 +331,10 @@ def prose_numbers(markdown: str) -> list[tuple[int, str]]:
             covered[match.start() : match.end()] = b"\1" * (match.end() - match.start())
 
     cover(_NOT_PROSE, markdown)
-    cover(_ALLOWED, markdown)  # the original: a settings row is known by its first cell's code span
-    cover(_ALLOWED, "".join(" " if c and ch != "\n" else ch for c, ch in zip(covered, markdown, strict=True)))
+    prose = "".join(" " if c and ch != "\n" else ch for c, ch in zip(covered, markdown, strict=True))
+    for allowed in _ALLOWED:
+        cover(allowed, markdown)  # the original: a settings row is known by its first cell's code span
+        cover(allowed, prose)
     return [
         (markdown.count("\n", 0, m.start()) + 1, m.group(0))
         for m in _NUMBER.finditer(markdown)
