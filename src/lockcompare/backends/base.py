@@ -45,6 +45,15 @@ class BackendConfig:
     wait_replicas: int = 0
 
 
+#: The largest fencing token a resource stores exactly (a signed 64-bit integer).
+FENCING_TOKEN_MAX = 2**63 - 1
+
+
+def _short_repr(value: object) -> str:
+    text = repr(value) if not isinstance(value, int) or value.bit_length() < 200 else f"an int of {value.bit_length()} bits"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 @dataclass(frozen=True, kw_only=True)
 class Lease:
     """A successful acquire: the key, the random owner token, and what the holder may assume.
@@ -61,6 +70,20 @@ class Lease:
     valid_until_ns: int | None = None
     fencing_token: int | None = None
     granted_by: tuple[int, ...] | None = None
+
+    def problem(self) -> str | None:
+        """What makes this lease unusable (a plug-in's wrong field type or range), or None.
+
+        A fencing token must be an integer the resources store exactly: Redis integers and
+        PostgreSQL ``bigint`` are 64-bit signed, and the resources compare tokens as integers, never
+        as floats (above 2**53 neighbouring floats are equal, and a stale write would pass).
+        """
+        if self.valid_until_ns is not None and (type(self.valid_until_ns) is not int):
+            return f"valid_until_ns must be an int (ns) or None, got {type(self.valid_until_ns).__name__}"
+        token = self.fencing_token
+        if token is not None and (type(token) is not int or not 0 <= token <= FENCING_TOKEN_MAX):
+            return f"fencing_token must be an int in 0..2**63-1 or None, got {_short_repr(token)}"
+        return None
 
     def is_valid(self, now_ns: int | None = None) -> bool:
         if self.valid_until_ns is None:

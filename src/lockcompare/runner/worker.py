@@ -112,6 +112,8 @@ class WorkerPlan:
 
 def checked_outcome(outcome: object, *, backend: str) -> Lease | Refusal:
     """``acquire``'s result, or a TypeError naming the backend: anything else is a broken plug-in."""
+    if isinstance(outcome, Lease) and (problem := outcome.problem()) is not None:
+        raise TypeError(f"backend {backend!r}: acquire returned a Lease whose {problem}")
     if isinstance(outcome, (Lease, Refusal)):
         return outcome
     raise TypeError(f"backend {backend!r}: acquire returned {type(outcome).__name__}, expected a Lease or a Refusal")
