@@ -150,8 +150,37 @@ _held: dict[Path, int] = {}
 _PID_WAIT_S = 0.5
 
 
+def real_path(path: Path) -> Path:
+    """``path`` with every symlink on it resolved (the file need not exist yet).
+
+    An output file is known by its real path: a run on a symlink then locks, appends to and puts
+    its histories beside the file the link names, so two names for one file are one writer's.
+    """
+    return Path(os.path.realpath(path))
+
+
 def lock_path_for(out: Path) -> Path:
-    return out.with_name(out.name + ".lock")
+    real = real_path(out)
+    return real.with_name(real.name + ".lock")
+
+
+def _lock_inode(out: Path) -> int | None:
+    """Also flock the results file itself, when it exists: a hard link is another name for the same
+    inode, whose lock file beside it would be another file. None when there is no file yet (no hard
+    link to it can exist before it does)."""
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ResultsBusyError(
+            f"{out} is being written by another lockcompare run (under another name for the same file): "
+            "wait for it, or choose another --out"
+        ) from None
+    return fd
 
 
 def _holder(fd: int) -> str:
@@ -214,6 +243,13 @@ def results_lock(out: Path) -> Iterator[None]:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     except OSError:
         pass  # the lock holds without the pid; a refused run then says "pid unknown"
+    try:
+        inode_fd = _lock_inode(real_path(out))
+    except ResultsBusyError:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
+        raise
     _held[key] = 1
     try:
         yield
@@ -222,3 +258,5 @@ def results_lock(out: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):
             path.unlink()
         os.close(fd)
+        if inode_fd is not None:
+            os.close(inode_fd)

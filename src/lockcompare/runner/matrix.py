@@ -25,7 +25,7 @@ from lockcompare.errors import (
 )
 from lockcompare.faults import plan as fault_plan
 from lockcompare.faults.steps import parse_schedule
-from lockcompare.files import check_output_file, results_lock
+from lockcompare.files import check_output_file, real_path, results_lock
 from lockcompare.infra.cluster import (
     Cluster,
     ClusterShape,
@@ -376,6 +376,7 @@ def run_planned(
         raise InvalidValueError("no trial to run")
     for backend in dict.fromkeys(spec.backend for spec in specs):  # before any file or server is touched
         require_declarations(load_backend(backend), name=backend)
+    out = real_path(out)  # through a symlink: the lock, the rows and the histories beside the real file
     check_output_file(out, flag="--out")  # before the lock file beside it is created
     with results_lock(out):  # one writer per results file, for the whole run
         return _run_locked(
