@@ -169,8 +169,10 @@ def find_row(rows: Sequence[dict[str, Any]], selector: str) -> dict[str, Any]:
     """The row ``selector`` names: a trial id, or a data row's number (1 = the first row)."""
     from lockcompare.errors import InvalidValueError
 
-    if selector.isdigit():
-        number_ = int(selector)
+    if selector.isascii() and selector.isdigit():
+        from lockcompare.spec.parsing import parse_number
+
+        number_ = int(parse_number(selector, what="the row number", whole=True))
         if not 1 <= number_ <= len(rows):
             raise InvalidValueError(f"row {number_} does not exist: the file has {len(rows)} rows (1..{len(rows)})")
         return rows[number_ - 1]

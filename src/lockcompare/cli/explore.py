@@ -16,10 +16,15 @@ from lockcompare.evaluation.explore import DEFAULT_PROPERTY, PROPERTIES, TrialOu
 from lockcompare.evaluation.explore_run import run_explore
 from lockcompare.evaluation.explore_trials import DEFAULT_TIME_SCALE, RealTrials, fitting_scale
 from lockcompare.evaluation.schedules import DEFAULT_KINDS, KINDS, MAX_STEPS, parse_kinds
+from lockcompare.faults.steps import MAX_SCHEDULE_STEPS
 from lockcompare.runner.matrix import ClusterOptions
+from lockcompare.spec.limits import check_count
+from lockcompare.spec.parsing import parse_number
 from lockcompare.spec.choices import FENCE_MODES
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
+#: A week: a search longer than that is a typo (or 400 nines), not a plan.
+MAX_BUDGET_S = 7 * 24 * 3600
 
 
 def parse_budget(text: str, *, flag: str = "--budget", zero_ok: bool = False) -> float:
@@ -29,14 +34,19 @@ def parse_budget(text: str, *, flag: str = "--budget", zero_ok: bool = False) ->
     (900.0, 90.0, 5400.0, 0.0)
     """
     text = text.strip().lower()
+    shown = text if len(text) <= 40 else f"{text[:12]}... ({len(text)} characters)"
+    if len(text) > 40:
+        raise InvalidValueError(f"{flag} takes a duration like 15m, 90s, 1h30m or seconds, got {shown!r}")
     if re.fullmatch(r"\d+(\.\d+)?", text):
-        seconds = float(text)
+        seconds = parse_number(text, what=flag)
     elif re.fullmatch(r"(\d+(\.\d+)?[hms])+", text):
-        seconds = sum(float(n) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)([hms])", text))
+        seconds = sum(parse_number(n, what=flag) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)([hms])", text))
     else:
-        raise InvalidValueError(f"{flag} takes a duration like 15m, 90s, 1h30m or seconds, got {text!r}")
+        raise InvalidValueError(f"{flag} takes a duration like 15m, 90s, 1h30m or seconds, got {shown!r}")
     if seconds < 0 or (seconds == 0 and not zero_ok):
-        raise InvalidValueError(f"{flag} must be > 0, got {text!r}")
+        raise InvalidValueError(f"{flag} must be > 0, got {shown!r}")
+    if seconds > MAX_BUDGET_S:
+        raise InvalidValueError(f"{flag} must be at most {MAX_BUDGET_S // 3600} h, got {shown!r}")
     return seconds
 
 
@@ -106,14 +116,17 @@ def explore_command(
         raise InvalidValueError(f"--fence takes {', '.join(FENCE_MODES)}, got {fence!r}")
     if prop not in PROPERTIES:
         raise InvalidValueError(f"--property takes {', '.join(PROPERTIES)}, got {prop!r}")
-    if jobs < 1:
-        raise InvalidValueError(f"--jobs must be >= 1, got {jobs}")
+    check_count("jobs", jobs)
+    if not 1 <= max_steps <= MAX_SCHEDULE_STEPS:
+        raise InvalidValueError(f"--max-steps must be in 1..{MAX_SCHEDULE_STEPS} (a schedule's most steps), got {max_steps}")
     if time_scale is not None and not time_scale > 0:
         raise InvalidValueError(f"--time-scale must be > 0, got {time_scale:g}")
     kinds = parse_kinds(faults)
     seconds = parse_budget(budget)
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
     target = out_dir or Path("results") / f"explore-{safe}-{prop}"
+    if resume and not target.is_dir():
+        raise InvalidValueError(f"--resume: {target} is not a directory of an earlier search (nothing to continue)")
     scale = time_scale if time_scale is not None else fitting_scale(backend)
     trials = RealTrials(
         backend=backend, out_dir=target, time_scale=scale, fence=fence, jobs=jobs, redlock_nodes=redlock_nodes,
