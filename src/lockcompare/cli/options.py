@@ -24,7 +24,7 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.faults.steps import read_schedule_file
 from lockcompare.files import read_capped
 from lockcompare.infra.cluster import DEFAULT_NODES
-from lockcompare.infra.redisconn import PASSWORD_ENV, parse_url_list, validate_url, with_env_password
+from lockcompare.infra.redisconn import PASSWORD_ENV, parse_url_list, redact, validate_url, with_env_password
 from lockcompare.runner.matrix import ClusterOptions, MatrixReport
 from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE, usable_cpus
 from lockcompare.runner.trial import TrialResult
@@ -140,7 +140,7 @@ def _cluster_options(
         raise InvalidValueError(f"--redlock-nodes {redlock_nodes} but only {len(node_urls)} --nodes given")
     count = max(redlock_nodes or DEFAULT_NODES, DEFAULT_NODES)
     if postgres is not None and not postgres.startswith(("postgresql://", "postgres://")):
-        raise InvalidValueError(f"--postgres takes a postgresql:// URL, got {postgres!r}")
+        raise InvalidValueError(f"--postgres takes a postgresql:// URL, got {redact(postgres)!r}")
     return ClusterOptions(
         nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres
     )
