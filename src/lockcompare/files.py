@@ -88,7 +88,9 @@ def _nearest_dir(path: Path, *, flag: str, target: Path) -> Path:
 
 def check_output_file(path: Path, *, flag: str, existing_ok: bool = True) -> None:
     """Refuse, before anything runs, an output file that cannot be written: a directory or device
-    in its place, a regular file in place of a folder on its way, a read-only place."""
+    in its place, a regular file in place of a folder on its way, a read-only place, a name that is
+    not UTF-8 text (a results row names its history by this path, and a row is UTF-8)."""
+    check_text_name(path, flag=flag)
     if path.exists():
         mode = path.stat().st_mode
         if stat.S_ISDIR(mode):
@@ -104,8 +106,18 @@ def check_output_file(path: Path, *, flag: str, existing_ok: bool = True) -> Non
     _probe_dir(_nearest_dir(path, flag=flag, target=path), flag=flag, target=path)
 
 
+def check_text_name(path: Path, *, flag: str) -> None:
+    """Refuse a path whose bytes are not UTF-8 (Python holds them as lone surrogates)."""
+    try:
+        os.fsdecode(os.fsencode(path)).encode("utf-8")
+    except UnicodeError:
+        shown = os.fsencode(path).decode("utf-8", errors="backslashreplace")
+        raise OutputPathError(f"{flag} {shown}: the name is not UTF-8 text; choose another name") from None
+
+
 def check_output_dir(path: Path, *, flag: str) -> None:
     """Refuse, before anything runs, an output directory that cannot be created or written."""
+    check_text_name(path, flag=flag)
     if path.exists():
         if not path.is_dir():
             raise OutputPathError(f"{flag} {path} is not a directory")
