@@ -25,7 +25,6 @@ from lockcompare.analysis.checker import TrialMetrics, check, unknown
 from lockcompare.analysis.history import Event
 from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
 from lockcompare.backends import BackendConfig, load_backend
-from lockcompare.errors import NodeUnreachableError
 from lockcompare.faults import Freezer, network, plan
 from lockcompare.faults.holders import LockHolders, glob_escape
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
@@ -190,10 +189,11 @@ def _run_trial(
         died = health.dead_nodes(cluster, node_count=spec.node_count)
         if died:
             failure = "; ".join(filter(None, [failure, f"{health.describe_dead(cluster, died)} died during the trial"]))
-        counters = _read_counters(resource)
+        counters, unread = _read_counters(resource)
+        failure = "; ".join(filter(None, [failure, unread if not died or -1 not in died else ""]))
         metrics = (
             unknown(counters, problem=failure, entries_planned=spec.entries_planned)
-            if failure
+            if failure or counters is None
             else check(events, counters, entries_planned=spec.entries_planned)
         )
         return TrialResult(
@@ -270,11 +270,13 @@ class StopWatch:
         self._thread.join()
 
 
-def _read_counters(resource: Resource | PgResource) -> ResourceCounters:
+def _read_counters(resource: Resource | PgResource) -> tuple[ResourceCounters | None, str]:
+    """The resource's counters, or None and why not: a resource that died is an unknown trial, as a
+    dead lock node is, and the matrix goes on (an unusable one is refused by the next health check)."""
     try:
-        return resource.counters()
+        return resource.counters(), ""
     except (redis.RedisError, ResourceError) as exc:
-        raise NodeUnreachableError(f"cannot read the resource's counters: {exc}") from None
+        return None, f"cannot read the resource's counters: {exc}"
 
 
 def _lock_holders(cluster: Cluster, *, lock_key: str) -> LockHolders | None:
