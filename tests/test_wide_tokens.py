@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 from lockcompare.analysis.fencing import accepted_below_earlier_token
 from lockcompare.analysis.results import read_results
+from lockcompare.backends import BackendConfig
 from lockcompare.backends.base import Lease
 from lockcompare.backends.fenced import FencedLock, fence_counter_key
-from lockcompare.backends import BackendConfig
 from lockcompare.cli import app
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.redisconn import connect
@@ -103,8 +103,8 @@ def test_64_bit_tokens_fence_a_paused_client_as_small_ones_do(tmp_path: Path) ->
     out = tmp_path / "wide.csv"
     result = CliRunner().invoke(
         app,
-        ["matrix", "--backends", "plugins.wide_tokens:WideTokenLock,fenced", "--experiments", "client-pause", "--fence", "all",
-         "--trials", "1", "--rounds", "4", "--time-scale", "0.1", "--out", str(out)],
+        ["matrix", "--backends", "plugins.wide_tokens:WideTokenLock,fenced", "--experiments", "client-pause",
+         "--fence", "all", "--trials", "1", "--rounds", "4", "--time-scale", "0.1", "--out", str(out)],
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
     rows = {r["backend"]: r for r in read_results(out)}

@@ -216,7 +216,9 @@ def probe_import(module_name: str, *, label: str, timeout_s: float = PLUGIN_IMPO
         )
     if not said:
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        raise BackendLoadError(f"backend {label!r}: the process importing {module_name!r} {how} before the import ended")
+        raise BackendLoadError(
+            f"backend {label!r}: the process importing {module_name!r} {how} before the import ended"
+        )
     if said not in ("ok", "raised"):
         raise BackendLoadError(f"backend {label!r}: {module_name!r} {said} (a plug-in must not exit lockcompare)")
     os.environ[PROBED_ENV] = ",".join(sorted(probed | {module_name}))

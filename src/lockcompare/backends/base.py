@@ -50,7 +50,11 @@ FENCING_TOKEN_MAX = 2**63 - 1
 
 
 def _short_repr(value: object) -> str:
-    text = repr(value) if not isinstance(value, int) or value.bit_length() < 200 else f"an int of {value.bit_length()} bits"
+    text = (
+        repr(value)
+        if not isinstance(value, int) or value.bit_length() < 200
+        else f"an int of {value.bit_length()} bits"
+    )
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -18,9 +18,9 @@ from lockcompare.evaluation.explore_trials import DEFAULT_TIME_SCALE, RealTrials
 from lockcompare.evaluation.schedules import DEFAULT_KINDS, KINDS, MAX_STEPS, parse_kinds
 from lockcompare.faults.steps import MAX_SCHEDULE_STEPS
 from lockcompare.runner.matrix import ClusterOptions
+from lockcompare.spec.choices import FENCE_MODES
 from lockcompare.spec.limits import check_count
 from lockcompare.spec.parsing import parse_number
-from lockcompare.spec.choices import FENCE_MODES
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 #: A week: a search longer than that is a typo (or 400 nines), not a plan.
@@ -118,7 +118,9 @@ def explore_command(
         raise InvalidValueError(f"--property takes {', '.join(PROPERTIES)}, got {prop!r}")
     check_count("jobs", jobs)
     if not 1 <= max_steps <= MAX_SCHEDULE_STEPS:
-        raise InvalidValueError(f"--max-steps must be in 1..{MAX_SCHEDULE_STEPS} (a schedule's most steps), got {max_steps}")
+        raise InvalidValueError(
+            f"--max-steps must be in 1..{MAX_SCHEDULE_STEPS} (a schedule's most steps), got {max_steps}"
+        )
     if time_scale is not None and not time_scale > 0:
         raise InvalidValueError(f"--time-scale must be > 0, got {time_scale:g}")
     kinds = parse_kinds(faults)

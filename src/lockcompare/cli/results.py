@@ -11,7 +11,6 @@ import typer
 from lockcompare.analysis.compare import compare_rows, comparison_table, differs
 from lockcompare.analysis.results import inspect_results, read_results, rewrite
 from lockcompare.cli.core import app
-from lockcompare.spec.parsing import parse_number
 from lockcompare.cli.options import (
     _split,
 )
@@ -19,6 +18,7 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.files import check_output_dir, check_output_file, results_lock
 from lockcompare.render import table
 from lockcompare.render.timeline import STEP_KINDS, load_history, render_timeline
+from lockcompare.spec.parsing import parse_number
 
 
 @app.command()

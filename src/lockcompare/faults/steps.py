@@ -33,7 +33,6 @@ trial setting ``faults`` and part of the trial identity. This module is pure: no
 from __future__ import annotations
 
 import json
-import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -175,9 +174,7 @@ MAX_INDEX = 1000  # node and worker indices (the cluster's own bounds are checke
 def parse_schedule(text: str) -> Schedule:
     """Parse a schedule; an :class:`InvalidValueError` in one line says what is wrong and where."""
     if len(text) > MAX_SCHEDULE_CHARS:
-        raise InvalidValueError(
-            f"a fault schedule takes at most {MAX_SCHEDULE_CHARS} characters, got {len(text)}"
-        )
+        raise InvalidValueError(f"a fault schedule takes at most {MAX_SCHEDULE_CHARS} characters, got {len(text)}")
     parts = [part.strip() for part in text.replace("\n", ";").split(";")]
     if (count := sum(1 for p in parts if p)) > MAX_SCHEDULE_STEPS:
         raise InvalidValueError(f"a fault schedule takes at most {MAX_SCHEDULE_STEPS} steps, got {count}")

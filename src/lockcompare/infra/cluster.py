@@ -21,8 +21,8 @@ from lockcompare.infra.etcd_server import is_etcd_url, start_members
 from lockcompare.infra.fakeclock import FakeClock, check_fake_clock_support
 from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.infra.pg_client import answers as pg_answers
-from lockcompare.infra.pg_client import problem as pg_problem
 from lockcompare.infra.pg_client import delete_own_rows, is_postgres_url, pg_server_version, reset_database
+from lockcompare.infra.pg_client import problem as pg_problem
 from lockcompare.infra.postgres_server import PostgresServer
 from lockcompare.infra.redisconn import connect, ping, redact, server_run_id, server_version
 from lockcompare.infra.replication import (

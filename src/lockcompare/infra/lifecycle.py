@@ -7,6 +7,7 @@ kernel for PR_SET_PDEATHSIG so that it dies even if lockcompare itself is SIGKIL
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import multiprocessing
@@ -125,12 +126,24 @@ def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        with _signals_deferred():
+        with _signals_deferred(), _STARTING:
             proc = SPAWN.Process(target=_child_main, args=(target, os.getpid(), args), daemon=True)
             proc.start()
         return proc
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+#: Held while a child's start-up data is written. A trial thread (--jobs > 1) is not shielded by
+#: _signals_deferred: on Ctrl-C the main thread exits, and the interpreter would stop the thread
+#: mid-write, leaving a child that prints a cut-off traceback. At exit, wait for that write to end
+#: (and start nothing more); the child then dies with us, quietly.
+_STARTING = threading.Lock()
+
+
+@atexit.register
+def _let_starts_finish() -> None:
+    _STARTING.acquire(timeout=10)
 
 
 @contextlib.contextmanager

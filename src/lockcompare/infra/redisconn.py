@@ -15,7 +15,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from lockcompare.errors import InvalidURLError, NodeUnreachableError
-from lockcompare.redaction import redact as redact  # the one redaction function; imported from here by others
+from lockcompare.redaction import redact  # the one redaction function (others import it from here too)
 
 _SCHEMES = ("redis", "rediss", "unix")
 

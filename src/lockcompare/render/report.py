@@ -26,9 +26,9 @@ from lockcompare.analysis.results import read_results
 from lockcompare.analysis.sentinel import is_marked
 from lockcompare.errors import LockcompareError, RenderError
 from lockcompare.render import table
-from lockcompare.render.table import markdown_text
 from lockcompare.render.glance import GLANCE_PNG, plot_glance
 from lockcompare.render.plots import matrix_png_name, plot_matrix, plot_timeline, require_matplotlib
+from lockcompare.render.table import markdown_text
 from lockcompare.render.timeline import load_history
 
 REPORT_NAME = "README.md"

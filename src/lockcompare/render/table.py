@@ -17,9 +17,9 @@ experiment's timing margin: analysis/sentinel.py) says so in its trials column, 
 from __future__ import annotations
 
 import csv
-import re
 import io
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
