@@ -91,14 +91,21 @@ def test_a_slow_call_counts_beyond_the_usual_of_its_kind() -> None:
     assert stall.at == "worker 0 round 2: write call"
 
 
-def test_the_first_call_of_a_kind_opens_its_connection_and_is_not_judged() -> None:
+@pytest.mark.parametrize(("extra_ms", "stall_ms"), [(4.0, 0.0), (8.0, 3.0), (316.0, 311.0)])
+def test_the_first_call_of_a_kind_is_allowed_its_connection_and_judged_past_it(
+    extra_ms: float, stall_ms: float
+) -> None:
     history = rounds()
     first = history[0]  # round 0's acquire: connect handshake
-    first["t1"] += 8 * MS
+    first["t1"] += int(extra_ms * MS)
     for e in history[1:]:
-        e["t0"] += 8 * MS
-        e["t1"] += 8 * MS
-    assert worst_stall(history, PLAN).ms == pytest.approx(0, abs=1e-6)
+        for field in ("t0", "t1", "t_attempt"):
+            if field in e:
+                e[field] += int(extra_ms * MS)
+    stall = worst_stall(history, PLAN)
+    assert stall.ms == pytest.approx(stall_ms, abs=1e-3)
+    if stall_ms:
+        assert stall.at == "worker 0 round 0: acquire call (first)"
 
 
 def test_a_pause_longer_than_planned_is_a_stall_and_gaps_between_back_to_back_steps_count() -> None:
@@ -221,3 +228,15 @@ def test_the_scheduler_admits_fewer_trials_once_they_stall_and_more_once_calm() 
     for _ in range(CALM_TO_GROW * 2):
         gov.record(share=0.01, concurrent=1)
     assert gov.limit == 3
+
+
+def test_a_lock_free_row_is_judged_only_against_margins_its_backend_has() -> None:
+    # atomic/optimistic x client-pause: no lease, so neither TTL - work nor pause - TTL is theirs.
+    plan = TimingPlan(ttl_ms=100, work_ms=30, pause_ms=120, think_ms=2, leased=False)
+    assert margins(plan) == []
+    verdict = judge_timing(rounds(late={(1, "write"): 25.0}), plan)
+    assert verdict.stall.ms == pytest.approx(25.0) and not verdict.marked and math.isnan(verdict.eaten)
+    assert verdict.as_row()["margin_of"] == "none (no lease)"
+    # A fault's own margin stays a margin of the lock-free trial too.
+    fault = TimingPlan(ttl_ms=100, work_ms=30, fault_offset_ms=5, leased=False)
+    assert [(m.of, m.ms) for m in margins(fault)] == [("work - fault offset", 25.0)]

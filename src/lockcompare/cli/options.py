@@ -84,6 +84,26 @@ FaultsFile = Annotated[
         'name JSON, {"steps": [...]}; the steps are --faults steps (docs/faults.md).',
     ),
 ]
+AllowMixedRevisions = Annotated[
+    str | None,
+    typer.Option(
+        "--allow-mixed-revisions",
+        metavar="REASON",
+        help="With --resume: continue a file whose trials another code revision measured (refused otherwise: "
+        "its cells would average two instruments). The reason is recorded in every new row; tables mark "
+        "the mixed cells.",
+    ),
+]
+DaskAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--dask",
+        metavar="ADDRESS",
+        help="Run the trials on a Dask cluster (tcp://scheduler:8786; pip install 'lockcompare[dask]'): each "
+        "cell's trials run whole on one worker host, --jobs at once there, and come back as rows written "
+        "here. Start workers with --nthreads 1 (docs/distributed.md).",
+    ),
+]
 RedlockNodes = Annotated[
     int | None, typer.Option("--redlock-nodes", help="Nodes a multi-node lock uses (3, 5, 7; default: all).")
 ]
