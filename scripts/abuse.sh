@@ -392,7 +392,7 @@ EOF
     case_ report-hostile-csv lc report "$WORK/input/evil.csv" --out rep
     echo "    -> /etc/passwd read: $(grep -c 'root:' "$WORK/report-hostile-csv/rep/README.md" 2>/dev/null); raw <script> outside code: $(sed 's/`[^`]*`//g' "$WORK/report-hostile-csv/rep/README.md" 2>/dev/null | grep -c '<script')"
     case_ table-csv-formula lc table "$WORK/input/evil.csv" --format csv
-    echo "    -> formula cells left: $(grep -c '^=' "$WORK/table-csv-formula/stdout")"
+    wanted table-csv-formula && echo "    -> formula cells left: $(grep -c '^=' "$WORK/table-csv-formula/stdout")"
 fi
 
 echo "== no password printed, whatever the URL's form"

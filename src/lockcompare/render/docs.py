@@ -171,7 +171,10 @@ def excerpt_text(csv: Path, rows: list[dict[str, Any]], match: re.Match[str]) ->
     if row is None:
         raise ValueError(f"{csv}: no trial {match['trial']!r}")
     kinds = set(match["kinds"].split(",")) if match["kinds"] else None
-    events = load_history(history_path(row, results=csv))
+    path = history_path(row, results=csv)
+    if path is None:
+        raise ValueError(f"{csv}: the history of {match['trial']!r} is outside the CSV's folder")
+    events = load_history(path)
     timeline = render_timeline(events, from_ms=float(match["from"]), to_ms=float(match["to"]), kinds=kinds)
     return f"```\n{timeline}\n```\n"
 
