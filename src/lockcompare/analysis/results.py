@@ -214,6 +214,15 @@ class ResultsFile:
             )  # fmt: skip
 
 
+def history_file(row: dict[str, Any], *, results: Path) -> Path | None:
+    """A row's history file: the ``history`` column is relative to the CSV's folder and must stay in
+    it (resolved): a CSV is data, and ``../../etc/passwd`` in it is not a path to open. None when it
+    leaves the folder."""
+    folder = results.resolve().parent
+    path = (folder / str(row["history"])).resolve()
+    return path if path.is_relative_to(folder) else None
+
+
 def allow_fields_of(size: int) -> None:
     """Let the csv module read any field of a file of ``size`` bytes.
 

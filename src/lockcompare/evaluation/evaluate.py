@@ -43,7 +43,7 @@ from tabulate import tabulate
 
 from lockcompare.analysis import history as history_io
 from lockcompare.analysis.fencing import accepted_below_earlier_token
-from lockcompare.analysis.results import read_results
+from lockcompare.analysis.results import history_file, read_results
 from lockcompare.backends import load_backend, require_declarations
 from lockcompare.errors import InvalidValueError, ResultsFileError
 from lockcompare.evaluation.backend_host import Claims, claims_of
@@ -300,8 +300,11 @@ def token_order_violations(rows: Sequence[dict[str, Any]], *, backend: str, resu
     for row in rows:
         if row["backend"] != backend or row["experiment"] != "client-pause":
             continue
+        path = history_file(row, results=results)  # never a path outside the results' folder
         try:
-            found[row["trial_id"]] = accepted_below_earlier_token(history_io.load(results.parent / str(row["history"])))
+            if path is None:
+                raise ValueError("history outside the results' folder")
+            found[row["trial_id"]] = accepted_below_earlier_token(history_io.load(path))
         except (OSError, ValueError, KeyError, TypeError):
             found[row["trial_id"]] = None
     return found

@@ -22,7 +22,7 @@ from typing import Any
 from lockcompare.analysis.cells import CONDITION_COLUMNS, Cell, group_cells, setting_text
 from lockcompare.analysis.reproduce import matrix_command, settings_key
 from lockcompare.analysis.results import PROVENANCE_COLUMNS as ROW_PROVENANCE
-from lockcompare.analysis.results import read_results
+from lockcompare.analysis.results import history_file, read_results
 from lockcompare.analysis.sentinel import is_marked
 from lockcompare.errors import LockcompareError, RenderError
 from lockcompare.render import table
@@ -128,12 +128,8 @@ def cell_title(cell: Cell) -> str:
 
 
 def history_path(row: dict[str, Any], *, results: Path) -> Path | None:
-    """A row's history file: the CSV's ``history`` column is relative to the CSV's folder, and must
-    stay in it (resolved): a CSV is data, and ``../../etc/passwd`` in it is not a path to open. None
-    when it leaves the folder."""
-    folder = results.resolve().parent
-    path = (folder / str(row["history"])).resolve()
-    return path if path.is_relative_to(folder) else None
+    """A row's history file, or None when its path leaves the CSV's folder (see results.history_file)."""
+    return history_file(row, results=results)
 
 
 def row_for_history(path: Path) -> dict[str, Any] | None:
