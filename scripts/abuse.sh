@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hostile-but-fair user of issue 18, as one script: every case prints one line with its exit
+# The hostile-but-fair user of issues 18 and 26, as one script: every case prints one line with its exit
 # code, tracebacks printed, what it left (processes, temporary/data dirs, .part files, duplicate
 # trial ids in the results files it wrote) and its last stderr line; a summary line ends it.
 #
