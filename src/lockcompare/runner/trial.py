@@ -27,7 +27,7 @@ from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timin
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.errors import NodeUnreachableError
 from lockcompare.faults import Freezer, network, plan
-from lockcompare.faults.holders import LockHolders, glob_escape
+from lockcompare.faults.holders import DEFAULT_KEY_PATTERN, LockHolders, key_glob
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.faults.steps import Schedule, parse_schedule
 from lockcompare.infra import health, provenance
@@ -157,7 +157,7 @@ def _run_trial(
             node_count=len(cluster.node_urls),
             workers=spec.workers,
             links=links,
-            holders=_lock_holders(cluster, lock_key=f"{prefix}:lock"),
+            holders=_lock_holders(cluster, lock_key=f"{prefix}:lock", backend=load_backend(spec.backend)),
         )
         if steps
         else None
@@ -277,15 +277,21 @@ def _read_counters(resource: Resource | PgResource) -> ResourceCounters:
         raise NodeUnreachableError(f"cannot read the resource's counters: {exc}") from None
 
 
-def _lock_holders(cluster: Cluster, *, lock_key: str) -> LockHolders | None:
+def _lock_holders(cluster: Cluster, *, lock_key: str, backend: type) -> LockHolders | None:
     """What reads the lock's holders before a node fault: embedded Redis nodes only (faults/holders.py).
 
-    Matched as ``*<lock key>``: a library stores the harness's key under a prefix of its own
-    (pottery: ``redlock:``, python-redis-lock: ``lock:``).
+    Where the backend says its key lives (``key_pattern``, ``key_type``: an external client's
+    manifest), else as ``*<lock key>``: a library stores the harness's key under a prefix of its
+    own (pottery: ``redlock:``, python-redis-lock: ``lock:``).
     """
     if not cluster.embedded or any(is_etcd_url(url) or is_postgres_url(url) for url in cluster.node_urls):
         return None
-    return LockHolders(node_urls=cluster.node_urls, key_pattern="*" + glob_escape(lock_key))
+    pattern = str(getattr(backend, "key_pattern", DEFAULT_KEY_PATTERN))
+    return LockHolders(
+        node_urls=cluster.node_urls,
+        key_pattern=key_glob(lock_key, pattern=pattern),
+        key_type=str(getattr(backend, "key_type", "string")),
+    )
 
 
 def session_urls(urls: tuple[str, ...], *, spec: TrialSpec) -> tuple[str, ...]:
