@@ -125,6 +125,7 @@ def load_backend(spec: str) -> type[LockBackend]:
     does not resolve to a backend, :class:`BackendNotViableError` when its library is missing.
     """
     spec = spec.strip()
+    cls: type[LockBackend]
     if spec.endswith(".toml"):  # an external client's manifest (docs/clients.md)
         from lockcompare.backends.external import manifest_backend
 

@@ -38,7 +38,6 @@ import dataclasses
 import os
 import shutil
 import time
-from pathlib import Path
 from typing import Any, ClassVar
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
@@ -158,7 +157,23 @@ class ExternalBackend:
         return client
 
     def _alive(self) -> bool:
-        return self._client.exit is None
+        """Is the client running? The first time its exit is seen, the exit and the leases it took
+        with it are recorded (before a release forgets them)."""
+        exit_ = self._client.exit
+        if exit_ is None:
+            return True
+        if not self._exit_recorded:
+            self._exit_recorded = True
+            lost = [owner for owner, generation in self._held.items() if generation == self._generation]
+            self._records.append(
+                {"kind": "client-exit", "t0": exit_.at_ns, "code": exit_.code, "stderr": exit_.stderr, "holding": lost}
+            )
+            for owner in lost:  # the leases it kept are gone with it
+                self._records.append(
+                    {"t0": exit_.at_ns, "t1": exit_.at_ns, "ok": False, "owner": owner, "valid_until": None,
+                     "reason": "client-exited"}
+                )  # fmt: skip
+        return False
 
     def _call(self, op: str, **fields: Any) -> dict[str, Any] | ReplyProblem:
         t0 = time.monotonic_ns()
@@ -172,7 +187,14 @@ class ExternalBackend:
 
     def _note(self, op: str, problem: str, detail: str, *, t0: int) -> None:
         self._records.append(
-            {"kind": "client-reply", "t0": t0, "t1": time.monotonic_ns(), "op": op, "problem": problem, "detail": detail}
+            {
+                "kind": "client-reply",
+                "t0": t0,
+                "t1": time.monotonic_ns(),
+                "op": op,
+                "problem": problem,
+                "detail": detail,
+            }
         )
 
     def _malformed(self, op: str, what: str, *, t0: int) -> Refusal:
@@ -231,14 +253,15 @@ class ExternalBackend:
             raise Malformed(f"valid_until {raw!r} is not a CLOCK_MONOTONIC time in ns")
         return deadline
 
-    def _ours(self, lease: Lease) -> bool:
-        """Is ``lease`` held by the running client (not by one that exited since)?"""
-        return self._alive() and self._held.get(lease.owner) == self._generation
+    def _gone_with_client(self, lease: Lease) -> bool:
+        """Did ``lease`` go with a client that exited (this one, or one before it)?"""
+        generation = self._held.get(lease.owner)
+        return not self._alive() or (generation is not None and generation != self._generation)
 
     def release(self, lease: Lease) -> bool:
-        ours = self._ours(lease)
+        gone = self._gone_with_client(lease)
         self._held.pop(lease.owner, None)
-        if not ours:
+        if gone:
             return False  # its client exited: the lease went with it
         t0 = time.monotonic_ns()
         reply = self._call("release", key=lease.key, owner=lease.owner)
@@ -253,7 +276,7 @@ class ExternalBackend:
 
     def extend(self, lease: Lease, *, ttl_ms: int) -> Lease | Refusal:
         """One extension of ``lease`` by ``ttl_ms`` (the library's own extend), if the client has one."""
-        if not self._ours(lease):
+        if self._gone_with_client(lease):
             return Refusal("client-exited")
         t0 = time.monotonic_ns()
         reply = self._call("extend", key=lease.key, owner=lease.owner, ttl_ms=ttl_ms)
@@ -277,18 +300,7 @@ class ExternalBackend:
         for grant in self._client.late_grants:
             self._records.append({"kind": "client-late-grant", **grant})
         self._client.late_grants.clear()
-        exit_ = self._client.exit
-        if exit_ is not None and not self._exit_recorded:
-            self._exit_recorded = True
-            lost = [owner for owner, generation in self._held.items() if generation == self._generation]
-            self._records.append(
-                {"kind": "client-exit", "t0": exit_.at_ns, "code": exit_.code, "stderr": exit_.stderr, "holding": lost}
-            )
-            for owner in lost:  # the leases it kept renewing are gone with it
-                self._records.append(
-                    {"t0": exit_.at_ns, "t1": exit_.at_ns, "ok": False, "owner": owner, "valid_until": None,
-                     "reason": "client-exited"}
-                )  # fmt: skip
+        self._alive()  # records an exit not seen yet
         records, self._records = sorted(self._records, key=lambda r: r["t0"]), []
         return records
 
@@ -330,7 +342,7 @@ class CheckingExternalBackend(ExternalBackend):
     """A manifest that claims ``checks_lease``: the worker asks ``check`` right before its write."""
 
     def before_write(self, lease: Lease) -> Lease | Refusal:
-        if not self._ours(lease):
+        if self._gone_with_client(lease):
             return Refusal("client-exited")
         t0 = time.monotonic_ns()
         reply = self._call("check", key=lease.key, owner=lease.owner)
@@ -409,4 +421,3 @@ def backend_class(manifest: Manifest) -> type[ExternalBackend]:
     base = CheckingExternalBackend if claims.checks_lease else ExternalBackend
     name = "".join(part.capitalize() for part in manifest.name.replace("_", "-").split("-") if part) or "External"
     return type(name, (base,), attrs)
-

@@ -47,6 +47,7 @@ Parsing is strict: an unknown field, a wrong type or a missing claim is one
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,7 +193,7 @@ def _float_or_none(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _check_fields(raw: dict[str, Any], kinds: dict[str, type], required: tuple[str, ...], *, where: str) -> None:
+def _check_fields(raw: dict[str, Any], kinds: Mapping[str, type], required: tuple[str, ...], *, where: str) -> None:
     unknown = sorted(set(raw) - set(kinds))
     if unknown:
         raise BackendLoadError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(kinds))})")
@@ -202,7 +203,11 @@ def _check_fields(raw: dict[str, Any], kinds: dict[str, type], required: tuple[s
     for name, value in raw.items():
         kind = kinds[name]
         # TOML's integers are fine where a float is expected; a bool is never a number here.
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) if kind is float else isinstance(value, kind)
+        ok = (
+            isinstance(value, (int, float)) and not isinstance(value, bool)
+            if kind is float
+            else isinstance(value, kind)
+        )
         if kind is int and isinstance(value, bool):
             ok = False
         if not ok:

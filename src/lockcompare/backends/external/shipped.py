@@ -23,7 +23,6 @@ SHIPPED = {
     "NodeSesameUsingChecked": "node/sesame-using-checked.toml",
     "NodeSemaphoreMutex": "node/semaphore-mutex.toml",
     "NodeSemaphoreRedlock": "node/semaphore-redlock.toml",
-    "PythonRefclient": "python/refclient.toml",
 }
 
 ENV_CLIENTS_DIR = "LOCKCOMPARE_CLIENTS_DIR"
