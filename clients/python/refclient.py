@@ -26,7 +26,10 @@ import threading
 import time
 from urllib.parse import urlparse
 
-ACQUIRE = "if redis.call('exists', KEYS[1]) == 0 then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end return 0"
+ACQUIRE = (
+    "if redis.call('exists', KEYS[1]) == 0 then redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end "
+    "return 0"
+)
 ACQUIRE_HASH = (
     "if redis.call('exists', KEYS[1]) == 0 then redis.call('hset', KEYS[1], ARGV[1], 1) "
     "redis.call('pexpire', KEYS[1], ARGV[2]) return 1 end return 0"
@@ -85,6 +88,7 @@ def main() -> None:
     parser.add_argument("--delay-s", type=float, default=5.0)
     opts = parser.parse_args()
     node: Resp | None = None
+    url, timeout_s = "", 2.0
     held: dict[str, str] = {}  # owner -> stored key
 
     def stored(key: str) -> str:
@@ -99,13 +103,14 @@ def main() -> None:
         rid, op = request.get("id"), request.get("op")
         t0 = time.monotonic_ns()
         try:
-            if op == "hello":
-                node = Resp(request["nodes"][0], timeout_s=request.get("request_timeout_ms", 2000) / 1000)
+            if op == "hello":  # connect at the first lock call: a node that is down is a refusal, not a failed start
+                url, timeout_s = request["nodes"][0], request.get("request_timeout_ms", 2000) / 1000
                 now = time.time_ns() if opts.misbehave == "clock" else time.monotonic_ns()
                 reply({"id": rid, "ok": True, "protocol": 1, "library": "refclient", "version": "1",
                        "runtime": f"python {sys.version.split()[0]}", "monotonic_ns": now})  # fmt: skip
                 continue
-            assert node is not None, "hello first"
+            if node is None:
+                node = Resp(url, timeout_s=timeout_s)
             if op == "acquire":
                 if opts.misbehave == "garbage":
                     sys.stdout.write("this is not a JSON reply\n")
@@ -146,7 +151,8 @@ def main() -> None:
                 return
             else:
                 reply({"id": rid, "ok": False, "error": f"unknown op {op!r}"})
-        except (OSError, RuntimeError, KeyError, AssertionError) as exc:
+        except (OSError, RuntimeError, KeyError, UnboundLocalError) as exc:
+            node = None  # reconnect at the next call (a node that restarted)
             reply({"id": rid, "ok": False, "reason": "error", "error": f"{type(exc).__name__}: {exc}"})
 
 
