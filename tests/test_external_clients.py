@@ -295,3 +295,38 @@ def test_node_semaphore_mutex_refreshes_and_its_renewals_reach_the_history(clust
     renewals = [e for e in result.history if e["kind"] == "renew"]
     assert len(renewals) >= 4 and all(e["ok"] for e in renewals)
     assert result.metrics.writes_skipped == 0
+
+
+@needs_node
+def test_a_stopped_renewing_client_lets_its_lease_expire_and_cannot_release_the_successors(
+    config: BackendConfig, key: str
+) -> None:
+    # The battery's "free again after the TTL" and "a release never deletes another owner's lock"
+    # for a lock whose library keeps renewing: stop_renewal freezes the client (SIGSTOP) until its
+    # next request.
+    cls = load_backend("node-semaphore-mutex")
+    first, second = cls(config=config), cls(config=config)
+    try:
+        lease = first.acquire(key=key, ttl_ms=400)
+        assert isinstance(lease, Lease)
+        first.stop_renewal(lease)  # type: ignore[attr-defined]
+        time.sleep(0.7)
+        successor = second.acquire(key=key, ttl_ms=5000)
+        assert isinstance(successor, Lease)
+        assert first.release(lease) is False  # its key is gone: whether it died of onLockLost or not
+        assert isinstance(second.before_write(successor), Lease)  # type: ignore[attr-defined]
+        assert second.release(successor) is True
+    finally:
+        first.close()
+        second.close()
+
+
+def test_bench_shows_the_librarys_time_and_the_hops_apart() -> None:
+    from lockcompare.runner.bench import _row, render_bench
+
+    external = _row("node-x", [3000_000, 4000_000], 0, 10_000_000, [2000_000, 2500_000])
+    builtin = _row("single", [1000_000, 1000_000], 0, 10_000_000, [])
+    assert (external.library_p50_us, external.hop_p50_us) == (2250.0, 1250.0)
+    table = render_bench([builtin, external])
+    assert "library p50 µs" in table and "hop p50 µs" in table
+    assert "| n/a" in table.splitlines()[2].replace("  ", "")  # the built-in reports no library time

@@ -7,8 +7,10 @@
 // keeps that default, so the harness sees the exit (recorded as client-exit, the held lease lost)
 // and starts a new client at the next acquire, as a process supervisor would. The library keeps no
 // validity of its own: the deadline reported is the acquire's (or last refresh's) start + TTL.
-// release() returns nothing: released is true when it resolved.
+// release() returns nothing: whether it deleted our key is read from the library's own delete
+// script's results (observed, not changed): Mutex, the key on node 0; RedlockMutex, on a quorum.
 const { Mutex, RedlockMutex } = require('redis-semaphore');
+const deletes = require('redis-semaphore/lib/mutex/release');
 const { serve, connect, disconnect, after, report, mono, Grants } = require('./protocol');
 
 const kind = process.argv[2];
@@ -19,6 +21,16 @@ if (kind !== 'mutex' && kind !== 'redlock') {
 let clients = [];
 const grants = new Grants();
 const held = new Map(); // owner -> { mutex, validUntil }
+const deleted = new Map(); // owner being released -> how many nodes deleted its key
+
+// Both Mutex and RedlockMutex release through this module's delIfEqualLua(client, [key, identifier]).
+const delIfEqual = deletes.delIfEqualLua;
+deletes.delIfEqualLua = (client, args) =>
+  delIfEqual(client, args).then((result) => {
+    const owner = String(args[1]);
+    if (deleted.has(owner) && Number(result) === 1) deleted.set(owner, deleted.get(owner) + 1);
+    return result;
+  });
 
 function observeGrants(client, index) {
   const set = client.set.bind(client);
@@ -69,8 +81,16 @@ serve({
     const entry = held.get(owner);
     held.delete(owner);
     if (!entry) return { ok: true, released: false };
-    await entry.mutex.release();
-    return { ok: true, released: true };
+    deleted.set(owner, 0);
+    let count = 0;
+    try {
+      await entry.mutex.release();
+    } finally {
+      count = deleted.get(owner);
+      deleted.delete(owner);
+    }
+    const quorum = kind === 'mutex' ? 1 : Math.round((clients.length + 1) / 2);
+    return { ok: true, released: count >= quorum };
   },
   async check({ owner }) {
     const entry = held.get(owner);
