@@ -105,8 +105,14 @@ class ClientProcess:
         with self._exit_lock:
             self._exit = Exit(code=code, at_ns=time.monotonic_ns(), stderr=self.stderr_tail())
 
-    def stderr_tail(self, lines: int = 3) -> str:
-        tail = list(self._stderr)[-lines:]
+    def stderr_tail(self, lines: int = 2) -> str:
+        """The child's last stderr lines, led by its last error message (a Node crash ends with a
+        stack trace and a version line: the ``LostLockError: …`` line says why)."""
+        kept = list(self._stderr)
+        errors = [line for line in kept if "Error" in line and not line.lstrip().startswith("at ")]
+        tail = kept[-lines:]
+        if errors and errors[-1] not in tail:
+            tail = [errors[-1], *tail[-1:]]
         return " | ".join(tail)
 
     def describe_exit(self) -> str:
