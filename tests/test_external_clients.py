@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend
+from lockcompare.backends import BackendConfig, Lease, Refusal, describe_backends, load_backend
 from lockcompare.backends.external.backend import ExternalBackend
 from lockcompare.backends.external.manifest import parse_manifest
 from lockcompare.backends.external.shipped import clients_dir
@@ -330,3 +330,17 @@ def test_bench_shows_the_librarys_time_and_the_hops_apart() -> None:
     table = render_bench([builtin, external])
     assert "library p50 µs" in table and "hop p50 µs" in table
     assert "| n/a" in table.splitlines()[2].replace("  ", "")  # the built-in reports no library time
+
+
+def test_shipped_clients_without_their_node_modules_are_skipped_with_one_shared_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = tmp_path / "node"
+    copy.mkdir()
+    for manifest_path in NODE_DIR.glob("*.toml"):
+        shutil.copy(manifest_path, copy / manifest_path.name)
+    monkeypatch.setenv("LOCKCOMPARE_CLIENTS_DIR", str(tmp_path))
+    problems = {info.name: info.problem for info in describe_backends() if info.name.startswith("node-")}
+    assert len(problems) == 5
+    assert len(set(problems.values())) == 1  # one line skips them all (lockcompare matrix's default backends)
+    assert "npm ci --prefix clients/node" in next(iter(problems.values()))

@@ -101,9 +101,8 @@ class ExternalBackend:
         missing += [f"{path} missing" for path in manifest.requires if not (manifest.directory / path).exists()]
         if missing:
             hint = f" (install: {manifest.install})" if manifest.install else ""
-            raise BackendNotViableError(
-                f"backend {manifest.name!r} is not viable here: {', '.join(missing)} in {manifest.directory}{hint}"
-            )
+            # No backend name in it: the clients of one directory share the line that skips them.
+            raise BackendNotViableError(f"not viable here: {', '.join(missing)} in {manifest.directory}{hint}")
 
     @classmethod
     def check_ttl(cls, *, ttl_ms: int) -> None:
