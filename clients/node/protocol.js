@@ -86,23 +86,11 @@ function serve(adapter) {
   lines.on('close', () => process.exit(0));
 }
 
-/** ioredis clients for the lock nodes, with ioredis's defaults; resolves once each is ready (or 2 s). */
+/** ioredis clients for the lock nodes, with ioredis's defaults. They connect in the background
+ * (commands wait in ioredis's offline queue until then): a start must stay short. */
 async function connect(urls) {
   const Redis = require('ioredis');
-  const clients = urls.map((url) => new Redis(url));
-  await Promise.all(
-    clients.map(
-      (client) =>
-        new Promise((resolve) => {
-          const timer = setTimeout(resolve, 2000);
-          client.once('ready', () => {
-            clearTimeout(timer);
-            resolve();
-          });
-        }),
-    ),
-  );
-  return clients;
+  return urls.map((url) => new Redis(url));
 }
 
 function disconnect(clients) {

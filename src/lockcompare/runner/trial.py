@@ -239,6 +239,10 @@ def _judge_timing(spec: TrialSpec, events: list[Event]) -> TimingVerdict | None:
         return None
 
 
+#: The deadline on a backend's construct(), when the per-call deadline is shorter: an external client
+#: (backends/external) starts a runtime there — Node took 1-5 s on a 2-core machine at load 15.
+CONSTRUCT_TIMEOUT_S = 20.0
+
 #: A runner thread that could not run for this long was stopped (SIGSTOP, Ctrl-Z, a frozen VM),
 #: not merely busy: measured stalls on a loaded 2-core machine stay far below a second.
 STOPPED_GAP_S = 3.0
@@ -467,10 +471,12 @@ class _Watch:
                 continue
             self._stopped_since.pop(pid, None)
             call, started_ns = slot.current()
-            if call and now - started_ns > self.call_timeout_s * 1e9:
+            # construct() is start-up, like the worker's own: an external client starts its runtime there.
+            limit_s = max(self.call_timeout_s, CONSTRUCT_TIMEOUT_S) if call == "construct" else self.call_timeout_s
+            if call and now - started_ns > limit_s * 1e9:
                 return (
                     f"worker {index}: backend {self.backend!r} {call}() did not return within "
-                    f"{self.call_timeout_s:g} s; workers stopped"
+                    f"{limit_s:g} s; workers stopped"
                 )
         return ""
 
@@ -496,6 +502,7 @@ def construct_in_child(backend: str, *, config: BackendConfig, timeout_s: float)
     try:
         if not parent_end.poll(START_TIMEOUT_S) or parent_end.recv() != "constructing":
             return "the probe process did not start"
+        timeout_s = max(timeout_s, CONSTRUCT_TIMEOUT_S)  # start-up, as in a trial (see CONSTRUCT_TIMEOUT_S)
         if not parent_end.poll(timeout_s):
             return f"construct() or close() did not return within {timeout_s:g} s"
         return str(parent_end.recv())
