@@ -347,3 +347,22 @@ def test_shipped_clients_without_their_node_modules_are_skipped_with_one_shared_
     assert len(problems) == 5
     assert len(set(problems.values())) == 1  # one line skips them all (lockcompare matrix's default backends)
     assert "npm ci --prefix clients/node" in next(iter(problems.values()))
+
+
+@needs_node
+def test_a_pause_freezes_the_node_client_too(cluster: Cluster) -> None:
+    # client-pause at ×0.5: TTL 500 ms, the holder frozen 600 ms. The worker leads its process group
+    # and the pause stops the group, so the Node client's refresh timer is frozen with it: no renewal
+    # starts inside a pause, the key expires, and redis-semaphore's default onLockLost ends the client
+    # when it thaws — so the holder's write is skipped (client-exited), as its process would have died.
+    result = _trial("node-semaphore-mutex", "client-pause", cluster, time_scale=0.5, rounds=3)
+    pauses = [(e["worker"], e["t0"], e["t1"]) for e in result.history if e["kind"] == "pause"]
+    renewals = [e for e in result.history if e["kind"] == "renew" and e["ok"]]
+    assert len(pauses) == 3
+    inside = [r for r in renewals if any(w == r["worker"] and t0 < r["t0"] < t1 for w, t0, t1 in pauses)]
+    assert inside == []
+    exits = [e for e in result.history if e["kind"] == "client-exit"]
+    assert exits and all(e["code"] == 1 and "LostLockError" in e["stderr"] for e in exits)
+    skipped = [e for e in result.history if e["kind"] == "write-skipped"]
+    # Usually the exit comes first; a check that beats it finds the lease past its deadline.
+    assert len(skipped) == 3 and {e["reason"] for e in skipped} <= {"client-exited", "expired"}
