@@ -22,8 +22,8 @@ from lockcompare.spec.settings import IDENTITY_SETTINGS, SETTING_COLUMNS, SETTIN
 
 __all__ = [
     "DEFAULT_ACQUIRE_TIMEOUT_MS", "DEFAULT_ROUNDS", "IDENTITY_SETTINGS", "Overrides", "Sweep", "TrialSpec",
-    "canonical", "catalogue_faults", "custom_faults", "legacy_client_timeout_ms", "legacy_faults", "make_spec", "pause_schedule",
-    "trial_id_for", "trial_seed",
+    "canonical", "catalogue_faults", "custom_faults", "legacy_client_timeout_ms", "legacy_faults", "make_spec",
+    "pause_schedule", "trial_id_for", "trial_seed",
 ]  # fmt: skip
 
 #: The lesson's 40 rounds per worker (an experiment may ask for fewer: renewal-pause's 5).
