@@ -184,6 +184,8 @@ def catalogue_faults(settings: Mapping[str, object], *, legacy: bool = False) ->
 def custom_faults(settings: Mapping[str, object]) -> bool:
     """Whether a trial ran a schedule of its own (``--faults``) instead of its experiment's, today's
     or the one it had before schedules: a table must then name the schedule, not only the experiment."""
+    if canonical(settings.get("ttl_ms")) in ("", "nan"):
+        return False  # no timings to fill the experiment's schedule with: nothing to compare (hand-made rows)
     faults = canonical(settings.get("faults"))
     if faults == "nan":  # an empty cell read back as a number
         faults = ""
