@@ -210,3 +210,18 @@ def test_explore_blames_a_lock_that_fails_without_faults_and_prints_a_command_th
     assert rerun.returncode == 0, rerun.stderr
     metrics = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in rerun.stdout.splitlines())}
     assert int(metrics["grants_while_held"]) > 0 and metrics["workers"] == "3", rerun.stdout
+
+
+def test_the_card_says_the_settings_and_the_scales_it_ran_at(tmp_path: Path) -> None:
+    from lockcompare.evaluation.conformance import Status as CardStatus
+    from lockcompare.evaluation.evaluate import CardLine, ReportCard, render_card
+
+    card = ReportCard(
+        backend="redis-lock-renew", summary="s", lines=(CardLine(title="t", status=CardStatus.PASS, evidence="e"),),
+        results_csv=tmp_path / "ev.csv", rows=(), time_scale=0.1, rounds=20, trials=1,
+        notes=("redis-lock-renew cannot express these TTLs at --time-scale 0.1: it runs baseline at --time-scale 1",),
+        settings=("--workers 3", "--retry-delay-ms 1"),
+    )  # fmt: skip
+    text = render_card(card, fmt="text")
+    assert "1 trial(s) per cell, --workers 3 --retry-delay-ms 1; results: " in text
+    assert "it runs baseline at --time-scale 1" in text
