@@ -238,7 +238,10 @@ def excerpt_text(csv: Path, rows: list[dict[str, Any]], match: re.Match[str]) ->
     if row is None:
         raise ValueError(f"{csv}: no trial {match['trial']!r}")
     kinds = set(match["kinds"].split(",")) if match["kinds"] else None
-    events = load_history(history_path(row, results=csv))
+    path = history_path(row, results=csv)
+    if path is None:
+        raise ValueError(f"{csv}: the history of {match['trial']!r} is outside the CSV's folder")
+    events = load_history(path)
     timeline = render_timeline(events, from_ms=float(match["from"]), to_ms=float(match["to"]), kinds=kinds)
     return f"```\n{timeline}\n```\n"
 
@@ -268,8 +271,8 @@ ALLOWED: tuple[tuple[str, str], ...] = (
         "the margins' and faults' formulas (1000 − 300 ms, 2 x TTL, TTL/10, work/2) and time scales (×0.1)",
     ),
     (
-        r"(?i:\b(?:python|postgresql|redis|etcd|schema|version)[ -]?[≥>=]*\s?\d+(?:\.\d+)*\b)|\b\d+(?:\.\d+){2,}\b",
-        "versions and addresses: Python ≥ 3.11, schema 7, 127.0.0.1",
+        r"(?i:\b(?:python|postgresql|redis|etcd|schema|version|utf)[ -]?[≥>=]*\s?\d+(?:\.\d+)*\b)|\b\d+(?:\.\d+){2,}\b",
+        "versions, encodings and addresses: Python ≥ 3.11, schema 7, UTF-8, 127.0.0.1",
     ),
     (r"^#{1,6} .*$|^\s*\d+\.\s", "headings and numbered lists"),
     (
@@ -284,6 +287,10 @@ ALLOWED: tuple[tuple[str, str], ...] = (
     (
         r"^\|\s*`[^`|]*--[^`|]*`[^|]*\|.*$|^\|.*`LOCKCOMPARE_MAX_\w+`.*$",
         "a table row of settings (its first cell an option, or a limit's variable): limits, defaults",
+    ),
+    (
+        r"\bat\s+most\s+\d+(?: \d{3})*\s+(?:steps|characters|bytes|MB|KB)\b",
+        "a limit in prose: at most 64 steps, at most 8 192 characters",
     ),
     (
         r"(?:/ ?|\bof )(?:80|40)\b|\bbalance \+ 1\b|\b[A-E] [=>] 0\b|\b95% (?:interval|CI)\b",
