@@ -201,6 +201,8 @@ class _BadReturn(str):
 
 def _as_outcome(outcome: object) -> Lease | Refusal | _BadReturn:
     """A Lease or a Refusal as our own plain dataclasses (a subclass may not unpickle in the parent)."""
+    if isinstance(outcome, Lease) and (problem := outcome.problem()) is not None:
+        return _BadReturn(f"a Lease whose {problem}")
     if isinstance(outcome, Lease):
         return Lease(
             key=outcome.key,
