@@ -254,7 +254,10 @@ def main() -> None:
     other.add_argument("--against", metavar="REV", help="side B: this git revision, installed into a venv of its own")
     parser.add_argument("--runs", type=int, default=3, help="runs per side, alternating (default 3)")
     parser.add_argument(
-        "--cache", type=Path, default=Path.home() / ".cache" / "lockcompare-trial-cpu", help="where --against venvs live"
+        "--cache",
+        type=Path,
+        default=Path.home() / ".cache" / "lockcompare-trial-cpu",
+        help="where --against venvs live",
     )
     parser.add_argument("matrix_args", nargs="*", help="after --: the matrix options (default: the README's command)")
     args = parser.parse_args()
@@ -277,7 +280,10 @@ def main() -> None:
             order = ("A", "B") if n % 2 == 0 else ("B", "A")
             for side in order:
                 result = run_once(side=side, python=sides[side], matrix_args=matrix_args, workdir=Path(tmp))
-                print(f"trial_cpu: run {n + 1} side {side}: {result.total_s / result.trials:.3f} CPU-s/trial", file=sys.stderr)
+                print(
+                    f"trial_cpu: run {n + 1} side {side}: {result.total_s / result.trials:.3f} CPU-s/trial",
+                    file=sys.stderr,
+                )
                 results.append(result)
     print(render(results, sides=descriptions))
 
