@@ -20,7 +20,7 @@ per run and as the median per side:
 The two sides are two Python interpreters with lockcompare installed: ``--python`` (default: the
 one running this script, i.e. the current checkout's venv) and either ``--python-b`` or
 ``--against REV``, which checks REV out into a temporary git worktree and installs it into a venv of
-its own (kept under ``--cache`` for the next run, keyed by the commit).
+its own (exported with ``git archive``, kept under ``--cache`` for the next run, keyed by the commit).
 
 Both sides run the same command. The default is the README's main command
 (``--time-scale 0.1 --trials 2``), with ``--backends`` set to the backends BOTH sides can run here
@@ -57,21 +57,21 @@ SAMPLE_S = 0.1
 _TICKS = os.sysconf("SC_CLK_TCK")
 _SERVER_NAMES = ("redis-server", "etcd", "postgres", "postmaster")
 
-#: Runs ``lockcompare`` (its console-script entry point, whichever revision is installed) and, at
-#: interpreter exit, writes this process's and its reaped children's CPU seconds to argv[1]. It is
-#: registered before lockcompare is imported, so it runs after lockcompare's own exit handlers.
+#: Runs the installation's own ``lockcompare`` console script as the main module, exactly as the
+#: command does (what a spawned child re-runs depends on it), and, at interpreter exit, writes this
+#: process's and its reaped children's CPU seconds to argv[1]. The handler is registered before
+#: lockcompare is imported, so it runs after lockcompare's own exit handlers.
 _WRAPPER = """
-import atexit, json, resource, sys
+import atexit, json, os, resource, runpy, sys
 out = sys.argv[1]
 def _dump():
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(out, "w") as fh:
         json.dump({"self": me.ru_utime + me.ru_stime, "children": kids.ru_utime + kids.ru_stime}, fh)
 atexit.register(_dump)
-from importlib.metadata import entry_points
-main = entry_points(group="console_scripts")["lockcompare"].load()
-sys.argv = ["lockcompare", *sys.argv[2:]]
-sys.exit(main())
+script = os.path.join(os.path.dirname(sys.executable), "lockcompare")
+sys.argv = [script, *sys.argv[2:]]
+runpy.run_path(script, run_name="__main__")
 """
 
 #: The backends an installation can run here (no problem reported), one per line.
@@ -209,8 +209,10 @@ def venv_for(rev: str, *, cache: Path) -> str:
         return str(python)
     cache.mkdir(parents=True, exist_ok=True)
     tree = home / "src"
-    if not tree.exists():
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), sha], check=True)
+    if not tree.exists():  # an exported tree, not a git worktree: the repository is left as it was
+        tree.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", sha], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     print(f"trial_cpu: installing {rev} ({sha[:12]}) into {home / 'venv'} (once)", file=sys.stderr)
     subprocess.run([sys.executable, "-m", "venv", str(home / "venv")], check=True)
     subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", str(tree)], check=True)
