@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError, ServerStartError
 from lockcompare.infra.etcd_client import delete_prefix, is_healthy
-from lockcompare.infra.kinds import Capabilities, Server
+from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Server
 from lockcompare.infra.spawned import SpawnedServer, free_port
 
 if TYPE_CHECKING:
@@ -224,7 +224,16 @@ class EtcdKind:
 
     name: str = "etcd"
     speaks: str = "etcd"
-    capabilities: Capabilities = field(default_factory=Capabilities)
+    capabilities: Capabilities = field(
+        default_factory=lambda: Capabilities(
+            reasons={
+                Capability.SESSION_CONTROL: NO_SESSION,
+                Capability.CLOCK_CONTROL: "etcd members run with real clocks (libfaketime is applied to "
+                "Redis-protocol servers only)",
+                Capability.REPLICATION: "etcd replicates by consensus: there is no asynchronous replica to promote",
+            }
+        )
+    )
 
     def problem(self, *, binary: str | None = None) -> str:
         try:

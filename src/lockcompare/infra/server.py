@@ -33,7 +33,7 @@ from lockcompare.errors import (
     RedisServerNotFoundError,
     ServerStartError,
 )
-from lockcompare.infra.kinds import Capabilities, Capability, Server
+from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Server
 from lockcompare.infra.redisconn import connect
 from lockcompare.infra.spawned import (  # re-exported: the port and process helpers lived here first
     SpawnedServer,
@@ -45,6 +45,7 @@ from lockcompare.infra.spawned import (  # re-exported: the port and process hel
 
 if TYPE_CHECKING:
     from lockcompare.infra.fakeclock import FakeClock
+    from lockcompare.infra.replication import ReplicatedNodes
 
 __all__ = [
     "REDIS",
@@ -260,6 +261,7 @@ class RedisKind:
         default_factory=lambda: Capabilities(
             offers=frozenset({Capability.CLOCK_CONTROL, Capability.REPLICATION}),
             persistence_modes=tuple(PERSISTENCE_ARGS),
+            reasons={Capability.SESSION_CONTROL: NO_SESSION},
         )
     )
 
@@ -296,6 +298,11 @@ class RedisKind:
 
     def new_server(self, *, name: str, binary: str | None = None) -> Server:
         return RedisServer(binary=self.find_binary(binary), name=name)
+
+    def replicated_nodes(self, *, count: int, binary: str | None = None) -> ReplicatedNodes:
+        from lockcompare.infra.replication import ReplicatedNodes  # it builds on RedisServer
+
+        return ReplicatedNodes(count=count, binary=self.find_binary(binary))
 
     def owns(self, url: str) -> bool:
         return url.startswith(("redis://", "rediss://", "unix://"))
