@@ -68,7 +68,7 @@ def host_facts() -> dict[str, object]:
 
 def server_version(*, node_url: str, resource_url: str) -> str:
     """What the CSV's ``server_version`` records, as the servers' kinds read it from the servers
-    themselves: "valkey 9.1.2", "postgresql 18.6", or "etcd 3.5.17 + redis 6.2.14" when the
+    themselves: "valkey 9.1.2", "postgresql 18.6", or "etcd 3.5.1 + redis 6.2.14" when the
     resource is of another kind than the lock nodes."""
     from lockcompare.infra.kinds import kind_of_url  # the server modules load only where servers run
 
