@@ -109,7 +109,7 @@ def test_the_matrix_plans_server_as_a_setting_of_its_own() -> None:
         plan("etcd")
 
 
-def test_a_row_from_before_schema_7_says_its_server_version_with_the_server_named() -> None:
+def test_a_row_from_before_schema_8_says_its_server_version_with_the_server_named() -> None:
     rows = inspect_results(DATA / "golden" / "tiny.csv").rows
     assert rows and all(row["server_version"].startswith("redis ") for row in rows)
     assert all(row["server"] == "redis" for row in rows)

