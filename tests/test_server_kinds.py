@@ -91,7 +91,7 @@ def test_auto_takes_valkey_where_no_redis_server_is_found_and_says_so_in_one_lin
     with caplog.at_level(logging.WARNING, logger="lockcompare"):
         assert server_for("redis").name == "valkey"
     (line,) = [r.getMessage() for r in caplog.records]
-    assert line.startswith("redis-protocol servers are valkey here (--server chooses): ")
+    assert line.endswith("; the redis-protocol servers run on valkey (--server chooses)")
     assert "\n" not in line
 
 

