@@ -53,7 +53,7 @@ def add_plugin_paths(
 
 
 #: The class attributes every backend must declare, and what each must be (see base.LockBackend);
-#: ``survives_minority_loss`` is optional but, when given, must be a bool too.
+#: ``survives_minority_loss`` and ``has_ttl`` are optional but, when given, must be bools too.
 def _is_bool(value: object) -> bool:
     return isinstance(value, bool)
 
@@ -69,6 +69,7 @@ _DECLARATIONS: tuple[tuple[str, str, Callable[[object], bool]], ...] = (
 )
 _OPTIONAL_DECLARATIONS: tuple[tuple[str, str, Callable[[object], bool]], ...] = (
     ("survives_minority_loss", "a bool", _is_bool),
+    ("has_ttl", "a bool", _is_bool),  # a claim the battery checks: a has_ttl = "no" would be read as a TTL
 )
 _MISSING = object()
 
@@ -118,13 +119,19 @@ def registered_names() -> list[str]:
 
 
 def load_backend(spec: str) -> type[LockBackend]:
-    """The backend class for a registered name or a ``package.module:Class`` spec.
+    """The backend class for a registered name, a ``package.module:Class`` spec, or the path of an
+    external client's manifest (``*.toml``: see :mod:`lockcompare.backends.external`).
 
     Raises :class:`UnknownNameError` for an unknown name, :class:`BackendLoadError` for a spec that
     does not resolve to a backend, :class:`BackendNotViableError` when its library is missing.
     """
     spec = spec.strip()
-    if ":" in spec:
+    cls: type[LockBackend]
+    if spec.endswith(".toml"):  # an external client's manifest (docs/clients.md)
+        from lockcompare.backends.external import manifest_backend
+
+        cls = manifest_backend(spec)
+    elif ":" in spec:
         cls = _import_target(spec)
     else:
         matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
