@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from lockcompare.faults.zookeeper import expire_holder_session
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.pg_client import (
     PgSession,
@@ -31,6 +32,7 @@ from lockcompare.infra.pg_client import (
     is_postgres_url,
     split_advisory_key,
 )
+from lockcompare.infra.zookeeper_server import is_zookeeper_url
 
 #: The sessions holding the lock ``$1`` (classid, objid of its advisory key) or its unexpired lease row.
 HOLDERS_ADVISORY = """
@@ -80,6 +82,8 @@ class SessionKill:
     name: ClassVar[str] = "session-kill"
 
     def inject(self, cluster: Cluster, nodes: list[int]) -> str:
+        if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
+            return expire_holder_session(list(cluster.node_urls), lock_key=self.lock_key)  # faults/zookeeper.py
         ended: list[int] = []
         for index in nodes:
             url = cluster.node_urls[index]
@@ -94,4 +98,6 @@ class SessionKill:
         return f"pg_terminate_backend: ended the holder's session (backend pid {', '.join(map(str, ended))})"
 
     def heal(self, cluster: Cluster, nodes: list[int]) -> str:
+        if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
+            return "the session stays ended (kazoo opens a new one at its next reconnect)"
         return "the session stays ended (the holder opens a new one at its next call)"

@@ -30,6 +30,8 @@ from lockcompare.infra.replication import (
     ReplicationError,
 )
 from lockcompare.infra.server import PERSISTENCE_ARGS, RedisServer, find_redis_server
+from lockcompare.infra.zookeeper_client import delete_children_containing
+from lockcompare.infra.zookeeper_server import is_zookeeper_url, mode_of, start_servers
 
 DEFAULT_NODES = 5
 
@@ -132,6 +134,10 @@ class Cluster:
                 if not pg_answers(url, timeout_s=0.5):
                     return f"PostgreSQL server {url} does not answer"
                 continue
+            if is_zookeeper_url(url):
+                if not mode_of(url):
+                    return f"ZooKeeper server {url} does not serve"
+                continue
             try:
                 ping(url, timeout_s=0.5)
             except ClusterError as exc:
@@ -150,8 +156,17 @@ class Cluster:
                 delete_prefix(etcd, "")  # every key and lease; the revision counter goes on
             except ClusterError as exc:
                 self.mark_broken(f"emptying etcd failed: {exc}")
+        zookeeper = [url for url in self.node_urls if is_zookeeper_url(url)]
+        if zookeeper:
+            try:
+                delete_children_containing(zookeeper, "")  # lockcompare's own path, emptied
+            except ClusterError as exc:
+                self.mark_broken(f"emptying ZooKeeper failed: {exc}")
+            if len(zookeeper) > 1 and mode_of(zookeeper[0]) != "leader":
+                # The catalogue's leader crash strikes node 0: an ensemble whose leader moved is rebuilt.
+                self.mark_broken("the ZooKeeper ensemble's leader is no longer node 0")
         for url in dict.fromkeys((*self.node_urls, self.resource_url)):
-            if is_etcd_url(url):
+            if is_etcd_url(url) or is_zookeeper_url(url):
                 continue
             if is_postgres_url(url):
                 problem = reset_database(url)  # every other session ended, lockcompare's tables emptied
@@ -207,8 +222,12 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
         return _start_etcd(shape, redis_server=redis_server)
     if shape.lock_servers == "postgres":
         return _start_postgres(shape)
+    if shape.lock_servers == "zookeeper":
+        return _start_zookeeper(shape, redis_server=redis_server)
     if shape.lock_servers != "redis":
-        raise InvalidValueError(f"unknown lock servers {shape.lock_servers!r} (known: redis, etcd, postgres)")
+        raise InvalidValueError(
+            f"unknown lock servers {shape.lock_servers!r} (known: redis, etcd, postgres, zookeeper)"
+        )
     binary = find_redis_server(redis_server)
     if shape.replicas:
         if shape.resource_kind != "redis":
@@ -291,6 +310,31 @@ def _start_etcd(shape: ClusterShape, *, redis_server: str | None) -> Cluster:
     except BaseException:
         for member in members:
             member.cleanup()
+        resource.cleanup()
+        raise
+
+
+def _start_zookeeper(shape: ClusterShape, *, redis_server: str | None) -> Cluster:
+    """A standalone ZooKeeper server or an ensemble (leader first) as the lock nodes, and the resource."""
+    if shape.fake_clocks or shape.persistence != "none" or shape.replicas:
+        raise ConfigError("ZooKeeper servers run with real clocks, always persist and replicate by consensus")
+    binary = find_redis_server(redis_server) if shape.resource_kind == "redis" else None
+    servers = start_servers(count=shape.node_count)
+    resource = _resource_server(shape, binary=binary)
+    try:
+        resource.start()
+        return Cluster(
+            node_urls=tuple(s.url for s in servers),
+            resource_url=resource.url,
+            embedded=True,
+            redis_version=_version(resource.url),
+            servers=tuple(servers),  # type: ignore[arg-type]  # ZooKeeperServer has RedisServer's interface
+            resource_server=resource,
+            shape=shape,
+        )
+    except BaseException:
+        for server in servers:
+            server.cleanup()
         resource.cleanup()
         raise
 
@@ -412,6 +456,12 @@ def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:
         if is_postgres_url(url):
             delete_own_rows(url, prefix)  # only rows of lockcompare's own tables that name the prefix
             continue
+        if is_zookeeper_url(url):
+            try:
+                delete_children_containing([url], prefix)  # only the trial's own znodes
+            except ClusterError:
+                pass  # a server that is down: its sessions end, and their ephemeral znodes with them
+            continue
         if is_etcd_url(url):
             try:
                 delete_prefix([url], prefix)  # an etcd backend's keys start with the trial's prefix
@@ -433,5 +483,6 @@ def describe(cluster: Cluster) -> str:
     kind = "embedded" if cluster.embedded else "external"
     first = cluster.node_urls[0] if cluster.node_urls else ""
     nodes = "etcd members" if is_etcd_url(first) else "PostgreSQL servers" if is_postgres_url(first) else "lock nodes"
+    nodes = "ZooKeeper servers" if is_zookeeper_url(first) else nodes
     resource = "PostgreSQL resource" if is_postgres_url(cluster.resource_url) else "resource"
     return f"{kind} cluster: {len(cluster.node_urls)} {nodes} + 1 {resource}, redis {cluster.redis_version}"

@@ -21,6 +21,7 @@ from lockcompare.infra.etcd_server import is_etcd_url
 from lockcompare.infra.pg_client import answers as pg_answers
 from lockcompare.infra.pg_client import is_postgres_url
 from lockcompare.infra.redisconn import connect, redact
+from lockcompare.infra.zookeeper_server import is_zookeeper_url, mode_of
 
 log = logging.getLogger("lockcompare")
 
@@ -32,6 +33,8 @@ def answers(url: str) -> bool:
         return is_healthy(url, timeout_s=_PING_TIMEOUT_S)
     if is_postgres_url(url):
         return pg_answers(url, timeout_s=_PING_TIMEOUT_S)
+    if is_zookeeper_url(url):
+        return bool(mode_of(url, timeout_s=_PING_TIMEOUT_S))
     client = connect(url, timeout_s=_PING_TIMEOUT_S)
     try:
         return bool(client.ping())

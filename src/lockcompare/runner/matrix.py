@@ -25,6 +25,7 @@ from lockcompare.errors import (
 )
 from lockcompare.faults import plan as fault_plan
 from lockcompare.faults.steps import parse_schedule
+from lockcompare.faults.zookeeper import ZOOKEEPER_UNSUPPORTED, zookeeper_servers_for
 from lockcompare.files import check_output_file, results_lock
 from lockcompare.infra.cluster import (
     Cluster,
@@ -163,7 +164,7 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
         )
 
 
-_NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"
+_NO_SESSION = "there is no session to end: session-kill applies to the PostgreSQL and ZooKeeper backends only"
 
 #: Fault kinds (faults/steps.py) the embedded cluster cannot apply to a kind of lock server, and why.
 UNSUPPORTED_FAULTS = {
@@ -177,6 +178,7 @@ UNSUPPORTED_FAULTS = {
         "clock-jump": "etcd members run with real clocks (libfaketime is applied to redis-server only)",
         "failover": "etcd replicates by consensus: there is no asynchronous replica to promote",
     },
+    "zookeeper": ZOOKEEPER_UNSUPPORTED,
 }
 
 
@@ -189,7 +191,7 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
     for kind in sorted(schedule.kinds()):
         if kind in unsupported:
             return unsupported[kind]
-    if servers in ("postgres", "etcd"):  # their servers fix the node count: a step naming more is not for them
+    if servers in ("postgres", "etcd", "zookeeper"):  # their servers fix the node count: a step naming more is not for them
         used = cluster_shape(spec, cluster_options=ClusterOptions()).node_count
         try:
             fault_plan.check_schedule(schedule, lock_nodes=used, workers=spec.workers)
@@ -251,6 +253,9 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
         return ClusterShape(node_count=members, lock_servers="etcd", resource_kind=spec.resource_kind)
     if servers == "postgres":
         return ClusterShape(node_count=spec.node_count or 1, lock_servers="postgres", resource_kind=spec.resource_kind)
+    if servers == "zookeeper":
+        count = spec.node_count or zookeeper_servers_for(schedule)
+        return ClusterShape(node_count=count, lock_servers="zookeeper", resource_kind=spec.resource_kind)
     return ClusterShape(
         resource_kind=spec.resource_kind, node_count=cluster_options.node_count, **fault_plan.cluster_needs(schedule)
     )
@@ -262,6 +267,11 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
     if on_etcd and cluster_options.nodes is not None:
         raise ConfigError(
             f"backend {on_etcd[0].backend!r} runs on etcd members that lockcompare starts: drop --nodes/--resource"
+        )
+    on_zookeeper = [s for s in specs if lock_servers_of(s.backend) == "zookeeper"]
+    if on_zookeeper and cluster_options.nodes is not None:
+        raise ConfigError(
+            f"backend {on_zookeeper[0].backend!r} runs on ZooKeeper servers that lockcompare starts: drop --nodes/--resource"
         )
     on_postgres = [s for s in specs if lock_servers_of(s.backend) == "postgres"]
     if on_postgres and cluster_options.nodes is not None and cluster_options.postgres is None:
@@ -301,7 +311,7 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         )
     for spec in faulty:
         used = spec.node_count or cluster_options.node_count
-        if lock_servers_of(spec.backend) in ("etcd", "postgres"):
+        if lock_servers_of(spec.backend) in ("etcd", "postgres", "zookeeper"):
             used = cluster_shape(spec, cluster_options=cluster_options).node_count
         if spec.fault_nodes > used:
             raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")

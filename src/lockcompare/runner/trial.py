@@ -35,6 +35,7 @@ from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.etcd_server import is_etcd_url
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
 from lockcompare.infra.pg_client import is_postgres_url, with_session_settings
+from lockcompare.infra.zookeeper_server import is_zookeeper_url
 from lockcompare.infra.proxy import ProxySet
 from lockcompare.runner.contend import DoneTracker
 from lockcompare.runner.crew import CrewSource, spawn_crew
@@ -283,7 +284,9 @@ def _lock_holders(cluster: Cluster, *, lock_key: str) -> LockHolders | None:
     Matched as ``*<lock key>``: a library stores the harness's key under a prefix of its own
     (pottery: ``redlock:``, python-redis-lock: ``lock:``).
     """
-    if not cluster.embedded or any(is_etcd_url(url) or is_postgres_url(url) for url in cluster.node_urls):
+    if not cluster.embedded or any(
+        is_etcd_url(url) or is_postgres_url(url) or is_zookeeper_url(url) for url in cluster.node_urls
+    ):
         return None
     return LockHolders(node_urls=cluster.node_urls, key_pattern="*" + glob_escape(lock_key))
 
