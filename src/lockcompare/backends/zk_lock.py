@@ -5,9 +5,21 @@
     zk = KazooClient(hosts=..., timeout=...)
     zk.start()
     lock = zk.Lock("/lockpath", "my-identifier")
-    lock.acquire(blocking=False)      # one attempt: the harness retries, as for every backend
+    lock.acquire(timeout=...)         # blocks on a watch of its predecessor, up to the timeout
     ...
     lock.release()
+
+One attempt waits up to one TTL (kazoo wakes it the moment its predecessor's znode goes, as it wakes
+its users), then gives up (``LockTimeout``: ``held``); the harness retries, as for every backend.
+Not ``acquire(blocking=False)``: kazoo retries that without end while the client is disconnected
+(its recipe's retry has no deadline unless given a timeout), so a server restart would hang it.
+
+kazoo queues a request made while it reconnects until the connection is back or the session is
+declared lost (a server restart: seconds). The harness stops a worker whose call does not return
+within 5 s, so each call here is bounded: the recipe's ``acquire`` runs in a thread given one TTL
++ the request timeout (a grant that arrives later is released at once, by that thread: no orphan
+znode); ``release`` is the recipe's delete, sent asynchronously and awaited for the request
+timeout (if the session survives the outage, the queued delete still runs at reconnect).
 
 The recipe creates an ephemeral sequential znode under the lock's path; the lowest sequence holds
 the lock. The znode lives as long as the client's *session*, not a lease: no deadline is returned
@@ -141,48 +153,60 @@ class ZkLock:
     # -- the lock -----------------------------------------------------------------------------
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
-        from kazoo.exceptions import KazooException
+        from kazoo.exceptions import KazooException, LockTimeout
 
         client = self._session(ttl_ms)
         if client is None or not client.connected:
             return Refusal("error")  # kazoo's recipe retries without end while disconnected
         owner = new_owner_token()
         lock = client.Lock(lock_path(key), owner)
-        session = client.client_id[0]
+        attempt = _Attempt(lock, wait_s=ttl_ms / 1000)
+        outcome = attempt.result(within_s=ttl_ms / 1000 + self._request_timeout_s)
+        if isinstance(outcome, LockTimeout):
+            return Refusal("held")
+        if outcome is not True:
+            return Refusal("error")  # kazoo gave up (the connection was lost meanwhile), or it is still waiting
         try:
-            if not lock.acquire(blocking=False):
-                return Refusal("held")
-            token = self._token(client, lock) if self.issues_fencing_tokens else None
+            token = self._token(client, lock, timeout_s=self._request_timeout_s) if self.issues_fencing_tokens else None
         except KazooException:
+            self._delete(lock)
             return Refusal("error")
+        # The session the znode belongs to: read after the grant (kazoo re-creates the znode in a new
+        # session when the old one expired during the attempt).
+        session = client.client_id[0]
         owner = f"{owner}.{session:x}.{lock.node}"
         self._held[owner] = lock
         self._granted_ns[owner] = time.monotonic_ns()
         return Lease(key=key, owner=owner, fencing_token=token)
 
     @staticmethod
-    def _token(client: Any, lock: Any) -> int:
-        stat = client.exists(f"{lock.path}/{lock.node}")
+    def _token(client: Any, lock: Any, *, timeout_s: float) -> int:
+        from kazoo.exceptions import NoNodeError, OperationTimeoutError
+
+        try:
+            stat = client.exists_async(f"{lock.path}/{lock.node}").get(timeout=timeout_s)
+        except client.handler.timeout_exception:  # kazoo's handler's own type, not a KazooException
+            raise OperationTimeoutError() from None
         if stat is None:
-            from kazoo.exceptions import NoNodeError
-
             raise NoNodeError(f"{lock.path}/{lock.node} went before its czxid was read")
-        return int(stat.czxid)
+        return int(stat.czxid)  # a 64-bit zxid, (epoch << 32) | counter: an exact int, never a float
 
-    def release(self, lease: Lease) -> bool:
-        """kazoo's ``release``: True if this call deleted our znode (False: the session had ended)."""
+    def _delete(self, lock: Any) -> bool:
+        """The recipe's release (delete our znode), awaited for the request timeout: True if deleted now."""
         from kazoo.exceptions import KazooException
 
+        try:
+            lock.client.delete_async(f"{lock.path}/{lock.node}").get(timeout=self._request_timeout_s)
+        except (KazooException, lock.client.handler.timeout_exception):
+            return False  # gone with its session (NoNodeError), or still queued behind a reconnect
+        lock.is_acquired = False
+        return True
+
+    def release(self, lease: Lease) -> bool:
+        """True if this call deleted our znode (False: the session had ended, or no answer in time)."""
         self._granted_ns.pop(lease.owner, None)
         lock = self._held.pop(lease.owner, None)
-        if lock is None:
-            return False
-        node = f"{lock.path}/{lock.node}"
-        try:
-            mine = lock.client.exists(node) is not None  # the recipe's release ignores a missing node
-            return bool(lock.release()) and mine
-        except KazooException:
-            return False
+        return False if lock is None else self._delete(lock)
 
     def _close_client(self) -> None:
         client, self._client = self._client, None
@@ -196,6 +220,43 @@ class ZkLock:
 
     def close(self) -> None:
         self._close_client()
+
+
+class _Attempt:
+    """kazoo's ``lock.acquire(timeout=...)`` in a thread, so that the worker's call is bounded."""
+
+    def __init__(self, lock: Any, *, wait_s: float) -> None:
+        self._lock = lock
+        self._wait_s = wait_s
+        self._handoff = threading.Lock()
+        self._outcome: object = None
+        self._done = threading.Event()
+        self._abandoned = False
+        threading.Thread(target=self._run, name="zk-acquire", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            outcome: object = self._lock.acquire(timeout=self._wait_s)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller, which maps it to a refusal
+            outcome = exc
+        with self._handoff:
+            self._outcome = outcome
+            self._done.set()
+            late = self._abandoned and outcome is True
+        if late:
+            try:
+                self._lock.release()  # nobody holds this grant: give it back at once
+            except Exception:  # noqa: BLE001 - the session is gone, and the znode with it
+                pass
+
+    def result(self, *, within_s: float) -> object:
+        """True (granted), False, or the exception; None if it did not end in time (abandoned)."""
+        self._done.wait(within_s)
+        with self._handoff:
+            if not self._done.is_set():
+                self._abandoned = True
+                return None
+            return self._outcome
 
 
 class ZkLockChecked(ZkLock):

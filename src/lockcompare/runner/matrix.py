@@ -191,7 +191,7 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
     for kind in sorted(schedule.kinds()):
         if kind in unsupported:
             return unsupported[kind]
-    if servers in ("postgres", "etcd", "zookeeper"):  # their servers fix the node count: a step naming more is not for them
+    if servers in ("postgres", "etcd", "zookeeper"):  # their servers fix the node count: more is not for them
         used = cluster_shape(spec, cluster_options=ClusterOptions()).node_count
         try:
             fault_plan.check_schedule(schedule, lock_nodes=used, workers=spec.workers)
@@ -271,7 +271,8 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
     on_zookeeper = [s for s in specs if lock_servers_of(s.backend) == "zookeeper"]
     if on_zookeeper and cluster_options.nodes is not None:
         raise ConfigError(
-            f"backend {on_zookeeper[0].backend!r} runs on ZooKeeper servers that lockcompare starts: drop --nodes/--resource"
+            f"backend {on_zookeeper[0].backend!r} runs on ZooKeeper servers that lockcompare starts: "
+            "drop --nodes/--resource"
         )
     on_postgres = [s for s in specs if lock_servers_of(s.backend) == "postgres"]
     if on_postgres and cluster_options.nodes is not None and cluster_options.postgres is None:

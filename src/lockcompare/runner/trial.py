@@ -35,8 +35,8 @@ from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.etcd_server import is_etcd_url
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
 from lockcompare.infra.pg_client import is_postgres_url, with_session_settings
-from lockcompare.infra.zookeeper_server import is_zookeeper_url
 from lockcompare.infra.proxy import ProxySet
+from lockcompare.infra.zookeeper_server import is_zookeeper_url
 from lockcompare.runner.contend import DoneTracker
 from lockcompare.runner.crew import CrewSource, spawn_crew
 from lockcompare.runner.resource import Resource, ResourceCounters
