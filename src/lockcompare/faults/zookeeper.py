@@ -20,8 +20,8 @@ the leader's monotonic clock — ``Time.currentElapsedTime()``, ``System.nanoTim
 clock, so a wall-clock jump cannot end a session; and libfaketime is applied to redis-server only),
 failover (an ensemble replicates by consensus: no asynchronous replica to promote).
 
-**Which servers** (:func:`zookeeper_servers_for`): one standalone server, or a three-server ensemble
-when a step crashes servers or cuts links: the catalogue's ``node-crash`` is then a *leader* crash
+**Which servers** (:func:`zookeeper_servers_for`): one standalone server (no server faults, or the
+server restart: ``restart nodes=0``), else a three-server ensemble: the catalogue's ``node-crash`` is a *leader* crash
 (the ensemble's node 0 is its leader whenever a trial starts: infra/cluster.py rebuilds one whose
 leader moved) and ``partition`` cuts the holder off from the whole ensemble (it is the minority).
 """
@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockcompare.errors import ClusterError
-from lockcompare.faults.steps import Schedule
+from lockcompare.faults.steps import LINK_KINDS, NODE_KINDS, Schedule
 from lockcompare.infra.zookeeper_client import admin_session, contenders, kazoo_client_class
 from lockcompare.infra.zookeeper_server import hosts_of, lock_path
 
@@ -51,8 +51,14 @@ ENSEMBLE_SERVERS = 3
 
 
 def zookeeper_servers_for(schedule: Schedule) -> int:
-    """1 (standalone), or an ensemble when a step crashes servers (a leader crash) or cuts links."""
-    return ENSEMBLE_SERVERS if schedule.of_kind("crash", "cut", "slow") else 1
+    """1 (standalone) without server faults or for restarts of node 0 only (the server restart); else
+    an ensemble (a leader crash, a link cut or slowed, any step naming another server)."""
+    steps = schedule.of_kind(*NODE_KINDS, *LINK_KINDS)
+    restarts_node_0 = all(
+        s.kind == "restart" and s.nodes is not None and s.nodes.mode == "fixed" and s.nodes.indices == (0,)
+        for s in steps
+    )
+    return 1 if restarts_node_0 else ENSEMBLE_SERVERS
 
 
 def session_password(session_id: int) -> bytes:

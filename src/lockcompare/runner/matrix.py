@@ -164,7 +164,7 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
         )
 
 
-_NO_SESSION = "there is no session to end: session-kill applies to the PostgreSQL and ZooKeeper backends only"
+_NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"
 
 #: Fault kinds (faults/steps.py) the embedded cluster cannot apply to a kind of lock server, and why.
 UNSUPPORTED_FAULTS = {
