@@ -115,7 +115,7 @@ def private_cluster_for(
     servers: object, *, redis_server: str | None = None
 ) -> Callable[[], AbstractContextManager[Cluster]]:
     """What ``private_cluster`` opens for a backend whose lock nodes are ``servers`` (redis, etcd, postgres)."""
-    kind = servers if servers in ("etcd", "postgres") else "redis"
+    kind = servers if servers in ("etcd", "postgres", "zookeeper") else "redis"
     return lambda: open_cluster(node_count=PRIVATE_NODES, redis_server=redis_server, lock_servers=kind)
 
 
@@ -398,7 +398,7 @@ def run_battery(
             servers = ctx.claims.servers
         except BackendError:
             servers = "redis"  # the properties report why the backend cannot be used
-        kind = servers if servers in ("etcd", "postgres") else "redis"
+        kind = servers if servers in ("etcd", "postgres", "zookeeper") else "redis"
         with open_cluster(
             redis_server=redis_server, node_count=5 if kind == "redis" else 1, lock_servers=kind
         ) as cluster:

@@ -158,6 +158,8 @@ class ZooKeeperServer:
         self.start_timeout_s = start_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir = owned_tempdir(f"zookeeper-{name}")
+        #: The whole ensemble, this server included (start_servers sets it); empty when standalone.
+        self.ensemble: list[ZooKeeperServer] = []
         _not_cleaned_up.add(self)
         self._write_config()
 
@@ -198,8 +200,12 @@ class ZooKeeperServer:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> None:
-        """Spawn and wait until the server serves clients (an ensemble member needs a quorum for that)."""
+        """Spawn and wait until the server serves clients. An ensemble member serves only within a
+        quorum: while too few of its ensemble run (a crash of all, healed one by one), it is spawned
+        and not waited for; the start that completes the quorum waits."""
         self.spawn()
+        if self.ensemble and sum(s.is_running() for s in self.ensemble) <= len(self.ensemble) // 2:
+            return
         self.wait_ready()
 
     def spawn(self) -> None:
@@ -286,6 +292,8 @@ def start_servers(*, count: int, attempts: int = 2) -> list[ZooKeeperServer]:
             ZooKeeperServer(name=f"zk{sid - 1}", myid=sid, peers=peers, java=java, jar=jar)
             for sid in range(1, count + 1)
         ]
+        for server in servers:
+            server.ensemble = servers if count > 1 else []
         try:
             for server in servers:
                 server.spawn()
