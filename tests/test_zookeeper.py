@@ -11,6 +11,10 @@ by its czxid (zk-fenced).
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -127,6 +131,31 @@ def test_ensemble_is_handed_out_leader_first_and_survives_a_leader_crash(key: st
         for server in servers:
             server.cleanup()
     assert not [s.pid for s in servers if s.pid is not None]
+
+
+def test_ctrl_c_stops_the_server_and_removes_its_directory() -> None:
+    script = textwrap.dedent(
+        """
+        import time
+        from lockcompare.infra.zookeeper_server import start_servers
+        (server,) = start_servers(count=1)
+        print(server.pid, server.data_dir, flush=True)
+        time.sleep(60)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        pid_text, data = child.stdout.readline().split()
+        assert alive(int(pid_text))
+        child.send_signal(signal.SIGINT)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert not alive(int(pid_text))
+    assert not Path(data).exists()
 
 
 # --- the backends ----------------------------------------------------------------------------------
