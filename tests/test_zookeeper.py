@@ -356,3 +356,34 @@ def test_an_ensemble_only_where_a_step_faults_more_than_the_one_server(schedule:
 
 def test_lock_path_stays_under_lockcompares_own_chroot() -> None:
     assert lock_path("a/b:lock") == "/lockcompare/a_b:lock"
+
+
+# --- an external ensemble (--zookeeper) ------------------------------------------------------------
+
+
+def test_matrix_on_an_external_ensemble_touches_only_its_own_znodes(tmp_path: Path) -> None:
+    from lockcompare.errors import ConfigError
+    from lockcompare.infra.zookeeper_client import admin_session
+    from lockcompare.runner.matrix import run_matrix
+
+    (server,) = start_servers(count=1)  # the user's server: lockcompare did not start it for this run
+    try:
+        with admin_session([server.url]) as admin:
+            admin.create("/elsewhere/theirs", b"x", makepath=True)
+            admin.create("/lockcompare/another-run:lock/node", b"y", makepath=True)
+        options = ClusterOptions(zookeeper=(server.url,))
+        report = run_matrix(
+            backends=["zk-lock", "zk-fenced"], experiments=["baseline", "session-kill"], trials=1,
+            overrides=Overrides(time_scale=0.5, rounds=2), out=tmp_path / "zk.csv", cluster_options=options,
+        )  # fmt: skip
+        assert report.trials_run == 4
+        with admin_session([server.url]) as admin:
+            assert admin.get("/elsewhere/theirs")[0] == b"x"
+            assert admin.get_children("/lockcompare") == ["another-run:lock"]  # its own znodes are gone
+        with pytest.raises(ConfigError, match="not --zookeeper"):
+            run_matrix(
+                backends=["zk-lock"], experiments=["node-restart"], trials=1,
+                overrides=Overrides(time_scale=0.5, rounds=2), out=tmp_path / "r.csv", cluster_options=options,
+            )  # fmt: skip
+    finally:
+        server.cleanup()

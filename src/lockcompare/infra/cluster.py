@@ -156,7 +156,8 @@ class Cluster:
                 delete_prefix(etcd, "")  # every key and lease; the revision counter goes on
             except ClusterError as exc:
                 self.mark_broken(f"emptying etcd failed: {exc}")
-        zookeeper = [url for url in self.node_urls if is_zookeeper_url(url)]
+        # Our own ZooKeeper servers only: on the user's (--zookeeper) each trial deletes its own znodes.
+        zookeeper = [url for url in self.node_urls if is_zookeeper_url(url)] if self.servers else []
         if zookeeper:
             try:
                 delete_children_containing(zookeeper, "")  # lockcompare's own path, emptied
@@ -205,7 +206,9 @@ class Cluster:
             clock.close()
 
 
-def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> Cluster:
+def start_embedded(
+    shape: ClusterShape, *, redis_server: str | None = None, zookeeper: Sequence[str] | None = None
+) -> Cluster:
     """Spawn ``shape.node_count`` lock nodes and one resource; all stopped again if any fails.
 
     Call from a thread that outlives the cluster (the main thread): each server dies with the
@@ -223,7 +226,7 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
     if shape.lock_servers == "postgres":
         return _start_postgres(shape)
     if shape.lock_servers == "zookeeper":
-        return _start_zookeeper(shape, redis_server=redis_server)
+        return _start_zookeeper(shape, redis_server=redis_server, external=zookeeper)
     if shape.lock_servers != "redis":
         raise InvalidValueError(
             f"unknown lock servers {shape.lock_servers!r} (known: redis, etcd, postgres, zookeeper)"
@@ -314,17 +317,21 @@ def _start_etcd(shape: ClusterShape, *, redis_server: str | None) -> Cluster:
         raise
 
 
-def _start_zookeeper(shape: ClusterShape, *, redis_server: str | None) -> Cluster:
-    """A standalone ZooKeeper server or an ensemble (leader first) as the lock nodes, and the resource."""
+def _start_zookeeper(shape: ClusterShape, *, redis_server: str | None, external: Sequence[str] | None) -> Cluster:
+    """A standalone ZooKeeper server or an ensemble (leader first) as the lock nodes, and the resource.
+    ``external``: the user's ensemble (``--zookeeper``) instead; only the resource is started then."""
     if shape.fake_clocks or shape.persistence != "none" or shape.replicas:
         raise ConfigError("ZooKeeper servers run with real clocks, always persist and replicate by consensus")
     binary = find_redis_server(redis_server) if shape.resource_kind == "redis" else None
-    servers = start_servers(count=shape.node_count)
+    for url in external or ():
+        if not mode_of(url, timeout_s=2.0):
+            raise NodeUnreachableError(f"ZooKeeper server {url} does not serve (srvr gave no mode)")
+    servers = [] if external else start_servers(count=shape.node_count)
     resource = _resource_server(shape, binary=binary)
     try:
         resource.start()
         return Cluster(
-            node_urls=tuple(s.url for s in servers),
+            node_urls=tuple(external) if external else tuple(s.url for s in servers),
             resource_url=resource.url,
             embedded=True,
             redis_version=_version(resource.url),

@@ -90,6 +90,21 @@ def hosts_of(urls: Sequence[str]) -> str:
     return ",".join(url.removeprefix("zk://").rstrip("/") for url in urls)
 
 
+def zookeeper_urls(hosts: str) -> tuple[str, ...]:
+    """``--zookeeper HOST:PORT,...`` as ``zk://`` URLs, or one line saying what is wrong.
+
+    >>> zookeeper_urls("127.0.0.1:2181, zk2:2182")
+    ('zk://127.0.0.1:2181', 'zk://zk2:2182')
+    """
+    urls = []
+    for part in (p.strip() for p in hosts.split(",")):
+        host, sep, port = part.removeprefix("zk://").rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidValueError(f"--zookeeper takes HOST:PORT,... (a ZooKeeper server's client port), got {part!r}")
+        urls.append(f"zk://{host}:{port}")
+    return tuple(urls)
+
+
 def lock_path(key: str) -> str:
     """The znode a lock ``key`` lives under (kazoo's Lock puts its contenders below it)."""
     return f"{CHROOT}/{key.replace('/', '_')}"

@@ -75,11 +75,14 @@ class ClusterOptions:
     #: An external PostgreSQL server (``--postgres URL``) for the PostgreSQL backends' lock and
     #: resource; lockcompare touches only its own per-trial rows there.
     postgres: str | None = None
+    #: An external ZooKeeper ensemble (``--zookeeper``, zk:// URLs) for the zk backends' locks; the
+    #: resource stays an embedded server. lockcompare touches only its own znodes under /lockcompare.
+    zookeeper: tuple[str, ...] | None = None
 
     @property
     def external(self) -> bool:
         """True when any server is the user's (shared by every trial, so trials run one at a time)."""
-        return self.nodes is not None or self.postgres is not None
+        return self.nodes is not None or self.postgres is not None or self.zookeeper is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,6 +282,14 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
             f"backend {on_zookeeper[0].backend!r} runs on ZooKeeper servers that lockcompare starts: "
             "drop --nodes/--resource"
         )
+    if cluster_options.zookeeper is not None:
+        for spec in on_zookeeper:
+            if fault_plan.touches_servers(parse_schedule(spec.faults)):
+                raise ConfigError(
+                    f"{spec.experiment} crashes, restarts or cuts off ZooKeeper servers: it needs the embedded "
+                    "ones, not --zookeeper (session-kill ends only the holder's session and runs there)"
+                )
+        specs = [s for s in specs if s not in on_zookeeper]
     on_postgres = [s for s in specs if lock_servers_of(s.backend) == "postgres"]
     if on_postgres and cluster_options.nodes is not None and cluster_options.postgres is None:
         raise ConfigError(
@@ -557,5 +568,9 @@ def _cluster_source(options: ClusterOptions, *, jobs: int) -> Iterator[WithPostg
         yield WithPostgres(SharedCluster(connect_external(nodes=options.nodes, resource=options.resource)), postgres)
         return
     find_redis_server(options.redis_server)  # no binary: one clear error before anything starts
-    with ClusterPool(build=lambda shape: start_embedded(shape, redis_server=options.redis_server), limit=jobs) as pool:
+
+    def build(shape: ClusterShape) -> Cluster:
+        return start_embedded(shape, redis_server=options.redis_server, zookeeper=options.zookeeper)
+
+    with ClusterPool(build=build, limit=jobs) as pool:
         yield WithPostgres(pool, postgres)
