@@ -29,9 +29,9 @@ _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL the calling process when its parent exits (Linux)."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` (SIGKILL) to the calling process when its parent exits (Linux)."""
+    _prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
 class Terminated(LockcompareError):
