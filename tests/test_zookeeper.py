@@ -203,8 +203,9 @@ def test_server_side_expiry_ends_the_holders_session_and_the_waiter_gets_the_loc
         lease = granted(holder.acquire(key=key, ttl_ms=2000))
         session = lease.owner.split(".")[1]
         assert holder.before_write(lease) == lease
-        detail = expire_holder_session(list(zk_cluster.node_urls), lock_key=key)
+        detail, ended = expire_holder_session(list(zk_cluster.node_urls), lock_key=key)
         assert detail.startswith(f"closed the holder's session 0x{session}"), detail
+        assert ended == [int(session, 16)]
         assert lease.owner.split(".")[0] in detail  # the identifier names the holder's lease
         rival = granted(waiter.acquire(key=key, ttl_ms=2000))  # the znode went with the session
         deadline = time.monotonic() + 5
@@ -218,7 +219,10 @@ def test_server_side_expiry_ends_the_holders_session_and_the_waiter_gets_the_loc
         assert "lost" in states, states
         assert holder.release(lease) is False  # its znode is gone
         assert waiter.release(rival) is True
-        assert expire_holder_session(list(zk_cluster.node_urls), lock_key=key) == "skipped: no session held the lock"
+        assert expire_holder_session(list(zk_cluster.node_urls), lock_key=key) == (
+            "skipped: no session held the lock",
+            [],
+        )
     finally:
         holder.close()
         waiter.close()
@@ -313,6 +317,8 @@ def test_session_kill_on_zookeeper_names_the_session_it_ended(zk_cluster: Cluste
     kills = [e for e in result.history if e.get("fault") == "session-kill" and e["action"] == "inject"]
     ended = [e for e in kills if e["detail"].startswith("closed the holder's session 0x")]
     assert ended, [e["detail"] for e in kills]
+    # The event names the session it ended: the checker ends that session lease there.
+    assert all(e["sessions_ended"] == [int(e["detail"].split()[4], 16)] for e in ended)
     owners = {e["owner"].split(".")[0]: e["worker"] for e in result.history if e["kind"] == "acquire" and e.get("ok")}
     assert any(e["detail"].rsplit("identifier ", 1)[1].rstrip(")") in owners for e in ended)
 

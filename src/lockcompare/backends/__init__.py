@@ -53,7 +53,7 @@ def add_plugin_paths(
 
 
 #: The class attributes every backend must declare, and what each must be (see base.LockBackend);
-#: ``survives_minority_loss`` is optional but, when given, must be a bool too.
+#: ``survives_minority_loss`` and ``has_ttl`` are optional but, when given, must be bools too.
 def _is_bool(value: object) -> bool:
     return isinstance(value, bool)
 
@@ -69,6 +69,7 @@ _DECLARATIONS: tuple[tuple[str, str, Callable[[object], bool]], ...] = (
 )
 _OPTIONAL_DECLARATIONS: tuple[tuple[str, str, Callable[[object], bool]], ...] = (
     ("survives_minority_loss", "a bool", _is_bool),
+    ("has_ttl", "a bool", _is_bool),  # a claim the battery checks: a has_ttl = "no" would be read as a TTL
 )
 _MISSING = object()
 

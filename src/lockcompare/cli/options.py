@@ -280,6 +280,8 @@ def _progress_bar() -> tuple[Progress, Any]:
                 f"{label}: {m.verdict}, {m.conflicts}/{m.entries} conflicts, {m.lost_updates} lost, "
                 f"{result.wall_s:.1f} s"
             )
+            if m.problem and m.verdict != "unknown":  # what the history shows that no count says (checker.py)
+                label += f" ({m.problem})"
         if not err.is_terminal:  # a log file or CI: one plain line per finished trial
             if result is not None:
                 print(f"[{done}/{total}] {label}", file=sys.stderr, flush=True)

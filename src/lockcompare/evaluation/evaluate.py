@@ -183,7 +183,8 @@ def _evaluate_locked(
         notes.append(f"{backend} cannot express these TTLs at --time-scale {time_scale:g}: it runs {at}")
         log.warning("%s", notes[0])
     battery = []
-    for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server):
+    for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server,
+                              postgres=cluster_options.postgres):  # fmt: skip
         battery.append(result)
         if on_property:
             on_property(result)

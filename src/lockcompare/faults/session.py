@@ -15,6 +15,11 @@ Schedule contract (issue 17): kind ``session-kill``, whom ``worker=holder`` (the
 from the lock, whichever worker holds it), when ``after-acquire=MS every``; ``inject(cluster,
 nodes)`` / ``heal(cluster, nodes)`` like faults/node.py's, ``nodes`` being the PostgreSQL lock
 nodes to look on (node 0 for the single-server backends).
+
+The injection names what it ended: its event carries ``sessions_ended``, the backend pids of the
+sessions the server ended (empty when it ended none), beside ``target_worker``, the holder it was
+aimed at. That is how the checker knows a session lock's lease ended by the server's hand
+(analysis/sessions.py): a grant after it is legal, and the old holder's writes after it are stale.
 """
 
 from __future__ import annotations
@@ -81,21 +86,24 @@ class SessionKill:
     lock_key: str
     name: ClassVar[str] = "session-kill"
 
-    def inject(self, cluster: Cluster, nodes: list[int]) -> str:
+    def inject(self, cluster: Cluster, nodes: list[int]) -> tuple[str, dict[str, object]]:
+        """(detail, fields of the event): the sessions ended, by backend pid (see the module docstring)."""
         if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
-            return expire_holder_session(list(cluster.node_urls), lock_key=self.lock_key)  # faults/zookeeper.py
+            detail, sessions = expire_holder_session(list(cluster.node_urls), lock_key=self.lock_key)
+            return detail, {"sessions_ended": sessions}  # ZooKeeper session ids (faults/zookeeper.py)
         ended: list[int] = []
         for index in nodes:
             url = cluster.node_urls[index]
             if not is_postgres_url(url):
-                return f"skipped: lock node {index} is not a PostgreSQL server"
+                return f"skipped: lock node {index} is not a PostgreSQL server", {"sessions_ended": ended}
             try:
                 ended += end_holder_sessions(url, lock_key=self.lock_key)
             except (SessionLost, QueryFailed) as exc:
-                return f"skipped: lock node {index} did not answer ({exc})"
+                return f"skipped: lock node {index} did not answer ({exc})", {"sessions_ended": ended}
         if not ended:
-            return "skipped: no session held the lock"
-        return f"pg_terminate_backend: ended the holder's session (backend pid {', '.join(map(str, ended))})"
+            return "skipped: no session held the lock", {"sessions_ended": []}
+        detail = f"pg_terminate_backend: ended the holder's session (backend pid {', '.join(map(str, ended))})"
+        return detail, {"sessions_ended": ended}
 
     def heal(self, cluster: Cluster, nodes: list[int]) -> str:
         if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):

@@ -94,20 +94,22 @@ def end_session(urls: list[str], *, session_id: int, timeout_s: float = 2.0) -> 
         client.close()
 
 
-def expire_holder_session(urls: list[str], *, lock_key: str) -> str:
-    """End the session holding ``lock_key``; what was done, for the history ("skipped: ..." if nothing)."""
+def expire_holder_session(urls: list[str], *, lock_key: str) -> tuple[str, list[int]]:
+    """End the session holding ``lock_key``: (what was done, for the history — "skipped: ..." if
+    nothing —, the session ids ended: the event's ``sessions_ended``, which tells the checker that
+    the server ended the holder's session lease then)."""
     path = lock_path(lock_key)
     try:
         with admin_session(urls) as admin:
             holders = contenders(admin, path)
             if not holders:
-                return "skipped: no session held the lock"
+                return "skipped: no session held the lock", []
             node = f"{path}/{holders[0]}"
             found = admin.get(node)
             data, stat = found
             session = int(stat.ephemeralOwner)
             end_session(urls, session_id=session)
     except ClusterError as exc:
-        return f"skipped: {exc}"
+        return f"skipped: {exc}", []
     identifier = data.decode(errors="replace")
-    return f"closed the holder's session {session:#x} (lock znode {holders[0]}, identifier {identifier})"
+    return f"closed the holder's session {session:#x} (lock znode {holders[0]}, identifier {identifier})", [session]
