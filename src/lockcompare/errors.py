@@ -20,6 +20,7 @@ non-zero exit code (never a traceback)::
     ├── BackendError                 a lock backend cannot be used
     │   ├── BackendLoadError         a module:Class that does not import or is not a backend
     │   ├── BackendNotViableError    a backend whose library is missing here (says what to install)
+    │   ├── ExternalClientError      an external lock client (a manifest's command) failed to start or speak
     │   └── backend_host.BackendCallFailed  the conformance battery's call raised, hung or died
     ├── FaultNotSupportedError       a fault needs a tool this machine lacks (says what to install)
     ├── proxy.ProxyError             a link proxy did not start or answer its control pipe
@@ -101,6 +102,11 @@ class BackendLoadError(BackendError):
 
 class BackendNotViableError(BackendError):
     """A backend whose third-party library is not installed here."""
+
+
+class ExternalClientError(BackendError):
+    """An external lock client (backends/external: a manifest's command) could not start, failed its
+    handshake (wrong protocol, a clock that is not CLOCK_MONOTONIC) or could not be restarted."""
 
 
 class FaultNotSupportedError(LockcompareError):

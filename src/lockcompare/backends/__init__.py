@@ -119,13 +119,19 @@ def registered_names() -> list[str]:
 
 
 def load_backend(spec: str) -> type[LockBackend]:
-    """The backend class for a registered name or a ``package.module:Class`` spec.
+    """The backend class for a registered name, a ``package.module:Class`` spec, or the path of an
+    external client's manifest (``*.toml``: see :mod:`lockcompare.backends.external`).
 
     Raises :class:`UnknownNameError` for an unknown name, :class:`BackendLoadError` for a spec that
     does not resolve to a backend, :class:`BackendNotViableError` when its library is missing.
     """
     spec = spec.strip()
-    if ":" in spec:
+    cls: type[LockBackend]
+    if spec.endswith(".toml"):  # an external client's manifest (docs/clients.md)
+        from lockcompare.backends.external import manifest_backend
+
+        cls = manifest_backend(spec)
+    elif ":" in spec:
         cls = _import_target(spec)
     else:
         matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]

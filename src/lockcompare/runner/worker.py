@@ -208,11 +208,13 @@ def lease_check(backend: LockBackend, lease: Lease, rec: Recorder, slot: CallSlo
 
 
 def record_renewals(backend: LockBackend, rec: Recorder) -> None:
-    """Move a renewing backend's renewal records into the history as ``renew`` events."""
+    """Move a renewing backend's renewal records into the history as ``renew`` events (a record
+    with a ``kind`` is an event of that kind: an external client's start, exit or bad reply)."""
     drain = getattr(backend, "drain_renewals", None)
     for record in drain() if drain is not None else ():
         fields = dict(record)
-        rec.add("renew", t0=int(fields.pop("t0")), t1=int(fields.pop("t1", 0)) or None, **fields)
+        kind = str(fields.pop("kind", "renew"))
+        rec.add(kind, t0=int(fields.pop("t0")), t1=int(fields.pop("t1", 0)) or None, **fields)
 
 
 def handshake(inbox: Inbox, conn: Connection, what: str, round_: int) -> None:
