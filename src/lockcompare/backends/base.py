@@ -37,12 +37,17 @@ class BackendConfig:
     that connection's writes) and refuses the lease (``Refusal("not-replicated")``, after releasing
     it) when fewer replicas acknowledged. The harness never gives a non-zero value to a backend
     without the attribute (its trials run with 0, and the results say 0).
+
+    ``retry_delay_ms``: the trial's wait between acquire attempts (``--retry-delay-ms``, scaled), for a
+    backend whose library retries by itself or sizes its own waits by it; None where no trial says
+    (the conformance battery, bench). The harness still does the retrying: ``acquire`` tries once.
     """
 
     node_urls: tuple[str, ...]
     request_timeout_s: float = DEFAULT_TIMEOUT_S
     node_count: int | None = None
     wait_replicas: int = 0
+    retry_delay_ms: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,13 +10,24 @@ from typing import Annotated
 import typer
 
 from lockcompare.cli.core import app
-from lockcompare.cli.options import RedisServer, RedlockNodes
+from lockcompare.cli.options import (
+    SEARCH_SETTINGS,
+    Nodes,
+    NodesFile,
+    PostgresUrl,
+    RedisServer,
+    RedlockNodes,
+    ResourceUrl,
+    _cluster_options,
+    one_value_each,
+    server_args,
+    with_trial_settings,
+)
 from lockcompare.errors import InvalidValueError
 from lockcompare.evaluation.explore import DEFAULT_PROPERTY, PROPERTIES, TrialOutcome, TrialRequest
 from lockcompare.evaluation.explore_run import run_explore
 from lockcompare.evaluation.explore_trials import DEFAULT_TIME_SCALE, RealTrials, fitting_scale
 from lockcompare.evaluation.schedules import DEFAULT_KINDS, KINDS, MAX_STEPS, parse_kinds
-from lockcompare.runner.matrix import ClusterOptions
 from lockcompare.spec.choices import FENCE_MODES
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -52,6 +63,7 @@ def print_trial(phase: str, request: TrialRequest, outcome: TrialOutcome, result
 
 
 @app.command("explore")
+@with_trial_settings(only=SEARCH_SETTINGS)
 def explore_command(
     backend: Annotated[str, typer.Argument(help="A backend name or package.module:Class.")],
     budget: Annotated[str, typer.Option("--budget", help="Wall time to search for: 15m, 90s, 1h30m.")] = "15m",
@@ -95,13 +107,19 @@ def explore_command(
     ] = None,
     jobs: Annotated[int, typer.Option("--jobs", help="Trials at once at most (fewer when the CPUs are busy).")] = 2,
     redlock_nodes: RedlockNodes = None,
+    nodes: Nodes = None,
+    nodes_file: NodesFile = None,
+    resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    postgres: PostgresUrl = None,
+    trial_settings: dict[str, str | None] | None = None,
 ) -> None:
     """Search random fault schedules for one that breaks a property, shrink it to the smallest that
     still fails, and show it: the --faults text, the `lockcompare run` command, its reproduction
     rate, a timeline picture, and a CSV of everything tried. The output always says what was
     searched: "no counterexample" means none within this budget. Exit 1 when a counterexample was
-    found, 0 when none was."""
+    found, 0 when none was. The trial settings below and the server options are matrix's; the
+    printed command carries every one that differs from a default (and --plugin-path for a plug-in)."""
     if fence not in FENCE_MODES:
         raise InvalidValueError(f"--fence takes {', '.join(FENCE_MODES)}, got {fence!r}")
     if prop not in PROPERTIES:
@@ -112,12 +130,17 @@ def explore_command(
         raise InvalidValueError(f"--time-scale must be > 0, got {time_scale:g}")
     kinds = parse_kinds(faults)
     seconds = parse_budget(budget)
+    settings = one_value_each(trial_settings or {})
+    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes,
+                               nodes_file=nodes_file, postgres=postgres)  # fmt: skip
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
     target = out_dir or Path("results") / f"explore-{safe}-{prop}"
-    scale = time_scale if time_scale is not None else fitting_scale(backend)
+    scale = time_scale if time_scale is not None else fitting_scale(backend, ttl_ms=settings.given("ttl_ms"))
     trials = RealTrials(
         backend=backend, out_dir=target, time_scale=scale, fence=fence, jobs=jobs, redlock_nodes=redlock_nodes,
-        cluster_options=ClusterOptions(redis_server=redis_server),
+        cluster_options=options, settings=settings,
+        server_args=server_args(nodes=nodes, nodes_file=nodes_file, resource=resource, postgres=postgres,
+                                redis_server=redis_server),
     )  # fmt: skip
     result = run_explore(
         trials=trials, prop=prop, kinds=kinds, budget_s=seconds, rounds=rounds, seed=seed, reruns=reruns,

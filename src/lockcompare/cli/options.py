@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -190,13 +191,23 @@ def _option_help(setting: Setting) -> str:
     return f"{text} [default: {shown}{' ' + setting.unit if setting.unit else ''}]"
 
 
-def with_trial_settings(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give ``command`` one option per CLI setting of the settings table (spec/settings.py).
+#: The trial settings ``explore`` and ``evaluate`` take from the table (the others they set themselves).
+SEARCH_SETTINGS = ("workers", "ttl_ms", "work_ms", "retry_delay_ms", "think_ms", "jitter")
+
+
+def with_trial_settings(
+    command: Callable[..., Any] | None = None, *, only: tuple[str, ...] | None = None
+) -> Callable[..., Any]:
+    """Give ``command`` one option per CLI setting of the settings table (spec/settings.py), or per
+    setting named in ``only``.
 
     Every option is taken as text (None: not given) and parsed by the table: comma lists where a
     setting sweeps, bounds and choices checked, one line per bad value. ``command`` receives them as
     ``trial_settings`` (a dict of the given texts by setting name).
     """
+    if command is None:
+        return functools.partial(with_trial_settings, only=only)
+    settings = [s for s in CLI_SETTINGS if only is None or s.name in only]
     signature = inspect.signature(command, eval_str=True)
     own = [p for p in signature.parameters.values() if p.name != "trial_settings"]
     added = [
@@ -209,17 +220,39 @@ def with_trial_settings(command: Callable[..., Any]) -> Callable[..., Any]:
                 typer.Option(setting.flag, help=_option_help(setting), metavar="LIST" if setting.sweeps else "VALUE"),
             ],
         )
-        for setting in CLI_SETTINGS
+        for setting in settings
     ]
 
     @functools.wraps(command)
     def wrapper(**params: Any) -> Any:
-        given = {setting.name: params.pop(setting.name, None) for setting in CLI_SETTINGS}
+        given = {setting.name: params.pop(setting.name, None) for setting in settings}
         return command(**params, trial_settings=given)
 
     wrapper.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *added)}
     return wrapper
+
+
+def one_value_each(trial_settings: dict[str, str | None]) -> Overrides:
+    """The settings of a command that runs no sweep (explore, evaluate), parsed by the table."""
+    overrides, sweep = from_cli(trial_settings)
+    if sweep.cells_per_trial() > 1:
+        raise InvalidValueError("this command takes one value per setting; use matrix to sweep a list")
+    return overrides
+
+
+def server_args(
+    *, nodes: str | None, nodes_file: Path | None, resource: str | None, postgres: str | None, redis_server: str | None
+) -> tuple[str, ...]:
+    """The server options as given, for a printed command that reruns on the same servers (a password
+    the user kept off the command line stays off it: the URLs are the ones typed, not completed)."""
+    given = (("--nodes", nodes), ("--nodes-file", nodes_file and nodes_file.resolve()), ("--resource", resource),
+             ("--postgres", postgres), ("--redis-server", redis_server))  # fmt: skip
+    # A password typed into a URL is not written into summaries: "****" (give it by environment instead).
+    return tuple(
+        a for flag, value in given if value is not None
+        for a in (flag, re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1****@", str(value)))
+    )  # fmt: skip
 
 
 def given_flags(trial_settings: dict[str, str | None]) -> list[str]:

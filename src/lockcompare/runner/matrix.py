@@ -26,6 +26,7 @@ from lockcompare.errors import (
     InvalidValueError,
 )
 from lockcompare.faults import plan as fault_plan
+from lockcompare.faults import targets as fault_targets
 from lockcompare.faults.steps import parse_schedule
 from lockcompare.faults.zookeeper import ZOOKEEPER_UNSUPPORTED, zookeeper_servers_for
 from lockcompare.files import check_output_file, results_lock
@@ -61,7 +62,7 @@ from lockcompare.runner.trial import (
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.limits import check_count
 from lockcompare.spec.parsing import Overrides, Sweep
-from lockcompare.spec.trialspec import TrialSpec, make_spec
+from lockcompare.spec.trialspec import TrialSpec, custom_faults, make_spec
 
 log = logging.getLogger("lockcompare")
 
@@ -194,7 +195,8 @@ UNSUPPORTED_FAULTS = {
 
 def _unfit(cls: type, spec: TrialSpec) -> str:
     """Why a backend cannot run the trial ("" when it can): a TTL it cannot express (its optional
-    ``check_ttl``, e.g. etcd's whole-second leases), or a fault its kind of lock server cannot take."""
+    ``check_ttl``, e.g. etcd's whole-second leases), a fault its kind of lock server cannot take, or
+    a fault step that can never reach its lock (faults/targets.py: never_resolves)."""
     servers = str(getattr(cls, "servers", "redis"))
     unsupported = UNSUPPORTED_FAULTS.get(servers, {})
     schedule = parse_schedule(spec.faults)
@@ -207,6 +209,14 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
             fault_plan.check_schedule(schedule, lock_nodes=used, workers=spec.workers)
         except InvalidValueError as exc:
             return f"{servers} lock servers: {exc}"
+    reach = fault_targets.never_resolves(
+        schedule.steps,
+        lease_nodes=fault_targets.lease_nodes(cls, node_count=cluster_shape(spec, cluster_options=ClusterOptions(
+            node_count=spec.node_count or ClusterOptions().node_count)).node_count),
+        fixed_nodes=custom_faults(spec.recorded_settings()),
+    )  # fmt: skip
+    if reach:
+        return reach
     check_ttl = getattr(cls, "check_ttl", None)
     if check_ttl is None:
         return ""

@@ -123,6 +123,7 @@ def _run_trial(
         request_timeout_s=link_timeout_s(spec) or request_timeout_s,
         node_count=spec.node_count,
         wait_replicas=spec.wait_replicas,
+        retry_delay_ms=spec.retry_delay_ms,
     )
     pauses = plan.worker_pauses(schedule, time_scale=spec.time_scale)
     plans = [
