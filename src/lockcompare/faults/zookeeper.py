@@ -15,7 +15,7 @@ recomputes (checked against a live client's own password in tests/test_zookeeper
 inject event names the session, the lock znode and the holder's identifier (its lease owner token,
 which names the worker). Only that session is ended: safe on an ensemble lockcompare does not own.
 
-**What does not apply** (:data:`ZOOKEEPER_UNSUPPORTED`): clock jumps (ZooKeeper times sessions on
+**What does not apply** (infra/zookeeper_server.py's kind says so): clock jumps (ZooKeeper times sessions on
 the leader's monotonic clock — ``Time.currentElapsedTime()``, ``System.nanoTime`` — never the wall
 clock, so a wall-clock jump cannot end a session; and libfaketime is applied to redis-server only),
 failover (an ensemble replicates by consensus: no asynchronous replica to promote).
@@ -39,12 +39,6 @@ from lockcompare.infra.zookeeper_server import hosts_of, lock_path
 _SUPER_SECRET = 0xB3415C00
 _JAVA_MULTIPLIER = 0x5DEECE66D
 _JAVA_MASK = (1 << 48) - 1
-
-ZOOKEEPER_UNSUPPORTED = {
-    "clock-jump": "ZooKeeper times sessions on the leader's monotonic clock, not the wall clock "
-    "(and libfaketime is applied to redis-server only)",
-    "failover": "a ZooKeeper ensemble replicates by consensus: there is no asynchronous replica to promote",
-}
 
 #: Servers in the ensemble that a leader crash or a partition needs (a quorum that survives one down).
 ENSEMBLE_SERVERS = 3

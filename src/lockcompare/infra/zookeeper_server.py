@@ -28,18 +28,21 @@ its client reconnects within the session timeout (the restarted server times ses
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import socket
-import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lockcompare.errors import BackendNotViableError, InvalidValueError, ServerStartError
-from lockcompare.infra.lifecycle import die_with_parent, owned_tempdir
-from lockcompare.infra.server import free_port, kill_group_and_reap, release_port, terminate_politely
+from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError, InvalidValueError, ServerStartError
+from lockcompare.infra.kinds import Capabilities, Capability, Server
+from lockcompare.infra.spawned import SpawnedServer, free_port
+
+if TYPE_CHECKING:
+    from lockcompare.infra.fakeclock import FakeClock
 
 ENV_JAR = "LOCKCOMPARE_ZOOKEEPER_JAR"
 DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -143,11 +146,11 @@ def mode_of(url: str, *, timeout_s: float = 0.5) -> str:
     return ""
 
 
-class ZooKeeperServer:
+class ZooKeeperServer(SpawnedServer):
     """One ZooKeeper server on loopback; a member of ``peers`` (myid -> (quorum, election) ports) or standalone.
 
-    Has the interface the cluster and the node faults use for a redis-server: ``name``, ``url``,
-    ``pid``, ``start()``, ``crash()``, ``stop()``, ``cleanup()``, ``is_running()``.
+    Its lifecycle is :class:`~lockcompare.infra.spawned.SpawnedServer`'s (crash = SIGKILL of its
+    process group, stop, cleanup, the atexit sweep); ``start`` waits until it serves.
     """
 
     #: A restarted server keeps its znodes and sessions (the transaction log is fsynced).
@@ -165,30 +168,19 @@ class ZooKeeperServer:
     ) -> None:
         if java is None or jar is None:
             java, jar = find_zookeeper()
+        super().__init__(name=name, dir_tag=f"zookeeper-{name}", port=free_port())
         self.java, self.jar = java, jar
-        self.name = name
         self.myid = myid
         self.peers = dict(peers or {})
-        self.port = free_port()
+        self._extra_ports.extend(self.peers.get(myid, ()))  # its own quorum and election ports
         self.start_timeout_s = start_timeout_s
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._dir = owned_tempdir(f"zookeeper-{name}")
         #: The whole ensemble, this server included (start_servers sets it); empty when standalone.
         self.ensemble: list[ZooKeeperServer] = []
-        _not_cleaned_up.add(self)
         self._write_config()
 
     @property
     def url(self) -> str:
         return f"zk://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def data_dir(self) -> Path:
-        return self._dir
 
     def _write_config(self) -> None:
         data = self._dir / "data"
@@ -211,9 +203,6 @@ class ZooKeeperServer:
             lines += [f"server.{sid}=127.0.0.1:{q}:{e}" for sid, (q, e) in sorted(self.peers.items())]
         (self._dir / "zoo.cfg").write_text("\n".join(lines) + "\n")
 
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
     def start(self) -> None:
         """Spawn and wait until the server serves clients. An ensemble member serves only within a
         quorum: while too few of its ensemble run (a crash of all, healed one by one), it is spawned
@@ -224,22 +213,9 @@ class ZooKeeperServer:
         self.wait_ready()
 
     def spawn(self) -> None:
-        if self.is_running():
-            raise ServerStartError(f"{self.name} is already running (pid {self.pid})")
         cmd = [str(self.java), *JVM_FLAGS, f"-Dzookeeper.log.dir={self._dir}", "-cp", str(self.jar), MAIN_CLASS,
                str(self._dir / "zoo.cfg")]  # fmt: skip
-        try:
-            with open(self._dir / "zookeeper.out", "ab") as out:
-                self._proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,  # Ctrl-C reaches lockcompare, which then stops us in order
-                    preexec_fn=die_with_parent,  # noqa: PLW1509 - one prctl call, see etcd_server.py
-                )
-        except OSError as exc:
-            raise ServerStartError(f"{self.name}: cannot run {self.java}: {exc}") from None
+        self._popen(cmd, log=self._log)
 
     def mode(self) -> str:
         return mode_of(self.url) if self.is_running() else ""
@@ -250,7 +226,9 @@ class ZooKeeperServer:
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = None
-                raise ServerStartError(f"{self.name}: ZooKeeper exited during start-up: {self._last_line()}")
+                raise ServerStartError(
+                    f"{self.name}: ZooKeeper exited during start-up: {self._last_log_line(self._log)}"
+                )
             if mode_of(self.url, timeout_s=0.2):
                 return
             time.sleep(0.02)
@@ -259,36 +237,9 @@ class ZooKeeperServer:
             f"{self.name}: ZooKeeper did not serve on {self.url} within {self.start_timeout_s:g} s; killed it"
         )
 
-    def _last_line(self) -> str:
-        try:
-            lines = (self._dir / "zookeeper.out").read_text(errors="replace").strip().splitlines()
-        except OSError:
-            lines = []
-        return lines[-1][:300] if lines else "it printed nothing"
-
-    def _kill(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            kill_group_and_reap(proc)
-
-    def crash(self) -> None:
-        """SIGKILL the server's process group and reap it (its data directory stays). Safe to call twice."""
-        self._kill()
-
-    def stop(self) -> None:
-        if self._proc is not None:
-            terminate_politely(self._proc)
-        self._kill()
-
-    def cleanup(self) -> None:
-        """Stop and remove the data directory."""
-        self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
-        release_port(self.port)
-        quorum, election = self.peers.get(self.myid, (None, None))
-        release_port(quorum)
-        release_port(election)
-        _not_cleaned_up.discard(self)
+    @property
+    def _log(self) -> Path:
+        return self._dir / "zookeeper.out"
 
 
 def start_servers(*, count: int, attempts: int = 2) -> list[ZooKeeperServer]:
@@ -330,10 +281,83 @@ def start_servers(*, count: int, attempts: int = 2) -> list[ZooKeeperServer]:
     raise ServerStartError(f"ZooKeeper ensemble of {count} did not start: {problem}")
 
 
-_not_cleaned_up: set[ZooKeeperServer] = set()
+def zookeeper_version(url: str) -> str:
+    """The server's version from ``srvr`` ("3.8.0"), or "unknown"."""
+    host, _, port = url.removeprefix("zk://").rstrip("/").rpartition(":")
+    for line in four_letter(host, int(port), "srvr").splitlines():
+        if line.startswith("Zookeeper version:"):
+            return line.split(":", 1)[1].strip().split("-", 1)[0]
+    return "unknown"
 
 
-@atexit.register
-def _clean_up_leftovers() -> None:
-    for server in list(_not_cleaned_up):
-        server.cleanup()
+@dataclass(frozen=True, kw_only=True)
+class ZooKeeperKind:
+    """ZooKeeper: a standalone server or an ensemble (leader first), always persisting (a restarted
+    server keeps its znodes and sessions), real clocks, replication by consensus only. It can end a
+    client's session from the server side (faults/zookeeper.py), so it takes session-kill."""
+
+    name: str = "zookeeper"
+    speaks: str = "zookeeper"
+    capabilities: Capabilities = field(
+        default_factory=lambda: Capabilities(
+            offers=frozenset({Capability.SESSION_CONTROL}),
+            reasons={
+                Capability.CLOCK_CONTROL: "ZooKeeper times sessions on the leader's monotonic clock, not the wall "
+                "clock (and libfaketime is applied to Redis-protocol servers only)",
+                Capability.REPLICATION: "a ZooKeeper ensemble replicates by consensus: there is no asynchronous "
+                "replica to promote",
+            },
+        )
+    )
+
+    def problem(self, *, binary: str | None = None) -> str:
+        try:
+            find_zookeeper()
+        except BackendNotViableError as exc:
+            return str(exc)
+        return ""
+
+    def start_nodes(
+        self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
+    ) -> list[Server]:
+        if clocks or persistence != "none":
+            raise ConfigError(
+                "ZooKeeper servers run with real clocks and always persist: no fake clocks or --persistence"
+            )
+        return list(start_servers(count=count))
+
+    def new_server(self, *, name: str, binary: str | None = None) -> Server:
+        raise ConfigError("a ZooKeeper server is started with its ensemble (start_nodes), never alone")
+
+    def owns(self, url: str) -> bool:
+        return is_zookeeper_url(url)
+
+    def answers(self, url: str, *, timeout_s: float) -> bool:
+        return bool(mode_of(url, timeout_s=timeout_s))
+
+    def version(self, url: str) -> str:
+        return f"zookeeper {zookeeper_version(url)}"
+
+    def empty(self, urls: Sequence[str]) -> str:
+        from lockcompare.infra.zookeeper_client import delete_children_containing
+
+        try:
+            delete_children_containing(urls, "")  # lockcompare's own path, emptied
+        except ClusterError as exc:
+            return f"emptying ZooKeeper failed: {exc}"
+        if len(urls) > 1 and mode_of(urls[0]) != "leader":
+            # The catalogue's leader crash strikes node 0: an ensemble whose leader moved is rebuilt.
+            return "the ZooKeeper ensemble's leader is no longer node 0"
+        return ""
+
+    def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
+        from lockcompare.infra.zookeeper_client import delete_children_containing
+
+        for url in dict.fromkeys(urls):
+            try:
+                delete_children_containing([url], prefix)  # only the trial's own znodes
+            except ClusterError:
+                pass  # a server that is down: its sessions end, and their ephemeral znodes with them
+
+
+ZOOKEEPER = ZooKeeperKind()
