@@ -28,6 +28,7 @@ from lockcompare.cli.options import (
     RedisServer,
     RedlockNodes,
     ResourceUrl,
+    ZooKeeperHosts,
     _cluster_options,
     _default_backends,
     _parallelism_note,
@@ -97,6 +98,7 @@ def matrix(
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
+    zookeeper: ZooKeeperHosts = None,
     faults_file: FaultsFile = None,
     jobs: Annotated[
         int,
@@ -138,6 +140,7 @@ def matrix(
         redis_server=redis_server,
         nodes_file=nodes_file,
         postgres=postgres,
+        zookeeper=zookeeper,
         faults_file=faults_file,
     )
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
@@ -205,6 +208,7 @@ def run(
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
+    zookeeper: ZooKeeperHosts = None,
     faults_file: FaultsFile = None,
     from_row: Annotated[
         str | None,
@@ -234,6 +238,7 @@ def run(
             redlock_nodes=None,
             nodes_file=nodes_file,
             postgres=postgres,
+            zookeeper=zookeeper,
         )
         _run_from(from_row, out_path=out_path, options=options)
         return
@@ -244,6 +249,7 @@ def run(
         redis_server=redis_server,
         nodes_file=nodes_file,
         postgres=postgres,
+        zookeeper=zookeeper,
         faults_file=faults_file,
     )
     if sweep.cells_per_trial() > 1:
@@ -273,6 +279,7 @@ _RERUN_OPTIONS = {
     "resource",
     "redis_server",
     "postgres",
+    "zookeeper",
 }  # --faults-file: a setting
 
 

@@ -26,6 +26,7 @@ from lockcompare.faults.steps import read_schedule_file
 from lockcompare.files import read_capped
 from lockcompare.infra.cluster import DEFAULT_NODES
 from lockcompare.infra.redisconn import PASSWORD_ENV, parse_url_list, redact, validate_url, with_env_password
+from lockcompare.infra.zookeeper_server import zookeeper_urls
 from lockcompare.runner.matrix import ClusterOptions, MatrixReport
 from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE, usable_cpus
 from lockcompare.runner.trial import TrialResult
@@ -75,6 +76,16 @@ PostgresUrl = Annotated[
         help="An external PostgreSQL server (postgresql://user@host:port/db) for the PostgreSQL backends' lock "
         "and resource instead of the embedded one; lockcompare creates its own two tables there and touches "
         "only its per-trial rows and sessions.",
+    ),
+]
+ZooKeeperHosts = Annotated[
+    str | None,
+    typer.Option(
+        "--zookeeper",
+        metavar="HOST:PORT,...",
+        help="An external ZooKeeper ensemble for the zk backends' locks instead of the embedded servers; "
+        "lockcompare touches only its own znodes under /lockcompare there (never another run's), and takes "
+        "no fault that crashes, restarts or cuts off its servers.",
     ),
 ]
 FaultsFile = Annotated[
@@ -138,6 +149,7 @@ def _cluster_options(
     redlock_nodes: int | None,
     nodes_file: Path | None = None,
     postgres: str | None = None,
+    zookeeper: str | None = None,
 ) -> ClusterOptions:
     """Where the servers come from; the embedded cluster spawns enough nodes for --redlock-nodes."""
     if nodes_file is not None:
@@ -163,8 +175,9 @@ def _cluster_options(
     if postgres is not None and not postgres.startswith(("postgresql://", "postgres://")):
         raise InvalidValueError(f"--postgres takes a postgresql:// URL, got {redact(postgres)!r}")
     return ClusterOptions(
-        nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres
-    )
+        nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres,
+        zookeeper=zookeeper_urls(zookeeper) if zookeeper is not None else None,
+    )  # fmt: skip
 
 
 def _option_help(setting: Setting) -> str:
@@ -255,6 +268,7 @@ def _trial_settings(
     redis_server: str | None,
     nodes_file: Path | None = None,
     postgres: str | None = None,
+    zookeeper: str | None = None,
     faults_file: Path | None = None,
 ) -> tuple[Overrides, Sweep, ClusterOptions, int | None]:
     """The settings of ``run`` and ``matrix`` parsed by the table, and where the servers come from."""
@@ -271,6 +285,7 @@ def _trial_settings(
         redlock_nodes=redlock_nodes,
         nodes_file=nodes_file,
         postgres=postgres,
+        zookeeper=zookeeper,
     )
     return overrides, sweep, options, redlock_nodes
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from lockcompare.faults.zookeeper import expire_holder_session
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.pg_client import (
     PgSession,
@@ -36,6 +37,7 @@ from lockcompare.infra.pg_client import (
     is_postgres_url,
     split_advisory_key,
 )
+from lockcompare.infra.zookeeper_server import is_zookeeper_url
 
 #: The sessions holding the lock ``$1`` (classid, objid of its advisory key) or its unexpired lease row.
 HOLDERS_ADVISORY = """
@@ -86,6 +88,9 @@ class SessionKill:
 
     def inject(self, cluster: Cluster, nodes: list[int]) -> tuple[str, dict[str, object]]:
         """(detail, fields of the event): the sessions ended, by backend pid (see the module docstring)."""
+        if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
+            detail, sessions = expire_holder_session(list(cluster.node_urls), lock_key=self.lock_key)
+            return detail, {"sessions_ended": sessions}  # ZooKeeper session ids (faults/zookeeper.py)
         ended: list[int] = []
         for index in nodes:
             url = cluster.node_urls[index]
@@ -101,4 +106,6 @@ class SessionKill:
         return detail, {"sessions_ended": ended}
 
     def heal(self, cluster: Cluster, nodes: list[int]) -> str:
+        if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
+            return "the session stays ended (kazoo opens a new one at its next reconnect)"
         return "the session stays ended (the holder opens a new one at its next call)"
