@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockcompare.analysis.history import Event
+from lockcompare.spec import faultkinds
 
 #: The share of the margin a stall must reach for the trial to be marked (see the module docstring).
 MARK_SHARE = 0.5
@@ -58,8 +59,10 @@ _STEPS = frozenset({"acquire", "pause", "enter", "read", "write", "lease", "exit
 #: Steps that are one call to a server: their duration beyond the usual is a stall.
 _CALLS = ("enter", "read", "write", "exit", "release", "lease")
 _NS_PER_MS = 1e6
-#: Faults whose purpose is to delay the worker they target (``target_worker``; absent: every worker).
-_DELAYS_ITS_WORKER = frozenset({"starve", "slow-link", "link-cut", "pause", "session-kill"})
+#: Faults whose purpose is to delay the worker they target (``target_worker``; absent: every worker):
+#: the kinds that say ``excuses_worker`` (spec/faultkinds), by their names in the history, older
+#: histories' included (``slow-link`` before it was ``slow``).
+_DELAYS_ITS_WORKER = faultkinds.with_former_names(faultkinds.names_where("excuses_worker"))
 
 
 @dataclass(frozen=True, kw_only=True)

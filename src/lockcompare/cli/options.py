@@ -21,7 +21,6 @@ from rich.progress import (
 from lockcompare.backends import describe_backends
 from lockcompare.cli.core import err
 from lockcompare.errors import InvalidValueError
-from lockcompare.faults.steps import read_schedule_file
 from lockcompare.files import read_capped
 from lockcompare.infra.cluster import DEFAULT_NODES
 from lockcompare.infra.redisconn import PASSWORD_ENV, parse_url_list, validate_url, with_env_password
@@ -30,6 +29,7 @@ from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE, usable_cpus
 from lockcompare.runner.trial import TrialResult
 from lockcompare.spec.limits import LIMITS, check_count
 from lockcompare.spec.parsing import Overrides, Sweep, check_value, cli_text, from_cli
+from lockcompare.spec.schedule import read_schedule_file
 from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting
 from lockcompare.spec.trialspec import TrialSpec
 

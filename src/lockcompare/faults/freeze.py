@@ -7,8 +7,8 @@ and blocks until told it has been thawed; the runner stops it, and a timer conti
 pause. Every freeze is recorded as the runner's own fault events (``pause`` inject / heal, with
 the time it was planned) and heals in :meth:`Freezer.thaw_all`, called from the runner's ``finally``.
 
-:class:`Strobe` (``starve``) stops and continues one worker in a loop: it may run ``duty`` of
-every ``period`` — a process starved of CPU, whose watchdog thread gets no time to renew.
+:class:`~lockcompare.spec.faultkinds.starve.Strobe` (``starve``) stops and continues one worker in
+a loop through :meth:`Freezer.hold` and :meth:`Freezer.release`.
 """
 
 from __future__ import annotations
@@ -16,14 +16,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.analysis.history import Event, now_ns
-
-if TYPE_CHECKING:
-    from lockcompare.faults.schedule import FaultContext
 
 
 class Freezer:
@@ -115,41 +110,3 @@ class Freezer:
         }  # fmt: skip
         with self._lock:
             self.events.append(event)
-
-
-@dataclass
-class Strobe:
-    """``starve``: SIGSTOP/SIGCONT ``worker`` in a loop, letting it run ``duty`` of each ``period_s``."""
-
-    worker: int | None
-    duty: float
-    period_s: float
-    name: ClassVar[str] = "starve"
-    scope: ClassVar[str] = "world"
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-    cycles: int = 0
-
-    def inject(self, world: FaultContext, nodes: list[int]) -> str:
-        assert self.worker is not None and world.freezer is not None
-        pid, freezer = world.pids[self.worker], world.freezer
-        self._thread = threading.Thread(target=self._run, args=(freezer, pid), daemon=True, name="strobe")
-        self._thread.start()
-        stopped_ms = (1 - self.duty) * self.period_s * 1000
-        return f"worker {self.worker}: stopped {stopped_ms:g} ms of every {self.period_s * 1000:g} ms"
-
-    def _run(self, freezer: Freezer, pid: int) -> None:
-        while not self._stop.is_set():
-            freezer.hold(pid)
-            try:
-                self._stop.wait((1 - self.duty) * self.period_s)
-            finally:
-                freezer.release(pid)
-            self.cycles += 1
-            self._stop.wait(self.duty * self.period_s)
-
-    def heal(self, world: FaultContext, nodes: list[int]) -> str:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        return f"worker {self.worker}: running again after {self.cycles} stop(s)"

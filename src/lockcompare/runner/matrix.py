@@ -24,7 +24,6 @@ from lockcompare.errors import (
     InvalidValueError,
 )
 from lockcompare.faults import plan as fault_plan
-from lockcompare.faults.steps import parse_schedule
 from lockcompare.files import check_output_file, results_lock
 from lockcompare.infra.cluster import (
     Cluster,
@@ -58,6 +57,7 @@ from lockcompare.runner.trial import (
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.limits import check_count
 from lockcompare.spec.parsing import Overrides, Sweep
+from lockcompare.spec.schedule import parse_schedule
 from lockcompare.spec.trialspec import TrialSpec, make_spec
 
 log = logging.getLogger("lockcompare")
@@ -153,7 +153,7 @@ def _client_timeout_ms(cls: type) -> float | None:
 
 def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments: Sequence[Any]) -> None:
     """Say once, up front, which backends run their failover trials without the asked-for WAIT."""
-    if not any(asked) or not any(e.fault == "failover" for e in experiments):
+    if not any(asked) or not any("failover" in e.kinds for e in experiments):
         return
     without = [name for name, cls in classes.items() if not getattr(cls, "supports_wait_replicas", False)]
     if without:
@@ -165,7 +165,7 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
 
 _NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"
 
-#: Fault kinds (faults/steps.py) the embedded cluster cannot apply to a kind of lock server, and why.
+#: Fault kinds (spec/schedule.py) the embedded cluster cannot apply to a kind of lock server, and why.
 UNSUPPORTED_FAULTS = {
     "redis": {"session-kill": _NO_SESSION},
     "postgres": {

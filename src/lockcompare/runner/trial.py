@@ -26,10 +26,10 @@ from lockcompare.analysis.history import Event
 from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.errors import NodeUnreachableError
-from lockcompare.faults import Freezer, network, plan
+from lockcompare.faults import network, plan
+from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.holders import LockHolders, glob_escape
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
-from lockcompare.faults.steps import Schedule, parse_schedule
 from lockcompare.infra import health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.etcd_server import is_etcd_url
@@ -42,6 +42,7 @@ from lockcompare.runner.resource import Resource, ResourceCounters
 from lockcompare.runner.resource_pg import PgResource, ResourceError, open_resource
 from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
 from lockcompare.spec.choices import PauseHow, PausePoint
+from lockcompare.spec.schedule import Schedule, parse_schedule
 from lockcompare.spec.trialspec import TrialSpec
 
 
