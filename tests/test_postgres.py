@@ -384,10 +384,11 @@ def test_matrix_on_an_external_postgres_touches_only_its_own_rows(server: Postgr
         session.query("insert into someone_elses values (1)")
         options = ClusterOptions(postgres=server.url)
         report = run_matrix(
-            backends=[LEASE], experiments=["baseline"], trials=1, overrides=Overrides(time_scale=0.2, rounds=3),
-            out=tmp_path / "ext.csv", cluster_options=options,
+            backends=[LEASE], experiments=["baseline"], trials=2, overrides=Overrides(time_scale=0.2, rounds=3),
+            out=tmp_path / "ext.csv", cluster_options=options, jobs=4,
         )  # fmt: skip
-        assert report.trials_run == 1 and not report.unknown
+        assert report.trials_run == 2 and not report.unknown
+        assert report.jobs_used == 1  # one shared server: trials one at a time, as --jobs's help says
         assert session.value("select count(*) from someone_elses") == "1"
         assert session.value("select count(*) from lockcompare_leases where key like 'lockcompare:%'") == "0"
         with pytest.raises(ConfigError, match="needs the embedded one"):

@@ -221,3 +221,15 @@ def test_the_scheduler_admits_fewer_trials_once_they_stall_and_more_once_calm() 
     for _ in range(CALM_TO_GROW * 2):
         gov.record(share=0.01, concurrent=1)
     assert gov.limit == 3
+
+
+def test_a_lock_free_row_is_judged_only_against_margins_its_backend_has() -> None:
+    # atomic/optimistic x client-pause: no lease, so neither TTL - work nor pause - TTL is theirs.
+    plan = TimingPlan(ttl_ms=100, work_ms=30, pause_ms=120, think_ms=2, leased=False)
+    assert margins(plan) == []
+    verdict = judge_timing(rounds(late={(1, "write"): 25.0}), plan)
+    assert verdict.stall.ms == pytest.approx(25.0) and not verdict.marked and math.isnan(verdict.eaten)
+    assert verdict.as_row()["margin_of"] == "none (no lease)"
+    # A fault's own margin stays a margin of the lock-free trial too.
+    fault = TimingPlan(ttl_ms=100, work_ms=30, fault_offset_ms=5, leased=False)
+    assert [(m.of, m.ms) for m in margins(fault)] == [("work - fault offset", 25.0)]

@@ -32,8 +32,10 @@ if TYPE_CHECKING:  # the runner writes rows; reading them must not import it (no
 log = logging.getLogger("lockcompare")
 
 #: 5: call_timeout_ms recorded; 6: the fault schedule (faults) and the client timeout of link trials
-#: (client_timeout_ms). The settings' legacy values come from spec/settings.py.
-SCHEMA_VERSION = 6
+#: (client_timeout_ms); 7: a row's ``note``: what was out of the ordinary in how it was produced
+#: (resumed over another code revision, and why; rerun after its host was lost). The settings'
+#: legacy values come from spec/settings.py.
+SCHEMA_VERSION = 7
 
 #: What a row of an older schema meant for the columns it lacks: each setting's legacy value
 #: (spec/settings.py: until schema 3 the pause was an in-process sleep; schema 1: it landed right
@@ -45,7 +47,7 @@ _LEGACY = {name: value for name, (_, value) in LEGACY_VALUES.items()} | _LEGACY_
 #: Where and by what the row was produced; "" in rows migrated from before schema 4.
 PROVENANCE_COLUMNS = (
     "lockcompare_version", "source_revision", "host", "cpu_count", "load_avg_1m", "concurrent_runs",
-    "jobs_concurrent", "cluster", "redis_version", "lock_nodes_reachable",
+    "jobs_concurrent", "cluster", "redis_version", "lock_nodes_reachable", "note",
 )  # fmt: skip
 METRIC_COLUMNS = tuple(f.name for f in fields(TrialMetrics))
 #: How late the machine ran the trial against its experiment's margin (analysis/sentinel.py); empty
@@ -76,6 +78,7 @@ def make_row(
     redis_version: str,
     history_path: str,
     jobs_concurrent: int = 1,
+    note: str = "",
 ) -> dict[str, Any]:
     spec = result.spec
     row: dict[str, Any] = {
@@ -91,6 +94,7 @@ def make_row(
         "cluster": cluster_kind,
         "redis_version": redis_version,
         "lock_nodes_reachable": result.lock_nodes_reachable,
+        "note": note,
         **result.metrics.as_row(),
         **(result.timing.as_row() if result.timing is not None else {}),
         "wall_s": round(result.wall_s, 3),

@@ -79,6 +79,9 @@ class TimingPlan:
     fault_offset_ms: float | None = None
     #: Other margins the experiment rests on, by name (e.g. slow-response: the reply delay past the TTL).
     extra_margins: tuple[tuple[str, float], ...] = ()
+    #: False for a design that takes no lease (none, atomic, optimistic): the TTL's margins are not
+    #: its margins, and a row is judged only against the margins its backend has.
+    leased: bool = True
 
     @property
     def think_max_ms(self) -> float:
@@ -111,9 +114,11 @@ def margins(plan: TimingPlan) -> list[Margin]:
     >>> [(m.of, m.ms) for m in margins(TimingPlan(ttl_ms=100, work_ms=30, pause_ms=120))]
     [('TTL - work', 70.0), ('pause - TTL', 20.0)]
     """
+    found = []
     lease = float(plan.ttl_ms - plan.work_ms)
-    found = [Margin(lease, "TTL - work") if lease >= 0 else Margin(-lease, "work - TTL")]
-    if plan.pause_ms > 0:
+    if plan.leased:
+        found.append(Margin(lease, "TTL - work") if lease >= 0 else Margin(-lease, "work - TTL"))
+    if plan.pause_ms > 0 and plan.leased:
         # The lease must end during the pause (or, paused before the write, during work + pause).
         frozen = plan.pause_ms + (plan.work_ms if plan.pause_point == "before-write" else 0.0)
         found.append(Margin(abs(frozen - plan.ttl_ms), "pause - TTL" if frozen >= plan.ttl_ms else "TTL - pause"))
@@ -123,8 +128,17 @@ def margins(plan: TimingPlan) -> list[Margin]:
     return found
 
 
+#: What a trial whose backend has no margin at all is judged against: nothing (never marked).
+NO_MARGIN = Margin(math.nan, "none (no lease)")
+
+
 def smallest_margin(plan: TimingPlan) -> Margin:
-    return min(margins(plan), key=lambda m: m.ms)
+    """The smallest margin; :data:`NO_MARGIN` for a lock-free trial without a fault that has one.
+
+    >>> smallest_margin(TimingPlan(ttl_ms=100, work_ms=30, pause_ms=120, leased=False)).of
+    'none (no lease)'
+    """
+    return min(margins(plan), key=lambda m: m.ms, default=NO_MARGIN)
 
 
 @dataclass(frozen=True)
@@ -249,7 +263,9 @@ class TimingVerdict:
 
     @property
     def eaten(self) -> float:
-        """The share of the margin the worst stall ate (inf for a zero margin with a stall)."""
+        """The share of the margin the worst stall ate (inf for a zero margin with a stall, NaN for none)."""
+        if math.isnan(self.margin.ms):
+            return math.nan
         if self.margin.ms > 0:
             return self.stall.ms / self.margin.ms
         return math.inf if self.stall.ms > 0 else 0.0

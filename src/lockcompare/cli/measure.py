@@ -19,6 +19,7 @@ from lockcompare.backends import load_backend
 from lockcompare.cli.core import UnknownTrialsError, app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
+    AllowMixedRevisions,
     FaultsFile,
     Nodes,
     NodesFile,
@@ -87,6 +88,7 @@ def matrix(
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue --out (required), skipping trials it already holds.")
     ] = False,
+    allow_mixed_revisions: AllowMixedRevisions = None,
     fmt: Annotated[str, typer.Option("--format", help="Table format: github, simple, latex, csv.")] = "github",
     nodes: Nodes = None,
     nodes_file: NodesFile = None,
@@ -102,8 +104,8 @@ def matrix(
             f"at most {LIMITS['jobs'][1]}); "
             f"fewer while the running trials would keep more than {DEFAULT_CPU_SHARE:.0%} of the CPUs busy "
             "(measured per trial); pause-free no-lock trials (none, atomic, optimistic) run alone, "
-            "their conflicts hang on millisecond timing. 1: one after another. With --nodes/--resource "
-            "trials run one at a time: external servers are shared, and neighbours would distort each "
+            "their conflicts hang on millisecond timing. 1: one after another. With --nodes/--resource or "
+            "--postgres trials run one at a time: external servers are shared, and neighbours would distort each "
             "other's timing.",
         ),
     ] = DEFAULT_JOBS,
@@ -123,6 +125,8 @@ def matrix(
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(table.FORMATS)}", param_hint="--format")
     if resume and out_path is None:
         raise InvalidValueError("--resume continues the file --out names: give --out")
+    if allow_mixed_revisions is not None and not allow_mixed_revisions.strip():
+        raise InvalidValueError("--allow-mixed-revisions takes the reason, recorded in every new row")
     check_count("trials", trials)
     check_count("jobs", jobs)
     overrides, sweep, options, redlock_nodes = _trial_settings(
@@ -149,6 +153,7 @@ def matrix(
             redlock_nodes=redlock_nodes,
             sweep=sweep,
             resume=resume,
+            allow_mixed_revisions=allow_mixed_revisions,
             progress=update,
             jobs=jobs,
             fresh_workers=fresh_workers,

@@ -84,6 +84,16 @@ FaultsFile = Annotated[
         'name JSON, {"steps": [...]}; the steps are --faults steps (docs/faults.md).',
     ),
 ]
+AllowMixedRevisions = Annotated[
+    str | None,
+    typer.Option(
+        "--allow-mixed-revisions",
+        metavar="REASON",
+        help="With --resume: continue a file whose trials another code revision measured (refused otherwise: "
+        "its cells would average two instruments). The reason is recorded in every new row; tables mark "
+        "the mixed cells.",
+    ),
+]
 RedlockNodes = Annotated[
     int | None, typer.Option("--redlock-nodes", help="Nodes a multi-node lock uses (3, 5, 7; default: all).")
 ]

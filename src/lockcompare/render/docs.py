@@ -23,7 +23,17 @@ The statistic is one of ``mean:COLUMN`` (one decimal, as the tables round), ``su
 ``min:COLUMN``, ``max:COLUMN``, ``nonzero:COLUMN`` (rows where it is > 0), ``true:COLUMN`` (rows
 where it is true), or ``rows`` (how many rows match).
 
-The test suite checks that every such block and value equals a fresh rendering of its CSV.
+A history excerpt is rendered the same way, by the trial's id in a CSV and a time window (ms
+after the trial's first event), optionally only some kinds of step, so a story told from a history
+is the committed history's and no other run's::
+
+    <!-- excerpt: results/reproduction.csv trial=<trial_id> from=1200 to=1800 kinds=acquire,write -->
+    ...the timeline lines, as `lockcompare history --from-ms 1200 --to-ms 1800` prints them...
+    <!-- /excerpt -->
+
+``python -m lockcompare.render.docs --check FILE...`` renders without writing and exits 1 naming
+every block whose text differs from a fresh rendering (`.ci/run` runs it); the test suite checks
+the same.
 """
 
 from __future__ import annotations
@@ -44,6 +54,13 @@ VALUE = re.compile(
 
 BLOCK = re.compile(
     r"(<!-- table: (?P<csv>\S+)(?P<filters>(?: \w+=\S+)*) -->\n)(?P<body>.*?)(<!-- /table -->)", re.DOTALL
+)
+
+#: An excerpt block: CSV, the trial's id, a window in ms and optionally the kinds of step shown.
+EXCERPT = re.compile(
+    r"(<!-- excerpt: (?P<csv>\S+) trial=(?P<trial>\S+) from=(?P<from>[0-9.]+) to=(?P<to>[0-9.]+)"
+    r"(?: kinds=(?P<kinds>[\w,-]+))? -->\n)(?P<body>.*?)(<!-- /excerpt -->)",
+    re.DOTALL,
 )
 
 
@@ -96,7 +113,19 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
 
 
 def rendered_blocks(markdown: str, *, base: Path) -> str:
-    """``markdown`` with every table block and value re-rendered from its CSV (paths relative to ``base``)."""
+    """``markdown`` with every table block, value and excerpt re-rendered from its CSV (paths relative to ``base``)."""
+    return _render(markdown, base=base, stale=None)
+
+
+def stale_blocks(markdown: str, *, base: Path) -> list[str]:
+    """Every block of ``markdown`` whose text differs from a fresh rendering, one line each
+    (``line N: table results/x.csv backend=...``); empty when the file is up to date."""
+    stale: list[str] = []
+    _render(markdown, base=base, stale=stale)
+    return stale
+
+
+def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
     cache: dict[str, list[dict[str, Any]]] = {}
 
     def rows_of(csv: str) -> list[dict[str, Any]]:
@@ -104,38 +133,73 @@ def rendered_blocks(markdown: str, *, base: Path) -> str:
             cache[csv] = read_results(base / csv)
         return cache[csv]
 
+    def note(match: re.Match[str], fresh: str, what: str) -> str:
+        if stale is not None and match.group(0) != fresh:
+            line = match.string.count("\n", 0, match.start()) + 1
+            stale.append(f"line {line}: {what}")
+        return fresh
+
     def value(match: re.Match[str]) -> str:
         rows = selected(rows_of(match["csv"]), match["filters"])
         if not rows:
             raise ValueError(f"no row of {match['csv']} matches{match['filters']}")
-        return f"{match.group(1)}{statistic(rows, match['stat'])}{match.group(6)}"
-
-    markdown = VALUE.sub(value, markdown)
+        fresh = f"{match.group(1)}{statistic(rows, match['stat'])}{match.group(6)}"
+        return note(match, fresh, f"value {match['csv']}{match['filters']} {match['stat']} (says {match['body']!r})")
 
     def fill(match: re.Match[str]) -> str:
         rows = selected(rows_of(match["csv"]), match["filters"])
         if not rows:
             raise ValueError(f"no row of {match['csv']} matches{match['filters']}")
         table = render(rows, fmt="github")
-        return f"{match.group(1)}{table}\n{match.group(5)}"
+        return note(match, f"{match.group(1)}{table}\n{match.group(5)}", f"table {match['csv']}{match['filters']}")
 
-    return BLOCK.sub(fill, markdown)
+    def excerpt(match: re.Match[str]) -> str:
+        fresh = f"{match.group(1)}{excerpt_text(base / match['csv'], rows_of(match['csv']), match)}<!-- /excerpt -->"
+        return note(match, fresh, f"excerpt {match['csv']} trial={match['trial']}")
+
+    markdown = VALUE.sub(value, markdown)
+    markdown = BLOCK.sub(fill, markdown)
+    return EXCERPT.sub(excerpt, markdown)
+
+
+def excerpt_text(csv: Path, rows: list[dict[str, Any]], match: re.Match[str]) -> str:
+    """The timeline of trial ``match['trial']`` of ``csv`` in its window, fenced as a code block."""
+    from lockcompare.render.report import history_path
+    from lockcompare.render.timeline import load_history, render_timeline
+
+    row = next((r for r in rows if r.get("trial_id") == match["trial"]), None)
+    if row is None:
+        raise ValueError(f"{csv}: no trial {match['trial']!r}")
+    kinds = set(match["kinds"].split(",")) if match["kinds"] else None
+    events = load_history(history_path(row, results=csv))
+    timeline = render_timeline(events, from_ms=float(match["from"]), to_ms=float(match["to"]), kinds=kinds)
+    return f"```\n{timeline}\n```\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print("usage: python -m lockcompare.render.docs README.md docs/*.md", file=sys.stderr)
+    check = "--check" in args
+    names = [a for a in args if a != "--check"]
+    if not names:
+        print("usage: python -m lockcompare.render.docs [--check] README.md docs/*.md", file=sys.stderr)
         return 2
-    for name in args:  # a block's CSV path is relative to its own file (docs/ use ../results/...)
+    failed = False
+    for name in names:  # a block's CSV path is relative to its own file (docs/ use ../results/...)
         path = Path(name)
-        text = path.read_text()
         try:
-            path.write_text(rendered_blocks(text, base=path.parent))
-        except (ValueError, LockcompareError) as exc:
+            text = path.read_text()
+            if check:
+                for line in stale_blocks(text, base=path.parent):
+                    print(f"{name}: {line}: stale (run: python -m lockcompare.render.docs {name})", file=sys.stderr)
+                    failed = True
+            else:
+                fresh = rendered_blocks(text, base=path.parent)
+                if fresh != text:
+                    path.write_text(fresh)
+        except (OSError, ValueError, LockcompareError) as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             return 1
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

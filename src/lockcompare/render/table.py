@@ -103,6 +103,24 @@ def marked_cells(rows: Sequence[dict[str, Any]]) -> list[tuple[str, int, int]]:
     ]
 
 
+def revisions_of(group: Sequence[dict[str, Any]]) -> list[str]:
+    """The distinct source revisions of a cell's trials, in first-seen order (rows that do not
+    record one, from before provenance was kept, are left out)."""
+    return list(dict.fromkeys(str(r.get("source_revision") or "") for r in group if r.get("source_revision")))
+
+
+def revision_mark(group: Sequence[dict[str, Any]]) -> str:
+    """`` (N revisions)`` for a cell whose trials come from more than one code revision, "" otherwise."""
+    revisions = revisions_of(group)
+    return f" ({len(revisions)} revisions)" if len(revisions) > 1 else ""
+
+
+REVISION_NOTE = (
+    "revisions: a cell so marked holds trials measured by more than one code revision (`--resume "
+    "--allow-mixed-revisions`); its mean is over different instruments (column source_revision)."
+)
+
+
 TIMING_NOTE = (
     f"timing-marked: the machine stalled the trial for at least {MARK_SHARE:.0%} of the timing margin its "
     "experiment rests on (columns stall_ms, stall_at, margin_ms; see docs/sentinel.md): read its numbers as "
@@ -150,7 +168,7 @@ def summarize(rows: Sequence[dict[str, Any]], *, wide: bool = False) -> tuple[li
         known = [r for r in group if r["verdict"] != "unknown"]
         verdicts = Counter(r["verdict"] for r in group)
         trials = str(len(known)) + (f" (+{len(group) - len(known)} unknown)" if len(known) < len(group) else "")
-        trials += timing_mark(group)
+        trials += timing_mark(group) + revision_mark(group)
         if not known:
             lines.append([*key, trials, *["n/a"] * (len(headers) - len(key) - 2), _verdicts(verdicts)])
             continue
@@ -210,6 +228,8 @@ def render(rows: Sequence[dict[str, Any]], *, fmt: str = "github", wide: bool = 
     text = format_table(headers, lines, fmt=fmt)
     if fmt != "csv" and marked_cells(rows):
         text += f"\n\n{TIMING_NOTE}"
+    if fmt != "csv" and any(revision_mark(cell.rows) for cell in group_cells(latest_rows(list(rows)))):
+        text += f"\n\n{REVISION_NOTE}"
     return text
 
 

@@ -75,6 +75,11 @@ class ClusterOptions:
     #: resource; lockcompare touches only its own per-trial rows there.
     postgres: str | None = None
 
+    @property
+    def external(self) -> bool:
+        """True when any server is the user's (shared by every trial, so trials run one at a time)."""
+        return self.nodes is not None or self.postgres is not None
+
 
 @dataclass(frozen=True, kw_only=True)
 class MatrixReport:
@@ -328,6 +333,7 @@ def run_matrix(
     redlock_nodes: int | None = None,
     sweep: Sweep | None = None,
     resume: bool = False,
+    allow_mixed_revisions: str | None = None,
     progress: ProgressCallback | None = None,
     skip_unfit: bool = True,
     jobs: int = 1,
@@ -355,6 +361,7 @@ def run_matrix(
     )
     return run_planned(
         specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
+        allow_mixed_revisions=allow_mixed_revisions,
         fresh_workers=fresh_workers, cpu_share=cpu_share,
     )  # fmt: skip
 
@@ -365,6 +372,7 @@ def run_planned(
     out: Path,
     cluster_options: ClusterOptions = ClusterOptions(),
     resume: bool = False,
+    allow_mixed_revisions: str | None = None,
     progress: ProgressCallback | None = None,
     jobs: int = 1,
     fresh_workers: bool = False,
@@ -380,6 +388,7 @@ def run_planned(
     with results_lock(out):  # one writer per results file, for the whole run
         return _run_locked(
             specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
+            allow_mixed_revisions=allow_mixed_revisions,
             fresh_workers=fresh_workers, cpu_share=cpu_share,
         )  # fmt: skip
 
@@ -390,6 +399,7 @@ def _run_locked(
     out: Path,
     cluster_options: ClusterOptions,
     resume: bool,
+    allow_mixed_revisions: str | None = None,
     progress: ProgressCallback | None,
     jobs: int,
     fresh_workers: bool,
@@ -398,13 +408,13 @@ def _run_locked(
     redlock_nodes = specs[0].node_count
     time_scale = min(spec.time_scale for spec in specs)
     call_timeout_ms = max(spec.call_timeout_ms for spec in specs)
-    done = prepare_out(out, resume=resume)
+    done = prepare_out(out, resume=resume, allow_mixed_revisions=allow_mixed_revisions)
     todo = [s for s in specs if s.trial_id not in done]
     trial_ids = tuple(s.trial_id for s in specs)
     if not todo:
         return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=trial_ids)
     check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
-    if cluster_options.nodes is not None:
+    if cluster_options.external:
         # External servers are one shared set: trials beside each other would share the lock
         # nodes' CPU and timing (their keys never collide: every trial has its own prefix). So
         # trials there run one at a time, as --jobs's help says.
@@ -433,6 +443,7 @@ def _run_locked(
             cluster_kind="embedded" if cluster.embedded else "external",
             redis_version=cluster.redis_version,
             history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
+            note=f"resumed over another revision: {allow_mixed_revisions}" if allow_mixed_revisions else "",
         )
         return result, row
 

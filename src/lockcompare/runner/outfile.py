@@ -6,10 +6,12 @@ from __future__ import annotations
 import contextlib
 import logging
 from pathlib import Path
+from typing import Any
 
 from lockcompare.analysis.results import SCHEMA_VERSION, finished_trials, inspect_results, rewrite
 from lockcompare.errors import OutputPathError, ResultsFileError
 from lockcompare.files import check_output_file
+from lockcompare.infra.provenance import source_revision
 
 log = logging.getLogger("lockcompare")
 
@@ -19,12 +21,15 @@ def history_dir(out: Path) -> Path:
     return out.with_name(out.stem + ".histories")
 
 
-def prepare_out(out: Path, *, resume: bool) -> set[str]:
+def prepare_out(out: Path, *, resume: bool, allow_mixed_revisions: str | None = None) -> set[str]:
     """Check ``out`` before anything runs; with ``resume``, bring it to the current schema.
 
     Returns the trial_ids already judged there. An existing file without ``resume`` is refused; a
     file of an older schema or with a truncated row is rewritten once, atomically, in the current
-    schema (truncated rows dropped, which is said); a file from a newer lockcompare is refused.
+    schema (truncated rows dropped, which is said); a file from a newer lockcompare is refused. A
+    file holding rows of another source revision than the running code's is refused too — its
+    cells would average two instruments — unless ``allow_mixed_revisions`` gives the reason (which
+    every new row then records, and the tables mark the mixed cells).
     """
     check_output_file(out, flag="--out")
     histories = history_dir(out)
@@ -35,6 +40,7 @@ def prepare_out(out: Path, *, resume: bool) -> set[str]:
     if not resume:
         raise ResultsFileError(f"{out} exists: pass --resume to continue it, or choose another --out")
     found = inspect_results(out)
+    _check_revisions(out, found.rows, allow_mixed_revisions=allow_mixed_revisions)
     if found.duplicate_ids:
         raise ResultsFileError(
             f"{out}: {len(found.duplicate_ids)} trial id(s) have more than one judged row (e.g. "
@@ -52,6 +58,20 @@ def prepare_out(out: Path, *, resume: bool) -> set[str]:
             "%s: %s (%d rows kept)", out, "; ".join(what) or "rewritten with the current header", len(found.rows)
         )
     return finished_trials(found.rows)
+
+
+def _check_revisions(out: Path, rows: list[dict[str, Any]], *, allow_mixed_revisions: str | None) -> None:
+    running = source_revision()
+    others = sorted({str(r["source_revision"]) for r in rows if r.get("source_revision")} - {running})
+    if not others or not running:
+        return  # rows that do not say their revision (before provenance) or code outside git: nothing to compare
+    held = ", ".join(rev[:12] for rev in others)
+    if allow_mixed_revisions is None:
+        raise ResultsFileError(
+            f"{out} holds trials of revision {held}; this code is {running[:12]}: resuming would mix two "
+            "instruments in one cell. Use another --out, or --allow-mixed-revisions REASON to continue anyway"
+        )
+    log.warning("%s: mixing revisions %s and %s (%s)", out, held, running[:12], allow_mixed_revisions)
 
 
 def history_ids(out: Path) -> set[str]:

@@ -225,7 +225,11 @@ def timing_plan(spec: TrialSpec) -> TimingPlan:
     if slow:
         delay_ms = max(step.number("delay") for step in slow) * spec.time_scale
         extra["extra_margins"] = (("reply delay - TTL", delay_ms - spec.ttl_ms),)
-    return plan_from_settings(spec.settings(), **extra)
+    # A lock-free design has no lease: a TTL margin is not its margin (nor is a slow acquire's).
+    leased = bool(getattr(load_backend(spec.backend), "exclusive", True))
+    if not leased:
+        extra.pop("extra_margins", None)
+    return plan_from_settings(spec.settings(), leased=leased, **extra)
 
 
 def _judge_timing(spec: TrialSpec, events: list[Event]) -> TimingVerdict | None:
