@@ -38,7 +38,7 @@ def test_each_kind_draws_steps_the_schedule_accepts_and_its_fault_objects_carry_
         assert schedule.steps[0].kind == kind
         (planned,) = planned_steps(schedule, time_scale=0.1, ttl_ms=100.0, lock_key="k")
         fault = planned.build(0)
-        assert not hasattr(fault, "name") or getattr(fault, "name") == kind
+        assert not hasattr(fault, "name") or fault.name == kind
 
 
 def test_events_of_older_histories_are_read_as_the_kinds_they_were() -> None:

@@ -12,11 +12,9 @@ import typer
 from lockcompare.cli.core import app
 from lockcompare.cli.options import RedisServer, RedlockNodes
 from lockcompare.errors import InvalidValueError
+from lockcompare.evaluation.defaults import DEFAULT_TIME_SCALE
 from lockcompare.evaluation.explore import DEFAULT_PROPERTY, PROPERTIES, TrialOutcome, TrialRequest
-from lockcompare.evaluation.explore_run import run_explore
-from lockcompare.evaluation.explore_trials import DEFAULT_TIME_SCALE, RealTrials, fitting_scale
 from lockcompare.evaluation.schedules import DEFAULT_KINDS, KINDS, MAX_STEPS, parse_kinds
-from lockcompare.runner.matrix import ClusterOptions
 from lockcompare.spec.choices import FENCE_MODES
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -102,6 +100,10 @@ def explore_command(
     rate, a timeline picture, and a CSV of everything tried. The output always says what was
     searched: "no counterexample" means none within this budget. Exit 1 when a counterexample was
     found, 0 when none was."""
+    from lockcompare.evaluation.explore_run import run_explore  # the runner, when a search runs
+    from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale
+    from lockcompare.runner.matrix import ClusterOptions
+
     if fence not in FENCE_MODES:
         raise InvalidValueError(f"--fence takes {', '.join(FENCE_MODES)}, got {fence!r}")
     if prop not in PROPERTIES:

@@ -24,6 +24,7 @@ from typing import Any
 from lockcompare.analysis.results import read_results
 from lockcompare.backends import load_backend
 from lockcompare.errors import ClusterError, ConfigError, InvalidValueError
+from lockcompare.evaluation.defaults import DEFAULT_TIME_SCALE
 from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
 from lockcompare.evaluation.schedules import Shape
 from lockcompare.runner.matrix import ETCD_FAULT_MEMBERS, ClusterOptions, plan_matrix, run_planned
@@ -38,10 +39,6 @@ TRIALS_CSV = "trials.csv"
 BASE_EXPERIMENT = "baseline"
 #: The workload: no worker ever runs alone, so a lock cannot pass by letting one finish early.
 WORKLOAD = "contend"
-#: The scale of the searched trials: the lesson's timings halved keeps margins (hundreds of ms)
-#: far above the stalls of a loaded 2-core machine (at ×0.1, write-only fencing lost one update to
-#: a stall in one of two runs).
-DEFAULT_TIME_SCALE = 0.5
 #: How long a round waits for the lock (lesson-scale ms): two TTLs, as the catalogue's node-fault
 #: experiments do. The baseline's minute would let one schedule that makes the lock unavailable on
 #: purpose (every node crashed) spend the whole budget waiting.

@@ -33,18 +33,16 @@ from lockcompare.infra.cluster import (
 )
 from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.infra.pool import ClusterPool, SharedCluster, WithPostgres
-from lockcompare.infra.provenance import registered_run
+from lockcompare.infra.provenance import host_facts, registered_run
 from lockcompare.infra.server import find_redis_server
 from lockcompare.runner.crew import WorkerPool, spawn_crew
 from lockcompare.runner.outfile import history_dir, history_ids, prepare_out, remove_unpointed
 from lockcompare.runner.scheduler import (
-    DEFAULT_CPU_SHARE,
     CpuBudget,
     Finished,
     StallGovernor,
     prior_busy_fraction,
     run_scheduled,
-    usable_cpus,
 )
 from lockcompare.runner.sections import check_for
 from lockcompare.runner.trial import (
@@ -55,7 +53,7 @@ from lockcompare.runner.trial import (
     save_history,
 )
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.limits import check_count
+from lockcompare.spec.limits import DEFAULT_CPU_SHARE, check_count, usable_cpus
 from lockcompare.spec.parsing import Overrides, Sweep
 from lockcompare.spec.schedule import parse_schedule
 from lockcompare.spec.trialspec import TrialSpec, make_spec
@@ -439,6 +437,7 @@ def _run_locked(
         saved[spec.trial_id] = path
         row = make_row(
             result,
+            host=host_facts(),
             run_id=run_id,
             cluster_kind="embedded" if cluster.embedded else "external",
             redis_version=cluster.redis_version,
