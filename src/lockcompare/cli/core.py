@@ -37,10 +37,6 @@ def _setup_logging() -> None:
     logger.propagate = False
 
 
-class UnknownTrialsError(LockcompareError):
-    """Some trials could not be judged (their problems were printed above)."""
-
-
 class OneLineErrors(TyperGroup):
     """Run the group in non-standalone mode and turn every failure into one line + exit code."""
 

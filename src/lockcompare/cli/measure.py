@@ -14,7 +14,7 @@ import typer
 from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.analysis.results import METRIC_COLUMNS, TIMING_COLUMNS, read_results
 from lockcompare.analysis.sentinel import MARK_SHARE
-from lockcompare.cli.core import UnknownTrialsError, app, err
+from lockcompare.cli.core import app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
     AllowMixedRevisions,
@@ -34,7 +34,7 @@ from lockcompare.cli.options import (
     given_flags,
     with_trial_settings,
 )
-from lockcompare.errors import InvalidValueError
+from lockcompare.errors import InvalidValueError, UnknownTrialsError
 from lockcompare.render import table
 from lockcompare.spec.experiments import DEFAULT_EXPERIMENTS
 from lockcompare.spec.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, env_name

@@ -38,28 +38,18 @@ from lockcompare.backends import (
     Refusal,
     load_backend,
 )
-from lockcompare.errors import BackendError, LockcompareError
+from lockcompare.errors import (
+    BackendCallFailed,
+    BackendCallRaised,
+    BackendCallTimedOut,
+    BackendHostDied,
+    LockcompareError,
+)
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
 
 #: Starting the host: spawning an interpreter and importing lockcompare (~0.3 s here). Importing
 #: the plug-in is a backend call of its own ("load") and has the backend's deadline.
 HOST_START_TIMEOUT_S = 60.0
-
-
-class BackendCallFailed(BackendError):
-    """A call into the backend under test did not return a proper result."""
-
-
-class BackendCallRaised(BackendCallFailed):
-    """The backend raised instead of returning (an exception is not a refusal)."""
-
-
-class BackendCallTimedOut(BackendCallFailed):
-    """The backend did not return within the deadline; its process was killed."""
-
-
-class BackendHostDied(BackendCallFailed):
-    """The host process exited (or was killed by an earlier timeout) mid-conversation."""
 
 
 @dataclass(frozen=True, kw_only=True)

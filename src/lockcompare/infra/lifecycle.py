@@ -21,7 +21,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 
-from lockcompare.errors import LockcompareError
+from lockcompare.errors import Terminated
 
 _PR_SET_PDEATHSIG = 1
 
@@ -32,12 +32,6 @@ _prctl = ctypes.CDLL(None, use_errno=True).prctl
 def die_with_parent() -> None:
     """Ask the kernel to SIGKILL the calling process when its parent exits (Linux)."""
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-
-
-class Terminated(LockcompareError):
-    """SIGTERM arrived: unwinding through every ``finally`` so that servers and workers stop."""
-
-    exit_code = 143
 
 
 #: Code that must not be unwound by an exception from a signal handler: it holds a lock it would
