@@ -107,10 +107,6 @@ def _arguments(row: dict[str, Any]) -> list[str]:
     return args
 
 
-def _flag(column: str) -> str:
-    return "--" + column.replace("_", "-")
-
-
 def _seed_is(row: dict[str, Any], *, base: int) -> bool:
     try:
         return trial_seed(base, row["backend"], row["experiment"], int(row["trial"])) == int(row["seed"])

@@ -22,7 +22,7 @@ from lockcompare.evaluation.backend_host import Claims
 from lockcompare.evaluation.conformance import Status
 from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_run import run_explore
-from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale, schedules_supported
+from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale
 from lockcompare.runner.matrix import ClusterOptions
 
 TITLE = "no counterexample in a budgeted search of fault schedules (explore)"
@@ -63,8 +63,6 @@ def search_line(
     prop = property_for(claims)
     if prop is None:
         return SearchLine(status=Status.NOT_CLAIMED, evidence="not exclusive: nothing for a search to break")
-    if not schedules_supported():
-        return SearchLine(status=Status.SKIPPED, evidence="this lockcompare cannot run fault schedules (issue 17)")
     fence = "all" if prop == "no-lost-updates" else "writes"
     trials = RealTrials(backend=backend, out_dir=out_dir, time_scale=fitting_scale(backend), fence=fence, jobs=2,
                         cluster_options=cluster_options)  # fmt: skip

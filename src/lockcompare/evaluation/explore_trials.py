@@ -29,7 +29,6 @@ from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
 from lockcompare.evaluation.schedules import Shape
 from lockcompare.runner.matrix import ETCD_FAULT_MEMBERS, ClusterOptions, plan_matrix, run_planned
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.settings import SETTINGS
 from lockcompare.spec.trialspec import Overrides, TrialSpec
 
 log = logging.getLogger("lockcompare")
@@ -43,11 +42,6 @@ WORKLOAD = "contend"
 #: experiments do. The baseline's minute would let one schedule that makes the lock unavailable on
 #: purpose (every node crashed) spend the whole budget waiting.
 ACQUIRE_TIMEOUT_MS = 2000.0
-
-
-def schedules_supported() -> bool:
-    """Whether this lockcompare runs fault schedules (the trial setting ``faults``, issue 17)."""
-    return "faults" in SETTINGS
 
 
 #: Scales tried in order when --time-scale is not given and the backend cannot express the TTL at
@@ -110,11 +104,6 @@ class RealTrials:
     workload: str = WORKLOAD
 
     def __post_init__(self) -> None:
-        if not schedules_supported():
-            raise ConfigError(
-                "this lockcompare cannot run fault schedules yet (the trial setting 'faults' of issue 17): explore "
-                "needs them"
-            )
         load_backend(self.backend)
         self._base = Overrides(
             time_scale=self.time_scale, workload=self.workload, fence=self.fence, acquire_timeout_ms=ACQUIRE_TIMEOUT_MS
