@@ -100,6 +100,14 @@ class TestSingleRenew(RenewingContract):
 class TestRedisLockRenew(RenewingContract):
     backend_name = "redis-lock-renew"
 
+    def test_a_paused_client_is_paused(self, cluster) -> None:  # type: ignore[override]
+        """The battery's short lease is 150 ms; python-redis-lock takes whole seconds: run it at 1 s."""
+        from lockcompare.evaluation.conformance import Status, battery, check_property, property_named
+
+        with battery(spec="plugins.whole_second_renew:WholeSecondRenewLock", node_urls=cluster.node_urls) as ctx:
+            result = check_property(property_named("a_paused_client_is_paused"), ctx)
+        assert result.status is Status.PASS, result.evidence
+
 
 @pytest.fixture
 def make(backend_config: BackendConfig) -> Iterator[Callable[[str], Any]]:

@@ -91,14 +91,21 @@ def test_a_slow_call_counts_beyond_the_usual_of_its_kind() -> None:
     assert stall.at == "worker 0 round 2: write call"
 
 
-def test_the_first_call_of_a_kind_opens_its_connection_and_is_not_judged() -> None:
+@pytest.mark.parametrize(("extra_ms", "stall_ms"), [(4.0, 0.0), (8.0, 3.0), (316.0, 311.0)])
+def test_the_first_call_of_a_kind_is_allowed_its_connection_and_judged_past_it(
+    extra_ms: float, stall_ms: float
+) -> None:
     history = rounds()
     first = history[0]  # round 0's acquire: connect handshake
-    first["t1"] += 8 * MS
+    first["t1"] += int(extra_ms * MS)
     for e in history[1:]:
-        e["t0"] += 8 * MS
-        e["t1"] += 8 * MS
-    assert worst_stall(history, PLAN).ms == pytest.approx(0, abs=1e-6)
+        for field in ("t0", "t1", "t_attempt"):
+            if field in e:
+                e[field] += int(extra_ms * MS)
+    stall = worst_stall(history, PLAN)
+    assert stall.ms == pytest.approx(stall_ms, abs=1e-3)
+    if stall_ms:
+        assert stall.at == "worker 0 round 0: acquire call (first)"
 
 
 def test_a_pause_longer_than_planned_is_a_stall_and_gaps_between_back_to_back_steps_count() -> None:

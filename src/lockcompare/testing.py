@@ -130,6 +130,9 @@ class BackendContract:
     def test_expired_holder_cannot_release_its_successors_lock(self, lockcompare_battery: BatteryContext) -> None:
         _check("expired_holder_cannot_release_its_successors_lock", lockcompare_battery)
 
+    def test_a_paused_client_is_paused(self, lockcompare_battery: BatteryContext) -> None:
+        _check("a_paused_client_is_paused", lockcompare_battery)
+
     def test_fencing_tokens_strictly_increase(self, lockcompare_battery: BatteryContext) -> None:
         _check("fencing_tokens_strictly_increase", lockcompare_battery)
 

@@ -18,6 +18,7 @@ from lockcompare.cli.core import app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
     AllowMixedRevisions,
+    DaskAddress,
     FaultsFile,
     Nodes,
     NodesFile,
@@ -81,6 +82,7 @@ def matrix(
         bool, typer.Option("--resume", help="Continue --out (required), skipping trials it already holds.")
     ] = False,
     allow_mixed_revisions: AllowMixedRevisions = None,
+    dask: DaskAddress = None,
     fmt: Annotated[str, typer.Option("--format", help="Table format: github, simple, latex, csv.")] = "github",
     nodes: Nodes = None,
     nodes_file: NodesFile = None,
@@ -148,6 +150,7 @@ def matrix(
             sweep=sweep,
             resume=resume,
             allow_mixed_revisions=allow_mixed_revisions,
+            dask=dask,
             progress=update,
             jobs=jobs,
             fresh_workers=fresh_workers,

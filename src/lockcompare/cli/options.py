@@ -93,6 +93,16 @@ AllowMixedRevisions = Annotated[
         "the mixed cells.",
     ),
 ]
+DaskAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--dask",
+        metavar="ADDRESS",
+        help="Run the trials on a Dask cluster (tcp://scheduler:8786; pip install 'lockcompare[dask]'): each "
+        "cell's trials run whole on one worker host, --jobs at once there, and come back as rows written "
+        "here. Start workers with --nthreads 1 (docs/distributed.md).",
+    ),
+]
 RedlockNodes = Annotated[
     int | None, typer.Option("--redlock-nodes", help="Nodes a multi-node lock uses (3, 5, 7; default: all).")
 ]

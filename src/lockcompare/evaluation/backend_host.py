@@ -9,6 +9,10 @@ the host SIGKILLed and reaped at once, and nothing of the backend is left runnin
 started again, lazily, for the next test. A spawn costs ~0.3 s, so one host serves many calls and
 many backend instances (one instance per simulated client).
 
+The host leads a process group of its own, and every helper process its backend starts (a lock
+client in another language, driven over a pipe) inherits it: :meth:`BackendHost.frozen` stops the
+whole client, as a stop-the-world pause of a worker does, and a kill ends the whole group.
+
 Every outcome is reported as data, so a caller can tell a backend's *refusal* (a
 :class:`~lockcompare.backends.Refusal`) from a backend that *raised* (``acquire raised X``), that
 timed out, or that returned something that is not a Lease or a Refusal.
@@ -24,8 +28,11 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -45,7 +52,8 @@ from lockcompare.errors import (
     BackendHostDied,
     LockcompareError,
 )
-from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
+from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group, reap_group, start_worker_process
+from lockcompare.infra.procgroup import describe_escaped, escaped_helpers, process_table, signal_group
 
 #: Starting the host: spawning an interpreter and importing lockcompare (~0.3 s here). Importing
 #: the plug-in is a backend call of its own ("load") and has the backend's deadline.
@@ -233,6 +241,22 @@ class BackendHost:
             raise BackendCallFailed(f"{what} returned {value}, not {expected}")
         return Timed(value=value, t0_ns=t0, t1_ns=t1)
 
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[list[str]]:
+        """Stop the host's whole process group (SIGSTOP) for the block; continue it (SIGCONT) after,
+        whatever happens. Yields the helper processes that left the group (``pid N (command)``):
+        the freeze did not reach them. Make no call into the host inside the block."""
+        pid = self.pid
+        if pid is None or self._conn is None:
+            raise BackendHostDied("freeze: the backend's process is not running")
+        escaped = [describe_escaped(p) for p in escaped_helpers(pid, process_table())]
+        signal_group(pid, signal.SIGSTOP)
+        try:
+            yield escaped
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                signal_group(pid, signal.SIGCONT)
+
     def is_current(self, generation: int) -> bool:
         return generation == self._generation and self._conn is not None
 
@@ -243,10 +267,7 @@ class BackendHost:
         if conn is not None:
             conn.close()
         if proc is not None:
-            proc.join(timeout=2)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+            reap_group(proc, timeout_s=2)  # helpers that outlive the host die with its group
 
     def _ensure_started(self) -> None:
         if self._conn is not None:
@@ -275,8 +296,7 @@ class BackendHost:
         proc, conn = self._proc, self._conn
         self._proc, self._conn = None, None
         if proc is not None:
-            proc.kill()
-            proc.join()
+            kill_and_reap_group(proc)
         if conn is not None:
             conn.close()
 

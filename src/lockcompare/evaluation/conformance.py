@@ -80,6 +80,8 @@ class BatteryContext:
         default=lambda: open_cluster(node_count=PRIVATE_NODES)
     )
     made: list[RemoteBackend] = field(default_factory=list)
+    #: Hosts of clients in a process (group) of their own, stopped by :meth:`close_all`.
+    own_hosts: list[BackendHost] = field(default_factory=list)
 
     @property
     def claims(self) -> Claims:
@@ -90,6 +92,17 @@ class BatteryContext:
         instance = self.host.new_instance(config=config)
         self.made.append(instance)
         return instance
+
+    def new_client_process(self) -> tuple[RemoteBackend, BackendHost]:
+        """An instance alone in a host process of its own: a whole client (with any helper process
+        it starts, which inherits the host's process group) that :meth:`BackendHost.frozen` stops
+        without stopping the other clients."""
+        host = BackendHost(spec=self.host.spec, call_timeout_s=self.host.call_timeout_s)
+        self.own_hosts.append(host)
+        config = BackendConfig(node_urls=self.node_urls, request_timeout_s=REQUEST_TIMEOUT_S)
+        instance = host.new_instance(config=config)
+        self.made.append(instance)
+        return instance, host
 
     @staticmethod
     def key() -> str:
@@ -104,6 +117,9 @@ class BatteryContext:
                 instance.close()
             except BackendCallFailed as exc:
                 first = first or exc
+        hosts, self.own_hosts = self.own_hosts, []
+        for host in hosts:
+            host.close()
         if first is not None:
             raise first
 
@@ -218,27 +234,46 @@ def refuses_while_held(ctx: BatteryContext) -> str:
 
 
 def free_again_after_the_ttl(ctx: BatteryContext) -> str:
+    """The holder's whole client is frozen (SIGSTOP of its process group) from right after its
+    acquire: a lock that renews is then as dead as one that does not, and either must be free a TTL
+    after the freeze began (a renewal just before it restarts the TTL no later than that)."""
     _need(ctx.claims.exclusive, "a non-exclusive backend has no TTL")
     _need(ctx.claims.has_ttl, "the lock has no TTL: it is held as long as its session lives")
-    a, b = ctx.new(), ctx.new()
+    (a, holder), b = ctx.new_client_process(), ctx.new()
     key = ctx.key()
     short_ms, margin_s = _short_ttl_ms(ctx), _expiry_margin_s(ctx)
     _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
-    _refused(b.acquire(key=key, ttl_ms=TTL_MS), "acquire while the first lease is valid")
-    time.sleep(short_ms / 1000 + margin_s)
-    lease = _lease(b.acquire(key=key, ttl_ms=TTL_MS), f"acquire {margin_s * 1000:.0f} ms after the holder's TTL ended")
+    with holder.frozen() as escaped:
+        _refused(b.acquire(key=key, ttl_ms=TTL_MS), "acquire while the first lease is valid")
+        time.sleep(short_ms / 1000 + margin_s)
+        outcome = b.acquire(key=key, ttl_ms=TTL_MS)
+    doing = f"acquire {margin_s * 1000:.0f} ms after the TTL of a holder frozen whole{_escaped_note(escaped)}"
+    lease = _lease(outcome, doing)
     b.release(lease)
-    return f"a {short_ms} ms lease that was never released: free again {margin_s * 1000:.0f} ms after it"
+    return f"a {short_ms} ms lease whose holder froze: free again {margin_s * 1000:.0f} ms after its TTL"
+
+
+def _escaped_note(escaped: list[str]) -> str:
+    """What a failure adds when a helper process left the frozen client's group."""
+    return (
+        f" (helper process {', '.join(escaped)} left the client's process group: the freeze did not stop it)"
+        if escaped
+        else ""
+    )
 
 
 def expired_release_spares_the_successor(ctx: BatteryContext) -> str:
+    """The holder's whole client is frozen past its TTL (no renewal can keep it), a successor takes
+    the lock, and the holder, continued, releases what it believes it holds: a zombie's release."""
     _need(ctx.claims.exclusive, "a non-exclusive backend has no owner")
     _need(ctx.claims.has_ttl, "no TTL, so no expired holder (its session ends, and its release with it)")
-    a, b, c = ctx.new(), ctx.new(), ctx.new()
+    (a, holder), b, c = ctx.new_client_process(), ctx.new(), ctx.new()
     key = ctx.key()
     old = _lease(a.acquire(key=key, ttl_ms=_short_ttl_ms(ctx)), "first acquire")
-    time.sleep(_short_ttl_ms(ctx) / 1000 + _expiry_margin_s(ctx))
-    new = _lease(b.acquire(key=key, ttl_ms=TTL_MS), "the successor's acquire after the first lease expired")
+    with holder.frozen() as escaped:
+        time.sleep(_short_ttl_ms(ctx) / 1000 + _expiry_margin_s(ctx))
+        outcome = b.acquire(key=key, ttl_ms=TTL_MS)
+    new = _lease(outcome, f"the successor's acquire after the frozen holder's lease expired{_escaped_note(escaped)}")
     released = a.release(old)  # the zombie wakes up and releases what it believes it holds
     third = c.acquire(key=key, ttl_ms=TTL_MS)
     if isinstance(third, Lease):
@@ -251,6 +286,55 @@ def expired_release_spares_the_successor(ctx: BatteryContext) -> str:
     if b.release(new) is not True:
         raise PropertyFailed("the successor's own release returned False")
     return "expired holder's release returned False; the successor kept the lock"
+
+
+#: How long *a paused client is paused* freezes the holder's whole client, in TTLs of its lease.
+FREEZE_TTLS = 2
+#: How often the rival tries the lock during that freeze.
+RIVAL_POLL_S = 0.02
+
+
+def a_paused_client_is_paused(ctx: BatteryContext) -> str:
+    """The holder's whole client — its process and every helper process in its process group (a
+    lock client in another language, a renewal daemon) — is frozen (SIGSTOP of the group) for
+    FREEZE_TTLS × its TTL (at least the TTL plus twice the expiry margin); nothing of it may renew
+    the lease meanwhile.
+
+    Observed from the lock service, as any client sees it: a rival tries to acquire throughout the
+    freeze and must be granted once the lease's TTL has run out. A renewal made inside the freeze
+    keeps the lock held past it; a helper that keeps renewing (it left the group: ``setsid()``)
+    keeps it held for the whole freeze. This needs neither where nor how the backend keeps its
+    key (a prefix, a hash, an etcd lease, a row) nor a renewal record the backend might not keep:
+    only the protocol's acquire, so it holds for every lock with a TTL. A lock that does not renew
+    passes as it should: its frozen client cannot hold it longer either. Helpers that left the
+    group are named in the failure.
+    """
+    _need(ctx.claims.exclusive, "a non-exclusive backend has no lease to renew")
+    _need(ctx.claims.has_ttl, "the lock has no TTL: nothing renews it, it is held while its session lives")
+    ttl_ms = _short_ttl_ms(ctx)
+    freeze_s = max(FREEZE_TTLS * ttl_ms / 1000, ttl_ms / 1000 + 2 * _expiry_margin_s(ctx))
+    (holder, client), rival = ctx.new_client_process(), ctx.new()
+    key = ctx.key()
+    _lease(holder.acquire(key=key, ttl_ms=ttl_ms), "the holder's acquire")
+    free_after_s: float | None = None
+    with client.frozen() as escaped:
+        started = time.monotonic()
+        while free_after_s is None and time.monotonic() - started < freeze_s:
+            outcome = rival.acquire(key=key, ttl_ms=TTL_MS)
+            if isinstance(outcome, Lease):
+                free_after_s = time.monotonic() - started
+                rival.release(outcome)
+            else:
+                time.sleep(RIVAL_POLL_S)
+    if free_after_s is None:
+        raise PropertyFailed(
+            f"the holder's whole client was frozen for {freeze_s * 1000:.0f} ms ({ttl_ms} ms TTL), yet a rival was "
+            f"refused throughout: something the freeze did not stop renewed the lease{_escaped_note(escaped)}"
+        )
+    return (
+        f"holder's client frozen {freeze_s * 1000:.0f} ms ({ttl_ms} ms TTL): the lock was free "
+        f"{free_after_s * 1000:.0f} ms into the freeze, nothing renewed it"
+    )
 
 
 def fencing_tokens_strictly_increase(ctx: BatteryContext) -> str:
@@ -333,6 +417,7 @@ PROPERTIES: tuple[Property, ...] = (
     Property("lock_is_free_again_after_the_ttl", "free again after the TTL", free_again_after_the_ttl),
     Property("expired_holder_cannot_release_its_successors_lock", "a release never deletes another owner's lock",
              expired_release_spares_the_successor),
+    Property("a_paused_client_is_paused", "a paused client is paused", a_paused_client_is_paused),
     Property("fencing_tokens_strictly_increase", "monotonic fencing tokens", fencing_tokens_strictly_increase),
     Property("refuses_without_a_quorum", "refuses without a quorum of its nodes", refuses_without_a_quorum),
     Property("survives_the_loss_of_a_minority", "survives the loss of a minority of nodes",

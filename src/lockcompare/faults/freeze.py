@@ -1,28 +1,33 @@
 """Faults the runner applies to worker processes from outside: stop-the-world pauses and starvation.
 
-A *real freeze* is ``SIGSTOP`` then ``SIGCONT``: every thread of the worker stops (a lock library's
-renewal thread too), as in a stop-the-world GC pause or a suspended VM — unlike an in-process
-``sleep``, which only the sleeping thread notices. The worker asks to be frozen at its pause point
-and blocks until told it has been thawed; the runner stops it, and a timer continues it after the
-pause. Every freeze is recorded as the runner's own fault events (``pause`` inject / heal, with
-the time it was planned) and heals in :meth:`Freezer.thaw_all`, called from the runner's ``finally``.
+A *real freeze* is ``SIGSTOP`` then ``SIGCONT`` to the worker's process group: every thread of the
+worker stops (a lock library's renewal thread too), and so does every helper process its backend
+started (a lock client in another language driven over a pipe), as in a stop-the-world GC pause
+or a suspended VM — unlike an in-process ``sleep``, which only the sleeping thread notices. Each
+worker leads its own group (infra/lifecycle.py); a helper that left it is named by the runner.
+The worker asks to be frozen at its pause point and blocks until told it has been thawed; the
+runner stops it, and a timer continues it after the pause. Every freeze is recorded as the
+runner's own fault events (``pause`` inject / heal, with the time it was planned) and heals in
+:meth:`Freezer.thaw_all`, called from the runner's ``finally``.
 
-:class:`~lockcompare.spec.faultkinds.starve.Strobe` (``starve``) stops and continues one worker in
-a loop through :meth:`Freezer.hold` and :meth:`Freezer.release`.
+:class:`~lockcompare.spec.faultkinds.starve.Strobe` (``starve``) stops and continues one worker's
+group in a loop through :meth:`Freezer.hold` and :meth:`Freezer.release`: it may run ``duty`` of
+every ``period`` — a process starved of CPU, whose watchdog thread gets no time to renew.
 """
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 from multiprocessing.connection import Connection
 
 from lockcompare.analysis.history import Event, now_ns
+from lockcompare.infra.procgroup import group_members, process_table, signal_group
 
 
 class Freezer:
-    """SIGSTOP a worker now, SIGCONT it after ``pause_s``; nothing stays stopped past thaw_all()."""
+    """SIGSTOP a worker's process group now, SIGCONT it after ``pause_s``; nothing stays stopped
+    past thaw_all(). ``pid`` is always a worker's pid, which is its group's id."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -34,21 +39,25 @@ class Freezer:
     def freeze(self, *, pid: int, conn: Connection, pause_s: float, worker: int = -1, round_: int = -1) -> None:
         planned = now_ns()
         with self._lock:
-            os.kill(pid, signal.SIGSTOP)
+            signal_group(pid, signal.SIGSTOP)
+            stopped = now_ns()
             self._frozen[pid] = self._frozen.get(pid, 0) + 1
             self._pauses[pid] = (worker, round_, planned + int(pause_s * 1e9))
-        self._record("inject", worker=worker, round_=round_, t0=planned, planned=planned)
         timer = threading.Timer(pause_s, self._thaw, args=(pid, conn))
         timer.daemon = True
         self._timers.append(timer)
         timer.start()
+        # Which processes the stop reached, read after it and after the timer started: a scan of
+        # /proc (a few ms) must neither delay the stop nor lengthen the pause.
+        group = group_members(pid, process_table())
+        self._record("inject", worker=worker, round_=round_, t0=planned, t1=stopped, planned=planned, group=group)
 
     def hold(self, pid: int) -> None:
         """SIGSTOP ``pid`` (a strobe's stop); undone by :meth:`release` or :meth:`thaw_all`.
         A process that has already exited is left alone (a strobe may outlive its worker)."""
         with self._lock:
             try:
-                os.kill(pid, signal.SIGSTOP)
+                signal_group(pid, signal.SIGSTOP)
             except ProcessLookupError:
                 return
             self._frozen[pid] = self._frozen.get(pid, 0) + 1
@@ -67,7 +76,7 @@ class Freezer:
             return False
         del self._frozen[pid]
         try:
-            os.kill(pid, signal.SIGCONT)
+            signal_group(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
         return True
@@ -82,9 +91,10 @@ class Freezer:
             pause = self._pauses.pop(pid, None)
             if pause is None:
                 return
+            continuing = now_ns()  # the heal's t0 comes before the SIGCONT: nothing ran before it
             self._let_go(pid)
         worker, round_, planned = pause
-        self._record("heal", worker=worker, round_=round_, t0=now_ns(), planned=planned)
+        self._record("heal", worker=worker, round_=round_, t0=continuing, planned=planned)
         try:
             conn.send(("thawed", "", []))
         except (OSError, ValueError):
@@ -95,18 +105,31 @@ class Freezer:
         for timer in self._timers:
             timer.cancel()
         with self._lock:
+            continuing = now_ns()
             for pid in list(self._frozen):
                 self._frozen[pid] = 1
                 self._let_go(pid)
             pauses, self._pauses = self._pauses, {}
         for worker, round_, planned in pauses.values():
-            self._record("heal", worker=worker, round_=round_, t0=now_ns(), planned=planned)
+            self._record("heal", worker=worker, round_=round_, t0=continuing, planned=planned)
 
-    def _record(self, action: str, *, worker: int, round_: int, t0: int, planned: int) -> None:
+    def _record(
+        self,
+        action: str,
+        *,
+        worker: int,
+        round_: int,
+        t0: int,
+        planned: int,
+        t1: int | None = None,
+        group: list[int] | None = None,
+    ) -> None:
         event: Event = {
             "worker": -1, "round": round_, "kind": "fault", "fault": "pause", "action": action, "t0": t0,
-            "t1": now_ns(), "planned_ns": planned, "late_ms": (t0 - planned) / 1e6, "nodes": [],
+            "t1": now_ns() if t1 is None else t1, "planned_ns": planned, "late_ms": (t0 - planned) / 1e6, "nodes": [],
             "target_worker": worker, "detail": "SIGSTOP" if action == "inject" else "SIGCONT",
         }  # fmt: skip
+        if group is not None:
+            event["group"] = group  # the pids of the worker's process group the stop reached
         with self._lock:
             self.events.append(event)

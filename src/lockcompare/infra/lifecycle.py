@@ -7,6 +7,7 @@ kernel for PR_SET_PDEATHSIG so that it dies even if lockcompare itself is SIGKIL
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import multiprocessing
@@ -22,6 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 from lockcompare.errors import Terminated
+from lockcompare.infra.procgroup import kill_group, signal_group, sweep_group
 
 _PR_SET_PDEATHSIG = 1
 
@@ -29,9 +31,9 @@ _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL the calling process when its parent exits (Linux)."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` (SIGKILL) to the calling process when its parent exits (Linux)."""
+    _prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
 #: Code that must not be unwound by an exception from a signal handler: it holds a lock it would
@@ -92,13 +94,18 @@ def parent_gone(parent_pid: int) -> bool:
 
 
 def _child_main(target: Callable[..., None], parent_pid: int, args: tuple[object, ...]) -> None:
-    """Every spawned child's entry: die with the parent, quietly.
+    """Every spawned child's entry: lead a process group of its own, die with the parent, quietly.
 
-    PR_SET_PDEATHSIG is asked for first thing; a parent that died before the request (while this
+    The group comes first, before anything can start a helper process: every helper a backend
+    starts inherits it, so a pause, a strobe or a kill of the group reaches the whole client
+    (infra/procgroup.py). The runner never signals a group before the child has said it is ready;
+    until then :func:`~lockcompare.infra.procgroup.signal_group` falls back to the pid.
+    PR_SET_PDEATHSIG is asked for next; a parent that died before the request (while this
     interpreter was still starting) sends no signal, so the parent is checked once after it. A
     pipe that breaks because the runner is gone ends the child without a traceback: there is no
     one left to report to.
     """
+    os.setpgid(0, 0)
     die_with_parent()
     if parent_gone(parent_pid):
         os._exit(0)
@@ -111,20 +118,66 @@ def _child_main(target: Callable[..., None], parent_pid: int, args: tuple[object
 
 
 def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...]) -> BaseProcess:
-    """Start ``target(*args)`` in a spawned process born with SIGINT blocked.
+    """Start ``target(*args)`` in a spawned process born with SIGINT blocked, which then leads a
+    process group of its own (stop and kill it with :mod:`lockcompare.infra.procgroup`).
 
-    The mask survives fork and exec. Ctrl-C goes to the whole process group, and a worker hit by it
-    while still importing would print a traceback; the runner alone handles it and stops its
-    workers. A Ctrl-C that arrives while the mask is up here is delivered when it comes down.
+    The mask survives fork and exec. Ctrl-C goes to the terminal's process group, which the child
+    belongs to until its ``setpgid``, and a worker hit by it while still importing would print a
+    traceback; the runner alone handles it and stops its workers, group by group. A Ctrl-C that
+    arrives while the mask is up here is delivered when it comes down.
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         with _signals_deferred():
             proc = SPAWN.Process(target=_child_main, args=(target, os.getpid(), args), daemon=True)
             proc.start()
+        if proc.pid is not None:
+            _groups_started.add(proc.pid)
         return proc
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+#: Groups led by processes start_worker_process started and reap_group has not swept yet.
+_groups_started: set[int] = set()
+
+
+@atexit.register
+def _sweep_groups_at_exit() -> None:
+    """At interpreter exit, SIGKILL every group a spawned child led: multiprocessing's own exit
+    handler terminates its daemonic children by pid only, which would leave their helper
+    processes (no longer in lockcompare's group, so no Ctrl-C reaches them) running."""
+    for pid in list(_groups_started):
+        sweep_group(pid)
+    _groups_started.clear()
+
+
+def terminate_group(proc: BaseProcess) -> None:
+    """SIGTERM ``proc``'s process group (the process and every helper that stayed in its group)."""
+    if proc.pid is not None and proc.is_alive():
+        with contextlib.suppress(ProcessLookupError):
+            signal_group(proc.pid, signal.SIGTERM)
+
+
+def reap_group(proc: BaseProcess, *, timeout_s: float = 5.0) -> None:
+    """Wait up to ``timeout_s`` for ``proc`` to exit, SIGKILL its group if it has not, reap it, and
+    SIGKILL what is left of its group: a helper must not outlive its worker (nor a stopped one be
+    left behind: SIGKILL ends a stopped process, SIGTERM waits for its SIGCONT)."""
+    if proc.pid is None:
+        return
+    proc.join(timeout=timeout_s)
+    if proc.is_alive():
+        kill_group(proc.pid)
+        proc.join()
+    sweep_group(proc.pid)
+    _groups_started.discard(proc.pid)
+
+
+def kill_and_reap_group(proc: BaseProcess) -> None:
+    """SIGKILL ``proc``'s whole group now and reap ``proc``."""
+    if proc.pid is not None and proc.is_alive():
+        kill_group(proc.pid)
+    reap_group(proc, timeout_s=5.0)
 
 
 @contextlib.contextmanager

@@ -33,6 +33,7 @@ _DETAILS = {
     "lease": ("ok", "reason"),
     "renew": ("ok", "reason"),
     "gave-up": ("rounds_skipped",),
+    "escaped": ("target_worker", "helper"),  # a helper process outside its worker's group (runner, worker -1)
 }
 
 

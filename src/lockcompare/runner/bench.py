@@ -47,7 +47,7 @@ from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.backends.single import RELEASE_SCRIPT
 from lockcompare.errors import InvalidValueError, TrialError
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
-from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
+from lockcompare.infra.lifecycle import SPAWN, die_with_parent, reap_group, start_worker_process
 from lockcompare.infra.proxy import ProxySet, port_of
 from lockcompare.infra.redisconn import DEFAULT_TIMEOUT_S, connect
 from lockcompare.render.table import check_format, format_table
@@ -191,10 +191,7 @@ def _run_worker(job: _Job) -> tuple[list[int], int, int]:
         except EOFError:
             raise TrialError(f"bench of {job.backend!r}: the worker exited without reporting") from None
     finally:
-        proc.join(timeout=5)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
+        reap_group(proc)  # the worker and any helper process of its backend
         parent_end.close()
     if message[0] != "ok":
         raise TrialError(f"bench of {job.backend!r} failed: {message[1]}")

@@ -27,7 +27,15 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
 from lockcompare.errors import TrialError
-from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
+from lockcompare.infra.lifecycle import (
+    SPAWN,
+    die_with_parent,
+    kill_and_reap_group,
+    reap_group,
+    start_worker_process,
+    terminate_group,
+)
+from lockcompare.infra.procgroup import kill_group
 from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan, worker_main
 
 #: How long a worker that sent its final message may take to say it is idle again.
@@ -125,23 +133,15 @@ class SpawnedCrew:
     def close(self) -> None:
         cpu_meter.add(sum(process_cpu_s(proc.pid) for proc in self._procs))
         for proc in self._procs:
-            if proc.is_alive():
-                proc.terminate()
+            terminate_group(proc)  # the worker and every helper process in its group
         for proc in self._procs:
-            _reap(proc)
+            reap_group(proc)
         for conn in self.conns:
             conn.close()
 
 
 def spawn_crew(plans: list[WorkerPlan]) -> Crew:
     return SpawnedCrew(plans)
-
-
-def _reap(proc: BaseProcess) -> None:
-    proc.join(timeout=5)
-    if proc.is_alive():
-        proc.kill()
-        proc.join()
 
 
 # --- warm workers: processes reused across trials -----------------------------------------------
@@ -228,11 +228,10 @@ class _WarmWorker:
 
     def kill(self) -> None:
         if self.proc.is_alive():
-            self.proc.kill()  # SIGKILL: also ends a worker that a fault left SIGSTOPped
+            kill_group(self.proc.pid)  # SIGKILL, helpers too: also ends a worker that a fault left SIGSTOPped
 
     def stop(self) -> None:
-        self.kill()
-        self.proc.join()
+        kill_and_reap_group(self.proc)
         self.conn.close()
 
 

@@ -8,6 +8,7 @@ are stopped in ``finally`` whatever happens; only this trial's own keys are touc
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -22,7 +23,7 @@ import redis
 
 from lockcompare.analysis import history as history_io
 from lockcompare.analysis.checker import TrialMetrics, check, unknown
-from lockcompare.analysis.history import Event
+from lockcompare.analysis.history import Event, now_ns
 from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
 from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.errors import NodeUnreachableError
@@ -33,8 +34,9 @@ from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra import health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.etcd_server import is_etcd_url
-from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
+from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group, start_worker_process
 from lockcompare.infra.pg_client import is_postgres_url, with_session_settings
+from lockcompare.infra.procgroup import GroupView, any_stopped, describe_escaped
 from lockcompare.infra.proxy import ProxySet
 from lockcompare.runner.contend import DoneTracker
 from lockcompare.runner.crew import CrewSource, spawn_crew
@@ -44,6 +46,8 @@ from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
 from lockcompare.spec.choices import PauseHow, PausePoint
 from lockcompare.spec.schedule import Schedule, parse_schedule
 from lockcompare.spec.trialspec import TrialSpec
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,6 +184,7 @@ def _run_trial(
                 faults=faults,
                 crews=crews,
                 freezer=freezer,
+                freezes=_freezes(plans, faults),
             )
         wall_s = time.monotonic() - wall_start
         if stops.longest_s > STOPPED_GAP_S:
@@ -333,6 +338,7 @@ def _run_workers(
     faults: FaultScheduler | None = None,
     crews: CrewSource = spawn_crew,
     freezer: Freezer | None = None,
+    freezes: bool = False,
 ) -> tuple[list[Event], str]:
     """Start one process per plan, release them together, gather their histories.
 
@@ -341,25 +347,34 @@ def _run_workers(
     noticed at once, not after a barrier timeout). Returns the merged history and "" — or what
     went wrong: a worker that failed, a backend call past ``call_timeout_s``, a trial past
     ``timeout_s``. Workers are stopped in ``finally`` whatever happens.
+
+    A helper process that left its worker's process group is named once (a warning and an
+    ``escaped`` event in the history); in a trial that ``freezes`` its workers (a SIGSTOP pause,
+    a strobe) the verdict is then unknown: the freeze did not stop the whole client.
     """
     freezer = freezer or Freezer()
     crew = crews(plans)
     if faults is not None:
         faults.attach_workers(pids=tuple(crew.pids[c] for c in crew.conns), freezer=freezer)
     try:
+        pids = [crew.pids[c] for c in crew.conns]
         watch = _Watch(
-            conns=crew.conns, slots=crew.slots, freezer=freezer, pids=[crew.pids[c] for c in crew.conns],
-            call_timeout_s=call_timeout_s, backend=backend, faults=faults,
+            conns=crew.conns, slots=crew.slots, freezer=freezer, pids=pids, call_timeout_s=call_timeout_s,
+            backend=backend, faults=faults, groups=GroupView(leaders=pids),
         )  # fmt: skip
         ready, problem = watch.collect(timeout_s=START_TIMEOUT_S, what="start")
         if problem or any(status != "ready" for status, _, _ in ready):
             return _outcome(ready, problem)
+        watch.name_escaped(force=True)  # every backend is constructed: its helpers have started
         if faults is not None:
             # Standing faults (a partition, a slow link) are there from the first round; a fault's
             # preparation (e.g. a replication link held back) precedes every write.
             faults.start()
         crew.go()
-        return _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
+        events, failure = _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
+        if watch.escaped and freezes:
+            failure = "; ".join(filter(None, [failure, _escape_problem(watch.escaped)]))
+        return history_io.merge([events, watch.escaped]), failure
     finally:
         try:
             if faults is not None:
@@ -386,6 +401,10 @@ class _Watch:
     call_timeout_s: float
     backend: str
     faults: FaultScheduler | None = None
+    #: The workers' process groups (infra/procgroup.py): the stopped-check and escaped helpers.
+    groups: GroupView | None = None
+    #: One ``escaped`` event per helper process seen outside its worker's group.
+    escaped: list[Event] = field(default_factory=list)
     _stopped_since: dict[int, int] = field(default_factory=dict)
     _done: DoneTracker = field(init=False)  # the contend workload's "done"/"stop" (contend.py)
 
@@ -452,8 +471,9 @@ class _Watch:
         """Why the trial cannot go on ("" if it can): a worker stopped from outside the harness,
         or a backend call past its deadline (a stopped worker's call is its stop, not the backend's)."""
         now = time.monotonic_ns()
+        self.name_escaped()
         for index, (pid, slot) in enumerate(zip(self.pids, self.slots, strict=True)):
-            if not self.freezer.is_frozen(pid) and _stopped(pid):
+            if not self.freezer.is_frozen(pid) and self._stopped(pid):
                 since = self._stopped_since.setdefault(pid, now)
                 if now - since > self.call_timeout_s * 1e9:
                     return (
@@ -469,13 +489,42 @@ class _Watch:
                 )
         return ""
 
+    def _stopped(self, pid: int) -> bool:
+        """True if any process of the worker's group is stopped (``T``): a helper stopped from
+        outside stops the client as surely as its worker."""
+        return self.groups.stopped(pid) if self.groups is not None else any_stopped([pid])
 
-def _stopped(pid: int) -> bool:
-    """True if the process is in the stopped state (``T`` in /proc/PID/stat)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
-    except (OSError, IndexError):
-        return False
+    def name_escaped(self, *, force: bool = False) -> None:
+        """Name, once each, the helper processes that left their worker's group (a warning line and
+        an ``escaped`` event); the groups are re-read from /proc at most once a second unless ``force``."""
+        if self.groups is None:
+            return
+        self.groups.refresh(force=force)
+        for leader, proc in self.groups.newly_escaped():
+            worker = self.pids.index(leader)
+            helper = describe_escaped(proc)
+            _log.warning(
+                "worker %d: helper process %s left the worker's process group (setsid/setpgid): "
+                "a pause or strobe of the worker does not stop it",
+                worker,
+                helper,
+            )
+            self.escaped.append(
+                {"worker": -1, "round": -1, "kind": "escaped", "t0": now_ns(), "t1": now_ns(),
+                 "target_worker": worker, "pid": proc.pid, "helper": helper}
+            )  # fmt: skip
+
+
+def _escape_problem(escaped: list[Event]) -> str:
+    """The ``problem`` of a freezing trial with helpers outside their workers' groups."""
+    named = ", ".join(f"worker {e['target_worker']}'s {e['helper']}" for e in escaped)
+    return f"a helper process left its worker's process group, so the freeze did not stop it: {named}"
+
+
+def _freezes(plans: list[WorkerPlan], faults: FaultScheduler | None) -> bool:
+    """Whether the trial stops worker processes from outside (a SIGSTOP pause, a starvation strobe)."""
+    paused = any(p.pause_rounds and p.pause_how is PauseHow.SIGSTOP for p in plans)
+    return paused or (faults is not None and any(s.step.kind == "starve" for s in faults.steps))
 
 
 def _outcome(messages: list[tuple[str, str, list[Event]]], problem: str = "") -> tuple[list[Event], str]:
@@ -498,9 +547,7 @@ def construct_in_child(backend: str, *, config: BackendConfig, timeout_s: float)
         return "the probe process exited without reporting"
     finally:
         parent_end.close()
-        if proc.is_alive():
-            proc.kill()
-        proc.join()
+        kill_and_reap_group(proc)
 
 
 def _construct_and_close(backend: str, config: BackendConfig, conn: Connection) -> None:

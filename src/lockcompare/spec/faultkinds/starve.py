@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Strobe:
-    """``starve``: SIGSTOP/SIGCONT ``worker`` in a loop, letting it run ``duty`` of each ``period_s``."""
+    """``starve``: SIGSTOP/SIGCONT ``worker``'s process group in a loop, letting it run ``duty`` of
+    each ``period_s`` (helpers of its backend are starved with it)."""
 
     worker: int | None
     duty: float

@@ -1,0 +1,152 @@
+"""The matrix on a Dask cluster: each batch of trials runs whole on one host, rows come home.
+
+``lockcompare matrix … --dask tcp://scheduler:8786`` plans the trials here (the same plan, the
+same trial ids, so ``--resume`` works across executors), sends each cell's trials as one task to
+a Dask worker (runner/host_batch.py runs them there as an ordinary local run: servers, worker
+processes, faults, timing sentinel and CPU governor all on that host), and writes each returned
+row and history here: the coordinator is the one writer of the CSV and the histories.
+
+Rows record where they ran: the host, its CPUs and load, how many trials ran there at once
+(``jobs_concurrent``) and how many other lockcompare runs it had (``concurrent_runs``). Run one
+Dask thread per host (``dask worker --nthreads 1``): the host's own run already runs several
+trials at once within its CPU budget; two batches side by side on one host would each see the
+other as a neighbour (and say so in ``concurrent_runs``).
+
+A host lost mid-batch loses nothing written: its rows never arrived. Dask's scheduler runs the
+task again on another worker (its ``allowed-failures``, 3 by default); each row of a batch that
+ran more than once says so in ``note``. A batch that fails for good leaves its trials without a
+row, named in one warning line: ``--resume`` runs them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lockcompare.errors import ConfigError, WriteError
+from lockcompare.runner.host_batch import HostBatch, HostRow, run_batch
+
+if TYPE_CHECKING:
+    from lockcompare.runner.matrix import ClusterOptions
+    from lockcompare.spec.trialspec import TrialSpec
+
+log = logging.getLogger("lockcompare")
+
+#: How long to wait for the scheduler to answer before saying it cannot be reached.
+CONNECT_TIMEOUT_S = 5
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaskOutcome:
+    rows: int
+    #: trial_ids whose batch failed for good (no row written: --resume runs them)
+    failed: tuple[str, ...]
+    #: trial_ids whose batch Dask ran more than once (a host was lost under it)
+    rerun: tuple[str, ...]
+    hosts: tuple[str, ...]
+
+
+def batches_of(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions, jobs: int | None,
+               fresh_workers: bool) -> list[HostBatch]:  # fmt: skip
+    """One batch per cell (backend × experiment × settings): its trials share a host, warm
+    workers and a cluster pool, and one cell's trials are judged by one machine."""
+    cells: dict[tuple[str, ...], list[TrialSpec]] = {}
+    for spec in specs:
+        settings = {k: v for k, v in spec.settings().items() if k not in ("trial", "seed")}
+        cells.setdefault(tuple(f"{k}={v}" for k, v in sorted(settings.items())), []).append(spec)
+    return [
+        HostBatch(specs=tuple(group), cluster_options=cluster_options, jobs=jobs, fresh_workers=fresh_workers)
+        for group in cells.values()
+    ]
+
+
+def _times_suspected(dask_scheduler: Any, key: str) -> int:
+    """On the scheduler: how many workers died while running the task ``key`` (0 when it is gone)."""
+    task = dask_scheduler.tasks.get(key)
+    return int(getattr(task, "suspicious", 0)) if task is not None else 0
+
+
+def connect(address: str) -> Any:
+    """A Dask client of the scheduler at ``address``, or one line saying why there is none."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ConfigError("--dask needs Dask's distributed package: pip install 'lockcompare[dask]'") from None
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT_S)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError(f"--dask {address}: cannot reach a Dask scheduler there ({exc})") from None
+
+
+def run_on_dask(
+    batches: Sequence[HostBatch],
+    *,
+    client: Any,
+    histories: Path,
+    out_parent: Path,
+    run_id: str,
+    append: Callable[[dict[str, Any]], None],
+    on_row: Callable[[TrialSpec, dict[str, Any], int], None] | None = None,
+) -> DaskOutcome:
+    """Run ``batches`` on ``client``'s cluster; ``append`` each row (histories written first)."""
+    from distributed import as_completed
+
+    by_id = {spec.trial_id: spec for batch in batches for spec in batch.specs}
+    futures = {client.submit(run_batch, batch, pure=False): batch for batch in batches}
+    written = 0
+    failed: list[str] = []
+    rerun: list[str] = []
+    hosts: set[str] = set()
+    for future in as_completed(list(futures)):
+        batch = futures[future]
+        try:
+            host_rows: list[HostRow] = future.result()
+        except Exception as exc:  # noqa: BLE001  (KilledWorker, a lost connection, the batch's own failure)
+            ids = [spec.trial_id for spec in batch.specs]
+            log.warning("a batch of %d trial(s) failed on its host (%s): no row written; --resume runs them",
+                        len(ids), str(exc).splitlines()[0] if str(exc) else type(exc).__name__)  # fmt: skip
+            failed.extend(ids)
+            continue
+        suspected = client.run_on_scheduler(_times_suspected, key=future.key)
+        future.release()
+        missing = {spec.trial_id for spec in batch.specs} - {str(hr.row["trial_id"]) for hr in host_rows}
+        if missing:
+            log.warning("%d trial(s) of a batch came back without a row: --resume runs them", len(missing))
+            failed.extend(sorted(missing))
+        for host_row in host_rows:
+            row = dict(host_row.row)
+            trial_id = str(row["trial_id"])
+            path = histories / f"{trial_id}.jsonl.gz"
+            _write_history(path, host_row.history)
+            row["history"] = str(path.relative_to(out_parent))
+            row["run_id"] = run_id
+            if suspected:
+                lost = f"rerun: a host was lost under its batch ({suspected}×)"
+                row["note"] = "; ".join(filter(None, [str(row.get("note") or ""), lost]))
+                rerun.append(trial_id)
+            append(row)
+            written += 1
+            hosts.add(str(row.get("host") or "?"))
+            if on_row is not None:
+                on_row(by_id[trial_id], row, written)
+    return DaskOutcome(rows=written, failed=tuple(failed), rerun=tuple(rerun), hosts=tuple(sorted(hosts)))
+
+
+def _write_history(path: Path, data: bytes) -> None:
+    """The host's gzipped history, checked to be gzip before it is kept (a row points to it)."""
+    try:
+        gzip.decompress(data)
+    except (OSError, EOFError) as exc:
+        raise WriteError(f"{path.name}: the history that came back is not gzip ({exc})") from None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
