@@ -58,6 +58,8 @@ def holder_pids(session: PgSession, *, lock_key: str) -> list[int]:
 def end_holder_sessions(url: str, *, lock_key: str, timeout_s: float = 2.0) -> list[int]:
     """Find the sessions holding ``lock_key`` and ``pg_terminate_backend`` them, on one admin
     session (a connect costs more than both statements); the pids that were ended."""
+    from lockcompare.infra.pg_client import PgSession
+
     session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-fault")
     try:
         pids = holder_pids(session, lock_key=lock_key)
