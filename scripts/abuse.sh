@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The hostile-but-fair user of issue 18, as one script: every case prints one line with its exit
+# The hostile-but-fair user of issues 18 and 26, as one script: every case prints one line with its exit
 # code, tracebacks printed, what it left (processes, temporary/data dirs, .part files, duplicate
 # trial ids in the results files it wrote) and its last stderr line; a summary line ends it.
 #
-#   scripts/abuse.sh              every case (about 3 minutes on 2 cores; it loads the machine)
+#   scripts/abuse.sh              every case (see the summary for how long; it loads the machine)
 #   scripts/abuse.sh CASE...      only the cases whose names contain one of the words
 #
 # Runs from a repository checkout (PYTHONPATH=src) with the interpreter in $PYTHON (default
@@ -21,7 +21,7 @@ export TMPDIR=$WORK/tmp LOCKCOMPARE_RUNS_DIR=$WORK/runs PYTHONPATH=$ROOT/src
 mkdir -p "$TMPDIR" "$LOCKCOMPARE_RUNS_DIR" "$WORK/input"
 Q=(--backends single --experiments baseline --trials 1 --rounds 3 --time-scale 0.1 --jobs 1)
 ONLY=("$@")
-TOTAL_TB=0 TOTAL_LEFT=0 TOTAL_DUP=0 CASES=0 MOUNTS=() BG=()
+TOTAL_TB=0 TOTAL_LEFT=0 TOTAL_DUP=0 TOTAL_PW=0 CASES=0 MOUNTS=() BG=()
 
 # An executable, not a shell function: a run started in the background is then the python process
 # itself (its pid is the one signals go to and the registry names).
@@ -31,14 +31,19 @@ LC=$WORK/bin/lc
 wanted() { [ ${#ONLY[@]} -eq 0 ] && return 0; for w in "${ONLY[@]}"; do [[ $1 == *"$w"* ]] && return 0; done; return 1; }
 is_root() { [ "$(id -u)" = 0 ]; }
 
-procs_left() {  # live processes carrying this case's marker (workers and servers inherit it)
-    local n=0 e pid state
-    for e in /proc/[0-9]*/environ; do
-        pid=${e#/proc/}; pid=${pid%/environ}
-        [ "$pid" = $$ ] && continue
-        if { tr '\0' '\n' <"$e"; } 2>/dev/null | grep -qx "ABUSE_CASE=$1"; then
-            state=$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)
-            [ -n "$state" ] && [ "$state" != Z ] && n=$((n + 1))
+procs_left() {  # live processes of this case: its marker, or a working directory or command line under
+    # $WORK (redis-server rewrites its environment, so the marker alone misses a leaked one)
+    local n=0 d pid state cwd
+    for d in /proc/[0-9]*; do
+        pid=${d#/proc/}
+        case " $$ $BASHPID ${SERVER_PID:-} ${RES_SERVER_PID:-} " in *" $pid "*) continue ;; esac
+        state=$(awk '{print $3}' "$d/stat" 2>/dev/null)
+        [ -z "$state" ] || [ "$state" = Z ] && continue
+        cwd=$(readlink "$d/cwd" 2>/dev/null)
+        if [[ $cwd == "$WORK/tmp"* || $cwd == "$WORK/$1" || $cwd == "$WORK/$1/"* ]] ||
+            { tr '\0' '\n' <"$d/cmdline"; } 2>/dev/null | grep -q "^$TMPDIR/" ||
+            { tr '\0' '\n' <"$d/environ"; } 2>/dev/null | grep -qx "ABUSE_CASE=$1"; then
+            n=$((n + 1))
         fi
     done
     echo $n
@@ -68,12 +73,15 @@ report() {  # NAME EXIT: one line for the case, after giving its processes a sec
     parts=$(find "$WORK" -name '*.part' 2>/dev/null | wc -l)
     dup=$(dups $(find "$dir" -name '*.csv' 2>/dev/null))
     tb=$(grep -c Traceback "$err" 2>/dev/null)
+    local pw
+    pw=$(cat "$err" "$dir/stdout" 2>/dev/null | grep -c 's3cret\|s3/cret\|hunter2')
     last=$(grep -v '^\s*$' "$err" 2>/dev/null | tail -1 | cut -c1-150)
-    printf '%-26s exit=%-3s tb=%s procs=%s dirs=%s part=%s dup=%s | %s\n' \
-        "$name" "$rc" "${tb:-0}" "$procs" "$dirs" "$parts" "$dup" "$last"
+    printf '%-26s exit=%-3s tb=%s procs=%s dirs=%s part=%s dup=%s pw=%s | %s\n' \
+        "$name" "$rc" "${tb:-0}" "$procs" "$dirs" "$parts" "$dup" "${pw:-0}" "$last"
     [ "$dirs" != 0 ] && echo "    -> left in TMPDIR: $(ls "$TMPDIR" | head -5 | tr '\n' ' ')"
     [ "$parts" != 0 ] && echo "    -> .part files: $(find "$WORK" -name '*.part' | head -3 | tr '\n' ' ')"
     TOTAL_TB=$((TOTAL_TB + ${tb:-0})) TOTAL_LEFT=$((TOTAL_LEFT + procs + dirs + parts)) TOTAL_DUP=$((TOTAL_DUP + dup))
+    TOTAL_PW=$((TOTAL_PW + ${pw:-0}))
     CASES=$((CASES + 1))
 }
 
@@ -108,6 +116,7 @@ mount_tmpfs() {  # DIR OPTIONS
 cleanup() {
     for pid in "${BG[@]}"; do kill -9 "$pid" 2>/dev/null; done
     [ -n "${SERVER_PID:-}" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null
+    [ -n "${RES_SERVER_PID:-}" ] && kill "$RES_SERVER_PID" 2>/dev/null && wait "$RES_SERVER_PID" 2>/dev/null
     for m in "${MOUNTS[@]}"; do umount "$m" 2>/dev/null; done
     [ -n "${KEEP:-}" ] && echo "kept $WORK" || rm -rf "$WORK"
 }
@@ -295,5 +304,146 @@ wanted bench-via-proxy-nodes && echo "    -> $(grep 'via-proxy' "$WORK/bench-via
 case_ progress-shows-verdict lc matrix "${Q[@]}" --out x.csv
 wanted progress-shows-verdict && echo "    -> $(grep '^\[1/1\]' "$WORK/progress-shows-verdict/stderr")"
 
-echo "== summary: $CASES cases, $TOTAL_TB tracebacks, $TOTAL_LEFT leftovers (processes + dirs + .part files), $TOTAL_DUP duplicate rows"
-[ "$TOTAL_TB" = 0 ] && [ "$TOTAL_LEFT" = 0 ] && [ "$TOTAL_DUP" = 0 ]
+# ---- issue 26: the second battery ------------------------------------------------------------------
+mkdir -p "$WORK/plugins"
+printf 'raise SystemExit(3)\n' >"$WORK/plugins/p_exit3.py"
+printf 'import os\nos._exit(0)\n' >"$WORK/plugins/p_osexit.py"
+printf 'import time\ntime.sleep(60)\n' >"$WORK/plugins/p_slow.py"
+printf 'import os, time\nif os.fork() == 0:\n    time.sleep(300)\n    os._exit(0)\nfrom lockcompare.backends.single import SingleNodeLock as Lock\n' >"$WORK/plugins/p_fork.py"
+cat >"$WORK/plugins/p_strdeadline.py" <<'EOF'
+from dataclasses import replace
+from lockcompare.backends.base import Lease
+from lockcompare.backends.single import SingleNodeLock
+class Lock(SingleNodeLock):
+    summary = "a lease deadline that is a string"
+    def acquire(self, *, key, ttl_ms):
+        out = super().acquire(key=key, ttl_ms=ttl_ms)
+        return replace(out, valid_until_ns="soon") if isinstance(out, Lease) else out
+EOF
+PP=(--plugin-path "$WORK/plugins")
+
+echo "== 64-bit fencing tokens (compared as integers)"
+if wanted wide-tokens-client-pause; then
+    case_ wide-tokens-client-pause lc --plugin-path "$ROOT/tests" matrix --backends plugins.wide_tokens:WideTokenLock,fenced \
+        --experiments client-pause --trials 1 --rounds 6 --time-scale 0.1 --out x.csv
+    lc table "$WORK/wide-tokens-client-pause/x.csv" 2>/dev/null | sed -n '3,4p' | sed 's/^/    -> /'
+fi
+
+echo "== one writer per real file"
+for alias in symlink hardlink; do
+    n=$alias-alias-writers
+    wanted "$n" || continue
+    mkdir -p "$WORK/$n/real" && cp "$WORK/input/good.csv" "$WORK/$n/real/x.csv"
+    if [ $alias = symlink ]; then ln -s real/x.csv "$WORK/$n/alias.csv"; else ln "$WORK/$n/real/x.csv" "$WORK/$n/alias.csv"; fi
+    BG_ERR=bg.err start_bg $n lc matrix "${Q[@]}" --rounds 30 --trials 3 --out real/x.csv --resume
+    wait_for "$WORK/$n/real/x.csv.lock" 30
+    (cd "$WORK/$n" && ABUSE_CASE=$n lc matrix "${Q[@]}" --trials 3 --out alias.csv --resume >stdout 2>stderr)
+    rc=$?
+    wait "$BG_PID"; ra=$?
+    report $n "$ra/$rc"
+    echo "    -> exits $ra (real name) and $rc (the $alias); real/x.csv holds $(($(wc -l <"$WORK/$n/real/x.csv") - 1)) rows ($(($(wc -l <"$WORK/input/good.csv") - 1)) + 3 planned)"
+done
+if wanted out-through-symlink; then
+    n=out-through-symlink
+    mkdir -p "$WORK/$n/real" && ln -s real/x.csv "$WORK/$n/alias.csv"
+    case_ $n lc matrix "${Q[@]}" --out alias.csv
+    echo "    -> histories beside the real file: $(ls "$WORK/$n/real/x.histories" 2>/dev/null | wc -l); beside the link: $(ls "$WORK/$n/alias.histories" 2>/dev/null | wc -l)"
+fi
+
+echo "== every field bounded where it is written"
+case_ faults-3000-steps lc run --faults "$("$PY" -c "print('; '.join(['crash nodes=0 at=start'] * 3000))")"
+if wanted faults-file-60kB; then
+    "$PY" -c "print('steps = [' + ','.join(['\"crash nodes=0 at=start\"'] * 2400) + ']')" >"$WORK/input/big.toml"
+    case_ faults-file-60kB lc run --faults-file "$WORK/input/big.toml"
+fi
+if wanted long-field-readable; then
+    "$PY" - "$WORK/input/good.csv" "$WORK/input/long.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+rows[0]["faults"] = "crash nodes=0 at=start; " * 9000  # as an older lockcompare could write it
+w = csv.DictWriter(open(sys.argv[2], "w", newline=""), fieldnames=list(rows[0]), lineterminator="\n")
+w.writeheader(); w.writerows(rows)
+EOF
+    case_ long-field-table lc table "$WORK/input/long.csv"
+    case_ long-field-compare lc compare "$WORK/input/long.csv" "$WORK/input/good.csv"
+fi
+if wanted bom-csv; then
+    printf '\xef\xbb\xbf' | cat - "$WORK/input/good.csv" >"$WORK/input/bom.csv"
+    case_ bom-csv-table lc table "$WORK/input/bom.csv"
+fi
+
+echo "== report writes only its own files, reads only the results' folder"
+if wanted report-user-files; then
+    n=report-user-files; mkdir -p "$WORK/$n/rep"
+    echo mine >"$WORK/$n/rep/README.md"; echo mine >"$WORK/$n/rep/matrix-baseline.png"; echo mine >"$WORK/$n/rep/timeline-x.png"
+    case_ $n lc report "$WORK/input/good.csv" --out rep
+    echo "    -> the user's files intact: $(cat "$WORK/$n/rep/README.md" "$WORK/$n/rep/matrix-baseline.png" "$WORK/$n/rep/timeline-x.png" 2>/dev/null | grep -c mine) of 3"
+fi
+if wanted report-hostile-csv; then
+    "$PY" - "$WORK/input/good.csv" "$WORK/input/evil.csv" <<'EOF'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+r = rows[0]
+r.update(backend="=cmd|' /C calc'!A0", run_id="<script>alert(1)</script>|x\ny", history="../../../../../../../../etc/passwd",
+         lost_updates="1")
+w = csv.DictWriter(open(sys.argv[2], "w", newline=""), fieldnames=list(r), lineterminator="\n")
+w.writeheader(); w.writerow(r)
+EOF
+    case_ report-hostile-csv lc report "$WORK/input/evil.csv" --out rep
+    echo "    -> /etc/passwd read: $(grep -c 'root:' "$WORK/report-hostile-csv/rep/README.md" 2>/dev/null); raw <script> outside code: $(sed 's/`[^`]*`//g' "$WORK/report-hostile-csv/rep/README.md" 2>/dev/null | grep -c '<script')"
+    case_ table-csv-formula lc table "$WORK/input/evil.csv" --format csv
+    wanted table-csv-formula && echo "    -> formula cells left: $(grep -c '^=' "$WORK/table-csv-formula/stdout")"
+fi
+
+echo "== no password printed, whatever the URL's form"
+case_ pw-query-string lc run --nodes "redis://127.0.0.1:1/0?password=abuse-s3cret" --resource "redis://127.0.0.1:1/1"
+case_ pw-slash-in-password lc run --nodes "redis://:abuse-s3/cret@127.0.0.1:1/0" --resource "redis://127.0.0.1:1/1"
+case_ pw-postgres-psycopg-scheme lc run --backend pg-lease --postgres "postgresql+psycopg://u:abuse-s3cret@127.0.0.1:1/db"
+case_ pw-postgres-query lc run --backend pg-lease --postgres "postgresql://u@127.0.0.1:1/db?password=abuse-s3cret"
+case_ pw-postgres-slash lc run --backend pg-lease --postgres "postgresql://u:abuse-s3/cret@127.0.0.1:1/db"
+case_ pw-etcd-url lc run --nodes "http://root:abuse-s3cret@127.0.0.1:1" --resource "redis://127.0.0.1:1/1"
+case_ pw-rediss lc run --nodes "rediss://u:abuse-s3cret@127.0.0.1:1/0" --resource "redis://127.0.0.1:1/1"
+case_ wrong-password-said lc run --rounds 2 --nodes "redis://:wrong-s3cret@127.0.0.1:$PORT/0" --resource "$PW_URL/1"
+wanted wrong-password-said && echo "    -> $(grep -o 'refuses the password' "$WORK/wrong-password-said/stderr" | head -1)"
+
+echo "== every number through one bounded parser"
+case_ faults-pause-for-1e7 lc run --faults "pause worker=0 after-acquire=0 for=1e7"
+case_ faults-nodes-superscript lc run --faults "crash nodes=² after-acquire=5"
+case_ faults-for-1e308 lc run --faults "pause worker=0 after-acquire=0 for=1e308"
+case_ faults-after-acquire-1e308 lc run --faults "crash nodes=0 after-acquire=1e308"
+case_ faults-nodes-5000-digits lc run --faults "crash nodes=$(printf '1%.0s' $(seq 5000)) at=start"
+case_ faults-worker-5000-digits lc run --faults "pause worker=$(printf '1%.0s' $(seq 5000)) after-acquire=0 for=5"
+case_ run-from-5000-digit-row lc run --from "$WORK/input/good.csv:$(printf '1%.0s' $(seq 5000))"
+case_ history-plot-1e308 lc history "$HIST" --plot t.png --from-ms -1e308 --to-ms 1e308
+case_ explore-max-steps-1e8 lc explore single --max-steps 100000000 --budget 5s
+case_ explore-jobs-1000 lc explore single --budget 15s --jobs 1000
+case_ explore-budget-400-nines lc explore single --budget "$(printf '9%.0s' $(seq 400))"
+case_ explore-resume-missing lc explore single --resume --out "$WORK/no-such-dir"
+case_ out-non-utf8 lc matrix "${Q[@]}" --out "$(printf 'x\xff.csv')"
+wanted out-non-utf8 && echo "    -> files left: $(ls "$WORK/out-non-utf8" | grep -vc '^std')"
+case_ plugin-string-deadline lc "${PP[@]}" run --backend p_strdeadline:Lock --rounds 2 --time-scale 0.1 --out x.csv
+
+echo "== plug-in imports probed with a time limit"
+case_ plugin-sysexit-3 lc "${PP[@]}" run --backend p_exit3:Lock --rounds 2
+case_ plugin-os-exit-0 lc "${PP[@]}" run --backend p_osexit:Lock --rounds 2
+case_ plugin-import-60s lc "${PP[@]}" run --backend p_slow:Lock --rounds 2
+case_ plugin-forks-child lc "${PP[@]}" run --backend p_fork:Lock --rounds 2
+
+echo "== a dead resource is unknown, and the matrix goes on"
+if wanted dead-resource; then
+    n=dead-resource
+    start_bg $n lc matrix --backends single,fenced --experiments baseline --trials 2 --rounds 30 --time-scale 0.1 \
+        --jobs 1 --out x.csv
+    for _ in $(seq 1 600); do grep -q '^\[1/4\]' "$WORK/$n/stderr" 2>/dev/null && break; sleep 0.1; done
+    sleep 0.7
+    for d in /proc/[0-9]*; do
+        [[ $(readlink "$d/cwd" 2>/dev/null) == "$TMPDIR"/lockcompare-p"$BG_PID"-resource-* ]] && kill -9 "${d#/proc/}"
+    done
+    t0=$(date +%s)
+    wait "$BG_PID"; rc=$?
+    report $n $rc
+    echo "    -> $(($(date +%s) - t0)) s after the kill; rows: $("$PY" -c "import csv,sys; print(' '.join(r['verdict'] + '/' + r['wall_s'][:4] + 's' for r in csv.DictReader(open(sys.argv[1]))))" "$WORK/$n/x.csv" 2>/dev/null)"
+fi
+
+echo "== summary: $CASES cases, $TOTAL_TB tracebacks, $TOTAL_LEFT leftovers (processes + dirs + .part files), $TOTAL_DUP duplicate rows, $TOTAL_PW passwords printed"
+[ "$TOTAL_TB" = 0 ] && [ "$TOTAL_LEFT" = 0 ] && [ "$TOTAL_DUP" = 0 ] && [ "$TOTAL_PW" = 0 ]

@@ -194,4 +194,6 @@ def test_the_guides_example_backend_passes_every_property_it_claims(cluster, tmp
     with battery(spec="mylock:MyLock", node_urls=cluster.node_urls) as ctx:
         results = {r.prop.name: r.status for r in (check_property(prop, ctx) for prop in PROPERTIES)}
     assert results.pop("survives_the_loss_of_a_minority") is Status.NOT_CLAIMED
+    claims = {name: results.pop(name) for name in list(results) if name.startswith("claim_")}
+    assert set(claims.values()) == {Status.NOT_CLAIMED}, claims  # it has a TTL, no renewal, no lease check
     assert set(results.values()) == {Status.PASS}, results

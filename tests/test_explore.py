@@ -17,6 +17,7 @@ import pytest
 from lockcompare.errors import InvalidValueError, ResultsFileError
 from lockcompare.evaluation.explore import Search, TrialOutcome, TrialRequest, explore, judge
 from lockcompare.evaluation.explore_log import CSV_NAME, ExploreLog
+from lockcompare.evaluation.explore_run import render_report
 from lockcompare.evaluation.schedules import (
     KINDS,
     NODE_KINDS,
@@ -27,7 +28,7 @@ from lockcompare.evaluation.schedules import (
     random_schedule,
     schedule_text,
 )
-from lockcompare.evaluation.shrink import Rate, candidates, shrink
+from lockcompare.evaluation.shrink import NO_FAULT, NO_FAULT_MOVE, Rate, candidates, shrink
 
 REDLOCK = Shape(ttl_ms=1000, work_ms=300, nodes=5, workers=2)
 SINGLE = Shape(ttl_ms=1000, work_ms=300, nodes=1, workers=2)
@@ -137,7 +138,8 @@ def test_every_candidate_is_strictly_smaller() -> None:
     )
     found = list(candidates(schedule, rounds=8, shape=REDLOCK))
     moves = [c.move for c in found]
-    assert moves[:3] == [f"dropped «{s.text}»" for s in schedule]  # biggest cuts first
+    assert moves[0] == NO_FAULT_MOVE and found[0].schedule == ()  # no fault at all: tried first
+    assert moves[1:4] == [f"dropped «{s.text}»" for s in schedule]  # then the biggest cuts
     assert {c.rounds for c in found} == {1, 4, 6, 8}
     assert "step 2 (restart): nodes holders:2 → holders:1" in moves
     assert "step 1 (crash): nodes 3,4 → 4" in moves
@@ -191,6 +193,30 @@ def test_explore_finds_and_shrinks_a_one_step_failure_within_the_budget() -> Non
     assert c.command == runner.command(TrialRequest(schedule=c.schedule, rounds=1, seed=int(c.command.split()[-1])))
     assert c.failing is not None and c.failing.verdict == "lost-updates"
     assert clock.now <= 120 + 4 * 10 / 2 + 4  # the rating may overshoot by its own runs, no more
+
+
+def test_a_lock_that_fails_with_no_fault_is_reported_as_failing_with_no_fault() -> None:
+    """The shrinker tries the empty schedule first: a lock that fails whatever the schedule (here every
+    trial fails) is blamed, not the drawn fault."""
+    clock = FakeClock()
+    runner = FakeRunner(lambda s, r: True, clock=clock)
+    search = Search(kinds=("pause", "restart"), shape=SINGLE, budget_s=120, seed=5)
+    report = explore(runner=runner, search=search, clock=clock)
+    c = report.counterexample
+    assert c is not None and c.schedule == "" and c.moves[0] == NO_FAULT_MOVE and c.found != ""
+    assert NO_FAULT in report.verdict_text()
+    text = render_report(report, backend="lockless")
+    assert f"schedule:  none — {NO_FAULT} with --rounds 1" in text, text
+    assert c.rate == Rate(failures=10, runs=10)
+
+
+def test_a_failure_that_needs_its_fault_is_not_blamed_on_the_lock() -> None:
+    clock = FakeClock()
+    runner = FakeRunner(lambda s, r: has(s, "pause"), clock=clock)
+    report = explore(runner=runner, search=Search(kinds=("pause",), shape=SINGLE, budget_s=120, seed=5), clock=clock)
+    c = report.counterexample
+    assert c is not None and c.schedule.startswith("pause ") and NO_FAULT_MOVE not in c.moves
+    assert any(r.schedule == "" for r in runner.ran)  # the empty schedule was tried, and held
 
 
 def test_a_flaky_failure_is_reported_with_its_rate() -> None:

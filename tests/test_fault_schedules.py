@@ -331,7 +331,7 @@ def test_schedules_that_cannot_run_are_refused_in_one_line_before_any_server(tmp
         ("session-kill worker=holder after-acquire=50 every", "session-kill applies to the PostgreSQL backends only"),
         ("pause worker=3 after-acquire=0 every for=100", "worker 3 does not exist (2 workers)"),
         ("pause worker=0 after-acquire=0 for=100; pause worker=0 after-acquire=0 for=200", "two pause steps"),
-        ("crash nodes=7 at=start", "needs 8 lock nodes"),
+        ("crash nodes=7 at=start", "this backend uses lock nodes 0..4 only"),
         (
             "failover nodes=0 after-acquire=50 once; clock-jump nodes=1 after-acquire=50 by=+2000",
             "failover cannot share a schedule with clock-jump",
@@ -342,8 +342,19 @@ def test_schedules_that_cannot_run_are_refused_in_one_line_before_any_server(tmp
         ),
     ]:
         result = CliRunner().invoke(
-            app, ["run", "--faults", faults, "--time-scale", "0.1", "--out", str(tmp_path / "x.csv")]
-        )
+            app,
+            [
+                "run",
+                "--backend",
+                "redlock",
+                "--faults",
+                faults,
+                "--time-scale",
+                "0.1",
+                "--out",
+                str(tmp_path / "x.csv"),
+            ],
+        )  # redlock: its five nodes are all its own (a one-node lock refuses steps on nodes it does not use)
         lines = result.stderr.strip().splitlines()
         assert result.exit_code == 2 and len(lines) == 1 and fragment in lines[0], (faults, result.stderr)
     assert not (tmp_path / "x.csv").exists()

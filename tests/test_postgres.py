@@ -192,12 +192,16 @@ def test_advisory_lock_is_exclusive_has_no_deadline_and_ends_with_its_session(
         admin = PgSession(server.url, timeout_s=2)
         assert len(holder_pids(admin, lock_key=key)) == 1
         admin.close()
-        detail = SessionKill(lock_key=key).inject(cluster, [0])
+        detail, fields = SessionKill(lock_key=key).inject(cluster, [0])
         assert detail.startswith("pg_terminate_backend"), detail
+        assert fields["sessions_ended"] == [int(lease.owner.split(".")[1])]  # the holder's session, by pid
         rival = granted(b.acquire(key=key, ttl_ms=100))  # released under a holder that still runs
         assert a.release(lease) is False  # ...which learns of it only now
         assert b.release(rival) is True
-        assert SessionKill(lock_key=key).inject(cluster, [0]) == "skipped: no session held the lock"
+        assert SessionKill(lock_key=key).inject(cluster, [0]) == (
+            "skipped: no session held the lock",
+            {"sessions_ended": []},
+        )
     finally:
         a.close()
         b.close()
@@ -251,7 +255,7 @@ def test_lease_survives_the_end_of_its_session(server: PostgresServer, config: B
     try:
         lease = granted(a.acquire(key=key, ttl_ms=5000))
         cluster = connect_external(nodes=(server.url,), resource=server.url)
-        assert SessionKill(lock_key=key).inject(cluster, [0]).startswith("pg_terminate_backend")
+        assert SessionKill(lock_key=key).inject(cluster, [0])[0].startswith("pg_terminate_backend")
         assert b.acquire(key=key, ttl_ms=5000) == Refusal("held")
         assert a.release(lease) is True  # on a new session: the row is not the session
     finally:

@@ -54,7 +54,10 @@ def test_statistics_over_hand_built_rows() -> None:
     assert statistic(rows, "true:timing_marked") == "2"
     assert statistic(rows, "rows") == "3"
     assert statistic(rows[:2], "mean:lost_updates") == "10"
+    assert statistic(rows, "median:lost_updates") == "19"
+    assert statistic(rows, "range:lost_updates") == "0–20"
+    assert statistic(rows, "ci:lost_updates").startswith("13 ±")
     with pytest.raises(ValueError, match="unknown statistic"):
-        statistic(rows, "median:lost_updates")
+        statistic(rows, "mode:lost_updates")
     with pytest.raises(ValueError, match="no row has a number"):
         statistic(rows, "mean:conflicts")

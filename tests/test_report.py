@@ -18,7 +18,7 @@ from lockcompare.analysis.reproduce import matrix_command
 from lockcompare.analysis.results import read_results
 from lockcompare.cli import app
 from lockcompare.render.plots import MATRIX_HEIGHT_PX, WIDTH_PX, timeline_height_px
-from lockcompare.render.report import REPORT_NAME, row_for_history, write_report
+from lockcompare.render.report import MANIFEST_NAME, REPORT_NAME, row_for_history, write_report
 from lockcompare.render.table import render
 from lockcompare.spec.settings import IDENTITY_SETTINGS
 from png_header import png_size
@@ -44,7 +44,7 @@ def test_report_of_the_golden_csv(golden_report: tuple[Path, list[Path]]) -> Non
     assert [p.name for p in written] == [
         REPORT_NAME, "glance.png", "matrix-client-pause.png", "timeline-single.client-pause.png"
     ]  # fmt: skip
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in written)
+    assert sorted(p.name for p in out.iterdir()) == sorted([MANIFEST_NAME, *(p.name for p in written)])
     assert png_size(out / "matrix-client-pause.png") == (WIDTH_PX, MATRIX_HEIGHT_PX)
     assert png_size(out / "timeline-single.client-pause.png") == (WIDTH_PX, timeline_height_px(2))
 
@@ -79,12 +79,15 @@ def test_report_links_resolve_from_its_folder(golden_report: tuple[Path, list[Pa
 def test_rendering_twice_gives_the_same_bytes_and_removes_stale_pictures(tmp_path: Path) -> None:
     out = tmp_path / "r"
     first = {p.name: p.read_bytes() for p in write_report(results=TINY, out=out)}
-    (out / "timeline-gone.cell.png").write_bytes(b"old")
+    (out / "timeline-gone.cell.png").write_bytes(b"old")  # as an earlier rendering that showed it wrote it
+    with (out / MANIFEST_NAME).open("a") as fh:
+        fh.write("timeline-gone.cell.png\n")
     (out / "notes.txt").write_text("mine")
+    (out / "timeline-mine.png").write_bytes(b"mine")  # the user's own, under one of our patterns
     second = {p.name: p.read_bytes() for p in write_report(results=TINY, out=out)}
     assert first == second
     assert not (out / "timeline-gone.cell.png").exists()
-    assert (out / "notes.txt").read_text() == "mine"
+    assert (out / "notes.txt").read_text() == "mine" and (out / "timeline-mine.png").read_bytes() == b"mine"
 
 
 @needs_matplotlib

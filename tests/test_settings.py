@@ -13,6 +13,7 @@ from lockcompare.analysis.cells import group_cells
 from lockcompare.analysis.checker import unknown
 from lockcompare.analysis.reproduce import matrix_command, settings_key, spec_from_row
 from lockcompare.analysis.results import format_row, inspect_results, make_row
+from lockcompare.errors import InvalidValueError
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.trial import TrialResult
 from lockcompare.spec.parsing import cli_text, from_cli, setting_for_flag
@@ -95,7 +96,7 @@ def test_every_setting_goes_from_the_cli_to_the_row_and_back_to_the_same_trial(
     setting: Setting, tmp_path: Path
 ) -> None:
     backend = "fenced" if setting.name == "fence" else "single"
-    if setting.name == "node_count":
+    if setting.name in ("node_count", "fault_nodes"):  # a lease on more than one node (holders:2)
         backend = "redlock"
     if setting.name in BACKEND_FOR:
         pytest.importorskip("psycopg")
@@ -150,8 +151,18 @@ def test_every_cell_command_of_a_committed_file_rebuilds_its_trial_ids(path: Pat
             groups.setdefault(settings_key(row), []).append(row)
         for group in groups.values():
             command = matrix_command(group)
-            rebuilt = {s.trial_id for s in _plan_any(command)}
+            try:
+                specs = _plan_any(command)
+            except InvalidValueError as exc:
+                # Issue 25: a node fault on a design that takes no lease ran with every step skipped;
+                # its rows named a fault they did not have, and the matrix now refuses the cell.
+                assert "holds no lease on any lock node" in str(exc) and cell.backend in LOCK_FREE, (command, exc)
+                continue
+            rebuilt = {s.trial_id for s in specs}
             assert {r["trial_id"] for r in group} <= rebuilt, (path.name, cell.title, command)
+
+
+LOCK_FREE = ("none", "atomic", "optimistic")
 
 
 def _plan_any(command: str) -> list[TrialSpec]:

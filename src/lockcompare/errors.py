@@ -22,6 +22,7 @@ non-zero exit code (never a traceback)::
     ├── BackendError                 a lock backend cannot be used
     │   ├── BackendLoadError         a module:Class that does not import or is not a backend
     │   ├── BackendNotViableError    a backend whose library is missing here (says what to install)
+    │   ├── ExternalClientError      an external lock client (a manifest's command) failed to start or speak
     │   └── BackendCallFailed        the conformance battery's call did not return a proper result
     │       ├── BackendCallRaised    the backend raised instead of returning
     │       ├── BackendCallTimedOut  it did not return within the deadline (its process was killed)
@@ -123,6 +124,11 @@ class BackendLoadError(BackendError):
 
 class BackendNotViableError(BackendError):
     """A backend whose third-party library is not installed here."""
+
+
+class ExternalClientError(BackendError):
+    """An external lock client (backends/external: a manifest's command) could not start, failed its
+    handshake (wrong protocol, a clock that is not CLOCK_MONOTONIC) or could not be restarted."""
 
 
 class BackendCallFailed(BackendError):

@@ -88,7 +88,9 @@ def _nearest_dir(path: Path, *, flag: str, target: Path) -> Path:
 
 def check_output_file(path: Path, *, flag: str, existing_ok: bool = True) -> None:
     """Refuse, before anything runs, an output file that cannot be written: a directory or device
-    in its place, a regular file in place of a folder on its way, a read-only place."""
+    in its place, a regular file in place of a folder on its way, a read-only place, a name that is
+    not UTF-8 text (a results row names its history by this path, and a row is UTF-8)."""
+    check_text_name(path, flag=flag)
     if path.exists():
         mode = path.stat().st_mode
         if stat.S_ISDIR(mode):
@@ -104,8 +106,18 @@ def check_output_file(path: Path, *, flag: str, existing_ok: bool = True) -> Non
     _probe_dir(_nearest_dir(path, flag=flag, target=path), flag=flag, target=path)
 
 
+def check_text_name(path: Path, *, flag: str) -> None:
+    """Refuse a path whose bytes are not UTF-8 (Python holds them as lone surrogates)."""
+    try:
+        os.fsdecode(os.fsencode(path)).encode("utf-8")
+    except UnicodeError:
+        shown = os.fsencode(path).decode("utf-8", errors="backslashreplace")
+        raise OutputPathError(f"{flag} {shown}: the name is not UTF-8 text; choose another name") from None
+
+
 def check_output_dir(path: Path, *, flag: str) -> None:
     """Refuse, before anything runs, an output directory that cannot be created or written."""
+    check_text_name(path, flag=flag)
     if path.exists():
         if not path.is_dir():
             raise OutputPathError(f"{flag} {path} is not a directory")
@@ -150,8 +162,37 @@ _held: dict[Path, int] = {}
 _PID_WAIT_S = 0.5
 
 
+def real_path(path: Path) -> Path:
+    """``path`` with every symlink on it resolved (the file need not exist yet).
+
+    An output file is known by its real path: a run on a symlink then locks, appends to and puts
+    its histories beside the file the link names, so two names for one file are one writer's.
+    """
+    return Path(os.path.realpath(path))
+
+
 def lock_path_for(out: Path) -> Path:
-    return out.with_name(out.name + ".lock")
+    real = real_path(out)
+    return real.with_name(real.name + ".lock")
+
+
+def _lock_inode(out: Path) -> int | None:
+    """Also flock the results file itself, when it exists: a hard link is another name for the same
+    inode, whose lock file beside it would be another file. None when there is no file yet (no hard
+    link to it can exist before it does)."""
+    try:
+        fd = os.open(out, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise ResultsBusyError(
+            f"{out} is being written by another lockcompare run (under another name for the same file): "
+            "wait for it, or choose another --out"
+        ) from None
+    return fd
 
 
 def _holder(fd: int) -> str:
@@ -214,6 +255,13 @@ def results_lock(out: Path) -> Iterator[None]:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     except OSError:
         pass  # the lock holds without the pid; a refused run then says "pid unknown"
+    try:
+        inode_fd = _lock_inode(real_path(out))
+    except ResultsBusyError:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
+        raise
     _held[key] = 1
     try:
         yield
@@ -222,3 +270,5 @@ def results_lock(out: Path) -> Iterator[None]:
         with contextlib.suppress(OSError):
             path.unlink()
         os.close(fd)
+        if inode_fd is not None:
+            os.close(inode_fd)

@@ -11,8 +11,10 @@ In your own test suite, one subclass per backend is all it takes (no conftest.py
 Each test is one property of :mod:`lockcompare.evaluation.conformance`, checked against real redis-server
 processes over loopback: a claim the backend does not make (``exclusive``,
 ``issues_fencing_tokens``, ``survives_minority_loss``) is skipped, a broken one fails with its
-evidence. The backend runs in a child process; a call that hangs past ``call_timeout_s`` fails
-its test and the process is killed (see :mod:`lockcompare.evaluation.backend_host`).
+evidence. What a backend says of itself that would excuse a test (``has_ttl = False``), or that it
+renews or checks its lease, is a ``test_claim_*`` of its own, and excuses nothing unless it passed.
+The backend runs in a child process; a call that hangs past ``call_timeout_s`` fails its test and
+the process is killed (see :mod:`lockcompare.evaluation.backend_host`).
 
 The fixtures come from this module, which pytest loads through the ``pytest11`` entry point that
 lockcompare installs. They cost nothing until a test asks for them: this module imports only
@@ -114,6 +116,15 @@ class BackendContract:
 
     def test_declares_the_protocol(self, lockcompare_battery: BatteryContext) -> None:
         _check("declares_the_protocol", lockcompare_battery)
+
+    def test_claim_no_ttl_holds_past_any_ttl(self, lockcompare_battery: BatteryContext) -> None:
+        _check("claim_no_ttl_holds_past_any_ttl", lockcompare_battery)
+
+    def test_claim_renewal_outlives_the_ttl(self, lockcompare_battery: BatteryContext) -> None:
+        _check("claim_renewal_outlives_the_ttl", lockcompare_battery)
+
+    def test_claim_lease_check_learns_of_a_loss(self, lockcompare_battery: BatteryContext) -> None:
+        _check("claim_lease_check_learns_of_a_loss", lockcompare_battery)
 
     def test_acquire_returns_a_lease_with_a_random_owner(self, lockcompare_battery: BatteryContext) -> None:
         _check("acquire_returns_a_lease_with_a_random_owner", lockcompare_battery)

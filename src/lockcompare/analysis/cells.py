@@ -19,6 +19,7 @@ from typing import Any
 
 from lockcompare.analysis.order import cell_rank
 from lockcompare.spec.settings import CONDITION_SETTINGS
+from lockcompare.spec.trialspec import custom_faults
 
 #: Settings that split cells when they vary within one experiment (backend and experiment always do).
 CONDITION_COLUMNS = CONDITION_SETTINGS
@@ -67,14 +68,20 @@ def varying_conditions(rows: Sequence[Row], columns: Sequence[str] = CONDITION_C
     """Condition columns whose value differs between rows of one backend × experiment.
 
     Differences between backends or experiments are already said by their names, so they do not
-    split cells (fenced checks ``fence-writes`` where single checks ``plain``: still one bar each).
+    split cells (fenced checks ``fence-writes`` where single checks ``plain``: still one bar each);
+    a ``--faults`` schedule replacing an experiment's is shown even where it does not vary.
     """
     seen: dict[tuple[str, str], dict[str, set[str]]] = {}
     for row in rows:
         per_column = seen.setdefault((row["backend"], row["experiment"]), {})
         for column in columns:
             per_column.setdefault(column, set()).add(setting_text(row.get(column)))
-    return [c for c in columns if any(len(per_column[c]) > 1 for per_column in seen.values())]
+    # A schedule of the user's own is named even where it is the only one: the experiment's name
+    # alone would claim the experiment's faults (client-pause with another schedule is not client-pause).
+    custom = "faults" in columns and any(custom_faults(row) for row in rows)
+    return [
+        c for c in columns if any(len(per_column[c]) > 1 for per_column in seen.values()) or (c == "faults" and custom)
+    ]
 
 
 def group_cells(rows: Sequence[Row]) -> list[Cell]:

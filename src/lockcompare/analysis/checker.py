@@ -34,6 +34,7 @@ from lockcompare.analysis.evidence import (
     backwards_writes_accepted,
     foreign_releases,
     grants_while_held,
+    releases_of_nothing,
     stale_writes,
     tokens_backwards,
 )
@@ -59,7 +60,8 @@ VERDICT_MEANINGS = {
     "lost-updates": "an increment a worker believed it made is missing from the final balance",
     "lease-violated": "no overlap or loss at the resource, but the history shows the lock broke its promise: "
     "a lease granted over another's valid unreleased lease, a write accepted after its writer's lease "
-    "deadline, or a write accepted under a fencing token that went backwards (exclusion held by luck)",
+    "deadline, a write accepted under a fencing token that went backwards, or an unlock that released nothing "
+    "while its holder's session lease was valid (exclusion held by luck)",
     "starved": "safe, but the resource refused a worker holding a valid lease in more rounds than it let it "
     "work (e.g. fencing after a token rollback: the lock lets it in, the resource says no): see progress_by_worker",
     "degraded": "no conflict seen, but some planned rounds never entered (acquires refused or timed out): "
@@ -113,7 +115,7 @@ class TrialMetrics:
     progress_by_worker: str = ""  # "w0:39/40 w1:1/20": rounds with an accepted write / rounds holding the lock
     rounds_denied: int = 0  # planned rounds in which the resource refused a holder whose lease was valid
     workers_starved: int = 0  # workers denied in more rounds than they progressed ("safe but no progress")
-    problem: str = ""  # why the verdict is unknown
+    problem: str = ""  # why the verdict is unknown; or what went wrong that no column names (RELEASED_NOTHING)
 
     def as_row(self) -> dict[str, object]:
         return asdict(self)
@@ -125,6 +127,13 @@ class Interval:
     start_ns: float
     end_ns: float
     extra: bool = False  # a section of an extra round (contend workload)
+
+
+#: The ``problem`` of a trial whose session lock was not where its holder believed (sessions.py).
+RELEASED_NOTHING = (
+    "unlock released nothing while held ({n} of {total} releases): session not kept "
+    "(a transaction-pooling proxy? a lock that expires?)"
+)
 
 
 def midpoint(event: Event) -> float:
@@ -296,6 +305,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
     lost = counters.writes_accepted - counters.final_balance
     grants_over = grants_while_held(history)
     backwards_accepted = backwards_writes_accepted(history)
+    released_nothing = releases_of_nothing(history)
     progress = worker_progress(history)
     no_progress = starved(progress)
     verdict = verdict_for(
@@ -303,9 +313,12 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         lost_updates=lost,
         entries=entries,
         entries_planned=entries_planned,
-        violations=grants_over + stale_accepted + backwards_accepted,
+        violations=grants_over + stale_accepted + backwards_accepted + released_nothing,
         starved_workers=len(no_progress),
     )
+    # Named, not judged unknown: the verdict stands, and the row says what no column counts.
+    releases = sum(1 for e in history if e["kind"] == "release")
+    notes = [RELEASED_NOTHING.format(n=released_nothing, total=releases)] if released_nothing else []
     return TrialMetrics(
         entries=entries,
         entries_planned=entries_planned,
@@ -331,7 +344,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         releases_failed=sum(1 for e in history if e["kind"] == "release" and not e.get("released")),
         tokens_backwards=tokens_backwards([e for e in history if e["kind"] == "acquire" and e.get("ok")]),
         verdict="unknown" if problems else verdict,
-        problem="; ".join(problems),
+        problem="; ".join(problems + notes),
         extra_entries=extra_entries,
         grants_while_held=grants_over,
         foreign_releases=foreign_releases(history),

@@ -4,6 +4,8 @@ resource saw an overlap. Pure functions over events (no Redis), used by the chec
 - stale writes: writes made after the writer's own lease deadline (accepted or rejected);
 - grants while held: a lease granted while another worker's lease was valid and unreleased;
 - foreign releases: a release that deleted another worker's lock;
+- releases of nothing: an unlock that released nothing while its session lease was valid
+  (sessions.py: a session lock's lease, without a deadline, is judged by when its session ended);
 - tokens backwards: fencing tokens not above one granted before (a counter lost), and the writes
   the resource accepted under them.
 """
@@ -13,19 +15,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lockcompare.analysis.history import Event
+from lockcompare.analysis.sessions import first_releases, is_session_lease, lease_deadlines, releases_of_nothing
+
+__all__ = [
+    "backwards_writes_accepted", "foreign_releases", "grants_while_held", "releases_of_nothing", "stale_writes",
+    "tokens_backwards",
+]  # fmt: skip
 
 
 def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
     """(accepted, rejected) writes made after the writer's own lease had expired, by the deadline
     the writer last believed (its acquire's, a renewal's reported right before the write, or the
     last successful renewal its watchdog made: a library that reports nothing before a write, such
-    as python-redis-lock, still renews)."""
+    as python-redis-lock, still renews). A session lease's deadline is its session's end, once the
+    server was seen ending it (sessions.py): its holder's writes after that are stale."""
+    deadlines = lease_deadlines(history)
     valid_until: dict[tuple[int, int], int | None] = {}
     accepted = rejected = 0
     for event in sorted(history, key=lambda e: e["t0"]):
         key = (event["worker"], event["round"])
         if event["kind"] == "acquire" and event.get("ok"):
-            valid_until[key] = event.get("valid_until")
+            valid_until[key] = deadlines.get(key)
         elif event["kind"] == "lease" and event.get("ok"):
             valid_until[key] = event.get("valid_until")  # a renewing holder's belief, right before it wrote
         elif event["kind"] == "renew" and event.get("ok") and event.get("valid_until") is not None:
@@ -46,18 +56,22 @@ def grants_while_held(history: Sequence[Event]) -> int:
     the resource saw it (a careless release that deletes a paused holder's key shows here while
     the holder sleeps). Conservative: the rival's whole attempt (``t_attempt``..``t1``) must fall
     inside the holder's lease (its acquire's ``t1`` to the earlier of its ``valid_until`` and its
-    release's ``t0``); a lease with no deadline claims nothing; renewals are not counted.
+    release's ``t0``); renewals are not counted. A session lease (no deadline, the lock has no TTL)
+    lasts until its release or until the server was seen ending its session (sessions.py); any
+    other lease without a deadline (the no-lock baseline's) claims nothing.
     """
-    released_at: dict[tuple[int, int], int] = {}
-    for event in history:
-        if event["kind"] == "release":
-            key = (event["worker"], event["round"])
-            released_at[key] = min(released_at.get(key, event["t0"]), event["t0"])
+    released_at = first_releases(history)
+    deadlines = lease_deadlines(history)
     leases = []
     for event in history:
-        if event["kind"] == "acquire" and event.get("ok") and event.get("valid_until") is not None:
-            end = min(event["valid_until"], released_at.get((event["worker"], event["round"]), event["valid_until"]))
-            leases.append((event["worker"], event["t1"], end))
+        if event["kind"] != "acquire" or not event.get("ok"):
+            continue
+        key = (event["worker"], event["round"])
+        deadline = deadlines.get(key)
+        if deadline is None and not is_session_lease(event):
+            continue
+        ends = [t for t in (deadline, released_at.get(key)) if t is not None]
+        leases.append((event["worker"], event["t1"], min(ends) if ends else float("inf")))
     return sum(
         1
         for e in history
@@ -75,12 +89,11 @@ def foreign_releases(history: Sequence[Event]) -> int:
     A compare-and-delete release reports "not mine" there (``released`` false) and is not
     counted; a plain ``DEL`` reports the deletion of the rival's key as success, which is what
     this counts. It needs no help from the backend beyond an honest return value of ``release``.
+    A session lease is still valid until its session was seen to end (sessions.py).
     """
     releases = [e for e in history if e["kind"] == "release"]
-    released_at: dict[tuple[int, int], int] = {}
-    for event in releases:
-        key = (event["worker"], event["round"])
-        released_at[key] = min(released_at.get(key, event["t0"]), event["t0"])
+    released_at = first_releases(history)
+    deadlines = lease_deadlines(history)
     grants = sorted((e for e in history if e["kind"] == "acquire" and e.get("ok")), key=lambda e: e["t1"])
     count = 0
     for release in releases:
@@ -92,8 +105,11 @@ def foreign_releases(history: Sequence[Event]) -> int:
         holder = before[-1]
         if holder["worker"] == release["worker"]:
             continue
-        deadline = holder.get("valid_until")
-        still_valid = deadline is not None and deadline > release["t0"]  # no deadline (no lock): claims nothing
+        deadline = deadlines.get((holder["worker"], holder["round"]))
+        if deadline is None:  # a session lease no session end has ended; any other (no lock) claims nothing
+            still_valid = is_session_lease(holder)
+        else:
+            still_valid = deadline > release["t0"]
         unreleased = released_at.get((holder["worker"], holder["round"]), release["t0"] + 1) > release["t0"]
         count += still_valid and unreleased
     return count

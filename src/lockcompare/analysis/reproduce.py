@@ -24,9 +24,12 @@ lockcompare matrix --backends single --experiments client-pause --trials 1 --wor
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import math
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
 from lockcompare.errors import UnknownNameError
@@ -63,7 +66,9 @@ def matrix_command(rows: Sequence[dict[str, Any]]) -> str:
         raise ValueError("rows with different settings need one command each (group them by settings_key)")
     trials = max(int(r["trial"]) for r in rows) + 1  # trial numbers run 0..K-1 in a matrix of K trials
     row = rows[0]
-    head = ["lockcompare", "matrix", "--backends", row["backend"], "--experiments", row["experiment"]]
+    directory = plugin_dir(str(row["backend"]))
+    head = ["lockcompare", *(["--plugin-path", directory] if directory else []), "matrix"]
+    head += ["--backends", row["backend"], "--experiments", row["experiment"]]
     command = " ".join(shlex.quote(a) for a in [*head, "--trials", str(trials), *_arguments(row)])
     notes = []
     if not _seed_is(row, base=1):
@@ -71,6 +76,49 @@ def matrix_command(rows: Sequence[dict[str, Any]]) -> str:
     if row.get("cluster") == "external":
         notes.append("ran against external servers: add --nodes URL,... --resource URL")
     return command + "".join(f"  # {note}" for note in notes)
+
+
+def run_command(*, backend: str, experiment: str, settings: Mapping[str, Any], extra: Sequence[str] = ()) -> str:
+    """``lockcompare run`` for one trial of ``backend`` × ``experiment`` with ``settings`` (lesson-scale
+    values by setting name, as chosen): every setting that differs from the settings table's default,
+    in the table's order, and ``--plugin-path`` where the backend is a plug-in that is not installed —
+    so the command reruns the trial as printed, in a fresh shell (``extra``: server options).
+
+    >>> run_command(backend="single", experiment="baseline", settings={"seed": 7, "retry_delay_ms": 10.0,
+    ...             "time_scale": 0.5, "think_ms": 2})  # a retry delay of 10: the default
+    'lockcompare run --backend single --experiment baseline --seed 7 --time-scale 0.5 --think-ms 2'
+    """
+    directory = plugin_dir(backend)
+    head = ["lockcompare", *(["--plugin-path", directory] if directory else []), "run"]
+    args = [*head, "--backend", backend, "--experiment", experiment]
+    for setting in CLI_SETTINGS:
+        value = settings.get(setting.name)
+        if value is None or (setting.name == "faults" and value == ""):
+            continue  # not chosen; an empty schedule is the one of an experiment without faults
+        if setting.default is not None and cli_text(value) == cli_text(setting.default):
+            continue
+        args += [setting.flag or "", cli_text(value)]
+    return " ".join(shlex.quote(a) for a in [*args, *extra])
+
+
+def plugin_dir(backend: str) -> str | None:
+    """The directory a ``package.module:Class`` plug-in was found in when no installed distribution
+    provides it (from --plugin-path, LOCKCOMPARE_PLUGIN_PATH or the current directory); None otherwise."""
+    module, colon, _ = backend.partition(":")
+    if not colon:
+        return None  # a registered name: an entry point of an installed distribution
+    top = module.split(".")[0]
+    if top in importlib.metadata.packages_distributions():
+        return None
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if found is None or not found.origin or found.origin in ("built-in", "frozen"):
+        return None
+    origin = Path(found.origin)
+    where = origin.parent.parent if origin.name == "__init__.py" else origin.parent
+    return str(where.resolve())
 
 
 def _arguments(row: dict[str, Any]) -> list[str]:
@@ -158,8 +206,10 @@ def find_row(rows: Sequence[dict[str, Any]], selector: str) -> dict[str, Any]:
     """The row ``selector`` names: a trial id, or a data row's number (1 = the first row)."""
     from lockcompare.errors import InvalidValueError
 
-    if selector.isdigit():
-        number_ = int(selector)
+    if selector.isascii() and selector.isdigit():
+        from lockcompare.spec.parsing import parse_number
+
+        number_ = int(parse_number(selector, what="the row number", whole=True))
         if not 1 <= number_ <= len(rows):
             raise InvalidValueError(f"row {number_} does not exist: the file has {len(rows)} rows (1..{len(rows)})")
         return rows[number_ - 1]

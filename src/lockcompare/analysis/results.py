@@ -235,14 +235,35 @@ class ResultsFile:
             )  # fmt: skip
 
 
+def history_file(row: dict[str, Any], *, results: Path) -> Path | None:
+    """A row's history file: the ``history`` column is relative to the CSV's folder and must stay in
+    it (resolved): a CSV is data, and ``../../etc/passwd`` in it is not a path to open. None when it
+    leaves the folder."""
+    folder = results.resolve().parent
+    path = (folder / str(row["history"])).resolve()
+    return path if path.is_relative_to(folder) else None
+
+
+def allow_fields_of(size: int) -> None:
+    """Let the csv module read any field of a file of ``size`` bytes.
+
+    Its default field limit (131 072 characters) is below what a long schedule writes in one cell:
+    one such row would make every row of the file unreadable. A field is never longer than the
+    file, and the file's size is capped where it is read (:func:`~lockcompare.files.read_capped`).
+    """
+    if size > csv.field_size_limit():
+        csv.field_size_limit(size)
+
+
 def inspect_results(path: Path) -> ResultsFile:
     """Read a results CSV of any schema; raises :class:`ResultsFileError` for one that is not ours."""
     data = read_capped(path)
     try:
-        text = data.decode("utf-8")
+        text = data.decode("utf-8-sig")  # a byte-order mark (a file saved by Excel) is not part of the header
     except UnicodeDecodeError as exc:
         raise ResultsFileError(f"{path}: not a readable CSV: {exc}") from None
     lines = text.splitlines(keepends=True)
+    allow_fields_of(len(data))
     try:
         reader = csv.reader(lines)
         header = next(reader, None)

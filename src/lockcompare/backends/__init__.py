@@ -53,7 +53,7 @@ def add_plugin_paths(
 
 
 #: The class attributes every backend must declare, and what each must be (see base.LockBackend);
-#: ``survives_minority_loss`` is optional but, when given, must be a bool too.
+#: ``survives_minority_loss`` and ``has_ttl`` are optional but, when given, must be bools too.
 def _is_bool(value: object) -> bool:
     return isinstance(value, bool)
 
@@ -69,6 +69,7 @@ _DECLARATIONS: tuple[tuple[str, str, Callable[[object], bool]], ...] = (
 )
 _OPTIONAL_DECLARATIONS: tuple[tuple[str, str, Callable[[object], bool]], ...] = (
     ("survives_minority_loss", "a bool", _is_bool),
+    ("has_ttl", "a bool", _is_bool),  # a claim the battery checks: a has_ttl = "no" would be read as a TTL
 )
 _MISSING = object()
 
@@ -118,13 +119,19 @@ def registered_names() -> list[str]:
 
 
 def load_backend(spec: str) -> type[LockBackend]:
-    """The backend class for a registered name or a ``package.module:Class`` spec.
+    """The backend class for a registered name, a ``package.module:Class`` spec, or the path of an
+    external client's manifest (``*.toml``: see :mod:`lockcompare.backends.external`).
 
     Raises :class:`UnknownNameError` for an unknown name, :class:`BackendLoadError` for a spec that
     does not resolve to a backend, :class:`BackendNotViableError` when its library is missing.
     """
     spec = spec.strip()
-    if ":" in spec:
+    cls: type[LockBackend]
+    if spec.endswith(".toml"):  # an external client's manifest (docs/clients.md)
+        from lockcompare.backends.external import manifest_backend
+
+        cls = manifest_backend(spec)
+    elif ":" in spec:
         cls = _import_target(spec)
     else:
         matches = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec]
@@ -141,11 +148,105 @@ def load_backend(spec: str) -> type[LockBackend]:
     return cls
 
 
+#: How long a plug-in's import may take in the probe (a real one takes well under a second).
+PLUGIN_IMPORT_TIMEOUT_S = 15.0
+#: Modules already probed by this run: spawned workers inherit it and do not probe again.
+PROBED_ENV = "LOCKCOMPARE_PROBED_PLUGINS"
+
+#: The probe: import the module, and say in the result file how that ended. Whatever the import
+#: does to its process (sys.exit, os._exit, a hang, a fork) happens to the probe's, not to ours.
+_PROBE = """
+import importlib, json, os, sys
+out, name = sys.argv[1], sys.argv[2]
+sys.path[:] = json.loads(sys.argv[3])
+def say(text):
+    with open(out, "w") as fh:
+        fh.write(text)
+try:
+    importlib.import_module(name)
+except SystemExit as exc:
+    say(f"called sys.exit({exc.code!r}) while being imported")
+    os._exit(0)
+except BaseException:
+    say("raised")  # the real import says what
+    os._exit(0)
+say("ok")
+os._exit(0)
+"""
+
+
+def probe_import(module_name: str, *, label: str, timeout_s: float = PLUGIN_IMPORT_TIMEOUT_S) -> None:
+    """Import ``module_name`` first in a child process with a time limit; raise one
+    :class:`BackendLoadError` line when that import exits the process, hangs, or leaves a process
+    running. Only then is it imported here. A plain exception is left for the real import to report."""
+    import json
+    import signal
+    import subprocess
+    import tempfile
+    import time
+
+    probed = set(filter(None, os.environ.get(PROBED_ENV, "").split(",")))
+    if module_name in probed or module_name in sys.modules:
+        return
+    fd, result = tempfile.mkstemp(prefix="lockcompare-probe-")
+    os.close(fd)
+    try:
+        # No pipes: a process the import forks would hold them open. Its own session: whatever it
+        # forks stays in the probe's process group, which is killed at the end.
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _PROBE, result, module_name, json.dumps(sys.path)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        try:
+            code: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        except BaseException:
+            _kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        time.sleep(0.05)  # a child forked just before the exit gets to appear in the group
+        left = _kill_group(proc.pid, signal.SIGKILL)
+        if code is None:
+            proc.wait()
+            raise BackendLoadError(
+                f"backend {label!r}: importing {module_name!r} did not finish within {timeout_s:g} s (stopped it)"
+            )
+        with open(result, encoding="utf-8", errors="replace") as fh:
+            said = fh.read()
+    finally:
+        os.unlink(result)
+    if left:
+        raise BackendLoadError(
+            f"backend {label!r}: importing {module_name!r} started a process that kept running (stopped it): "
+            "a plug-in must not leave processes behind"
+        )
+    if not said:
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        raise BackendLoadError(
+            f"backend {label!r}: the process importing {module_name!r} {how} before the import ended"
+        )
+    if said not in ("ok", "raised"):
+        raise BackendLoadError(f"backend {label!r}: {module_name!r} {said} (a plug-in must not exit lockcompare)")
+    os.environ[PROBED_ENV] = ",".join(sorted(probed | {module_name}))
+
+
+def _kill_group(pgid: int, sig: int) -> bool:
+    """Signal the process group ``pgid``; True when some process was still in it."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 def _import_target(target: str, *, name: str | None = None) -> type[LockBackend]:
     module_name, _, attr = target.partition(":")
     label = name or target
     if not module_name or not attr:
         raise BackendLoadError(f"backend spec {target!r} must look like package.module:Class")
+    if not module_name.startswith("lockcompare."):  # a plug-in: its import is probed first
+        probe_import(module_name, label=label)
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

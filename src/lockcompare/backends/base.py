@@ -37,12 +37,30 @@ class BackendConfig:
     that connection's writes) and refuses the lease (``Refusal("not-replicated")``, after releasing
     it) when fewer replicas acknowledged. The harness never gives a non-zero value to a backend
     without the attribute (its trials run with 0, and the results say 0).
+
+    ``retry_delay_ms``: the trial's wait between acquire attempts (``--retry-delay-ms``, scaled), for a
+    backend whose library retries by itself or sizes its own waits by it; None where no trial says
+    (the conformance battery, bench). The harness still does the retrying: ``acquire`` tries once.
     """
 
     node_urls: tuple[str, ...]
     request_timeout_s: float = DEFAULT_TIMEOUT_S
     node_count: int | None = None
     wait_replicas: int = 0
+    retry_delay_ms: float | None = None
+
+
+#: The largest fencing token a resource stores exactly (a signed 64-bit integer).
+FENCING_TOKEN_MAX = 2**63 - 1
+
+
+def _short_repr(value: object) -> str:
+    text = (
+        repr(value)
+        if not isinstance(value, int) or value.bit_length() < 200
+        else f"an int of {value.bit_length()} bits"
+    )
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +79,20 @@ class Lease:
     valid_until_ns: int | None = None
     fencing_token: int | None = None
     granted_by: tuple[int, ...] | None = None
+
+    def problem(self) -> str | None:
+        """What makes this lease unusable (a plug-in's wrong field type or range), or None.
+
+        A fencing token must be an integer the resources store exactly: Redis integers and
+        PostgreSQL ``bigint`` are 64-bit signed, and the resources compare tokens as integers, never
+        as floats (above 2**53 neighbouring floats are equal, and a stale write would pass).
+        """
+        if self.valid_until_ns is not None and (type(self.valid_until_ns) is not int):
+            return f"valid_until_ns must be an int (ns) or None, got {type(self.valid_until_ns).__name__}"
+        token = self.fencing_token
+        if token is not None and (type(token) is not int or not 0 <= token <= FENCING_TOKEN_MAX):
+            return f"fencing_token must be an int in 0..2**63-1 or None, got {_short_repr(token)}"
+        return None
 
     def is_valid(self, now_ns: int | None = None) -> bool:
         if self.valid_until_ns is None:

@@ -24,12 +24,14 @@ from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.single import SingleNodeLock, new_owner_token
 
 #: KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] owner token, ARGV[2] TTL in ms.
-#: The token, or nil when the lock is held (SET NX returns false to Lua when it did not set).
+#: The token, or nil when the lock is held (SET NX returns false to Lua when it did not set). The
+#: token goes back as the counter's string, not INCR's result: Lua holds that as a double, exact
+#: only up to 2**53, and a counter is a 64-bit integer.
 ACQUIRE_SCRIPT = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local token = redis.call('INCR', KEYS[2])
+  redis.call('INCR', KEYS[2])
   redis.call('EXPIRE', KEYS[2], ARGV[3])
-  return token
+  return redis.call('GET', KEYS[2])
 end
 return false
 """

@@ -10,7 +10,17 @@ a server restart, ``idle_session_timeout``, a pooler or a partition that closes 
 releases it, and the holder learns of it only at its next call on that session. That is the
 Kleppmann problem in another form, and what the ``session-kill`` experiment shows. A lease is
 therefore returned without a deadline (``valid_until_ns=None``) and without a fencing token; the
-conformance battery reports the TTL properties as NOT CLAIMED (``has_ttl = False``).
+conformance battery reports the TTL properties as NOT CLAIMED (``has_ttl = False``) once it has
+checked that claim (a second client is still refused long past any TTL while the holder lives).
+The checker judges such a lease as valid until its release or until the server is seen ending its
+session (analysis/sessions.py).
+
+The lock *is* the session, so it needs one: behind a transaction-pooling proxy (PgBouncer's
+``pool_mode = transaction``) the unlock runs on another server session than the lock and the
+session holding the lock is lent to the next client, whose ``pg_try_advisory_lock`` succeeds
+(advisory locks are re-entrant per session). Nothing here can see a pooler (the backend pid it
+reports is its own per-client number); the battery and the row's ``problem`` ("unlock released
+nothing while held") do.
 
 The owner token names the session that took the lock (its ``generation`` in this object): a
 release in a later session — the old one ended — returns False without asking the server, which
@@ -34,7 +44,8 @@ class PgAdvisoryLock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
-    #: No lease deadline: the TTL properties of the battery do not apply (NOT CLAIMED).
+    #: No lease deadline: held while the session lives (checked by the battery; the TTL properties
+    #: are then NOT CLAIMED).
     has_ttl: ClassVar[bool] = False
     #: The lock nodes are PostgreSQL servers (the harness starts them, or --postgres names one).
     servers: ClassVar[str] = "postgres"

@@ -132,6 +132,8 @@ class RedisLockRenew:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    #: The library's shortest expiry (whole seconds, at least 1): the battery's short lease uses it.
+    min_ttl_ms: ClassVar[int] = 1000
 
     @classmethod
     def check_viable(cls) -> None:

@@ -14,9 +14,18 @@ from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.cli.core import app
 from lockcompare.cli.explore import parse_budget, print_trial
 from lockcompare.cli.options import (
+    SEARCH_SETTINGS,
+    Nodes,
+    NodesFile,
+    PostgresUrl,
     RedisServer,
+    ResourceUrl,
+    _cluster_options,
     _progress_bar,
     _split,
+    one_value_each,
+    server_args,
+    with_trial_settings,
 )
 from lockcompare.errors import InvalidValueError
 from lockcompare.evaluation.defaults import CARD_FORMATS, DEFAULT_AGAINST, QUICK_ROUNDS, QUICK_TIME_SCALE
@@ -58,6 +67,7 @@ MAX_CALL_TIMEOUT_S = 600
 
 
 @app.command(name="evaluate")
+@with_trial_settings(only=SEARCH_SETTINGS)
 def evaluate_command(
     backend: Annotated[str, typer.Argument(help="A backend name or package.module:Class.")],
     against: Annotated[
@@ -81,7 +91,11 @@ def evaluate_command(
     call_timeout_s: Annotated[
         float, typer.Option("--call-timeout-s", help="Deadline of every backend call in the battery.")
     ] = 5.0,
+    nodes: Nodes = None,
+    nodes_file: NodesFile = None,
+    resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    postgres: PostgresUrl = None,
     search_budget: Annotated[
         str,
         typer.Option(
@@ -90,20 +104,25 @@ def evaluate_command(
             "claims, like `explore`: 2m, 90s; 0 skips the search.",
         ),
     ] = "2m",
+    trial_settings: dict[str, str | None] | None = None,
 ) -> None:
     """A report card for one backend: the conformance battery, then baseline, client-pause and short-ttl
     beside the built-ins that bracket it, then a budgeted search of fault schedules. Exit 0 only when
-    every property it claims holds."""
+    every property it claims holds. The server options and the trial settings are matrix's (short-ttl
+    keeps its TTL below the work: 2/3 of --work-ms); a backend that cannot express a TTL at the
+    asked --time-scale runs at one it can, said in one line."""
     if fmt not in CARD_FORMATS:
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(CARD_FORMATS)}", param_hint="--format")
     if not (math.isfinite(call_timeout_s) and 0 < call_timeout_s <= MAX_CALL_TIMEOUT_S):
         raise InvalidValueError(
             f"--call-timeout-s takes a number above 0 and up to {MAX_CALL_TIMEOUT_S}, got {call_timeout_s:g}"
         )
+    settings = one_value_each(trial_settings or {})
+    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None,
+                               nodes_file=nodes_file, postgres=postgres)  # fmt: skip
     scale = time_scale if time_scale is not None else (QUICK_TIME_SCALE if quick else 1.0)
     search_s = parse_budget(search_budget, flag="--search-budget", zero_ok=True)
     from lockcompare.evaluation.evaluate import evaluate, render_card
-    from lockcompare.runner.matrix import ClusterOptions
 
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
     target = out_path or Path("results") / time.strftime(f"evaluate-{safe}-%Y%m%d-%H%M%S.csv")
@@ -117,7 +136,11 @@ def evaluate_command(
             rounds=rounds if rounds is not None else (QUICK_ROUNDS if quick else DEFAULT_ROUNDS),
             trials=trials,
             call_timeout_s=call_timeout_s,
-            cluster_options=ClusterOptions(redis_server=redis_server),
+            cluster_options=options,
+            settings=settings,
+            server_args=server_args(
+                nodes=nodes, nodes_file=nodes_file, resource=resource, postgres=postgres, redis_server=redis_server
+            ),
             on_property=lambda r: print(f"battery: {r.status:<11} {r.prop.title}", file=sys.stderr, flush=True),
             progress=update,
             search_budget_s=search_s,

@@ -17,6 +17,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from lockcompare.errors import LockcompareError
+from lockcompare.redaction import redact
 
 err = Console(stderr=True)
 
@@ -26,7 +27,8 @@ class _OneLineLog(logging.Handler):
     ``lockcompare: warning: ...`` line each on stderr."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(f"lockcompare: {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr, flush=True)
+        message = redact(record.getMessage())  # a warning may quote a server's URL
+        print(f"lockcompare: {record.levelname.lower()}: {message}", file=sys.stderr, flush=True)
 
 
 def _setup_logging() -> None:
@@ -48,13 +50,13 @@ class OneLineErrors(TyperGroup):
         except typer.TyperException as exc:  # typer's (vendored click's) usage and parameter errors
             ctx = getattr(exc, "ctx", None)
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-            print(f"lockcompare: error: {exc.format_message()}{hint}", file=sys.stderr)
+            print(f"lockcompare: error: {redact(exc.format_message())}{hint}", file=sys.stderr)
             sys.exit(exc.exit_code)
         except (typer.Abort, KeyboardInterrupt):
             print("lockcompare: interrupted; servers and workers stopped", file=sys.stderr)
             sys.exit(130)
         except LockcompareError as exc:
-            print(f"lockcompare: error: {exc}", file=sys.stderr)
+            print(f"lockcompare: error: {redact(str(exc))}", file=sys.stderr)  # whatever URL it quotes
             sys.exit(exc.exit_code)
         except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing left to say
             with contextlib.suppress(OSError):

@@ -10,14 +10,31 @@ from typing import Annotated
 import typer
 
 from lockcompare.cli.core import app
-from lockcompare.cli.options import RedisServer, RedlockNodes
+from lockcompare.cli.options import (
+    SEARCH_SETTINGS,
+    Nodes,
+    NodesFile,
+    PostgresUrl,
+    RedisServer,
+    RedlockNodes,
+    ResourceUrl,
+    _cluster_options,
+    one_value_each,
+    server_args,
+    with_trial_settings,
+)
 from lockcompare.errors import InvalidValueError
 from lockcompare.evaluation.defaults import DEFAULT_TIME_SCALE
 from lockcompare.evaluation.explore import DEFAULT_PROPERTY, PROPERTIES, TrialOutcome, TrialRequest
 from lockcompare.evaluation.schedules import DEFAULT_KINDS, KINDS, MAX_STEPS, parse_kinds
 from lockcompare.spec.choices import FENCE_MODES
+from lockcompare.spec.limits import check_count
+from lockcompare.spec.parsing import parse_number
+from lockcompare.spec.schedule import MAX_SCHEDULE_STEPS
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
+#: A week: a search longer than that is a typo (or 400 nines), not a plan.
+MAX_BUDGET_S = 7 * 24 * 3600
 
 
 def parse_budget(text: str, *, flag: str = "--budget", zero_ok: bool = False) -> float:
@@ -27,14 +44,19 @@ def parse_budget(text: str, *, flag: str = "--budget", zero_ok: bool = False) ->
     (900.0, 90.0, 5400.0, 0.0)
     """
     text = text.strip().lower()
+    shown = text if len(text) <= 40 else f"{text[:12]}... ({len(text)} characters)"
+    if len(text) > 40:
+        raise InvalidValueError(f"{flag} takes a duration like 15m, 90s, 1h30m or seconds, got {shown!r}")
     if re.fullmatch(r"\d+(\.\d+)?", text):
-        seconds = float(text)
+        seconds = parse_number(text, what=flag)
     elif re.fullmatch(r"(\d+(\.\d+)?[hms])+", text):
-        seconds = sum(float(n) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)([hms])", text))
+        seconds = sum(parse_number(n, what=flag) * _UNITS[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)([hms])", text))
     else:
-        raise InvalidValueError(f"{flag} takes a duration like 15m, 90s, 1h30m or seconds, got {text!r}")
+        raise InvalidValueError(f"{flag} takes a duration like 15m, 90s, 1h30m or seconds, got {shown!r}")
     if seconds < 0 or (seconds == 0 and not zero_ok):
-        raise InvalidValueError(f"{flag} must be > 0, got {text!r}")
+        raise InvalidValueError(f"{flag} must be > 0, got {shown!r}")
+    if seconds > MAX_BUDGET_S:
+        raise InvalidValueError(f"{flag} must be at most {MAX_BUDGET_S // 3600} h, got {shown!r}")
     return seconds
 
 
@@ -50,6 +72,7 @@ def print_trial(phase: str, request: TrialRequest, outcome: TrialOutcome, result
 
 
 @app.command("explore")
+@with_trial_settings(only=SEARCH_SETTINGS)
 def explore_command(
     backend: Annotated[str, typer.Argument(help="A backend name or package.module:Class.")],
     budget: Annotated[str, typer.Option("--budget", help="Wall time to search for: 15m, 90s, 1h30m.")] = "15m",
@@ -93,33 +116,48 @@ def explore_command(
     ] = None,
     jobs: Annotated[int, typer.Option("--jobs", help="Trials at once at most (fewer when the CPUs are busy).")] = 2,
     redlock_nodes: RedlockNodes = None,
+    nodes: Nodes = None,
+    nodes_file: NodesFile = None,
+    resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    postgres: PostgresUrl = None,
+    trial_settings: dict[str, str | None] | None = None,
 ) -> None:
     """Search random fault schedules for one that breaks a property, shrink it to the smallest that
     still fails, and show it: the --faults text, the `lockcompare run` command, its reproduction
     rate, a timeline picture, and a CSV of everything tried. The output always says what was
     searched: "no counterexample" means none within this budget. Exit 1 when a counterexample was
-    found, 0 when none was."""
+    found, 0 when none was. The trial settings below and the server options are matrix's; the
+    printed command carries every one that differs from a default (and --plugin-path for a plug-in)."""
     from lockcompare.evaluation.explore_run import run_explore  # the runner, when a search runs
     from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale
-    from lockcompare.runner.matrix import ClusterOptions
 
     if fence not in FENCE_MODES:
         raise InvalidValueError(f"--fence takes {', '.join(FENCE_MODES)}, got {fence!r}")
     if prop not in PROPERTIES:
         raise InvalidValueError(f"--property takes {', '.join(PROPERTIES)}, got {prop!r}")
-    if jobs < 1:
-        raise InvalidValueError(f"--jobs must be >= 1, got {jobs}")
+    check_count("jobs", jobs)
+    if not 1 <= max_steps <= MAX_SCHEDULE_STEPS:
+        raise InvalidValueError(
+            f"--max-steps must be in 1..{MAX_SCHEDULE_STEPS} (a schedule's most steps), got {max_steps}"
+        )
     if time_scale is not None and not time_scale > 0:
         raise InvalidValueError(f"--time-scale must be > 0, got {time_scale:g}")
     kinds = parse_kinds(faults)
     seconds = parse_budget(budget)
+    settings = one_value_each(trial_settings or {})
+    options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes,
+                               nodes_file=nodes_file, postgres=postgres)  # fmt: skip
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
     target = out_dir or Path("results") / f"explore-{safe}-{prop}"
-    scale = time_scale if time_scale is not None else fitting_scale(backend)
+    if resume and not target.is_dir():
+        raise InvalidValueError(f"--resume: {target} is not a directory of an earlier search (nothing to continue)")
+    scale = time_scale if time_scale is not None else fitting_scale(backend, ttl_ms=settings.given("ttl_ms"))
     trials = RealTrials(
         backend=backend, out_dir=target, time_scale=scale, fence=fence, jobs=jobs, redlock_nodes=redlock_nodes,
-        cluster_options=ClusterOptions(redis_server=redis_server),
+        cluster_options=options, settings=settings,
+        server_args=server_args(nodes=nodes, nodes_file=nodes_file, resource=resource, postgres=postgres,
+                                redis_server=redis_server),
     )  # fmt: skip
     result = run_explore(
         trials=trials, prop=prop, kinds=kinds, budget_s=seconds, rounds=rounds, seed=seed, reruns=reruns,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from rich.progress import (
 from lockcompare.cli.core import err
 from lockcompare.errors import InvalidValueError
 from lockcompare.files import read_capped
-from lockcompare.infra.redisconn import PASSWORD_ENV  # (no redis-py: it is imported when a client connects)
+from lockcompare.infra.redisconn import PASSWORD_ENV, redact  # (no redis-py: it is imported when a client connects)
 from lockcompare.spec.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, usable_cpus
 from lockcompare.spec.parsing import Overrides, Sweep, check_value, cli_text, from_cli
 from lockcompare.spec.schedule import read_schedule_file
@@ -163,7 +164,7 @@ def _cluster_options(
         raise InvalidValueError(f"--redlock-nodes {redlock_nodes} but only {len(node_urls)} --nodes given")
     count = max(redlock_nodes or DEFAULT_NODES, DEFAULT_NODES)
     if postgres is not None and not postgres.startswith(("postgresql://", "postgres://")):
-        raise InvalidValueError(f"--postgres takes a postgresql:// URL, got {postgres!r}")
+        raise InvalidValueError(f"--postgres takes a postgresql:// URL, got {redact(postgres)!r}")
     return ClusterOptions(
         nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres
     )
@@ -180,13 +181,23 @@ def _option_help(setting: Setting) -> str:
     return f"{text} [default: {shown}{' ' + setting.unit if setting.unit else ''}]"
 
 
-def with_trial_settings(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Give ``command`` one option per CLI setting of the settings table (spec/settings.py).
+#: The trial settings ``explore`` and ``evaluate`` take from the table (the others they set themselves).
+SEARCH_SETTINGS = ("workers", "ttl_ms", "work_ms", "retry_delay_ms", "think_ms", "jitter")
+
+
+def with_trial_settings(
+    command: Callable[..., Any] | None = None, *, only: tuple[str, ...] | None = None
+) -> Callable[..., Any]:
+    """Give ``command`` one option per CLI setting of the settings table (spec/settings.py), or per
+    setting named in ``only``.
 
     Every option is taken as text (None: not given) and parsed by the table: comma lists where a
     setting sweeps, bounds and choices checked, one line per bad value. ``command`` receives them as
     ``trial_settings`` (a dict of the given texts by setting name).
     """
+    if command is None:
+        return functools.partial(with_trial_settings, only=only)
+    settings = [s for s in CLI_SETTINGS if only is None or s.name in only]
     signature = inspect.signature(command, eval_str=True)
     own = [p for p in signature.parameters.values() if p.name != "trial_settings"]
     added = [
@@ -199,17 +210,39 @@ def with_trial_settings(command: Callable[..., Any]) -> Callable[..., Any]:
                 typer.Option(setting.flag, help=_option_help(setting), metavar="LIST" if setting.sweeps else "VALUE"),
             ],
         )
-        for setting in CLI_SETTINGS
+        for setting in settings
     ]
 
     @functools.wraps(command)
     def wrapper(**params: Any) -> Any:
-        given = {setting.name: params.pop(setting.name, None) for setting in CLI_SETTINGS}
+        given = {setting.name: params.pop(setting.name, None) for setting in settings}
         return command(**params, trial_settings=given)
 
     wrapper.__signature__ = signature.replace(parameters=[*own, *added])  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in (*own, *added)}
     return wrapper
+
+
+def one_value_each(trial_settings: dict[str, str | None]) -> Overrides:
+    """The settings of a command that runs no sweep (explore, evaluate), parsed by the table."""
+    overrides, sweep = from_cli(trial_settings)
+    if sweep.cells_per_trial() > 1:
+        raise InvalidValueError("this command takes one value per setting; use matrix to sweep a list")
+    return overrides
+
+
+def server_args(
+    *, nodes: str | None, nodes_file: Path | None, resource: str | None, postgres: str | None, redis_server: str | None
+) -> tuple[str, ...]:
+    """The server options as given, for a printed command that reruns on the same servers (a password
+    the user kept off the command line stays off it: the URLs are the ones typed, not completed)."""
+    given = (("--nodes", nodes), ("--nodes-file", nodes_file and nodes_file.resolve()), ("--resource", resource),
+             ("--postgres", postgres), ("--redis-server", redis_server))  # fmt: skip
+    # A password typed into a URL is not written into summaries: "****" (give it by environment instead).
+    return tuple(
+        a for flag, value in given if value is not None
+        for a in (flag, re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1****@", str(value)))
+    )  # fmt: skip
 
 
 def given_flags(trial_settings: dict[str, str | None]) -> list[str]:
@@ -268,6 +301,8 @@ def _progress_bar() -> tuple[Progress, Any]:
                 f"{label}: {m.verdict}, {m.conflicts}/{m.entries} conflicts, {m.lost_updates} lost, "
                 f"{result.wall_s:.1f} s"
             )
+            if m.problem and m.verdict != "unknown":  # what the history shows that no count says (checker.py)
+                label += f" ({m.problem})"
         if not err.is_terminal:  # a log file or CI: one plain line per finished trial
             if result is not None:
                 print(f"[{done}/{total}] {label}", file=sys.stderr, flush=True)

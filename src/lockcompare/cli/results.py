@@ -18,6 +18,7 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.files import check_output_dir, check_output_file, results_lock
 from lockcompare.render import table
 from lockcompare.render.timeline import STEP_KINDS, load_history, render_timeline
+from lockcompare.spec.parsing import parse_number
 
 
 @app.command()
@@ -63,6 +64,10 @@ def table_command(
     typer.echo(table.render(read_results(path), fmt=fmt, wide=wide))  # truncated rows and duplicates are said
 
 
+#: The timeline window's bounds: no trial lasts a day.
+MAX_WINDOW_MS = 86_400_000
+
+
 @app.command()
 def history(
     path: Annotated[Path, typer.Argument(help="A trial's history (results/<name>.histories/<trial>.jsonl.gz).")],
@@ -92,6 +97,9 @@ def history(
     ] = None,
 ) -> None:
     """Print a trial's history as a timeline: who acquired, read, paused and wrote, and when."""
+    for flag, value in (("--from-ms", from_ms), ("--to-ms", to_ms)):  # a day: longer than any trial
+        if value is not None:
+            parse_number(str(value), what=flag, low=0, high=MAX_WINDOW_MS, unit=" ms")
     shown = None
     if kinds is not None:
         shown = {k.strip() for k in kinds.split(",") if k.strip()}

@@ -78,8 +78,14 @@ class Claims:
     min_ttl_ms: object = 0
     expiry_lag_ms: object = 0
     #: False for a lock without a lease deadline (``pg-advisory``: held while its session lives):
-    #: the TTL properties are then NOT CLAIMED.
+    #: the TTL properties are then NOT CLAIMED — once the battery has checked the claim itself.
     has_ttl: object = True
+    #: A renewing lock (a watchdog extends its lease while the holder lives): it has the renewal
+    #: hooks ``drain_renewals`` / ``stop_renewal``, or says ``renews = True``. Checked by the battery.
+    renews: object = False
+    #: A lock whose client checks its lease before writing: it has a ``before_write(lease)`` hook.
+    #: Checked by the battery: after its lock went to another client, the hook must say so.
+    checks_lease: object = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,6 +131,8 @@ def _serve(conn: Connection) -> None:
                 value = _as_outcome(instances[args["handle"]].acquire(key=args["key"], ttl_ms=args["ttl_ms"]))
             elif op == "release":
                 value = _as_bool(instances[args["handle"]].release(args["lease"]))
+            elif op == "before_write":  # the lease check of a backend that has one (claims.checks_lease)
+                value = _as_outcome(instances[args["handle"]].before_write(args["lease"]))  # type: ignore[attr-defined]
             elif op == "close":
                 instances.pop(args["handle"]).close()
                 value = None
@@ -151,10 +159,35 @@ def claims_of(cls: type) -> Claims:
         issues_fencing_tokens=plain(getattr(cls, "issues_fencing_tokens", None)),
         survives_minority_loss=plain(getattr(cls, "survives_minority_loss", False)),
         servers=plain(getattr(cls, "servers", "redis")),
-        min_ttl_ms=plain(getattr(cls, "min_ttl_ms", 0)),
+        min_ttl_ms=plain(getattr(cls, "min_ttl_ms", None) or _shortest_ttl_ms(cls)),
         expiry_lag_ms=plain(getattr(cls, "expiry_lag_ms", 0)),
         has_ttl=plain(getattr(cls, "has_ttl", True)),
+        renews=plain(getattr(cls, "renews", _has_hook(cls, "drain_renewals") or _has_hook(cls, "stop_renewal"))),
+        checks_lease=_has_hook(cls, "before_write"),
     )
+
+
+#: TTLs tried, shortest first, on a backend that can refuse a TTL (``check_ttl``) but declares no ``min_ttl_ms``.
+_TTL_LADDER_MS = (150, 200, 250, 500, 1000, 2000, 3000, 5000, 10000)
+
+
+def _shortest_ttl_ms(cls: type) -> int:
+    """The shortest TTL of :data:`_TTL_LADDER_MS` the backend's ``check_ttl`` accepts (0: no check),
+    so that the battery's short leases are ones it can express (python-redis-lock: whole seconds)."""
+    check_ttl = getattr(cls, "check_ttl", None)
+    if not callable(check_ttl):
+        return 0
+    for ttl_ms in _TTL_LADDER_MS:
+        try:
+            check_ttl(ttl_ms=ttl_ms)
+        except Exception:  # noqa: BLE001 - refused: try a longer one
+            continue
+        return ttl_ms
+    return 0
+
+
+def _has_hook(cls: type, name: str) -> bool:
+    return callable(getattr(cls, name, None))
 
 
 class _BadReturn(str):
@@ -163,6 +196,8 @@ class _BadReturn(str):
 
 def _as_outcome(outcome: object) -> Lease | Refusal | _BadReturn:
     """A Lease or a Refusal as our own plain dataclasses (a subclass may not unpickle in the parent)."""
+    if isinstance(outcome, Lease) and (problem := outcome.problem()) is not None:
+        return _BadReturn(f"a Lease whose {problem}")
     if isinstance(outcome, Lease):
         return Lease(
             key=outcome.key,
@@ -326,6 +361,10 @@ class RemoteBackend:
 
     def release(self, lease: Lease) -> bool:
         return self._call("release", lease=lease).value
+
+    def before_write_timed(self, lease: Lease) -> Timed:
+        """The backend's ``before_write(lease)`` hook (only for a backend that has one)."""
+        return self._call("before_write", lease=lease)
 
     def close(self) -> None:
         """Close the instance in the host; a no-op if the host is gone (its process took it along)."""

@@ -7,6 +7,15 @@ backend does not claim it (``exclusive = False`` claims no mutual exclusion;
 when absent). A backend call that raises, hangs past the deadline, or returns something that is
 not a Lease / Refusal / bool fails the property with that message (see backend_host.py).
 
+Claims are checked before they excuse anything. A backend's declarations about itself —
+``has_ttl = False`` (no lease deadline: held while its holder lives), renewing (the hooks
+``drain_renewals`` / ``stop_renewal``), checking its lease (a ``before_write`` hook) — each have a
+property of their own, ``claim_*``, which tests the claim against the real lock: a lock without a
+TTL keeps its lock past any TTL while its holder lives, a renewing lock outlives its TTL while its
+holder lives, a lease check learns that the lock went to another client. A claim that fails is a
+FAIL naming it; the properties it would excuse (``has_ttl = False`` excuses the TTL properties)
+are NOT CLAIMED only once its check passed, and are checked as if it were not made otherwise.
+
 The same functions serve the pytest classes in :mod:`lockcompare.testing` and the report card of
 ``lockcompare evaluate``, so both always check the same thing. Timings are loose (a 150 ms lease
 checked 100 ms after it ends): the battery tests behaviour, not speed.
@@ -17,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -63,6 +73,10 @@ class PropertyFailed(AssertionError):
 
 class NotClaimed(Exception):
     """The backend does not claim the property; the message says why."""
+
+
+class CannotCheck(Exception):
+    """The property could not be put to the test here (SKIPPED); the message says why."""
 
 
 @dataclass
@@ -162,6 +176,17 @@ def _need(claimed: object, reason: str) -> None:
         raise NotClaimed(reason)
 
 
+def _excused_without_a_ttl(ctx: BatteryContext, reason: str) -> None:
+    """NotClaimed for a lock that says it has no TTL — once that claim passed its own check
+    (:func:`claim_no_ttl_holds_past_any_ttl`); a lock whose claim failed is checked as if
+    it had not made it, and a lock that makes no such claim has a TTL to check."""
+    if ctx.claims.has_ttl is not False:
+        return
+    checked = _claim_result(ctx, "claim_no_ttl_holds_past_any_ttl")
+    if checked.status is Status.PASS:
+        raise NotClaimed(f"{reason} (has_ttl = False, checked)")
+
+
 def _lease(outcome: Lease | Refusal, doing: str) -> Lease:
     if not isinstance(outcome, Lease):
         raise PropertyFailed(f"{doing}: refused ({outcome.reason}), expected a lease")
@@ -188,6 +213,8 @@ def declares_the_protocol(ctx: BatteryContext) -> str:
     if problems:
         raise PropertyFailed("; ".join(problems))
     said = [name for name in ("exclusive", "issues_fencing_tokens", "survives_minority_loss") if getattr(claims, name)]
+    said += ["has_ttl = False"] if claims.has_ttl is False else []
+    said += [name for name in ("renews", "checks_lease") if getattr(claims, name) is True]
     return f"claims: {', '.join(said) or 'nothing'}"
 
 
@@ -209,11 +236,12 @@ def returns_leases_with_random_owners(ctx: BatteryContext) -> str:
 
 def lease_validity_is_within_the_ttl(ctx: BatteryContext) -> str:
     _need(ctx.claims.exclusive, "a non-exclusive backend promises no validity")
-    _need(ctx.claims.has_ttl, "the lock has no TTL: it is held as long as its session lives")
+    _excused_without_a_ttl(ctx, "the lock has no TTL: it is held as long as its session lives")
     timed = ctx.new().acquire_timed(key=ctx.key(), ttl_ms=TTL_MS)
     lease = _lease(timed.value, "acquire of a free lock")
     if lease.valid_until_ns is None:
-        raise PropertyFailed("the lease never expires (valid_until_ns is None), yet the lock has a TTL")
+        said = " (it says has_ttl = False: that claim failed its check)" if ctx.claims.has_ttl is False else ""
+        raise PropertyFailed(f"the lease never expires (valid_until_ns is None), yet the lock has a TTL{said}")
     ahead_ms = (lease.valid_until_ns - timed.t0_ns) / 1e6
     if not 0 < ahead_ms <= TTL_MS + VALIDITY_SLACK_NS / 1e6:
         raise PropertyFailed(f"a {TTL_MS} ms lease is valid until {ahead_ms:.1f} ms after the call began")
@@ -238,7 +266,7 @@ def free_again_after_the_ttl(ctx: BatteryContext) -> str:
     acquire: a lock that renews is then as dead as one that does not, and either must be free a TTL
     after the freeze began (a renewal just before it restarts the TTL no later than that)."""
     _need(ctx.claims.exclusive, "a non-exclusive backend has no TTL")
-    _need(ctx.claims.has_ttl, "the lock has no TTL: it is held as long as its session lives")
+    _excused_without_a_ttl(ctx, "the lock has no TTL: it is held as long as its session lives")
     (a, holder), b = ctx.new_client_process(), ctx.new()
     key = ctx.key()
     short_ms, margin_s = _short_ttl_ms(ctx), _expiry_margin_s(ctx)
@@ -266,7 +294,7 @@ def expired_release_spares_the_successor(ctx: BatteryContext) -> str:
     """The holder's whole client is frozen past its TTL (no renewal can keep it), a successor takes
     the lock, and the holder, continued, releases what it believes it holds: a zombie's release."""
     _need(ctx.claims.exclusive, "a non-exclusive backend has no owner")
-    _need(ctx.claims.has_ttl, "no TTL, so no expired holder (its session ends, and its release with it)")
+    _excused_without_a_ttl(ctx, "no TTL, so no expired holder (its session ends, and its release with it)")
     (a, holder), b, c = ctx.new_client_process(), ctx.new(), ctx.new()
     key = ctx.key()
     old = _lease(a.acquire(key=key, ttl_ms=_short_ttl_ms(ctx)), "first acquire")
@@ -310,7 +338,7 @@ def a_paused_client_is_paused(ctx: BatteryContext) -> str:
     group are named in the failure.
     """
     _need(ctx.claims.exclusive, "a non-exclusive backend has no lease to renew")
-    _need(ctx.claims.has_ttl, "the lock has no TTL: nothing renews it, it is held while its session lives")
+    _excused_without_a_ttl(ctx, "the lock has no TTL: nothing renews it, it is held while its session lives")
     ttl_ms = _short_ttl_ms(ctx)
     freeze_s = max(FREEZE_TTLS * ttl_ms / 1000, ttl_ms / 1000 + 2 * _expiry_margin_s(ctx))
     (holder, client), rival = ctx.new_client_process(), ctx.new()
@@ -401,6 +429,159 @@ def survives_the_loss_of_a_minority(ctx: BatteryContext) -> str:
     return f"nodes {minority.start}-{minority.stop - 1} of {PRIVATE_NODES} crashed: granted, exclusive, released"
 
 
+# --- claims: each checked before it excuses anything ---------------------------------------------
+
+#: How many TTLs the claim checks wait past a lease's start: "past any TTL", with room for renewals.
+CLAIM_TTLS = 2
+
+
+def _claim_failed(claim: str, what: str) -> PropertyFailed:
+    return PropertyFailed(f"the claim {claim} does not hold: {what}")
+
+
+def claim_no_ttl_holds_past_any_ttl(ctx: BatteryContext) -> str:
+    """``has_ttl = False``: the holder keeps the lock past any TTL while it lives (and releases it)."""
+    if ctx.claims.has_ttl is not False:
+        raise NotClaimed("the lock has a TTL (has_ttl is not False): the TTL properties check it")
+    claim = "has_ttl = False"
+    a, b = ctx.new(), ctx.new()
+    key = ctx.key()
+    short_ms = _short_ttl_ms(ctx)
+    wait_s = CLAIM_TTLS * short_ms / 1000 + _expiry_margin_s(ctx)
+    lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
+    started = time.monotonic()
+    if isinstance(early := b.acquire(key=key, ttl_ms=TTL_MS), Lease):
+        b.release(early)
+        raise _claim_failed(claim, "a second client was granted the lock at once, while its holder held it")
+    time.sleep(wait_s)
+    late = b.acquire(key=key, ttl_ms=TTL_MS)
+    held_ms = (time.monotonic() - started) * 1000
+    if isinstance(late, Lease):
+        b.release(late)
+        raise _claim_failed(
+            claim,
+            f"a second client was granted the lock {held_ms:.0f} ms after a {short_ms} ms lease began, its holder "
+            "alive and the lease not released: the lock expires (declare its TTL instead)",
+        )
+    if a.release(lease) is not True:
+        raise _claim_failed(
+            claim, f"the holder's release returned False after {held_ms:.0f} ms: it did not keep the lock"
+        )
+    after = _lease(b.acquire(key=key, ttl_ms=TTL_MS), "acquire after the holder released")
+    b.release(after)
+    return (
+        f"a {short_ms} ms lease kept {held_ms:.0f} ms while its holder lived (a second client refused), "
+        "free once released"
+    )
+
+
+def claim_renewal_outlives_the_ttl(ctx: BatteryContext) -> str:
+    """A renewing lock (``drain_renewals`` / ``stop_renewal``): its lease outlives its TTL while the holder lives."""
+    if ctx.claims.renews is not True:
+        raise NotClaimed("no renewal hooks (drain_renewals, stop_renewal): the lock does not say it renews")
+    claim = "renews (it has drain_renewals / stop_renewal)"
+    a, b = ctx.new(), ctx.new()
+    key = ctx.key()
+    short_ms = _short_ttl_ms(ctx)
+    lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
+    started = time.monotonic()
+    time.sleep(CLAIM_TTLS * short_ms / 1000 + _expiry_margin_s(ctx))
+    late = b.acquire(key=key, ttl_ms=TTL_MS)
+    held_ms = (time.monotonic() - started) * 1000
+    if isinstance(late, Lease):
+        b.release(late)
+        raise _claim_failed(
+            claim,
+            f"a second client was granted the lock {held_ms:.0f} ms after a {short_ms} ms lease began, its holder "
+            "alive: nothing renewed it",
+        )
+    if a.release(lease) is not True:
+        raise _claim_failed(claim, f"the holder's release returned False {held_ms:.0f} ms into a {short_ms} ms lease")
+    return f"a {short_ms} ms lease still held {held_ms:.0f} ms later (a second client refused), then released"
+
+
+def claim_lease_check_learns_of_a_loss(ctx: BatteryContext) -> str:
+    """A ``before_write`` hook: once the lock went to another client, it says so (a refusal, or a
+    lease whose deadline has passed: the worker skips the write either way)."""
+    if ctx.claims.checks_lease is not True:
+        raise NotClaimed("no before_write hook: its client writes without checking its lease")
+    claim = "checks its lease (it has before_write)"
+    # The holder's client lives in a process of its own, which is frozen whole (as a GC pause or a
+    # stopped VM freezes a client, renewal threads and helper processes included) while a rival
+    # takes the expired lock.
+    (a, holder), b = ctx.new_client_process(), ctx.new()
+    key = ctx.key()
+    short_ms = _short_ttl_ms(ctx)
+    lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
+    fresh = a.before_write_timed(lease)
+    if not isinstance(fresh.value, Lease):
+        raise _claim_failed(claim, f"before_write refused a lease just granted ({fresh.value.reason})")
+    with holder.frozen() as escaped:
+        time.sleep(short_ms / 1000 + _expiry_margin_s(ctx))
+        rival = b.acquire(key=key, ttl_ms=TTL_MS)
+    if not isinstance(rival, Lease):
+        raise CannotCheck(
+            f"no loss to learn of: the lock outlived a {short_ms} ms lease while its holder was frozen "
+            f"(a second client was refused: {rival.reason}){_escaped_note(escaped)}"
+        )
+    timed = a.before_write_timed(lease)
+    b.release(rival)
+    answer = timed.value
+    if isinstance(answer, Refusal):
+        return f"after a second client took the lock, before_write refused ({answer.reason})"
+    if answer.valid_until_ns is not None and answer.valid_until_ns <= timed.t0_ns:
+        late_ms = (timed.t0_ns - answer.valid_until_ns) / 1e6
+        return f"after a second client took the lock, before_write answered a lease expired {late_ms:.0f} ms before"
+    ahead = "with no deadline" if answer.valid_until_ns is None else (
+        f"valid {(answer.valid_until_ns - timed.t0_ns) / 1e6:.0f} ms more"
+    )  # fmt: skip
+    raise _claim_failed(claim, f"after a second client took the lock, before_write answered a lease {ahead}")
+
+
+#: Per backend host and lock nodes, each claim's check, run once: the claim's own line reports it,
+#: and the properties it would excuse consult it.
+_CLAIMS_CHECKED: weakref.WeakKeyDictionary[BackendHost, dict[tuple[str, tuple[str, ...]], PropertyResult]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _claim_result(ctx: BatteryContext, name: str) -> PropertyResult:
+    """The claim check ``name`` on this host and these nodes, run on first use (instances closed after)."""
+    checked = _CLAIMS_CHECKED.setdefault(ctx.host, {})
+    key = (name, ctx.node_urls)
+    if key not in checked:
+        outer, ctx.made = ctx.made, []  # the check's own instances are closed by the check
+        try:
+            checked[key] = check_property(property_named(name), ctx, replay=False)
+        finally:
+            ctx.made = outer
+    return checked[key]
+
+
+def _replayed(name: str) -> Callable[[BatteryContext], str]:
+    """A claim's line: its check's result (run now, or already run for a property it excuses)."""
+
+    def check(ctx: BatteryContext) -> str:
+        result = _claim_result(ctx, name)
+        if result.status is Status.NOT_CLAIMED:
+            raise NotClaimed(result.evidence)
+        if result.status is Status.SKIPPED:
+            raise CannotCheck(result.evidence)
+        if result.status is Status.FAIL:
+            raise PropertyFailed(result.evidence)
+        return result.evidence
+
+    return check
+
+
+#: Each claim check, by the name of its line.
+CLAIM_CHECKS: dict[str, Callable[[BatteryContext], str]] = {
+    "claim_no_ttl_holds_past_any_ttl": claim_no_ttl_holds_past_any_ttl,
+    "claim_renewal_outlives_the_ttl": claim_renewal_outlives_the_ttl,
+    "claim_lease_check_learns_of_a_loss": claim_lease_check_learns_of_a_loss,
+}
+
+
 @dataclass(frozen=True)
 class Property:
     name: str  # the pytest test's name without "test_"
@@ -408,8 +589,15 @@ class Property:
     check: Callable[[BatteryContext], str]
 
 
+def _claim_line(name: str, title: str) -> Property:
+    return Property(name, title, _replayed(name))
+
+
 PROPERTIES: tuple[Property, ...] = (
     Property("declares_the_protocol", "declares summary, exclusive, issues_fencing_tokens", declares_the_protocol),
+    _claim_line("claim_no_ttl_holds_past_any_ttl", "claim has_ttl = False: held past any TTL while its holder lives"),
+    _claim_line("claim_renewal_outlives_the_ttl", "claim renews: a lease outlives its TTL while its holder lives"),
+    _claim_line("claim_lease_check_learns_of_a_loss", "claim checks its lease: before_write learns of a loss"),
     Property("acquire_returns_a_lease_with_a_random_owner", "leases carry random owner tokens",
              returns_leases_with_random_owners),
     Property("lease_validity_is_within_the_ttl", "lease validity within the TTL", lease_validity_is_within_the_ttl),
@@ -439,16 +627,18 @@ class PropertyResult:
     evidence: str
 
 
-def check_property(prop: Property, ctx: BatteryContext) -> PropertyResult:
+def check_property(prop: Property, ctx: BatteryContext, *, replay: bool = True) -> PropertyResult:
     """Run one property, then close its instances; every outcome becomes a result, never an exception.
 
     A close that raises or hangs fails a property that had passed (close has the deadline too).
+    ``replay=False`` runs a claim's own check rather than its line (see :func:`_claim_result`).
     """
+    check = prop.check if replay or prop.name not in CLAIM_CHECKS else CLAIM_CHECKS[prop.name]
     try:
-        result = PropertyResult(prop, Status.PASS, prop.check(ctx))
+        result = PropertyResult(prop, Status.PASS, check(ctx))
     except NotClaimed as exc:
         result = PropertyResult(prop, Status.NOT_CLAIMED, str(exc))
-    except BackendNotViableError as exc:
+    except (BackendNotViableError, CannotCheck) as exc:
         result = PropertyResult(prop, Status.SKIPPED, str(exc))
     except (PropertyFailed, BackendError) as exc:  # BackendError: a call failed, or the class did not load
         result = PropertyResult(prop, Status.FAIL, str(exc))
@@ -473,9 +663,14 @@ def battery(
 
 
 def run_battery(
-    *, spec: str, call_timeout_s: float = CALL_TIMEOUT_S, redis_server: str | None = None
+    *, spec: str, call_timeout_s: float = CALL_TIMEOUT_S, redis_server: str | None = None, postgres: str | None = None
 ) -> list[PropertyResult]:
-    """Every property against ``spec``, on embedded clusters started (and stopped) here."""
+    """Every property against ``spec``, on embedded clusters started (and stopped) here.
+
+    ``postgres``: the PostgreSQL server under evaluation (``--postgres URL``) for a backend whose
+    lock nodes are PostgreSQL — the deployment as it is, a pooler in front included; the node-loss
+    properties still crash servers of a private embedded cluster.
+    """
     with (
         battery(spec=spec, node_urls=(), call_timeout_s=call_timeout_s) as ctx,
     ):
@@ -484,9 +679,12 @@ def run_battery(
         except BackendError:
             servers = "redis"  # the properties report why the backend cannot be used
         kind = servers if servers in ("etcd", "postgres") else "redis"
+        ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)
+        if kind == "postgres" and postgres is not None:
+            ctx.node_urls = (postgres,)
+            return [check_property(prop, ctx) for prop in PROPERTIES]
         with open_cluster(
             redis_server=redis_server, node_count=5 if kind == "redis" else 1, lock_servers=kind
         ) as cluster:
             ctx.node_urls = cluster.node_urls
-            ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)
             return [check_property(prop, ctx) for prop in PROPERTIES]

@@ -43,7 +43,7 @@ from tabulate import tabulate
 
 from lockcompare.analysis import history as history_io
 from lockcompare.analysis.fencing import accepted_below_earlier_token
-from lockcompare.analysis.results import read_results
+from lockcompare.analysis.results import history_file, read_results
 from lockcompare.backends import load_backend, require_declarations
 from lockcompare.errors import InvalidValueError, ResultsFileError
 from lockcompare.evaluation.backend_host import Claims, claims_of
@@ -57,12 +57,14 @@ from lockcompare.evaluation.defaults import CARD_FORMATS, DEFAULT_AGAINST
 from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_card import TITLE as SEARCH_TITLE
 from lockcompare.evaluation.explore_card import search_line
+from lockcompare.evaluation.scales import expressible_scale
 from lockcompare.files import check_output_file, results_lock
 from lockcompare.render import table
 from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.limits import check_count
-from lockcompare.spec.parsing import Sweep
+from lockcompare.spec.parsing import Sweep, cli_text
+from lockcompare.spec.settings import CLI_SETTINGS
 from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides
 
 EXPERIMENTS = ("baseline", "client-pause", "short-ttl")
@@ -99,6 +101,8 @@ class ReportCard:
     trials: int
     #: Experiments the backend ran at another scale than asked (it could not express the TTL), said once.
     notes: tuple[str, ...] = ()
+    #: The trial settings the user chose, as flags (``--retry-delay-ms 1``).
+    settings: tuple[str, ...] = ()
 
     @property
     def failed(self) -> tuple[CardLine, ...]:
@@ -124,11 +128,16 @@ def evaluate(
     progress: ProgressCallback | None = None,
     search_budget_s: float = 0.0,
     search_progress: ProgressFn | None = None,
+    settings: Overrides | None = None,
+    server_args: tuple[str, ...] = (),
 ) -> ReportCard:
     """Run the battery, then the experiments, and judge them; see the module docstring.
 
     With ``search_budget_s`` > 0 a budgeted search of fault schedules follows (explore_card.py),
     written under ``<out stem>.explore/`` beside the CSV.
+
+    ``settings``: the trial settings the user chose (lesson-scale; see :func:`overrides_for`);
+    ``server_args``: the server options as given, for the search's reproduce command.
 
     Every name is checked before anything starts (a bad one raises the usual one-line error).
     """
@@ -138,7 +147,8 @@ def evaluate(
     for name in against:
         load_backend(name)
     check_count("trials", trials)
-    Overrides(time_scale=time_scale, rounds=rounds, workload=WORKLOAD)  # every bound, before any server
+    settings = settings if settings is not None else Overrides()
+    settings.replace(time_scale=time_scale, rounds=rounds, workload=WORKLOAD)  # every bound, before any server
     check_output_file(out, flag="--out")
     if out.exists():  # checked again by run_matrix, but only after the battery's work
         raise ResultsFileError(f"{out} exists: choose another --out")
@@ -150,6 +160,7 @@ def evaluate(
             backend=backend, cls=cls, out=out, against=against, time_scale=time_scale, rounds=rounds, trials=trials,
             call_timeout_s=call_timeout_s, cluster_options=cluster_options, on_property=on_property, progress=progress,
             search_budget_s=search_budget_s, search_dir=search_dir, search_progress=search_progress,
+            settings=settings, server_args=server_args,
         )  # fmt: skip
 
 
@@ -169,8 +180,12 @@ def _evaluate_locked(
     search_budget_s: float,
     search_dir: Path,
     search_progress: ProgressFn | None,
+    settings: Overrides,
+    server_args: tuple[str, ...],
 ) -> ReportCard:
-    scales = scales_for(cls, time_scale=time_scale)
+    chosen = {name: overrides_for(name, settings=settings) for name in (*EXPERIMENTS, SESSION_EXPERIMENT)}
+    ttls = {name: float(chosen[name].given("ttl_ms") or get_experiment(name).ttl_ms) for name in EXPERIMENTS}
+    scales = scales_for(cls, time_scale=time_scale, ttl_ms=ttls)
     moved = {name: scale for name, scale in scales.items() if scale != time_scale}
     notes = []
     if moved:
@@ -178,35 +193,35 @@ def _evaluate_locked(
         notes.append(f"{backend} cannot express these TTLs at --time-scale {time_scale:g}: it runs {at}")
         log.warning("%s", notes[0])
     battery = []
-    for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server):
+    for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server,
+                              postgres=cluster_options.postgres):  # fmt: skip
         battery.append(result)
         if on_property:
             on_property(result)
     backends = list(dict.fromkeys([backend, *against]))  # the backend first, no duplicates
-    runs: list[tuple[list[str], list[str], float]] = []  # (backends, experiments, scale), one matrix each
-    if not moved:
-        runs.append((backends, list(EXPERIMENTS), time_scale))
-    else:
-        kept = [name for name in EXPERIMENTS if name not in moved]
-        runs += [([backend], kept, time_scale)] if kept else []
-        runs += [
-            ([backend], [n for n, s in moved.items() if s == scale], scale) for scale in dict.fromkeys(moved.values())
-        ]
-        runs += [(backends[1:], list(EXPERIMENTS), time_scale)] if backends[1:] else []
+    # One matrix per (scale, settings, backends): the backend runs each experiment at a scale it can
+    # express, the built-ins beside it at the one asked for; short-ttl may have settings of its own.
+    groups: dict[tuple[float, Overrides, tuple[str, ...]], list[str]] = {}
+    for name in EXPERIMENTS:
+        at_asked = tuple(b for b in backends if b != backend or name not in moved)
+        if at_asked:
+            groups.setdefault((time_scale, chosen[name], at_asked), []).append(name)
+        if name in moved:
+            groups.setdefault((moved[name], chosen[name], (backend,)), []).append(name)
+    runs = [
+        (list(names), experiments, scale, over, ("writes",)) for (scale, over, names), experiments in groups.items()
+    ]
     claims = claims_of(cls)
-    fences: list[tuple[str, ...]] = [("writes",)] * len(runs)
     if claims.issues_fencing_tokens is True:  # fencing's promise with the token checked on every access
-        runs.append(([backend], ["client-pause"], scales["client-pause"]))
-        fences.append(("all",))
+        runs.append(([backend], ["client-pause"], scales["client-pause"], chosen["client-pause"], ("all",)))
     if getattr(cls, "servers", "redis") == "postgres":  # a lock held in a database session
-        runs.append(([backend], [SESSION_EXPERIMENT], time_scale))
-        fences.append(("writes",))
-    for (names, experiments, scale), fence in zip(runs, fences, strict=True):
+        runs.append(([backend], [SESSION_EXPERIMENT], time_scale, chosen[SESSION_EXPERIMENT], ("writes",)))
+    for names, experiments, scale, over, fence in runs:
         run_matrix(
             backends=names,
             experiments=experiments,
             trials=trials,
-            overrides=Overrides(time_scale=scale, rounds=rounds, workload=WORKLOAD),
+            overrides=over.replace(time_scale=scale, rounds=rounds, workload=WORKLOAD),
             out=out,
             cluster_options=cluster_options,
             progress=progress,
@@ -219,7 +234,8 @@ def _evaluate_locked(
     lines += judge_experiments(rows=rows, backend=backend, claims=claims, token_order=order)
     if search_budget_s > 0:
         found = search_line(backend=backend, claims=claims, budget_s=search_budget_s, out_dir=search_dir,
-                            cluster_options=cluster_options, progress=search_progress)  # fmt: skip
+                            cluster_options=cluster_options, progress=search_progress, settings=settings,
+                            server_args=server_args)  # fmt: skip
         lines.append(CardLine(title=SEARCH_TITLE, status=found.status, evidence=found.evidence))
     return ReportCard(
         backend=backend,
@@ -231,29 +247,37 @@ def _evaluate_locked(
         rounds=rounds,
         trials=trials,
         notes=tuple(notes),
+        settings=tuple(
+            f"{s.flag} {cli_text(settings.given(s.name))}" for s in CLI_SETTINGS if settings.given(s.name) is not None
+        ),
     )
 
 
-def scales_for(cls: type, *, time_scale: float) -> dict[str, float]:
+def overrides_for(experiment: str, *, settings: Overrides) -> Overrides:
+    """The user's trial settings as one experiment of the card takes them: all of them, except that
+    short-ttl keeps its TTL below the work (the catalogue's 200 of 300: 2/3 of the work as chosen)."""
+    if experiment != "short-ttl" or (settings.given("ttl_ms") is None and settings.given("work_ms") is None):
+        return settings
+    short = get_experiment(experiment)
+    values = {s.name: settings.given(s.name) for s in CLI_SETTINGS if settings.given(s.name) is not None}
+    work = float(values.get("work_ms") or short.work_ms)
+    return Overrides(**(values | {"ttl_ms": max(1, round(work * short.ttl_ms / short.work_ms))}))
+
+
+def scales_for(cls: type, *, time_scale: float, ttl_ms: Mapping[str, float] | None = None) -> dict[str, float]:
     """Per experiment, ``time_scale`` if the backend can express its TTL there, else the smallest
-    larger scale of :data:`FALLBACK_SCALES` it can (a backend without ``check_ttl`` takes any)."""
-    check_ttl = getattr(cls, "check_ttl", None)
+    larger scale of :data:`FALLBACK_SCALES` it can (evaluation/scales.py; a backend without
+    ``check_ttl`` takes any). ``ttl_ms``: the TTLs the user chose, per experiment (lesson-scale)."""
     scales = {}
     for name in EXPERIMENTS:
-        ttl = get_experiment(name).ttl_ms
-        for scale in (time_scale, *(s for s in FALLBACK_SCALES if s > time_scale)):
-            try:
-                if check_ttl is not None:
-                    check_ttl(ttl_ms=round(ttl * scale))
-            except InvalidValueError:
-                continue
-            scales[name] = scale
-            break
-        else:
+        ttl = (ttl_ms or {}).get(name, get_experiment(name).ttl_ms)
+        found = expressible_scale(cls, ttl_ms=ttl, scales=(time_scale, *(s for s in FALLBACK_SCALES if s > time_scale)))
+        if found is None:
             raise InvalidValueError(
-                f"{getattr(cls, '__name__', cls)} cannot express the {name} TTL at any scale up to "
+                f"{getattr(cls, '__name__', cls)} cannot express the {name} TTL ({ttl:g} ms) at any scale up to "
                 f"{FALLBACK_SCALES[-1]:g}"
             )
+        scales[name] = found
     return scales
 
 
@@ -295,8 +319,11 @@ def token_order_violations(rows: Sequence[dict[str, Any]], *, backend: str, resu
     for row in rows:
         if row["backend"] != backend or row["experiment"] != "client-pause":
             continue
+        path = history_file(row, results=results)  # never a path outside the results' folder
         try:
-            found[row["trial_id"]] = accepted_below_earlier_token(history_io.load(results.parent / str(row["history"])))
+            if path is None:
+                raise ValueError("history outside the results' folder")
+            found[row["trial_id"]] = accepted_below_earlier_token(history_io.load(path))
         except (OSError, ValueError, KeyError, TypeError):
             found[row["trial_id"]] = None
     return found
@@ -500,7 +527,9 @@ def render_card(card: ReportCard, *, fmt: str = "text") -> str:
     setting = (
         f"experiments at --time-scale {card.time_scale:g}, {card.rounds} rounds per worker "
         f"(--workload {WORKLOAD}: none runs alone), "
-        f"{card.trials} trial(s) per cell; results: {card.results_csv}"
+        f"{card.trials} trial(s) per cell"
+        + (f", {' '.join(card.settings)}" if card.settings else "")
+        + f"; results: {card.results_csv}"
     ) + "".join(f"; {note}" for note in card.notes)
     if fmt == "markdown":
         body = tabulate(

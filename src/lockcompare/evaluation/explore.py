@@ -51,7 +51,7 @@ from lockcompare.evaluation.schedules import (
     random_schedule,
     schedule_text,
 )
-from lockcompare.evaluation.shrink import Rate, shrink
+from lockcompare.evaluation.shrink import NO_FAULT, Rate, shrink
 from lockcompare.spec.trialspec import trial_seed
 
 #: Each property, the checker metrics that break it, and what it promises.
@@ -193,7 +193,8 @@ class ExploreReport:
             return f"no counterexample within this budget ({self.budget_text()})"
         c = self.counterexample
         shrunk = "" if c.shrink_complete else " (shrinking stopped at the budget: a smaller one may exist)"
-        return f"counterexample: {c.schedule} at {c.rounds} rounds, fails in {c.rate.text()} reruns{shrunk}"
+        schedule = c.schedule or f"no schedule ({NO_FAULT})"
+        return f"counterexample: {schedule} at {c.rounds} rounds, fails in {c.rate.text()} reruns{shrunk}"
 
 
 ProgressFn = Callable[[str, TrialRequest, TrialOutcome, str], None]

@@ -23,7 +23,9 @@ from lockcompare.evaluation.conformance import Status
 from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_run import run_explore
 from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale
+from lockcompare.evaluation.shrink import NO_FAULT
 from lockcompare.runner.matrix import ClusterOptions
+from lockcompare.spec.parsing import Overrides
 
 TITLE = "no counterexample in a budgeted search of fault schedules (explore)"
 #: Fault kinds the card searches (see the module docstring).
@@ -58,14 +60,18 @@ def search_line(
     cluster_options: ClusterOptions,
     seed: int = 1,
     progress: ProgressFn | None = None,
+    settings: Overrides | None = None,
+    server_args: tuple[str, ...] = (),
 ) -> SearchLine:
     """Run the card's search (see the module docstring) and judge it."""
     prop = property_for(claims)
     if prop is None:
         return SearchLine(status=Status.NOT_CLAIMED, evidence="not exclusive: nothing for a search to break")
     fence = "all" if prop == "no-lost-updates" else "writes"
-    trials = RealTrials(backend=backend, out_dir=out_dir, time_scale=fitting_scale(backend), fence=fence, jobs=2,
-                        cluster_options=cluster_options)  # fmt: skip
+    settings = settings if settings is not None else Overrides()
+    scale = fitting_scale(backend, ttl_ms=settings.given("ttl_ms"))
+    trials = RealTrials(backend=backend, out_dir=out_dir, time_scale=scale, fence=fence, jobs=2,
+                        cluster_options=cluster_options, settings=settings, server_args=server_args)  # fmt: skip
     result = run_explore(
         trials=trials, prop=prop, kinds=CARD_KINDS, budget_s=budget_s, rounds=CARD_ROUNDS, seed=seed,
         reruns=CARD_RERUNS, rate_runs=CARD_RATE_RUNS, max_steps=2, resume=False,
@@ -75,10 +81,11 @@ def search_line(
     if c is None:
         return SearchLine(status=Status.PASS, evidence=f"{prop}: {result.report.verdict_text()}")
     timeline = f"; timeline {result.timeline}" if result.timeline else ""
+    broken = f"--faults '{c.schedule}'" if c.schedule else f"no fault ({NO_FAULT})"
     return SearchLine(
         status=Status.FAIL,
         evidence=(
-            f"{prop} broken by --faults '{c.schedule}' at --rounds {c.rounds}, failing in {c.rate.text()} reruns; "
+            f"{prop} broken by {broken} at --rounds {c.rounds}, failing in {c.rate.text()} reruns; "
             f"rerun: {c.command}{timeline}; {result.report.budget_text()}"
         ),
     )

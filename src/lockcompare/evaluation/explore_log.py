@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lockcompare.analysis.results import allow_fields_of
 from lockcompare.errors import ResultsFileError
 from lockcompare.files import writing
 
@@ -96,7 +97,8 @@ def read_outcomes(path: Path) -> dict[tuple[str, int, int], TrialOutcome]:
 
     outcomes = {}
     try:
-        with path.open(newline="") as f:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            allow_fields_of(path.stat().st_size)
             reader = csv.DictReader(f)
             if reader.fieldnames is None or list(reader.fieldnames) != list(COLUMNS):
                 raise ResultsFileError(f"{path} is not an explore CSV of this version (columns differ)")

@@ -24,6 +24,7 @@ from lockcompare.errors import RenderError
 from lockcompare.evaluation.explore import PROPERTIES, Counterexample, ExploreReport, ProgressFn, Search, explore
 from lockcompare.evaluation.explore_log import CSV_NAME, ExploreLog
 from lockcompare.evaluation.explore_trials import TRIALS_CSV, RealTrials
+from lockcompare.evaluation.shrink import NO_FAULT
 from lockcompare.files import check_output_dir, results_lock, writing
 from lockcompare.render.timeline import load_history
 
@@ -116,7 +117,7 @@ def fault_window(events: Sequence[Event]) -> tuple[float | None, float | None]:
 
 def picture_title(*, backend: str, schedule: str, rounds: int, rate: str) -> str:
     """Two lines: the picture is narrow, and the schedule is the point of it."""
-    wrapped = textwrap.wrap(f"--faults '{schedule}'", width=95, break_on_hyphens=False)
+    wrapped = textwrap.wrap(f"--faults '{schedule}'" if schedule else NO_FAULT, width=95, break_on_hyphens=False)
     return "\n".join([f"explore {backend}: fails in {rate} reruns at {rounds} round(s)", *wrapped[:2]])
 
 
@@ -142,9 +143,10 @@ def render_report(report: ExploreReport, *, backend: str, timeline: Path | None 
     else:
         cuts = "; ".join(c.moves) if c.moves else "none still failed"
         shrunk = "" if c.shrink_complete else " — stopped at the budget: a smaller one may exist"
+        schedule = f"--faults '{c.schedule}'" if c.schedule else f"none — {NO_FAULT}"
         lines = [
             f"Counterexample to {s.prop} ({promise}) for {backend}:",
-            f"  schedule:  --faults '{c.schedule}' with --rounds {c.rounds}",
+            f"  schedule:  {schedule} with --rounds {c.rounds}",
             f"  rate:      fails in {c.rate.text()} reruns",
             f"  broke:     {_broken(c, prop=s.prop)}",
             f"  reproduce: {c.command}",

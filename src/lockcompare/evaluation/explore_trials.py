@@ -15,20 +15,22 @@ Every trial's row goes to ``DIR/trials.csv`` (histories in ``DIR/trials.historie
 from __future__ import annotations
 
 import logging
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lockcompare.analysis.reproduce import run_command
 from lockcompare.analysis.results import read_results
 from lockcompare.backends import load_backend
 from lockcompare.errors import ClusterError, ConfigError, InvalidValueError
 from lockcompare.evaluation.defaults import DEFAULT_TIME_SCALE
 from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
+from lockcompare.evaluation.scales import expressible_scale
 from lockcompare.evaluation.schedules import Shape
 from lockcompare.runner.matrix import ETCD_FAULT_MEMBERS, ClusterOptions, plan_matrix, run_planned
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.settings import CLI_SETTINGS
 from lockcompare.spec.trialspec import Overrides, TrialSpec
 
 log = logging.getLogger("lockcompare")
@@ -49,21 +51,16 @@ ACQUIRE_TIMEOUT_MS = 2000.0
 FALLBACK_SCALES = (DEFAULT_TIME_SCALE, 1.0, 2.0)
 
 
-def fitting_scale(backend: str, *, scales: Sequence[float] = FALLBACK_SCALES) -> float:
-    """The first of ``scales`` at which the backend can express the baseline's TTL (its optional
-    ``check_ttl``)."""
-    check_ttl = getattr(load_backend(backend), "check_ttl", None)
-    ttl_ms = get_experiment(BASE_EXPERIMENT).ttl_ms
-    for scale in scales:
-        try:
-            if check_ttl is not None:
-                check_ttl(ttl_ms=round(ttl_ms * scale))
-        except InvalidValueError:
-            continue
-        return scale
-    raise InvalidValueError(
-        f"{backend} cannot express a {ttl_ms:g} ms TTL at --time-scale {' or '.join(map(str, scales))}"
-    )
+def fitting_scale(backend: str, *, scales: Sequence[float] = FALLBACK_SCALES, ttl_ms: float | None = None) -> float:
+    """The first of ``scales`` at which the backend can express the baseline's TTL, or ``ttl_ms``
+    (lesson-scale) when the user chose one (evaluation/scales.py)."""
+    ttl = ttl_ms if ttl_ms is not None else get_experiment(BASE_EXPERIMENT).ttl_ms
+    found = expressible_scale(load_backend(backend), ttl_ms=ttl, scales=scales)
+    if found is None:
+        raise InvalidValueError(
+            f"{backend} cannot express a {ttl:g} ms TTL at --time-scale {' or '.join(map(str, scales))}"
+        )
+    return found
 
 
 def lock_nodes_of(backend: str, *, cluster_options: ClusterOptions, redlock_nodes: int | None) -> int:
@@ -102,11 +99,15 @@ class RealTrials:
     redlock_nodes: int | None = None
     experiment: str = BASE_EXPERIMENT
     workload: str = WORKLOAD
+    #: The trial settings the user chose (--ttl-ms, --work-ms, --retry-delay-ms, --workers, ...).
+    settings: Overrides = field(default_factory=Overrides)
+    #: The server options as given (--nodes URL, --postgres URL, ...), for the reproduce command.
+    server_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         load_backend(self.backend)
-        self._base = Overrides(
-            time_scale=self.time_scale, workload=self.workload, fence=self.fence, acquire_timeout_ms=ACQUIRE_TIMEOUT_MS
+        self._base = Overrides(acquire_timeout_ms=ACQUIRE_TIMEOUT_MS).replace(
+            **_chosen(self.settings), time_scale=self.time_scale, workload=self.workload, fence=self.fence
         )
         base = _spec(self.backend, overrides=self._base, experiment=self.experiment, redlock_nodes=self.redlock_nodes)
         if base is None:
@@ -127,7 +128,8 @@ class RealTrials:
         fence = f", --fence {self.fence}" if s.resource_check.value.startswith(("fence", "token")) else ""
         return (
             f"backend {self.backend}{fence}, --time-scale {self.time_scale:g} (TTL {s.ttl_ms} ms, work "
-            f"{s.work_ms:g} ms as run), --workload {self.workload}, {s.workers} workers"
+            f"{s.work_ms:g} ms, retry delay {s.retry_delay_ms:g} ms as run), --workload {self.workload}, "
+            f"{s.workers} workers"
         )
 
     def shape(self) -> Shape:
@@ -181,15 +183,19 @@ class RealTrials:
         return {}
 
     def command(self, request: TrialRequest) -> str:
-        args = ["lockcompare", "run", "--backend", self.backend, "--experiment", self.experiment,
-                "--faults", request.schedule, "--time-scale", f"{self.time_scale:g}", "--rounds", str(request.rounds),
-                "--workload", self.workload, "--acquire-timeout-ms", f"{ACQUIRE_TIMEOUT_MS:g}",
-                "--seed", str(request.seed)]  # fmt: skip
-        if self.fence != "writes":
-            args += ["--fence", self.fence]
+        """``lockcompare run`` for ``request``: every setting its trial was given that differs from a
+        default, ``--plugin-path`` for a plug-in, the server options (analysis/reproduce.py)."""
+        chosen = _chosen(self._base.replace(rounds=request.rounds, seed=request.seed, faults=request.schedule))
+        if self.fence == "writes":
+            chosen.pop("fence", None)  # the default; said only where the backend has something to fence
         if self.redlock_nodes is not None:
-            args += ["--redlock-nodes", str(self.redlock_nodes)]
-        return " ".join(shlex.quote(a) for a in args)
+            chosen["node_count"] = self.redlock_nodes
+        return run_command(backend=self.backend, experiment=self.experiment, settings=chosen, extra=self.server_args)
+
+
+def _chosen(overrides: Overrides) -> dict[str, Any]:
+    """The settings ``overrides`` was given, by name."""
+    return {s.name: overrides.given(s.name) for s in CLI_SETTINGS if overrides.given(s.name) is not None}
 
 
 def _left_out(verdict: str, why: str) -> TrialOutcome:

@@ -3,6 +3,8 @@
 A candidate is the schedule with one thing made smaller (:func:`candidates`, tried in this order,
 the biggest cuts first):
 
+0. every step dropped: the empty schedule (a lock that fails with no fault at all is reported as
+   such — the schedule the search happened to draw did not break it, the lock did);
 1. a step dropped;
 2. fewer rounds per worker;
 3. a step that fires every round fires once;
@@ -38,6 +40,9 @@ AMOUNTS["after-acquire"] = 0.0
 #: Kinds whose ``for`` means "how long the fault lasts" and which do nothing at 0 (the floor is 10).
 LASTING_AT_ZERO_IS_NOTHING = frozenset(faultkinds.names_where("lasts"))
 MIN_ROUNDS = 1
+#: The first cut: the empty schedule. What a counterexample without faults says about the lock.
+NO_FAULT_MOVE = "dropped every step"
+NO_FAULT = "fails with no fault: the lock itself"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,7 +129,10 @@ def _once(step: Step) -> Step:
 
 
 def candidates(schedule: Schedule, *, rounds: int, shape: Shape) -> Iterator[Candidate]:
-    """Every schedule one cut smaller than ``schedule`` at ``rounds``, biggest cuts first."""
+    """Every schedule one cut smaller than ``schedule`` at ``rounds``, biggest cuts first: no fault
+    at all before anything else (a lock that fails without one is not broken by the schedule)."""
+    if schedule:
+        yield Candidate(schedule=(), rounds=rounds, move=NO_FAULT_MOVE)
     if len(schedule) > 1:
         for i, step in enumerate(schedule):
             yield Candidate(schedule=schedule[:i] + schedule[i + 1 :], rounds=rounds, move=f"dropped «{step.text}»")

@@ -15,8 +15,12 @@ own admin connections, and the inject event carries ``holders``: one entry per n
 One Lua call per node (the key's name is whatever the backend wraps the harness's key in, so it is
 matched by pattern: a trial's private lock nodes hold a handful of keys). Embedded Redis clusters
 only: node faults cannot act on external servers anyway, and etcd members are not read.
-Limitation: the key must END with the harness's key (prefixes such as pottery's ``redlock:`` are
-fine); a plug-in that stores its lock under ``<key>:something`` reads as free (``None``).
+By default the key is any key that ENDS with the harness's key (prefixes such as pottery's
+``redlock:`` are fine). A backend that stores its lock elsewhere says where (class attributes, an
+external client's manifest ``[key]``): ``key_pattern``, a glob with ``{key}`` standing for the
+harness's key (``mutex:{key}``, ``{key}:lock``), and ``key_type``: ``string`` (the owner token is
+the value, read with GET) or ``hash`` (Redisson-style ``HSET <key> <owner> <count>``: the owner is
+the hash's first field, read with HGETALL after EXISTS).
 """
 
 from __future__ import annotations
@@ -33,15 +37,33 @@ from lockcompare.infra.redisconn import connect
 #: 50 ms to connect and answer); then the injection is late by as much, as is everything else.
 READ_TIMEOUT_S = 0.25
 
-# The owner stored under the first key that matches (a lock's value is its owner's token); a key
-# that is not a string (a library's hash, say) is reported by its type.
+# The owner stored under the first key that matches: a string lock's value, or a hash lock's first
+# field (ARGV[2] == "hash"); a key of another type is reported by its type.
 _READ_SCRIPT = """
 local keys = redis.call('KEYS', ARGV[1])
-if #keys == 0 then return false end
+if #keys == 0 or redis.call('EXISTS', keys[1]) == 0 then return false end
 local kind = redis.call('TYPE', keys[1])['ok']
+if ARGV[2] == 'hash' and kind == 'hash' then
+  local fields = redis.call('HGETALL', keys[1])
+  if #fields == 0 then return false end
+  return fields[1]
+end
 if kind ~= 'string' then return '<' .. kind .. '>' end
 return redis.call('GET', keys[1])
 """
+
+#: Where a lock lives when its backend does not say: any key ending with the harness's key.
+DEFAULT_KEY_PATTERN = "*{key}"
+KEY_TYPES = ("string", "hash")
+
+
+def key_glob(lock_key: str, *, pattern: str = DEFAULT_KEY_PATTERN) -> str:
+    """The glob for a backend's ``key_pattern`` (``{key}`` -> the harness's key, escaped).
+
+    >>> key_glob("t:lock", pattern="mutex:{key}")
+    'mutex:t:lock'
+    """
+    return pattern.replace("{key}", glob_escape(lock_key))
 
 
 def glob_escape(text: str) -> str:
@@ -52,9 +74,12 @@ def glob_escape(text: str) -> str:
 class LockHolders:
     """Reads the lock key on every node; connections are opened once and reopened after a restart."""
 
-    def __init__(self, *, node_urls: Sequence[str], key_pattern: str) -> None:
+    def __init__(self, *, node_urls: Sequence[str], key_pattern: str, key_type: str = "string") -> None:
+        if key_type not in KEY_TYPES:
+            raise ValueError(f"key_type {key_type!r} is not one of {', '.join(KEY_TYPES)}")
         self._urls = tuple(node_urls)
         self._pattern = key_pattern
+        self._type = key_type
         self._clients: dict[int, redis.Redis] = {}
 
     def read(self) -> list[str | None]:
@@ -67,7 +92,7 @@ class LockHolders:
                 index, connect(self._urls[index], timeout_s=READ_TIMEOUT_S)
             )
             try:
-                value = client.eval(_READ_SCRIPT, 0, self._pattern)
+                value = client.eval(_READ_SCRIPT, 0, self._pattern, self._type)
             except redis.ConnectionError:
                 self._drop(index)
                 continue

@@ -329,6 +329,9 @@ class FaultScheduler:
             else self.cluster
         )
         detail = step_fn(target, nodes)
+        if isinstance(detail, tuple):  # (detail, fields): a fault naming what it struck (session-kill's sessions)
+            detail, struck = detail
+            extra.update(struck)
         self.events.append(
             {
                 "worker": -1,

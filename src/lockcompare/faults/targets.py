@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lockcompare.analysis.holders import UNREADABLE
-from lockcompare.spec.schedule import NodeTarget, WorkerTarget
+from lockcompare.spec.schedule import FaultStep, NodeTarget, WorkerTarget
 
 
 @dataclass(frozen=True)
@@ -103,3 +103,39 @@ def resolve_worker(
     if worker is None:
         return Resolution(lease_owner=owner, reason="worker=holder: the current lease is no worker's reported acquire")
     return Resolution(worker=worker, lease_owner=owner)
+
+
+def lease_nodes(declared: object, *, node_count: int) -> int:
+    """How many lock nodes a backend's lease can be on, from what it declares: none for a design that
+    takes no lease (``exclusive = False``: none, atomic, optimistic), all ``node_count`` it uses for a
+    quorum design (``survives_minority_loss``: Redlock, etcd members), else one (node 0)."""
+    if getattr(declared, "exclusive", True) is False:
+        return 0
+    return node_count if getattr(declared, "survives_minority_loss", False) else 1
+
+
+def never_resolves(steps: Sequence[FaultStep], *, lease_nodes: int, fixed_nodes: bool = True) -> str:
+    """Why a step of ``steps`` can never reach this backend's lock ("" when each can): it acts on lock
+    nodes of a backend that holds no lease on any, asks for more holders than a lease has nodes (or
+    more others than the nodes beside a holder), or names only nodes the backend does not use.
+    Checked before anything starts, instead of recording the step as skipped in every round.
+
+    ``fixed_nodes`` False leaves fixed indices alone (the catalogue's scenarios are written for the
+    five-node cast: bare-majority cuts nodes 3,4 of a Redlock and restarts a single node's holder)."""
+    for step in steps:
+        target = step.nodes
+        if target is None:
+            continue
+        if lease_nodes == 0:
+            return f"fault step {step.text!r}: this backend holds no lease on any lock node"
+        if target.mode == "holders" and target.count > lease_nodes:
+            return f"fault step {step.text!r}: a lease of this backend is on at most {lease_nodes} lock node(s)"
+        if target.mode == "others" and target.count > lease_nodes - 1:
+            return (
+                f"fault step {step.text!r}: this backend uses {lease_nodes} lock node(s), so at most "
+                f"{lease_nodes - 1} beside a holder's"
+            )
+        if fixed_nodes and target.mode == "fixed" and min(target.indices) >= lease_nodes:
+            used = "node 0" if lease_nodes == 1 else f"nodes 0..{lease_nodes - 1}"
+            return f"fault step {step.text!r}: this backend uses lock {used} only"
+    return ""

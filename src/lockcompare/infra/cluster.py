@@ -22,6 +22,7 @@ from lockcompare.infra.fakeclock import FakeClock, check_fake_clock_support
 from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.infra.pg_client import answers as pg_answers
 from lockcompare.infra.pg_client import delete_own_rows, is_postgres_url, pg_server_version, reset_database
+from lockcompare.infra.pg_client import problem as pg_problem
 from lockcompare.infra.postgres_server import PostgresServer
 from lockcompare.infra.redisconn import connect, ping, redact, server_run_id, server_version
 from lockcompare.infra.replication import (
@@ -126,11 +127,11 @@ class Cluster:
         for url in (*self.node_urls, self.resource_url):
             if is_etcd_url(url):
                 if not is_healthy(url):
-                    return f"etcd member {url} is not healthy"
+                    return f"etcd member {redact(url)} is not healthy"
                 continue
             if is_postgres_url(url):
                 if not pg_answers(url, timeout_s=0.5):
-                    return f"PostgreSQL server {url} does not answer"
+                    return f"PostgreSQL server {redact(url)} does not answer"
                 continue
             try:
                 ping(url, timeout_s=0.5)
@@ -156,13 +157,13 @@ class Cluster:
             if is_postgres_url(url):
                 problem = reset_database(url)  # every other session ended, lockcompare's tables emptied
                 if problem:
-                    self.mark_broken(f"emptying {url} failed: {problem}")
+                    self.mark_broken(f"emptying {redact(url)} failed: {problem}")
                 continue
             client = connect(url, timeout_s=1.0)
             try:
                 client.flushall()
             except redis.RedisError as exc:
-                self.mark_broken(f"FLUSHALL failed on {url}: {exc}")
+                self.mark_broken(f"FLUSHALL failed on {redact(url)}: {exc}")
             finally:
                 client.close()
         if self.replication is not None:
@@ -340,8 +341,11 @@ def connect_external(*, nodes: Sequence[str], resource: str) -> Cluster:
     """The user's servers (validated URLs), checked with PING; lockcompare never flushes them."""
     for url in (*nodes, resource):
         if is_postgres_url(url):
-            if not pg_answers(url, timeout_s=2.0):
-                raise NodeUnreachableError(f"PostgreSQL server {redact(url)} does not answer")
+            problem = pg_problem(url, timeout_s=2.0)
+            if problem:  # a wrong password or a missing database is said as such, not "does not answer"
+                raise NodeUnreachableError(
+                    f"PostgreSQL server {redact(url)} cannot be used: {redact(problem, passwords_of=(url,))}"
+                )
             continue
         ping(url)
     check_distinct_servers([url for url in nodes if not is_postgres_url(url)])

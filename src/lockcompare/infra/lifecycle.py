@@ -128,7 +128,7 @@ def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...
     """
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        with _signals_deferred():
+        with _signals_deferred(), _STARTING:
             proc = SPAWN.Process(target=_child_main, args=(target, os.getpid(), args), daemon=True)
             proc.start()
         if proc.pid is not None:
@@ -178,6 +178,19 @@ def kill_and_reap_group(proc: BaseProcess) -> None:
     if proc.pid is not None and proc.is_alive():
         kill_group(proc.pid)
     reap_group(proc, timeout_s=5.0)
+
+
+#: Held while a child's start-up data is written. A trial thread (--jobs > 1) is not shielded by
+#: _signals_deferred: on Ctrl-C the main thread exits, and the interpreter would stop the thread
+#: mid-write, leaving a child that prints a cut-off traceback. At exit, wait for that write to end
+#: (and start nothing more); the child then dies with us, quietly. Registered after
+#: _sweep_groups_at_exit, so it runs first (atexit runs last-in first-out): the sweep then ends that child too.
+_STARTING = threading.Lock()
+
+
+@atexit.register
+def _let_starts_finish() -> None:
+    _STARTING.acquire(timeout=10)
 
 
 @contextlib.contextmanager

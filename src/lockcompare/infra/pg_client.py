@@ -220,6 +220,21 @@ OWN_TABLES = {"lockcompare_leases": "key", "lockcompare_resource": "prefix"}
 _UNDEFINED_TABLE = "42P01"
 
 
+def problem(url: str, *, timeout_s: float = 2.0) -> str:
+    """Why the server at ``url`` cannot be used ("" when it answers): the server's own first line
+    (password authentication failed, database does not exist), or that nothing answered."""
+    session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-admin")
+    try:
+        session.query("select 1")
+        return ""
+    except (SessionLost, QueryFailed) as exc:
+        text = str(exc).removeprefix("connect failed: ").strip()
+        first = text.splitlines()[0] if text else ""
+        return first.removeprefix("FATAL:").strip() or "does not answer"
+    finally:
+        session.close()
+
+
 def answers(url: str, *, timeout_s: float = 0.5) -> bool:
     session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-admin")
     try:

@@ -10,11 +10,11 @@ needs no client library.
 from __future__ import annotations
 
 import os
-import re
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from lockcompare.errors import InvalidURLError, NodeUnreachableError
+from lockcompare.redaction import redact  # the one redaction function (others import it from here too)
 
 if TYPE_CHECKING:
     import redis
@@ -48,20 +48,6 @@ def validate_url(url: str) -> str:
     if db and not db.isdigit():
         raise InvalidURLError(f"bad database number in redis URL: {redact(url)!r}")
     return url.strip()
-
-
-def redact(url: str) -> str:
-    """``url`` without its password, for messages (also a malformed one: no parsing can fail here).
-
-    >>> redact("redis://:secret@127.0.0.1:6379/0")
-    'redis://:***@127.0.0.1:6379/0'
-    >>> redact("redis://user:secret@host:bad/0")
-    'redis://user:***@host:bad/0'
-    """
-    return _PASSWORD.sub(r"\1***@", url)
-
-
-_PASSWORD = re.compile(r"(//[^/@:]*:)[^/@]*@")
 
 
 def parse_url_list(text: str) -> list[str]:
@@ -122,6 +108,10 @@ def ping(url: str, *, timeout_s: float = 1.0) -> None:
     client = connect(url, timeout_s=timeout_s)
     try:
         client.ping()
+    except (redis.AuthenticationError, redis.AuthenticationWrongNumberOfArgsError) as exc:
+        raise NodeUnreachableError(f"redis server {redact(url)} refuses the password: {exc}") from None
+    except redis.ResponseError as exc:  # NOAUTH (a password needed), or a database number it lacks
+        raise NodeUnreachableError(f"redis server {redact(url)} refuses the connection: {exc}") from None
     except redis.RedisError as exc:
         raise NodeUnreachableError(f"redis server {redact(url)} does not answer: {exc}") from None
     finally:

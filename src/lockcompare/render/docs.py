@@ -20,8 +20,11 @@ holds::
 (one line in the file; broken here to fit).
 
 The statistic is one of ``mean:COLUMN`` (one decimal, as the tables round), ``sum:COLUMN``,
-``min:COLUMN``, ``max:COLUMN``, ``nonzero:COLUMN`` (rows where it is > 0), ``true:COLUMN`` (rows
-where it is true), or ``rows`` (how many rows match).
+``ci:COLUMN`` (the mean with its 95% interval, "78.6 ±1.1", as the tables give it),
+``min:COLUMN``, ``max:COLUMN``, ``median:COLUMN``, ``range:COLUMN`` ("19–20", or "20" when every row agrees),
+``nonzero:COLUMN`` (rows where it is > 0), ``true:COLUMN`` (rows where it is true), ``span:wall_s``
+(the run's wall time from its first trial's ``started_at`` to its last trial's end, "32 min 11 s"),
+or ``rows`` (how many rows match).
 
 A history excerpt is rendered the same way, by the trial's id in a CSV and a time window (ms
 after the trial's first event), optionally only some kinds of step, so a story told from a history
@@ -32,14 +35,19 @@ is the committed history's and no other run's::
     <!-- /excerpt -->
 
 ``python -m lockcompare.render.docs --check FILE...`` renders without writing and exits 1 naming
-every block whose text differs from a fresh rendering (`.ci/run` runs it); the test suite checks
-the same. The fault kinds' table is rendered from their modules (spec/faultkinds), between
+every block whose text differs from a fresh rendering (`.ci/run` runs it), and every number in the
+prose outside a rendered block, a code span or fence, a link target or an HTML comment that the
+short allow-list ``ALLOWED`` (settings of the lesson's lab, versions, names that carry a number)
+does not explain: a figure is rendered from a committed file or not written at all. The test suite
+checks the same (tests/test_docs_check.py, tests/test_docs_numbers.py).
+The fault kinds' table is rendered from their modules (spec/faultkinds), between
 ``<!-- faultkinds -->`` and ``<!-- /faultkinds -->``.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -114,12 +122,16 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
 
     >>> rows = [{"lost_updates": 20, "marked": True}, {"lost_updates": 19, "marked": False}]
     >>> stats = ("mean:lost_updates", "sum:lost_updates", "min:lost_updates", "rows", "true:marked")
-    >>> [statistic(rows, s) for s in stats]
-    ['19.5', '39', '19', '2', '1']
+    >>> [statistic(rows, s) for s in (*stats, "range:lost_updates", "median:lost_updates")]
+    ['19.5', '39', '19', '2', '1', '19–20', '19.5']
+    >>> statistic(rows[:1], "range:lost_updates"), statistic(rows * 3, "ci:lost_updates")
+    ('20', '19.5 ±0.6')
     """
     if stat == "rows":
         return str(len(rows))
     op, _, column = stat.partition(":")
+    if op == "span":
+        return duration(wall_span(rows))
     if op == "true":
         return str(sum(1 for row in rows if row.get(column) is True or str(row.get(column)).lower() == "true"))
     values = [v for v in (_number(row.get(column)) for row in rows) if v is not None]
@@ -128,11 +140,67 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
     if op == "nonzero":
         return str(sum(1 for v in values if v > 0))
     computed = {"mean": lambda: sum(values) / len(values), "sum": lambda: sum(values), "min": lambda: min(values),
-                "max": lambda: max(values)}  # fmt: skip
+                "max": lambda: max(values), "median": lambda: statistics.median(values)}  # fmt: skip
+    if op == "ci":
+        from lockcompare.render.table import _mean_with_ci
+
+        return _mean_with_ci(values)
+    if op == "range":
+        low, high = (f"{v:.1f}".rstrip("0").rstrip(".") for v in (min(values), max(values)))
+        return low if low == high else f"{low}–{high}"
     if op not in computed:
-        raise ValueError(f"unknown statistic {stat!r} (mean, sum, min, max, nonzero, true: COLUMN; or rows)")
+        raise ValueError(
+            f"unknown statistic {stat!r} (mean, ci, sum, min, max, median, range, nonzero, true, span: COLUMN; or rows)"
+        )
     value = computed[op]()
     return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def wall_span(rows: list[dict[str, Any]]) -> float:
+    """Seconds from the first row's ``started_at`` to the latest ``started_at + wall_s``: how long
+    the run that wrote ``rows`` took from its first trial's start to its last trial's end.
+
+    >>> wall_span([{"started_at": "2026-12-03T12:00:00Z", "wall_s": 10.0},
+    ...            {"started_at": "2026-12-03T12:01:00Z", "wall_s": "6.5"}])
+    66.5
+    """
+    from datetime import datetime
+
+    spans = [
+        (datetime.fromisoformat(str(row["started_at"]).replace("Z", "+00:00")).timestamp(), _number(row.get("wall_s")))
+        for row in rows
+        if str(row.get("started_at") or "").strip() and _number(row.get("wall_s")) is not None
+    ]
+    if not spans:
+        raise ValueError("no row has both started_at and wall_s")
+    return max(start + (wall or 0.0) for start, wall in spans) - min(start for start, _ in spans)
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as a reader says it, to the second: "33 min 6 s", "1 h 2 min 0 s", "48 s".
+
+    >>> [duration(s) for s in (1986.4, 48.0, 3720.2, 59.6)]
+    ['33 min 6 s', '48 s', '1 h 2 min 0 s', '1 min 0 s']
+    """
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min {secs} s"
+    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    """A results CSV (typed, in today's schema), or any other committed CSV as text — a script's
+    counts, a source's published figures — that value blocks can read too."""
+    import csv
+
+    with path.open(newline="") as handle:
+        header = handle.readline()
+    if header.startswith("schema_version,"):
+        return read_results(path)
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
 
 
 def rendered_blocks(markdown: str, *, base: Path) -> str:
@@ -153,7 +221,7 @@ def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
 
     def rows_of(csv: str) -> list[dict[str, Any]]:
         if csv not in cache:
-            cache[csv] = read_results(base / csv)
+            cache[csv] = _read_rows(base / csv)
         return cache[csv]
 
     def note(match: re.Match[str], fresh: str, what: str) -> str:
@@ -198,9 +266,115 @@ def excerpt_text(csv: Path, rows: list[dict[str, Any]], match: re.Match[str]) ->
     if row is None:
         raise ValueError(f"{csv}: no trial {match['trial']!r}")
     kinds = set(match["kinds"].split(",")) if match["kinds"] else None
-    events = load_history(history_path(row, results=csv))
+    path = history_path(row, results=csv)
+    if path is None:
+        raise ValueError(f"{csv}: the history of {match['trial']!r} is outside the CSV's folder")
+    events = load_history(path)
     timeline = render_timeline(events, from_ms=float(match["from"]), to_ms=float(match["to"]), kinds=kinds)
     return f"```\n{timeline}\n```\n"
+
+
+#: Numbers in prose that are not results: the lesson lab's settings and defaults, versions, commands,
+#: section numbering. Each is a pattern with the word or unit that makes it a setting, and why; a
+#: number matched by none of them is a figure and must come from a block. Keep this list short: a
+#: result that fits one of these patterns by accident is still a result, so a new pattern names the
+#: setting, never a bare number.
+ALLOWED: tuple[tuple[str, str], ...] = (
+    (
+        r"\b\d+\s(?:workers?|rounds?|(?:lock )?nodes?|trials?|jobs|cores?|threads?|CPU hogs?)\b",
+        "the lab's size and a run's shape: 2 workers, 40 rounds, 5 nodes, 5 trials",
+    ),
+    (
+        r"\b(?:TTL|lease|paused?|work|timeouts?|delay|jumps?|think time|margin|offset|every|of every)"
+        r"\s(?:of |is |= |> |< )?(?:about )?\d+(?:\.\d+)?(?: ?(?:ms|s)\b)?",
+        "a setting named before its value: TTL 1000 ms, work 300, a pause of 1200 ms",
+    ),
+    (
+        r"\b\d+(?:\.\d+)? ?(?:ms|s)\b(?=\s(?:of work|of (?:every|pause)|TTL|lease|pause|work|timeout|delay"
+        r"|(?:clock )?jump|sleep|after|into|margin|allowance|interval|window|limit|strobe|stop))",
+        "a duration that says what it sets: 300 ms of work, 50 ms after each acquire, a 250 ms margin",
+    ),
+    (
+        r"\b\d+ [−-] \d+ ms\b|\b\d+ ?[/x×] ?TTL\b|\bTTL ?/ ?\d+\b|\bwork ?/ ?\d+\b|[×x] ?\d+(?:\.\d+)?\b",
+        "the margins' and faults' formulas (1000 − 300 ms, 2 x TTL, TTL/10, work/2) and time scales (×0.1)",
+    ),
+    (
+        r"(?i:\b(?:python|postgresql|redis|etcd|schema|version|utf)[ -]?[≥>=]*\s?\d+(?:\.\d+)*\b)|\b\d+(?:\.\d+){2,}\b",
+        "versions, encodings and addresses: Python ≥ 3.11, schema 7, UTF-8, 127.0.0.1",
+    ),
+    (r"^#{1,6} .*$|^\s*\d+\.\s", "headings and numbered lists"),
+    (
+        r"(?i:\b(?:issue|round|step|port|pid|node|nodes|worker|trial|token|exits?|exit codes?|mode|line|run)"
+        r"[\s-]?#?\d+(?:(?:, ?| and )\d+)*\b)|#\d+\b",
+        "names that carry a number: worker 0, nodes 3,4, token 1, issue 31, trial #3, exit code 2, mode 0600",
+    ),
+    (
+        r"\b\d+-(?:node|worker|core|second|bit|byte)\b|\b[357] of (?:the )?[57]\b|\bK [<>]=? \d(?: of \d)?\b|\bK-1\b",
+        "the quorum and set-up of the lab: 2-core, 3 of 5, K < 3",
+    ),
+    (
+        r"^\|\s*`[^`|]*--[^`|]*`[^|]*\|.*$|^\|.*`LOCKCOMPARE_MAX_\w+`.*$",
+        "a table row of settings (its first cell an option, or a limit's variable): limits, defaults",
+    ),
+    (
+        r"\bat\s+most\s+\d+(?: \d{3})*\s+(?:steps|characters|bytes|MB|KB)\b",
+        "a limit in prose: at most 64 steps, at most 8 192 characters",
+    ),
+    (
+        r"(?:/ ?|\bof )(?:80|40)\b|\bbalance \+ 1\b|\b[A-E] [=>] 0\b|\b95% (?:interval|CI)\b",
+        "the lab's 80 planned entries (2 workers × 40 rounds), the write's + 1, the lesson's pattern (B = 0), 95% CI",
+    ),
+    (r"\b[0-9a-f]*[a-f][0-9a-f]*\b|\b[0-9a-f]{7,40}\b", "revisions and trial ids (hex)"),
+)
+
+#: Each pattern is matched on its own, so one that starts earlier cannot hide another's match.
+_ALLOWED = [re.compile(pattern, re.MULTILINE) for pattern, _ in ALLOWED]
+
+#: Everything in a file that is not prose: rendered blocks, code fences and spans, HTML comments,
+#: link targets and image paths. Removed (replaced by spaces, so lines keep their numbers) before
+#: numbers are looked for.
+_NOT_PROSE = re.compile(
+    "|".join(
+        (
+            r"<!-- (value|table|excerpt): .*?<!-- /\1 -->",  # a rendered block, markers included
+            r"^```.*?^```[^\n]*$",  # a fenced code block
+            r"<!--.*?-->",  # an HTML comment (a marker, or a note for the maintainers)
+            r"`[^`\n]+`",  # a code span
+            r"\]\([^)\s]+\)",  # a link's or image's target
+            r"<https?://[^>]+>|https?://\S+",  # a bare address
+        )
+    ),
+    re.DOTALL | re.MULTILINE,
+)
+
+_NUMBER = re.compile(r"(?<![\w.])[-−+]?\d+(?:[.,]\d+)*(?:\s?±\s?\d+(?:\.\d+)?)?%?(?![\w])")
+
+
+def prose_numbers(markdown: str) -> list[tuple[int, str]]:
+    """Every number in ``markdown``'s prose outside a rendered block, a code span or fence, a link
+    target or an HTML comment that no pattern of ``ALLOWED`` explains, as (line, number).
+
+    >>> prose_numbers("TTL 1000 ms, 2 workers; single lost 19.8 updates (`--trials 5`)\\n")
+    [(1, '19.8')]
+    >>> prose_numbers("lost <!-- value: r.csv rows -->5<!-- /value --> of 81 entries\\n```\\n42\\n```\\n")
+    [(1, '81')]
+    """
+    covered = bytearray(len(markdown))  # 1 where a character is not prose or is an allowed setting
+
+    def cover(pattern: re.Pattern[str], text: str) -> None:
+        for match in pattern.finditer(text):
+            covered[match.start() : match.end()] = b"\1" * (match.end() - match.start())
+
+    cover(_NOT_PROSE, markdown)
+    prose = "".join(" " if c and ch != "\n" else ch for c, ch in zip(covered, markdown, strict=True))
+    for allowed in _ALLOWED:
+        cover(allowed, markdown)  # the original: a settings row is known by its first cell's code span
+        cover(allowed, prose)
+    return [
+        (markdown.count("\n", 0, m.start()) + 1, m.group(0))
+        for m in _NUMBER.finditer(markdown)
+        if not any(covered[m.start() : m.end()])
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
             if check:
                 for line in stale_blocks(text, base=path.parent):
                     print(f"{name}: {line}: stale (run: python -m lockcompare.render.docs {name})", file=sys.stderr)
+                    failed = True
+                for number_line, number in prose_numbers(text):
+                    print(f"{name}: line {number_line}: {number!r} in prose outside a rendered block", file=sys.stderr)
                     failed = True
             else:
                 fresh = rendered_blocks(text, base=path.parent)

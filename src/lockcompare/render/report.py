@@ -22,12 +22,13 @@ from typing import Any
 from lockcompare.analysis.cells import CONDITION_COLUMNS, Cell, group_cells, setting_text
 from lockcompare.analysis.reproduce import matrix_command, settings_key
 from lockcompare.analysis.results import PROVENANCE_COLUMNS as ROW_PROVENANCE
-from lockcompare.analysis.results import read_results
+from lockcompare.analysis.results import history_file, read_results
 from lockcompare.analysis.sentinel import is_marked
 from lockcompare.errors import LockcompareError, RenderError
 from lockcompare.render import table
 from lockcompare.render.glance import GLANCE_PNG, plot_glance
-from lockcompare.render.plots import plot_matrix, plot_timeline, require_matplotlib
+from lockcompare.render.plots import matrix_png_name, plot_matrix, plot_timeline, require_matplotlib
+from lockcompare.render.table import markdown_text
 from lockcompare.render.timeline import load_history
 
 REPORT_NAME = "README.md"
@@ -38,8 +39,12 @@ PROVENANCE_COLUMNS = tuple(
 )
 #: Settings shown per cell, as stored (times already multiplied by time_scale).
 PARAMETER_COLUMNS = (*CONDITION_COLUMNS, "cluster", "redis_version")
-#: PNG names this module writes; others of these patterns in DIR are left from an older rendering.
+#: PNG names this module writes (a folder rendered before manifests existed: see _owned).
 _OUR_PNGS = ("matrix-*.png", "timeline-*.png", GLANCE_PNG)
+#: The names of the files a rendering wrote, one a line: a later rendering replaces or removes only
+#: these, never a file of the user's that happens to have one of our names.
+MANIFEST_NAME = ".lockcompare-report"
+_LEGACY_TITLE = "# lockcompare report:"
 
 
 def timeline_png_name(cell: Cell) -> str:
@@ -56,6 +61,8 @@ def write_report(*, results: Path, out: Path) -> list[Path]:
     if not rows:
         raise RenderError(f"{results}: no trials to report")
     require_matplotlib()  # before anything is written: a missing extra leaves no half-made report
+    owned = _owned(out)
+    _refuse_foreign(out, owned=owned, names=_planned_names(rows))
     out.mkdir(parents=True, exist_ok=True)
     pngs = [plot_glance(rows, out=out / GLANCE_PNG), *plot_matrix(rows, out=out)]
     cells = group_cells(rows)
@@ -68,8 +75,50 @@ def write_report(*, results: Path, out: Path) -> list[Path]:
     markdown = render_markdown(rows=rows, cells=cells, results=results, out=out, matrix_pngs=pngs, timelines=timelines)
     report = out / REPORT_NAME
     report.write_text(markdown, encoding="utf-8")
-    _remove_stale(out, keep={p.name for p in pngs})
+    keep = {REPORT_NAME, *(p.name for p in pngs)}
+    _remove_stale(out, owned=owned, keep=keep)
+    (out / MANIFEST_NAME).write_text("".join(f"{name}\n" for name in sorted(keep)), encoding="utf-8")
     return [report, *pngs]
+
+
+def _owned(out: Path) -> set[str]:
+    """The files of ``out`` an earlier rendering wrote: its manifest's names, or, in a folder rendered
+    before manifests existed (its README.md is a report), the names of our patterns."""
+    manifest = out / MANIFEST_NAME
+    if manifest.is_file():
+        try:
+            return {line for line in manifest.read_text(encoding="utf-8").splitlines() if line and "/" not in line}
+        except (OSError, UnicodeDecodeError):
+            return set()
+    try:
+        with (out / REPORT_NAME).open(encoding="utf-8") as fh:
+            legacy = fh.readline().startswith(_LEGACY_TITLE)
+    except (OSError, UnicodeDecodeError):
+        legacy = False
+    if not legacy:
+        return set()
+    return {REPORT_NAME, *(p.name for pattern in _OUR_PNGS for p in out.glob(pattern))}
+
+
+def _planned_names(rows: Sequence[dict[str, Any]]) -> set[str]:
+    """Every name this rendering may write (timelines for every cell: a superset is safe)."""
+    cells = group_cells(rows)
+    matrices = {matrix_png_name(str(r["experiment"])) for r in rows}
+    return {REPORT_NAME, GLANCE_PNG, *matrices, *(timeline_png_name(c) for c in cells)}
+
+
+def _refuse_foreign(out: Path, *, owned: set[str], names: set[str]) -> None:
+    """Refuse, before anything is written, to overwrite a file in ``out`` that no rendering wrote."""
+    if not out.is_dir():
+        return
+    foreign = sorted(n for n in names if (out / n).exists() or (out / n).is_symlink())
+    foreign = [n for n in foreign if n not in owned]
+    if foreign:
+        raise RenderError(
+            f"--out {out} holds {foreign[0]}"
+            + (f" and {len(foreign) - 1} more file(s)" if len(foreign) > 1 else "")
+            + " that lockcompare did not write: choose a new or empty folder (nothing was written)"
+        )
 
 
 def cell_title(cell: Cell) -> str:
@@ -78,9 +127,9 @@ def cell_title(cell: Cell) -> str:
     return cell.title + (f" [{marked} of {len(cell.rows)} timing-marked]" if marked else "")
 
 
-def history_path(row: dict[str, Any], *, results: Path) -> Path:
-    """A row's history file: the CSV's ``history`` column is relative to the CSV's folder."""
-    return results.parent / str(row["history"])
+def history_path(row: dict[str, Any], *, results: Path) -> Path | None:
+    """A row's history file, or None when its path leaves the CSV's folder (see results.history_file)."""
+    return history_file(row, results=results)
 
 
 def row_for_history(path: Path) -> dict[str, Any] | None:
@@ -96,7 +145,7 @@ def row_for_history(path: Path) -> dict[str, Any] | None:
         rows = read_results(csv)
     except LockcompareError:
         return None
-    return next((r for r in rows if history_path(r, results=csv).resolve() == path.resolve()), None)
+    return next((r for r in rows if history_path(r, results=csv) == path.resolve()), None)
 
 
 def _first_lost(cell: Cell) -> dict[str, Any] | None:
@@ -108,13 +157,15 @@ def _timeline_section(cell: Cell, *, results: Path, out: Path) -> tuple[str, Pat
     if row is None:
         return "", None
     source = history_path(row, results=results)
-    link = f"[`{row['history']}`]({_rel(source, out)})"
+    link = f"[{code(row['history'])}]({_rel(source, out)})" if source is not None else code(row["history"])
     facts = (
-        f"Trial `{row['trial_id']}` of run `{row['run_id']}` ({row['started_at']}): "
+        f"Trial {code(row['trial_id'])} of run {code(row['run_id'])} ({markdown_text(row['started_at'])}): "
         f"{_count(row['lost_updates'], 'lost update')}, {_count(row['conflicts'], 'conflict')} "
         f"in {row['entries']} entries, "
-        f"verdict `{row['verdict']}`. History: {link}."
+        f"verdict {code(row['verdict'])}. History: {link}."
     )
+    if source is None:
+        return f"{facts}\n\n(The history path leaves the results' folder: not read.)", None
     if not source.is_file():
         return f"{facts}\n\n(The history file is missing, so there is no picture.)", None
     try:
@@ -126,8 +177,8 @@ def _timeline_section(cell: Cell, *, results: Path, out: Path) -> tuple[str, Pat
     png = plot_timeline(
         history, out=out / timeline_png_name(cell), title=f"{cell_title(cell)}: {row['trial_id']}", ttl_ms=row["ttl_ms"]
     )
-    picture = f"![timeline of {row['trial_id']}]({png.name})"
-    redraw = f"`lockcompare history {row['history']} --plot {png.name} --from-ms A --to-ms B`"
+    picture = f"![timeline of {markdown_text(row['trial_id'])}]({png.name})"
+    redraw = code(f"lockcompare history {row['history']} --plot {png.name} --from-ms A --to-ms B")
     return f"{facts}\n\n{picture}\n\nAnother window, from the CSV's folder: {redraw}.", png
 
 
@@ -164,9 +215,9 @@ def render_markdown(
     quiet = []
     for cell in cells:
         if timelines.get(cell.name):
-            parts += [f"### {cell_title(cell)}", timelines[cell.name]]
+            parts += [f"### {markdown_text(cell_title(cell))}", timelines[cell.name]]
         else:
-            quiet.append(f"{cell_title(cell)} ({_trials(len(cell.rows))})")
+            quiet.append(f"{markdown_text(cell_title(cell))} ({_trials(len(cell.rows))})")
     if quiet:
         parts.append("No trial lost an update in: " + "; ".join(quiet) + ".")
     parts += [
@@ -199,7 +250,8 @@ def _commands(cells: Sequence[Cell]) -> str:
         for row in cell.rows:
             groups.setdefault(settings_key(row), []).append(row)
         commands = "\n".join(matrix_command(group) for group in groups.values())
-        blocks.append(f"{cell_title(cell)}:\n\n```sh\n{commands}\n```")
+        fence = "`" * max(3, _longest_backticks(commands) + 1)  # a cell's text cannot close the block
+        blocks.append(f"{markdown_text(cell_title(cell))}:\n\n{fence}sh\n{commands}\n{fence}")
     return "\n\n".join(blocks)
 
 
@@ -251,8 +303,26 @@ def _rel(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path.resolve(), start.resolve())).as_posix()
 
 
-def _remove_stale(out: Path, *, keep: set[str]) -> None:
-    for pattern in _OUR_PNGS:
-        for path in out.glob(pattern):
-            if path.name not in keep:
-                path.unlink()
+def _remove_stale(out: Path, *, owned: set[str], keep: set[str]) -> None:
+    """Remove the files an earlier rendering wrote that this one does not (and nothing else)."""
+    for name in sorted(owned - keep):
+        path = out / name
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
+
+
+def code(value: object) -> str:
+    """A CSV value in a Markdown code span (HTML is not rendered there; a newline or ``|`` still ends
+    a table row, and a backtick would end the span: fenced with more backticks than it holds)."""
+    text = " ".join(str(value).splitlines()).replace("|", "\\|")
+    ticks = "`" * (_longest_backticks(text) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def _longest_backticks(text: str) -> int:
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return longest

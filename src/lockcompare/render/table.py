@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -239,12 +240,43 @@ def check_format(fmt: str) -> None:
 
 
 def format_table(headers: Sequence[str], lines: Sequence[Sequence[str]], *, fmt: str) -> str:
-    """Lines of text cells under ``headers``, with tabulate or, for ``csv``, the csv module."""
+    """Lines of text cells under ``headers``, with tabulate or, for ``csv``, the csv module.
+
+    Cells come from a CSV anyone may have edited: in Markdown they are escaped (:func:`markdown_text`),
+    in CSV a formula is neutralised (:func:`spreadsheet_text`)."""
     check_format(fmt)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(headers)
-        writer.writerows(lines)
+        writer.writerow([spreadsheet_text(h) for h in headers])
+        writer.writerows([spreadsheet_text(cell) for cell in line] for line in lines)
         return buf.getvalue().rstrip("\n")
+    if fmt == "github":
+        headers = [markdown_text(h) for h in headers]
+        lines = [[markdown_text(cell) for cell in line] for line in lines]
+    else:
+        lines = [[" ".join(str(cell).splitlines()) for cell in line] for line in lines]
     return str(tabulate(lines, headers=headers, tablefmt=fmt, disable_numparse=True))
+
+
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def markdown_text(value: object) -> str:
+    """A value as Markdown text: it can neither start HTML (``<script>``; ``<1`` stays as it is),
+    end a table cell (``|``) or a line, nor open a code span."""
+    text = " ".join(str(value).splitlines())
+    text = _TAG_START.sub("&lt;", text)
+    return text.replace("|", "\\|").replace("`", "\\`")
+
+
+def spreadsheet_text(value: object) -> str:
+    """A CSV cell a spreadsheet will not run as a formula: one starting with ``= + - @`` (or a tab or
+    carriage return) gets a leading ``'`` (OWASP's CSV-injection advice); numbers stay numbers."""
+    text = str(value)
+    if text[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        try:
+            float(text)
+        except ValueError:
+            return "'" + text
+    return text

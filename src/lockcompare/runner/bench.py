@@ -21,6 +21,9 @@ What the numbers are, and are not:
 - ``refused``: timed acquires that were refused. With one sequential client this should be 0; it
   is counted rather than retried so that a backend that blocks itself (e.g. a key left behind by a
   request still in flight after the call returned) shows up instead of being averaged away.
+- ``library p50 µs`` / ``hop p50 µs`` (rows of external clients, docs/clients.md): the time the
+  client reported spending inside its library (acquire + release), and the rest of each cycle — the
+  JSON-lines hop to the client process and its runtime — as separate medians.
 - Ratios (``x single``, ``x pottery``) compare rows measured in ONE run on one machine, one after
   another; they move with load, core count and Redis build. Re-run before quoting a number.
 
@@ -70,6 +73,8 @@ class BenchRow:
     p50_us: float
     p99_us: float
     ops_per_s: float
+    library_p50_us: float = math.nan  # an external client's own time in its library; nan: not reported
+    hop_p50_us: float = math.nan  # the rest of the cycle: the pipe to the client and its runtime
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +136,7 @@ def run_bench(
         if name in proxied:
             names.append(name + VIA_PROXY)
     samples: dict[str, list[int]] = {name: [] for name in names}
+    library: dict[str, list[int]] = {name: [] for name in names}
     refused = dict.fromkeys(names, 0)
     wall_ns = dict.fromkeys(names, 0)
     links = (
@@ -154,20 +160,26 @@ def run_bench(
                     warmup=warmup,
                     ttl_ms=ttl_ms,
                 )
-                block_samples, block_refused, block_wall = _run_worker(job)
+                block_samples, block_refused, block_wall, block_library = _run_worker(job)
                 samples[name].extend(block_samples)
+                library[name].extend(block_library)
                 refused[name] += block_refused
                 wall_ns[name] += block_wall
     finally:
         if links is not None:
             links.stop()
         delete_keys_containing(cluster.node_urls, prefix)
-    return [_row(name, samples[name], refused[name], wall_ns[name]) for name in names]
+    return [_row(name, samples[name], refused[name], wall_ns[name], library[name]) for name in names]
 
 
-def _row(name: str, samples_ns: list[int], refused: int, wall_ns: int) -> BenchRow:
+def _row(name: str, samples_ns: list[int], refused: int, wall_ns: int, library_ns: list[int] | None = None) -> BenchRow:
     samples_us = [ns / 1000 for ns in samples_ns]
+    split = bool(library_ns) and len(library_ns or []) == len(samples_ns)
+    library_us = [ns / 1000 for ns in library_ns or []] if split else []
+    hop_us = [cycle - lib for cycle, lib in zip(samples_us, library_us, strict=True)] if split else []
     return BenchRow(
+        library_p50_us=percentile(library_us, 50) if split else math.nan,
+        hop_p50_us=percentile(hop_us, 50) if split else math.nan,
         backend=name,
         iterations=len(samples_us),
         refused=refused,
@@ -177,8 +189,9 @@ def _row(name: str, samples_ns: list[int], refused: int, wall_ns: int) -> BenchR
     )
 
 
-def _run_worker(job: _Job) -> tuple[list[int], int, int]:
-    """One block of one backend in a fresh process: (cycle times in ns, refusals, wall ns)."""
+def _run_worker(job: _Job) -> tuple[list[int], int, int, list[int]]:
+    """One block of one backend in a fresh process: (cycle times in ns, refusals, wall ns, and per
+    cycle the ns an external client reported inside its library: empty for other backends)."""
     parent_end, child_end = SPAWN.Pipe(duplex=False)
     timeout_s = START_TIMEOUT_S + (job.iterations + job.warmup) * _MAX_CYCLE_S
     proc = start_worker_process(target=bench_worker_main, args=(job, child_end))
@@ -195,19 +208,21 @@ def _run_worker(job: _Job) -> tuple[list[int], int, int]:
         parent_end.close()
     if message[0] != "ok":
         raise TrialError(f"bench of {job.backend!r} failed: {message[1]}")
-    _, samples_ns, refused, wall_ns = message
-    return samples_ns, refused, wall_ns
+    _, samples_ns, refused, wall_ns, library_ns = message
+    return samples_ns, refused, wall_ns, library_ns
 
 
 def bench_worker_main(job: _Job, conn: Connection) -> None:
-    """Process entry point: send ``("ok", samples_ns, refused, wall_ns)`` or ``("error", message)``."""
+    """Process entry point: send ``("ok", samples_ns, refused, wall_ns, library_ns)`` or ``("error", message)``."""
     die_with_parent()
     try:
-        cycle, close = _floor_cycle(job) if job.backend == FLOOR else _backend_cycle(job)
+        cycle, close, library = _floor_cycle(job) if job.backend == FLOOR else _backend_cycle(job)
         try:
             for _ in range(job.warmup):
                 cycle()
+            library()  # the warm-up's library time is not measured
             samples_ns: list[int] = []
+            library_ns: list[int] = []
             refused = 0
             clock = time.perf_counter_ns
             wall_start = clock()
@@ -215,22 +230,26 @@ def bench_worker_main(job: _Job, conn: Connection) -> None:
                 t0 = clock()
                 acquired = cycle()
                 t1 = clock()
+                spent = library()
                 if acquired:
                     samples_ns.append(t1 - t0)
+                    if spent is not None:
+                        library_ns.append(spent)
                 else:
                     refused += 1
             wall_ns = clock() - wall_start
         finally:
             close()
-        conn.send(("ok", samples_ns, refused, wall_ns))
+        conn.send(("ok", samples_ns, refused, wall_ns, library_ns))
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as data
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 
 
-def _backend_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None]]:
+def _backend_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None], Callable[[], int | None]]:
     backend = load_backend(job.backend)(config=job.config)
+    take = getattr(backend, "take_library_ns", None)  # an external client reports its library's time
 
     def cycle() -> bool:
         lease = backend.acquire(key=job.key, ttl_ms=job.ttl_ms)
@@ -239,10 +258,14 @@ def _backend_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None]]:
         backend.release(lease)
         return True
 
-    return cycle, backend.close
+    return cycle, backend.close, (take if callable(take) else _no_library)
 
 
-def _floor_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None]]:
+def _no_library() -> None:
+    return None
+
+
+def _floor_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None], Callable[[], int | None]]:
     client = connect(job.config.node_urls[0], timeout_s=job.config.request_timeout_s)
     release = client.register_script(RELEASE_SCRIPT)  # EVALSHA, loading the script once
 
@@ -253,7 +276,7 @@ def _floor_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None]]:
         release(keys=[job.key], args=[token])
         return True
 
-    return cycle, client.close
+    return cycle, client.close, _no_library
 
 
 def _num(value: float, fmt: str) -> str:
@@ -283,6 +306,9 @@ def render_bench(rows: Sequence[BenchRow], *, fmt: str = "github") -> str:
     headers = ["backend", "cycles", "refused", "p50 µs", "p99 µs", "ops/s", f"x {base_name}"]
     if pottery is not None:
         headers.append("x pottery")
+    split = any(not math.isnan(row.library_p50_us) for row in rows)
+    if split:
+        headers += ["library p50 µs", "hop p50 µs"]
     lines = []
     for row in rows:
         line = [
@@ -296,5 +322,7 @@ def render_bench(rows: Sequence[BenchRow], *, fmt: str = "github") -> str:
         ]
         if pottery is not None:
             line.append(_ratio(row.p50_us, pottery))
+        if split:
+            line += [_num(row.library_p50_us, ".0f"), _num(row.hop_p50_us, ".0f")]
         lines.append(line)
     return format_table(headers, lines, fmt=fmt)

@@ -26,7 +26,8 @@ from lockcompare.errors import (
     InvalidValueError,
 )
 from lockcompare.faults import plan as fault_plan
-from lockcompare.files import check_output_file, results_lock
+from lockcompare.faults import targets as fault_targets
+from lockcompare.files import check_output_file, real_path, results_lock
 from lockcompare.infra.cluster import (
     Cluster,
     ClusterShape,
@@ -58,7 +59,7 @@ from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.limits import DEFAULT_CPU_SHARE, check_count, usable_cpus
 from lockcompare.spec.parsing import Overrides, Sweep
 from lockcompare.spec.schedule import parse_schedule
-from lockcompare.spec.trialspec import TrialSpec, make_spec
+from lockcompare.spec.trialspec import TrialSpec, custom_faults, make_spec
 
 log = logging.getLogger("lockcompare")
 
@@ -187,7 +188,8 @@ UNSUPPORTED_FAULTS = {
 
 def _unfit(cls: type, spec: TrialSpec) -> str:
     """Why a backend cannot run the trial ("" when it can): a TTL it cannot express (its optional
-    ``check_ttl``, e.g. etcd's whole-second leases), or a fault its kind of lock server cannot take."""
+    ``check_ttl``, e.g. etcd's whole-second leases), a fault its kind of lock server cannot take, or
+    a fault step that can never reach its lock (faults/targets.py: never_resolves)."""
     servers = str(getattr(cls, "servers", "redis"))
     unsupported = UNSUPPORTED_FAULTS.get(servers, {})
     schedule = parse_schedule(spec.faults)
@@ -200,6 +202,14 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
             fault_plan.check_schedule(schedule, lock_nodes=used, workers=spec.workers)
         except InvalidValueError as exc:
             return f"{servers} lock servers: {exc}"
+    reach = fault_targets.never_resolves(
+        schedule.steps,
+        lease_nodes=fault_targets.lease_nodes(cls, node_count=cluster_shape(spec, cluster_options=ClusterOptions(
+            node_count=spec.node_count or ClusterOptions().node_count)).node_count),
+        fixed_nodes=custom_faults(spec.recorded_settings()),
+    )  # fmt: skip
+    if reach:
+        return reach
     check_ttl = getattr(cls, "check_ttl", None)
     if check_ttl is None:
         return ""
@@ -386,6 +396,7 @@ def run_planned(
         raise InvalidValueError("no trial to run")
     for backend in dict.fromkeys(spec.backend for spec in specs):  # before any file or server is touched
         require_declarations(load_backend(backend), name=backend)
+    out = real_path(out)  # through a symlink: the lock, the rows and the histories beside the real file
     check_output_file(out, flag="--out")  # before the lock file beside it is created
     with results_lock(out):  # one writer per results file, for the whole run
         return _run_locked(

@@ -37,32 +37,61 @@ redis.call('INCR', KEYS[2])
 return 1
 """
 
+#: Fencing tokens are 64-bit integers (etcd revisions, zxids, sequences, ns stamps), but a Lua
+#: number is a double: above 2**53 ``tonumber`` makes neighbouring tokens equal, and a stale write
+#: passes. So the scripts never turn a token into a number: the runner sends it as a decimal string
+#: of TOKEN_DIGITS digits (zero-padded), and ``older`` compares two of them as two 10-digit halves,
+#: each exact as a double. The mark is stored as that string ('' until the first token).
+OLDER_FUNCTION = """
+local function older(a, b)
+  if b == '' or b == '0' then return false end
+  local ah, bh = tonumber(string.sub(a, 1, 10)), tonumber(string.sub(b, 1, 10))
+  if ah ~= bh then return ah < bh end
+  return tonumber(string.sub(a, 11)) < tonumber(string.sub(b, 11))
+end
+"""
+
+#: The width of a token as the scripts see it: 2**63 - 1 has 19 digits.
+TOKEN_DIGITS = 20
+
+
+def token_text(token: int) -> str:
+    """A fencing token as the scripts compare it (see OLDER_FUNCTION); the range is checked by Lease.problem."""
+    if not 0 <= token < 10**TOKEN_DIGITS:
+        raise ValueError(f"fencing token out of range: {token}")
+    return f"{token:0{TOKEN_DIGITS}d}"
+
+
 #: The lesson's fenced write: reject a token lower than the highest seen, count both outcomes.
-FENCED_WRITE_SCRIPT = """
-local seen = tonumber(redis.call('GET', KEYS[3]) or '0')
-local tok = tonumber(ARGV[2])
-if tok < seen then
+FENCED_WRITE_SCRIPT = (
+    OLDER_FUNCTION
+    + """
+local seen = redis.call('GET', KEYS[3]) or ''
+if older(ARGV[2], seen) then
   redis.call('INCR', KEYS[4])
   return 0
 end
-redis.call('SET', KEYS[3], tok, 'KEEPTTL')
+redis.call('SET', KEYS[3], ARGV[2], 'KEEPTTL')
 redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
 redis.call('INCR', KEYS[2])
 return 1
 """
+)
 
 #: A fenced read: a token lower than the highest seen may not even read; a newer one raises the
 #: mark, so that an older holder's later write is refused. Returns the balance, or false.
-FENCED_READ_SCRIPT = """
-local seen = tonumber(redis.call('GET', KEYS[2]) or '0')
-local tok = tonumber(ARGV[1])
-if tok < seen then
+FENCED_READ_SCRIPT = (
+    OLDER_FUNCTION
+    + """
+local seen = redis.call('GET', KEYS[2]) or ''
+if older(ARGV[1], seen) then
   redis.call('INCR', KEYS[3])
   return false
 end
-redis.call('SET', KEYS[2], tok, 'KEEPTTL')
-return tonumber(redis.call('GET', KEYS[1]) or '0')
+redis.call('SET', KEYS[2], ARGV[1], 'KEEPTTL')
+return redis.call('GET', KEYS[1]) or '0'
 """
+)
 
 #: antirez's check-and-set: the read stores the reader's random lease token with the balance...
 TOKEN_READ_SCRIPT = """
@@ -140,7 +169,7 @@ class Resource:
         """The balance, or None when the resource refuses the read (a fenced read with a stale token)."""
         k = self.keys
         if check is Check.FENCE_ALL and fencing_token is not None:
-            value = self._fenced_read(keys=[k.balance, k.fence_hwm, k.reads_rejected], args=[fencing_token])
+            value = self._fenced_read(keys=[k.balance, k.fence_hwm, k.reads_rejected], args=[token_text(fencing_token)])
             return None if value is None else int(value)
         if check is Check.TOKEN_CAS:
             return int(self._token_read(keys=[k.balance, k.balance_owner], args=[owner]))
@@ -157,7 +186,7 @@ class Resource:
         k = self.keys
         if check in (Check.FENCE_WRITES, Check.FENCE_ALL) and fencing_token is not None:
             keys = [k.balance, k.writes_accepted, k.fence_hwm, k.writes_rejected]
-            return bool(self._fenced_write(keys=keys, args=[value, fencing_token]))
+            return bool(self._fenced_write(keys=keys, args=[value, token_text(fencing_token)]))
         if check is Check.TOKEN_CAS:
             keys = [k.balance, k.writes_accepted, k.balance_owner, k.writes_rejected]
             return bool(self._token_write(keys=keys, args=[value, owner]))

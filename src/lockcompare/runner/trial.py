@@ -26,10 +26,9 @@ from lockcompare.analysis.checker import TrialMetrics, check, unknown
 from lockcompare.analysis.history import Event, now_ns
 from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
 from lockcompare.backends import BackendConfig, load_backend
-from lockcompare.errors import NodeUnreachableError
 from lockcompare.faults import network, plan
 from lockcompare.faults.freeze import Freezer
-from lockcompare.faults.holders import LockHolders, glob_escape
+from lockcompare.faults.holders import DEFAULT_KEY_PATTERN, LockHolders, key_glob
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra import health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
@@ -123,6 +122,7 @@ def _run_trial(
         request_timeout_s=link_timeout_s(spec) or request_timeout_s,
         node_count=spec.node_count,
         wait_replicas=spec.wait_replicas,
+        retry_delay_ms=spec.retry_delay_ms,
     )
     pauses = plan.worker_pauses(schedule, time_scale=spec.time_scale)
     plans = [
@@ -162,7 +162,7 @@ def _run_trial(
             node_count=len(cluster.node_urls),
             workers=spec.workers,
             links=links,
-            holders=_lock_holders(cluster, lock_key=f"{prefix}:lock"),
+            holders=_lock_holders(cluster, lock_key=f"{prefix}:lock", backend=load_backend(spec.backend)),
         )
         if steps
         else None
@@ -196,10 +196,11 @@ def _run_trial(
         died = health.dead_nodes(cluster, node_count=spec.node_count)
         if died:
             failure = "; ".join(filter(None, [failure, f"{health.describe_dead(cluster, died)} died during the trial"]))
-        counters = _read_counters(resource)
+        counters, unread = _read_counters(resource)
+        failure = "; ".join(filter(None, [failure, unread if not died or -1 not in died else ""]))
         metrics = (
             unknown(counters, problem=failure, entries_planned=spec.entries_planned)
-            if failure
+            if failure or counters is None
             else check(events, counters, entries_planned=spec.entries_planned)
         )
         return TrialResult(
@@ -245,6 +246,10 @@ def _judge_timing(spec: TrialSpec, events: list[Event]) -> TimingVerdict | None:
         return None
 
 
+#: The deadline on a backend's construct(), when the per-call deadline is shorter: an external client
+#: (backends/external) starts a runtime there — Node took 1-5 s on a 2-core machine at load 15.
+CONSTRUCT_TIMEOUT_S = 20.0
+
 #: A runner thread that could not run for this long was stopped (SIGSTOP, Ctrl-Z, a frozen VM),
 #: not merely busy: measured stalls on a loaded 2-core machine stay far below a second.
 STOPPED_GAP_S = 3.0
@@ -280,22 +285,30 @@ class StopWatch:
         self._thread.join()
 
 
-def _read_counters(resource: Resource | PgResource) -> ResourceCounters:
+def _read_counters(resource: Resource | PgResource) -> tuple[ResourceCounters | None, str]:
+    """The resource's counters, or None and why not: a resource that died is an unknown trial, as a
+    dead lock node is, and the matrix goes on (an unusable one is refused by the next health check)."""
     try:
-        return resource.counters()
+        return resource.counters(), ""
     except (redis.RedisError, ResourceError) as exc:
-        raise NodeUnreachableError(f"cannot read the resource's counters: {exc}") from None
+        return None, f"cannot read the resource's counters: {exc}"
 
 
-def _lock_holders(cluster: Cluster, *, lock_key: str) -> LockHolders | None:
+def _lock_holders(cluster: Cluster, *, lock_key: str, backend: type) -> LockHolders | None:
     """What reads the lock's holders before a node fault: embedded Redis nodes only (faults/holders.py).
 
-    Matched as ``*<lock key>``: a library stores the harness's key under a prefix of its own
-    (pottery: ``redlock:``, python-redis-lock: ``lock:``).
+    Where the backend says its key lives (``key_pattern``, ``key_type``: an external client's
+    manifest), else as ``*<lock key>``: a library stores the harness's key under a prefix of its
+    own (pottery: ``redlock:``, python-redis-lock: ``lock:``).
     """
     if not cluster.embedded or any(is_etcd_url(url) or is_postgres_url(url) for url in cluster.node_urls):
         return None
-    return LockHolders(node_urls=cluster.node_urls, key_pattern="*" + glob_escape(lock_key))
+    pattern = str(getattr(backend, "key_pattern", DEFAULT_KEY_PATTERN))
+    return LockHolders(
+        node_urls=cluster.node_urls,
+        key_pattern=key_glob(lock_key, pattern=pattern),
+        key_type=str(getattr(backend, "key_type", "string")),
+    )
 
 
 def session_urls(urls: tuple[str, ...], *, spec: TrialSpec) -> tuple[str, ...]:
@@ -482,10 +495,12 @@ class _Watch:
                 continue
             self._stopped_since.pop(pid, None)
             call, started_ns = slot.current()
-            if call and now - started_ns > self.call_timeout_s * 1e9:
+            # construct() is start-up, like the worker's own: an external client starts its runtime there.
+            limit_s = max(self.call_timeout_s, CONSTRUCT_TIMEOUT_S) if call == "construct" else self.call_timeout_s
+            if call and now - started_ns > limit_s * 1e9:
                 return (
                     f"worker {index}: backend {self.backend!r} {call}() did not return within "
-                    f"{self.call_timeout_s:g} s; workers stopped"
+                    f"{limit_s:g} s; workers stopped"
                 )
         return ""
 
@@ -540,6 +555,7 @@ def construct_in_child(backend: str, *, config: BackendConfig, timeout_s: float)
     try:
         if not parent_end.poll(START_TIMEOUT_S) or parent_end.recv() != "constructing":
             return "the probe process did not start"
+        timeout_s = max(timeout_s, CONSTRUCT_TIMEOUT_S)  # start-up, as in a trial (see CONSTRUCT_TIMEOUT_S)
         if not parent_end.poll(timeout_s):
             return f"construct() or close() did not return within {timeout_s:g} s"
         return str(parent_end.recv())

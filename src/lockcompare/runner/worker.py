@@ -112,6 +112,8 @@ class WorkerPlan:
 
 def checked_outcome(outcome: object, *, backend: str) -> Lease | Refusal:
     """``acquire``'s result, or a TypeError naming the backend: anything else is a broken plug-in."""
+    if isinstance(outcome, Lease) and (problem := outcome.problem()) is not None:
+        raise TypeError(f"backend {backend!r}: acquire returned a Lease whose {problem}")
     if isinstance(outcome, (Lease, Refusal)):
         return outcome
     raise TypeError(f"backend {backend!r}: acquire returned {type(outcome).__name__}, expected a Lease or a Refusal")
@@ -208,11 +210,13 @@ def lease_check(backend: LockBackend, lease: Lease, rec: Recorder, slot: CallSlo
 
 
 def record_renewals(backend: LockBackend, rec: Recorder) -> None:
-    """Move a renewing backend's renewal records into the history as ``renew`` events."""
+    """Move a renewing backend's renewal records into the history as ``renew`` events (a record
+    with a ``kind`` is an event of that kind: an external client's start, exit or bad reply)."""
     drain = getattr(backend, "drain_renewals", None)
     for record in drain() if drain is not None else ():
         fields = dict(record)
-        rec.add("renew", t0=int(fields.pop("t0")), t1=int(fields.pop("t1", 0)) or None, **fields)
+        kind = str(fields.pop("kind", "renew"))
+        rec.add(kind, t0=int(fields.pop("t0")), t1=int(fields.pop("t1", 0)) or None, **fields)
 
 
 def handshake(inbox: Inbox, conn: Connection, what: str, round_: int) -> None:

@@ -11,6 +11,50 @@ from typing import Any
 from lockcompare.errors import InvalidValueError
 from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting
 
+#: No number lockcompare takes needs more characters than this; a longer one (5 000 digits) is a
+#: mistake, refused before ``int()`` (which raises past 4 300 digits) or ``float()`` (inf) sees it.
+MAX_NUMBER_CHARS = 32
+
+
+def parse_number(
+    text: str,
+    *,
+    what: str,
+    whole: bool = False,
+    low: float | None = None,
+    high: float | None = None,
+    unit: str = "",
+    hint: str = "",
+) -> float:
+    """The one parser of every number a user types: ASCII digits only (``²`` and other Unicode
+    digits are refused, not half-accepted), at most MAX_NUMBER_CHARS, finite, whole where asked,
+    within ``low``..``high``; anything else is one InvalidValueError line naming ``what``.
+
+    >>> parse_number("1e3", what="for=", high=600_000), parse_number("7", what="nodes=", whole=True)
+    (1000.0, 7)
+    """
+    text = str(text).strip()
+    kind = "a whole number" if whole else "a number"
+    shown = text if len(text) <= MAX_NUMBER_CHARS else f"{text[:12]}... ({len(text)} characters)"
+    if len(text) > MAX_NUMBER_CHARS:
+        raise InvalidValueError(f"{what} takes {kind}, got {shown!r}")
+    if not text.isascii():
+        raise InvalidValueError(f"{what} takes {kind} (digits 0-9), got {shown!r}")
+    try:
+        number = float(text)
+    except ValueError:
+        raise InvalidValueError(f"{what} takes {kind}, got {shown!r}") from None
+    if not math.isfinite(number):
+        raise InvalidValueError(f"{what} takes a finite number, got {shown!r}")
+    if whole and not number.is_integer():
+        raise InvalidValueError(f"{what} takes a whole number, got {shown!r}")
+    suffix = f" ({hint})" if hint else ""
+    if low is not None and number < low:
+        raise InvalidValueError(f"{what} must be >= {low:g}{unit}, got {shown}{suffix}")
+    if high is not None and number > high:
+        raise InvalidValueError(f"{what} must be <= {high:g}{unit}, got {shown}{suffix}")
+    return int(number) if whole else number
+
 
 def setting_for_flag(flag: str) -> Setting:
     return next(s for s in CLI_SETTINGS if s.flag == flag)
@@ -24,16 +68,7 @@ def _convert(setting: Setting, text: str) -> Any:
         return setting.kind(int(text)) if setting.kind is int else setting.kind(text)
     if setting.kind is str:
         return text
-    try:
-        number = float(text)
-    except ValueError:
-        what = "a whole number" if setting.kind is int else "a number"
-        raise InvalidValueError(f"{flag} takes {what}, got {text!r}") from None
-    if not math.isfinite(number):
-        raise InvalidValueError(f"{flag} takes a finite number, got {text!r}")
-    if setting.kind is int and not number.is_integer():
-        raise InvalidValueError(f"{flag} takes a whole number, got {text!r}")
-    return setting.kind(number)
+    return setting.kind(parse_number(text, what=flag, whole=setting.kind is int))
 
 
 def _checked_text(setting: Setting, text: str) -> str:

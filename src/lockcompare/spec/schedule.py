@@ -34,7 +34,8 @@ from pathlib import Path
 
 from lockcompare.errors import ConfigError, InvalidValueError
 from lockcompare.spec import faultkinds
-from lockcompare.spec.faultkinds.base import LINKS, NODES, WORKER, finite
+from lockcompare.spec.faultkinds.base import LINKS, MAX_STEP_MS, NODES, WORKER
+from lockcompare.spec.parsing import parse_number
 
 
 @dataclass(frozen=True)
@@ -132,15 +133,27 @@ def _ms(value: float) -> str:
     return f"{value:g}"
 
 
+#: A schedule's bounds, checked before it is parsed: every field lockcompare writes is bounded where
+#: it is written (a schedule is a CSV cell), and no step waits longer than the longest --pause-ms.
+MAX_SCHEDULE_STEPS = 64
+MAX_SCHEDULE_CHARS = 8192
+MAX_INDEX = 1000  # node and worker indices (the cluster's own bounds are checked where it is known)
+
+
 def parse_schedule(text: str) -> Schedule:
     """Parse a schedule; an :class:`InvalidValueError` in one line says what is wrong and where."""
+    if len(text) > MAX_SCHEDULE_CHARS:
+        raise InvalidValueError(f"a fault schedule takes at most {MAX_SCHEDULE_CHARS} characters, got {len(text)}")
     parts = [part.strip() for part in text.replace("\n", ";").split(";")]
+    if (count := sum(1 for p in parts if p)) > MAX_SCHEDULE_STEPS:
+        raise InvalidValueError(f"a fault schedule takes at most {MAX_SCHEDULE_STEPS} steps, got {count}")
     steps = []
     for number, part in enumerate((p for p in parts if p), start=1):
         try:
             steps.append(_parse_step(part))
         except InvalidValueError as exc:
-            raise InvalidValueError(f"fault step {number} ({part!r}): {exc}") from None
+            shown = part if len(part) <= 80 else part[:77] + "..."
+            raise InvalidValueError(f"fault step {number} ({shown!r}): {exc}") from None
     return Schedule(tuple(steps))
 
 
@@ -254,16 +267,13 @@ def _worker(value: str) -> WorkerTarget:
 
 
 def _whole(value: str, what: str) -> int:
-    if not value.isdigit():
-        raise InvalidValueError(f"{what}= takes a whole number >= 0, got {value!r}")
-    return int(value)
+    if not value.isascii() or not value.isdigit():  # "+1", "1e1" and "²" are not indices
+        raise InvalidValueError(f"{what}= takes a whole number >= 0, got {value[:40]!r}")
+    return int(parse_number(value, what=f"{what}=", whole=True, high=MAX_INDEX))
 
 
 def _time(value: str, what: str) -> float:
-    number = finite(value, what)
-    if number < 0:
-        raise InvalidValueError(f"{what}= must be >= 0 ms, got {value}")
-    return number
+    return parse_number(value, what=f"{what}=", low=0, high=MAX_STEP_MS, unit=" ms")
 
 
 #: A schedule file is a few lines; anything larger is not one.

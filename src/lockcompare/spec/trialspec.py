@@ -21,8 +21,8 @@ from lockcompare.spec.settings import IDENTITY_SETTINGS, SETTING_COLUMNS, SETTIN
 
 __all__ = [
     "DEFAULT_ACQUIRE_TIMEOUT_MS", "DEFAULT_ROUNDS", "IDENTITY_SETTINGS", "Overrides", "Sweep", "TrialSpec",
-    "canonical", "catalogue_faults", "legacy_client_timeout_ms", "legacy_faults", "make_spec", "trial_id_for",
-    "trial_seed",
+    "canonical", "catalogue_faults", "custom_faults", "legacy_client_timeout_ms", "legacy_faults", "make_spec",
+    "trial_id_for", "trial_seed",
 ]  # fmt: skip
 
 #: The lesson's 40 rounds per worker (an experiment may ask for fewer: renewal-pause's 5).
@@ -177,6 +177,17 @@ def catalogue_faults(settings: Mapping[str, object], *, legacy: bool = False) ->
         return ""
 
 
+def custom_faults(settings: Mapping[str, object]) -> bool:
+    """Whether a trial ran a schedule of its own (``--faults``) instead of its experiment's, today's
+    or the one it had before schedules: a table must then name the schedule, not only the experiment."""
+    if canonical(settings.get("ttl_ms")) in ("", "nan"):
+        return False  # no timings to fill the experiment's schedule with: nothing to compare (hand-made rows)
+    faults = canonical(settings.get("faults"))
+    if faults == "nan":  # an empty cell read back as a number
+        faults = ""
+    return faults not in (catalogue_faults(settings), catalogue_faults(settings, legacy=True))
+
+
 def trial_seed(base_seed: int, *parts: object) -> int:
     """A stable per-trial seed from the run's seed and the trial's coordinates."""
     digest = hashlib.sha256(repr((base_seed, *parts)).encode()).digest()
@@ -195,17 +206,9 @@ def _experiment_value(experiment: Experiment, name: str) -> Any:
 def _schedule(experiment: Experiment, chosen: dict[str, Any], *, given: str | None) -> Schedule:
     """The trial's fault schedule: the user's (``--faults``), else the experiment's filled from the
     chosen settings (lesson-scale). A user's schedule also states the pause settings (the CSV's
-    pause columns say what its first pause step does)."""
-    if given is not None:
-        schedule = parse_schedule(given)
-        pause = next(iter(schedule.of_kind("pause")), None)
-        chosen["pause_ms"] = (pause.for_ms or 0.0) if pause is not None else 0.0
-        chosen["pause_how"] = PauseHow(pause.param("how")) if pause is not None else SETTINGS["pause_how"].neutral
-        chosen["pause_point"] = (
-            PausePoint(pause.param("point")) if pause is not None else SETTINGS["pause_point"].neutral
-        )
-        return schedule
-    return parse_schedule(
+    pause columns say what its first pause step does). An empty one is refused for an experiment
+    that has faults of its own: it would run them away and keep the experiment's name."""
+    own = parse_schedule(
         schedule_text(
             experiment,
             fault_nodes=int(chosen["fault_nodes"]) or 1,
@@ -220,6 +223,21 @@ def _schedule(experiment: Experiment, chosen: dict[str, Any], *, given: str | No
             lock_servers=str(chosen.get("lock_servers") or "redis"),
         )
     )
+    if given is not None:
+        schedule = parse_schedule(given)
+        if own and not schedule:  # the row would name a fault the trial never had
+            raise InvalidValueError(
+                f"--faults '' removes {experiment.name}'s own fault ({own.text}): its rows would name a fault "
+                "they did not have; run --experiments baseline for a trial without faults"
+            )
+        pause = next(iter(schedule.of_kind("pause")), None)
+        chosen["pause_ms"] = (pause.for_ms or 0.0) if pause is not None else 0.0
+        chosen["pause_how"] = PauseHow(pause.param("how")) if pause is not None else SETTINGS["pause_how"].neutral
+        chosen["pause_point"] = (
+            PausePoint(pause.param("point")) if pause is not None else SETTINGS["pause_point"].neutral
+        )
+        return schedule
+    return own
 
 
 def make_spec(

@@ -15,7 +15,6 @@ runner hands them (the cluster, the links, the worker processes: faults/schedule
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +40,11 @@ SESSION_CONTROL = "session-control"  # a client's session can be ended by the se
 PROXIED_LINKS = "proxied-links"  # the workers reach the nodes through links lockcompare controls
 
 
+#: The largest time a step's parameter or ``for=`` may take (ms), and a clock jump's (a day).
+MAX_STEP_MS = 600_000
+MAX_JUMP_MS = 86_400_000
+
+
 @dataclass(frozen=True, kw_only=True)
 class Param:
     """One ``key=value`` a kind takes beyond whom / when / for."""
@@ -50,6 +54,7 @@ class Param:
     choices: tuple[str, ...] = ()  # empty: a number
     signed: bool = False  # a number written with its sign, never 0 (clock-jump's by=+MS)
     shrink_floor: float | None = None  # explore may shrink it down to this (None: it is not an amount)
+    high: float = MAX_STEP_MS  # a number's bound either way
     help: str = ""
 
     def canonical(self, value: str) -> str:
@@ -57,7 +62,9 @@ class Param:
             if value not in self.choices:
                 raise InvalidValueError(f"{self.name}= takes {' or '.join(self.choices)}, got {value!r}")
             return value
-        number = finite(value, self.name)
+        from lockcompare.spec.parsing import parse_number  # late: parsing reads the settings, which name the kinds
+
+        number = parse_number(value, what=f"{self.name}=", low=-self.high, high=self.high)
         if self.signed:
             if number == 0:
                 raise InvalidValueError(f"{self.name}= must not be 0 (+MS forward, -MS backward)")
@@ -69,16 +76,6 @@ class Param:
         shown = "|".join(self.choices) if self.choices else ("+MS/-MS" if self.signed else "N")
         default = f" (default {self.default})" if self.default is not None else ""
         return f"`{self.name}={shown}`{default}"
-
-
-def finite(value: str, what: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise InvalidValueError(f"{what}= takes a number, got {value!r}") from None
-    if not math.isfinite(number):
-        raise InvalidValueError(f"{what}= must be finite, got {value}")
-    return number
 
 
 class Stopper(Protocol):
@@ -112,8 +109,9 @@ class FaultAction(Protocol):
 
     scope: ClassVar[str]
 
-    def inject(self, target: Any, nodes: list[int]) -> str:
-        """Act on ``nodes``; returns a short description for the history."""
+    def inject(self, target: Any, nodes: list[int]) -> str | tuple[str, dict[str, object]]:
+        """Act on ``nodes``; returns a short description for the history (and, if it has them, more
+        fields of its event: session-kill's ``sessions_ended``)."""
         ...
 
     def heal(self, target: Any, nodes: list[int]) -> str: ...

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 from lockcompare.errors import InvalidValueError
 from lockcompare.spec.faultkinds.base import (
     CLOCK_CONTROL,
+    MAX_JUMP_MS,
     NODES,
     FaultKind,
     Param,
@@ -50,7 +51,7 @@ class Jump(FaultKind):
     order = 30
     summary = "move the nodes' wall clocks (libfaketime; the monotonic clock is left alone)"
     acts_on = NODES
-    params = (Param(name="by", signed=True, shrink_floor=10.0, help="forward (+) or backward (-)"),)
+    params = (Param(name="by", signed=True, shrink_floor=10.0, high=MAX_JUMP_MS, help="forward (+) or backward (-)"),)
     without_for = "(a jump is not undone mid-trial)"
     needs = frozenset({CLOCK_CONTROL})
     loses_keys = True

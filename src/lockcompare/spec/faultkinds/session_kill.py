@@ -14,6 +14,11 @@ finds no holder says so and ends nothing.
 Whom: ``worker=holder`` names, in the history, whose lease that was; the session is found from the
 lock itself, on the one PostgreSQL lock node (node 0). The client module is imported when the
 fault runs, not when the kind is read (spec stays free of client libraries).
+
+The injection names what it ended: its event carries ``sessions_ended``, the backend pids of the
+sessions the server ended (empty when it ended none), beside ``target_worker``, the holder it was
+aimed at. That is how the checker knows a session lock's lease ended by the server's hand
+(analysis/sessions.py): a grant after it is legal, and the old holder's writes after it are stale.
 """
 
 from __future__ import annotations
@@ -80,21 +85,23 @@ class SessionKill:
     lock_key: str
     scope: ClassVar[str] = "nodes"
 
-    def inject(self, cluster: Cluster, nodes: list[int]) -> str:
+    def inject(self, cluster: Cluster, nodes: list[int]) -> tuple[str, dict[str, object]]:
+        """(detail, fields of the event): the sessions ended, by backend pid (see the module docstring)."""
         from lockcompare.infra.pg_client import QueryFailed, SessionLost, is_postgres_url
 
         ended: list[int] = []
         for index in nodes:
             url = cluster.node_urls[index]
             if not is_postgres_url(url):
-                return f"skipped: lock node {index} is not a PostgreSQL server"
+                return f"skipped: lock node {index} is not a PostgreSQL server", {"sessions_ended": ended}
             try:
                 ended += end_holder_sessions(url, lock_key=self.lock_key)
             except (SessionLost, QueryFailed) as exc:
-                return f"skipped: lock node {index} did not answer ({exc})"
+                return f"skipped: lock node {index} did not answer ({exc})", {"sessions_ended": ended}
         if not ended:
-            return "skipped: no session held the lock"
-        return f"pg_terminate_backend: ended the holder's session (backend pid {', '.join(map(str, ended))})"
+            return "skipped: no session held the lock", {"sessions_ended": []}
+        detail = f"pg_terminate_backend: ended the holder's session (backend pid {', '.join(map(str, ended))})"
+        return detail, {"sessions_ended": ended}
 
     def heal(self, cluster: Cluster, nodes: list[int]) -> str:
         return "the session stays ended (the holder opens a new one at its next call)"

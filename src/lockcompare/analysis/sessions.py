@@ -1,0 +1,158 @@
+"""When a lease without a deadline ends: a session lock is valid until its holder releases it or the
+server is seen ending its session. Pure functions over a history (no server needed).
+
+A session lock (``pg-advisory``: ``pg_try_advisory_lock`` on the worker's database session) hands out
+leases with no deadline (``valid_until`` None) and the worker marks them ``no_ttl`` (the backend's
+``has_ttl = False``). Such a lease promises more than a lease lock, not less: nobody else gets the
+lock while the holder's session lives. So it is judged like any other lease (a grant inside it is a
+grant over a valid lease; a write after it ended is a stale write), over the interval from its grant
+to the first of
+
+- its holder's release (the callers take that from the release events, as for every lease);
+- the server seen ending its session: one of the runner's own fault injections (worker -1) in
+  :data:`SESSION_ENDING_FAULTS` — ``session-kill`` ended the sessions it names (``sessions_ended``,
+  backend pids; in histories written before that field, a ``detail`` that begins with
+  ``pg_terminate_backend``), and a lock server that crashes or restarts ends every session on it.
+
+Which leases such an event ends: every session lease granted before the event began. A working
+session lock has exactly one holder then, whose session the server found and ended; should several
+workers believe they hold it at once, the lock was already broken (a transaction-pooling proxy
+hands one session's lock to the next client), and ending them all can only count fewer violations,
+never invent one. A lease's end is the event's ``t0``: the session may have ended at any moment
+after it.
+
+What is not seen here cannot end a lease: a session that timed out on the client's side, or that
+``idle_session_timeout`` ended, leaves no event, so a grant after it is a grant over a valid lease —
+as for a lease lock whose key vanished before its deadline.
+
+Example::
+
+    >>> history = [
+    ...     {"worker": 0, "round": 0, "kind": "acquire", "ok": True, "t0": 0, "t1": 10, "valid_until": None,
+    ...      "no_ttl": True},
+    ...     {"worker": -1, "round": 0, "kind": "fault", "fault": "session-kill", "action": "inject", "t0": 50,
+    ...      "t1": 60, "sessions_ended": [4242]},
+    ... ]
+    >>> lease_deadlines(history)
+    {(0, 0): 50}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lockcompare.analysis.history import Event
+from lockcompare.spec import faultkinds
+
+#: The runner's fault injections that end lock sessions on the server (by the kinds' one names, and
+#: the names older histories gave their events: ``node-restart`` for ``restart``).
+SESSION_ENDING_FAULTS = faultkinds.with_former_names(("session-kill", "crash", "restart"))
+#: How a session-kill's detail began before events named the sessions they ended.
+_KILLED_DETAIL = "pg_terminate_backend"
+
+#: The runner's faults that act on one worker's process or link (the ``target_worker`` of their events).
+WORKER_FAULTS = faultkinds.with_former_names(("slow", "cut", "starve", "pause"))
+
+LeaseKey = tuple[int, int]
+
+
+def is_session_lease(acquire: Event) -> bool:
+    """A granted lease without a deadline from a lock that says it has no TTL (its session is the lease).
+
+    A lease without a deadline from any other backend (the no-lock baseline's) claims nothing."""
+    return bool(acquire.get("ok")) and acquire.get("valid_until") is None and bool(acquire.get("no_ttl"))
+
+
+def ends_sessions(event: Event) -> bool:
+    """Did this runner event end sessions on the lock server?"""
+    if event.get("worker") != -1 or event.get("kind") != "fault" or event.get("action") != "inject":
+        return False
+    fault = event.get("fault")
+    if fault not in SESSION_ENDING_FAULTS:
+        return False
+    if fault != "session-kill":
+        return True
+    if "sessions_ended" in event:
+        return bool(event["sessions_ended"])
+    return str(event.get("detail") or "").startswith(_KILLED_DETAIL)
+
+
+def session_ends(history: Sequence[Event]) -> list[int]:
+    """When the server was seen ending sessions (each event's ``t0``), in time order."""
+    return sorted(int(e["t0"]) for e in history if ends_sessions(e))
+
+
+def lease_deadlines(history: Sequence[Event]) -> dict[LeaseKey, int | None]:
+    """Per granted lease (worker, round): when it stops being valid, its release aside — its own
+    deadline, or for a session lease the first session end seen after its grant (None: none seen,
+    the lease lasts until its holder releases it)."""
+    ends = session_ends(history)
+    deadlines: dict[LeaseKey, int | None] = {}
+    for event in history:
+        if event.get("kind") != "acquire" or not event.get("ok"):
+            continue
+        deadline = event.get("valid_until")
+        if is_session_lease(event):
+            deadline = next((t for t in ends if t > event["t1"]), None)
+        deadlines[(event["worker"], event["round"])] = deadline
+    return deadlines
+
+
+def first_releases(history: Sequence[Event]) -> dict[LeaseKey, int]:
+    """Per lease, when its holder first began to release it (the release's ``t0``)."""
+    released_at: dict[LeaseKey, int] = {}
+    for event in history:
+        if event["kind"] == "release":
+            key = (event["worker"], event["round"])
+            released_at[key] = min(released_at.get(key, event["t0"]), event["t0"])
+    return released_at
+
+
+def faults_on_workers(history: Sequence[Event]) -> dict[int, list[tuple[int, float]]]:
+    """Per worker, the stretches (``t0`` of the injection to ``t1`` of its heal; no heal: to the end)
+    in which one of the runner's faults acted on it (a cut or slowed link, a starvation strobe)."""
+    spans: dict[int, list[tuple[int, float]]] = {}
+    opened: dict[tuple[object, object, int], list[int]] = {}
+    for event in sorted(
+        (e for e in history if e.get("worker") == -1 and e.get("kind") == "fault"), key=lambda e: e["t0"]
+    ):
+        worker = event.get("target_worker")
+        if not isinstance(worker, int) or event.get("fault") not in WORKER_FAULTS:
+            continue
+        key = (event.get("fault"), event.get("step"), worker)
+        if event.get("action") == "inject":
+            opened.setdefault(key, []).append(int(event["t0"]))
+        elif event.get("action") == "heal" and opened.get(key):
+            spans.setdefault(worker, []).append((opened[key].pop(0), float(event["t1"])))
+    for (_, _, worker), starts in opened.items():
+        spans.setdefault(worker, []).extend((t, float("inf")) for t in starts)
+    return spans
+
+
+def releases_of_nothing(history: Sequence[Event]) -> int:
+    """Releases that released nothing (``released`` false) while the holder's session lease was
+    still valid: the holder believed it held the lock, the server says its session did not. Nothing
+    seen ended the session, so the lock was somewhere else all along — a transaction-pooling proxy
+    (PgBouncer ``pool_mode = transaction``) runs the unlock on another server session than the lock —
+    or the lock let go of it by itself (a key that expired under a lock that claims no TTL).
+
+    A release that failed while a fault acted on its worker proves nothing of the kind (the unlock
+    may never have reached the server through a cut link; a starved client's call times out): not
+    counted."""
+    leases = {(e["worker"], e["round"]) for e in history if e.get("kind") == "acquire" and is_session_lease(e)}
+    if not leases:
+        return 0
+    deadlines = lease_deadlines(history)
+    faulted = faults_on_workers(history)
+    count = 0
+    for event in history:
+        if event["kind"] != "release" or event.get("released"):
+            continue
+        key = (event["worker"], event["round"])
+        if key not in leases:
+            continue
+        if any(start <= event["t1"] and event["t0"] <= end for start, end in faulted.get(event["worker"], ())):
+            continue
+        end = deadlines.get(key)
+        count += end is None or event["t0"] < end
+    return count

@@ -1,0 +1,225 @@
+"""An external client's manifest: a small TOML file that makes a command line a lockcompare backend.
+
+The manifest says what to run, which protocol it speaks (docs/clients.md), what the lock claims,
+which servers it needs and where its key lives on a node (so that ``nodes=holders:K`` fault steps
+can find the holder's nodes). Everything else — the round loop, the resource, the history — stays
+in the Python worker; only the lock calls cross the pipe. A complete manifest::
+
+    protocol = 1
+    name = "node-redlock"
+    summary = "npm redlock 4.2.0: Lua SET PX on every node, quorum N/2+1, no extension"
+    command = ["node", "redlock4.js"]     # run in this file's directory
+    requires = ["node_modules/redlock"]   # paths (beside this file) that must exist, else not viable
+    install = "npm ci --prefix clients/node"
+    servers = "redis"                     # the lock nodes it needs
+    # client_timeout_s = 2.0              # the library's own request timeout, if it has one
+    # reply_timeout_s = 3.0               # how long a reply may take before it counts as late
+    # min_ttl_ms = 600                    # the shortest TTL the library accepts
+
+    [claims]
+    exclusive = true
+    issues_fencing_tokens = false
+    survives_minority_loss = true
+    renews = false          # the library extends the lease by itself ("events" reports it)
+    checks_lease = false    # the worker asks "check" right before its write
+    has_ttl = true
+
+    [key]
+    pattern = "{key}"       # where the lock lives on a node; {key} is the harness's key
+    type = "string"         # "string" (its value is the owner) or "hash" (its field is the owner)
+
+Parsing is strict: an unknown field, a wrong type or a missing claim is one
+:class:`~lockcompare.errors.BackendLoadError` line naming the file and the field.
+
+>>> m = parse_manifest('''
+... protocol = 1
+... name = "demo"
+... summary = "a demo client"
+... command = ["python3", "demo.py"]
+... [claims]
+... exclusive = true
+... issues_fencing_tokens = false
+... ''', source=Path("/tmp/demo.toml"))
+>>> m.name, m.command, m.claims.renews, m.key.pattern
+('demo', ('python3', 'demo.py'), False, '*{key}')
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lockcompare.errors import BackendLoadError
+
+#: The protocol versions this lockcompare speaks (docs/clients.md).
+PROTOCOL_VERSIONS = (1,)
+
+#: Where a lock lives when the manifest does not say: any key ending with the harness's key.
+DEFAULT_KEY_PATTERN = "*{key}"
+KEY_TYPES = ("string", "hash")
+SERVER_KINDS = ("redis", "etcd", "postgres")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Claims:
+    """What the lock says of itself; the battery checks each claim (a hypothesis, not a fact)."""
+
+    exclusive: bool
+    issues_fencing_tokens: bool
+    survives_minority_loss: bool = False
+    renews: bool = False
+    checks_lease: bool = False
+    has_ttl: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeyLocation:
+    """Where the lock lives on a lock node: a Redis glob with ``{key}`` standing for the harness's
+    key (escaped when used), and what the key holds: ``string`` (the owner token is its value) or
+    ``hash`` (the owner token is its field, Redisson-style ``HSET key <owner> 1``)."""
+
+    pattern: str = DEFAULT_KEY_PATTERN
+    type: str = "string"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    path: Path
+    protocol: int
+    name: str
+    summary: str
+    command: tuple[str, ...]
+    claims: Claims
+    key: KeyLocation = field(default_factory=KeyLocation)
+    servers: str = "redis"
+    requires: tuple[str, ...] = ()
+    install: str = ""
+    client_timeout_s: float | None = None
+    reply_timeout_s: float | None = None
+    min_ttl_ms: int = 0
+
+    @property
+    def directory(self) -> Path:
+        """Where the command runs and ``requires`` paths are looked up: the manifest's directory."""
+        return self.path.parent
+
+
+_TOP = {
+    "protocol": int,
+    "name": str,
+    "summary": str,
+    "command": list,
+    "servers": str,
+    "requires": list,
+    "install": str,
+    "client_timeout_s": float,
+    "reply_timeout_s": float,
+    "min_ttl_ms": int,
+    "claims": dict,
+    "key": dict,
+}
+_REQUIRED_TOP = ("protocol", "name", "summary", "command", "claims")
+_CLAIMS = {name: bool for name in Claims.__dataclass_fields__}
+_REQUIRED_CLAIMS = ("exclusive", "issues_fencing_tokens")
+_KEY = {"pattern": str, "type": str}
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read and check the manifest at ``path`` (one :class:`BackendLoadError` line if it is not one)."""
+    source = Path(path).expanduser().resolve()
+    try:
+        text = source.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BackendLoadError(f"client manifest {path}: cannot read it: {exc.strerror or exc}") from None
+    return parse_manifest(text, source=source)
+
+
+def parse_manifest(text: str, *, source: Path) -> Manifest:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BackendLoadError(f"client manifest {source}: not TOML: {exc}") from None
+    where = f"client manifest {source}"
+    _check_fields(raw, _TOP, _REQUIRED_TOP, where=where)
+    claims_raw = raw["claims"]
+    _check_fields(claims_raw, _CLAIMS, _REQUIRED_CLAIMS, where=f"{where} [claims]")
+    key_raw = raw.get("key", {})
+    _check_fields(key_raw, _KEY, (), where=f"{where} [key]")
+    if raw["protocol"] not in PROTOCOL_VERSIONS:
+        known = ", ".join(map(str, PROTOCOL_VERSIONS))
+        raise BackendLoadError(f"{where}: protocol {raw['protocol']} is not one this lockcompare speaks ({known})")
+    command = raw["command"]
+    if not command or not all(isinstance(part, str) and part for part in command):
+        raise BackendLoadError(f"{where}: command must be a non-empty list of non-empty strings")
+    requires = raw.get("requires", [])
+    if not all(isinstance(part, str) for part in requires):
+        raise BackendLoadError(f"{where}: requires must be a list of paths (strings)")
+    key = KeyLocation(**key_raw)
+    if "{key}" not in key.pattern:
+        raise BackendLoadError(f"{where} [key]: pattern {key.pattern!r} must contain {{key}} (the harness's key)")
+    if key.type not in KEY_TYPES:
+        raise BackendLoadError(f"{where} [key]: type {key.type!r} is not one of {', '.join(KEY_TYPES)}")
+    servers = raw.get("servers", "redis")
+    if servers not in SERVER_KINDS:
+        raise BackendLoadError(f"{where}: servers {servers!r} is not one of {', '.join(SERVER_KINDS)}")
+    for name in ("client_timeout_s", "reply_timeout_s"):
+        if name in raw and not raw[name] > 0:
+            raise BackendLoadError(f"{where}: {name} must be positive, got {raw[name]}")
+    if raw.get("min_ttl_ms", 0) < 0:
+        raise BackendLoadError(f"{where}: min_ttl_ms must not be negative")
+    if not raw["name"].strip() or not raw["summary"].strip():
+        raise BackendLoadError(f"{where}: name and summary must not be empty")
+    return Manifest(
+        path=source,
+        protocol=raw["protocol"],
+        name=raw["name"].strip(),
+        summary=raw["summary"].strip(),
+        command=tuple(command),
+        claims=Claims(**claims_raw),
+        key=key,
+        servers=servers,
+        requires=tuple(requires),
+        install=raw.get("install", ""),
+        client_timeout_s=_float_or_none(raw.get("client_timeout_s")),
+        reply_timeout_s=_float_or_none(raw.get("reply_timeout_s")),
+        min_ttl_ms=raw.get("min_ttl_ms", 0),
+    )
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _check_fields(raw: dict[str, Any], kinds: Mapping[str, type], required: tuple[str, ...], *, where: str) -> None:
+    unknown = sorted(set(raw) - set(kinds))
+    if unknown:
+        raise BackendLoadError(f"{where}: unknown field {unknown[0]!r} (known: {', '.join(sorted(kinds))})")
+    missing = [name for name in required if name not in raw]
+    if missing:
+        raise BackendLoadError(f"{where}: {missing[0]!r} is missing")
+    for name, value in raw.items():
+        kind = kinds[name]
+        # TOML's integers are fine where a float is expected; a bool is never a number here.
+        ok = (
+            isinstance(value, (int, float)) and not isinstance(value, bool)
+            if kind is float
+            else isinstance(value, kind)
+        )
+        if kind is int and isinstance(value, bool):
+            ok = False
+        if not ok:
+            raise BackendLoadError(f"{where}: {name} is {value!r}, expected {_kind_name(kind)}")
+
+
+def _kind_name(kind: type) -> str:
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", list: "a list"}.get(
+        kind, "a table"
+    )
+
+
+def is_manifest_spec(spec: str) -> bool:
+    """Is this ``--backend`` value a manifest path rather than a name or ``module:Class``?"""
+    return spec.endswith(".toml")
