@@ -336,7 +336,7 @@ _ALLOWED = [re.compile(pattern, re.MULTILINE) for pattern, _ in ALLOWED]
 _NOT_PROSE = re.compile(
     "|".join(
         (
-            r"<!-- (value|table|excerpt): .*?<!-- /\1 -->|<!-- faultkinds -->.*?<!-- /faultkinds -->",  # a rendered block
+            r"<!-- (value|table|excerpt): .*?<!-- /\1 -->|<!-- faultkinds -->.*?<!-- /faultkinds -->",  # rendered
             r"^```.*?^```[^\n]*$",  # a fenced code block
             r"<!--.*?-->",  # an HTML comment (a marker, or a note for the maintainers)
             r"`[^`\n]+`",  # a code span
