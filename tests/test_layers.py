@@ -183,7 +183,7 @@ def few_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("table", "results/reproduction.csv"),
         ("compare", "results/reproduction.csv", "results/reproduction.csv"),
-        ("render.docs", "--check", "README.md", "docs/faults.md"),
+        ("render.docs", "--check", "README.md"),
     ],
     ids=lambda args: args[0],
 )
