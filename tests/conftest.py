@@ -11,6 +11,7 @@ import pytest
 from lockcompare.backends import BackendConfig
 from lockcompare.infra import provenance
 from lockcompare.infra.cluster import Cluster, open_cluster
+from lockcompare.infra.kinds import server_for
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -29,6 +30,13 @@ def private_runs_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 del os.environ[provenance.RUNS_DIR_ENV]
             else:
                 os.environ[provenance.RUNS_DIR_ENV] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
+def embedded_default_said_once() -> None:
+    """``--server auto`` is resolved once per process, saying so in one line where it is not Redis
+    (Python >= 3.13: Valkey); resolved here, before any test counts the lines a command prints."""
+    server_for("redis")
 
 
 @pytest.fixture(scope="session")

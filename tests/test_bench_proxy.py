@@ -21,7 +21,7 @@ def test_via_proxy_row_follows_the_direct_row(cluster: Cluster) -> None:
 
 def test_via_proxy_needs_the_embedded_cluster(cluster: Cluster) -> None:
     external = Cluster(
-        node_urls=cluster.node_urls, resource_url=cluster.resource_url, embedded=False, redis_version="x"
+        node_urls=cluster.node_urls, resource_url=cluster.resource_url, embedded=False, server_version="x"
     )
     with pytest.raises(InvalidValueError, match="embedded"):
         run_bench(cluster=external, backends=["single"], proxied=["single"], iterations=5)

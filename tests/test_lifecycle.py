@@ -107,7 +107,7 @@ def test_interrupted_run_leaves_no_process_and_only_whole_rows(tmp_path: Path, h
 def test_a_port_handed_out_is_not_handed_out_again_until_released() -> None:
     # A crashed node keeps its port while nothing listens on it: a cluster started meanwhile by a
     # parallel trial must not be given that port, or the node cannot come back.
-    from lockcompare.infra.server import _reserved_ports, free_port, release_port
+    from lockcompare.infra.spawned import _reserved_ports, free_port, release_port
 
     ports = [free_port() for _ in range(50)]
     try:

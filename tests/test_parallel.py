@@ -98,7 +98,7 @@ def test_the_pool_flushes_its_own_servers_and_never_an_external_cluster() -> Non
         other = pool.acquire(ClusterShape(node_count=1))  # another shape: another cluster
         assert other is not cluster and len(other.node_urls) == 1
         # The same servers seen as somebody else's: neither the shared source nor reset() flushes them.
-        users = Cluster(node_urls=other.node_urls, resource_url=other.resource_url, embedded=False, redis_version="x")
+        users = Cluster(node_urls=other.node_urls, resource_url=other.resource_url, embedded=False, server_version="x")
         external = SharedCluster(users)
         connect(other.node_urls[0]).set("theirs", "y")
         external.release(external.acquire(SHAPE))
@@ -153,7 +153,7 @@ class _OneCluster:
     """A cluster source for scheduling tests that need no servers."""
 
     cluster = Cluster(node_urls=("redis://127.0.0.1:1/0",), resource_url="redis://127.0.0.1:1/0", embedded=False,
-                      redis_version="none")  # fmt: skip
+                      server_version="none")  # fmt: skip
 
     def acquire(self, shape: ClusterShape) -> Cluster:
         return self.cluster

@@ -29,7 +29,8 @@ def test_interrupting_parallel_trials_leaves_no_process_and_only_whole_rows(tmp_
         wait_for_rows(out, proc, rows=2)
         time.sleep(0.15)  # land in the middle of the next trials
         children = descendants(proc.pid)
-        servers = [pid for pid in children if b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        cmdlines = {pid: Path(f"/proc/{pid}/cmdline").read_bytes() for pid in children}
+        servers = [pid for pid, cmd in cmdlines.items() if b"redis-server" in cmd or b"valkey-server" in cmd]
         assert len(servers) >= 2 * 6, "expected two clusters (5 nodes + resource each) or more at once"
     except BaseException:
         proc.kill()

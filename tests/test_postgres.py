@@ -416,7 +416,7 @@ def test_a_partition_under_the_holder_keeps_pg_advisory_exclusive_until_the_sess
     )  # fmt: skip
     # The shared server as an embedded one (the proxy serves embedded clusters only); nothing restarts it.
     cluster = Cluster(
-        node_urls=(server.url,), resource_url=server.url, embedded=True, redis_version="postgresql",
+        node_urls=(server.url,), resource_url=server.url, embedded=True, server_version="postgresql",
         servers=(server,),  # type: ignore[arg-type]
     )  # fmt: skip
     result = run_trial(spec=spec, cluster=cluster, run_id=uuid.uuid4().hex[:10])

@@ -12,7 +12,7 @@ import redis
 
 from lockcompare.infra.proxy import LinkProxy, ProxyError, ProxySet, port_of
 from lockcompare.infra.redisconn import connect
-from lockcompare.infra.server import RedisServer, find_redis_server
+from lockcompare.infra.server import RedisServer, redis_protocol_binary
 from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 #: Long enough that a busy machine's scheduling noise (tens of ms in CI) stays inside the ±10 % the
@@ -23,7 +23,7 @@ TIMEOUT_S = 0.3
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[RedisServer]:
-    s = RedisServer(binary=find_redis_server(), name="proxy-target")
+    s = RedisServer(binary=redis_protocol_binary(), name="proxy-target")
     s.start()
     try:
         yield s
@@ -208,7 +208,7 @@ def test_reset_closes_current_connections_with_rst(proxy: LinkProxy) -> None:
 
 
 def test_a_target_that_dies_closes_the_client_connection() -> None:
-    target = RedisServer(binary=find_redis_server(), name="proxy-dies")
+    target = RedisServer(binary=redis_protocol_binary(), name="proxy-dies")
     target.start()
     try:
         with LinkProxy(target_port=target.port, name="dies") as proxy:  # type: ignore[arg-type]
@@ -256,7 +256,7 @@ def test_a_test_that_raises_mid_fault_leaves_no_proxy_process(server: RedisServe
 
 
 def test_proxy_set_gives_each_worker_its_own_link_to_each_node(server: RedisServer) -> None:
-    other = RedisServer(binary=find_redis_server(), name="proxy-other")
+    other = RedisServer(binary=redis_protocol_binary(), name="proxy-other")
     other.start()
     try:
         ports = [server.port, other.port]

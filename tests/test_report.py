@@ -97,7 +97,7 @@ def test_provenance_columns_are_shown_when_the_csv_has_them(tmp_path: Path) -> N
     text = (tmp_path / "r" / REPORT_NAME).read_text()
     header = next(line for line in text.splitlines() if line.startswith("| run_id"))
     assert [c.strip() for c in header.strip("|").split("|")] == [
-        "run_id", "trials", "started_at", "cluster", "redis_version",
+        "run_id", "trials", "started_at", "cluster", "server_version",
         "lockcompare_version", "source_revision", "host", "cpu_count", "load_avg_1m", "concurrent_runs",
     ]  # fmt: skip
     for row in read_results(TINY):
@@ -140,7 +140,7 @@ def test_the_command_gives_times_at_the_lesson_scale_with_the_stored_scale() -> 
         "lockcompare matrix --backends fenced --experiments client-pause --trials 1 --workers 2 --rounds 3 "
         "--ttl-ms 1000 --work-ms 300 --pause-ms 1200 --time-scale 0.1 --acquire-timeout-ms 60000 --retry-delay-ms 10 "
         "--think-ms 20 --jitter 0.5 --pause-point after-acquire --pause-how sleep --workload lesson "
-        "--resource-kind redis --fence writes --seed 1"
+        "--resource-kind redis --fence writes --server redis --seed 1"
     )
 
 

@@ -14,6 +14,7 @@ from lockcompare.analysis.checker import unknown
 from lockcompare.analysis.reproduce import matrix_command, settings_key, spec_from_row
 from lockcompare.analysis.results import format_row, inspect_results, make_row
 from lockcompare.errors import InvalidValueError
+from lockcompare.infra.kinds import server_for
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.trial import TrialResult
 from lockcompare.spec.parsing import cli_text, from_cli, setting_for_flag
@@ -34,7 +35,8 @@ EXPERIMENT_FOR = {
 #: Settings that apply to one kind of backend only (idle_session_timeout_ms: PostgreSQL lock sessions).
 BACKEND_FOR = {"idle_session_timeout_ms": "lockcompare.backends.pg_advisory:PgAdvisoryLock"}
 #: A value that changes the trial where the first non-default one would not (single's auto resource is redis).
-VALUE_FOR = {"resource_kind": "postgres"}
+#: --server: the kind that "auto" does not pick here (redis where a redis-server is found, else valkey).
+VALUE_FOR = {"resource_kind": "postgres", "server": "valkey" if server_for("redis").name == "redis" else "redis"}
 
 
 def other_value(setting: Setting) -> str:
@@ -86,7 +88,7 @@ def row_of(spec: TrialSpec) -> dict[str, Any]:
         concurrent_runs=0,
     )
     row = make_row(
-        result, host={"host": "h"}, run_id="r", cluster_kind="embedded", redis_version="6.2", history_path="h"
+        result, host={"host": "h"}, run_id="r", cluster_kind="embedded", server_version="6.2", history_path="h"
     )
     return row
 

@@ -53,9 +53,11 @@ log = logging.getLogger("lockcompare")
 
 #: 5: call_timeout_ms recorded; 6: the fault schedule (faults) and the client timeout of link trials
 #: (client_timeout_ms); 7: a row's ``note``: what was out of the ordinary in how it was produced
-#: (resumed over another code revision, and why; rerun after its host was lost). The settings'
-#: legacy values come from spec/settings.py.
-SCHEMA_VERSION = 7
+#: (resumed over another code revision, and why; rerun after its host was lost); 8: the server
+#: setting (redis, valkey) and ``server_version`` (was ``redis_version``: it held "postgresql 18.6"
+#: for a PostgreSQL resource, and "7.2.4" for Valkey). The settings' legacy values come from
+#: spec/settings.py.
+SCHEMA_VERSION = 8
 
 #: What a row of an older schema meant for the columns it lacks: each setting's legacy value
 #: (spec/settings.py: until schema 3 the pause was an in-process sleep; schema 1: it landed right
@@ -67,7 +69,7 @@ _LEGACY = {name: value for name, (_, value) in LEGACY_VALUES.items()} | _LEGACY_
 #: Where and by what the row was produced; "" in rows migrated from before schema 4.
 PROVENANCE_COLUMNS = (
     "lockcompare_version", "source_revision", "host", "cpu_count", "load_avg_1m", "concurrent_runs",
-    "jobs_concurrent", "cluster", "redis_version", "lock_nodes_reachable", "note",
+    "jobs_concurrent", "cluster", "server_version", "lock_nodes_reachable", "note",
 )  # fmt: skip
 METRIC_COLUMNS = tuple(f.name for f in fields(TrialMetrics))
 #: How late the machine ran the trial against its experiment's margin (analysis/sentinel.py); empty
@@ -96,7 +98,7 @@ def make_row(
     host: Mapping[str, object],
     run_id: str,
     cluster_kind: str,
-    redis_version: str,
+    server_version: str,
     history_path: str,
     jobs_concurrent: int = 1,
     note: str = "",
@@ -113,7 +115,7 @@ def make_row(
         "concurrent_runs": result.concurrent_runs,
         "jobs_concurrent": jobs_concurrent,
         "cluster": cluster_kind,
-        "redis_version": redis_version,
+        "server_version": server_version,
         "lock_nodes_reachable": result.lock_nodes_reachable,
         "note": note,
         **result.metrics.as_row(),
@@ -336,6 +338,8 @@ def _upgrade(raw: dict[str, str], version: int) -> dict[str, str]:
         raw = {"resource_check": "fence-writes" if raw.get("backend") == "fenced" else "plain"} | raw
     if "faults" not in raw:  # before schedules: what the experiment did then, as a schedule
         raw = raw | {"faults": legacy_faults(raw)}
+    if "redis_version" in raw and "server_version" not in raw:  # before schema 8, and what it meant
+        raw = {k: v for k, v in raw.items() if k != "redis_version"} | {"server_version": legacy_server_version(raw)}
     if "client_timeout_ms" not in raw:  # before backends stated theirs: the harness's pick
         raw = raw | {"client_timeout_ms": canonical(legacy_client_timeout_ms(raw))}
     raw = _LEGACY | raw  # a column a row lacks was added after it was written
@@ -351,6 +355,14 @@ def _upgrade(raw: dict[str, str], version: int) -> dict[str, str]:
         # Before schema 4 a trial that skipped rounds could be called exclusive; today it is not.
         upgraded["verdict"] = "degraded" if upgraded.get("entries") not in ("0", "") else "unavailable"
     return upgraded
+
+
+def legacy_server_version(raw: dict[str, str]) -> str:
+    """A ``redis_version`` cell (schema < 8) as a ``server_version``: a bare number was what a
+    Redis-protocol server reported ("6.2.14" -> "redis 6.2.14"; a Valkey server then said "7.2.4"
+    too, which cannot be told apart now); "postgresql 18.6" and "" stay as they were."""
+    text = raw.get("redis_version") or ""
+    return f"redis {text}" if text[:1].isdigit() else text
 
 
 def _typed(raw: dict[str, str]) -> dict[str, Any]:

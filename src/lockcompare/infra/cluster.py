@@ -1,7 +1,10 @@
-"""The Redis servers a run uses: N lock nodes and one resource, embedded (spawned) or external.
+"""The servers a run uses: N lock nodes and one resource, embedded (spawned) or external.
 
-The embedded cluster is the default: lockcompare starts its own redis-server processes on free
-loopback ports and always stops them. An external cluster is a set of URLs the user gives
+The embedded cluster is the default: lockcompare starts its own servers on free loopback ports and
+always stops them. What the servers are is a kind (infra/kinds.py: redis, valkey, etcd, postgres,
+or a plug-in's): the lock nodes are of the kind ``ClusterShape.lock_servers`` names, the resource
+of ``resource_kind``'s, and everything done to a server here (start, health, emptying, deleting a
+run's keys, its version) is asked of its kind. An external cluster is a set of URLs the user gives
 (``--nodes``, ``--resource``), e.g. the containers ``docker-compose.yml`` starts; lockcompare only
 reads and writes its own keys there and never flushes anything.
 """
@@ -11,26 +14,24 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-
-import redis
 
 from lockcompare.errors import ClusterError, ConfigError, InvalidURLError, InvalidValueError, NodeUnreachableError
-from lockcompare.infra.etcd_client import delete_prefix, is_healthy
-from lockcompare.infra.etcd_server import is_etcd_url, start_members
-from lockcompare.infra.fakeclock import FakeClock, check_fake_clock_support
-from lockcompare.infra.lifecycle import sigterm_unwinds
-from lockcompare.infra.pg_client import answers as pg_answers
-from lockcompare.infra.pg_client import delete_own_rows, is_postgres_url, pg_server_version, reset_database
-from lockcompare.infra.pg_client import problem as pg_problem
-from lockcompare.infra.postgres_server import PostgresServer
-from lockcompare.infra.redisconn import connect, ping, redact, server_run_id, server_version
-from lockcompare.infra.replication import (
-    FailoverPair,
-    ReplicatedNodes,
-    ReplicationError,
+from lockcompare.infra.fakeclock import FakeClock
+from lockcompare.infra.kinds import (
+    AUTO,
+    Capability,
+    ReplicatingKind,
+    Server,
+    ServerKind,
+    get_kind,
+    kind_of_url,
+    lacks,
+    server_for,
 )
-from lockcompare.infra.server import PERSISTENCE_ARGS, RedisServer, find_redis_server
+from lockcompare.infra.lifecycle import sigterm_unwinds
+from lockcompare.infra.provenance import server_version
+from lockcompare.infra.redisconn import redact, server_run_id
+from lockcompare.infra.replication import FailoverPair, ReplicatedNodes, ReplicationError
 
 DEFAULT_NODES = 5
 
@@ -39,14 +40,15 @@ DEFAULT_NODES = 5
 class ClusterShape:
     """What kind of servers a trial needs. The pool keeps clusters of different shapes apart.
 
-    ``persistence``: "none" (the default: a restarted node has lost every key) or "aof-always"
-    (AOF, fsync on every write; see server.PERSISTENCE_ARGS). ``fake_clocks``: nodes run under
-    libfaketime so a fault can jump their clocks. ``replicas``: 1 makes every lock node a master
-    with one replica behind a stable address (replication.ReplicatedNodes), for the failover fault.
-    ``lock_servers``: what the lock nodes are, "redis", "etcd" (members of one etcd cluster, see
-    etcd_server.py) or "postgres" (PostgreSQL servers, postgres_server.py); a backend declares it
-    with its ``servers`` attribute. ``resource_kind``: what the resource is, a redis-server or a
-    PostgreSQL server ("postgres": the balance in a table, runner/resource_pg.py).
+    ``persistence``: one of the lock nodes' kind's persistence modes ("none", the default: a
+    restarted node has lost every key; Redis and Valkey also "aof-always": AOF, fsync on every
+    write). ``fake_clocks``: nodes run under libfaketime so a fault can jump their clocks (a kind
+    offering clock control). ``replicas``: 1 makes every lock node a master with one replica behind
+    a stable address (replication.ReplicatedNodes), for the failover fault (a kind offering
+    replication). ``lock_servers``: the kind of the lock nodes ("redis", "valkey", "etcd",
+    "postgres", ...: infra/kinds.py); the run picks it from the backend's ``servers`` protocol and
+    ``--server``. ``resource_kind``: the kind of the resource's server ("postgres": the balance in
+    a table, runner/resource_pg.py).
     """
 
     node_count: int = DEFAULT_NODES
@@ -71,9 +73,11 @@ class Cluster:
     node_urls: tuple[str, ...]
     resource_url: str
     embedded: bool
-    redis_version: str
-    servers: tuple[RedisServer, ...] = ()  # the lock nodes' servers, in node order
-    resource_server: RedisServer | None = None
+    #: What the servers say they are, for the CSV's server_version column: the lock nodes' kind and
+    #: version ("valkey 9.1.2"), and the resource's after a "+" when it is of another kind.
+    server_version: str
+    servers: tuple[Server, ...] = ()  # the lock nodes' servers, in node order
+    resource_server: Server | None = None
     shape: ClusterShape | None = None  # None: external (its shape is whatever the user runs)
     clocks: tuple[FakeClock, ...] = ()  # one per lock node when the shape has fake clocks
     #: Master + replica per lock node when the shape has replicas. ``node_urls`` are then the
@@ -83,7 +87,7 @@ class Cluster:
     replication: ReplicatedNodes | None = None
     _health: _Health = field(default_factory=_Health, repr=False, compare=False)
 
-    def node_server(self, index: int) -> RedisServer:
+    def node_server(self, index: int) -> Server:
         """The spawned server behind lock node ``index`` (for faults that crash or restart it)."""
         if not self.embedded:
             raise ConfigError("this fault needs the embedded cluster: lockcompare cannot restart external servers")
@@ -107,8 +111,8 @@ class Cluster:
         for clock in self.clocks:
             clock.reset()
 
-    def all_servers(self) -> tuple[RedisServer, ...]:
-        nodes = self.replication.servers() if self.replication is not None else self.servers
+    def all_servers(self) -> tuple[Server, ...]:
+        nodes: tuple[Server, ...] = self.replication.servers() if self.replication is not None else self.servers
         return (*nodes, self.resource_server) if self.resource_server is not None else nodes
 
     def mark_broken(self, reason: str) -> None:
@@ -125,47 +129,21 @@ class Cluster:
             if not server.is_running():
                 return f"{server.name} is not running"
         for url in (*self.node_urls, self.resource_url):
-            if is_etcd_url(url):
-                if not is_healthy(url):
-                    return f"etcd member {redact(url)} is not healthy"
-                continue
-            if is_postgres_url(url):
-                if not pg_answers(url, timeout_s=0.5):
-                    return f"PostgreSQL server {redact(url)} does not answer"
-                continue
-            try:
-                ping(url, timeout_s=0.5)
-            except ClusterError as exc:
-                return str(exc)
+            kind = kind_of_url(url)
+            if not kind.answers(url, timeout_s=0.5):
+                return f"{kind.name} server {redact(url)} does not answer"
         return ""
 
     def reset(self) -> None:
-        """Empty every server of an embedded cluster (FLUSHALL) and put its clocks back. External
-        servers are never flushed."""
+        """Empty every server of an embedded cluster (each kind its own way: FLUSHALL, every etcd key
+        and lease, lockcompare's tables) and put its clocks back. External servers are never emptied."""
         if not self.embedded:
             return
         self.reset_clocks()
-        etcd = [url for url in self.node_urls if is_etcd_url(url)]
-        if etcd:
-            try:
-                delete_prefix(etcd, "")  # every key and lease; the revision counter goes on
-            except ClusterError as exc:
-                self.mark_broken(f"emptying etcd failed: {exc}")
-        for url in dict.fromkeys((*self.node_urls, self.resource_url)):
-            if is_etcd_url(url):
-                continue
-            if is_postgres_url(url):
-                problem = reset_database(url)  # every other session ended, lockcompare's tables emptied
-                if problem:
-                    self.mark_broken(f"emptying {redact(url)} failed: {problem}")
-                continue
-            client = connect(url, timeout_s=1.0)
-            try:
-                client.flushall()
-            except redis.RedisError as exc:
-                self.mark_broken(f"FLUSHALL failed on {redact(url)}: {exc}")
-            finally:
-                client.close()
+        for kind, urls in _by_kind((*self.node_urls, self.resource_url)).items():
+            problem = kind.empty(urls)
+            if problem:
+                self.mark_broken(problem)
         if self.replication is not None:
             self._resync()
 
@@ -191,48 +169,55 @@ class Cluster:
             clock.close()
 
 
+def _by_kind(urls: Sequence[str]) -> dict[ServerKind, list[str]]:
+    """``urls`` grouped by the kind that owns each (in order, each URL once)."""
+    grouped: dict[ServerKind, list[str]] = {}
+    for url in dict.fromkeys(urls):
+        grouped.setdefault(kind_of_url(url), []).append(url)
+    return grouped
+
+
+def check_shape(shape: ClusterShape) -> None:
+    """Refuse, before anything starts, a shape its kinds cannot give (one line naming what is missing)."""
+    if shape.node_count < 1:
+        raise InvalidValueError(f"need at least one lock node, got {shape.node_count}")
+    nodes = get_kind(shape.lock_servers)
+    get_kind(shape.resource_kind)
+    modes = nodes.capabilities.persistence_modes
+    if shape.persistence not in modes:
+        raise ConfigError(f"{nodes.name} lock nodes take --persistence {' or '.join(modes)}, not {shape.persistence!r}")
+    if shape.fake_clocks and lacks(nodes, Capability.CLOCK_CONTROL):
+        raise ConfigError(f"clock jumps: {lacks(nodes, Capability.CLOCK_CONTROL)}")
+    if shape.replicas and lacks(nodes, Capability.REPLICATION):
+        raise ConfigError(f"replicas: {lacks(nodes, Capability.REPLICATION)}")
+
+
 def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> Cluster:
     """Spawn ``shape.node_count`` lock nodes and one resource; all stopped again if any fails.
 
+    ``redis_server``: the user's binary for servers that speak the Redis protocol (``--redis-server``).
     Call from a thread that outlives the cluster (the main thread): each server dies with the
     thread that spawned it (PR_SET_PDEATHSIG follows the spawning thread, not the process).
     """
-    if shape.node_count < 1:
-        raise InvalidValueError(f"need at least one lock node, got {shape.node_count}")
-    if shape.persistence not in PERSISTENCE_ARGS:
-        known = ", ".join(PERSISTENCE_ARGS)
-        raise InvalidValueError(f"unknown persistence {shape.persistence!r} (known: {known})")
-    if shape.lock_servers == "etcd":
-        if shape.replicas:
-            raise ConfigError("etcd members replicate by consensus: no --wait-replicas/failover replicas")
-        return _start_etcd(shape, redis_server=redis_server)
-    if shape.lock_servers == "postgres":
-        return _start_postgres(shape)
-    if shape.lock_servers != "redis":
-        raise InvalidValueError(f"unknown lock servers {shape.lock_servers!r} (known: redis, etcd, postgres)")
-    binary = find_redis_server(redis_server)
+    check_shape(shape)
+    node_kind, resource_kind = get_kind(shape.lock_servers), get_kind(shape.resource_kind)
+    node_binary = redis_server if node_kind.speaks == "redis" else None
+    resource_binary = redis_server if resource_kind.speaks == "redis" else None
     if shape.replicas:
-        if shape.resource_kind != "redis":
-            raise ConfigError("failover clusters keep their resource on a redis-server")
-        return _start_replicated(shape, binary=binary)
-    if shape.fake_clocks:
-        check_fake_clock_support(binary)  # one clear line now, never a hang mid-matrix
+        return _start_replicated(shape, kind=node_kind, resource_kind=resource_kind, binary=node_binary)
+    resource = resource_kind.new_server(name="resource", binary=resource_binary)
     clocks = [FakeClock() for _ in range(shape.node_count)] if shape.fake_clocks else []
-    nodes = [
-        RedisServer(
-            binary=binary, name=f"node{i}", persistence=shape.persistence, env=clocks[i].env() if clocks else None
-        )
-        for i in range(shape.node_count)
-    ]
-    resource = _resource_server(shape, binary=binary)
+    nodes: list[Server] = []
     try:
-        for server in (*nodes, resource):
-            server.start()
+        nodes = node_kind.start_nodes(
+            count=shape.node_count, persistence=shape.persistence, clocks=clocks, binary=node_binary
+        )
+        resource.start()
         return Cluster(
             node_urls=tuple(s.url for s in nodes),
             resource_url=resource.url,
             embedded=True,
-            redis_version=server_version(nodes[0].url),
+            server_version=server_version(node_url=nodes[0].url, resource_url=resource.url),
             servers=tuple(nodes),
             resource_server=resource,
             shape=shape,
@@ -246,12 +231,18 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
         raise
 
 
-def _start_replicated(shape: ClusterShape, *, binary: Path) -> Cluster:
+def _start_replicated(
+    shape: ClusterShape, *, kind: ServerKind, resource_kind: ServerKind, binary: str | None
+) -> Cluster:
     """``shape.node_count`` master + replica pairs behind stable addresses, and one resource."""
     if shape.replicas != 1 or shape.fake_clocks or shape.persistence != "none":
         raise ConfigError(f"{shape}: replicated lock nodes have exactly one replica, no fake clocks, no persistence")
-    nodes = ReplicatedNodes(count=shape.node_count, binary=binary)
-    resource = RedisServer(binary=binary, name="resource")
+    if not isinstance(kind, ReplicatingKind):
+        raise ConfigError(f"replicas: {kind.name} declares replication but cannot start replicated nodes")
+    if resource_kind.speaks != "redis":
+        raise ConfigError("failover clusters keep their resource on a Redis-protocol server")
+    nodes = kind.replicated_nodes(count=shape.node_count, binary=binary)
+    resource = resource_kind.new_server(name="resource", binary=binary)
     try:
         nodes.start()
         resource.start()
@@ -259,7 +250,7 @@ def _start_replicated(shape: ClusterShape, *, binary: Path) -> Cluster:
             node_urls=nodes.urls,
             resource_url=resource.url,
             embedded=True,
-            redis_version=server_version(resource.url),
+            server_version=server_version(node_url=nodes.pairs[0].master.url, resource_url=resource.url),
             servers=tuple(pair.master for pair in nodes.pairs),
             resource_server=resource,
             shape=shape,
@@ -271,86 +262,19 @@ def _start_replicated(shape: ClusterShape, *, binary: Path) -> Cluster:
         raise
 
 
-def _start_etcd(shape: ClusterShape, *, redis_server: str | None) -> Cluster:
-    """``shape.node_count`` etcd members as the lock nodes, and a redis-server as the resource."""
-    if shape.fake_clocks or shape.persistence != "none":
-        raise ConfigError("etcd members run with real clocks and always persist: no fake clocks or --persistence")
-    binary = find_redis_server(redis_server) if shape.resource_kind == "redis" else None
-    members = start_members(count=shape.node_count)
-    resource = _resource_server(shape, binary=binary)
-    try:
-        resource.start()
-        return Cluster(
-            node_urls=tuple(m.url for m in members),
-            resource_url=resource.url,
-            embedded=True,
-            redis_version=_version(resource.url),
-            servers=tuple(members),  # type: ignore[arg-type]  # EtcdServer has RedisServer's interface
-            resource_server=resource,
-            shape=shape,
-        )
-    except BaseException:
-        for member in members:
-            member.cleanup()
-        resource.cleanup()
-        raise
-
-
-def _resource_server(shape: ClusterShape, *, binary: Path | None) -> RedisServer:
-    """The resource's server, not started: a redis-server, or a PostgreSQL server (``resource_kind``)."""
-    if shape.resource_kind == "postgres":
-        return PostgresServer(name="resource")  # type: ignore[return-value]  # the same interface
-    if shape.resource_kind != "redis":
-        raise InvalidValueError(f"unknown resource kind {shape.resource_kind!r} (known: redis, postgres)")
-    assert binary is not None
-    return RedisServer(binary=binary, name="resource")
-
-
-def _version(url: str) -> str:
-    """The version the results record for a cluster (the CSV's ``redis_version`` column)."""
-    return f"postgresql {pg_server_version(url)}" if is_postgres_url(url) else server_version(url)
-
-
-def _start_postgres(shape: ClusterShape) -> Cluster:
-    """``shape.node_count`` PostgreSQL servers as the lock nodes, and the resource (either kind)."""
-    if shape.fake_clocks or shape.persistence != "none" or shape.replicas:
-        raise ConfigError("PostgreSQL lock nodes run with real clocks, persist on their own and have no replicas")
-    binary = find_redis_server(None) if shape.resource_kind == "redis" else None
-    nodes = [PostgresServer(name=f"pg{i}") for i in range(shape.node_count)]
-    resource = _resource_server(shape, binary=binary)
-    servers: tuple[PostgresServer | RedisServer, ...] = (*nodes, resource)
-    try:
-        for server in servers:
-            server.start()
-        return Cluster(
-            node_urls=tuple(s.url for s in nodes),
-            resource_url=resource.url,
-            embedded=True,
-            redis_version=_version(resource.url),
-            servers=tuple(nodes),  # type: ignore[arg-type]  # PostgresServer has RedisServer's interface
-            resource_server=resource,
-            shape=shape,
-        )
-    except BaseException:
-        for server in servers:
-            server.cleanup()
-        raise
-
-
 def connect_external(*, nodes: Sequence[str], resource: str) -> Cluster:
-    """The user's servers (validated URLs), checked with PING; lockcompare never flushes them."""
+    """The user's servers (validated URLs), each checked by its kind; lockcompare never flushes them."""
     for url in (*nodes, resource):
-        if is_postgres_url(url):
-            problem = pg_problem(url, timeout_s=2.0)
-            if problem:  # a wrong password or a missing database is said as such, not "does not answer"
-                raise NodeUnreachableError(
-                    f"PostgreSQL server {redact(url)} cannot be used: {redact(problem, passwords_of=(url,))}"
-                )
-            continue
-        ping(url)
-    check_distinct_servers([url for url in nodes if not is_postgres_url(url)])
-    version = _version(nodes[0])
-    return Cluster(node_urls=tuple(nodes), resource_url=resource, embedded=False, redis_version=version)
+        problem = kind_of_url(url).unusable(url, timeout_s=2.0)
+        if problem:
+            raise NodeUnreachableError(problem)
+    check_distinct_servers([url for url in nodes if kind_of_url(url).speaks == "redis"])
+    return Cluster(
+        node_urls=tuple(nodes),
+        resource_url=resource,
+        embedded=False,
+        server_version=server_version(node_url=nodes[0], resource_url=resource),
+    )
 
 
 def check_distinct_servers(nodes: Sequence[str]) -> None:
@@ -382,11 +306,14 @@ def open_cluster(
     replicas: int = 0,
     lock_servers: str = "redis",
     resource_kind: str = "redis",
+    server: str = AUTO,
 ) -> Iterator[Cluster]:
     """Yield a ready :class:`Cluster`; spawned servers are stopped however the block ends.
 
     With ``nodes`` and ``resource`` (validated URLs) the cluster is external and only checked
-    with PING. Otherwise ``node_count`` lock nodes and one resource are spawned.
+    by their kinds. Otherwise ``node_count`` lock nodes and one resource are spawned: of the kinds
+    serving the protocols ``lock_servers`` and ``resource_kind`` name ("redis", "etcd",
+    "postgres"), given ``server`` (``--server``: e.g. "valkey" for every Redis-protocol server).
     """
     if (nodes is None) != (resource is None):
         raise ConfigError("--nodes and --resource go together: give both, or neither for the embedded cluster")
@@ -399,8 +326,8 @@ def open_cluster(
             persistence=persistence,
             fake_clocks=fake_clocks,
             replicas=replicas,
-            lock_servers=lock_servers,
-            resource_kind=resource_kind,
+            lock_servers=server_for(lock_servers, choice=server, binary=redis_server).name,
+            resource_kind=server_for(resource_kind, choice=server, binary=redis_server).name,
         )
         cluster = start_embedded(shape, redis_server=redis_server)
         try:
@@ -412,30 +339,12 @@ def open_cluster(
 def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:
     """Delete the keys whose names contain ``prefix`` (a run's own, whatever a library wraps them
     in) from every server in ``urls``; never FLUSH anything, a node that is down is skipped."""
-    for url in dict.fromkeys(urls):
-        if is_postgres_url(url):
-            delete_own_rows(url, prefix)  # only rows of lockcompare's own tables that name the prefix
-            continue
-        if is_etcd_url(url):
-            try:
-                delete_prefix([url], prefix)  # an etcd backend's keys start with the trial's prefix
-            except ClusterError:
-                pass  # a member that is down, or a cluster without quorum: its leases end anyway
-            continue
-        client = connect(url, timeout_s=1.0)
-        try:
-            keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-            if keys:
-                client.delete(*keys)
-        except redis.RedisError:
-            pass  # a node that is down has no keys left to clean
-        finally:
-            client.close()
+    for kind, owned in _by_kind(urls).items():
+        kind.delete_keys(owned, prefix)
 
 
 def describe(cluster: Cluster) -> str:
-    kind = "embedded" if cluster.embedded else "external"
-    first = cluster.node_urls[0] if cluster.node_urls else ""
-    nodes = "etcd members" if is_etcd_url(first) else "PostgreSQL servers" if is_postgres_url(first) else "lock nodes"
-    resource = "PostgreSQL resource" if is_postgres_url(cluster.resource_url) else "resource"
-    return f"{kind} cluster: {len(cluster.node_urls)} {nodes} + 1 {resource}, redis {cluster.redis_version}"
+    where = "embedded" if cluster.embedded else "external"
+    first = cluster.node_urls[0] if cluster.node_urls else cluster.resource_url
+    nodes = kind_of_url(first).name
+    return f"{where} cluster: {len(cluster.node_urls)} {nodes} lock nodes + 1 resource ({cluster.server_version})"

@@ -1,9 +1,9 @@
-"""etcd members that lockcompare spawned, for the ``etcd`` backends: find the binary, start, crash, stop.
+"""The etcd server kind: etcd members that lockcompare spawned, for the ``etcd`` backends.
 
-The same rules as :mod:`lockcompare.infra.server` for redis-server: every member listens on 127.0.0.1
-only (client and peer ports chosen free), keeps its data in a private temp directory removed by
-:meth:`EtcdServer.cleanup`, stays a child process (PR_SET_PDEATHSIG, its own process group), and
-whatever is not cleaned up is stopped and removed when the interpreter exits.
+The lifecycle is :class:`~lockcompare.infra.spawned.SpawnedServer`'s, as for every kind: every
+member listens on 127.0.0.1 only (client and peer ports chosen free), keeps its data in a private
+temp directory removed by :meth:`EtcdServer.cleanup`, stays a child process (PR_SET_PDEATHSIG, its
+own process group), and whatever is not cleaned up is stopped and removed when the interpreter exits.
 
 An etcd member differs from a redis-server in two ways that shape this module:
 
@@ -24,24 +24,27 @@ the election timeout stays well above the scheduling hiccups of a loaded 2-core 
 
 from __future__ import annotations
 
-import atexit
+import http.client
+import json
 import math
 import os
 import shutil
-import subprocess
 import time
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from lockcompare.errors import BackendNotViableError, ServerStartError
-from lockcompare.infra.etcd_client import is_healthy
-from lockcompare.infra.lifecycle import die_with_parent, owned_tempdir
-from lockcompare.infra.server import (
-    free_port,
-    kill_group_and_reap,
-    release_port,
-    terminate_politely,
-)
+from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError, ServerStartError
+from lockcompare.infra.etcd_client import delete_prefix, is_healthy
+from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Server
+from lockcompare.infra.spawned import SpawnedServer, free_port
+from lockcompare.redaction import redact
+
+if TYPE_CHECKING:
+    from lockcompare.infra.fakeclock import FakeClock
 
 ENV_BINARY = "LOCKCOMPARE_ETCD"
 HOW_TO_GET_ONE = (
@@ -87,12 +90,8 @@ def is_etcd_url(url: str) -> bool:
     return url.startswith("http://")
 
 
-class EtcdServer:
-    """One etcd member on two loopback ports (client, peer), in a cluster described by ``initial_cluster``.
-
-    Has the interface the cluster, the node faults and the health checks use for a redis-server:
-    ``name``, ``url``, ``pid``, ``start()``, ``crash()``, ``stop()``, ``cleanup()``, ``is_running()``.
-    """
+class EtcdServer(SpawnedServer):
+    """One etcd member on two loopback ports (client, peer), in a cluster described by ``initial_cluster``."""
 
     #: A member restarted on its data directory has kept everything (etcd fsyncs its WAL on every
     #: commit): a node-restart fault says so in the history.
@@ -109,16 +108,13 @@ class EtcdServer:
         cluster_token: str,
         start_timeout_s: float = _START_TIMEOUT_S,
     ) -> None:
+        super().__init__(name=name, dir_tag=f"etcd-{name}", port=client_port)
+        self._extra_ports.append(peer_port)
         self.binary = binary
-        self.name = name
-        self.port = client_port
         self.peer_port = peer_port
         self.initial_cluster = initial_cluster
         self.cluster_token = cluster_token
         self.start_timeout_s = start_timeout_s
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._dir = owned_tempdir(f"etcd-{name}")
-        _not_cleaned_up.add(self)
 
     @property
     def url(self) -> str:
@@ -128,25 +124,12 @@ class EtcdServer:
     def peer_url(self) -> str:
         return f"http://127.0.0.1:{self.peer_port}"
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def data_dir(self) -> Path:
-        return self._dir
-
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
     def start(self) -> None:
         """Spawn and wait until the member serves clients (it needs a quorum of its cluster for that)."""
         self.spawn()
         self.wait_ready()
 
     def spawn(self) -> None:
-        if self.is_running():
-            raise ServerStartError(f"{self.name} is already running (pid {self.pid})")
         cmd = [
             str(self.binary),
             "--name", self.name,
@@ -161,21 +144,9 @@ class EtcdServer:
             "--heartbeat-interval", str(HEARTBEAT_MS),
             "--election-timeout", str(ELECTION_TIMEOUT_MS),
             "--log-level", "warn",
-            "--log-outputs", str(self._dir / "etcd.log"),
+            "--log-outputs", str(self._log),
         ]  # fmt: skip
-        try:
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,  # Ctrl-C reaches lockcompare, which then stops us in order
-                # Trials run in threads, but die_with_parent is one prctl call through a ctypes function
-                # resolved at import: the child takes no lock another thread could hold across the fork.
-                preexec_fn=die_with_parent,  # noqa: PLW1509
-            )
-        except OSError as exc:
-            raise ServerStartError(f"{self.name}: cannot run {self.binary}: {exc}") from None
+        self._popen(cmd)
 
     def wait_ready(self) -> None:
         """Wait for ``/health`` (a leader, and this member serving); kill the member if it never does."""
@@ -183,7 +154,7 @@ class EtcdServer:
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = None
-                raise ServerStartError(f"{self.name}: etcd exited during start-up: {self._last_log_line()}")
+                raise ServerStartError(f"{self.name}: etcd exited during start-up: {self._last_log_line(self._log)}")
             if is_healthy(self.url, timeout_s=0.2):
                 return
             time.sleep(0.01)
@@ -192,34 +163,9 @@ class EtcdServer:
             f"{self.name}: etcd did not become healthy on {self.url} within {self.start_timeout_s:g} s; killed it"
         )
 
-    def _last_log_line(self) -> str:
-        try:
-            lines = (self._dir / "etcd.log").read_text(errors="replace").strip().splitlines()
-        except OSError:
-            lines = []
-        return lines[-1][:300] if lines else "it logged nothing"
-
-    def _kill(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            kill_group_and_reap(proc)
-
-    def crash(self) -> None:
-        """SIGKILL the member and reap it (its data directory stays). Safe to call twice."""
-        self._kill()
-
-    def stop(self) -> None:
-        if self._proc is not None:
-            terminate_politely(self._proc)
-        self._kill()
-
-    def cleanup(self) -> None:
-        """Stop and remove the data directory."""
-        self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
-        release_port(self.port)
-        release_port(self.peer_port)
-        _not_cleaned_up.discard(self)
+    @property
+    def _log(self) -> Path:
+        return self._dir / "etcd.log"
 
 
 def start_members(*, count: int, binary: Path | None = None, attempts: int = 3) -> list[EtcdServer]:
@@ -259,10 +205,79 @@ def start_members(*, count: int, binary: Path | None = None, attempts: int = 3) 
     raise ServerStartError(f"etcd cluster of {count} did not start: {problem}")
 
 
-_not_cleaned_up: set[EtcdServer] = set()
+def etcd_version(url: str, *, timeout_s: float = 1.0) -> str:
+    """The member's version (``GET /version``: ``etcdserver``), or "unknown"."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 2379, timeout=timeout_s)
+    try:
+        conn.request("GET", "/version")
+        return str(json.loads(conn.getresponse().read() or b"{}").get("etcdserver") or "unknown")
+    except (OSError, ValueError, http.client.HTTPException):
+        return "unknown"
+    finally:
+        conn.close()
 
 
-@atexit.register
-def _clean_up_leftovers() -> None:
-    for server in list(_not_cleaned_up):
-        server.cleanup()
+@dataclass(frozen=True, kw_only=True)
+class EtcdKind:
+    """etcd: members of one cluster, always persisting (a restarted member keeps what it committed),
+    real clocks, replication by consensus only (no asynchronous replica to promote)."""
+
+    name: str = "etcd"
+    speaks: str = "etcd"
+    capabilities: Capabilities = field(
+        default_factory=lambda: Capabilities(
+            reasons={
+                Capability.SESSION_CONTROL: NO_SESSION,
+                Capability.CLOCK_CONTROL: "etcd members run with real clocks (libfaketime is applied to "
+                "Redis-protocol servers only)",
+                Capability.REPLICATION: "etcd replicates by consensus: there is no asynchronous replica to promote",
+            }
+        )
+    )
+
+    def problem(self, *, binary: str | None = None) -> str:
+        try:
+            find_etcd()
+        except BackendNotViableError as exc:
+            return str(exc)
+        return ""
+
+    def start_nodes(
+        self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
+    ) -> list[Server]:
+        if clocks or persistence != "none":
+            raise ConfigError("etcd members run with real clocks and always persist: no fake clocks or --persistence")
+        return list(start_members(count=count))
+
+    def new_server(self, *, name: str, binary: str | None = None) -> Server:
+        raise ConfigError("an etcd member is started with its cluster (start_nodes), never alone")
+
+    def owns(self, url: str) -> bool:
+        return is_etcd_url(url)
+
+    def answers(self, url: str, *, timeout_s: float) -> bool:
+        return is_healthy(url, timeout_s=timeout_s)
+
+    def unusable(self, url: str, *, timeout_s: float) -> str:
+        return "" if self.answers(url, timeout_s=timeout_s) else f"etcd member {redact(url)} is not healthy"
+
+    def version(self, url: str) -> str:
+        return f"etcd {etcd_version(url)}"
+
+    def empty(self, urls: Sequence[str]) -> str:
+        try:
+            delete_prefix(urls, "")  # every key and lease; the revision counter goes on
+        except ClusterError as exc:
+            return f"emptying etcd failed: {exc}"
+        return ""
+
+    def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
+        for url in dict.fromkeys(urls):
+            try:
+                delete_prefix([url], prefix)  # an etcd backend's keys start with the trial's prefix
+            except ClusterError:
+                pass  # a member that is down, or a cluster without quorum: its leases end anyway
+
+
+ETCD = EtcdKind()

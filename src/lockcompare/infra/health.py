@@ -12,15 +12,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import redis
-
 from lockcompare.errors import LockcompareError, NodeUnreachableError
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.etcd_client import is_healthy
-from lockcompare.infra.etcd_server import is_etcd_url
-from lockcompare.infra.pg_client import answers as pg_answers
-from lockcompare.infra.pg_client import is_postgres_url
-from lockcompare.infra.redisconn import connect, redact
+from lockcompare.infra.kinds import kind_of_url
+from lockcompare.infra.redisconn import redact
 
 log = logging.getLogger("lockcompare")
 
@@ -28,17 +23,8 @@ _PING_TIMEOUT_S = 0.5
 
 
 def answers(url: str) -> bool:
-    if is_etcd_url(url):
-        return is_healthy(url, timeout_s=_PING_TIMEOUT_S)
-    if is_postgres_url(url):
-        return pg_answers(url, timeout_s=_PING_TIMEOUT_S)
-    client = connect(url, timeout_s=_PING_TIMEOUT_S)
-    try:
-        return bool(client.ping())
-    except redis.RedisError:
-        return False
-    finally:
-        client.close()
+    """Whether the server at ``url`` answers, as its kind asks it (PING, etcd's /health, a query)."""
+    return kind_of_url(url).answers(url, timeout_s=_PING_TIMEOUT_S)
 
 
 def used_nodes(cluster: Cluster, node_count: int | None) -> range:

@@ -1,10 +1,12 @@
 """A pool of clusters, so that every running trial owns its servers and servers outlive a trial.
 
 Faults kill, restart, re-clock and cut nodes, so two trials must never share an embedded cluster.
-Starting six redis-servers per trial would cost more than a short trial's critical sections, so a
-cluster goes back to the pool after its trial: checked (every server running and answering PING,
-not marked broken by the trial), emptied with FLUSHALL (our own embedded servers only), and handed
-to the next trial of the same :class:`~lockcompare.infra.cluster.ClusterShape`. A cluster that fails the
+Starting six servers per trial would cost more than a short trial's critical sections, so a
+cluster goes back to the pool after its trial: checked (every server running and answering its
+kind's health check, not marked broken by the trial), emptied by its kind (FLUSHALL, every etcd key,
+lockcompare's tables; our own embedded servers only), and handed to the next trial of the same
+:class:`~lockcompare.infra.cluster.ClusterShape` (which names the kinds: a Redis and a Valkey
+cluster are never swapped). A cluster that fails the
 check is stopped and a fresh one is built the next time one is needed.
 
 Clusters are built lazily by a ``build(shape)`` callable, so new shapes (persistence, fake clocks,
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from types import TracebackType
 
 from lockcompare.infra.cluster import Cluster, ClusterShape
+from lockcompare.infra.kinds import get_kind
 
 
 class ClusterPool:
@@ -115,13 +118,13 @@ class SharedCluster:
 
 class WithPostgres:
     """A cluster source that hands the user's PostgreSQL server (``--postgres``) to trials whose lock
-    nodes are PostgreSQL servers, and asks ``inner`` for every other cluster."""
+    nodes speak PostgreSQL, and asks ``inner`` for every other cluster."""
 
     def __init__(self, inner: ClusterPool | SharedCluster, postgres: SharedCluster | None) -> None:
         self.inner, self.postgres = inner, postgres
 
     def acquire(self, shape: ClusterShape) -> Cluster:
-        if self.postgres is not None and shape.lock_servers == "postgres":
+        if self.postgres is not None and get_kind(shape.lock_servers).speaks == "postgres":
             return self.postgres.cluster
         return self.inner.acquire(shape)
 

@@ -1,6 +1,6 @@
-"""PostgreSQL servers that lockcompare spawned, for the ``pg-*`` backends and the PostgreSQL resource.
+"""The PostgreSQL server kind: servers lockcompare spawned, for the ``pg-*`` backends and the PostgreSQL resource.
 
-The same rules as :mod:`lockcompare.infra.server` for redis-server: every server listens on
+The lifecycle is :class:`~lockcompare.infra.spawned.SpawnedServer`'s, as for every kind: every server listens on
 127.0.0.1 only (a free port; no Unix socket), keeps its data in a private temp directory (mode
 0700) removed by :meth:`PostgresServer.cleanup`, stays a child process of lockcompare (its own
 process group) and is waited for, and whatever is not cleaned up is stopped and removed when the
@@ -27,7 +27,6 @@ Stopping and crashing, and why:
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import importlib.util
 import os
@@ -36,12 +35,30 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lockcompare.errors import BackendNotViableError, ServerStartError
-from lockcompare.infra.lifecycle import owned_tempdir
-from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, require_psycopg
-from lockcompare.infra.server import free_port, release_port
+from lockcompare.errors import BackendNotViableError, ConfigError, ServerStartError
+from lockcompare.infra.kinds import Capabilities, Capability, Server
+from lockcompare.infra.pg_client import (
+    PgSession,
+    QueryFailed,
+    SessionLost,
+    answers,
+    delete_own_rows,
+    is_postgres_url,
+    pg_server_version,
+    require_psycopg,
+    reset_database,
+)
+from lockcompare.infra.pg_client import problem as pg_problem
+from lockcompare.infra.spawned import SpawnedServer, free_port, release_port
+from lockcompare.redaction import redact
+
+if TYPE_CHECKING:
+    from lockcompare.infra.fakeclock import FakeClock
 
 ENV_BIN_DIR = "LOCKCOMPARE_POSTGRES_BIN"
 HOW_TO_GET_ONE = (
@@ -124,26 +141,24 @@ def _run_as() -> pwd.struct_passwd | None:
         ) from None
 
 
-class PostgresServer:
-    """One PostgreSQL server on a loopback port, data in a private temp directory.
+class PostgresServer(SpawnedServer):
+    """One PostgreSQL server on a loopback port, data in a private temp directory."""
 
-    Has the interface the cluster, the node faults and the health checks use for a redis-server:
-    ``name``, ``url``, ``pid``, ``start()``, ``crash()``, ``stop()``, ``cleanup()``, ``is_running()``.
-    """
+    #: Immediate shutdown: the postmaster ends every session and reaps its backends (see above).
+    crash_signal = signal.SIGQUIT
+    #: Fast shutdown: sessions ended, a checkpoint.
+    stop_signal = signal.SIGINT
+    stop_grace_s = _STOP_GRACE_S
 
     #: A server restarted on its data directory keeps every committed row (the lease table); the
     #: sessions, and the advisory locks they held, are gone.
     keeps_data_across_restarts = True
 
     def __init__(self, *, name: str, bin_dir: Path | None = None, start_timeout_s: float = _START_TIMEOUT_S) -> None:
-        self.name = name
         self.bin_dir = bin_dir or find_postgres_bin()
         self.start_timeout_s = start_timeout_s
-        self.port: int | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
         self._user = _run_as()
-        self._dir = owned_tempdir(f"pg-{name}")  # mode 0700, tagged with our pid: swept after a SIGKILL
-        _not_cleaned_up.add(self)
+        super().__init__(name=name, dir_tag=f"pg-{name}")  # mode 0700, tagged with our pid: swept after a SIGKILL
         if self._user is not None:
             os.chown(self._dir, self._user.pw_uid, self._user.pw_gid)
 
@@ -152,15 +167,8 @@ class PostgresServer:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/postgres"
 
     @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
     def data_dir(self) -> Path:
         return self._dir / "data"
-
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     @property
     def _uid(self) -> int | None:
@@ -209,22 +217,7 @@ class PostgresServer:
     def _spawn(self) -> None:
         settings = [arg for k, v in SERVER_SETTINGS.items() for arg in ("-c", f"{k}={v}")]
         cmd = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port), *settings]
-        log = open(self._dir / "postgres.log", "ab")
-        try:
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                start_new_session=True,  # Ctrl-C reaches lockcompare, which then stops us in order
-                preexec_fn=_quit_with_parent,  # noqa: PLW1509 - one prctl call, nothing that takes a lock
-                user=self._uid,
-                group=self._gid,
-            )
-        except OSError as exc:
-            raise ServerStartError(f"{self.name}: cannot run {cmd[0]}: {exc}") from None
-        finally:
-            log.close()
+        self._popen(cmd, log=self._log, preexec_fn=_quit_with_parent, user=self._uid, group=self._gid)
         self._wait_ready()
 
     def _wait_ready(self) -> None:
@@ -232,7 +225,9 @@ class PostgresServer:
         while time.monotonic() < deadline:
             if self._proc is None or self._proc.poll() is not None:
                 self._proc = None
-                raise ServerStartError(f"{self.name}: postgres exited during start-up: {self._last_log_line()}")
+                raise ServerStartError(
+                    f"{self.name}: postgres exited during start-up: {self._last_log_line(self._log)}"
+                )
             session = PgSession(self.url, timeout_s=0.5)
             try:
                 answering = session.value("show data_directory")
@@ -252,52 +247,9 @@ class PostgresServer:
             "killed it"
         )
 
-    def _last_log_line(self) -> str:
-        try:
-            lines = (self._dir / "postgres.log").read_text(errors="replace").strip().splitlines()
-        except OSError:
-            lines = []
-        return lines[-1][:300] if lines else "it logged nothing"
-
-    def _signal_and_wait(self, sig: int, grace_s: float) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            try:
-                proc.send_signal(sig)
-                proc.wait(timeout=grace_s)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                pass
-
-    def _kill(self) -> None:
-        """The last resort: SIGKILL the whole process group, and reap the postmaster."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        proc.wait()
-
-    def crash(self) -> None:
-        """Immediate shutdown (SIGQUIT): every session ends at once; the data directory stays."""
-        self._signal_and_wait(signal.SIGQUIT, _STOP_GRACE_S)
-        self._kill()
-
-    def stop(self) -> None:
-        """Fast shutdown (SIGINT: sessions ended, checkpoint), then whatever is left is killed."""
-        self._signal_and_wait(signal.SIGINT, _STOP_GRACE_S)
-        self._kill()
-
-    def cleanup(self) -> None:
-        """Stop and remove the data directory. Safe to call twice."""
-        self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
-        release_port(self.port)
-        _not_cleaned_up.discard(self)
+    @property
+    def _log(self) -> Path:
+        return self._dir / "postgres.log"
 
 
 def start_postgres(*, name: str) -> PostgresServer:
@@ -311,10 +263,74 @@ def start_postgres(*, name: str) -> PostgresServer:
     return server
 
 
-_not_cleaned_up: set[PostgresServer] = set()
+@dataclass(frozen=True, kw_only=True)
+class PostgresKind:
+    """PostgreSQL: independent servers (no replicas built), always persisting (committed rows survive
+    a restart; sessions and their advisory locks do not), real clocks, and sessions the server can
+    end under their holder (session-kill)."""
+
+    name: str = "postgres"
+    speaks: str = "postgres"
+    capabilities: Capabilities = field(
+        default_factory=lambda: Capabilities(
+            offers=frozenset({Capability.SESSION_CONTROL}),
+            reasons={
+                Capability.CLOCK_CONTROL: "PostgreSQL servers run with real clocks (libfaketime is applied to "
+                "Redis-protocol servers only)",
+                Capability.REPLICATION: "lockcompare builds no PostgreSQL replicas",
+            },
+        )
+    )
+
+    def problem(self, *, binary: str | None = None) -> str:
+        try:
+            find_postgres_bin()
+            require_psycopg()
+        except BackendNotViableError as exc:
+            return str(exc)
+        return ""
+
+    def start_nodes(
+        self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
+    ) -> list[Server]:
+        if clocks or persistence != "none":
+            raise ConfigError("PostgreSQL lock nodes run with real clocks and persist on their own")
+        nodes = [PostgresServer(name=f"pg{i}") for i in range(count)]
+        try:
+            for node in nodes:
+                node.start()
+        except BaseException:
+            for node in nodes:
+                node.cleanup()
+            raise
+        return list(nodes)
+
+    def new_server(self, *, name: str, binary: str | None = None) -> Server:
+        return PostgresServer(name=name)
+
+    def owns(self, url: str) -> bool:
+        return is_postgres_url(url)
+
+    def answers(self, url: str, *, timeout_s: float) -> bool:
+        return answers(url, timeout_s=timeout_s)
+
+    def unusable(self, url: str, *, timeout_s: float) -> str:
+        found = pg_problem(url, timeout_s=timeout_s)  # a wrong password or database said as such
+        return f"PostgreSQL server {redact(url)} cannot be used: {redact(found, passwords_of=(url,))}" if found else ""
+
+    def version(self, url: str) -> str:
+        return f"postgresql {pg_server_version(url)}"
+
+    def empty(self, urls: Sequence[str]) -> str:
+        for url in dict.fromkeys(urls):
+            problem = reset_database(url)  # every other session ended, lockcompare's tables emptied
+            if problem:
+                return f"emptying {url} failed: {problem}"
+        return ""
+
+    def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
+        for url in dict.fromkeys(urls):
+            delete_own_rows(url, prefix)  # only rows of lockcompare's own tables that name the prefix
 
 
-@atexit.register
-def _clean_up_leftovers() -> None:
-    for server in list(_not_cleaned_up):
-        server.cleanup()
+POSTGRES = PostgresKind()

@@ -1,4 +1,4 @@
-"""What produced a row: lockcompare's version and source revision, the host, and who else was running.
+"""What produced a row: lockcompare's version and source revision, the host, the servers, and who else was running.
 
 Two measurements on a 2-core machine distort each other's timing, so every run registers itself
 in a small directory of live runs (one file per process, mode 0600, holding its pid, start and
@@ -64,6 +64,19 @@ def host_facts() -> dict[str, object]:
         "host": socket.gethostname(),
         "cpu_count": os.cpu_count() or 0,
     }
+
+
+def server_version(*, node_url: str, resource_url: str) -> str:
+    """What the CSV's ``server_version`` records, as the servers' kinds read it from the servers
+    themselves: "valkey 9.1.2", "postgresql 18.6", or "etcd 3.5.1 + redis 6.2.14" when the
+    resource is of another kind than the lock nodes."""
+    from lockcompare.infra.kinds import kind_of_url  # the server modules load only where servers run
+
+    nodes = kind_of_url(node_url).version(node_url)
+    resource = kind_of_url(resource_url).version(resource_url)
+    if resource.split(" ", 1)[0] == nodes.split(" ", 1)[0]:
+        return nodes
+    return f"{nodes} + {resource}"
 
 
 def _alive(pid: int) -> bool:

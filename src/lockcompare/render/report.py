@@ -33,12 +33,12 @@ from lockcompare.render.timeline import load_history
 
 REPORT_NAME = "README.md"
 #: Provenance shown per run when the CSV has it (rows before schema 4 lack it): results.py's list,
-#: less what the table shows already (cluster, redis_version) or what varies per trial.
+#: less what the table shows already (cluster, server_version) or what varies per trial.
 PROVENANCE_COLUMNS = tuple(
-    c for c in ROW_PROVENANCE if c not in ("cluster", "redis_version", "lock_nodes_reachable", "jobs_concurrent")
+    c for c in ROW_PROVENANCE if c not in ("cluster", "server_version", "lock_nodes_reachable", "jobs_concurrent")
 )
 #: Settings shown per cell, as stored (times already multiplied by time_scale).
-PARAMETER_COLUMNS = (*CONDITION_COLUMNS, "cluster", "redis_version")
+PARAMETER_COLUMNS = (*CONDITION_COLUMNS, "cluster", "server_version")
 #: PNG names this module writes (a folder rendered before manifests existed: see _owned).
 _OUR_PNGS = ("matrix-*.png", "timeline-*.png", GLANCE_PNG)
 #: The names of the files a rendering wrote, one a line: a later rendering replaces or removes only
@@ -257,7 +257,7 @@ def _commands(cells: Sequence[Cell]) -> str:
 
 def _provenance_table(rows: Sequence[dict[str, Any]]) -> str:
     present = [c for c in PROVENANCE_COLUMNS if any(str(r.get(c) or "").strip() for r in rows)]
-    headers = ["run_id", "trials", "started_at", "cluster", "redis_version", *present]
+    headers = ["run_id", "trials", "started_at", "cluster", "server_version", *present]
     by_run: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         by_run.setdefault(row["run_id"], []).append(row)

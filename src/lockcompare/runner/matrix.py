@@ -24,6 +24,7 @@ from lockcompare.errors import (
     BackendLoadError,
     ConfigError,
     InvalidValueError,
+    RedisServerNotFoundError,
 )
 from lockcompare.faults import plan as fault_plan
 from lockcompare.faults import targets as fault_targets
@@ -34,10 +35,10 @@ from lockcompare.infra.cluster import (
     connect_external,
     start_embedded,
 )
+from lockcompare.infra.kinds import AUTO, Capability, get_kind, lacks, server_for
 from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.infra.pool import ClusterPool, SharedCluster, WithPostgres
 from lockcompare.infra.provenance import host_facts, registered_run
-from lockcompare.infra.server import find_redis_server
 from lockcompare.runner.crew import WorkerPool, spawn_crew
 from lockcompare.runner.outfile import history_dir, history_ids, prepare_out, remove_unpointed
 from lockcompare.runner.scheduler import (
@@ -118,6 +119,7 @@ def plan_matrix(
     node_count: int | None,
     sweep: Sweep | None = None,
     skip_unfit: bool = True,
+    redis_server: str | None = None,
 ) -> list[TrialSpec]:
     """Every trial's spec, validated before anything starts (bad names fail before any server does).
 
@@ -129,6 +131,7 @@ def plan_matrix(
         raise InvalidValueError("select at least one backend and one experiment")
     classes = {backend: load_backend(backend) for backend in backends}
     exps = [get_experiment(name) for name in experiments]
+    overrides = overrides.replace(server=_redis_protocol_server(overrides.server, binary=redis_server))
     specs: dict[str, TrialSpec] = {}
     sweep = sweep if sweep is not None else Sweep()
     _warn_no_wait(classes, asked=sweep.values.get("wait_replicas", (overrides.wait_replicas,)), experiments=exps)
@@ -151,6 +154,13 @@ def plan_matrix(
     return _fitting(classes, list(specs.values()), skip_unfit=skip_unfit)
 
 
+def _redis_protocol_server(choice: str, *, binary: str | None) -> str:
+    """``--server`` resolved: the kind that runs this run's Redis-protocol servers ("auto": what is here)."""
+    if choice != AUTO and get_kind(choice).speaks != "redis":
+        raise InvalidValueError(f"--server {choice}: its servers do not speak the Redis protocol (e.g. redis, valkey)")
+    return server_for("redis", choice=choice, binary=binary).name
+
+
 def _client_timeout_ms(cls: type) -> float | None:
     """A backend's own client request timeout (its ``client_timeout_s``), None if it states none."""
     own = getattr(cls, "client_timeout_s", None)
@@ -169,20 +179,12 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
         )
 
 
-_NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"
-
-#: Fault kinds (spec/schedule.py) the embedded cluster cannot apply to a kind of lock server, and why.
-UNSUPPORTED_FAULTS = {
-    "redis": {"session-kill": _NO_SESSION},
-    "postgres": {
-        "clock-jump": "PostgreSQL servers run with real clocks (libfaketime is applied to redis-server only)",
-        "failover": "lockcompare builds no PostgreSQL replicas",
-    },
-    "etcd": {
-        "session-kill": _NO_SESSION,
-        "clock-jump": "etcd members run with real clocks (libfaketime is applied to redis-server only)",
-        "failover": "etcd replicates by consensus: there is no asynchronous replica to promote",
-    },
+#: What a fault kind (spec/faultkinds) asks of the lock servers beyond start, crash and restart; a
+#: kind of server that does not offer it (infra/kinds.py) cannot take the fault.
+FAULT_NEEDS = {
+    "session-kill": Capability.SESSION_CONTROL,
+    "clock-jump": Capability.CLOCK_CONTROL,
+    "failover": Capability.REPLICATION,
 }
 
 
@@ -191,11 +193,12 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
     ``check_ttl``, e.g. etcd's whole-second leases), a fault its kind of lock server cannot take, or
     a fault step that can never reach its lock (faults/targets.py: never_resolves)."""
     servers = str(getattr(cls, "servers", "redis"))
-    unsupported = UNSUPPORTED_FAULTS.get(servers, {})
+    server_kind = server_for(servers, choice=spec.server)
     schedule = parse_schedule(spec.faults)
     for kind in sorted(schedule.kinds()):
-        if kind in unsupported:
-            return unsupported[kind]
+        missing = lacks(server_kind, FAULT_NEEDS[kind]) if kind in FAULT_NEEDS else ""
+        if missing:
+            return missing
     if servers in ("postgres", "etcd"):  # their servers fix the node count: a step naming more is not for them
         used = cluster_shape(spec, cluster_options=ClusterOptions()).node_count
         try:
@@ -261,13 +264,18 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
     (``--redlock-nodes`` sets the count instead)."""
     servers = lock_servers_of(spec.backend)
     schedule = parse_schedule(spec.faults)
+    nodes = server_for(servers, choice=spec.server).name
+    resource = server_for(spec.resource_kind, choice=spec.server).name
     if servers == "etcd":
         members = spec.node_count or (ETCD_FAULT_MEMBERS if fault_plan.touches_servers(schedule) else 1)
-        return ClusterShape(node_count=members, lock_servers="etcd", resource_kind=spec.resource_kind)
+        return ClusterShape(node_count=members, lock_servers=nodes, resource_kind=resource)
     if servers == "postgres":
-        return ClusterShape(node_count=spec.node_count or 1, lock_servers="postgres", resource_kind=spec.resource_kind)
+        return ClusterShape(node_count=spec.node_count or 1, lock_servers=nodes, resource_kind=resource)
     return ClusterShape(
-        resource_kind=spec.resource_kind, node_count=cluster_options.node_count, **fault_plan.cluster_needs(schedule)
+        node_count=cluster_options.node_count,
+        lock_servers=nodes,
+        resource_kind=resource,
+        **fault_plan.cluster_needs(schedule),
     )
 
 
@@ -369,6 +377,7 @@ def run_matrix(
         node_count=redlock_nodes,
         sweep=sweep,
         skip_unfit=skip_unfit,
+        redis_server=cluster_options.redis_server,
     )
     return run_planned(
         specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
@@ -461,7 +470,7 @@ def _run_locked(
             host=host_facts(),
             run_id=run_id,
             cluster_kind="embedded" if cluster.embedded else "external",
-            redis_version=cluster.redis_version,
+            server_version=cluster.server_version,
             history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
             note=f"resumed over another revision: {allow_mixed_revisions}" if allow_mixed_revisions else "",
         )
@@ -485,7 +494,11 @@ def _run_locked(
 
     workers = WorkerPool()
     crews = spawn_crew if fresh_workers else workers.start
-    with registered_run("matrix", out=out), sigterm_unwinds(), _cluster_source(cluster_options, jobs=jobs) as clusters:
+    with (
+        registered_run("matrix", out=out),
+        sigterm_unwinds(),
+        _cluster_source(cluster_options, jobs=jobs, specs=todo) as clusters,
+    ):
         try:
             by_servers: dict[str, TrialSpec] = {}  # each backend is probed on the kind of nodes it uses
             for spec in todo:
@@ -600,10 +613,15 @@ def _runs_alone(spec: TrialSpec) -> bool:
 
 
 @contextlib.contextmanager
-def _cluster_source(options: ClusterOptions, *, jobs: int) -> Iterator[WithPostgres]:
+def _cluster_source(options: ClusterOptions, *, jobs: int, specs: Sequence[TrialSpec]) -> Iterator[WithPostgres]:
     """A pool of embedded clusters (one per trial in flight), or the user's servers shared by all."""
     if (options.nodes is None) != (options.resource is None):
         raise ConfigError("--nodes and --resource go together: give both, or neither for the embedded cluster")
+    if options.nodes is None:  # no binary for the chosen Redis-protocol server: one clear error before anything starts
+        for kind in {server_for("redis", choice=spec.server) for spec in specs}:
+            problem = kind.problem(binary=options.redis_server)
+            if problem:
+                raise RedisServerNotFoundError(problem)
     postgres = (
         SharedCluster(connect_external(nodes=(options.postgres,), resource=options.postgres))
         if options.postgres is not None
@@ -612,6 +630,5 @@ def _cluster_source(options: ClusterOptions, *, jobs: int) -> Iterator[WithPostg
     if options.nodes is not None and options.resource is not None:
         yield WithPostgres(SharedCluster(connect_external(nodes=options.nodes, resource=options.resource)), postgres)
         return
-    find_redis_server(options.redis_server)  # no binary: one clear error before anything starts
     with ClusterPool(build=lambda shape: start_embedded(shape, redis_server=options.redis_server), limit=jobs) as pool:
         yield WithPostgres(pool, postgres)

