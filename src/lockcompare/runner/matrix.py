@@ -56,6 +56,7 @@ from lockcompare.runner.trial import (
     run_trial,
     save_history,
 )
+from lockcompare.spec import faultkinds
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.limits import DEFAULT_CPU_SHARE, check_count, usable_cpus
 from lockcompare.spec.parsing import Overrides, Sweep
@@ -182,9 +183,10 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
 #: What a fault kind (spec/faultkinds) asks of the lock servers beyond start, crash and restart; a
 #: kind of server that does not offer it (infra/kinds.py) cannot take the fault.
 FAULT_NEEDS = {
-    "session-kill": Capability.SESSION_CONTROL,
-    "clock-jump": Capability.CLOCK_CONTROL,
-    "failover": Capability.REPLICATION,
+    kind.name: Capability(need)
+    for kind in faultkinds.KINDS.values()
+    for need in sorted(kind.needs)
+    if need in {c.value for c in Capability}
 }
 
 

@@ -31,13 +31,15 @@ if TYPE_CHECKING:
 #: worker to some nodes (both).
 NODES, WORKER, LINKS = "nodes", "worker", "links"
 
-#: What a kind can ask of the lock servers (a server kind says which it offers).
-PROCESS_CONTROL = "process-control"  # lockcompare runs the server: it can kill, restart, stop it
+#: What a kind can ask of the lock servers. The names of infra/kinds.py's ``Capability`` (what a kind
+#: of server offers; the matrix matches them: runner/matrix.py's FAULT_NEEDS), and the needs every
+#: embedded server meets (process control, proxied links: refused up front for external servers).
+PROCESS_CONTROL = "process control"  # lockcompare runs the server: it can kill, restart, stop it
 PERSISTENCE = "persistence"  # an AOF kept across a restart
-CLOCK_CONTROL = "clock-control"  # the server's wall clock can be moved (libfaketime)
+CLOCK_CONTROL = "clock control"  # the server's wall clock can be moved (libfaketime)
 REPLICATION = "replication"  # an asynchronous replica that can be promoted
-SESSION_CONTROL = "session-control"  # a client's session can be ended by the server
-PROXIED_LINKS = "proxied-links"  # the workers reach the nodes through links lockcompare controls
+SESSION_CONTROL = "session control"  # a client's session can be ended by the server
+PROXIED_LINKS = "proxied links"  # the workers reach the nodes through links lockcompare controls
 
 
 #: The largest time a step's parameter or ``for=`` may take (ms), and a clock jump's (a day).
