@@ -183,7 +183,6 @@ def few_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [
         ("table", "results/reproduction.csv"),
         ("compare", "results/reproduction.csv", "results/reproduction.csv"),
-        ("render.docs", "--check", "README.md"),
     ],
     ids=lambda args: args[0],
 )
@@ -191,6 +190,18 @@ def test_an_offline_command_runs_with_redis_and_psycopg_blocked(args: tuple[str,
     done = _offline(*args)
     assert done.returncode == 0, done.stderr
     assert "blocked" not in done.stderr
+
+
+def test_docs_render_with_redis_and_psycopg_blocked(tmp_path: Path) -> None:
+    csv = ROOT / "results" / "reproduction.csv"
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        f"<!-- table: {csv} backend=single experiment=baseline -->\n<!-- /table -->\n"
+        "<!-- faultkinds -->\n<!-- /faultkinds -->\n"
+    )
+    done = _offline("render.docs", str(doc))
+    assert done.returncode == 0, done.stderr
+    assert "| single " in doc.read_text() and "| `node-freeze` |" in doc.read_text()
 
 
 def test_report_and_the_history_plot_run_with_redis_and_psycopg_blocked(few_rows: Path, tmp_path: Path) -> None:
