@@ -24,6 +24,8 @@ from lockcompare.spec.experiments import EXPERIMENTS
 BACKEND_ORDER = (
     "none", "single", "fenced", "redlock", "pottery", "redis-py", "atomic", "optimistic", "single-renew",
     "redis-lock-renew", "redis-lock-renew-checked", "etcd", "etcd-fenced", "pg-advisory", "pg-lease",
+    "zk-lock", "zk-lock-checked", "zk-fenced", "node-redlock", "node-sesame-using", "node-sesame-using-checked",
+    "node-semaphore-mutex", "node-semaphore-redlock",
 )  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from lockcompare.cli.options import (
     RedisServer,
     RedlockNodes,
     ResourceUrl,
+    ZooKeeperHosts,
     _cluster_options,
     _default_backends,
     _parallelism_note,
@@ -89,6 +90,7 @@ def matrix(
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
+    zookeeper: ZooKeeperHosts = None,
     faults_file: FaultsFile = None,
     jobs: Annotated[
         int,
@@ -132,6 +134,7 @@ def matrix(
         redis_server=redis_server,
         nodes_file=nodes_file,
         postgres=postgres,
+        zookeeper=zookeeper,
         faults_file=faults_file,
     )
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
@@ -199,6 +202,7 @@ def run(
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
+    zookeeper: ZooKeeperHosts = None,
     faults_file: FaultsFile = None,
     from_row: Annotated[
         str | None,
@@ -230,6 +234,7 @@ def run(
             redlock_nodes=None,
             nodes_file=nodes_file,
             postgres=postgres,
+            zookeeper=zookeeper,
         )
         _run_from(from_row, out_path=out_path, options=options)
         return
@@ -240,6 +245,7 @@ def run(
         redis_server=redis_server,
         nodes_file=nodes_file,
         postgres=postgres,
+        zookeeper=zookeeper,
         faults_file=faults_file,
     )
     if sweep.cells_per_trial() > 1:
@@ -269,6 +275,7 @@ _RERUN_OPTIONS = {
     "resource",
     "redis_server",
     "postgres",
+    "zookeeper",
 }  # --faults-file: a setting
 
 

@@ -76,6 +76,16 @@ PostgresUrl = Annotated[
         "only its per-trial rows and sessions.",
     ),
 ]
+ZooKeeperHosts = Annotated[
+    str | None,
+    typer.Option(
+        "--zookeeper",
+        metavar="HOST:PORT,...",
+        help="An external ZooKeeper ensemble for the zk backends' locks instead of the embedded servers; "
+        "lockcompare touches only its own znodes under /lockcompare there (never another run's), and takes "
+        "no fault that crashes, restarts or cuts off its servers.",
+    ),
+]
 FaultsFile = Annotated[
     Path | None,
     typer.Option(
@@ -137,10 +147,12 @@ def _cluster_options(
     redlock_nodes: int | None,
     nodes_file: Path | None = None,
     postgres: str | None = None,
+    zookeeper: str | None = None,
 ) -> ClusterOptions:
     """Where the servers come from; the embedded cluster spawns enough nodes for --redlock-nodes."""
     from lockcompare.infra.cluster import DEFAULT_NODES
     from lockcompare.infra.redisconn import parse_url_list, validate_url, with_env_password
+    from lockcompare.infra.zookeeper_server import zookeeper_urls
     from lockcompare.runner.matrix import ClusterOptions
 
     if nodes_file is not None:
@@ -166,8 +178,9 @@ def _cluster_options(
     if postgres is not None and not postgres.startswith(("postgresql://", "postgres://")):
         raise InvalidValueError(f"--postgres takes a postgresql:// URL, got {redact(postgres)!r}")
     return ClusterOptions(
-        nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres
-    )
+        nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres,
+        zookeeper=zookeeper_urls(zookeeper) if zookeeper is not None else None,
+    )  # fmt: skip
 
 
 def _option_help(setting: Setting) -> str:
@@ -258,6 +271,7 @@ def _trial_settings(
     redis_server: str | None,
     nodes_file: Path | None = None,
     postgres: str | None = None,
+    zookeeper: str | None = None,
     faults_file: Path | None = None,
 ) -> tuple[Overrides, Sweep, ClusterOptions, int | None]:
     """The settings of ``run`` and ``matrix`` parsed by the table, and where the servers come from."""
@@ -274,6 +288,7 @@ def _trial_settings(
         redlock_nodes=redlock_nodes,
         nodes_file=nodes_file,
         postgres=postgres,
+        zookeeper=zookeeper,
     )
     return overrides, sweep, options, redlock_nodes
 

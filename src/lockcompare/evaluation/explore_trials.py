@@ -67,7 +67,7 @@ def lock_nodes_of(backend: str, *, cluster_options: ClusterOptions, redlock_node
     """How many lock nodes the backend's faults can hit: a quorum design's all (``--redlock-nodes``
     or the cluster's), an etcd backend's members under faults, a single-node lock's one."""
     cls = load_backend(backend)
-    if str(getattr(cls, "servers", "redis")) == "etcd":
+    if str(getattr(cls, "servers", "redis")) in ("etcd", "zookeeper"):  # a three-member ensemble under faults
         return redlock_nodes or ETCD_FAULT_MEMBERS
     if getattr(cls, "survives_minority_loss", False):
         return redlock_nodes or cluster_options.node_count

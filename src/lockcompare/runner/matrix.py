@@ -28,6 +28,7 @@ from lockcompare.errors import (
 )
 from lockcompare.faults import plan as fault_plan
 from lockcompare.faults import targets as fault_targets
+from lockcompare.faults.zookeeper import zookeeper_servers_for
 from lockcompare.files import check_output_file, real_path, results_lock
 from lockcompare.infra.cluster import (
     Cluster,
@@ -77,11 +78,14 @@ class ClusterOptions:
     #: An external PostgreSQL server (``--postgres URL``) for the PostgreSQL backends' lock and
     #: resource; lockcompare touches only its own per-trial rows there.
     postgres: str | None = None
+    #: An external ZooKeeper ensemble (``--zookeeper``, zk:// URLs) for the zk backends' locks; the
+    #: resource stays an embedded server. lockcompare touches only its own znodes under /lockcompare.
+    zookeeper: tuple[str, ...] | None = None
 
     @property
     def external(self) -> bool:
         """True when any server is the user's (shared by every trial, so trials run one at a time)."""
-        return self.nodes is not None or self.postgres is not None
+        return self.nodes is not None or self.postgres is not None or self.zookeeper is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,7 +205,7 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
         missing = lacks(server_kind, FAULT_NEEDS[kind]) if kind in FAULT_NEEDS else ""
         if missing:
             return missing
-    if servers in ("postgres", "etcd"):  # their servers fix the node count: a step naming more is not for them
+    if servers in ("postgres", "etcd", "zookeeper"):  # their servers fix the node count: more is not for them
         used = cluster_shape(spec, cluster_options=ClusterOptions()).node_count
         try:
             fault_plan.check_schedule(schedule, lock_nodes=used, workers=spec.workers)
@@ -273,6 +277,9 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
         return ClusterShape(node_count=members, lock_servers=nodes, resource_kind=resource)
     if servers == "postgres":
         return ClusterShape(node_count=spec.node_count or 1, lock_servers=nodes, resource_kind=resource)
+    if servers == "zookeeper":
+        count = spec.node_count or zookeeper_servers_for(schedule)
+        return ClusterShape(node_count=count, lock_servers=nodes, resource_kind=resource)
     return ClusterShape(
         node_count=cluster_options.node_count,
         lock_servers=nodes,
@@ -288,6 +295,20 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         raise ConfigError(
             f"backend {on_etcd[0].backend!r} runs on etcd members that lockcompare starts: drop --nodes/--resource"
         )
+    on_zookeeper = [s for s in specs if lock_servers_of(s.backend) == "zookeeper"]
+    if on_zookeeper and cluster_options.nodes is not None:
+        raise ConfigError(
+            f"backend {on_zookeeper[0].backend!r} runs on ZooKeeper servers that lockcompare starts: "
+            "drop --nodes/--resource"
+        )
+    if cluster_options.zookeeper is not None:
+        for spec in on_zookeeper:
+            if fault_plan.touches_servers(parse_schedule(spec.faults)):
+                raise ConfigError(
+                    f"{spec.experiment} crashes, restarts or cuts off ZooKeeper servers: it needs the embedded "
+                    "ones, not --zookeeper (session-kill ends only the holder's session and runs there)"
+                )
+        specs = [s for s in specs if s not in on_zookeeper]
     on_postgres = [s for s in specs if lock_servers_of(s.backend) == "postgres"]
     if on_postgres and cluster_options.nodes is not None and cluster_options.postgres is None:
         raise ConfigError(
@@ -326,7 +347,7 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         )
     for spec in faulty:
         used = spec.node_count or cluster_options.node_count
-        if lock_servers_of(spec.backend) in ("etcd", "postgres"):
+        if lock_servers_of(spec.backend) in ("etcd", "postgres", "zookeeper"):
             used = cluster_shape(spec, cluster_options=cluster_options).node_count
         if spec.fault_nodes > used:
             raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")
@@ -632,5 +653,9 @@ def _cluster_source(options: ClusterOptions, *, jobs: int, specs: Sequence[Trial
     if options.nodes is not None and options.resource is not None:
         yield WithPostgres(SharedCluster(connect_external(nodes=options.nodes, resource=options.resource)), postgres)
         return
-    with ClusterPool(build=lambda shape: start_embedded(shape, redis_server=options.redis_server), limit=jobs) as pool:
+
+    def build(shape: ClusterShape) -> Cluster:
+        return start_embedded(shape, redis_server=options.redis_server, zookeeper=options.zookeeper)
+
+    with ClusterPool(build=build, limit=jobs) as pool:
         yield WithPostgres(pool, postgres)

@@ -37,6 +37,7 @@ from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_gr
 from lockcompare.infra.pg_client import is_postgres_url, with_session_settings
 from lockcompare.infra.procgroup import GroupView, any_stopped, describe_escaped
 from lockcompare.infra.proxy import ProxySet
+from lockcompare.infra.zookeeper_server import is_zookeeper_url
 from lockcompare.runner.contend import DoneTracker
 from lockcompare.runner.crew import CrewSource, spawn_crew
 from lockcompare.runner.resource import Resource, ResourceCounters
@@ -301,7 +302,9 @@ def _lock_holders(cluster: Cluster, *, lock_key: str, backend: type) -> LockHold
     manifest), else as ``*<lock key>``: a library stores the harness's key under a prefix of its
     own (pottery: ``redlock:``, python-redis-lock: ``lock:``).
     """
-    if not cluster.embedded or any(is_etcd_url(url) or is_postgres_url(url) for url in cluster.node_urls):
+    if not cluster.embedded or any(
+        is_etcd_url(url) or is_postgres_url(url) or is_zookeeper_url(url) for url in cluster.node_urls
+    ):
         return None
     pattern = str(getattr(backend, "key_pattern", DEFAULT_KEY_PATTERN))
     return LockHolders(

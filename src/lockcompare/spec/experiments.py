@@ -74,6 +74,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             acquire_timeout_ms=2000,
             faults="crash nodes=holders:{k} after-acquire=50 once",
             legacy_faults="crash nodes={first_k} after-acquire=50 once",
+            # ZooKeeper: a three-server ensemble whose node 0 is its leader (faults/zookeeper.py).
+            faults_on=(("zookeeper", "crash nodes=0 after-acquire=50 once"),),
             claim="--fault-nodes K lock nodes holding worker 0's first lease die, and stay down: "
             "single becomes unavailable; redlock keeps granting with K < 3 of 5",
         ),
@@ -81,6 +83,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             name="node-restart",
             acquire_timeout_ms=2000,
             faults="restart nodes=holders:{k} after-acquire=50 every for={restart_delay_ms} persistence={persistence}",
+            # ZooKeeper: its one standalone server, once (a JVM takes seconds to start; it persists on its own).
+            faults_on=(("zookeeper", "restart nodes=0 after-acquire=50 once for={restart_delay_ms}"),),
             legacy_faults="restart nodes={first_k} after-acquire=50 every for={restart_delay_ms} "
             "persistence={persistence}",
             claim="K nodes holding the current lease (read from the nodes) are SIGKILLed and restart empty "
@@ -169,7 +173,11 @@ EXPERIMENTS: dict[str, Experiment] = {
             # what the server does with a session cut *under its holder*: cut 50 ms into each of worker
             # 0's leases for one TTL (the server ends it only if --idle-session-timeout-ms fires first;
             # TCP keepalives cannot: the proxy keeps the server's side of the connection alive).
-            faults_on=(("postgres", "cut nodes=0 worker=0 after-acquire=50 every for={ttl_ms}"),),
+            # ZooKeeper: the holder cut off from the whole ensemble for 2 x TTL (its session expires).
+            faults_on=(
+                ("postgres", "cut nodes=0 worker=0 after-acquire=50 every for={ttl_ms}"),
+                ("zookeeper", "cut nodes=all worker=holder after-acquire=50 every for={jump_ms}"),
+            ),
             claim="worker 0 is cut off (blackhole) from lock nodes 0..K-1 for the whole trial: redlock keeps "
             "granting with K < 3 of 5 and refuses worker 0 (no-quorum) with K >= 3; single is unavailable "
             "to worker 0 (node 0 is cut); 0 conflicts either way",

@@ -88,7 +88,15 @@ class SessionKill:
     def inject(self, cluster: Cluster, nodes: list[int]) -> tuple[str, dict[str, object]]:
         """(detail, fields of the event): the sessions ended, by backend pid (see the module docstring)."""
         from lockcompare.infra.pg_client import QueryFailed, SessionLost, is_postgres_url
+        from lockcompare.infra.zookeeper_server import is_zookeeper_url
 
+        if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
+            # At run time only: ZooKeeper's session expiry lives in faults/zookeeper.py (it should move
+            # to infra, beside the client it drives; until then this is spec's one late import of faults).
+            from lockcompare.faults.zookeeper import expire_holder_session
+
+            detail, sessions = expire_holder_session(list(cluster.node_urls), lock_key=self.lock_key)
+            return detail, {"sessions_ended": sessions}  # ZooKeeper session ids (faults/zookeeper.py)
         ended: list[int] = []
         for index in nodes:
             url = cluster.node_urls[index]
@@ -104,6 +112,10 @@ class SessionKill:
         return detail, {"sessions_ended": ended}
 
     def heal(self, cluster: Cluster, nodes: list[int]) -> str:
+        from lockcompare.infra.zookeeper_server import is_zookeeper_url
+
+        if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
+            return "the session stays ended (kazoo opens a new one at its next reconnect)"
         return "the session stays ended (the holder opens a new one at its next call)"
 
 
