@@ -335,6 +335,9 @@ class ZooKeeperKind:
     def answers(self, url: str, *, timeout_s: float) -> bool:
         return bool(mode_of(url, timeout_s=timeout_s))
 
+    def unusable(self, url: str, *, timeout_s: float) -> str:
+        return "" if self.answers(url, timeout_s=timeout_s) else f"ZooKeeper server {url} does not serve (no mode)"
+
     def version(self, url: str) -> str:
         return f"zookeeper {zookeeper_version(url)}"
 
