@@ -46,20 +46,22 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from lockcompare.analysis.history import Event
+from lockcompare.spec import faultkinds
 
-#: The runner's fault injections that end lock sessions on the server.
-SESSION_ENDING_FAULTS = ("session-kill", "node-crash", "node-restart")
+#: The runner's fault injections that end lock sessions on the server (by the kinds' one names, and
+#: the names older histories gave their events: ``node-restart`` for ``restart``).
+SESSION_ENDING_FAULTS = faultkinds.with_former_names(("session-kill", "crash", "restart"))
 #: How a session-kill's detail began before events named the sessions they ended.
 _KILLED_DETAIL = "pg_terminate_backend"
 
 #: The runner's faults that act on one worker's process or link (the ``target_worker`` of their events).
-WORKER_FAULTS = ("slow-link", "link-cut", "starve", "pause")
+WORKER_FAULTS = faultkinds.with_former_names(("slow", "cut", "starve", "pause"))
 #: Of those, the ones that silence the worker completely for their whole stretch (a starved worker
 #: still runs part of each period; a slowed link still carries its pings).
-SILENCING_FAULTS = ("link-cut", "pause")
+SILENCING_FAULTS = faultkinds.with_former_names(("cut", "pause"))
 
 LeaseKey = tuple[int, int]
 
@@ -144,7 +146,7 @@ def silencing_on_workers(history: Sequence[Event]) -> dict[int, list[tuple[int, 
 
 
 def faults_on_workers(
-    history: Sequence[Event], *, faults: Sequence[str] = WORKER_FAULTS
+    history: Sequence[Event], *, faults: Collection[str] = WORKER_FAULTS
 ) -> dict[int, list[tuple[int, float]]]:
     """Per worker, the stretches (``t0`` of the injection to ``t1`` of its heal; no heal: to the end)
     in which one of the runner's ``faults`` acted on it (a cut or slowed link, a starvation strobe)."""
