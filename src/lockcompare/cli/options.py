@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import (
@@ -19,20 +19,19 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from lockcompare.backends import describe_backends
 from lockcompare.cli.core import err
 from lockcompare.errors import InvalidValueError
-from lockcompare.faults.steps import read_schedule_file
 from lockcompare.files import read_capped
-from lockcompare.infra.cluster import DEFAULT_NODES
-from lockcompare.infra.redisconn import PASSWORD_ENV, parse_url_list, redact, validate_url, with_env_password
-from lockcompare.runner.matrix import ClusterOptions, MatrixReport
-from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE, usable_cpus
-from lockcompare.runner.trial import TrialResult
-from lockcompare.spec.limits import LIMITS, check_count
+from lockcompare.infra.redisconn import PASSWORD_ENV, redact  # (no redis-py: it is imported when a client connects)
+from lockcompare.spec.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, usable_cpus
 from lockcompare.spec.parsing import Overrides, Sweep, check_value, cli_text, from_cli
+from lockcompare.spec.schedule import read_schedule_file
 from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting
-from lockcompare.spec.trialspec import TrialSpec
+
+if TYPE_CHECKING:  # the runner is imported by the commands that run trials, when they run
+    from lockcompare.runner.matrix import ClusterOptions, MatrixReport
+    from lockcompare.runner.trial import TrialResult
+    from lockcompare.spec.trialspec import TrialSpec
 
 #: Measured on 2 cores: a trial keeps 0.03-0.7 CPU busy at --time-scale 0.1 (mean ~0.2, pottery
 #: the most) and far less at the lesson's scale, where trials mostly sleep. With 8 the lesson-scale
@@ -75,6 +74,16 @@ PostgresUrl = Annotated[
         help="An external PostgreSQL server (postgresql://user@host:port/db) for the PostgreSQL backends' lock "
         "and resource instead of the embedded one; lockcompare creates its own two tables there and touches "
         "only its per-trial rows and sessions.",
+    ),
+]
+ZooKeeperHosts = Annotated[
+    str | None,
+    typer.Option(
+        "--zookeeper",
+        metavar="HOST:PORT,...",
+        help="An external ZooKeeper ensemble for the zk backends' locks instead of the embedded servers; "
+        "lockcompare touches only its own znodes under /lockcompare there (never another run's), and takes "
+        "no fault that crashes, restarts or cuts off its servers.",
     ),
 ]
 FaultsFile = Annotated[
@@ -138,8 +147,14 @@ def _cluster_options(
     redlock_nodes: int | None,
     nodes_file: Path | None = None,
     postgres: str | None = None,
+    zookeeper: str | None = None,
 ) -> ClusterOptions:
     """Where the servers come from; the embedded cluster spawns enough nodes for --redlock-nodes."""
+    from lockcompare.infra.cluster import DEFAULT_NODES
+    from lockcompare.infra.redisconn import parse_url_list, validate_url, with_env_password
+    from lockcompare.infra.zookeeper_server import zookeeper_urls
+    from lockcompare.runner.matrix import ClusterOptions
+
     if nodes_file is not None:
         if nodes is not None:
             raise InvalidValueError("--nodes-file replaces --nodes: give one of them")
@@ -163,8 +178,9 @@ def _cluster_options(
     if postgres is not None and not postgres.startswith(("postgresql://", "postgres://")):
         raise InvalidValueError(f"--postgres takes a postgresql:// URL, got {redact(postgres)!r}")
     return ClusterOptions(
-        nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres
-    )
+        nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres,
+        zookeeper=zookeeper_urls(zookeeper) if zookeeper is not None else None,
+    )  # fmt: skip
 
 
 def _option_help(setting: Setting) -> str:
@@ -255,6 +271,7 @@ def _trial_settings(
     redis_server: str | None,
     nodes_file: Path | None = None,
     postgres: str | None = None,
+    zookeeper: str | None = None,
     faults_file: Path | None = None,
 ) -> tuple[Overrides, Sweep, ClusterOptions, int | None]:
     """The settings of ``run`` and ``matrix`` parsed by the table, and where the servers come from."""
@@ -271,6 +288,7 @@ def _trial_settings(
         redlock_nodes=redlock_nodes,
         nodes_file=nodes_file,
         postgres=postgres,
+        zookeeper=zookeeper,
     )
     return overrides, sweep, options, redlock_nodes
 
@@ -331,6 +349,8 @@ def _parallelism_note(report: MatrixReport) -> str:
 def _default_backends() -> list[str]:
     """Every registered backend that can run here; the others are named on stderr, one line per
     reason (etcd and etcd-fenced share theirs: one missing binary)."""
+    from lockcompare.backends import describe_backends
+
     usable: list[str] = []
     skipped: dict[str, list[str]] = {}
     for info in describe_backends():

@@ -145,7 +145,7 @@ def private_cluster_for(
     servers: object, *, redis_server: str | None = None
 ) -> Callable[[], AbstractContextManager[Cluster]]:
     """What ``private_cluster`` opens for a backend whose lock nodes are ``servers`` (redis, etcd, postgres)."""
-    kind = servers if servers in ("etcd", "postgres") else "redis"
+    kind = servers if servers in ("etcd", "postgres", "zookeeper") else "redis"
     return lambda: open_cluster(node_count=PRIVATE_NODES, redis_server=redis_server, lock_servers=kind)
 
 
@@ -678,7 +678,7 @@ def run_battery(
             servers = ctx.claims.servers
         except BackendError:
             servers = "redis"  # the properties report why the backend cannot be used
-        kind = servers if servers in ("etcd", "postgres") else "redis"
+        kind = servers if servers in ("etcd", "postgres", "zookeeper") else "redis"
         ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)
         if kind == "postgres" and postgres is not None:
             ctx.node_urls = (postgres,)

@@ -140,7 +140,9 @@ class Cluster:
         if not self.embedded:
             return
         self.reset_clocks()
-        for kind, urls in _by_kind((*self.node_urls, self.resource_url)).items():
+        # Lock nodes of the user's (--zookeeper: an embedded resource, no servers of ours) are never emptied.
+        ours = (*self.node_urls, self.resource_url) if self.servers else (self.resource_url,)
+        for kind, urls in _by_kind(ours).items():
             problem = kind.empty(urls)
             if problem:
                 self.mark_broken(problem)
@@ -192,17 +194,23 @@ def check_shape(shape: ClusterShape) -> None:
         raise ConfigError(f"replicas: {lacks(nodes, Capability.REPLICATION)}")
 
 
-def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> Cluster:
+def start_embedded(
+    shape: ClusterShape, *, redis_server: str | None = None, zookeeper: Sequence[str] | None = None
+) -> Cluster:
     """Spawn ``shape.node_count`` lock nodes and one resource; all stopped again if any fails.
 
     ``redis_server``: the user's binary for servers that speak the Redis protocol (``--redis-server``).
     Call from a thread that outlives the cluster (the main thread): each server dies with the
     thread that spawned it (PR_SET_PDEATHSIG follows the spawning thread, not the process).
+    ``zookeeper``: the user's ensemble (``--zookeeper``) as the lock nodes of a ZooKeeper shape; only
+    the resource is started then.
     """
     check_shape(shape)
     node_kind, resource_kind = get_kind(shape.lock_servers), get_kind(shape.resource_kind)
     node_binary = redis_server if node_kind.speaks == "redis" else None
     resource_binary = redis_server if resource_kind.speaks == "redis" else None
+    if zookeeper and node_kind.speaks == "zookeeper":
+        return _on_user_nodes(shape, urls=zookeeper, resource_kind=resource_kind, binary=resource_binary)
     if shape.replicas:
         return _start_replicated(shape, kind=node_kind, resource_kind=resource_kind, binary=node_binary)
     resource = resource_kind.new_server(name="resource", binary=resource_binary)
@@ -228,6 +236,31 @@ def start_embedded(shape: ClusterShape, *, redis_server: str | None = None) -> C
             server.cleanup()
         for clock in clocks:
             clock.close()
+        raise
+
+
+def _on_user_nodes(
+    shape: ClusterShape, *, urls: Sequence[str], resource_kind: ServerKind, binary: str | None
+) -> Cluster:
+    """The user's lock servers (checked by their kind) and a resource of ours: the pool builds it per
+    shape like an embedded cluster, but its lock nodes are never emptied, stopped or faulted."""
+    for url in urls:
+        kind = kind_of_url(url)
+        if not kind.answers(url, timeout_s=2.0):
+            raise NodeUnreachableError(f"{kind.name} server {redact(url)} does not answer")
+    resource = resource_kind.new_server(name="resource", binary=binary)
+    try:
+        resource.start()
+        return Cluster(
+            node_urls=tuple(urls),
+            resource_url=resource.url,
+            embedded=True,
+            server_version=server_version(node_url=urls[0], resource_url=resource.url),
+            resource_server=resource,
+            shape=shape,
+        )
+    except BaseException:
+        resource.cleanup()
         raise
 
 

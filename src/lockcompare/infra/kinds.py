@@ -155,14 +155,23 @@ def lacks(kind: ServerKind, capability: Capability) -> str:
     return kind.capabilities.reasons.get(capability) or f"{kind.name} servers offer no {capability.value}"
 
 
+#: What a kind must offer (ServerKind's members), named when a registered object lacks some.
+_PROTOCOL_MEMBERS = tuple(name for name in dir(ServerKind) if not name.startswith("_") and name not in dir(Protocol))
+
+
 @functools.cache
 def registered() -> dict[str, ServerKind]:
     """Every installed kind by name (entry-point group ``lockcompare.servers``)."""
     kinds: dict[str, ServerKind] = {}
     for entry in entry_points(group=ENTRY_POINT_GROUP):
         kind = entry.load()
-        if isinstance(kind, ServerKind):  # anything else under the group is not a kind: left out
+        if isinstance(kind, ServerKind):
             kinds.setdefault(entry.name, kind)
+            continue
+        # Not a kind (a plug-in written against an older interface): left out, and said, so that its
+        # servers do not silently vanish from every list.
+        missing = [name for name in _PROTOCOL_MEMBERS if not hasattr(kind, name)]
+        log.warning("server kind %r (%s) is left out: it lacks %s", entry.name, entry.value, ", ".join(missing) or "?")
     # The kind named for its protocol first (redis before valkey): it is the one that "owns" a
     # URL of that protocol and the default where it can run; then by name, whatever order the
     # installed metadata lists them in.

@@ -28,7 +28,7 @@ from lockcompare.errors import (
 )
 from lockcompare.faults import plan as fault_plan
 from lockcompare.faults import targets as fault_targets
-from lockcompare.faults.steps import parse_schedule
+from lockcompare.faults.zookeeper import zookeeper_servers_for
 from lockcompare.files import check_output_file, real_path, results_lock
 from lockcompare.infra.cluster import (
     Cluster,
@@ -39,17 +39,15 @@ from lockcompare.infra.cluster import (
 from lockcompare.infra.kinds import AUTO, Capability, get_kind, lacks, server_for
 from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.infra.pool import ClusterPool, SharedCluster, WithPostgres
-from lockcompare.infra.provenance import registered_run
+from lockcompare.infra.provenance import host_facts, registered_run
 from lockcompare.runner.crew import WorkerPool, spawn_crew
 from lockcompare.runner.outfile import history_dir, history_ids, prepare_out, remove_unpointed
 from lockcompare.runner.scheduler import (
-    DEFAULT_CPU_SHARE,
     CpuBudget,
     Finished,
     StallGovernor,
     prior_busy_fraction,
     run_scheduled,
-    usable_cpus,
 )
 from lockcompare.runner.sections import check_for
 from lockcompare.runner.trial import (
@@ -59,9 +57,11 @@ from lockcompare.runner.trial import (
     run_trial,
     save_history,
 )
+from lockcompare.spec import faultkinds
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.limits import check_count
+from lockcompare.spec.limits import DEFAULT_CPU_SHARE, check_count, usable_cpus
 from lockcompare.spec.parsing import Overrides, Sweep
+from lockcompare.spec.schedule import parse_schedule
 from lockcompare.spec.trialspec import TrialSpec, custom_faults, make_spec
 
 log = logging.getLogger("lockcompare")
@@ -78,11 +78,14 @@ class ClusterOptions:
     #: An external PostgreSQL server (``--postgres URL``) for the PostgreSQL backends' lock and
     #: resource; lockcompare touches only its own per-trial rows there.
     postgres: str | None = None
+    #: An external ZooKeeper ensemble (``--zookeeper``, zk:// URLs) for the zk backends' locks; the
+    #: resource stays an embedded server. lockcompare touches only its own znodes under /lockcompare.
+    zookeeper: tuple[str, ...] | None = None
 
     @property
     def external(self) -> bool:
         """True when any server is the user's (shared by every trial, so trials run one at a time)."""
-        return self.nodes is not None or self.postgres is not None
+        return self.nodes is not None or self.postgres is not None or self.zookeeper is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,7 +174,7 @@ def _client_timeout_ms(cls: type) -> float | None:
 
 def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments: Sequence[Any]) -> None:
     """Say once, up front, which backends run their failover trials without the asked-for WAIT."""
-    if not any(asked) or not any(e.fault == "failover" for e in experiments):
+    if not any(asked) or not any("failover" in e.kinds for e in experiments):
         return
     without = [name for name, cls in classes.items() if not getattr(cls, "supports_wait_replicas", False)]
     if without:
@@ -181,12 +184,13 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
         )
 
 
-#: What a fault kind (faults/steps.py) asks of the lock servers beyond start, crash and restart; a
+#: What a fault kind (spec/faultkinds) asks of the lock servers beyond start, crash and restart; a
 #: kind of server that does not offer it (infra/kinds.py) cannot take the fault.
 FAULT_NEEDS = {
-    "session-kill": Capability.SESSION_CONTROL,
-    "clock-jump": Capability.CLOCK_CONTROL,
-    "failover": Capability.REPLICATION,
+    kind.name: Capability(need)
+    for kind in faultkinds.KINDS.values()
+    for need in sorted(kind.needs)
+    if need in {c.value for c in Capability}
 }
 
 
@@ -201,7 +205,7 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
         missing = lacks(server_kind, FAULT_NEEDS[kind]) if kind in FAULT_NEEDS else ""
         if missing:
             return missing
-    if servers in ("postgres", "etcd"):  # their servers fix the node count: a step naming more is not for them
+    if servers in ("postgres", "etcd", "zookeeper"):  # their servers fix the node count: more is not for them
         used = cluster_shape(spec, cluster_options=ClusterOptions()).node_count
         try:
             fault_plan.check_schedule(schedule, lock_nodes=used, workers=spec.workers)
@@ -273,6 +277,9 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
         return ClusterShape(node_count=members, lock_servers=nodes, resource_kind=resource)
     if servers == "postgres":
         return ClusterShape(node_count=spec.node_count or 1, lock_servers=nodes, resource_kind=resource)
+    if servers == "zookeeper":
+        count = spec.node_count or zookeeper_servers_for(schedule)
+        return ClusterShape(node_count=count, lock_servers=nodes, resource_kind=resource)
     return ClusterShape(
         node_count=cluster_options.node_count,
         lock_servers=nodes,
@@ -288,6 +295,20 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         raise ConfigError(
             f"backend {on_etcd[0].backend!r} runs on etcd members that lockcompare starts: drop --nodes/--resource"
         )
+    on_zookeeper = [s for s in specs if lock_servers_of(s.backend) == "zookeeper"]
+    if on_zookeeper and cluster_options.nodes is not None:
+        raise ConfigError(
+            f"backend {on_zookeeper[0].backend!r} runs on ZooKeeper servers that lockcompare starts: "
+            "drop --nodes/--resource"
+        )
+    if cluster_options.zookeeper is not None:
+        for spec in on_zookeeper:
+            if fault_plan.touches_servers(parse_schedule(spec.faults)):
+                raise ConfigError(
+                    f"{spec.experiment} crashes, restarts or cuts off ZooKeeper servers: it needs the embedded "
+                    "ones, not --zookeeper (session-kill ends only the holder's session and runs there)"
+                )
+        specs = [s for s in specs if s not in on_zookeeper]
     on_postgres = [s for s in specs if lock_servers_of(s.backend) == "postgres"]
     if on_postgres and cluster_options.nodes is not None and cluster_options.postgres is None:
         raise ConfigError(
@@ -326,7 +347,7 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         )
     for spec in faulty:
         used = spec.node_count or cluster_options.node_count
-        if lock_servers_of(spec.backend) in ("etcd", "postgres"):
+        if lock_servers_of(spec.backend) in ("etcd", "postgres", "zookeeper"):
             used = cluster_shape(spec, cluster_options=cluster_options).node_count
         if spec.fault_nodes > used:
             raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")
@@ -469,6 +490,7 @@ def _run_locked(
         saved[spec.trial_id] = path
         row = make_row(
             result,
+            host=host_facts(),
             run_id=run_id,
             cluster_kind="embedded" if cluster.embedded else "external",
             server_version=cluster.server_version,
@@ -631,5 +653,9 @@ def _cluster_source(options: ClusterOptions, *, jobs: int, specs: Sequence[Trial
     if options.nodes is not None and options.resource is not None:
         yield WithPostgres(SharedCluster(connect_external(nodes=options.nodes, resource=options.resource)), postgres)
         return
-    with ClusterPool(build=lambda shape: start_embedded(shape, redis_server=options.redis_server), limit=jobs) as pool:
+
+    def build(shape: ClusterShape) -> Cluster:
+        return start_embedded(shape, redis_server=options.redis_server, zookeeper=options.zookeeper)
+
+    with ClusterPool(build=build, limit=jobs) as pool:
         yield WithPostgres(pool, postgres)

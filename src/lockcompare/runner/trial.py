@@ -26,10 +26,10 @@ from lockcompare.analysis.checker import TrialMetrics, check, unknown
 from lockcompare.analysis.history import Event, now_ns
 from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
 from lockcompare.backends import BackendConfig, load_backend
-from lockcompare.faults import Freezer, network, plan
+from lockcompare.faults import network, plan
+from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.holders import DEFAULT_KEY_PATTERN, LockHolders, key_glob
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
-from lockcompare.faults.steps import Schedule, parse_schedule
 from lockcompare.infra import health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.etcd_server import is_etcd_url
@@ -37,12 +37,14 @@ from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_gr
 from lockcompare.infra.pg_client import is_postgres_url, with_session_settings
 from lockcompare.infra.procgroup import GroupView, any_stopped, describe_escaped
 from lockcompare.infra.proxy import ProxySet
+from lockcompare.infra.zookeeper_server import is_zookeeper_url
 from lockcompare.runner.contend import DoneTracker
 from lockcompare.runner.crew import CrewSource, spawn_crew
 from lockcompare.runner.resource import Resource, ResourceCounters
 from lockcompare.runner.resource_pg import PgResource, ResourceError, open_resource
 from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
 from lockcompare.spec.choices import PauseHow, PausePoint
+from lockcompare.spec.schedule import Schedule, parse_schedule
 from lockcompare.spec.trialspec import TrialSpec
 
 _log = logging.getLogger(__name__)
@@ -300,7 +302,9 @@ def _lock_holders(cluster: Cluster, *, lock_key: str, backend: type) -> LockHold
     manifest), else as ``*<lock key>``: a library stores the harness's key under a prefix of its
     own (pottery: ``redlock:``, python-redis-lock: ``lock:``).
     """
-    if not cluster.embedded or any(is_etcd_url(url) or is_postgres_url(url) for url in cluster.node_urls):
+    if not cluster.embedded or any(
+        is_etcd_url(url) or is_postgres_url(url) or is_zookeeper_url(url) for url in cluster.node_urls
+    ):
         return None
     pattern = str(getattr(backend, "key_pattern", DEFAULT_KEY_PATTERN))
     return LockHolders(
