@@ -282,7 +282,10 @@ if wanted sigstop-runner; then
     wait_for "$WORK/$n/x.csv.lock" 20
     sleep 2.5
     kill -STOP "$BG_PID"; sleep 5; kill -CONT "$BG_PID"
+    # With job control on, bash's wait can return the job's earlier *stopped* status (147) while it
+    # runs on: wait again until the process is gone, so the case is judged after the run ended.
     wait "$BG_PID"; rc=$?
+    while kill -0 "$BG_PID" 2>/dev/null; do wait "$BG_PID"; rc=$?; sleep 0.1; done
     report $n $rc
     echo "    -> $(grep -o 'stopped from outside[^;]*' "$WORK/$n/stderr" | head -1)"
 fi

@@ -4,7 +4,7 @@ the rival's release call was still in flight. Issue 31 asked why redlock and pot
 under node-restart: this is the count behind the answer in docs/experiments.md#node-restart.
 
     python scripts/bare_majority_leases.py results/reproduction.csv redlock,pottery node-restart \
-        > results/bare-majority-leases.csv
+        > results/derived/bare-majority-leases.csv
 
 A backend that does not record which nodes granted a lease (pottery) is read from the restart's
 ``holders`` (the owner of the lock on each node at the injection), so only its leases a restart

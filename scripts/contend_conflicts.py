@@ -4,7 +4,7 @@ In the contend workload a worker that has run its planned rounds keeps contendin
 until every worker is done; the CSV's ``conflicts`` counts every entry that found the rival inside,
 extra rounds included. Issue 31 found docs/lesson.md reading "80 of 80 planned entries" into it.
 
-    python scripts/contend_conflicts.py results/contend.csv > results/contend-conflicts.csv
+    python scripts/contend_conflicts.py results/contend.csv > results/derived/contend-conflicts.csv
 
 One row per trial: ``conflicts_planned`` (entries of rounds below the trial's ``rounds`` that found
 the rival inside) and ``conflicts_extra`` (the same in extra rounds), and ``conflicts`` as the CSV

@@ -20,11 +20,9 @@ from lockcompare.evaluation.conformance import Status
 from lockcompare.evaluation.explore import TrialRequest
 from lockcompare.evaluation.explore_card import search_line
 from lockcompare.evaluation.explore_run import SUMMARY_NAME, TIMELINE_NAME, run_explore
-from lockcompare.evaluation.explore_trials import RealTrials, schedules_supported
+from lockcompare.evaluation.explore_trials import RealTrials
 from lockcompare.runner.matrix import ClusterOptions
 from png_header import png_size
-
-pytestmark = pytest.mark.skipif(not schedules_supported(), reason="no fault schedules (issue 17) in this tree")
 
 PAUSE = "pause worker=0 after-acquire=0 once for=1500 how=sigstop"
 

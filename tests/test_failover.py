@@ -15,15 +15,15 @@ from lockcompare.backends import BackendConfig, Lease, Refusal
 from lockcompare.backends.fenced import FencedLock
 from lockcompare.backends.single import SingleNodeLock
 from lockcompare.cli import app
-from lockcompare.faults.failover import Failover
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
-from lockcompare.faults.steps import parse_schedule
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.health import answers
 from lockcompare.infra.redisconn import connect
 from lockcompare.runner.matrix import Sweep, plan_matrix
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.faultkinds.failover import Failover
+from lockcompare.spec.schedule import parse_schedule
 from lockcompare.spec.trialspec import Overrides, make_spec
 from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 

@@ -12,12 +12,12 @@ from lockcompare.analysis.holders import majority_broken
 from lockcompare.cli import app
 from lockcompare.faults.plan import planned_steps
 from lockcompare.faults.schedule import FaultScheduler
-from lockcompare.faults.steps import parse_schedule
 from lockcompare.infra.cluster import open_cluster
 from lockcompare.infra.health import answers
 from lockcompare.infra.redisconn import connect
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.schedule import parse_schedule
 from lockcompare.spec.trialspec import Overrides, make_spec
 
 QUICK = dict(time_scale=0.5, rounds=3)  # the quick check the issue names: faults need ~10 ms restarts to fit in a hold

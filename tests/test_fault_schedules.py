@@ -13,10 +13,10 @@ from lockcompare.cli import app
 from lockcompare.errors import InvalidValueError
 from lockcompare.faults.plan import planned_steps, worker_pauses
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
-from lockcompare.faults.steps import NodeTarget, WorkerTarget, parse_schedule, read_schedule_file
 from lockcompare.faults.targets import current_owner, resolve_nodes, resolve_worker
 from lockcompare.spec.choices import PauseHow
 from lockcompare.spec.experiments import EXPERIMENTS
+from lockcompare.spec.schedule import NodeTarget, WorkerTarget, parse_schedule, read_schedule_file
 from lockcompare.spec.trialspec import Overrides, legacy_faults, make_spec, trial_id_for
 
 #: The common brief's examples: every one must parse and round-trip.

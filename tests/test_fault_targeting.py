@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 
 from lockcompare.analysis.history import now_ns
-from lockcompare.faults.freeze import Freezer, Strobe
+from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.schedule import FaultContext
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
 from lockcompare.spec.choices import PauseHow
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.faultkinds.starve import Strobe
 from lockcompare.spec.trialspec import Overrides, make_spec
 
 QUICK = dict(time_scale=0.5, rounds=8)

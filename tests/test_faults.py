@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from lockcompare.analysis.history import load
 from lockcompare.cli import app
-from lockcompare.faults import Freezer
+from lockcompare.faults.freeze import Freezer
 
 
 def state(pid: int) -> str:

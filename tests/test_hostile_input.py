@@ -17,11 +17,11 @@ from lockcompare.analysis.results import inspect_results, read_results
 from lockcompare.backends import load_backend
 from lockcompare.cli import app
 from lockcompare.errors import BackendLoadError, InvalidValueError, ResultsBusyError
-from lockcompare.faults.steps import MAX_SCHEDULE_CHARS, parse_schedule
 from lockcompare.files import lock_path_for, results_lock
 from lockcompare.redaction import redact
 from lockcompare.render.table import format_table, markdown_text, spreadsheet_text
 from lockcompare.spec.parsing import parse_number
+from lockcompare.spec.schedule import MAX_SCHEDULE_CHARS, parse_schedule
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "golden" / "tiny.csv"

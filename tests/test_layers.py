@@ -1,24 +1,37 @@
 """The layers: analysis and render (what the offline commands table, report, compare and history
-compute with) import no redis and no runner, so results can be read and re-rendered anywhere."""
+compute with) import no redis and no runner, so results can be read and re-rendered anywhere; spec
+imports no faults; no package imports another that imports it back; `import lockcompare.cli` loads
+no server code; every lockcompare exception is drawn in errors.py's tree."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from collections import defaultdict
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "src" / "lockcompare"
 
 BLOCKER = """
 import importlib, pkgutil, sys
 
 class Block:
     def find_spec(self, name, path=None, target=None):
-        if name == "redis" or name.startswith(("redis.", "lockcompare.runner", "lockcompare.infra.cluster")):
+        if name.split(".")[0] in ("redis", "psycopg") or name.startswith(
+            ("lockcompare.runner", "lockcompare.faults", "lockcompare.infra")
+        ):
             raise ImportError(f"blocked: {name}")
 
 sys.meta_path.insert(0, Block())
 import lockcompare.analysis, lockcompare.render, lockcompare.spec
 failed = []
 for package in (lockcompare.analysis, lockcompare.render, lockcompare.spec):
-    for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         try:
             importlib.import_module(module.name)
         except ImportError as exc:
@@ -27,13 +40,213 @@ print("\\n".join(failed) or "ok")
 """
 
 
-def test_analysis_render_and_spec_import_without_redis_or_the_runner() -> None:
-    out = subprocess.run([sys.executable, "-c", BLOCKER], capture_output=True, text=True, check=True, timeout=60)
+def test_analysis_render_and_spec_import_without_redis_the_runner_faults_or_infra() -> None:
+    out = subprocess.run([sys.executable, "-c", BLOCKER], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stdout + out.stderr
 
 
 def test_the_blocker_would_notice_an_import_of_redis() -> None:
     """The check can fail: a module that imports redis is caught by the same blocker."""
-    probe = BLOCKER.replace("import lockcompare.analysis,", "import lockcompare.infra.redisconn, lockcompare.analysis,")
+    probe = BLOCKER.replace("import lockcompare.analysis,", "import redis, lockcompare.analysis,")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode != 0 and "blocked: redis" in out.stderr
+
+
+# --- the package graph, from the source -----------------------------------------------------------
+
+
+class _Imports(ast.NodeVisitor):
+    """Every ``lockcompare.*`` import a module runs, at its top or inside a function (what is imported
+    only for the type checker, under ``if TYPE_CHECKING:``, is not a dependency at run time)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def visit_If(self, node: ast.If) -> None:
+        if "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.module and node.level == 0 and node.module.startswith("lockcompare."):
+            self.names.append(node.module)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.names += [a.name for a in node.names if a.name.startswith("lockcompare.")]
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "lockcompare"
+
+
+def package_graph() -> dict[str, set[str]]:
+    """Package -> the packages its modules import (``errors`` and ``files`` count as packages)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in SOURCE.rglob("*.py"):
+        module = ".".join(path.relative_to(SOURCE.parent).with_suffix("").parts).removesuffix(".__init__")
+        found = _Imports()
+        found.visit(ast.parse(path.read_text()))
+        graph[_package(module)] |= {_package(name) for name in found.names} - {_package(module)}
+    return graph
+
+
+def test_no_package_imports_one_that_imports_it_back() -> None:
+    graph = package_graph()
+    for a, b in KNOWN_LATE:
+        graph[a].discard(b)
+    try:
+        order = list(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        pytest.fail(f"a package cycle: {' -> '.join(exc.args[1])}")
+    assert order.index("errors") < order.index("spec") < order.index("faults") < order.index("runner")
+
+
+#: Late imports that cross a layer, each with its reason (none may be added without one).
+KNOWN_LATE = {
+    ("spec", "faults"): "session-kill on ZooKeeper calls faults/zookeeper.py's session expiry at run time; "
+    "that module belongs in infra, beside the client it drives",
+}
+
+
+def test_spec_imports_no_faults_and_analysis_no_runner_or_infra() -> None:
+    graph = package_graph()
+    graph["spec"] -= {b for a, b in KNOWN_LATE if a == "spec"}
+    assert not graph["spec"] & {"faults", "runner", "evaluation", "cli", "analysis", "render"}, graph["spec"]
+    assert not graph["analysis"] & {"runner", "infra", "faults", "backends", "evaluation", "cli"}, graph["analysis"]
+    assert not graph["render"] & {"runner", "infra", "faults", "backends", "evaluation", "cli"}, graph["render"]
+
+
+def test_the_graph_would_notice_a_cycle() -> None:
+    graph = package_graph() | {"errors": {"cli"}}
+    with pytest.raises(CycleError):
+        list(TopologicalSorter(graph).static_order())
+
+
+# --- what `lockcompare` loads before it runs a command --------------------------------------------
+
+LOADED = """
+import sys
+import lockcompare.cli
+print("\\n".join(sorted(m for m in sys.modules if m.split(".")[0] in ("lockcompare", "redis", "psycopg"))))
+"""
+
+
+def test_importing_the_cli_loads_no_server_code() -> None:
+    """`lockcompare --help` and the offline commands: each command imports what it runs, when it runs.
+    Of infra only redisconn (URL checks, the password variable's name: redis-py itself is imported
+    when a client connects)."""
+    out = subprocess.run([sys.executable, "-c", LOADED], capture_output=True, text=True, check=True, timeout=60)
+    loaded = set(out.stdout.split())
+    assert "lockcompare.cli.measure" in loaded  # the commands are registered
+    heavy = {m for m in loaded if m.split(".")[0] in ("redis", "psycopg")}
+    heavy |= {m for m in loaded if m.startswith(("lockcompare.runner", "lockcompare.faults", "lockcompare.backends"))}
+    heavy |= {m for m in loaded if m.startswith("lockcompare.infra.")} - {"lockcompare.infra.redisconn"}
+    assert not heavy, sorted(heavy)
+
+
+# --- the offline commands with redis and psycopg blocked ------------------------------------------
+
+OFFLINE = """
+import sys
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("redis", "psycopg"):
+            raise ImportError(f"blocked: {name}")
+
+sys.meta_path.insert(0, Block())
+args = sys.argv[1:]
+if args[0] == "render.docs":
+    from lockcompare.render.docs import main as render_docs
+    sys.exit(render_docs(args[1:]))
+sys.argv = ["lockcompare", *args]
+from lockcompare.cli import main
+main()
+"""
+
+
+def _offline(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", OFFLINE, *args], capture_output=True, text=True, timeout=300, check=False, cwd=ROOT
+    )
+
+
+@pytest.fixture(scope="module")
+def few_rows(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two cells of results/reproduction.csv beside its histories (a report of all 940 rows takes minutes)."""
+    lines = (ROOT / "results" / "reproduction.csv").read_text().splitlines(keepends=True)
+    header, rows = (
+        lines[0],
+        [line for line in lines[1:] if ",single,client-pause," in line or ",none,baseline," in line],
+    )
+    directory = tmp_path_factory.mktemp("offline")
+    (directory / "reproduction.csv").write_text(header + "".join(rows))
+    (directory / "reproduction.histories").symlink_to(ROOT / "results" / "reproduction.histories")
+    return directory / "reproduction.csv"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("table", "results/reproduction.csv"),
+        ("compare", "results/reproduction.csv", "results/reproduction.csv"),
+    ],
+    ids=lambda args: args[0],
+)
+def test_an_offline_command_runs_with_redis_and_psycopg_blocked(args: tuple[str, ...]) -> None:
+    done = _offline(*args)
+    assert done.returncode == 0, done.stderr
+    assert "blocked" not in done.stderr
+
+
+def test_docs_render_with_redis_and_psycopg_blocked(tmp_path: Path) -> None:
+    csv = ROOT / "results" / "reproduction.csv"
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        f"<!-- table: {csv} backend=single experiment=baseline -->\n<!-- /table -->\n"
+        "<!-- faultkinds -->\n<!-- /faultkinds -->\n"
+    )
+    done = _offline("render.docs", str(doc))
+    assert done.returncode == 0, done.stderr
+    assert "| single " in doc.read_text() and "| `node-freeze` |" in doc.read_text()
+
+
+def test_report_and_the_history_plot_run_with_redis_and_psycopg_blocked(few_rows: Path, tmp_path: Path) -> None:
+    report = _offline("report", str(few_rows), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr
+    assert (tmp_path / "report" / "README.md").is_file()
+    history = sorted((few_rows.parent / "reproduction.histories").glob("single.client-pause.*"))[0]
+    for extra in ((), ("--plot", str(tmp_path / "timeline.png"))):
+        shown = _offline("history", str(history), "--to-ms", "500", *extra)
+        assert shown.returncode == 0, shown.stderr
+    assert (tmp_path / "timeline.png").stat().st_size > 0
+
+
+def test_the_offline_check_would_notice_redis() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", OFFLINE.replace("args = sys.argv[1:]", "import redis"), "table", "x"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0 and "blocked: redis" in done.stderr
+
+
+# --- one exception tree -------------------------------------------------------------------------
+
+
+def test_every_lockcompare_error_lives_in_errors_py_and_is_drawn_in_its_tree() -> None:
+    import lockcompare.cli
+    import lockcompare.evaluation.conformance
+    import lockcompare.infra.cluster
+    import lockcompare.runner.matrix  # noqa: F401
+    from lockcompare import errors
+
+    def subclasses(cls: type) -> set[type]:
+        found = set(cls.__subclasses__())
+        return found.union(*(subclasses(c) for c in found)) if found else found
+
+    every = subclasses(errors.LockcompareError)
+    assert {c.__name__ for c in every if c.__module__ != "lockcompare.errors"} == set()
+    assert {c.__name__ for c in every if f"── {c.__name__} " not in (errors.__doc__ or "")} == set()

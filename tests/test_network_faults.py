@@ -16,7 +16,6 @@ import redis
 from lockcompare.faults import network
 from lockcompare.faults.plan import planned_steps
 from lockcompare.faults.schedule import FaultScheduler
-from lockcompare.faults.steps import parse_schedule
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.proxy import ProxySet, port_of
 from lockcompare.infra.redisconn import connect
@@ -24,6 +23,7 @@ from lockcompare.render.timeline import render_timeline
 from lockcompare.runner.matrix import Sweep, plan_matrix
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.schedule import parse_schedule
 from lockcompare.spec.trialspec import Overrides, make_spec
 from test_lifecycle import alive, descendants, interrupt_and_check, wait_for_rows
 
@@ -64,7 +64,7 @@ def test_a_cut_link_times_the_workers_call_out_while_the_admin_path_answers(
         for client in (worker, other, admin):
             client.close()
     assert [(e["fault"], e["action"], e["round"]) for e in scheduler.events] == [
-        ("link-cut", "inject", -1), ("link-cut", "heal", -1)
+        ("cut", "inject", -1), ("cut", "heal", -1)
     ]  # fmt: skip
     healed = connect(links.node_urls(worker=0)[0], timeout_s=0.2)
     try:

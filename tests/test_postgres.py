@@ -37,7 +37,6 @@ from lockcompare.backends.pg_advisory import PgAdvisoryLock
 from lockcompare.backends.pg_lease import PgLeaseLock
 from lockcompare.errors import ServerStartError
 from lockcompare.evaluation.conformance import Status, battery, check_property, property_named
-from lockcompare.faults.session import SessionKill, holder_pids
 from lockcompare.infra import postgres_server
 from lockcompare.infra.cluster import Cluster, connect_external
 from lockcompare.infra.pg_client import (
@@ -53,6 +52,7 @@ from lockcompare.runner.resource_pg import PgResource
 from lockcompare.runner.trial import run_trial
 from lockcompare.spec.choices import Check
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.faultkinds.session_kill import SessionKill, holder_pids
 from lockcompare.spec.trialspec import Overrides, make_spec
 
 ADVISORY = "lockcompare.backends.pg_advisory:PgAdvisoryLock"
@@ -421,7 +421,7 @@ def test_a_partition_under_the_holder_keeps_pg_advisory_exclusive_until_the_sess
     )  # fmt: skip
     result = run_trial(spec=spec, cluster=cluster, run_id=uuid.uuid4().hex[:10])
     m = result.metrics
-    cuts = [e for e in result.history if e.get("fault") == "link-cut" and e["action"] == "inject"]
+    cuts = [e for e in result.history if e.get("fault") == "cut" and e["action"] == "inject"]
     assert m.problem == "" and len(cuts) == 3
     assert (m.conflicts, m.lost_updates) == (0, 0)
     assert m.releases_failed == 3  # each release went into the cut

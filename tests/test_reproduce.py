@@ -32,10 +32,10 @@ def test_every_committed_row_rebuilds_to_its_own_trial_id() -> None:
         assert spec.seed == row["seed"] and spec.ttl_ms == row["ttl_ms"]
 
 
-def test_a_paused_trial_gets_its_pause_schedule_back() -> None:
+def test_a_paused_trial_gets_its_pause_step_back() -> None:
     row = next(r for r in committed_rows() if r["pause_ms"] > 0 and r["experiment"] == "client-pause")
     spec = spec_from_row(row)
-    assert {w for w, _ in spec.pause_schedule} == {0} and len(spec.pause_schedule) == row["rounds"]
+    assert spec.trial_id == row["trial_id"] and "pause worker=0" in spec.faults
 
 
 def test_a_row_whose_settings_do_not_match_its_id_is_refused() -> None:

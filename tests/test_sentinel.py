@@ -144,7 +144,7 @@ def _delay_fault(fault: str, *, worker: int | None, start_ms: float, end_ms: flo
     ]  # fmt: skip
 
 
-@pytest.mark.parametrize("fault", ["starve", "slow-link", "link-cut", "session-kill"])
+@pytest.mark.parametrize("fault", ["starve", "slow", "cut", "session-kill", "slow-link", "link-cut"])  # and older names
 def test_a_fault_that_delays_its_worker_on_purpose_is_not_a_stall_of_that_worker(fault: str) -> None:
     w0 = rounds(late={(2, "write"): 40.0})  # round 2's work sleep: 40 ms late, as a starve step's stop makes it
     w1 = rounds(worker=1, start_ms=1000, late={(3, "write"): 6.0})

@@ -150,3 +150,38 @@ def test_a_release_that_removed_a_valid_session_lease_is_a_foreign_release() -> 
     history = [grant(1, 0, 0), grant(0, 0, 1, attempt_ms=1), step(1, 0, "release", 3, released=True)]
     assert foreign_releases(history) == 1
     assert foreign_releases([*history[:2], kill(2, ended=[1]), history[2]]) == 0  # the server ended it first
+
+
+# --- a session the server times out (ZooKeeper) ------------------------------------------------
+
+
+def timed_grant(worker: int, rnd: int, at_ms: float, *, timeout_ms: float = 100) -> dict:
+    """A zk-style grant: a session lease whose server times the session out after ``timeout_ms``."""
+    return grant(worker, rnd, at_ms) | {"session_timeout_ms": timeout_ms}
+
+
+def pause(worker: int, at_ms: float, until_ms: float) -> list[dict]:
+    return [
+        fault("pause", "inject", at_ms, target_worker=worker, detail="SIGSTOP"),
+        fault("pause", "heal", until_ms, target_worker=worker, detail="SIGCONT"),
+    ]
+
+
+def test_a_timed_session_ends_a_timeout_into_a_silence_that_long_and_not_at_a_server_crash() -> None:
+    # Worker 0 holds; frozen from 5 ms for 150 ms (> the 100 ms session timeout): the server ends the
+    # session at 105 ms, so worker 1's grant at 120 ms is ZooKeeper doing its job, not a violation.
+    history = [timed_grant(0, 0, 0), *pause(0, 5, 155), timed_grant(1, 0, 120)]
+    history += [step(0, 0, "write", 160, value=1, accepted=True, fence=None)]
+    history += [step(0, 0, "release", 170, released=False)]
+    deadlines = lease_deadlines(history)
+    assert deadlines[(0, 0)] == 105 * MS  # the pause began at 5 ms; + the 100 ms session timeout
+    assert grants_while_held(history) == 0
+    assert releases_of_nothing(history) == 0  # the server had ended it: its release had nothing to release
+    # A shorter silence leaves the session alive: the same grant inside it is a grant over a valid lease.
+    short = [timed_grant(0, 0, 0), *pause(0, 5, 85), timed_grant(1, 0, 120)]
+    assert lease_deadlines(short)[(0, 0)] is None and grants_while_held(short) == 1
+    # A leader crash does not end a timed session (the client reconnects to it), as it ends a database's.
+    crashed = [timed_grant(0, 0, 0), fault("node-crash", "inject", 10), timed_grant(1, 0, 120)]
+    assert lease_deadlines(crashed)[(0, 0)] is None and grants_while_held(crashed) == 1
+    untimed = [grant(0, 0, 0), fault("node-crash", "inject", 10), grant(1, 0, 120)]
+    assert lease_deadlines(untimed)[(0, 0)] == 10 * MS and grants_while_held(untimed) == 0

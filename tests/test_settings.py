@@ -87,7 +87,9 @@ def row_of(spec: TrialSpec) -> dict[str, Any]:
         load_avg_1m=0.0,
         concurrent_runs=0,
     )
-    row = make_row(result, run_id="r", cluster_kind="embedded", server_version="6.2", history_path="h")
+    row = make_row(
+        result, host={"host": "h"}, run_id="r", cluster_kind="embedded", server_version="6.2", history_path="h"
+    )
     return row
 
 

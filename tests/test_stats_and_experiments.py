@@ -9,7 +9,7 @@ import pytest
 from lockcompare.analysis.stats import mean_ci, percentile
 from lockcompare.errors import InvalidValueError, UnknownNameError
 from lockcompare.spec.experiments import EXPERIMENTS, get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec, pause_schedule
+from lockcompare.spec.trialspec import Overrides, make_spec
 
 
 def test_percentile_interpolates() -> None:
@@ -30,7 +30,6 @@ def test_mean_ci_uses_student_t() -> None:
 def test_lesson_defaults() -> None:
     spec = make_spec(backend="single", experiment=get_experiment("client-pause"), trial=0, overrides=Overrides())
     assert (spec.workers, spec.rounds, spec.ttl_ms, spec.work_ms, spec.pause_ms) == (2, 40, 1000, 300, 1200)
-    assert spec.pause_schedule == {(0, r) for r in range(40)}  # worker 0 pauses every round
     assert EXPERIMENTS["short-ttl"].ttl_ms == 200
 
 
@@ -43,14 +42,7 @@ def test_time_scale_multiplies_every_time() -> None:
 
 def test_baseline_has_no_pauses() -> None:
     spec = make_spec(backend="single", experiment=get_experiment("baseline"), trial=0, overrides=Overrides())
-    assert spec.pause_ms == 0 and spec.pause_schedule == frozenset()
-
-
-def test_pause_schedule_is_seeded_and_explicit() -> None:
-    a = pause_schedule(workers=(0,), rounds=100, probability=0.3, seed=7)
-    assert a == pause_schedule(workers=(0,), rounds=100, probability=0.3, seed=7)
-    assert a != pause_schedule(workers=(0,), rounds=100, probability=0.3, seed=8)
-    assert 10 < len(a) < 50 and all(w == 0 for w, _ in a)
+    assert spec.pause_ms == 0 and "pause" not in spec.faults
 
 
 @pytest.mark.parametrize(

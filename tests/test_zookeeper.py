@@ -36,7 +36,6 @@ except BackendNotViableError as exc:
 from lockcompare.backends import BackendConfig, Lease, Refusal
 from lockcompare.backends.zk_lock import ZkFencedLock, ZkLock, ZkLockChecked
 from lockcompare.errors import InvalidValueError
-from lockcompare.faults.steps import parse_schedule
 from lockcompare.faults.zookeeper import expire_holder_session, session_password, zookeeper_servers_for
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.zookeeper_server import (
@@ -50,6 +49,7 @@ from lockcompare.runner.matrix import ClusterOptions, cluster_shape
 from lockcompare.runner.trial import TrialResult, run_trial
 from lockcompare.spec.choices import Check
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.schedule import parse_schedule
 from lockcompare.spec.trialspec import Overrides, make_spec
 from test_lifecycle import alive
 

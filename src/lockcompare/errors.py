@@ -16,19 +16,29 @@ non-zero exit code (never a traceback)::
     │   ├── RedisServerNotFoundError no redis-server binary anywhere we look
     │   ├── ServerStartError         a spawned redis-server did not come up
     │   ├── NodeUnreachableError     a node or the resource does not answer PING
-    │   └── replication.ReplicationError  a master/replica pair would not sync or fail over
+    │   ├── ReplicationError         a master/replica pair would not sync or fail over
+    │   ├── EtcdUnavailable          no etcd member answered in time
+    │   └── EtcdRequestError         an etcd member answered with an error
     ├── BackendError                 a lock backend cannot be used
     │   ├── BackendLoadError         a module:Class that does not import or is not a backend
     │   ├── BackendNotViableError    a backend whose library is missing here (says what to install)
     │   ├── ExternalClientError      an external lock client (a manifest's command) failed to start or speak
-    │   └── backend_host.BackendCallFailed  the conformance battery's call raised, hung or died
+    │   └── BackendCallFailed        the conformance battery's call did not return a proper result
+    │       ├── BackendCallRaised    the backend raised instead of returning
+    │       ├── BackendCallTimedOut  it did not return within the deadline (its process was killed)
+    │       └── BackendHostDied      the battery's backend host exited mid-conversation
     ├── FaultNotSupportedError       a fault needs a tool this machine lacks (says what to install)
-    ├── proxy.ProxyError             a link proxy did not start or answer its control pipe
+    ├── ProxyError                   a link proxy did not start or answer its control pipe
     ├── TrialError                   a trial could not complete (a worker died, a timeout)
-    ├── cli.UnknownTrialsError       some trials were judged unknown (their problems printed first)
+    ├── UnknownTrialsError           some trials were judged unknown (their problems printed first)
     ├── RenderError                  plots or a report could not be produced
     │   └── PlotDependencyError      matplotlib is not installed (says what to install)
-    └── lifecycle.Terminated         SIGTERM arrived; everything was stopped; exit code 143
+    └── Terminated                   SIGTERM arrived; everything was stopped; exit code 143
+
+A few exceptions are signals inside one module and never reach the user, so they are not
+lockcompare errors: ``pg_client.SessionLost`` / ``QueryFailed`` (translated by their callers),
+``resource_pg.ResourceError`` (a worker reports it as its error), ``conformance.PropertyFailed``
+(an ``AssertionError``, for pytest) and ``conformance.NotClaimed``.
 """
 
 from __future__ import annotations
@@ -90,6 +100,18 @@ class NodeUnreachableError(ClusterError):
     """A Redis server does not answer."""
 
 
+class ReplicationError(ClusterError):
+    """The replica did not connect or catch up, or a failover could not be completed."""
+
+
+class EtcdUnavailable(ClusterError):
+    """No member answered in time (all refused, or the call timed out)."""
+
+
+class EtcdRequestError(ClusterError):
+    """A member answered with an error (HTTP status other than 200)."""
+
+
 class BackendError(LockcompareError):
     """A lock backend cannot be loaded or used."""
 
@@ -109,13 +131,37 @@ class ExternalClientError(BackendError):
     handshake (wrong protocol, a clock that is not CLOCK_MONOTONIC) or could not be restarted."""
 
 
+class BackendCallFailed(BackendError):
+    """A call into the backend under test did not return a proper result."""
+
+
+class BackendCallRaised(BackendCallFailed):
+    """The backend raised instead of returning (an exception is not a refusal)."""
+
+
+class BackendCallTimedOut(BackendCallFailed):
+    """The backend did not return within the deadline; its process was killed."""
+
+
+class BackendHostDied(BackendCallFailed):
+    """The host process exited (or was killed by an earlier timeout) mid-conversation."""
+
+
 class FaultNotSupportedError(LockcompareError):
     """A fault cannot be applied here (e.g. no libfaketime, or a redis-server that hangs under it);
     raised up front, before any trial runs."""
 
 
+class ProxyError(LockcompareError):
+    """The link proxy process failed to start, or did not answer a control call."""
+
+
 class TrialError(LockcompareError):
     """A trial could not run to the end."""
+
+
+class UnknownTrialsError(LockcompareError):
+    """Some trials could not be judged (their problems were printed above)."""
 
 
 class RenderError(LockcompareError):
@@ -124,3 +170,9 @@ class RenderError(LockcompareError):
 
 class PlotDependencyError(RenderError):
     """matplotlib (the optional ``plot`` extra) is not installed."""
+
+
+class Terminated(LockcompareError):
+    """SIGTERM arrived: unwinding through every ``finally`` so that servers and workers stop."""
+
+    exit_code = 143

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from lockcompare.spec import faultkinds
+
 #: Unknown: the node could not be read.
 UNREADABLE = "?"
 
@@ -29,9 +31,9 @@ def describe_holders(holders: Sequence[str | None], owners: dict[str, int]) -> s
     return "[" + " ".join(one(v) for v in holders) + "]"
 
 
-#: The node faults whose victims lose the lock keys they held (a jump of 2 x TTL expires them).
-#: A failover is not one: the promoted replica answers on the same address, with or without the key.
-NODE_LOSING_FAULTS = ("node-crash", "node-restart", "clock-jump")
+#: The node faults whose victims lose the lock keys they held (a jump of 2 x TTL expires them), by
+#: their names in the history, older histories' included (spec/faultkinds: ``loses_keys``).
+NODE_LOSING_FAULTS = faultkinds.with_former_names(faultkinds.names_where("loses_keys"))
 
 
 def majority_broken(inject: dict[str, Any]) -> bool | None:

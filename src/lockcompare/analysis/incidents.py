@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lockcompare.analysis.history import Event
+from lockcompare.spec import faultkinds
 
 #: What a picture of an uneventful trial shows: its first 3 s (a few rounds at the lesson's scale).
 QUIET_WINDOW_MS = 3000.0
@@ -189,7 +190,7 @@ def fault_spans(history: Sequence[Event]) -> list[FaultSpan]:
     pending: dict[tuple[str, tuple[int, ...]], list[Event]] = {}
     spans = []
     for e in sorted((e for e in history if e["worker"] == -1 and e["kind"] == "fault"), key=lambda e: e["t0"]):
-        key = (str(e.get("fault", "fault")), tuple(e.get("nodes") or ()))
+        key = (faultkinds.event_fault(e.get("fault", "fault")), tuple(e.get("nodes") or ()))
         if e.get("action") == "heal":
             opened = pending.get(key)
             start = opened.pop(0) if opened else e

@@ -15,7 +15,7 @@ place in every table.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from lockcompare.spec.experiments import EXPERIMENTS
@@ -46,8 +46,3 @@ def experiment_rank(name: str) -> tuple[int, str]:
 def cell_rank(row: Mapping[str, Any]) -> tuple[tuple[int, str], tuple[int, str]]:
     """Sort key of a row or cell with ``backend`` and ``experiment``."""
     return backend_rank(str(row["backend"])), experiment_rank(str(row["experiment"]))
-
-
-def in_order(names: Iterable[str], *, key: Any) -> list[str]:
-    """Distinct ``names`` sorted by ``key`` (:func:`backend_rank` or :func:`experiment_rank`)."""
-    return sorted(dict.fromkeys(names), key=key)

@@ -36,7 +36,7 @@ from lockcompare.errors import UnknownNameError
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.parsing import cli_text
 from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
-from lockcompare.spec.trialspec import IDENTITY_SETTINGS, TrialSpec, catalogue_faults, pause_schedule, trial_seed
+from lockcompare.spec.trialspec import IDENTITY_SETTINGS, TrialSpec, catalogue_faults, trial_seed
 
 #: resource_check → the --fence value that produces it (the others come from the backend itself).
 FENCE_FOR_CHECK = {"fence-writes": "writes", "fence-all": "all", "token-cas": "token"}
@@ -127,7 +127,7 @@ def _arguments(row: dict[str, Any]) -> list[str]:
     pause) left out, the fence mode from the row's resource_check, the base seed when it is known."""
     try:
         experiment = get_experiment(str(row["experiment"]))
-        context = {"fault": experiment.fault or "", "takes_fault_nodes": experiment.takes_fault_nodes}
+        context = {"fault_kinds": experiment.kinds, "takes_fault_nodes": experiment.takes_fault_nodes}
     except UnknownNameError:
         context = {}
     context |= {"supports_wait_replicas": True} | {k: v for k, v in row.items() if k in SETTINGS}
@@ -155,10 +155,6 @@ def _arguments(row: dict[str, Any]) -> list[str]:
     return args
 
 
-def _flag(column: str) -> str:
-    return "--" + column.replace("_", "-")
-
-
 def _seed_is(row: dict[str, Any], *, base: int) -> bool:
     try:
         return trial_seed(base, row["backend"], row["experiment"], int(row["trial"])) == int(row["seed"])
@@ -181,15 +177,8 @@ def spec_from_row(row: dict[str, Any]) -> TrialSpec:
     for name in IDENTITY_SETTINGS:
         empty_is_none = name == "faults" and not row.get(name)  # "" is no schedule, not a missing cell
         values[name] = "" if empty_is_none else _setting(name, row.get(name), hints[name])
-    experiment = get_experiment(str(row["experiment"]))
-    schedule = (
-        pause_schedule(
-            workers=(0,), rounds=values["rounds"], probability=experiment.pause_probability, seed=values["seed"]
-        )
-        if values["pause_ms"] > 0
-        else frozenset()
-    )
-    spec = TrialSpec(**values, fault=experiment.fault or "", pause_schedule=schedule)
+    get_experiment(str(row["experiment"]))  # a row of an experiment this version lacks is refused
+    spec = TrialSpec(**values)
     if spec.trial_id != row.get("trial_id"):
         raise InvalidValueError(
             f"cannot rebuild trial {row.get('trial_id')} exactly (rebuilt {spec.trial_id}): it was written by "

@@ -14,20 +14,40 @@ import io
 import logging
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from lockcompare.analysis import sentinel
 from lockcompare.analysis.checker import TrialMetrics
 from lockcompare.errors import ResultsFileError
 from lockcompare.files import read_capped, replace_atomically, write_error
-from lockcompare.infra.provenance import host_facts
 from lockcompare.spec.settings import LEGACY_VALUES, SETTING_COLUMNS, SETTINGS
-from lockcompare.spec.trialspec import canonical, legacy_client_timeout_ms, legacy_faults, trial_id_for
+from lockcompare.spec.trialspec import TrialSpec, canonical, legacy_client_timeout_ms, legacy_faults, trial_id_for
 
-if TYPE_CHECKING:  # the runner writes rows; reading them must not import it (no redis offline)
-    from lockcompare.runner.trial import TrialResult
+
+class FinishedTrial(Protocol):
+    """What a row is made of: the runner's TrialResult (runner/trial.py) has it. A protocol, not an
+    import: reading and writing rows must not load the runner (no redis offline)."""
+
+    @property
+    def spec(self) -> TrialSpec: ...
+    @property
+    def metrics(self) -> TrialMetrics: ...
+    @property
+    def timing(self) -> sentinel.TimingVerdict | None: ...
+    @property
+    def started_at(self) -> str: ...
+    @property
+    def wall_s(self) -> float: ...
+    @property
+    def lock_nodes_reachable(self) -> int: ...
+    @property
+    def load_avg_1m(self) -> float: ...
+    @property
+    def concurrent_runs(self) -> int: ...
+
 
 log = logging.getLogger("lockcompare")
 
@@ -73,8 +93,9 @@ _BOOL_COLUMNS = {"conflict_measures_agree", "timing_marked"}
 
 
 def make_row(
-    result: TrialResult,
+    result: FinishedTrial,
     *,
+    host: Mapping[str, object],
     run_id: str,
     cluster_kind: str,
     server_version: str,
@@ -89,7 +110,7 @@ def make_row(
         "trial_id": spec.trial_id,
         "started_at": result.started_at,
         **spec.recorded_settings(),
-        **host_facts(),
+        **host,  # infra/provenance.py's host_facts(): the runner passes them in
         "load_avg_1m": round(result.load_avg_1m, 2),
         "concurrent_runs": result.concurrent_runs,
         "jobs_concurrent": jobs_concurrent,

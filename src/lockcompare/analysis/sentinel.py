@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockcompare.analysis.history import Event
+from lockcompare.spec import faultkinds
 
 #: The share of the margin a stall must reach for the trial to be marked (see the module docstring).
 MARK_SHARE = 0.5
@@ -62,8 +63,10 @@ _NS_PER_MS = 1e6
 #: first call exceeded the usual call by a median of 0.1-4.7 ms per backend and kind (the committed
 #: reproduction's baseline trials), at most 48 ms (an etcd member's first HTTP request).
 CONNECT_ALLOWANCE_MS = 5.0
-#: Faults whose purpose is to delay the worker they target (``target_worker``; absent: every worker).
-_DELAYS_ITS_WORKER = frozenset({"starve", "slow-link", "link-cut", "pause", "session-kill"})
+#: Faults whose purpose is to delay the worker they target (``target_worker``; absent: every worker):
+#: the kinds that say ``excuses_worker`` (spec/faultkinds), by their names in the history, older
+#: histories' included (``slow-link`` before it was ``slow``).
+_DELAYS_ITS_WORKER = faultkinds.with_former_names(faultkinds.names_where("excuses_worker"))
 
 
 @dataclass(frozen=True, kw_only=True)

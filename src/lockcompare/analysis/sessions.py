@@ -21,6 +21,13 @@ hands one session's lock to the next client), and ending them all can only count
 never invent one. A lease's end is the event's ``t0``: the session may have ended at any moment
 after it.
 
+A session lock whose server times the session out (ZooKeeper: the ``acquire`` event carries
+``session_timeout_ms``) ends differently: the server deletes the lock once it has not heard from
+the client for that long, so the lease ends ``session_timeout_ms`` into the first stretch in which
+the runner silenced its holder (a stop-the-world pause, a cut link: :data:`SILENCING_FAULTS`) for
+at least that long; a lock server that crashes or restarts does not end it (the client reconnects
+to the same session), only a session-kill that names it (``sessions_ended``) or such silence.
+
 What is not seen here cannot end a lease: a session that timed out on the client's side, or that
 ``idle_session_timeout`` ended, leaves no event, so a grant after it is a grant over a valid lease —
 as for a lease lock whose key vanished before its deadline.
@@ -39,17 +46,22 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from lockcompare.analysis.history import Event
+from lockcompare.spec import faultkinds
 
-#: The runner's fault injections that end lock sessions on the server.
-SESSION_ENDING_FAULTS = ("session-kill", "node-crash", "node-restart")
+#: The runner's fault injections that end lock sessions on the server (by the kinds' one names, and
+#: the names older histories gave their events: ``node-restart`` for ``restart``).
+SESSION_ENDING_FAULTS = faultkinds.with_former_names(("session-kill", "crash", "restart"))
 #: How a session-kill's detail began before events named the sessions they ended.
 _KILLED_DETAIL = "pg_terminate_backend"
 
 #: The runner's faults that act on one worker's process or link (the ``target_worker`` of their events).
-WORKER_FAULTS = ("slow-link", "link-cut", "starve", "pause")
+WORKER_FAULTS = faultkinds.with_former_names(("slow", "cut", "starve", "pause"))
+#: Of those, the ones that silence the worker completely for their whole stretch (a starved worker
+#: still runs part of each period; a slowed link still carries its pings).
+SILENCING_FAULTS = faultkinds.with_former_names(("cut", "pause"))
 
 LeaseKey = tuple[int, int]
 
@@ -61,23 +73,38 @@ def is_session_lease(acquire: Event) -> bool:
     return bool(acquire.get("ok")) and acquire.get("valid_until") is None and bool(acquire.get("no_ttl"))
 
 
-def ends_sessions(event: Event) -> bool:
-    """Did this runner event end sessions on the lock server?"""
+def ends_sessions(event: Event, *, timed_sessions: bool = False) -> bool:
+    """Did this runner event end sessions on the lock server? (``timed_sessions``: sessions the
+    server times out, which outlive a crash or restart of a server.)"""
     if event.get("worker") != -1 or event.get("kind") != "fault" or event.get("action") != "inject":
         return False
     fault = event.get("fault")
     if fault not in SESSION_ENDING_FAULTS:
         return False
     if fault != "session-kill":
-        return True
+        return not timed_sessions
     if "sessions_ended" in event:
         return bool(event["sessions_ended"])
     return str(event.get("detail") or "").startswith(_KILLED_DETAIL)
 
 
-def session_ends(history: Sequence[Event]) -> list[int]:
+def session_ends(history: Sequence[Event], *, timed_sessions: bool = False) -> list[int]:
     """When the server was seen ending sessions (each event's ``t0``), in time order."""
-    return sorted(int(e["t0"]) for e in history if ends_sessions(e))
+    return sorted(int(e["t0"]) for e in history if ends_sessions(e, timed_sessions=timed_sessions))
+
+
+def silence_ends(acquire: Event, silenced: Sequence[tuple[int, float]]) -> int | None:
+    """For a lease whose server times its session out after ``session_timeout_ms`` of silence: when
+    the first silencing stretch after its grant that lasted that long timed it out (None: none did).
+
+    >>> silence_ends({"t1": 10, "session_timeout_ms": 100}, [(50, 50 + 80e6), (200, 200 + 150e6)])
+    100000200
+    """
+    timeout_ns = int(acquire["session_timeout_ms"] * 1e6)
+    for start, end in sorted(silenced):
+        if end >= acquire["t1"] and end - max(start, acquire["t1"]) >= timeout_ns:
+            return max(start, int(acquire["t1"])) + timeout_ns
+    return None
 
 
 def lease_deadlines(history: Sequence[Event]) -> dict[LeaseKey, int | None]:
@@ -85,13 +112,20 @@ def lease_deadlines(history: Sequence[Event]) -> dict[LeaseKey, int | None]:
     deadline, or for a session lease the first session end seen after its grant (None: none seen,
     the lease lasts until its holder releases it)."""
     ends = session_ends(history)
+    timed_ends = session_ends(history, timed_sessions=True)
+    silenced = silencing_on_workers(history)
     deadlines: dict[LeaseKey, int | None] = {}
     for event in history:
         if event.get("kind") != "acquire" or not event.get("ok"):
             continue
         deadline = event.get("valid_until")
         if is_session_lease(event):
-            deadline = next((t for t in ends if t > event["t1"]), None)
+            if event.get("session_timeout_ms"):
+                candidates = [t for t in timed_ends if t > event["t1"]]
+                timed_out = silence_ends(event, silenced.get(event["worker"], []))
+                deadline = min([*candidates, *([timed_out] if timed_out is not None else [])], default=None)
+            else:
+                deadline = next((t for t in ends if t > event["t1"]), None)
         deadlines[(event["worker"], event["round"])] = deadline
     return deadlines
 
@@ -106,16 +140,23 @@ def first_releases(history: Sequence[Event]) -> dict[LeaseKey, int]:
     return released_at
 
 
-def faults_on_workers(history: Sequence[Event]) -> dict[int, list[tuple[int, float]]]:
+def silencing_on_workers(history: Sequence[Event]) -> dict[int, list[tuple[int, float]]]:
+    """Per worker, the stretches in which a fault of :data:`SILENCING_FAULTS` silenced it."""
+    return faults_on_workers(history, faults=SILENCING_FAULTS)
+
+
+def faults_on_workers(
+    history: Sequence[Event], *, faults: Collection[str] = WORKER_FAULTS
+) -> dict[int, list[tuple[int, float]]]:
     """Per worker, the stretches (``t0`` of the injection to ``t1`` of its heal; no heal: to the end)
-    in which one of the runner's faults acted on it (a cut or slowed link, a starvation strobe)."""
+    in which one of the runner's ``faults`` acted on it (a cut or slowed link, a starvation strobe)."""
     spans: dict[int, list[tuple[int, float]]] = {}
     opened: dict[tuple[object, object, int], list[int]] = {}
     for event in sorted(
         (e for e in history if e.get("worker") == -1 and e.get("kind") == "fault"), key=lambda e: e["t0"]
     ):
         worker = event.get("target_worker")
-        if not isinstance(worker, int) or event.get("fault") not in WORKER_FAULTS:
+        if not isinstance(worker, int) or event.get("fault") not in faults:
             continue
         key = (event.get("fault"), event.get("step"), worker)
         if event.get("action") == "inject":

@@ -82,6 +82,10 @@ class ZkLock:
     survives_minority_loss: ClassVar[bool] = True
     #: No lease deadline: the session is the lease (the battery's TTL properties are NOT CLAIMED).
     has_ttl: ClassVar[bool] = False
+    #: ...but the server ends the session (and deletes the lock znode) once it has not heard from the
+    #: client for the session timeout, which is the TTL; a server crash or restart alone does not
+    #: (the client reconnects to the same session). The checker ends the lease accordingly.
+    session_timeout_is_ttl: ClassVar[bool] = True
     servers: ClassVar[str] = "zookeeper"
     min_ttl_ms: ClassVar[int] = MIN_SESSION_MS
     expiry_lag_ms: ClassVar[int] = EXPIRY_LAG_MS

@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 
 from lockcompare.analysis.checker import VERDICT_MEANINGS
-from lockcompare.backends import describe_backends
 from lockcompare.cli.core import app
 from lockcompare.cli.explore import parse_budget, print_trial
 from lockcompare.cli.options import (
@@ -29,14 +28,7 @@ from lockcompare.cli.options import (
     with_trial_settings,
 )
 from lockcompare.errors import InvalidValueError
-from lockcompare.evaluation.evaluate import (
-    CARD_FORMATS,
-    DEFAULT_AGAINST,
-    QUICK_ROUNDS,
-    QUICK_TIME_SCALE,
-    evaluate,
-    render_card,
-)
+from lockcompare.evaluation.defaults import CARD_FORMATS, DEFAULT_AGAINST, QUICK_ROUNDS, QUICK_TIME_SCALE
 from lockcompare.spec.experiments import EXPERIMENTS
 from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides, make_spec
 
@@ -44,6 +36,8 @@ from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides, make_spec
 @app.command()
 def backends() -> None:
     """List the registered backends (built-ins and plug-ins) and whether each is usable here."""
+    from lockcompare.backends import describe_backends
+
     for info in describe_backends():
         status = info.summary if not info.problem else f"NOT VIABLE: {info.problem}"
         typer.echo(f"{info.name:<12} {status}")
@@ -128,6 +122,8 @@ def evaluate_command(
                                nodes_file=nodes_file, postgres=postgres)  # fmt: skip
     scale = time_scale if time_scale is not None else (QUICK_TIME_SCALE if quick else 1.0)
     search_s = parse_budget(search_budget, flag="--search-budget", zero_ok=True)
+    from lockcompare.evaluation.evaluate import evaluate, render_card
+
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
     target = out_path or Path("results") / time.strftime(f"evaluate-{safe}-%Y%m%d-%H%M%S.csv")
     bar, update = _progress_bar()

@@ -16,7 +16,6 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from lockcompare.backends import add_plugin_paths
 from lockcompare.errors import LockcompareError
 from lockcompare.redaction import redact
 
@@ -38,10 +37,6 @@ def _setup_logging() -> None:
         logger.addHandler(_OneLineLog(level=logging.WARNING))
     logger.setLevel(logging.WARNING)
     logger.propagate = False
-
-
-class UnknownTrialsError(LockcompareError):
-    """Some trials could not be judged (their problems were printed above)."""
 
 
 class OneLineErrors(TyperGroup):
@@ -102,4 +97,6 @@ def _everywhere(
     ] = None,
 ) -> None:
     """Where module:Class plug-ins are found, for every command (spawned workers inherit it)."""
+    from lockcompare.backends import add_plugin_paths  # here: `lockcompare table` loads no backend at import
+
     add_plugin_paths(first=[d for d in (plugin_path or "").split(os.pathsep) if d], last=[os.getcwd()])

@@ -24,14 +24,13 @@ from lockcompare.cli.options import (
     with_trial_settings,
 )
 from lockcompare.errors import InvalidValueError
+from lockcompare.evaluation.defaults import DEFAULT_TIME_SCALE
 from lockcompare.evaluation.explore import DEFAULT_PROPERTY, PROPERTIES, TrialOutcome, TrialRequest
-from lockcompare.evaluation.explore_run import run_explore
-from lockcompare.evaluation.explore_trials import DEFAULT_TIME_SCALE, RealTrials, fitting_scale
 from lockcompare.evaluation.schedules import DEFAULT_KINDS, KINDS, MAX_STEPS, parse_kinds
-from lockcompare.faults.steps import MAX_SCHEDULE_STEPS
 from lockcompare.spec.choices import FENCE_MODES
 from lockcompare.spec.limits import check_count
 from lockcompare.spec.parsing import parse_number
+from lockcompare.spec.schedule import MAX_SCHEDULE_STEPS
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 #: A week: a search longer than that is a typo (or 400 nines), not a plan.
@@ -130,6 +129,9 @@ def explore_command(
     searched: "no counterexample" means none within this budget. Exit 1 when a counterexample was
     found, 0 when none was. The trial settings below and the server options are matrix's; the
     printed command carries every one that differs from a default (and --plugin-path for a plug-in)."""
+    from lockcompare.evaluation.explore_run import run_explore  # the runner, when a search runs
+    from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale
+
     if fence not in FENCE_MODES:
         raise InvalidValueError(f"--fence takes {', '.join(FENCE_MODES)}, got {fence!r}")
     if prop not in PROPERTIES:

@@ -7,16 +7,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from lockcompare.analysis.checker import VERDICT_MEANINGS
-from lockcompare.analysis.reproduce import find_row, spec_from_row
 from lockcompare.analysis.results import METRIC_COLUMNS, TIMING_COLUMNS, read_results
 from lockcompare.analysis.sentinel import MARK_SHARE
-from lockcompare.backends import load_backend
-from lockcompare.cli.core import UnknownTrialsError, app, err
+from lockcompare.cli.core import app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
     AllowMixedRevisions,
@@ -38,20 +36,14 @@ from lockcompare.cli.options import (
     given_flags,
     with_trial_settings,
 )
-from lockcompare.errors import InvalidValueError
-from lockcompare.infra.cluster import describe, open_cluster
+from lockcompare.errors import InvalidValueError, UnknownTrialsError
 from lockcompare.render import table
-from lockcompare.runner.bench import render_bench, run_bench
-from lockcompare.runner.matrix import (
-    ClusterOptions,
-    MatrixReport,
-    run_matrix,
-    run_planned,
-)
-from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE
 from lockcompare.spec.experiments import DEFAULT_EXPERIMENTS
-from lockcompare.spec.limits import LIMITS, check_count, env_name
+from lockcompare.spec.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, env_name
 from lockcompare.spec.settings import SETTING_COLUMNS
+
+if TYPE_CHECKING:  # the runner, servers and backends are imported by each command as it runs
+    from lockcompare.runner.matrix import ClusterOptions, MatrixReport
 
 #: bench: a lease longer than this outlives any cycle many times over (a day).
 BENCH_MAX_TTL_MS = 86_400_000
@@ -125,6 +117,8 @@ def matrix(
 
     Every trial setting is an option below (from the settings table); a comma list sweeps the
     settings that say so, one cell per value."""
+    from lockcompare.runner.matrix import run_matrix
+
     if fmt not in table.FORMATS:
         raise typer.BadParameter(f"{fmt!r} is not one of {', '.join(table.FORMATS)}", param_hint="--format")
     if resume and out_path is None:
@@ -222,6 +216,8 @@ def run(
     trial_settings: dict[str, str | None] | None = None,
 ) -> None:
     """Run a single trial and print its metrics (or rerun a recorded one with --from)."""
+    from lockcompare.runner.matrix import run_matrix
+
     trial_settings = trial_settings or {}
     if from_row is not None:
         given = [
@@ -285,6 +281,9 @@ _RERUN_OPTIONS = {
 
 def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions) -> None:
     """Rerun the trial ``FILE:ROW`` names and print its verdict beside the recorded one."""
+    from lockcompare.analysis.reproduce import find_row, spec_from_row
+    from lockcompare.runner.matrix import run_planned
+
     path_text, sep, selector = source.rpartition(":")
     if not sep or not path_text or not selector:
         raise InvalidValueError(f"--from takes RESULTS.csv:ROW (a trial id or a row number), got {source!r}")
@@ -340,6 +339,10 @@ def bench(
 
     A benchmark, not a test: the ratios compare rows measured in this one run.
     """
+    from lockcompare.backends import load_backend
+    from lockcompare.infra.cluster import describe, open_cluster
+    from lockcompare.runner.bench import render_bench, run_bench
+
     table.check_format(fmt)
     check_count("iterations", iterations)
     if not 1 <= ttl_ms <= BENCH_MAX_TTL_MS:

@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import (
@@ -19,21 +19,19 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from lockcompare.backends import describe_backends
 from lockcompare.cli.core import err
 from lockcompare.errors import InvalidValueError
-from lockcompare.faults.steps import read_schedule_file
 from lockcompare.files import read_capped
-from lockcompare.infra.cluster import DEFAULT_NODES
-from lockcompare.infra.redisconn import PASSWORD_ENV, parse_url_list, redact, validate_url, with_env_password
-from lockcompare.infra.zookeeper_server import zookeeper_urls
-from lockcompare.runner.matrix import ClusterOptions, MatrixReport
-from lockcompare.runner.scheduler import DEFAULT_CPU_SHARE, usable_cpus
-from lockcompare.runner.trial import TrialResult
-from lockcompare.spec.limits import LIMITS, check_count
+from lockcompare.infra.redisconn import PASSWORD_ENV, redact  # (no redis-py: it is imported when a client connects)
+from lockcompare.spec.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, usable_cpus
 from lockcompare.spec.parsing import Overrides, Sweep, check_value, cli_text, from_cli
+from lockcompare.spec.schedule import read_schedule_file
 from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting
-from lockcompare.spec.trialspec import TrialSpec
+
+if TYPE_CHECKING:  # the runner is imported by the commands that run trials, when they run
+    from lockcompare.runner.matrix import ClusterOptions, MatrixReport
+    from lockcompare.runner.trial import TrialResult
+    from lockcompare.spec.trialspec import TrialSpec
 
 #: Measured on 2 cores: a trial keeps 0.03-0.7 CPU busy at --time-scale 0.1 (mean ~0.2, pottery
 #: the most) and far less at the lesson's scale, where trials mostly sleep. With 8 the lesson-scale
@@ -152,6 +150,11 @@ def _cluster_options(
     zookeeper: str | None = None,
 ) -> ClusterOptions:
     """Where the servers come from; the embedded cluster spawns enough nodes for --redlock-nodes."""
+    from lockcompare.infra.cluster import DEFAULT_NODES
+    from lockcompare.infra.redisconn import parse_url_list, validate_url, with_env_password
+    from lockcompare.infra.zookeeper_server import zookeeper_urls
+    from lockcompare.runner.matrix import ClusterOptions
+
     if nodes_file is not None:
         if nodes is not None:
             raise InvalidValueError("--nodes-file replaces --nodes: give one of them")
@@ -346,6 +349,8 @@ def _parallelism_note(report: MatrixReport) -> str:
 def _default_backends() -> list[str]:
     """Every registered backend that can run here; the others are named on stderr, one line per
     reason (etcd and etcd-fenced share theirs: one missing binary)."""
+    from lockcompare.backends import describe_backends
+
     usable: list[str] = []
     skipped: dict[str, list[str]] = {}
     for info in describe_backends():

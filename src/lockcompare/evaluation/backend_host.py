@@ -45,29 +45,19 @@ from lockcompare.backends import (
     Refusal,
     load_backend,
 )
-from lockcompare.errors import BackendError, LockcompareError
+from lockcompare.errors import (
+    BackendCallFailed,
+    BackendCallRaised,
+    BackendCallTimedOut,
+    BackendHostDied,
+    LockcompareError,
+)
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group, reap_group, start_worker_process
 from lockcompare.infra.procgroup import describe_escaped, escaped_helpers, process_table, signal_group
 
 #: Starting the host: spawning an interpreter and importing lockcompare (~0.3 s here). Importing
 #: the plug-in is a backend call of its own ("load") and has the backend's deadline.
 HOST_START_TIMEOUT_S = 60.0
-
-
-class BackendCallFailed(BackendError):
-    """A call into the backend under test did not return a proper result."""
-
-
-class BackendCallRaised(BackendCallFailed):
-    """The backend raised instead of returning (an exception is not a refusal)."""
-
-
-class BackendCallTimedOut(BackendCallFailed):
-    """The backend did not return within the deadline; its process was killed."""
-
-
-class BackendHostDied(BackendCallFailed):
-    """The host process exited (or was killed by an earlier timeout) mid-conversation."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +103,11 @@ class Timed:
 def _serve(conn: Connection) -> None:
     """The host's loop: one request in, one reply out, until the pipe closes."""
     die_with_parent()
+    # The client library of every built-in, imported with the interpreter, before any deadline runs:
+    # lockcompare itself no longer loads it at import (infra/redisconn.py imports it on connect), and
+    # a plug-in's "load" call has the backend's deadline (measured: ~0.5 s to import redis under load).
+    import redis  # noqa: F401
+
     cls: type[LockBackend] | None = None
     instances: dict[int, LockBackend] = {}
     ids = itertools.count()

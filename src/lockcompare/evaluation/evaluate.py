@@ -53,6 +53,7 @@ from lockcompare.evaluation.conformance import (
     Status,
     run_battery,
 )
+from lockcompare.evaluation.defaults import CARD_FORMATS, DEFAULT_AGAINST
 from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_card import TITLE as SEARCH_TITLE
 from lockcompare.evaluation.explore_card import search_line
@@ -66,19 +67,13 @@ from lockcompare.spec.parsing import Sweep, cli_text
 from lockcompare.spec.settings import CLI_SETTINGS
 from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides
 
-DEFAULT_AGAINST = ("single", "redlock", "fenced")
 EXPERIMENTS = ("baseline", "client-pause", "short-ttl")
 #: Run for the backend alone, when its lock lives in a database session (``servers = "postgres"``):
 #: the server ends the holder's session (the Redis and etcd built-ins have no session to end).
 SESSION_EXPERIMENT = "session-kill"
 #: The workload of the card's experiments: every worker keeps contending until all are done.
 WORKLOAD = "contend"
-CARD_FORMATS = ("markdown", "text")
 
-#: ``--quick``: ten times faster, same ratios (measured: at 0.1 a 100 ms lease met a 120 ms SIGSTOP in
-#: 40 of 40 runs, sleeps overshooting by p99 0.43 ms).
-QUICK_TIME_SCALE = 0.1
-QUICK_ROUNDS = 20
 
 #: Scales tried, in order, for an experiment whose TTL the backend cannot express at the one asked
 #: for (its optional ``check_ttl``; e.g. etcd's whole-second leases at --time-scale 0.1).

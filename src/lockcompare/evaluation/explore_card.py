@@ -22,7 +22,7 @@ from lockcompare.evaluation.backend_host import Claims
 from lockcompare.evaluation.conformance import Status
 from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_run import run_explore
-from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale, schedules_supported
+from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale
 from lockcompare.evaluation.shrink import NO_FAULT
 from lockcompare.runner.matrix import ClusterOptions
 from lockcompare.spec.parsing import Overrides
@@ -67,8 +67,6 @@ def search_line(
     prop = property_for(claims)
     if prop is None:
         return SearchLine(status=Status.NOT_CLAIMED, evidence="not exclusive: nothing for a search to break")
-    if not schedules_supported():
-        return SearchLine(status=Status.SKIPPED, evidence="this lockcompare cannot run fault schedules (issue 17)")
     fence = "all" if prop == "no-lost-updates" else "writes"
     settings = settings if settings is not None else Overrides()
     scale = fitting_scale(backend, ttl_ms=settings.given("ttl_ms"))

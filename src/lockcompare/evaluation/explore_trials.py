@@ -24,12 +24,13 @@ from lockcompare.analysis.reproduce import run_command
 from lockcompare.analysis.results import read_results
 from lockcompare.backends import load_backend
 from lockcompare.errors import ClusterError, ConfigError, InvalidValueError
+from lockcompare.evaluation.defaults import DEFAULT_TIME_SCALE
 from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
 from lockcompare.evaluation.scales import expressible_scale
 from lockcompare.evaluation.schedules import Shape
 from lockcompare.runner.matrix import ETCD_FAULT_MEMBERS, ClusterOptions, plan_matrix, run_planned
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
+from lockcompare.spec.settings import CLI_SETTINGS
 from lockcompare.spec.trialspec import Overrides, TrialSpec
 
 log = logging.getLogger("lockcompare")
@@ -39,19 +40,10 @@ TRIALS_CSV = "trials.csv"
 BASE_EXPERIMENT = "baseline"
 #: The workload: no worker ever runs alone, so a lock cannot pass by letting one finish early.
 WORKLOAD = "contend"
-#: The scale of the searched trials: the lesson's timings halved keeps margins (hundreds of ms)
-#: far above the stalls of a loaded 2-core machine (at ×0.1, write-only fencing lost one update to
-#: a stall in one of two runs).
-DEFAULT_TIME_SCALE = 0.5
 #: How long a round waits for the lock (lesson-scale ms): two TTLs, as the catalogue's node-fault
 #: experiments do. The baseline's minute would let one schedule that makes the lock unavailable on
 #: purpose (every node crashed) spend the whole budget waiting.
 ACQUIRE_TIMEOUT_MS = 2000.0
-
-
-def schedules_supported() -> bool:
-    """Whether this lockcompare runs fault schedules (the trial setting ``faults``, issue 17)."""
-    return "faults" in SETTINGS
 
 
 #: Scales tried in order when --time-scale is not given and the backend cannot express the TTL at
@@ -113,11 +105,6 @@ class RealTrials:
     server_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not schedules_supported():
-            raise ConfigError(
-                "this lockcompare cannot run fault schedules yet (the trial setting 'faults' of issue 17): explore "
-                "needs them"
-            )
         load_backend(self.backend)
         self._base = Overrides(acquire_timeout_ms=ACQUIRE_TIMEOUT_MS).replace(
             **_chosen(self.settings), time_scale=self.time_scale, workload=self.workload, fence=self.fence

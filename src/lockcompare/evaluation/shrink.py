@@ -29,11 +29,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from lockcompare.evaluation.schedules import Schedule, Shape, Step, schedule_text
+from lockcompare.spec import faultkinds
 
-#: Amounts that shrink, with the floor they shrink to (lesson-scale ms, the magnitude for ``by``).
-AMOUNTS = {"for": 0.0, "by": 10.0, "delay": 10.0, "after-acquire": 0.0}
+#: Amounts that shrink, with the floor they shrink to (lesson-scale ms, the magnitude for ``by``):
+#: whom-and-when's, then every kind's parameters that declare a floor (spec/faultkinds).
+AMOUNTS = {"for": 0.0} | {
+    p.name: p.shrink_floor for k in faultkinds.KINDS.values() for p in k.params if p.shrink_floor is not None
+}
+AMOUNTS["after-acquire"] = 0.0
 #: Kinds whose ``for`` means "how long the fault lasts" and which do nothing at 0 (the floor is 10).
-LASTING_AT_ZERO_IS_NOTHING = frozenset({"pause", "starve", "cut", "crash"})
+LASTING_AT_ZERO_IS_NOTHING = frozenset(faultkinds.names_where("lasts"))
 MIN_ROUNDS = 1
 #: The first cut: the empty schedule. What a counterexample without faults says about the lock.
 NO_FAULT_MOVE = "dropped every step"

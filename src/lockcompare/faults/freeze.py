@@ -10,7 +10,8 @@ runner stops it, and a timer continues it after the pause. Every freeze is recor
 runner's own fault events (``pause`` inject / heal, with the time it was planned) and heals in
 :meth:`Freezer.thaw_all`, called from the runner's ``finally``.
 
-:class:`Strobe` (``starve``) stops and continues one worker's group in a loop: it may run ``duty`` of
+:class:`~lockcompare.spec.faultkinds.starve.Strobe` (``starve``) stops and continues one worker's
+group in a loop through :meth:`Freezer.hold` and :meth:`Freezer.release`: it may run ``duty`` of
 every ``period`` — a process starved of CPU, whose watchdog thread gets no time to renew.
 """
 
@@ -18,15 +19,10 @@ from __future__ import annotations
 
 import signal
 import threading
-from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.analysis.history import Event, now_ns
 from lockcompare.infra.procgroup import group_members, process_table, signal_group
-
-if TYPE_CHECKING:
-    from lockcompare.faults.schedule import FaultContext
 
 
 class Freezer:
@@ -137,42 +133,3 @@ class Freezer:
             event["group"] = group  # the pids of the worker's process group the stop reached
         with self._lock:
             self.events.append(event)
-
-
-@dataclass
-class Strobe:
-    """``starve``: SIGSTOP/SIGCONT ``worker``'s process group in a loop, letting it run ``duty`` of
-    each ``period_s`` (helpers of its backend are starved with it)."""
-
-    worker: int | None
-    duty: float
-    period_s: float
-    name: ClassVar[str] = "starve"
-    scope: ClassVar[str] = "world"
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-    cycles: int = 0
-
-    def inject(self, world: FaultContext, nodes: list[int]) -> str:
-        assert self.worker is not None and world.freezer is not None
-        pid, freezer = world.pids[self.worker], world.freezer
-        self._thread = threading.Thread(target=self._run, args=(freezer, pid), daemon=True, name="strobe")
-        self._thread.start()
-        stopped_ms = (1 - self.duty) * self.period_s * 1000
-        return f"worker {self.worker}: stopped {stopped_ms:g} ms of every {self.period_s * 1000:g} ms"
-
-    def _run(self, freezer: Freezer, pid: int) -> None:
-        while not self._stop.is_set():
-            freezer.hold(pid)
-            try:
-                self._stop.wait((1 - self.duty) * self.period_s)
-            finally:
-                freezer.release(pid)
-            self.cycles += 1
-            self._stop.wait(self.duty * self.period_s)
-
-    def heal(self, world: FaultContext, nodes: list[int]) -> str:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        return f"worker {self.worker}: running again after {self.cycles} stop(s)"

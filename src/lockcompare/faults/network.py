@@ -8,13 +8,8 @@ cluster: starting the proxy process and its 10 links took 123 ms (median of 8; s
 on the 2-core machine, a few per cent of a trial at ``--time-scale 0.1``, and a fresh set cannot
 carry a fault or a half-reset connection from one trial into the next.
 
-A link fault acts on the links of one worker (``worker``) to the lock nodes it is given:
-
-- :class:`LinkDelay` (``slow``): replies from those nodes reach that worker ``ms`` late (requests
-  go through at once, so a SET takes effect on time and only its answer is late);
-- :class:`LinkCut` (``cut``): a partition (blackhole): bytes vanish both ways, new connects hang,
-  the worker's calls time out after its client's own timeout.
-
+A link fault acts on the links of one worker (``worker``) to the lock nodes it is given: ``slow``
+(spec/faultkinds/slow.py) delays the replies, ``cut`` (spec/faultkinds/cut.py) blackholes them.
 Both have ``scope = "links"``: the schedule runner hands them the trial's FaultContext. The
 catalogue's link experiments (spec/experiments.py) and why they are shaped so:
 
@@ -36,65 +31,9 @@ catalogue's link experiments (spec/experiments.py) and why they are shaped so:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
-
 from lockcompare.errors import ConfigError
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.proxy import ProxySet, port_of
-
-if TYPE_CHECKING:
-    from lockcompare.faults.schedule import FaultContext
-
-
-@dataclass(frozen=True)
-class LinkDelay:
-    """Replies from ``nodes`` to ``worker`` arrive ``ms`` late (see proxy.LinkProxy.delay)."""
-
-    worker: int
-    ms: float
-    nulls: bool = True  # False: refusals (null replies) are not delayed, only grants
-    name: ClassVar[str] = "slow-link"
-    scope: ClassVar[str] = "links"
-
-    def inject(self, world: FaultContext, nodes: list[int]) -> str:
-        links = world.require_links()
-        for node in nodes:
-            links.proxy(worker=self.worker, node=node).delay(ms=self.ms, nulls=self.nulls)
-        which = "replies" if self.nulls else "replies but refusals"
-        return f"worker {self.worker}: {which} {self.ms:g} ms late"
-
-    def heal(self, world: FaultContext, nodes: list[int]) -> str:
-        return _heal(world, worker=self.worker, nodes=nodes)
-
-
-@dataclass(frozen=True)
-class LinkCut:
-    """``worker`` cannot reach ``nodes``: a blackhole (see proxy.LinkProxy.blackhole)."""
-
-    worker: int
-    name: ClassVar[str] = "link-cut"
-    scope: ClassVar[str] = "links"
-
-    def inject(self, world: FaultContext, nodes: list[int]) -> str:
-        links = world.require_links()
-        for node in nodes:
-            links.proxy(worker=self.worker, node=node).blackhole()
-        return f"worker {self.worker} cut off (blackhole)"
-
-    def heal(self, world: FaultContext, nodes: list[int]) -> str:
-        return _heal(world, worker=self.worker, nodes=nodes)
-
-
-def _heal(world: FaultContext, *, worker: int, nodes: list[int]) -> str:
-    # Called from the runner's finally: a proxy process that already died has nothing to heal,
-    # and raising here would hide what went wrong (the trial reports the dead proxy itself).
-    if not world.links_running():
-        return f"worker {worker}: links already gone"
-    links = world.require_links()
-    for node in nodes:
-        links.proxy(worker=worker, node=node).heal()
-    return f"worker {worker}: healed"
 
 
 def start_links(*, cluster: Cluster, workers: int, name: str) -> ProxySet:

@@ -12,17 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lockcompare.errors import ConfigError, InvalidValueError
-from lockcompare.faults.failover import Failover
-from lockcompare.faults.freeze import Strobe
-from lockcompare.faults.network import LinkCut, LinkDelay
-from lockcompare.faults.node import ClockJump, NodeCrash, NodeRestart
+from lockcompare.errors import InvalidValueError
 from lockcompare.faults.schedule import PlannedStep
-from lockcompare.faults.session import SessionKill
-from lockcompare.faults.steps import LINK_KINDS, NODE_KINDS, FaultStep, Schedule
+from lockcompare.spec import faultkinds
+from lockcompare.spec.faultkinds.base import CLOCK_CONTROL, LINKS, NODES, REPLICATION
+from lockcompare.spec.schedule import FaultStep, Schedule
 
-#: Kinds whose ``for`` omitted means "until the trial ends" (the others heal at once).
-_UNTIL_THE_END = ("crash", "cut", "slow", "starve")
+#: The kinds the worker lands itself, at its own pause point (pause): not the runner's steps.
+_IN_WORKER = faultkinds.names_where("in_worker")
 
 
 @dataclass(frozen=True)
@@ -44,57 +41,31 @@ def planned_steps(schedule: Schedule, *, time_scale: float, ttl_ms: float, lock_
     return [
         _planned(i, step, time_scale=time_scale, ttl_ms=ttl_ms, lock_key=lock_key)
         for i, step in enumerate(schedule.steps)
-        if step.kind != "pause"
+        if step.kind not in _IN_WORKER
     ]
 
 
 def _planned(index: int, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> PlannedStep:
-    def ns(ms: float) -> int:
-        return int(ms * time_scale * 1e6)
+    def ns(ms: float | None) -> int | None:
+        return None if ms is None else int(ms * 1e6)
 
-    heal_after = None if step.for_ms is None and step.kind in _UNTIL_THE_END else ns(step.for_ms or 0)
-    kind = step.kind
-    if kind == "crash":
-        build: Any = lambda _w: NodeCrash()  # noqa: E731
-    elif kind == "restart":
-        persistence = step.param("persistence")
-        build = lambda _w: NodeRestart(persistence=persistence)  # noqa: E731
-    elif kind == "clock-jump":
-        jump_s = step.number("by") * time_scale / 1000
-        build = lambda _w: ClockJump(jump_s=jump_s)  # noqa: E731
-    elif kind == "failover":
-        build = lambda _w: Failover()  # noqa: E731
-        return PlannedStep(
-            index=index, step=step, build=build, after_ns=ns(step.after_ms), heal_after_ns=heal_after,
-            latest_ns=int(ttl_ms * 1e6), prepares=True,
-        )  # fmt: skip
-    elif kind == "slow":
-        delay_ms = step.number("delay") * time_scale
-        # Around an acquire only grants are late: a late refusal only slowed the worker's retries
-        # (measured: its rival then finished first and nothing could conflict; network.py).
-        nulls = step.at != "acquire"
-        build = lambda w: LinkDelay(worker=w, ms=delay_ms, nulls=nulls)  # noqa: E731
-    elif kind == "cut":
-        build = lambda w: LinkCut(worker=w)  # noqa: E731
-    elif kind == "starve":
-        duty, period_s = step.number("duty"), step.number("period") * time_scale / 1000
-        build = lambda w: Strobe(worker=w, duty=duty, period_s=period_s)  # noqa: E731
-    elif kind == "session-kill":
-        # The server finds the session holding the lock itself (faults/session.py), on the one
-        # PostgreSQL lock node; worker=holder names, in the history, whose lease that was.
-        build = lambda _w: SessionKill(lock_key=lock_key)  # noqa: E731
-        return PlannedStep(
-            index=index, step=step, build=build, after_ns=ns(step.after_ms), heal_after_ns=0, fixed_nodes=(0,)
-        )
-    else:  # pragma: no cover - steps.KINDS and this list move together
-        raise ConfigError(f"no runtime for fault kind {kind!r}")
-    return PlannedStep(index=index, step=step, build=build, after_ns=ns(step.after_ms), heal_after_ns=heal_after)
+    run = faultkinds.KINDS[step.kind].runtime(step, time_scale=time_scale, ttl_ms=ttl_ms, lock_key=lock_key)
+    return PlannedStep(
+        index=index,
+        step=step,
+        build=run.build,
+        after_ns=int(step.after_ms * time_scale * 1e6),
+        heal_after_ns=ns(run.heal_after_ms),
+        latest_ns=ns(run.latest_ms),
+        prepares=run.prepares,
+        fixed_nodes=run.fixed_nodes,
+    )
 
 
 def worker_pauses(schedule: Schedule, *, time_scale: float) -> dict[int, WorkerPause]:
     """Each paused worker's pause (one pause step per worker)."""
     pauses: dict[int, WorkerPause] = {}
-    for step in schedule.of_kind("pause"):
+    for step in schedule.of_kind(*_IN_WORKER):
         assert step.worker is not None and step.worker.index is not None and step.for_ms  # steps._check
         if step.worker.index in pauses:
             raise InvalidValueError(f"two pause steps for worker {step.worker.index}: give it one")
@@ -106,12 +77,12 @@ def worker_pauses(schedule: Schedule, *, time_scale: float) -> dict[int, WorkerP
 
 def touches_servers(schedule: Schedule) -> bool:
     """Whether a step acts on lock nodes or their links (pauses and starvation act on workers only)."""
-    return bool(schedule.of_kind(*NODE_KINDS, *LINK_KINDS))
+    return bool(schedule.of_kind(*faultkinds.acting_on(NODES, LINKS)))
 
 
 def needs_links(schedule: Schedule) -> bool:
     """Whether the workers must reach the lock nodes through proxied links (a slow or cut step)."""
-    return bool(schedule.of_kind(*LINK_KINDS))
+    return bool(schedule.of_kind(*faultkinds.acting_on(LINKS)))
 
 
 def acquire_handshake_workers(schedule: Schedule) -> set[int]:
@@ -121,18 +92,19 @@ def acquire_handshake_workers(schedule: Schedule) -> set[int]:
 
 def reports_acquires(schedule: Schedule) -> bool:
     """Whether workers must report their acquires (a step follows them or reads the holder)."""
-    return any(s.at == "after-acquire" for s in schedule.steps if s.kind != "pause")
+    return any(s.at == "after-acquire" for s in schedule.steps if s.kind not in _IN_WORKER)
 
 
 def cluster_needs(schedule: Schedule) -> dict[str, Any]:
     """What the lock nodes must be able to take: ``persistence``, ``fake_clocks``, ``replicas``."""
-    kept = {s.param("persistence") for s in schedule.of_kind("restart")}
+    kept = {dict(s.params)["persistence"] for s in schedule.steps if "persistence" in dict(s.params)}
     if len(kept) > 1:
         raise InvalidValueError("restart steps with different persistence= cannot share one cluster")
+    asked = {need for kind in schedule.kinds() for need in faultkinds.KINDS[kind].needs}
     needs = {
         "persistence": kept.pop() if kept else "none",
-        "fake_clocks": bool(schedule.of_kind("clock-jump")),
-        "replicas": 1 if schedule.of_kind("failover") else 0,
+        "fake_clocks": CLOCK_CONTROL in asked,
+        "replicas": 1 if REPLICATION in asked else 0,
     }
     if needs["replicas"] and (needs["fake_clocks"] or needs["persistence"] != "none"):
         # A master/replica pair runs without libfaketime and without AOF (infra/replication.py):

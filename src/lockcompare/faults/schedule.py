@@ -1,7 +1,7 @@
 """The schedule runner: injects and heals a trial's fault steps on time, and records every one.
 
 Jepsen's scheduled nemesis, kept small. Each :class:`PlannedStep` (built from a parsed
-:class:`~lockcompare.faults.steps.FaultStep` by faults/plan.py, times already scaled) lands
+:class:`~lockcompare.spec.schedule.FaultStep` by faults/plan.py, times already scaled) lands
 
 - ``at=start``: when the workers are released (before any round; its events have round -1);
 - ``after-acquire``: ``after_ns`` after an acquire of the worker it follows (workers report each
@@ -16,7 +16,7 @@ from the lock key read on every node just before (faults/holders.py, faults/targ
 cannot be resolved is recorded as ``skipped`` with the reason and aimed nowhere else. Every
 injection, heal and skip is an event of the runner's own (``worker == -1``) in the history::
 
-    {"worker": -1, "round": R, "kind": "fault", "fault": "node-restart", "action": "inject",
+    {"worker": -1, "round": R, "kind": "fault", "fault": "restart", "action": "inject",
      "step": 0, "target": "holders:1", "t0": ns, "t1": ns, "planned_ns": ns, "late_ms": 0.4,
      "nodes": [2], "holders": [owner, None, owner, ...], "lease_owner": owner, "detail": "SIGKILL"}
 
@@ -40,9 +40,10 @@ from typing import TYPE_CHECKING, Any
 from lockcompare.analysis.history import Event, now_ns
 from lockcompare.errors import ConfigError
 from lockcompare.faults.holders import LockHolders
-from lockcompare.faults.steps import FaultStep
 from lockcompare.faults.targets import Resolution, resolve_nodes, resolve_worker
 from lockcompare.infra.cluster import Cluster
+from lockcompare.spec.faultkinds.base import FaultAction
+from lockcompare.spec.schedule import FaultStep
 
 if TYPE_CHECKING:
     from lockcompare.faults.freeze import Freezer
@@ -73,7 +74,7 @@ class PlannedStep:
 
     index: int
     step: FaultStep
-    build: Callable[[int | None], Any]
+    build: Callable[[int | None], FaultAction]
     after_ns: int = 0
     heal_after_ns: int | None = None
     latest_ns: int | None = None
@@ -84,7 +85,7 @@ class PlannedStep:
 
 @dataclass
 class _Active:
-    fault: Any
+    fault: FaultAction
     nodes: list[int]
     round: int
     heal_due: int | None
@@ -97,7 +98,7 @@ class _State:
     pending: tuple[int, int] | None = None  # (due ns, round)
     active: _Active | None = None
     injected: int = 0
-    prepared: tuple[Any, list[int]] | None = None  # (fault, nodes) of a prepare not yet injected
+    prepared: tuple[FaultAction, list[int]] | None = None  # (fault, nodes) of a prepare not yet injected
 
 
 @dataclass
@@ -299,7 +300,7 @@ class FaultScheduler:
     def _act(
         self,
         state: _State,
-        fault: Any,
+        fault: FaultAction,
         action: str,
         nodes: list[int],
         *,
@@ -336,7 +337,7 @@ class FaultScheduler:
                 "worker": -1,
                 "round": round_,
                 "kind": "fault",
-                "fault": fault.name,
+                "fault": state.planned.step.kind,  # one name: the kind's, as in the step
                 "action": action,
                 "step": state.planned.index,
                 "t0": t0,

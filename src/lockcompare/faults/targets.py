@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lockcompare.analysis.holders import UNREADABLE
-from lockcompare.faults.steps import FaultStep, NodeTarget, WorkerTarget
+from lockcompare.spec.schedule import FaultStep, NodeTarget, WorkerTarget
 
 
 @dataclass(frozen=True)

@@ -31,9 +31,10 @@ from __future__ import annotations
 from typing import Any
 
 from lockcompare.errors import ClusterError
-from lockcompare.faults.steps import LINK_KINDS, NODE_KINDS, Schedule
 from lockcompare.infra.zookeeper_client import admin_session, contenders, kazoo_client_class
 from lockcompare.infra.zookeeper_server import hosts_of, lock_path
+from lockcompare.spec import faultkinds
+from lockcompare.spec.schedule import Schedule
 
 #: ZooKeeperServer.superSecret: the session password is java.util.Random(id ^ this).nextBytes(16).
 _SUPER_SECRET = 0xB3415C00
@@ -47,7 +48,7 @@ ENSEMBLE_SERVERS = 3
 def zookeeper_servers_for(schedule: Schedule) -> int:
     """1 (standalone) without server faults or for restarts of node 0 only (the server restart); else
     an ensemble (a leader crash, a link cut or slowed, any step naming another server)."""
-    steps = schedule.of_kind(*NODE_KINDS, *LINK_KINDS)
+    steps = schedule.of_kind(*faultkinds.acting_on(faultkinds.NODES, faultkinds.LINKS))
     restarts_node_0 = all(
         s.kind == "restart" and s.nodes is not None and s.nodes.mode == "fixed" and s.nodes.indices == (0,)
         for s in steps

@@ -26,19 +26,11 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from lockcompare.errors import ClusterError
+from lockcompare.errors import ClusterError, EtcdRequestError, EtcdUnavailable
 
 #: Errors of a connection that never delivered the request to a live etcd (refused, reset, closed
 #: before a reply): safe to try the next member.
 _NOT_DELIVERED = (ConnectionRefusedError, ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected)
-
-
-class EtcdUnavailable(ClusterError):
-    """No member answered in time (all refused, or the call timed out)."""
-
-
-class EtcdRequestError(ClusterError):
-    """A member answered with an error (HTTP status other than 200)."""
 
 
 def b64(text: str | bytes) -> str:

@@ -22,7 +22,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 
-from lockcompare.errors import LockcompareError
+from lockcompare.errors import Terminated
 from lockcompare.infra.procgroup import kill_group, signal_group, sweep_group
 
 _PR_SET_PDEATHSIG = 1
@@ -34,12 +34,6 @@ _prctl = ctypes.CDLL(None, use_errno=True).prctl
 def die_with_parent(sig: int = signal.SIGKILL) -> None:
     """Ask the kernel to send ``sig`` (SIGKILL) to the calling process when its parent exits (Linux)."""
     _prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-
-
-class Terminated(LockcompareError):
-    """SIGTERM arrived: unwinding through every ``finally`` so that servers and workers stop."""
-
-    exit_code = 143
 
 
 #: Code that must not be unwound by an exception from a signal handler: it holds a lock it would

@@ -54,7 +54,7 @@ from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Any, Self
 
-from lockcompare.errors import LockcompareError
+from lockcompare.errors import ProxyError
 from lockcompare.infra.lifecycle import SPAWN, start_worker_process
 from lockcompare.infra.proxy_host import proxy_host_main
 
@@ -63,10 +63,6 @@ START_TIMEOUT_S = 20.0
 CONTROL_TIMEOUT_S = 5.0
 
 _LOOPBACK = "127.0.0.1"
-
-
-class ProxyError(LockcompareError):
-    """The link proxy process failed to start, or did not answer a control call."""
 
 
 # --------------------------------------------------------------------------------------------

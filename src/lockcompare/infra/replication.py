@@ -42,7 +42,7 @@ from typing import Any, Self
 
 import redis
 
-from lockcompare.errors import ClusterError
+from lockcompare.errors import ReplicationError
 from lockcompare.infra.proxy import LinkProxy, ProxyHost
 from lockcompare.infra.redisconn import connect
 from lockcompare.infra.server import RedisServer, redis_protocol_binary
@@ -52,10 +52,6 @@ SYNC_TIMEOUT_S = 10.0
 
 #: Given to every server of a pair (each may become a master): stream full syncs, without delay.
 REPLICATION_ARGS = ("--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")
-
-
-class ReplicationError(ClusterError):
-    """The replica did not connect or catch up, or a failover could not be completed."""
 
 
 def replication_info(url: str) -> dict[str, Any]:

@@ -40,6 +40,8 @@ prose outside a rendered block, a code span or fence, a link target or an HTML c
 short allow-list ``ALLOWED`` (settings of the lesson's lab, versions, names that carry a number)
 does not explain: a figure is rendered from a committed file or not written at all. The test suite
 checks the same (tests/test_docs_check.py, tests/test_docs_numbers.py).
+The fault kinds' table is rendered from their modules (spec/faultkinds), between
+``<!-- faultkinds -->`` and ``<!-- /faultkinds -->``.
 """
 
 from __future__ import annotations
@@ -69,6 +71,28 @@ EXCERPT = re.compile(
     r"(?: kinds=(?P<kinds>[\w,-]+))? -->\n)(?P<body>.*?)(<!-- /excerpt -->)",
     re.DOTALL,
 )
+
+
+FAULT_KINDS = re.compile(r"(<!-- faultkinds -->\n)(?P<body>.*?)(<!-- /faultkinds -->)", re.DOTALL)
+
+
+def fault_kinds_table() -> str:
+    """docs/faults.md's table of kinds, one row per module of spec/faultkinds."""
+    from lockcompare.spec.faultkinds import KINDS, LINKS, NODES
+
+    whom = {NODES: "`nodes=`", LINKS: "`nodes=` and `worker=`"}
+    lines = [
+        "| kind | what it does | acts on | parameters | `for=` omitted | lock servers must offer | sentinel excuses |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for kind in KINDS.values():
+        params = "; ".join(f"{p.text}{': ' + p.help if p.help else ''}" for p in kind.params) or "–"
+        cells = (
+            f"`{kind.name}`", kind.summary, whom.get(kind.acts_on, "`worker=`"), params, kind.without_for,
+            ", ".join(sorted(kind.needs)) or "–", "the workers it delays" if kind.excuses_worker else "–",
+        )  # fmt: skip
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def selected(rows: list[dict[str, Any]], filters: str) -> list[dict[str, Any]]:
@@ -224,6 +248,10 @@ def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
         fresh = f"{match.group(1)}{excerpt_text(base / match['csv'], rows_of(match['csv']), match)}<!-- /excerpt -->"
         return note(match, fresh, f"excerpt {match['csv']} trial={match['trial']}")
 
+    def kinds(match: re.Match[str]) -> str:
+        return note(match, f"{match.group(1)}{fault_kinds_table()}{match.group(3)}", "fault kinds table")
+
+    markdown = FAULT_KINDS.sub(kinds, markdown)
     markdown = VALUE.sub(value, markdown)
     markdown = BLOCK.sub(fill, markdown)
     return EXCERPT.sub(excerpt, markdown)
@@ -308,7 +336,7 @@ _ALLOWED = [re.compile(pattern, re.MULTILINE) for pattern, _ in ALLOWED]
 _NOT_PROSE = re.compile(
     "|".join(
         (
-            r"<!-- (value|table|excerpt): .*?<!-- /\1 -->",  # a rendered block, markers included
+            r"<!-- (value|table|excerpt): .*?<!-- /\1 -->|<!-- faultkinds -->.*?<!-- /faultkinds -->",  # rendered
             r"^```.*?^```[^\n]*$",  # a fenced code block
             r"<!--.*?-->",  # an HTML comment (a marker, or a note for the maintainers)
             r"`[^`\n]+`",  # a code span

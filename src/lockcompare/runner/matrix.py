@@ -28,7 +28,6 @@ from lockcompare.errors import (
 )
 from lockcompare.faults import plan as fault_plan
 from lockcompare.faults import targets as fault_targets
-from lockcompare.faults.steps import parse_schedule
 from lockcompare.faults.zookeeper import zookeeper_servers_for
 from lockcompare.files import check_output_file, real_path, results_lock
 from lockcompare.infra.cluster import (
@@ -40,17 +39,15 @@ from lockcompare.infra.cluster import (
 from lockcompare.infra.kinds import AUTO, Capability, get_kind, lacks, server_for
 from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.infra.pool import ClusterPool, SharedCluster, WithPostgres
-from lockcompare.infra.provenance import registered_run
+from lockcompare.infra.provenance import host_facts, registered_run
 from lockcompare.runner.crew import WorkerPool, spawn_crew
 from lockcompare.runner.outfile import history_dir, history_ids, prepare_out, remove_unpointed
 from lockcompare.runner.scheduler import (
-    DEFAULT_CPU_SHARE,
     CpuBudget,
     Finished,
     StallGovernor,
     prior_busy_fraction,
     run_scheduled,
-    usable_cpus,
 )
 from lockcompare.runner.sections import check_for
 from lockcompare.runner.trial import (
@@ -60,9 +57,11 @@ from lockcompare.runner.trial import (
     run_trial,
     save_history,
 )
+from lockcompare.spec import faultkinds
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.limits import check_count
+from lockcompare.spec.limits import DEFAULT_CPU_SHARE, check_count, usable_cpus
 from lockcompare.spec.parsing import Overrides, Sweep
+from lockcompare.spec.schedule import parse_schedule
 from lockcompare.spec.trialspec import TrialSpec, custom_faults, make_spec
 
 log = logging.getLogger("lockcompare")
@@ -175,7 +174,7 @@ def _client_timeout_ms(cls: type) -> float | None:
 
 def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments: Sequence[Any]) -> None:
     """Say once, up front, which backends run their failover trials without the asked-for WAIT."""
-    if not any(asked) or not any(e.fault == "failover" for e in experiments):
+    if not any(asked) or not any("failover" in e.kinds for e in experiments):
         return
     without = [name for name, cls in classes.items() if not getattr(cls, "supports_wait_replicas", False)]
     if without:
@@ -185,12 +184,13 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
         )
 
 
-#: What a fault kind (faults/steps.py) asks of the lock servers beyond start, crash and restart; a
+#: What a fault kind (spec/faultkinds) asks of the lock servers beyond start, crash and restart; a
 #: kind of server that does not offer it (infra/kinds.py) cannot take the fault.
 FAULT_NEEDS = {
-    "session-kill": Capability.SESSION_CONTROL,
-    "clock-jump": Capability.CLOCK_CONTROL,
-    "failover": Capability.REPLICATION,
+    kind.name: Capability(need)
+    for kind in faultkinds.KINDS.values()
+    for need in sorted(kind.needs)
+    if need in {c.value for c in Capability}
 }
 
 
@@ -490,6 +490,7 @@ def _run_locked(
         saved[spec.trial_id] = path
         row = make_row(
             result,
+            host=host_facts(),
             run_id=run_id,
             cluster_kind="embedded" if cluster.embedded else "external",
             server_version=cluster.server_version,

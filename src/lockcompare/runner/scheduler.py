@@ -37,7 +37,6 @@ stopped, and results that arrive after that are dropped: only whole rows of whol
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -46,21 +45,14 @@ from typing import Generic, Protocol, TypeVar
 
 from lockcompare.infra.cluster import Cluster, ClusterShape
 from lockcompare.runner.crew import cpu_meter, process_cpu_s
+from lockcompare.spec.limits import DEFAULT_CPU_SHARE, usable_cpus  # noqa: F401  (declared where the CLI reads them)
 
 S = TypeVar("S")
 R = TypeVar("R")
 
-#: Share of the CPUs the trials in flight may keep busy. Above it the none-lock baseline drifts
-#: (a worker waiting for a core) — see the README's parallel section for the measurement.
-DEFAULT_CPU_SHARE = 0.75
 #: Busy-CPU fraction assumed for a kind of trial before one of its kind has been measured, at
 #: ``--time-scale 1``; it scales with 1/time-scale (measured: 0.45 at 0.1 for single, see above).
 PRIOR_BUSY_AT_SCALE_1 = 0.05
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, not the machine's count)."""
-    return len(os.sched_getaffinity(0))
 
 
 def prior_busy_fraction(time_scale: float) -> float:

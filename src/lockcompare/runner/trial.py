@@ -26,10 +26,10 @@ from lockcompare.analysis.checker import TrialMetrics, check, unknown
 from lockcompare.analysis.history import Event, now_ns
 from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
 from lockcompare.backends import BackendConfig, load_backend
-from lockcompare.faults import Freezer, network, plan
+from lockcompare.faults import network, plan
+from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.holders import DEFAULT_KEY_PATTERN, LockHolders, key_glob
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
-from lockcompare.faults.steps import Schedule, parse_schedule
 from lockcompare.infra import health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.etcd_server import is_etcd_url
@@ -44,6 +44,7 @@ from lockcompare.runner.resource import Resource, ResourceCounters
 from lockcompare.runner.resource_pg import PgResource, ResourceError, open_resource
 from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
 from lockcompare.spec.choices import PauseHow, PausePoint
+from lockcompare.spec.schedule import Schedule, parse_schedule
 from lockcompare.spec.trialspec import TrialSpec
 
 _log = logging.getLogger(__name__)

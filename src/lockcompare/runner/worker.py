@@ -159,6 +159,9 @@ def acquire_until_deadline(
                 **({} if lease.granted_by is None else {"granted_by": list(lease.granted_by)}),
                 # A lock without a TTL (pg-advisory: the session is the lease): nothing expires on the nodes.
                 **({} if getattr(backend, "has_ttl", True) else {"no_ttl": True}),
+                # ...and one whose server ends the session when it has not heard from the client for
+                # the TTL (ZooKeeper): the checker ends the lease after that much silence.
+                **({"session_timeout_ms": plan.ttl_ms} if getattr(backend, "session_timeout_is_ttl", False) else {}),
             )
             return lease
         refusals[outcome.reason] += 1

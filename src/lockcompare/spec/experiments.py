@@ -3,7 +3,7 @@
 Defaults follow the lesson's lab: 2 workers x 40 rounds, 300 ms of work, TTL 1000 ms. Every time
 is given at the lesson's scale and multiplied by ``time_scale``, so a quick run keeps the ratios.
 
-Each experiment's faults are a schedule (faults/steps.py) written as a template whose fields are
+Each experiment's faults are a schedule (spec/schedule.py) written as a template whose fields are
 filled from the trial's settings (:func:`schedule_text`): ``{k}`` (``--fault-nodes``),
 ``{first_k}`` (nodes ``0..K-1``), ``{restart_delay_ms}``, ``{persistence}``, ``{jump_ms}`` (2 x TTL),
 ``{slow_ms}`` (TTL + work/2). A pause (``pause_ms`` > 0, or ``--pause-ms``) adds one ``pause`` step
@@ -26,9 +26,7 @@ class Experiment:
     ttl_ms: float = 1000
     work_ms: float = 300
     pause_ms: float = 0  # > 0: the pausing workers freeze this long right after acquiring
-    pause_probability: float = 1.0  # share of a pausing worker's rounds that pause
     rounds: int | None = None  # rounds per worker when --rounds is not given (None: the lesson's 40)
-    fault: str | None = None  # the experiment's fault family (cluster needs, unsupported-fault checks)
     #: The fault schedule, a template filled by :func:`schedule_text` (pause steps come from pause_ms).
     faults: str = ""
     #: What the experiment did before schedules, where that differs (node faults hit nodes 0..K-1,
@@ -41,6 +39,11 @@ class Experiment:
     acquire_timeout_ms: float | None = None
     #: Whether --fault-nodes K says how many nodes the fault hits (False: the experiment fixes them).
     takes_fault_nodes: bool = True
+
+    @property
+    def kinds(self) -> frozenset[str]:
+        """The fault kinds of its schedule (spec/faultkinds: the same names as in the steps)."""
+        return frozenset(words[0] for words in (part.split() for part in self.faults.split(";")) if words)
 
     def uses(self, setting: str) -> bool:
         """Whether the schedule template reads ``setting`` (a field such as ``restart_delay_ms``)."""
@@ -68,7 +71,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="node-crash",
-            fault="node-crash",
             acquire_timeout_ms=2000,
             faults="crash nodes=holders:{k} after-acquire=50 once",
             legacy_faults="crash nodes={first_k} after-acquire=50 once",
@@ -79,7 +81,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="node-restart",
-            fault="node-restart",
             acquire_timeout_ms=2000,
             faults="restart nodes=holders:{k} after-acquire=50 every for={restart_delay_ms} persistence={persistence}",
             # ZooKeeper: its one standalone server, once (a JVM takes seconds to start; it persists on its own).
@@ -93,7 +94,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="clock-jump",
-            fault="clock-jump",
             acquire_timeout_ms=2000,
             faults="clock-jump nodes=holders:{k} after-acquire=50 every by=+{jump_ms}",
             legacy_faults="clock-jump nodes={first_k} after-acquire=50 every by=+{jump_ms}",
@@ -102,7 +102,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="clock-jump-back",
-            fault="clock-jump",
             acquire_timeout_ms=2000,
             faults="clock-jump nodes=holders:{k} after-acquire=50 every by=-{jump_ms}",
             claim="the wall clocks of K nodes holding worker 0's lease jump 2 x TTL backward (every round): "
@@ -110,7 +109,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="bare-majority",
-            fault="node-restart",
             acquire_timeout_ms=2000,
             takes_fault_nodes=False,
             faults="cut nodes=3,4 worker=0 at=start; restart nodes=holders:1 after-acquire=50 every "
@@ -122,7 +120,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="failover",
-            fault="failover",
             acquire_timeout_ms=2000,
             faults="failover nodes={first_k} after-acquire=50 once",
             claim="each lock node is a master + async replica; the replication of --fault-nodes K nodes is "
@@ -140,7 +137,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="session-kill",
-            fault="session-kill",
             acquire_timeout_ms=2000,
             takes_fault_nodes=False,
             faults="session-kill worker=holder after-acquire=50 every",
@@ -153,6 +149,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             name="cpu-starvation",
             work_ms=3000,
             rounds=5,
+            takes_fault_nodes=False,
             faults="starve worker=holder after-acquire=0 every for=3000 duty=0.1 period=1500",
             claim="work 3000 > TTL 1000 with a renewing lock; the holder's process is stopped 1350 ms of every "
             "1500 (SIGSTOP/SIGCONT strobe) while it works: its watchdog renews only when the process runs, "
@@ -161,7 +158,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         # Link experiments (faults/network.py): each worker reaches each lock node through a proxy.
         Experiment(
             name="slow-response",
-            fault="slow-response",
             acquire_timeout_ms=2000,
             takes_fault_nodes=False,
             faults="slow nodes=all worker=0 at=acquire delay={slow_ms}",
@@ -171,7 +167,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="partition",
-            fault="partition",
             acquire_timeout_ms=2000,
             faults="cut nodes={first_k} worker=0 at=start",
             # A session lock cut off from the start is never taken, which shows nothing; the question is
@@ -189,7 +184,6 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="partition-clock-jump",
-            fault="partition-clock-jump",
             acquire_timeout_ms=2000,
             takes_fault_nodes=False,
             faults="cut nodes=3,4 worker=0 at=start; cut nodes=1,2 worker=1 at=start; "
@@ -206,10 +200,6 @@ EXPERIMENTS: dict[str, Experiment] = {
 #: What ``matrix`` runs when --experiments is not given: the lesson's table. The fault experiments
 #: are opt-in: each needs its own settings (--fault-nodes, ...) and the lesson's scale or 0.5.
 DEFAULT_EXPERIMENTS = ("baseline", "short-ttl", "client-pause")
-
-#: The catalogue's node faults land this long after worker 0 acquired (``after-acquire=50`` in
-#: their schedules, scaled): well inside its 300 ms of work.
-FAULT_DELAY_MS = 50.0
 
 
 def schedule_text(

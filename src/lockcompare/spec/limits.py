@@ -11,6 +11,16 @@ import os
 
 from lockcompare.errors import InvalidValueError
 
+#: Share of the CPUs the trials in flight may keep busy. Above it the none-lock baseline drifts
+#: (a worker waiting for a core) — see the README's parallel section for the measurement.
+DEFAULT_CPU_SHARE = 0.75
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, not the machine's count)."""
+    return len(os.sched_getaffinity(0))
+
+
 #: name: (minimum, maximum, why the maximum). --trials x cells x seconds per trial is the run's
 #: length; 1000 trials of one cell at the lesson's scale is already about 12 hours.
 LIMITS: dict[str, tuple[int, int, str]] = {

@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import Any
 
 from lockcompare.errors import InvalidValueError
+from lockcompare.spec import faultkinds
 from lockcompare.spec.choices import (
     DEFAULT_WORKLOAD,
     FENCE_MODES,
@@ -98,22 +99,24 @@ def _pausing(chosen: Chosen) -> bool:
     return float(chosen.get("pause_ms") or 0) > 0
 
 
-def _fault_is(*faults: str) -> Callable[[Chosen], bool]:
-    return lambda chosen: chosen.get("fault") in faults
+def _fault_is(kind: str) -> Callable[[Chosen], bool]:
+    """Whether the experiment's own schedule has a step of ``kind`` (spec/faultkinds)."""
+    return lambda chosen: kind in chosen.get("fault_kinds", ())
 
 
 def _through_links(chosen: Chosen) -> bool:
     """Whether the trial's schedule slows or cuts links (its workers' client timeout then matters)."""
-    from lockcompare.faults.steps import LINK_KINDS, parse_schedule  # pure; faults sits beside spec
+    from lockcompare.spec.schedule import parse_schedule  # late: schedule reads the settings' choices
 
     try:
-        return bool(parse_schedule(str(chosen.get("faults") or "")).of_kind(*LINK_KINDS))
+        links = faultkinds.acting_on(faultkinds.LINKS)
+        return bool(parse_schedule(str(chosen.get("faults") or "")).of_kind(*links))
     except InvalidValueError:
         return False
 
 
 def _takes_fault_nodes(chosen: Chosen) -> bool:
-    return bool(chosen.get("fault")) and bool(chosen.get("takes_fault_nodes", True))
+    return bool(chosen.get("fault_kinds")) and bool(chosen.get("takes_fault_nodes", True))
 
 
 #: Every setting, in CSV column order (new ones go at the end: the identity hash follows this order).
@@ -332,7 +335,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         since_schema=4,
         legacy="0",
         hash_omits_legacy=True,
-        applies=_fault_is("node-restart"),
+        applies=_fault_is("restart"),
         neutral=0.0,
     ),
     Setting(
@@ -347,7 +350,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         since_schema=4,
         legacy="none",
         hash_omits_legacy=True,
-        applies=_fault_is("node-restart"),
+        applies=_fault_is("restart"),
         neutral="none",
     ),
     Setting(
@@ -377,7 +380,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         since_schema=4,
         legacy="0",
         hash_omits_legacy=True,
-        applies=lambda chosen: chosen.get("fault") == "failover" and bool(chosen.get("supports_wait_replicas")),
+        applies=lambda chosen: _fault_is("failover")(chosen) and bool(chosen.get("supports_wait_replicas")),
         neutral=0,
     ),
     Setting(
@@ -471,7 +474,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         applies=_through_links,
         neutral=None,
     ),
-    # The fault schedule (faults/steps.py), canonical text; None: the experiment's, filled from the
+    # The fault schedule (spec/schedule.py), canonical text; None: the experiment's, filled from the
     # settings above (--fault-nodes, --restart-delay-ms, --persistence, the pause). Not swept: its
     # text has commas of its own. Rows from before schedules read back with their pause as their
     # schedule (analysis/results.py), and a pause-only schedule keeps a trial's old id (trialspec).
@@ -480,8 +483,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         kind=str,
         flag="--faults",
         help="A fault schedule replacing the experiment's: steps 'KIND key=value ...' separated by ';', e.g. "
-        "'cut nodes=3,4 worker=0 at=start; restart nodes=holders:1 after-acquire=50 every'. Kinds: crash, "
-        "restart, clock-jump, pause, slow, cut, failover, starve. Whom: nodes=0,1|holders:K|others:K|all, "
+        "'cut nodes=3,4 worker=0 at=start; restart nodes=holders:1 after-acquire=50 every'. Kinds: "
+        f"{', '.join(faultkinds.NAMES)}. Whom: nodes=0,1|holders:K|others:K|all, "
         "worker=N|holder. When: at=start|at=acquire|after-acquire=MS [follow=W] [every|once]; for=MS. Times "
         "are lesson-scale ms. See docs/faults.md; 'lockcompare experiments' shows each experiment's.",
         since_schema=6,

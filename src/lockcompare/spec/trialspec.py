@@ -7,23 +7,22 @@ and an experiment into the :class:`TrialSpec` of one trial, and names the trial.
 from __future__ import annotations
 
 import hashlib
-import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from lockcompare.errors import InvalidValueError, UnknownNameError
-from lockcompare.faults.steps import Schedule, parse_schedule
 from lockcompare.spec.choices import DEFAULT_WORKLOAD, Check, PauseHow, PausePoint
 from lockcompare.spec.experiments import Experiment, get_experiment, schedule_text
 from lockcompare.spec.parsing import Overrides, Sweep
+from lockcompare.spec.schedule import Schedule, parse_schedule
 from lockcompare.spec.settings import IDENTITY_SETTINGS, SETTING_COLUMNS, SETTINGS, SETTINGS_LIST
 
 __all__ = [
     "DEFAULT_ACQUIRE_TIMEOUT_MS", "DEFAULT_ROUNDS", "IDENTITY_SETTINGS", "Overrides", "Sweep", "TrialSpec",
     "canonical", "catalogue_faults", "custom_faults", "legacy_client_timeout_ms", "legacy_faults", "make_spec",
-    "pause_schedule", "trial_id_for", "trial_seed",
+    "trial_id_for", "trial_seed",
 ]  # fmt: skip
 
 #: The lesson's 40 rounds per worker (an experiment may ask for fewer: renewal-pause's 5).
@@ -59,7 +58,6 @@ class TrialSpec:
     resource_check: Check = Check.PLAIN
     node_count: int | None = None  # how many lock nodes a multi-node backend uses (None: all)
     jitter: float = 0.0
-    fault: str = ""  # the experiment's node fault ("" for none)
     fault_nodes: int = 0  # how many lock nodes it hits (0 without a fault)
     restart_delay_ms: float = 0.0  # node-restart: down this long before it restarts
     persistence: str = "none"  # node-restart: none, or aof-always (appendfsync always, kept across restarts)
@@ -68,11 +66,9 @@ class TrialSpec:
     resource_kind: str = "redis"  # where the resource lives: redis, or postgres (runner/resource_pg.py)
     idle_session_timeout_ms: float = 0.0  # PostgreSQL lock sessions: idle_session_timeout (0: off), scaled
     lock_servers: str = "redis"  # recorded: the backend's kind of lock servers (redis, etcd, postgres)
-    #: (worker, round) pairs at which the worker pauses; explicit, derived from the seed.
-    pause_schedule: frozenset[tuple[int, int]] = field(default_factory=frozenset)
     #: A bound on each backend call, not a setting of the experiment (not part of the identity).
     call_timeout_ms: float = 5000.0
-    #: The fault schedule, canonical text (faults/steps.py; lesson-scale ms, scaled by the runner), "" none.
+    #: The fault schedule, canonical text (spec/schedule.py; lesson-scale ms, scaled by the runner), "" none.
     faults: str = ""
     #: The workers' client request timeout in a trial with slow or cut links (None: not such a trial).
     client_timeout_ms: float | None = None
@@ -200,14 +196,6 @@ def trial_seed(base_seed: int, *parts: object) -> int:
     return int.from_bytes(digest[:4], "big")
 
 
-def pause_schedule(
-    *, workers: tuple[int, ...], rounds: int, probability: float, seed: int
-) -> frozenset[tuple[int, int]]:
-    """Which (worker, round) pairs pause: each round of each pausing worker with ``probability``."""
-    rng = random.Random(seed)
-    return frozenset((w, r) for w in workers for r in range(rounds) if rng.random() < probability)
-
-
 def _experiment_value(experiment: Experiment, name: str) -> Any:
     """The experiment's own value of a setting whose table default is "the experiment's" (None)."""
     if name == "rounds":
@@ -272,7 +260,7 @@ def make_spec(
     without a pause is one trial, not one per point). Then the trial's seeded pause schedule."""
     scale = overrides.time_scale
     chosen: dict[str, Any] = {
-        "backend": backend, "experiment": experiment.name, "trial": trial, "fault": experiment.fault or "",
+        "backend": backend, "experiment": experiment.name, "trial": trial, "fault_kinds": experiment.kinds,
         "takes_fault_nodes": experiment.takes_fault_nodes, "supports_wait_replicas": supports_wait_replicas,
         "lock_servers": lock_servers,
     }  # fmt: skip
@@ -304,18 +292,8 @@ def make_spec(
     ttl_ms = round(chosen["ttl_ms"])
     if ttl_ms < 1:
         raise InvalidValueError(f"TTL is {ttl_ms} ms after --time-scale {scale:g}: use a larger scale")
-    seed = trial_seed(chosen["seed"], backend, experiment.name, trial)  # the same schedule for every pause length
-    pausing = chosen["pause_ms"] > 0
-    schedule = (
-        pause_schedule(
-            workers=PAUSED_WORKERS, rounds=chosen["rounds"], probability=experiment.pause_probability, seed=seed
-        )
-        if pausing
-        else frozenset()
-    )
+    seed = trial_seed(chosen["seed"], backend, experiment.name, trial)  # the same for every pause length
     fields_ = {name: chosen[name] for name in SETTINGS if name in TrialSpec.__dataclass_fields__ and name in chosen}
     return TrialSpec(
         **fields_ | {"ttl_ms": ttl_ms, "seed": seed, "rounds": int(chosen["rounds"]), "resource_check": resource_check},
-        fault=experiment.fault or "",
-        pause_schedule=schedule,
     )

@@ -11,10 +11,9 @@ lease row (``pg-lease``: its lease survives, the row is not the session). Only t
 ended, so the fault is safe on a server lockcompare does not own (``--postgres URL``); a step that
 finds no holder says so and ends nothing.
 
-Schedule contract (issue 17): kind ``session-kill``, whom ``worker=holder`` (the session is found
-from the lock, whichever worker holds it), when ``after-acquire=MS every``; ``inject(cluster,
-nodes)`` / ``heal(cluster, nodes)`` like faults/node.py's, ``nodes`` being the PostgreSQL lock
-nodes to look on (node 0 for the single-server backends).
+Whom: ``worker=holder`` names, in the history, whose lease that was; the session is found from the
+lock itself, on the one PostgreSQL lock node (node 0). The client module is imported when the
+fault runs, not when the kind is read (spec stays free of client libraries).
 
 The injection names what it ended: its event carries ``sessions_ended``, the backend pids of the
 sessions the server ended (empty when it ended none), beside ``target_worker``, the holder it was
@@ -24,20 +23,16 @@ aimed at. That is how the checker knows a session lock's lease ended by the serv
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from lockcompare.faults.zookeeper import expire_holder_session
-from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.pg_client import (
-    PgSession,
-    QueryFailed,
-    SessionLost,
-    advisory_key,
-    is_postgres_url,
-    split_advisory_key,
-)
-from lockcompare.infra.zookeeper_server import is_zookeeper_url
+from lockcompare.spec.faultkinds.base import SESSION_CONTROL, WORKER, FaultKind, Runtime, Shape, any_worker, when
+
+if TYPE_CHECKING:
+    from lockcompare.infra.cluster import Cluster
+    from lockcompare.infra.pg_client import PgSession
+    from lockcompare.spec.schedule import FaultStep
 
 #: The sessions holding the lock ``$1`` (classid, objid of its advisory key) or its unexpired lease row.
 HOLDERS_ADVISORY = """
@@ -53,6 +48,8 @@ _UNDEFINED_TABLE = "42P01"
 
 def holder_pids(session: PgSession, *, lock_key: str) -> list[int]:
     """The backend pids of the sessions holding ``lock_key`` on ``session``'s server."""
+    from lockcompare.infra.pg_client import QueryFailed, advisory_key, split_advisory_key
+
     classid, objid = split_advisory_key(advisory_key(lock_key))
     pids = {int(row[0]) for row in session.query(HOLDERS_ADVISORY, [classid, objid])}
     try:
@@ -66,6 +63,8 @@ def holder_pids(session: PgSession, *, lock_key: str) -> list[int]:
 def end_holder_sessions(url: str, *, lock_key: str, timeout_s: float = 2.0) -> list[int]:
     """Find the sessions holding ``lock_key`` and ``pg_terminate_backend`` them, on one admin
     session (a connect costs more than both statements); the pids that were ended."""
+    from lockcompare.infra.pg_client import PgSession
+
     session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-fault")
     try:
         pids = holder_pids(session, lock_key=lock_key)
@@ -84,11 +83,18 @@ class SessionKill:
     """End the session holding ``lock_key`` on the given PostgreSQL lock nodes."""
 
     lock_key: str
-    name: ClassVar[str] = "session-kill"
+    scope: ClassVar[str] = "nodes"
 
     def inject(self, cluster: Cluster, nodes: list[int]) -> tuple[str, dict[str, object]]:
         """(detail, fields of the event): the sessions ended, by backend pid (see the module docstring)."""
+        from lockcompare.infra.pg_client import QueryFailed, SessionLost, is_postgres_url
+        from lockcompare.infra.zookeeper_server import is_zookeeper_url
+
         if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
+            # At run time only: ZooKeeper's session expiry lives in faults/zookeeper.py (it should move
+            # to infra, beside the client it drives; until then this is spec's one late import of faults).
+            from lockcompare.faults.zookeeper import expire_holder_session
+
             detail, sessions = expire_holder_session(list(cluster.node_urls), lock_key=self.lock_key)
             return detail, {"sessions_ended": sessions}  # ZooKeeper session ids (faults/zookeeper.py)
         ended: list[int] = []
@@ -106,6 +112,32 @@ class SessionKill:
         return detail, {"sessions_ended": ended}
 
     def heal(self, cluster: Cluster, nodes: list[int]) -> str:
+        from lockcompare.infra.zookeeper_server import is_zookeeper_url
+
         if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
             return "the session stays ended (kazoo opens a new one at its next reconnect)"
         return "the session stays ended (the holder opens a new one at its next call)"
+
+
+class SessionKillKind(FaultKind):
+    name = "session-kill"
+    order = 90
+    summary = (
+        "PostgreSQL backends: the server ends the session holding the lock, found from the lock itself "
+        "(a Redis or etcd backend's cell is left out)"
+    )
+    acts_on = WORKER
+    without_for = "–"
+    needs = frozenset({SESSION_CONTROL})
+    excuses_worker = True
+    explored_by_default = False  # it needs PostgreSQL backends
+
+    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
+        # The server finds the session holding the lock itself, on the one PostgreSQL lock node.
+        return Runtime(build=lambda _w: SessionKill(lock_key=lock_key), heal_after_ms=0.0, fixed_nodes=(0,))
+
+    def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
+        return (f"worker={any_worker(rng, shape)}", *when(rng, shape, start_ok=False))
+
+
+KIND = SessionKillKind()

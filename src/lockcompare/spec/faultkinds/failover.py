@@ -31,18 +31,23 @@ a wait and makes the count hang on timing. Once per trial, the failover is the s
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from lockcompare.errors import LockcompareError
-from lockcompare.infra.cluster import Cluster
+from lockcompare.errors import InvalidValueError, LockcompareError
+from lockcompare.spec.faultkinds.base import NODES, REPLICATION, FaultKind, Runtime, Shape, when, whom_nodes
+
+if TYPE_CHECKING:
+    from lockcompare.infra.cluster import Cluster
+    from lockcompare.spec.schedule import FaultStep
 
 
 @dataclass(frozen=True)
 class Failover:
     """Hold back the replication link, kill the master, promote the replica; heal with a new replica."""
 
-    name: ClassVar[str] = "failover"
+    scope: ClassVar[str] = "nodes"
 
     def prepare(self, cluster: Cluster, nodes: list[int]) -> str:
         for i in nodes:
@@ -74,3 +79,34 @@ class Failover:
                 cluster.mark_broken(f"failover heal on lock node {i}: {exc}")
                 problems.append(f"node {i}: {exc}")
         return "; ".join(sorted(set(done)) + problems) or "nothing to heal"
+
+
+class FailoverKind(FaultKind):
+    name = "failover"
+    order = 70
+    summary = "fixed nodes only: replication held back from the start; the master dies, the replica is promoted"
+    acts_on = NODES
+    needs = frozenset({REPLICATION})
+    # Not a loss of keys: the promoted replica answers on the same address, with or without the key.
+
+    def check(self, step: FaultStep) -> None:
+        if step.nodes is not None and step.nodes.from_lease:
+            raise InvalidValueError(
+                "failover holds the nodes' replication back from the start: give fixed nodes or all"
+            )
+
+    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
+        # Its master dies one TTL after the start at the latest, if no acquire triggered it sooner.
+        return Runtime(
+            build=lambda _w: Failover(),
+            heal_after_ms=self.heal_after_ms(step, time_scale=time_scale),
+            latest_ms=ttl_ms,
+            prepares=True,
+        )
+
+    def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
+        at = when(rng, shape, start_ok=True)
+        return (f"nodes={whom_nodes(rng, shape, lease=False)}", *at)  # fixed nodes: held back from the start
+
+
+KIND = FailoverKind()

@@ -6,24 +6,19 @@ or ``once`` (the default)::
     restart nodes=holders:1 after-acquire=50 every for=0 persistence=none
     cut nodes=3,4 worker=0 at=start; restart nodes=holders:1 after-acquire=50 every
 
-Kinds: crash, restart, clock-jump, pause, slow, cut, failover, starve, session-kill.
+Kinds: one module each in :mod:`lockcompare.spec.faultkinds` (docs/faults.md's table lists them
+with their parameters).
 
 Whom — ``nodes=``: fixed indices (``0,1``), ``holders:K`` (K of the nodes holding the current
 lease, read from the nodes at injection time), ``others:K`` (K nodes not holding it) or ``all``;
 ``worker=``: an index, or ``holder`` (the worker whose lease is current).
 
 When — ``at=start`` (as the workers are released), ``after-acquire=MS`` (MS after an acquire of
-the followed worker: ``follow=W``, default 0; ``by=W`` is accepted for it except on clock-jump,
-where ``by`` is the jump) or ``at=acquire`` (around each of ``worker``'s acquires from its second
-round: a link fault on the acquire only).  How long — ``for=MS``; omitted: healed at once (a crash:
-down until the trial ends).  Times are lesson-scale milliseconds: the runner multiplies them by
-``--time-scale``.
-
-Parameters by kind: restart ``persistence=none|aof-always``; clock-jump ``by=+MS|-MS``; pause
-``how=sigstop|sleep`` (sigstop: the whole process stops, as in a GC pause; sleep: one thread) and
-``point=after-acquire|before-write|after-check`` (a pause lands at the worker's own pause point, so
-it takes ``after-acquire=0`` only); slow ``delay=MS``; starve ``duty=F`` (the share of each ``period=MS``,
-default 100, the process may run).
+the followed worker: ``follow=W``, default 0; ``by=W`` is accepted for it on a kind that has no
+``by`` parameter of its own) or ``at=acquire`` (around each of ``worker``'s acquires from its second
+round: a link fault on the acquire only).  How long — ``for=MS``; omitted: healed at once, or (a
+crash, say) at the end of the trial, as the kind says.  Times are lesson-scale milliseconds: the
+runner multiplies them by ``--time-scale``.
 
 :func:`parse_schedule` checks everything and says what is wrong in one line;
 :attr:`Schedule.text` is the canonical form (it parses back to the same schedule), which is the
@@ -38,33 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockcompare.errors import ConfigError, InvalidValueError
-from lockcompare.spec.choices import PauseHow, PausePoint
+from lockcompare.spec import faultkinds
+from lockcompare.spec.faultkinds.base import LINKS, MAX_STEP_MS, NODES, WORKER
 from lockcompare.spec.parsing import parse_number
-
-KINDS = ("crash", "restart", "clock-jump", "pause", "slow", "cut", "failover", "starve", "session-kill")
-
-#: The kinds that act on lock nodes (``nodes=``) and those that act on one worker (``worker=``).
-NODE_KINDS = ("crash", "restart", "clock-jump", "failover")
-LINK_KINDS = ("slow", "cut")  # both: the links from one worker to some nodes
-WORKER_KINDS = ("pause", "starve", "session-kill")
-
-#: Which parameters each kind takes (beyond whom / when / for), with their defaults.
-_PARAMS: dict[str, dict[str, str | None]] = {
-    "crash": {},
-    "restart": {"persistence": "none"},
-    "clock-jump": {"by": None},
-    "failover": {},
-    "pause": {"how": "sigstop", "point": "after-acquire"},
-    "slow": {"delay": None},
-    "cut": {},
-    "starve": {"duty": None, "period": "100"},
-    "session-kill": {},
-}
-_CHOICES = {
-    "persistence": ("none", "aof-always"),
-    "how": tuple(h.value for h in PauseHow),
-    "point": tuple(p.value for p in PausePoint),
-}
 
 
 @dataclass(frozen=True)
@@ -111,7 +82,7 @@ class FaultStep:
     follow: int = 0  # whose acquires an after-acquire step follows
     every: bool = False  # False: once
     for_ms: float | None = None  # None: healed at once (a crash: at the end of the trial)
-    params: tuple[tuple[str, str], ...] = ()  # canonical, in _PARAMS order, defaults included
+    params: tuple[tuple[str, str], ...] = ()  # canonical, in the kind's order, defaults included
 
     def param(self, name: str) -> str:
         return dict(self.params)[name]
@@ -166,8 +137,6 @@ def _ms(value: float) -> str:
 #: it is written (a schedule is a CSV cell), and no step waits longer than the longest --pause-ms.
 MAX_SCHEDULE_STEPS = 64
 MAX_SCHEDULE_CHARS = 8192
-MAX_STEP_MS = 600_000
-MAX_JUMP_MS = 86_400_000  # a clock jump of a day at most
 MAX_INDEX = 1000  # node and worker indices (the cluster's own bounds are checked where it is known)
 
 
@@ -190,8 +159,8 @@ def parse_schedule(text: str) -> Schedule:
 
 def _parse_step(text: str) -> FaultStep:
     kind, *words = text.split()
-    if kind not in KINDS:
-        raise InvalidValueError(f"unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+    if kind not in faultkinds.KINDS:
+        raise InvalidValueError(f"unknown kind {kind!r} (kinds: {', '.join(faultkinds.NAMES)})")
     values: dict[str, str] = {}
     flags: set[str] = set()
     for word in words:
@@ -206,7 +175,7 @@ def _parse_step(text: str) -> FaultStep:
         values[key] = value
     if flags == {"every", "once"}:
         raise InvalidValueError("every and once both given")
-    if "by" in values and kind != "clock-jump":
+    if "by" in values and not any(p.name == "by" for p in faultkinds.KINDS[kind].params):
         values.setdefault("follow", values.pop("by"))  # the contract's by=W: whose acquire
     step = _build(kind, values, every="every" in flags)
     _check(step)
@@ -227,14 +196,18 @@ def _build(kind: str, values: dict[str, str], *, every: bool) -> FaultStep:
     follow = _whole(values.pop("follow"), "follow") if "follow" in values else 0
     for_ms = _time(values.pop("for"), "for") if "for" in values else None
     params = []
-    for name, default in _PARAMS[kind].items():
-        value = values.pop(name, default)
+    declared = faultkinds.KINDS[kind]
+    for param in declared.params:
+        value = values.pop(param.name, param.default)
         if value is None:
-            raise InvalidValueError(f"{kind} needs {name}=")
-        params.append((name, _param(name, value)))
+            raise InvalidValueError(f"{kind} needs {param.name}=")
+        params.append((param.name, param.canonical(value)))
     if values:
-        allowed = ["nodes" if kind not in WORKER_KINDS else "worker", *(["worker"] if kind in LINK_KINDS else [])]
-        allowed += ["at", "after-acquire", "follow", "for", *_PARAMS[kind]]
+        allowed = [
+            "nodes" if declared.acts_on != WORKER else "worker",
+            *(["worker"] if declared.acts_on == LINKS else []),
+        ]
+        allowed += ["at", "after-acquire", "follow", "for", *(p.name for p in declared.params)]
         raise InvalidValueError(f"{kind} takes no {next(iter(values))}= (it takes {', '.join(allowed)})")
     return FaultStep(
         kind=kind,
@@ -250,45 +223,26 @@ def _build(kind: str, values: dict[str, str], *, every: bool) -> FaultStep:
 
 
 def _check(step: FaultStep) -> None:
-    """What a kind needs: whom it acts on, and when it can land."""
-    kind = step.kind
-    if kind in NODE_KINDS or kind in LINK_KINDS:
+    """What every kind needs: whom it acts on, and when it can land; then the kind's own checks."""
+    kind = faultkinds.KINDS[step.kind]
+    if kind.acts_on in (NODES, LINKS):
         if step.nodes is None:
-            raise InvalidValueError(f"{kind} needs nodes= (indices, holders:K, others:K or all)")
+            raise InvalidValueError(f"{kind.name} needs nodes= (indices, holders:K, others:K or all)")
     elif step.nodes is not None:
-        raise InvalidValueError(f"{kind} acts on a worker: it takes worker=, not nodes=")
-    if kind in LINK_KINDS or kind in WORKER_KINDS:
+        raise InvalidValueError(f"{kind.name} acts on a worker: it takes worker=, not nodes=")
+    if kind.acts_on in (LINKS, WORKER):
         if step.worker is None:
-            raise InvalidValueError(f"{kind} needs worker= (an index or holder)")
+            raise InvalidValueError(f"{kind.name} needs worker= (an index or holder)")
     elif step.worker is not None:
-        raise InvalidValueError(f"{kind} acts on lock nodes: it takes nodes=, not worker=")
+        raise InvalidValueError(f"{kind.name} acts on lock nodes: it takes nodes=, not worker=")
     if step.nodes is not None and step.nodes.from_lease and step.at == "start":
         raise InvalidValueError(f"nodes={step.nodes.text} is read from a lease: there is none at=start")
     if step.worker is not None and step.worker.index is None and step.at != "after-acquire":
         raise InvalidValueError("worker=holder is read from a lease: it needs after-acquire=")
-    if step.at == "acquire" and kind not in LINK_KINDS:
-        raise InvalidValueError("at=acquire (around each acquire) applies to slow and cut only")
-    if kind == "failover" and step.nodes is not None and step.nodes.from_lease:
-        raise InvalidValueError("failover holds the nodes' replication back from the start: give fixed nodes or all")
-    if kind == "pause":
-        if step.at != "after-acquire" or step.after_ms != 0 or step.worker is None or step.worker.index is None:
-            raise InvalidValueError("pause lands at the worker's own pause point: worker=INDEX after-acquire=0")
-        if step.follow not in (0, step.worker.index):
-            raise InvalidValueError("pause follows the paused worker's own acquires: drop follow=")
-        if not step.for_ms:
-            raise InvalidValueError("pause needs for=MS > 0")
-    if kind == "starve":
-        if not step.for_ms:
-            raise InvalidValueError("starve needs for=MS > 0")
-        if not 0 < step.number("duty") < 1:
-            duty = step.param("duty")
-            raise InvalidValueError(f"duty= is the share of each period the worker runs: in (0, 1), got {duty}")
-        if not step.number("period") > 0:
-            raise InvalidValueError("period= must be > 0")
-    if kind == "slow" and not step.number("delay") > 0:
-        raise InvalidValueError("delay= must be > 0")
-    if kind == "clock-jump" and step.for_ms is not None:
-        raise InvalidValueError("a clock jump is not undone mid-trial: it takes no for=")
+    if step.at == "acquire" and not kind.around_acquire:
+        around = " and ".join(faultkinds.names_where("around_acquire"))
+        raise InvalidValueError(f"at=acquire (around each acquire) applies to {around} only")
+    kind.check(step)
 
 
 def _nodes(value: str) -> NodeTarget:
@@ -320,24 +274,6 @@ def _whole(value: str, what: str) -> int:
 
 def _time(value: str, what: str) -> float:
     return parse_number(value, what=f"{what}=", low=0, high=MAX_STEP_MS, unit=" ms")
-
-
-def _float(value: str, what: str) -> float:
-    high = MAX_JUMP_MS if what == "by" else MAX_STEP_MS
-    return parse_number(value, what=f"{what}=", low=-high, high=high)
-
-
-def _param(name: str, value: str) -> str:
-    if name in _CHOICES:
-        if value not in _CHOICES[name]:
-            raise InvalidValueError(f"{name}= takes {' or '.join(_CHOICES[name])}, got {value!r}")
-        return value
-    number = _float(value, name)
-    if name == "by":
-        if number == 0:
-            raise InvalidValueError("by= must not be 0 (+MS forward, -MS backward)")
-        return f"{number:+g}"
-    return f"{number:g}"
 
 
 #: A schedule file is a few lines; anything larger is not one.

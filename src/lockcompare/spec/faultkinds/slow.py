@@ -1,0 +1,87 @@
+"""``slow``: replies from some lock nodes reach one worker ``delay=MS`` late (requests go through at
+once, so a SET takes effect on time and only its answer is late).
+
+Around an acquire (``at=acquire``) only grants are late: a late refusal only slowed the worker's
+retries (measured: its rival then finished first and nothing could conflict; faults/network.py).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from lockcompare.errors import InvalidValueError
+from lockcompare.spec.faultkinds.base import (
+    LINKS,
+    PROXIED_LINKS,
+    FaultKind,
+    Param,
+    Runtime,
+    Shape,
+    World,
+    ms,
+    when,
+    whom_nodes,
+)
+from lockcompare.spec.faultkinds.cut import heal_links
+
+if TYPE_CHECKING:
+    from lockcompare.spec.schedule import FaultStep
+
+
+@dataclass(frozen=True)
+class LinkDelay:
+    """Replies from ``nodes`` to ``worker`` arrive ``ms`` late (see proxy.LinkProxy.delay)."""
+
+    worker: int
+    ms: float
+    nulls: bool = True  # False: refusals (null replies) are not delayed, only grants
+    scope: ClassVar[str] = "links"
+
+    def inject(self, world: World, nodes: list[int]) -> str:
+        links = world.require_links()
+        for node in nodes:
+            links.proxy(worker=self.worker, node=node).delay(ms=self.ms, nulls=self.nulls)
+        which = "replies" if self.nulls else "replies but refusals"
+        return f"worker {self.worker}: {which} {self.ms:g} ms late"
+
+    def heal(self, world: World, nodes: list[int]) -> str:
+        return heal_links(world, worker=self.worker, nodes=nodes)
+
+
+class Slow(FaultKind):
+    name = "slow"
+    order = 50
+    summary = "replies from those nodes to that worker arrive late"
+    acts_on = LINKS
+    params = (Param(name="delay", shrink_floor=10.0, help="how late, ms"),)
+    until_the_end = True
+    without_for = "until the end"
+    needs = frozenset({PROXIED_LINKS})
+    excuses_worker = True
+    around_acquire = True
+    former_event_names = ("slow-link",)
+
+    def check(self, step: FaultStep) -> None:
+        if not step.number("delay") > 0:
+            raise InvalidValueError("delay= must be > 0")
+
+    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
+        delay_ms = step.number("delay") * time_scale
+        nulls = step.at != "acquire"
+
+        def build(worker: int | None) -> LinkDelay:
+            assert worker is not None  # a link step names its worker
+            return LinkDelay(worker=worker, ms=delay_ms, nulls=nulls)
+
+        return Runtime(build=build, heal_after_ms=self.heal_after_ms(step, time_scale=time_scale))
+
+    def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
+        at = when(rng, shape, start_ok=True, acquire_ok=True)
+        nodes = f"nodes={whom_nodes(rng, shape, lease=at[0].startswith('after-acquire'))}"
+        link = f"worker={rng.randrange(shape.workers)}"
+        return (nodes, link, *at, f"delay={ms(rng.uniform(0.5, 2.0) * shape.ttl_ms)}")
+
+
+KIND = Slow()
