@@ -25,8 +25,8 @@ from lockcompare.evaluation.conformance import (
     check_property,
     property_named,
 )
-from lockcompare.faults import Freezer
-from lockcompare.faults.freeze import Strobe
+from lockcompare.faults.freeze import Freezer
+from lockcompare.spec.faultkinds.starve import Strobe
 from lockcompare.faults.schedule import FaultContext
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.lifecycle import SPAWN, reap_group, start_worker_process, terminate_group
