@@ -25,8 +25,7 @@ from lockcompare.evaluation.conformance import (
     check_property,
     property_named,
 )
-from lockcompare.faults import Freezer
-from lockcompare.faults.freeze import Strobe
+from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.schedule import FaultContext
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.lifecycle import SPAWN, reap_group, start_worker_process, terminate_group
@@ -41,6 +40,7 @@ from lockcompare.infra.procgroup import (
 )
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.faultkinds.starve import Strobe
 from lockcompare.spec.trialspec import Overrides, make_spec
 
 IN_GROUP = "plugins.renewing_child:RenewingChildLock"
