@@ -185,3 +185,12 @@ def test_a_timed_session_ends_a_timeout_into_a_silence_that_long_and_not_at_a_se
     assert lease_deadlines(crashed)[(0, 0)] is None and grants_while_held(crashed) == 1
     untimed = [grant(0, 0, 0), fault("node-crash", "inject", 10), grant(1, 0, 120)]
     assert lease_deadlines(untimed)[(0, 0)] == 10 * MS and grants_while_held(untimed) == 0
+
+
+def test_a_session_end_while_the_grant_was_in_flight_ends_that_lease() -> None:
+    # Worker 0's successful attempt starts at 10 ms; its reply arrives at 30 ms; a session-kill at
+    # 20 ms may have ended the very session that granted it (the server granted it before 20 ms), so
+    # worker 1's grant at 40 ms is no grant over a valid lease.
+    history = [grant(0, 0, 30, attempt_ms=10), kill(20, ended=[4242]), grant(1, 0, 40)]
+    assert lease_deadlines(history)[(0, 0)] == 20 * MS
+    assert grants_while_held(history) == 0

@@ -125,7 +125,12 @@ def lease_deadlines(history: Sequence[Event]) -> dict[LeaseKey, int | None]:
                 timed_out = silence_ends(event, silenced.get(event["worker"], []))
                 deadline = min([*candidates, *([timed_out] if timed_out is not None else [])], default=None)
             else:
-                deadline = next((t for t in ends if t > event["t1"]), None)
+                # The server granted it somewhere between the successful attempt's start and t1: a
+                # session end seen after that start may have ended this very session (measured: a
+                # kill 3 ms before a slow grant's t1 had ended it; counting from t1 invented a grant
+                # over a valid lease), so it counts.
+                granted_from = event.get("t_attempt") or event["t1"]
+                deadline = next((t for t in ends if t > granted_from), None)
         deadlines[(event["worker"], event["round"])] = deadline
     return deadlines
 
