@@ -194,3 +194,14 @@ def test_a_session_end_while_the_grant_was_in_flight_ends_that_lease() -> None:
     history = [grant(0, 0, 30, attempt_ms=10), kill(20, ended=[4242]), grant(1, 0, 40)]
     assert lease_deadlines(history)[(0, 0)] == 20 * MS
     assert grants_while_held(history) == 0
+
+
+def test_a_lease_that_names_its_session_ends_only_at_a_kill_of_that_session() -> None:
+    # pg-advisory's leases name their backend pid: a kill of another session leaves the lease valid,
+    # a kill of its own session sent while the grant was in flight ends it as soon as it was granted.
+    mine = grant(0, 0, 30, attempt_ms=10) | {"session": "77"}
+    other = [mine, kill(20, ended=[88]), grant(1, 0, 40)]
+    assert lease_deadlines(other)[(0, 0)] is None and grants_while_held(other) == 1
+    own = [mine, kill(25, ended=[77]), grant(1, 0, 40)]
+    assert lease_deadlines(own)[(0, 0)] == 30 * MS + MS // 10  # its t1: ended as soon as granted
+    assert grants_while_held(own) == 0

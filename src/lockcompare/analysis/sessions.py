@@ -124,6 +124,8 @@ def lease_deadlines(history: Sequence[Event]) -> dict[LeaseKey, int | None]:
                 candidates = [t for t in timed_ends if t > event["t1"]]
                 timed_out = silence_ends(event, silenced.get(event["worker"], []))
                 deadline = min([*candidates, *([timed_out] if timed_out is not None else [])], default=None)
+            elif event.get("session") is not None:
+                deadline = named_session_end(event, history)
             else:
                 # The server granted it somewhere between the successful attempt's start and t1: a
                 # session end seen after that start may have ended this very session (measured: a
@@ -133,6 +135,38 @@ def lease_deadlines(history: Sequence[Event]) -> dict[LeaseKey, int | None]:
                 deadline = next((t for t in ends if t > granted_from), None)
         deadlines[(event["worker"], event["round"])] = deadline
     return deadlines
+
+
+def named_session_end(acquire: Event, history: Sequence[Event]) -> int | None:
+    """For a lease that names its server session (``session``: PostgreSQL's backend pid): when the
+    first session end that names that session (``sessions_ended``), or a crash or restart of the
+    server after its attempt began, ended it — never before its grant: a kill sent while the
+    attempt ran can end the session that was granting it (a backend ends asynchronously), and
+    then the lease ended as soon as it was granted.
+
+    >>> grant = {"t_attempt": 10, "t1": 30, "session": "77"}
+    >>> kills = [{"worker": -1, "kind": "fault", "fault": "session-kill", "action": "inject", "t0": t0,
+    ...           "sessions_ended": ended} for t0, ended in ((20, [88]), (25, [77]), (50, [77]))]
+    >>> named_session_end(grant, kills)
+    30
+    """
+    session = str(acquire["session"])
+    found = [
+        int(e["t0"])
+        for e in history
+        if ends_sessions(e)
+        and (
+            session in {str(s) for s in e.get("sessions_ended") or ()}
+            or (e.get("fault") != "session-kill" and e["t0"] > (acquire.get("t_attempt") or acquire["t1"]))
+        )
+    ]
+    named = [t for t in found if t >= (acquire.get("t_attempt") or acquire["t1"]) - _ASYNC_END_NS]
+    return max(min(named), int(acquire["t1"])) if named else None
+
+
+#: How long before a grant a session end naming its session may still have ended it: a backend
+#: told to end finishes its current query first (the grant), then exits.
+_ASYNC_END_NS = 1_000_000_000
 
 
 def first_releases(history: Sequence[Event]) -> dict[LeaseKey, int]:

@@ -79,6 +79,9 @@ class Lease:
     valid_until_ns: int | None = None
     fencing_token: int | None = None
     granted_by: tuple[int, ...] | None = None
+    #: The server session holding a session lock (PostgreSQL: the backend pid), when the backend
+    #: knows it: the checker then ends the lease exactly at a session end that names it.
+    session: str | None = None
 
     def problem(self) -> str | None:
         """What makes this lease unusable (a plug-in's wrong field type or range), or None.

@@ -69,7 +69,8 @@ class PgAdvisoryLock:
             return Refusal("error")  # the next attempt opens a new session
         if got != "t":
             return Refusal("held")
-        return Lease(key=key, owner=f"{new_owner_token()}.{self._session.backend_pid}.{self._session.generation}")
+        pid = self._session.backend_pid
+        return Lease(key=key, owner=f"{new_owner_token()}.{pid}.{self._session.generation}", session=str(pid))
 
     def release(self, lease: Lease) -> bool:
         try:

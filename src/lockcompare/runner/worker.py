@@ -157,6 +157,7 @@ def acquire_until_deadline(
                 fence=lease.fencing_token,
                 valid_until=lease.valid_until_ns,
                 **({} if lease.granted_by is None else {"granted_by": list(lease.granted_by)}),
+                **({} if lease.session is None else {"session": lease.session}),
                 # A lock without a TTL (pg-advisory: the session is the lease): nothing expires on the nodes.
                 **({} if getattr(backend, "has_ttl", True) else {"no_ttl": True}),
                 # ...and one whose server ends the session when it has not heard from the client for
