@@ -25,6 +25,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,8 @@ from lockcompare.errors import ConfigError, WriteError
 from lockcompare.runner.host_batch import HostBatch, HostRow, run_batch
 
 if TYPE_CHECKING:
-    from lockcompare.runner.matrix import ClusterOptions
+    from lockcompare.runner.matrix import ClusterOptions, MatrixReport, ProgressCallback
+    from lockcompare.runner.trial import TrialResult
     from lockcompare.spec.trialspec import TrialSpec
 
 log = logging.getLogger("lockcompare")
@@ -150,3 +152,56 @@ def _write_history(path: Path, data: bytes) -> None:
         tmp.replace(path)
     except OSError as exc:
         raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def run_matrix_on_dask(
+    todo: Sequence[TrialSpec],
+    *,
+    address: str,
+    out: Path,
+    cluster_options: ClusterOptions,
+    jobs: int,
+    fresh_workers: bool,
+    progress: ProgressCallback | None,
+    skipped: int,
+    trial_ids: tuple[str, ...],
+) -> MatrixReport:
+    """The matrix's trials ``todo`` on the Dask cluster at ``address``: ``jobs`` trials at once per
+    host; this process writes every row and history."""
+    from lockcompare.analysis.results import ResultsWriter
+    from lockcompare.runner.matrix import MatrixReport
+    from lockcompare.runner.outfile import history_dir
+    from lockcompare.runner.trial import new_run_id
+
+    writer = ResultsWriter(out)
+    client = connect(address)
+    try:
+
+        def shown(spec: TrialSpec, row: dict[str, Any], done: int) -> None:
+            if progress is not None:
+                progress(spec, result_of_row(spec, row), done, len(todo))
+
+        outcome = run_on_dask(
+            batches_of(todo, cluster_options=cluster_options, jobs=jobs, fresh_workers=fresh_workers),
+            client=client, histories=history_dir(out), out_parent=out.parent, run_id=new_run_id(),
+            append=writer.append, on_row=shown,
+        )  # fmt: skip
+    finally:
+        client.close()
+    return MatrixReport(
+        out=out, trials_run=outcome.rows, trials_skipped=skipped, trial_ids=trial_ids, jobs=jobs, jobs_used=jobs,
+        unknown=tuple((t, "its batch failed on its host: no row (--resume runs it)") for t in outcome.failed),
+    )  # fmt: skip
+
+
+def result_of_row(spec: TrialSpec, row: dict[str, Any]) -> TrialResult:
+    """A finished trial as its row tells it (for the progress line; the history stays on disk)."""
+    from lockcompare.analysis.checker import TrialMetrics
+    from lockcompare.runner.trial import TrialResult
+
+    metrics = TrialMetrics(**{f.name: row[f.name] for f in dataclass_fields(TrialMetrics)})
+    return TrialResult(
+        spec=spec, metrics=metrics, history=[], wall_s=float(row["wall_s"]), started_at=str(row["started_at"]),
+        lock_nodes_reachable=int(row["lock_nodes_reachable"]), load_avg_1m=float(row["load_avg_1m"] or 0),
+        concurrent_runs=int(row["concurrent_runs"] or 0),
+    )  # fmt: skip

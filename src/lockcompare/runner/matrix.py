@@ -13,11 +13,9 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any
 
-from lockcompare.analysis.checker import TrialMetrics
 from lockcompare.analysis.results import ResultsWriter, make_row
 from lockcompare.backends import BackendConfig, load_backend, require_declarations
 from lockcompare.errors import (
@@ -461,7 +459,9 @@ def _run_locked(
         return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=trial_ids)
     check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
     if dask is not None:
-        return _run_dask(
+        from lockcompare.runner.dask_executor import run_matrix_on_dask
+
+        return run_matrix_on_dask(
             todo, address=dask, out=out, cluster_options=cluster_options, jobs=jobs, fresh_workers=fresh_workers,
             progress=progress, skipped=len(specs) - len(todo), trial_ids=tuple(s.trial_id for s in specs),
         )  # fmt: skip
@@ -570,53 +570,6 @@ def _run_locked(
         jobs_floor=floor,
         backed_off=governor.backed_off,
     )
-
-
-def _run_dask(
-    todo: Sequence[TrialSpec],
-    *,
-    address: str,
-    out: Path,
-    cluster_options: ClusterOptions,
-    jobs: int,
-    fresh_workers: bool,
-    progress: ProgressCallback | None,
-    skipped: int,
-    trial_ids: tuple[str, ...],
-) -> MatrixReport:
-    """The trials of ``todo`` on the Dask cluster at ``address`` (runner/dask_executor.py): ``jobs``
-    trials at once per host; this process writes every row and history."""
-    from lockcompare.runner.dask_executor import batches_of, connect, run_on_dask
-
-    writer = ResultsWriter(out)
-    client = connect(address)
-    try:
-
-        def shown(spec: TrialSpec, row: dict[str, Any], done: int) -> None:
-            if progress is not None:
-                progress(spec, _result_of_row(spec, row), done, len(todo))
-
-        outcome = run_on_dask(
-            batches_of(todo, cluster_options=cluster_options, jobs=jobs, fresh_workers=fresh_workers),
-            client=client, histories=history_dir(out), out_parent=out.parent, run_id=new_run_id(),
-            append=writer.append, on_row=shown,
-        )  # fmt: skip
-    finally:
-        client.close()
-    return MatrixReport(
-        out=out, trials_run=outcome.rows, trials_skipped=skipped, trial_ids=trial_ids, jobs=jobs, jobs_used=jobs,
-        unknown=tuple((t, "its batch failed on its host: no row (--resume runs it)") for t in outcome.failed),
-    )  # fmt: skip
-
-
-def _result_of_row(spec: TrialSpec, row: dict[str, Any]) -> TrialResult:
-    """A finished trial as its row tells it (for the progress line; the history stays on disk)."""
-    metrics = TrialMetrics(**{f.name: row[f.name] for f in dataclass_fields(TrialMetrics)})
-    return TrialResult(
-        spec=spec, metrics=metrics, history=[], wall_s=float(row["wall_s"]), started_at=str(row["started_at"]),
-        lock_nodes_reachable=int(row["lock_nodes_reachable"]), load_avg_1m=float(row["load_avg_1m"] or 0),
-        concurrent_runs=int(row["concurrent_runs"] or 0),
-    )  # fmt: skip
 
 
 def _stall_share(outcome: tuple[TrialResult, dict[str, Any]]) -> float:
