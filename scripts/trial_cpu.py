@@ -261,6 +261,12 @@ def main() -> None:
         default=Path.home() / ".cache" / "lockcompare-trial-cpu",
         help="where --against venvs live",
     )
+    parser.add_argument(
+        "--csv",
+        type=Path,
+        help="also write one row per run (side, revision, trials, wall, trials/min, CPU-s per trial per column) "
+        "here, for docs to render (results/derived/)",
+    )
     parser.add_argument("matrix_args", nargs="*", help="after --: the matrix options (default: the README's command)")
     args = parser.parse_args()
     if args.runs < 1:
@@ -288,6 +294,37 @@ def main() -> None:
                 )
                 results.append(result)
     print(render(results, sides=descriptions))
+    if args.csv is not None:
+        write_csv(
+            args.csv, results, revisions={"A": _revision_of(args.python), "B": args.against or _revision_of(python_b)}
+        )
+
+
+def _revision_of(python: str) -> str:
+    """The source revision an installation reports (what its rows' source_revision say)."""
+    code = "from lockcompare.infra.provenance import source_revision; print(source_revision())"
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=False)
+    return done.stdout.strip() or "unknown"
+
+
+def write_csv(path: Path, results: list[RunResult], *, revisions: dict[str, str]) -> None:
+    columns = (
+        *("side", "revision", "run", "trials", "wall_s", "trials_per_min"),
+        *(f"{part}cpu_s_per_trial" for part in ("runner_", "workers_", "servers_", "other_", "")),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        runs: dict[str, int] = {}
+        for r in results:
+            runs[r.side] = runs.get(r.side, 0) + 1
+            writer.writerow([r.side, revisions[r.side], runs[r.side], r.trials, f"{r.wall_s:.1f}",
+                             f"{r.trials / r.wall_s * 60:.2f}",
+                             *(f"{r.per_trial(s):.3f}" for s in (r.runner_s, r.workers_s, r.servers_s, r.other_s,
+                                                                 r.total_s))])  # fmt: skip
+    tmp.replace(path)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Trials per hour against hosts, on paper (issue 30): the model with this machine's measured numbers.
+
+A trial keeps a host's CPUs busy for part of its wall time; the scheduler runs trials side by side
+until they would keep more than ``cpu_share`` (0.75) of the CPUs busy, and never more than
+``--jobs``. So, per host::
+
+    at once      = min(jobs, cores × cpu_share × trial_s / cpu_s_per_trial)
+    trials/hour  = at once × 3600 / trial_s
+
+and hosts add up (the coordinator only writes rows: the Dask path's cost per trial is measured by
+scripts/dask_demo.py). The inputs come from committed files, each named in the output:
+
+- ``trial_s``: the mean ``wall_s`` of the reproduction's rows; ``jobs``: its largest
+  ``jobs_concurrent``; ``cores``: its rows' ``cpu_count``; ``measured``: its rows divided by its
+  span (first start to last end), the rate this host reached;
+- ``cpu_s_per_trial``: the median ``cpu_s_per_trial`` of side A in a ``scripts/trial_cpu.py --csv``
+  file run at the same (lesson) scale.
+
+Writes results/derived/trials-per-hour.csv (hosts 1, 4, 16), which docs/distributed.md renders::
+
+    python scripts/trials_per_hour.py results/reproduction.csv results/derived/trial-cpu-lesson.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+from lockcompare.spec.limits import DEFAULT_CPU_SHARE as CPU_SHARE  # the scheduler's budget
+
+HOSTS = (1, 4, 16)
+
+
+def span_s(rows: list[dict[str, str]]) -> float:
+    """First trial's start to last trial's end: each row ends at started_at + wall_s."""
+    from datetime import datetime
+
+    starts = [datetime.fromisoformat(r["started_at"]).timestamp() for r in rows]
+    ends = [s + float(r["wall_s"]) for s, r in zip(starts, rows, strict=True)]
+    return max(ends) - min(starts)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path, help="a results CSV (the reproduction)")
+    parser.add_argument("cpu", type=Path, help="a scripts/trial_cpu.py --csv file at the same scale")
+    parser.add_argument("--out", type=Path, default=Path("results/derived/trials-per-hour.csv"))
+    args = parser.parse_args()
+    with args.results.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    with args.cpu.open(newline="") as fh:
+        cpu_rows = [r for r in csv.DictReader(fh) if r["side"] == "A"]
+    if not rows or not cpu_rows:
+        sys.exit("trials_per_hour: no rows (or no side A rows in the CPU file)")
+    trial_s = statistics.mean(float(r["wall_s"]) for r in rows)
+    jobs = max(int(r["jobs_concurrent"]) for r in rows)
+    cores = int(statistics.median(int(r["cpu_count"]) for r in rows))
+    cpu_s = statistics.median(float(r["cpu_s_per_trial"]) for r in cpu_rows)
+    at_once = min(jobs, cores * CPU_SHARE * trial_s / cpu_s)
+    per_host = at_once * 3600 / trial_s
+    measured = len(rows) * 3600 / span_s(rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["hosts", "cores_per_host", "trial_s", "cpu_s_per_trial", "jobs", "at_once",
+                         "trials_per_hour", "measured_one_host_per_hour", "sources"])  # fmt: skip
+        for hosts in HOSTS:
+            writer.writerow([hosts, cores, f"{trial_s:.1f}", f"{cpu_s:.2f}", jobs, f"{at_once:.1f}",
+                             f"{hosts * per_host:.0f}", f"{measured:.0f}", f"{args.results} {args.cpu}"])  # fmt: skip
+    print(args.out.read_text(), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
