@@ -156,6 +156,22 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
+def plain_table(rows: list[dict[str, Any]]) -> str:
+    """A CSV that is not a results file (a script's figures, results/derived/), as it is: its
+    columns, its cells as text.
+
+    >>> print(plain_table([{"hosts": "1", "trials_per_hour": "212"}, {"hosts": "4", "trials_per_hour": "848"}]))
+    | hosts   | trials_per_hour   |
+    |---------|-------------------|
+    | 1       | 212               |
+    | 4       | 848               |
+    """
+    from tabulate import tabulate
+
+    return str(tabulate([list(row.values()) for row in rows], headers=list(rows[0]), tablefmt="github",
+                        disable_numparse=True))  # fmt: skip
+
+
 def wall_span(rows: list[dict[str, Any]]) -> float:
     """Seconds from the first row's ``started_at`` to the latest ``started_at + wall_s``: how long
     the run that wrote ``rows`` took from its first trial's start to its last trial's end.
@@ -241,7 +257,7 @@ def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
         rows = selected(rows_of(match["csv"]), match["filters"])
         if not rows:
             raise ValueError(f"no row of {match['csv']} matches{match['filters']}")
-        table = render(rows, fmt="github")
+        table = render(rows, fmt="github") if "schema_version" in rows[0] else plain_table(rows)
         return note(match, f"{match.group(1)}{table}\n{match.group(5)}", f"table {match['csv']}{match['filters']}")
 
     def excerpt(match: re.Match[str]) -> str:
