@@ -14,18 +14,20 @@ scripts/dask_demo.py). The inputs come from committed files, each named in the o
 - ``trial_s``: the mean ``wall_s`` of the reproduction's rows; ``jobs``: its largest
   ``jobs_concurrent``; ``cores``: its rows' ``cpu_count``; ``measured``: its rows divided by its
   span (first start to last end), the rate this host reached;
-- ``cpu_s_per_trial``: the median ``cpu_s_per_trial`` of side A in a ``scripts/trial_cpu.py --csv``
-  file run at the same (lesson) scale.
+- ``cpu_s_per_trial``: the same run's CPU time, user + sys of the matrix process and every process
+  it waited for (its workers, servers, proxies), as ``/usr/bin/time -f "%e s wall, %U user %S sys"``
+  printed it, divided by its rows.
 
 Writes results/derived/trials-per-hour.csv (hosts 1, 4, 16), which docs/distributed.md renders::
 
-    python scripts/trials_per_hour.py results/reproduction.csv results/derived/trial-cpu-lesson.csv
+    python scripts/trials_per_hour.py results/reproduction.csv results/derived/reproduction-time.txt
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -47,19 +49,18 @@ def span_s(rows: list[dict[str, str]]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, help="a results CSV (the reproduction)")
-    parser.add_argument("cpu", type=Path, help="a scripts/trial_cpu.py --csv file at the same scale")
+    parser.add_argument("time", type=Path, help="/usr/bin/time's line for that run ('W s wall, U user S sys')")
     parser.add_argument("--out", type=Path, default=Path("results/derived/trials-per-hour.csv"))
     args = parser.parse_args()
     with args.results.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
-    with args.cpu.open(newline="") as fh:
-        cpu_rows = [r for r in csv.DictReader(fh) if r["side"] == "A"]
-    if not rows or not cpu_rows:
-        sys.exit("trials_per_hour: no rows (or no side A rows in the CPU file)")
+    timed = re.search(r"([\d.]+) s wall, ([\d.]+) user ([\d.]+) sys", args.time.read_text())
+    if not rows or timed is None:
+        sys.exit("trials_per_hour: no rows, or no '/usr/bin/time' line in the time file")
     trial_s = statistics.mean(float(r["wall_s"]) for r in rows)
     jobs = max(int(r["jobs_concurrent"]) for r in rows)
     cores = int(statistics.median(int(r["cpu_count"]) for r in rows))
-    cpu_s = statistics.median(float(r["cpu_s_per_trial"]) for r in cpu_rows)
+    cpu_s = (float(timed[2]) + float(timed[3])) / len(rows)
     at_once = min(jobs, cores * CPU_SHARE * trial_s / cpu_s)
     per_host = at_once * 3600 / trial_s
     measured = len(rows) * 3600 / span_s(rows)
@@ -70,7 +71,7 @@ def main() -> int:
                          "trials_per_hour", "measured_one_host_per_hour", "sources"])  # fmt: skip
         for hosts in HOSTS:
             writer.writerow([hosts, cores, f"{trial_s:.1f}", f"{cpu_s:.2f}", jobs, f"{at_once:.1f}",
-                             f"{hosts * per_host:.0f}", f"{measured:.0f}", f"{args.results} {args.cpu}"])  # fmt: skip
+                             f"{hosts * per_host:.0f}", f"{measured:.0f}", f"{args.results} {args.time}"])  # fmt: skip
     print(args.out.read_text(), end="")
     return 0
 
