@@ -11,7 +11,7 @@ until they would keep more than ``cpu_share`` (0.75) of the CPUs busy, and never
 and hosts add up (the coordinator only writes rows: the Dask path's cost per trial is measured by
 scripts/dask_demo.py). The inputs come from committed files, each named in the output:
 
-- ``trial_s``: the mean ``wall_s`` of the reproduction's rows; ``jobs``: its largest
+- ``trial_s``: the mean ``wall_s`` of a run's rows (one kind of trial); ``jobs``: its largest
   ``jobs_concurrent``; ``cores``: its rows' ``cpu_count``; ``measured``: its rows divided by its
   span (first start to last end), the rate this host reached;
 - ``cpu_s_per_trial``: the same run's CPU time, user + sys of the matrix process and every process
@@ -20,7 +20,9 @@ scripts/dask_demo.py). The inputs come from committed files, each named in the o
 
 Writes results/derived/trials-per-hour.csv (hosts 1, 4, 16), which docs/distributed.md renders::
 
-    python scripts/trials_per_hour.py results/reproduction.csv results/derived/reproduction-time.txt
+    python scripts/trials_per_hour.py --run results/fencing.csv results/derived/fencing.time \\
+        --run results/node-clients.csv results/derived/node-clients.time \\
+        --run results/zookeeper.csv results/derived/zookeeper.time
 """
 
 from __future__ import annotations
@@ -46,17 +48,13 @@ def span_s(rows: list[dict[str, str]]) -> float:
     return max(ends) - min(starts)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("results", type=Path, help="a results CSV (the reproduction)")
-    parser.add_argument("time", type=Path, help="/usr/bin/time's line for that run ('W s wall, U user S sys')")
-    parser.add_argument("--out", type=Path, default=Path("results/derived/trials-per-hour.csv"))
-    args = parser.parse_args()
-    with args.results.open(newline="") as fh:
+def model(results: Path, time_file: Path) -> list[list[object]]:
+    """The model's rows (one per host count) for one run: its CSV and its /usr/bin/time line."""
+    with results.open(newline="") as fh:
         rows = list(csv.DictReader(fh))
-    timed = re.search(r"([\d.]+) s wall, ([\d.]+) user ([\d.]+) sys", args.time.read_text())
+    timed = re.search(r"([\d.]+) s wall, ([\d.]+) user ([\d.]+) sys", time_file.read_text())
     if not rows or timed is None:
-        sys.exit("trials_per_hour: no rows, or no '/usr/bin/time' line in the time file")
+        sys.exit(f"trials_per_hour: no rows in {results}, or no '/usr/bin/time' line in {time_file}")
     trial_s = statistics.mean(float(r["wall_s"]) for r in rows)
     jobs = max(int(r["jobs_concurrent"]) for r in rows)
     cores = int(statistics.median(int(r["cpu_count"]) for r in rows))
@@ -64,14 +62,29 @@ def main() -> int:
     at_once = min(jobs, cores * CPU_SHARE * trial_s / cpu_s)
     per_host = at_once * 3600 / trial_s
     measured = len(rows) * 3600 / span_s(rows)
+    return [
+        [results.name, hosts, cores, f"{trial_s:.1f}", f"{cpu_s:.2f}", jobs, f"{at_once:.1f}",
+         f"{hosts * per_host:.0f}", f"{measured:.0f}"]
+        for hosts in HOSTS
+    ]  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--run", nargs=2, action="append", required=True, metavar=("CSV", "TIME"),
+        help="a results CSV and the file holding /usr/bin/time's line for that run "
+        "('W s wall, U user S sys'); repeat for several kinds of trial",
+    )  # fmt: skip
+    parser.add_argument("--out", type=Path, default=Path("results/derived/trials-per-hour.csv"))
+    args = parser.parse_args()
+    table = [row for results, time_file in args.run for row in model(Path(results), Path(time_file))]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["hosts", "cores_per_host", "trial_s", "cpu_s_per_trial", "jobs", "at_once",
-                         "trials_per_hour", "measured_one_host_per_hour", "sources"])  # fmt: skip
-        for hosts in HOSTS:
-            writer.writerow([hosts, cores, f"{trial_s:.1f}", f"{cpu_s:.2f}", jobs, f"{at_once:.1f}",
-                             f"{hosts * per_host:.0f}", f"{measured:.0f}", f"{args.results} {args.time}"])  # fmt: skip
+        writer.writerow(["run", "hosts", "cores_per_host", "trial_s", "cpu_s_per_trial", "jobs", "at_once",
+                         "trials_per_hour", "measured_one_host_per_hour"])  # fmt: skip
+        writer.writerows(table)
     print(args.out.read_text(), end="")
     return 0
 
