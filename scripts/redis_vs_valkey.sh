@@ -52,22 +52,7 @@ done
 status=0
 "$LC" compare --ignore server "$OUT/redis.csv" "$OUT/valkey.csv" | tee "$OUT/compare.md" || status=$?
 # The verdicts side by side (the same ones expected on both servers; a difference is to be explained
-# from the two histories, each row's `history` column).
-python3 - "$OUT/redis.csv" "$OUT/valkey.csv" <<'PY' | tee -a "$OUT/compare.md"
-import csv, collections, sys
-
-def verdicts(path):
-    cells = collections.defaultdict(collections.Counter)
-    for row in csv.DictReader(open(path)):
-        cells[(row["backend"], row["experiment"])][row["verdict"]] += 1
-    return cells, sorted({row["server_version"] for row in csv.DictReader(open(path))})
-
-(redis, rv), (valkey, vv) = verdicts(sys.argv[1]), verdicts(sys.argv[2])
-say = lambda c: ", ".join(f"{n}× {v}" for v, n in sorted(c.items())) or "-"
-print(f"\n| backend | experiment | {', '.join(rv)} | {', '.join(vv)} | same verdicts |")
-print("|---|---|---|---|---|")
-for cell in sorted(set(redis) | set(valkey)):
-    same = "yes" if set(redis[cell]) == set(valkey[cell]) else "**no**"
-    print(f"| {cell[0]} | {cell[1]} | {say(redis[cell])} | {say(valkey[cell])} | {same} |")
-PY
+# from the two histories, each row's `history` column), also as verdicts.csv for the docs.
+python3 "$(dirname "$0")/same_verdicts.py" "$OUT/redis.csv" "$OUT/valkey.csv" --csv "$OUT/verdicts.csv" \
+  | tee -a "$OUT/compare.md" || status=1
 exit "$status"
