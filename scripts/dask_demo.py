@@ -38,6 +38,11 @@ CELLS = ["--backends", "single,fenced,redlock", "--experiments", "baseline,clien
          "--time-scale", "0.2"]  # fmt: skip
 
 
+# Two cells, so two batches on the two workers: one is killed, the other's rows must arrive untouched.
+KILLED_CELLS = ("matrix", "--backends", "single", "--experiments", "baseline,client-pause", "--trials", "3",
+                "--time-scale", "0.5", "--jobs", "1")  # fmt: skip
+
+
 def lockcompare(*args: str) -> subprocess.CompletedProcess[str]:
     """The CLI of the interpreter running this script (its venv), output shown and kept."""
     command = [sys.executable, "-m", "lockcompare", *args]
@@ -48,6 +53,9 @@ def lockcompare(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def rows(path: Path) -> list[dict[str, str]]:
+    """A results file's rows; none when the run wrote no file (every batch of it failed)."""
+    if not path.exists():
+        return []
     with path.open(newline="") as f:
         return list(csv.DictReader(f))
 
@@ -109,8 +117,7 @@ def killed_matrix(address: str, out: Path, pids: set[int]) -> list[int]:
     killed: list[int] = []
     killer = threading.Thread(target=kill_a_busy_worker, args=(pids, killed), kwargs={"after_s": 1.0})
     killer.start()
-    lockcompare("matrix", "--backends", "single", "--experiments", "baseline", "--trials", "4",
-                "--time-scale", "0.5", "--jobs", "1", "--dask", address, "--out", str(out))  # fmt: skip
+    lockcompare(*KILLED_CELLS, "--dask", address, "--out", str(out))
     killer.join()
     return killed
 
@@ -118,19 +125,44 @@ def killed_matrix(address: str, out: Path, pids: set[int]) -> list[int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--steps", default="1,2,3", help="which steps to run (default 1,2,3)")
     args = parser.parse_args()
+    steps = set(args.steps.split(","))
     import dask
     import distributed
 
     out = args.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    if any(out.iterdir()):
+    if steps == {"1", "2", "3"} and any(out.iterdir()):
         sys.exit(f"dask_demo: {out} is not empty")
 
     def local_cluster() -> distributed.LocalCluster:
         return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                         host="127.0.0.1")  # fmt: skip
 
+    differ = 0
+    if "1" in steps:
+        differ = same_matrix(out, local_cluster)
+    if "2" in steps:
+        print("\n== 2. a Dask worker SIGKILLed mid-matrix (the scheduler reruns its batch)", flush=True)
+        with local_cluster() as cluster, distributed.Client(cluster.scheduler_address) as client:
+            pids = set(client.run(os.getpid).values())
+            killed_matrix(cluster.scheduler_address, out / "killed.csv", pids)
+        show_rows(out / "killed.csv")
+    if "3" in steps:
+        print("\n== 3. the same with allowed-failures 0 (the killed batch is given up), then --resume", flush=True)
+        with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+            with local_cluster() as cluster, distributed.Client(cluster.scheduler_address) as client:
+                pids = set(client.run(os.getpid).values())
+                killed_matrix(cluster.scheduler_address, out / "given-up.csv", pids)
+                show_rows(out / "given-up.csv")
+                lockcompare(*KILLED_CELLS, "--dask", cluster.scheduler_address, "--out", str(out / "given-up.csv"),
+                            "--resume")  # fmt: skip
+        show_rows(out / "given-up.csv")
+    return 1 if differ else 0
+
+
+def same_matrix(out: Path, local_cluster) -> int:  # type: ignore[no-untyped-def]
     print("== 1. the same matrix, local executor and a LocalCluster of two worker processes", flush=True)
     with local_cluster() as cluster:
         local_s = timed_matrix(*CELLS, "--out", str(out / "local.csv"))
@@ -148,23 +180,7 @@ def main() -> int:
     print(f"cells whose verdicts differ: {differ}; wall: local {local_s:.1f} s, dask {dask_s:.1f} s for {trials} "
           f"trials each: the Dask path's overhead {(dask_s - local_s) / trials:+.2f} s per trial")  # fmt: skip
 
-    print("\n== 2. a Dask worker SIGKILLed mid-matrix (the scheduler reruns its batch)", flush=True)
-    with local_cluster() as cluster, distributed.Client(cluster.scheduler_address) as client:
-        pids = set(client.run(os.getpid).values())
-        killed_matrix(cluster.scheduler_address, out / "killed.csv", pids)
-    show_rows(out / "killed.csv")
-
-    print("\n== 3. the same with allowed-failures 0 (the killed batch is given up), then --resume", flush=True)
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
-        with local_cluster() as cluster, distributed.Client(cluster.scheduler_address) as client:
-            pids = set(client.run(os.getpid).values())
-            killed_matrix(cluster.scheduler_address, out / "given-up.csv", pids)
-            show_rows(out / "given-up.csv")
-            lockcompare("matrix", "--backends", "single", "--experiments", "baseline", "--trials", "4",
-                        "--time-scale", "0.5", "--jobs", "1", "--dask", cluster.scheduler_address,
-                        "--out", str(out / "given-up.csv"), "--resume")  # fmt: skip
-    show_rows(out / "given-up.csv")
-    return 1 if differ else 0
+    return differ
 
 
 if __name__ == "__main__":
