@@ -226,10 +226,26 @@ def rendered_blocks(markdown: str, *, base: Path) -> str:
 
 def stale_blocks(markdown: str, *, base: Path) -> list[str]:
     """Every block of ``markdown`` whose text differs from a fresh rendering, one line each
-    (``line N: table results/x.csv backend=...``); empty when the file is up to date."""
-    stale: list[str] = []
+    (``line N: table results/x.csv backend=...``), and every marker the renderer cannot read (a
+    figure it would silently leave alone); empty when the file is up to date."""
+    stale: list[str] = malformed_markers(markdown)
     _render(markdown, base=base, stale=stale)
     return stale
+
+
+def malformed_markers(markdown: str) -> list[str]:
+    """Opening markers (value, table, excerpt) that no block pattern reads, e.g. a doubled space.
+
+    >>> malformed_markers("a <!-- value: r.csv  rows -->3<!-- /value --> b <!-- value: r.csv rows -->3<!-- /value -->")
+    ['line 1: malformed value marker <!-- value: r.csv  rows -->']
+    """
+    read = {m.start() for pattern in (VALUE, BLOCK, EXCERPT) for m in pattern.finditer(markdown)}
+    found = []
+    for marker in re.finditer(r"<!-- (value|table|excerpt): [^>]*-->", markdown):
+        if marker.start() not in read:
+            line = markdown.count("\n", 0, marker.start()) + 1
+            found.append(f"line {line}: malformed {marker[1]} marker {marker[0]}")
+    return found
 
 
 def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
