@@ -53,3 +53,16 @@ def test_check_mode_names_a_changed_figure_an_excerpt_of_another_run_and_a_stale
     assert doc.read_text() == figure  # check mode writes nothing
     assert "line 1: value" in capsys.readouterr().err
     assert main([str(doc)]) == 0 and main(["--check", str(doc)]) == 0  # rendering repairs it
+
+
+def test_a_marker_the_renderer_cannot_read_is_named_not_left_blank() -> None:
+    # A doubled space once left three figures unrendered while --check stayed silent.
+    text = f"ran <!-- value: {CSV}  rows --><!-- /value --> trials"
+    assert stale_blocks(text, base=ROOT) == [f"line 1: malformed value marker <!-- value: {CSV}  rows -->"]
+
+
+def test_a_table_block_on_a_csv_that_is_not_a_results_file_shows_its_columns(tmp_path: Path) -> None:
+    (tmp_path / "derived.csv").write_text("hosts,trials_per_hour\n1,958\n4,3832\n")
+    text = rendered_blocks("<!-- table: derived.csv hosts=4 -->\n<!-- /table -->\n", base=tmp_path)
+    assert "| hosts   | trials_per_hour   |" in text and "| 4       | 3832              |" in text
+    assert "958" not in text  # the filter applies as it does to results rows
