@@ -34,6 +34,8 @@ import threading
 import time
 from pathlib import Path
 
+from lockcompare.infra.procgroup import command_line, process_table
+
 CELLS = ["--backends", "single,fenced,redlock", "--experiments", "baseline,client-pause", "--trials", "3",
          "--time-scale", "0.2"]  # fmt: skip
 
@@ -77,16 +79,9 @@ def timed_matrix(*args: str) -> float:
 
 def batch_worker(pids: set[int]) -> int | None:
     """The Dask worker (of ``pids``) whose child runs a host batch right now, if any."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"lockcompare.runner.host_batch" in cmdline and ppid in pids:
-            return ppid
+    for proc in process_table().values():
+        if proc.ppid in pids and "lockcompare.runner.host_batch" in command_line(proc.pid):
+            return proc.ppid
     return None
 
 

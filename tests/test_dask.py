@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from lockcompare.analysis.results import inspect_results, read_results
 from lockcompare.cli import app
+from lockcompare.infra.procgroup import command_line, process_table
 from lockcompare.runner.matrix import run_matrix
 from lockcompare.spec.parsing import Overrides
 
@@ -66,16 +67,9 @@ def test_a_dask_cluster_gives_the_local_executors_verdicts_and_one_row_per_trial
 
 def _batch_child_of(pids: set[int]) -> int | None:
     """The worker pid (of ``pids``) whose child is running a host batch, if any."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if b"lockcompare.runner.host_batch" in cmdline and ppid in pids:
-            return ppid
+    for proc in process_table().values():
+        if proc.ppid in pids and "lockcompare.runner.host_batch" in command_line(proc.pid):
+            return proc.ppid
     return None
 
 
