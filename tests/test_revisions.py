@@ -63,3 +63,30 @@ def test_a_cell_of_one_revision_is_not_marked() -> None:
     assert "revisions" not in table.split("\n\n")[0] and REVISION_NOTE not in table
     mixed = render([*rows, dict(rows[0], trial=3, trial_id="t3", source_revision="f" * 40)])
     assert "4 (2 revisions)" in mixed and REVISION_NOTE in mixed
+
+
+def test_a_revision_is_dirty_when_any_code_a_trial_runs_differs(tmp_path: Path) -> None:
+    """Hand-built checkout: the package's own files and the shipped clients beside it make a row
+    another revision's; results and docs do not (a run may write its results into the checkout)."""
+    import subprocess
+
+    from lockcompare.infra.provenance import revision_of
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    files = {"src/pkg/infra/x.py": "1", "src/pkg/backends/y.py": "1", "clients/node/z.js": "1", "results/r.csv": "1"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    package = tmp_path / "src" / "pkg"
+    clean = revision_of(package)
+    assert len(clean) == 40
+    for name in files:
+        (tmp_path / name).write_text("2")
+        expect = clean if name.startswith("results/") else clean + "+dirty"
+        assert revision_of(package) == expect, name
+        (tmp_path / name).write_text("1")

@@ -41,17 +41,26 @@ def lockcompare_version() -> str:
 
 @functools.cache
 def source_revision() -> str:
-    """The git commit the running code comes from, ``+dirty`` if tracked files differ; "" outside git."""
-    here = Path(__file__).resolve().parent
+    """The git commit the running code comes from, ``+dirty`` if its code differs; "" outside git."""
+    return revision_of(Path(__file__).resolve().parent.parent)
+
+
+def revision_of(package: Path) -> str:
+    """The commit of the checkout holding ``package`` (``src/<name>``), ``+dirty`` if a tracked file
+    of the package or of the shipped lock clients beside it (``clients/``, run by the external
+    backends) differs from it; "" outside git. Only code that decides what a trial does counts:
+    results, docs and tests may change under a run without making its rows another revision's."""
 
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", "-C", str(here), *args], capture_output=True, text=True, timeout=5, check=True
+            ["git", "-C", str(package), *args], capture_output=True, text=True, timeout=5, check=True
         ).stdout.strip()
 
     try:
         commit = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".")
+        top = Path(git("rev-parse", "--show-toplevel"))
+        code = [str(package)] + [str(top / "clients")] * (top / "clients").is_dir()
+        dirty = git("status", "--porcelain", "--untracked-files=no", "--", *code)
     except (OSError, subprocess.SubprocessError):
         return ""
     return commit + ("+dirty" if dirty else "")
