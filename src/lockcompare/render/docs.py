@@ -126,12 +126,20 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
     ['19.5', '39', '19', '2', '1', '19–20', '19.5']
     >>> statistic(rows[:1], "range:lost_updates"), statistic(rows * 3, "ci:lost_updates")
     ('20', '19.5 ±0.6')
+    >>> statistic([{"source_revision": "48dd125c2ec597053ffc65f77282d71f7b366cb3"}] * 2, "one:source_revision")
+    '48dd125'
     """
     if stat == "rows":
         return str(len(rows))
     op, _, column = stat.partition(":")
     if op == "span":
         return duration(wall_span(rows))
+    if op == "one":  # the value every row shares (a file's revision), or an error naming the mix
+        distinct = sorted({str(row.get(column, "")) for row in rows})
+        if len(distinct) != 1:
+            raise ValueError(f"the rows hold {len(distinct)} values in column {column!r}: {', '.join(distinct)}")
+        (only,) = distinct
+        return only[:7] if re.fullmatch(r"[0-9a-f]{40}", only) else only  # a commit, as git shortens it
     if op == "true":
         return str(sum(1 for row in rows if row.get(column) is True or str(row.get(column)).lower() == "true"))
     values = [v for v in (_number(row.get(column)) for row in rows) if v is not None]
@@ -150,7 +158,8 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
         return low if low == high else f"{low}–{high}"
     if op not in computed:
         raise ValueError(
-            f"unknown statistic {stat!r} (mean, ci, sum, min, max, median, range, nonzero, true, span: COLUMN; or rows)"
+            f"unknown statistic {stat!r}"
+            " (mean, ci, sum, min, max, median, range, nonzero, true, span, one: COLUMN; or rows)"
         )
     value = computed[op]()
     return f"{value:.1f}".rstrip("0").rstrip(".")
