@@ -240,3 +240,52 @@ def test_a_lock_free_row_is_judged_only_against_margins_its_backend_has() -> Non
     # A fault's own margin stays a margin of the lock-free trial too.
     fault = TimingPlan(ttl_ms=100, work_ms=30, fault_offset_ms=5, leased=False)
     assert [(m.of, m.ms) for m in margins(fault)] == [("work - fault offset", 25.0)]
+
+
+def _shift_after(history: list[dict], t_ms: float, by_ms: float) -> None:
+    for e in history:
+        for field in ("t0", "t1", "t_attempt"):
+            if field in e and e[field] > t_ms * MS:
+                e[field] += int(by_ms * MS)
+
+
+def test_a_blocking_acquire_that_waited_for_the_holder_is_the_lock_not_the_machine() -> None:
+    """kazoo's recipe and redis-semaphore wait inside one acquire call until the holder lets go: a
+    call as long as the rival's section, which judged as a stall marked every such trial."""
+    waiter = rounds(worker=1, n=4)
+    blocked = next(e for e in waiter if e["kind"] == "acquire" and e["round"] == 1)
+    asked_ms = blocked["t_attempt"] / MS
+    holder = rounds(worker=0, n=1, work_ms=30, start_ms=asked_ms - 1)  # holds from just before the ask
+    waited_ms = (holder[-1]["t1"] - blocked["t1"]) / MS  # answered when the holder released
+    _shift_after(waiter, asked_ms, waited_ms)  # the call's end and every later step
+    assert worst_stall(holder + waiter, PLAN).ms < 1.0
+    # The same call with nobody holding the lock is a stall of the wait's length.
+    stall = worst_stall(waiter, PLAN)
+    assert stall.at == "worker 1 round 1: acquire call"
+    assert stall.ms == pytest.approx(waited_ms, abs=0.05)
+
+
+def test_a_release_that_found_the_lock_gone_may_retry_and_is_not_judged() -> None:
+    """sesame's Redlock retries a release that fails on a quorum (2 s measured): the library's
+    budget, not a stall. The same call that released is judged."""
+    for released, judged in ((False, False), (True, True)):
+        history = rounds(n=5)
+        late = next(e for e in history if e["kind"] == "release" and e["round"] == 2)
+        late["released"] = released
+        late["t1"] += 2000 * MS
+        _shift_after(history, late["t0"] / MS + 1, 2000)
+        stall = worst_stall(history, PLAN)
+        assert (stall.at == "worker 0 round 2: release call") is judged
+        assert (stall.ms > 1999) is judged
+
+
+def test_an_acquire_that_started_the_external_client_process_is_not_judged() -> None:
+    """redis-semaphore's client exits on a lost lock; the next acquire starts a new Node process
+    inside the call (0.8-1.5 s measured): that start-up is the client's, not a stall of the plan."""
+    history = rounds(n=5)
+    slow = next(e for e in history if e["kind"] == "acquire" and e["round"] == 3)
+    _shift_after(history, slow["t0"] / MS, 900)  # the call ends 900 ms later, and so does the rest
+    stall = worst_stall(history, PLAN)
+    assert stall.at == "worker 0 round 3: acquire call" and stall.ms == pytest.approx(900, abs=0.05)
+    start = {"worker": 0, "round": 3, "kind": "client", "t0": slow["t0"] + MS, "t1": slow["t1"] - MS, "pid": 1}
+    assert worst_stall([*history, start], PLAN).ms < 1.0

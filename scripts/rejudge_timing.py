@@ -1,0 +1,52 @@
+"""Every row of a results file judged again by today's timing sentinel, from its history alone.
+
+    python scripts/rejudge_timing.py results/reproduction.csv
+
+The sentinel is pure (analysis/sentinel.py): a history and the trial's plan decide its worst stall.
+When its rules change, this shows what the change does to rows already written, without rerunning a
+trial: one line per row whose mark changes (stored stall and where, today's stall and where), then
+the marked rows before and after, per backend. Rows are never rewritten.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+from lockcompare.analysis.reproduce import spec_from_row
+from lockcompare.analysis.results import read_results
+from lockcompare.analysis.sentinel import is_marked, judge_timing
+from lockcompare.render.timeline import load_history
+from lockcompare.runner.trial import timing_plan
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    path = Path(argv[0])
+    before: Counter[str] = Counter()
+    after: Counter[str] = Counter()
+    changed = 0
+    rows = read_results(path)
+    for row in rows:
+        verdict = judge_timing(load_history(path.parent / str(row["history"])), timing_plan(spec_from_row(row)))
+        was = is_marked(row)
+        before[row["backend"]] += was
+        after[row["backend"]] += verdict.marked
+        if was != verdict.marked:
+            changed += 1
+            print(
+                f"{row['trial_id']}: stored {float(row['stall_ms']):.0f} of {float(row['margin_ms']):.0f} ms"
+                f" at {row['stall_at']} -> today {verdict.stall.ms:.0f} ms at {verdict.stall.at or '-'}"
+            )
+    print(f"\n{changed} of {len(rows)} rows change their mark; marked rows per backend, stored -> today:")
+    for backend in sorted(before | after):
+        print(f"  {backend:28} {before[backend]:3} -> {after[backend]:3}")
+    print(f"  {'all':28} {sum(before.values()):3} -> {sum(after.values()):3}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
