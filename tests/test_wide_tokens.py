@@ -99,12 +99,18 @@ def test_64_bit_tokens_fence_a_paused_client_as_small_ones_do(tmp_path: Path) ->
     ``--fence all``: with the token checked on the write only, a paused holder that wakes before its
     successor wrote anything may still lose an update now and then, whatever the tokens' size
     (fencing depth, analysis/fencing.py); on every access none may be lost, so any loss is a bug.
+
+    ``--workload contend``: a worker that has run its rounds keeps contending, so every pause meets
+    a rival. In the lesson workload a loaded machine sometimes let worker 1 finish all 4 rounds
+    before worker 0's pause: no overlap, only the zombie's stale write with no rival to refuse it
+    (``lease-violated``), and nothing tested (seen once in CI).
     """
     out = tmp_path / "wide.csv"
     result = CliRunner().invoke(
         app,
         ["matrix", "--backends", "plugins.wide_tokens:WideTokenLock,fenced", "--experiments", "client-pause",
-         "--fence", "all", "--trials", "1", "--rounds", "4", "--time-scale", "0.1", "--out", str(out)],
+         "--fence", "all", "--workload", "contend", "--trials", "1", "--rounds", "4", "--time-scale", "0.1",
+         "--out", str(out)],
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
     rows = {r["backend"]: r for r in read_results(out)}
