@@ -10,23 +10,35 @@
 # results/archive/ first (it refuses to write over them). Then, in the working copy:
 #   python -m lockcompare.render.docs README.md docs/*.md
 # and read every prose claim against the new histories before committing.
+#
+# `scripts/reproduction.sh --resume` finishes a reproduction that was stopped (SIGTERM keeps its rows):
+# same clone, same revision (matrix refuses rows of another), the time file gets one line per part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for old in results/reproduction.csv results/reproduction.histories results/contend.csv results/contend.histories; do
+resume=()
+check=(results/reproduction.csv results/reproduction.histories)
+if [ "${1:-}" = --resume ]; then
+  resume=(--resume)
+  check=()
+elif [ $# -gt 0 ]; then
+  echo "usage: scripts/reproduction.sh [--resume]" >&2
+  exit 2
+fi
+for old in "${check[@]}" results/contend.csv results/contend.histories; do
   if [ -e "$old" ]; then
     echo "reproduction.sh: $old exists: move it to results/archive/ first (see results/archive/README.md)" >&2
     exit 1
   fi
 done
 experiments=baseline,short-ttl,client-pause,node-crash,node-restart,clock-jump,clock-jump-back,bare-majority,failover,renewal-pause,session-kill,cpu-starvation,slow-response,partition,partition-clock-jump
-timed() {  # name, command...: the command's wall and CPU time into results/derived/<name>.time
+timed() {  # name, command...: the command's wall and CPU time, appended to results/derived/<name>.time
   local name=$1
   shift
-  /usr/bin/time -f '%e s wall, %U user %S sys' -o "results/derived/$name.time" "$@"
+  /usr/bin/time -f '%e s wall, %U user %S sys' -a -o "results/derived/$name.time" "$@"
 }
 log=$(mktemp)
 timed reproduction .venv/bin/lockcompare matrix --experiments "$experiments" --trials 5 --jobs 16 \
-  --out results/reproduction.csv 2>&1 | tee "$log"
+  --out results/reproduction.csv "${resume[@]}" 2>&1 | tee "$log"
 # The cells left out, as the run said before any trial started (docs/experiments.md quotes them).
 grep '^lockcompare: warning: skipping' "$log" | sed 's/^lockcompare: warning: //' \
   > results/derived/reproduction-skipped.txt || true
