@@ -17,7 +17,8 @@ than planned a step of the trial ran — and compares it with the smallest margi
   acquire attempt) beyond the usual time of its kind for that worker (the median in this trial;
   the first call of each kind is left out: it opens the connection, several round trips), except
   calls whose length is the lock's own (:func:`_waits_by_design`: an acquire made while another
-  worker held the lock, a release that found the lock gone);
+  worker held the lock or while the worker's external client process started, a release that
+  found the lock gone);
 - **fault landings**: a runner event that carries its planned time (``planned_ns``) landed
   ``t0 - planned_ns`` late.
 
@@ -264,8 +265,8 @@ def _waits_by_design(
     - a release that found the lock no longer the caller's (``released=False``): clients retry it
       (sesame's Redlock for its retryCount × retryDelay, 2 s measured), others return at once.
 
-    Judging them marked every Node and ZooKeeper trial with a "stall" of up to a lease or a retry
-    budget, and halved the matrix's parallelism on each (StallGovernor)."""
+    Judging them marked many Node and ZooKeeper trials with "stalls" of up to a lease or a retry
+    budget, and each such mark halved the matrix's parallelism (StallGovernor)."""
     if event["kind"] == "release":
         return event.get("released") is False
     if event["kind"] == "acquire" and event.get("t_attempt") is not None:
