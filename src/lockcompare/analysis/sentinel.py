@@ -198,17 +198,15 @@ def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
         if event["worker"] >= 0 and event["kind"] in _STEPS:
             by_worker.setdefault(event["worker"], []).append(event)
     delays = deliberate_delays(history)
-    holding = {
-        worker: holding_windows(sorted(events, key=lambda e: (e["t0"], e["t1"])))
-        for worker, events in by_worker.items()
-    }
+    for events in by_worker.values():
+        events.sort(key=lambda e: (e["t0"], e["t1"]))
+    holding = {worker: holding_windows(events) for worker, events in by_worker.items()}
     client_starts: dict[int, list[tuple[int, int]]] = {}  # an external client's process (re)started
     for event in history:
         if event["worker"] >= 0 and event["kind"] == "client":
             client_starts.setdefault(event["worker"], []).append((event["t0"], event["t1"]))
     stalls: list[Stall] = []
     for worker, events in by_worker.items():
-        events.sort(key=lambda e: (e["t0"], e["t1"]))
         windows = delays.get(worker, []) + delays.get(None, [])
         for prev, nxt in itertools.pairwise(events):
             if bool(prev.get("extra")) != bool(nxt.get("extra")):
