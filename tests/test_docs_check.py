@@ -66,3 +66,17 @@ def test_a_table_block_on_a_csv_that_is_not_a_results_file_shows_its_columns(tmp
     text = rendered_blocks("<!-- table: derived.csv hosts=4 -->\n<!-- /table -->\n", base=tmp_path)
     assert "| hosts   | trials_per_hour   |" in text and "| 4       | 3832              |" in text
     assert "958" not in text  # the filter applies as it does to results rows
+
+
+def test_an_output_block_quotes_a_scripts_committed_output_whole_and_check_names_a_copy_that_drifted(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "counts.txt").write_text("backend  lost\nredlock     2\n")
+    text = rendered_blocks("printed:\n\n<!-- output: counts.txt -->\n<!-- /output -->\n", base=tmp_path)
+    assert text == "printed:\n\n<!-- output: counts.txt -->\n```\nbackend  lost\nredlock     2\n```\n<!-- /output -->\n"
+    assert stale_blocks(text, base=tmp_path) == []
+    (tmp_path / "counts.txt").write_text("backend  lost\nredlock     3\n")  # the script ran again
+    assert stale_blocks(text, base=tmp_path) == ["line 3: output counts.txt"]
+    assert stale_blocks("<!-- output:  counts.txt -->\n<!-- /output -->", base=tmp_path) == [
+        "line 1: malformed output marker <!-- output:  counts.txt -->"
+    ]

@@ -34,6 +34,13 @@ is the committed history's and no other run's::
     ...the timeline lines, as `lockcompare history --from-ms 1200 --to-ms 1800` prints them...
     <!-- /excerpt -->
 
+A script's printed output, kept in a committed text file (results/derived/), is quoted the same way,
+whole, as a code block, so a count a script printed is the committed file's and not a copy::
+
+    <!-- output: results/derived/reproduction-skipped.txt -->
+    ...the file's text, fenced...
+    <!-- /output -->
+
 ``python -m lockcompare.render.docs --check FILE...`` renders without writing and exits 1 naming
 every block whose text differs from a fresh rendering (`.ci/run` runs it), and every number in the
 prose outside a rendered block, a code span or fence, a link target or an HTML comment that the
@@ -72,6 +79,9 @@ EXCERPT = re.compile(
     re.DOTALL,
 )
 
+
+#: An output block: a committed text file (a script's printed table), quoted whole.
+OUTPUT = re.compile(r"(<!-- output: (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- /output -->)", re.DOTALL)
 
 FAULT_KINDS = re.compile(r"(<!-- faultkinds -->\n)(?P<body>.*?)(<!-- /faultkinds -->)", re.DOTALL)
 
@@ -229,7 +239,8 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def rendered_blocks(markdown: str, *, base: Path) -> str:
-    """``markdown`` with every table block, value and excerpt re-rendered from its CSV (paths relative to ``base``)."""
+    """``markdown`` with every table block, value, excerpt and output re-rendered from its file (paths
+    relative to ``base``)."""
     return _render(markdown, base=base, stale=None)
 
 
@@ -243,14 +254,14 @@ def stale_blocks(markdown: str, *, base: Path) -> list[str]:
 
 
 def malformed_markers(markdown: str) -> list[str]:
-    """Opening markers (value, table, excerpt) that no block pattern reads, e.g. a doubled space.
+    """Opening markers (value, table, excerpt, output) that no block pattern reads, e.g. a doubled space.
 
     >>> malformed_markers("a <!-- value: r.csv  rows -->3<!-- /value --> b <!-- value: r.csv rows -->3<!-- /value -->")
     ['line 1: malformed value marker <!-- value: r.csv  rows -->']
     """
-    read = {m.start() for pattern in (VALUE, BLOCK, EXCERPT) for m in pattern.finditer(markdown)}
+    read = {m.start() for pattern in (VALUE, BLOCK, EXCERPT, OUTPUT) for m in pattern.finditer(markdown)}
     found = []
-    for marker in re.finditer(r"<!-- (value|table|excerpt): [^>]*-->", markdown):
+    for marker in re.finditer(r"<!-- (value|table|excerpt|output): [^>]*-->", markdown):
         if marker.start() not in read:
             line = markdown.count("\n", 0, marker.start()) + 1
             found.append(f"line {line}: malformed {marker[1]} marker {marker[0]}")
@@ -289,12 +300,18 @@ def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
         fresh = f"{match.group(1)}{excerpt_text(base / match['csv'], rows_of(match['csv']), match)}<!-- /excerpt -->"
         return note(match, fresh, f"excerpt {match['csv']} trial={match['trial']}")
 
+    def output(match: re.Match[str]) -> str:
+        text = (base / match["path"]).read_text()
+        fresh = f"{match.group(1)}```\n{text.rstrip(chr(10))}\n```\n{match.group(4)}"
+        return note(match, fresh, f"output {match['path']}")
+
     def kinds(match: re.Match[str]) -> str:
         return note(match, f"{match.group(1)}{fault_kinds_table()}{match.group(3)}", "fault kinds table")
 
     markdown = FAULT_KINDS.sub(kinds, markdown)
     markdown = VALUE.sub(value, markdown)
     markdown = BLOCK.sub(fill, markdown)
+    markdown = OUTPUT.sub(output, markdown)
     return EXCERPT.sub(excerpt, markdown)
 
 
@@ -377,7 +394,8 @@ _ALLOWED = [re.compile(pattern, re.MULTILINE) for pattern, _ in ALLOWED]
 _NOT_PROSE = re.compile(
     "|".join(
         (
-            r"<!-- (value|table|excerpt): .*?<!-- /\1 -->|<!-- faultkinds -->.*?<!-- /faultkinds -->",  # rendered
+            r"<!-- (value|table|excerpt|output): .*?<!-- /\1 -->",  # a rendered block
+            r"<!-- faultkinds -->.*?<!-- /faultkinds -->",
             r"^```.*?^```[^\n]*$",  # a fenced code block
             r"<!--.*?-->",  # an HTML comment (a marker, or a note for the maintainers)
             r"`[^`\n]+`",  # a code span
