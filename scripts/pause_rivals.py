@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from lockcompare.analysis.results import read_results
+from lockcompare.analysis.results import latest_rows, read_results
 from lockcompare.render.timeline import load_history
 
 
@@ -49,7 +49,9 @@ def main(argv: list[str]) -> int:
         print(__doc__.strip().splitlines()[3], file=sys.stderr)
         return 2
     path, backends = Path(argv[0]), set(argv[1].split(","))
-    rows = [r for r in read_results(path) if r["experiment"] == "client-pause" and r["backend"] in backends]
+    rows = [
+        r for r in latest_rows(read_results(path)) if r["experiment"] == "client-pause" and r["backend"] in backends
+    ]
     print("backend  workload  trial  pauses(rival running/done)  w0 conflicts  w0 writes accepted  w0 rejected")
     for row in rows:
         counts = split(load_history(path.parent / row["history"]))

@@ -16,7 +16,7 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from lockcompare.analysis.results import read_results
+from lockcompare.analysis.results import latest_rows, read_results
 from lockcompare.analysis.sentinel import is_marked
 
 
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
-    rows = read_results(Path(argv[0]))
+    rows = latest_rows(read_results(Path(argv[0])))
     cells: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for row in rows:
         cells[(row["backend"], row["experiment"])].append(row)

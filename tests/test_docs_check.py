@@ -80,3 +80,23 @@ def test_an_output_block_quotes_a_scripts_committed_output_whole_and_check_names
     assert stale_blocks("<!-- output:  counts.txt -->\n<!-- /output -->", base=tmp_path) == [
         "line 1: malformed output marker <!-- output:  counts.txt -->"
     ]
+
+
+def test_a_value_counts_a_retried_trial_once_as_the_table_does(tmp_path: Path) -> None:
+    # --resume runs an `unknown` trial again and appends its row; the table keeps the rerun only,
+    # and a figure in prose must count the same rows (a reproduction once held one such trial).
+    with (ROOT / CSV).open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        first = next(reader)
+        fields = reader.fieldnames
+    assert fields is not None
+    retried = {**first, "verdict": "unknown", "lost_updates": "7", "run_id": "earlier"}
+    with (tmp_path / "r.csv").open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows([retried, {**first, "lost_updates": "2"}])
+    text = rendered_blocks(
+        "<!-- value: r.csv rows -->?<!-- /value --> <!-- value: r.csv sum:lost_updates -->?<!-- /value -->",
+        base=tmp_path,
+    )
+    assert ">1<" in text and ">2<" in text and ">7<" not in text

@@ -23,7 +23,8 @@ The statistic is one of ``mean:COLUMN`` (one decimal, as the tables round), ``su
 ``ci:COLUMN`` (the mean with its 95% interval, "78.6 ±1.1", as the tables give it),
 ``min:COLUMN``, ``max:COLUMN``, ``median:COLUMN``, ``range:COLUMN`` ("19–20", or "20" when every row agrees),
 ``nonzero:COLUMN`` (rows where it is > 0), ``true:COLUMN`` (rows where it is true), ``span:wall_s``
-(the run's wall time from its first trial's ``started_at`` to its last trial's end, "32 min 11 s"),
+(each run's wall time from its first trial's ``started_at`` to its last trial's end, summed over the
+runs that wrote the rows — a resumed file's parts, not the gap between them: "32 min 11 s"),
 or ``rows`` (how many rows match).
 
 A history excerpt is rendered the same way, by the trial's id in a CSV and a time window (ms
@@ -59,7 +60,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lockcompare.analysis.results import read_results
+from lockcompare.analysis.results import latest_rows, read_results
 from lockcompare.errors import LockcompareError
 from lockcompare.render.table import render
 
@@ -192,23 +193,28 @@ def plain_table(rows: list[dict[str, Any]]) -> str:
 
 
 def wall_span(rows: list[dict[str, Any]]) -> float:
-    """Seconds from the first row's ``started_at`` to the latest ``started_at + wall_s``: how long
-    the run that wrote ``rows`` took from its first trial's start to its last trial's end.
+    """Seconds the runs that wrote ``rows`` took: for each run (``run_id``), from its first trial's
+    ``started_at`` to the latest ``started_at + wall_s``, summed over the runs — a file a resumed
+    run finished took its parts' time, not the time between them.
 
     >>> wall_span([{"started_at": "2026-12-03T12:00:00Z", "wall_s": 10.0},
     ...            {"started_at": "2026-12-03T12:01:00Z", "wall_s": "6.5"}])
     66.5
+    >>> wall_span([{"run_id": "a", "started_at": "2026-12-03T12:00:00Z", "wall_s": 60.0},
+    ...            {"run_id": "b", "started_at": "2026-12-03T13:00:00Z", "wall_s": 6.5}])
+    66.5
     """
     from datetime import datetime
 
-    spans = [
-        (datetime.fromisoformat(str(row["started_at"]).replace("Z", "+00:00")).timestamp(), _number(row.get("wall_s")))
-        for row in rows
-        if str(row.get("started_at") or "").strip() and _number(row.get("wall_s")) is not None
-    ]
-    if not spans:
+    runs: dict[str, list[tuple[float, float]]] = {}
+    for row in rows:
+        wall = _number(row.get("wall_s"))
+        if str(row.get("started_at") or "").strip() and wall is not None:
+            start = datetime.fromisoformat(str(row["started_at"]).replace("Z", "+00:00")).timestamp()
+            runs.setdefault(str(row.get("run_id") or ""), []).append((start, wall))
+    if not runs:
         raise ValueError("no row has both started_at and wall_s")
-    return max(start + (wall or 0.0) for start, wall in spans) - min(start for start, _ in spans)
+    return sum(max(start + wall for start, wall in spans) - min(start for start, _ in spans) for spans in runs.values())
 
 
 def duration(seconds: float) -> str:
@@ -226,14 +232,15 @@ def duration(seconds: float) -> str:
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
-    """A results CSV (typed, in today's schema), or any other committed CSV as text — a script's
-    counts, a source's published figures — that value blocks can read too."""
+    """A results CSV (typed, in today's schema; one row per trial, a rerun superseding the row it
+    retried, as the tables count them), or any other committed CSV as text — a script's counts, a
+    source's published figures — that value blocks can read too."""
     import csv
 
     with path.open(newline="") as handle:
         header = handle.readline()
     if header.startswith("schema_version,"):
-        return read_results(path)
+        return latest_rows(read_results(path))
     with path.open(newline="") as handle:
         return list(csv.DictReader(handle))
 

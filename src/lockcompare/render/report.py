@@ -22,7 +22,7 @@ from typing import Any
 from lockcompare.analysis.cells import CONDITION_COLUMNS, Cell, group_cells, setting_text
 from lockcompare.analysis.reproduce import matrix_command, settings_key
 from lockcompare.analysis.results import PROVENANCE_COLUMNS as ROW_PROVENANCE
-from lockcompare.analysis.results import history_file, read_results
+from lockcompare.analysis.results import history_file, latest_rows, read_results
 from lockcompare.analysis.sentinel import is_marked
 from lockcompare.errors import LockcompareError, RenderError
 from lockcompare.render import table
@@ -57,7 +57,7 @@ def write_report(*, results: Path, out: Path) -> list[Path]:
     PNGs of an earlier rendering into the same ``out`` that this one no longer shows are removed,
     so the directory always matches its README.
     """
-    rows = read_results(results)
+    rows = latest_rows(read_results(results))  # one row per trial, as the table counts them
     if not rows:
         raise RenderError(f"{results}: no trials to report")
     require_matplotlib()  # before anything is written: a missing extra leaves no half-made report
