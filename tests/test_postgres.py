@@ -397,7 +397,8 @@ def test_matrix_on_an_external_postgres_touches_only_its_own_rows(server: Postgr
         assert session.value("select count(*) from lockcompare_leases where key like 'lockcompare:%'") == "0"
         with pytest.raises(ConfigError, match="needs the embedded one"):
             run_matrix(
-                backends=[ADVISORY], experiments=["node-restart"], trials=1, overrides=Overrides(time_scale=0.2),
+                backends=[ADVISORY], experiments=["baseline"], trials=1,
+                overrides=Overrides(time_scale=0.2, faults="restart nodes=0 after-acquire=50 every for=0"),
                 out=tmp_path / "refused.csv", cluster_options=options,
             )  # fmt: skip
     finally:

@@ -157,14 +157,22 @@ def test_every_cell_command_of_a_committed_file_rebuilds_its_trial_ids(path: Pat
                 specs = _plan_any(command)
             except InvalidValueError as exc:
                 # Issue 25: a node fault on a design that takes no lease ran with every step skipped;
-                # its rows named a fault they did not have, and the matrix now refuses the cell.
-                assert "holds no lease on any lock node" in str(exc) and cell.backend in LOCK_FREE, (command, exc)
+                # its rows named a fault they did not have, and the matrix now refuses the cell. So did
+                # a fault aimed at the lease's holders on servers whose holders cannot be read (etcd,
+                # PostgreSQL): older files keep such rows (docs say so), the reproduction moved them out.
+                reason = str(exc)
+                assert ("holds no lease on any lock node" in reason and cell.backend in LOCK_FREE) or (
+                    "cannot read which" in reason
+                    and cell.backend in UNREADABLE_HOLDERS
+                    and path != RESULTS / "reproduction.csv"
+                ), (command, exc)
                 continue
             rebuilt = {s.trial_id for s in specs}
             assert {r["trial_id"] for r in group} <= rebuilt, (path.name, cell.title, command)
 
 
 LOCK_FREE = ("none", "atomic", "optimistic")
+UNREADABLE_HOLDERS = ("etcd", "etcd-fenced", "pg-advisory", "pg-lease")
 
 
 def _plan_any(command: str) -> list[TrialSpec]:

@@ -232,6 +232,8 @@ class EtcdKind:
                 Capability.CLOCK_CONTROL: "etcd members run with real clocks (libfaketime is applied to "
                 "Redis-protocol servers only)",
                 Capability.REPLICATION: "etcd replicates by consensus: there is no asynchronous replica to promote",
+                Capability.LEASE_HOLDERS: "lockcompare cannot read which etcd member holds a lease (nodes=holders:K "
+                "and others:K never resolve; name the members, e.g. nodes=0)",
             }
         )
     )

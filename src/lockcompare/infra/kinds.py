@@ -63,6 +63,10 @@ class Capability(StrEnum):
     REPLICATION = "replication"
     #: The server can end a client's session under it (PostgreSQL's pg_terminate_backend): session-kill.
     SESSION_CONTROL = "session control"
+    #: The runner can read which lock node holds the lease (the lock key on each node), so a node
+    #: fault can aim at ``nodes=holders:K`` or ``others:K``. Without it every such step would be
+    #: skipped in every round and the trial would measure no fault at all.
+    LEASE_HOLDERS = "a readable lease holder per node"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -278,6 +278,8 @@ class PostgresKind:
                 Capability.CLOCK_CONTROL: "PostgreSQL servers run with real clocks (libfaketime is applied to "
                 "Redis-protocol servers only)",
                 Capability.REPLICATION: "lockcompare builds no PostgreSQL replicas",
+                Capability.LEASE_HOLDERS: "lockcompare cannot read which PostgreSQL server holds a lock "
+                "(nodes=holders:K and others:K never resolve; name the server, nodes=0)",
             },
         )
     )

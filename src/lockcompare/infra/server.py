@@ -277,7 +277,7 @@ class RedisKind:
     speaks: str = "redis"
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
-            offers=frozenset({Capability.CLOCK_CONTROL, Capability.REPLICATION}),
+            offers=frozenset({Capability.CLOCK_CONTROL, Capability.REPLICATION, Capability.LEASE_HOLDERS}),
             persistence_modes=tuple(PERSISTENCE_ARGS),
             reasons={Capability.SESSION_CONTROL: NO_SESSION},
         )

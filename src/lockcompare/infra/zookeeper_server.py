@@ -306,6 +306,8 @@ class ZooKeeperKind:
                 "clock (and libfaketime is applied to Redis-protocol servers only)",
                 Capability.REPLICATION: "a ZooKeeper ensemble replicates by consensus: there is no asynchronous "
                 "replica to promote",
+                Capability.LEASE_HOLDERS: "lockcompare cannot read which ZooKeeper server holds a lock "
+                "(nodes=holders:K and others:K never resolve; name the servers, e.g. nodes=0)",
             },
         )
     )

@@ -203,6 +203,10 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
         missing = lacks(server_kind, FAULT_NEEDS[kind]) if kind in FAULT_NEEDS else ""
         if missing:
             return missing
+    aimed = [step for step in schedule.steps if step.nodes is not None and step.nodes.mode in ("holders", "others")]
+    unreadable = lacks(server_kind, Capability.LEASE_HOLDERS) if aimed else ""
+    if unreadable:  # every such step would be skipped in every round: a trial without its fault
+        return f"fault step {aimed[0].text!r}: {unreadable}"
     if servers in ("postgres", "etcd", "zookeeper"):  # their servers fix the node count: more is not for them
         used = cluster_shape(spec, cluster_options=ClusterOptions()).node_count
         try:
