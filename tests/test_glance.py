@@ -11,11 +11,11 @@ import pytest
 from lockcompare.render.glance import (
     COLUMN_PX,
     EMPTY,
-    GRID_ORIGIN_PX,
     MARKED_EDGE,
     ROW_PX,
     VERDICT_STYLE,
     glance_grid,
+    grid_origin_px,
     plot_glance,
     size_px,
 )
@@ -92,7 +92,7 @@ def test_the_png_has_each_cell_in_its_verdict_colour_and_marked_cells_framed(tmp
     width, height = size_px(grid)
     assert png_size(path) == (width, height)
     pixels = imread(path)
-    left, top = GRID_ORIGIN_PX
+    left, top = grid_origin_px(grid)
 
     def pixel(r: int, c: int, dx: int, dy: int) -> tuple[float, float, float]:
         y, x = top + ROW_PX * r + dy, left + COLUMN_PX * c + dx
@@ -106,3 +106,14 @@ def test_the_png_has_each_cell_in_its_verdict_colour_and_marked_cells_framed(tmp
             framed = cell is not None and cell.marked > 0
             edge = pixel(r, c, 4, ROW_PX // 2)
             assert (edge == pytest.approx(_rgb(MARKED_EDGE), abs=0.06)) is framed, (name, column, edge)
+
+
+@needs_matplotlib
+def test_a_long_backend_name_is_not_cut_at_the_left_edge(tmp_path: Path) -> None:
+    from matplotlib.image import imread
+
+    # The reproduction's glance once cut "redis-lock-renew-checked" and "node-sesame-using-checked".
+    long = [{**row, "backend": "node-sesame-using-checked-and-then-some"} for row in ROWS]
+    pixels = imread(plot_glance(long, out=tmp_path / "glance.png"))
+    edge = pixels[:, :3, :3]  # the image's first columns: background only, no glyph reaching them
+    assert float(edge.min()) > 0.9

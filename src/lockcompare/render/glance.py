@@ -48,9 +48,11 @@ MARKED_EDGE = "#54278f"
 EMPTY = "#ffffff"
 
 DPI = 100
-#: Cell size, room left of the grid (backend names), above it (title, experiment names), right of it
-#: (the last experiment name's tail), in pixels.
+#: Cell size, the least room left of the grid (backend names), above it (title, experiment names),
+#: right of it (the last experiment name's tail), in pixels; a backend name's characters at most
+#: LABEL_CHAR_PX wide each (the row labels' font), so the room left grows with the longest name.
 ROW_PX, COLUMN_PX, LABEL_PX, TOP_PX, RIGHT_PX = 64, 104, 170, 100, 90
+LABEL_CHAR_PX = 8
 LEGEND_ENTRY_PX, LEGEND_ROW_PX = 115, 18
 
 
@@ -139,13 +141,19 @@ def _footer_px(width: int) -> int:
     return 14 + LEGEND_ROW_PX * _legend_layout(width)[1]
 
 
+def label_px(grid: GlanceGrid) -> int:
+    """Room left of the grid: enough for the longest backend name (a plug-in's can be long)."""
+    return max(LABEL_PX, LABEL_CHAR_PX * max((len(row) for row in grid.rows), default=0) + 16)
+
+
 def size_px(grid: GlanceGrid) -> tuple[int, int]:
-    width = LABEL_PX + COLUMN_PX * len(grid.columns) + RIGHT_PX
+    width = label_px(grid) + COLUMN_PX * len(grid.columns) + RIGHT_PX
     return width, TOP_PX + ROW_PX * len(grid.rows) + _footer_px(width)
 
 
-#: Where the first cell's top-left corner is in the image (x from the left, y from the top).
-GRID_ORIGIN_PX = (LABEL_PX, TOP_PX)
+def grid_origin_px(grid: GlanceGrid) -> tuple[int, int]:
+    """Where the first cell's top-left corner is in the image (x from the left, y from the top)."""
+    return label_px(grid), TOP_PX
 
 
 def plot_glance(rows: Sequence[dict[str, Any]], *, out: Path) -> Path:
@@ -161,7 +169,7 @@ def plot_glance(rows: Sequence[dict[str, Any]], *, out: Path) -> Path:
     mpl.FigureCanvasAgg(fig)
     # The grid fills a fixed box in pixels: every cell is COLUMN_PX x ROW_PX whatever the labels.
     bottom = _footer_px(width)
-    ax = fig.add_axes((LABEL_PX / width, bottom / height, COLUMN_PX * len(grid.columns) / width,
+    ax = fig.add_axes((label_px(grid) / width, bottom / height, COLUMN_PX * len(grid.columns) / width,
                        ROW_PX * len(grid.rows) / height))  # fmt: skip
     from matplotlib.patches import Rectangle
 
