@@ -66,7 +66,7 @@ class Capability(StrEnum):
     #: The runner can read which lock node holds the lease (the lock key on each node), so a node
     #: fault can aim at ``nodes=holders:K`` or ``others:K``. Without it every such step would be
     #: skipped in every round and the trial would measure no fault at all.
-    LEASE_HOLDERS = "a readable lease holder per node"
+    LEASE_HOLDERS = "readable lease holders"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
