@@ -22,3 +22,18 @@ def assert_lock_held_up(metrics: TrialMetrics | dict[str, Any]) -> None:
     assert m["verdict"] != "unknown", m["problem"]
     assert int(m["entries"]) == int(m["entries_planned"]), m
     assert int(m["grants_while_held"]) == 0, m
+
+
+#: How ``matrix`` without ``--backends`` names a registered backend it leaves out because an optional
+#: part (Node clients, ZooKeeper, an extra) is not installed here (cli/options.py: _default_backends).
+SKIPPED_OPTIONAL_PREFIX = "lockcompare: skipping "
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The non-empty lines of ``stderr`` other than the "skipping <backend>: not viable here" notes,
+    which depend on what this machine has installed, not on the refusal a test is about."""
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.strip() and not (line.startswith(SKIPPED_OPTIONAL_PREFIX) and "not viable here" in line)
+    ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from expect import assert_lock_held_up
+from expect import assert_lock_held_up, error_lines
 from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.cli import app
 from lockcompare.infra.server import free_port
@@ -24,7 +24,7 @@ def invoke(*args: str):
 
 def assert_one_line_error(result, code: int, fragment: str) -> None:
     assert result.exit_code == code, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    lines = error_lines(result.stderr)  # without the "skipping <optional backend>" notes
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith("lockcompare: error: ") and fragment in lines[0], lines[0]
     assert "Traceback" not in result.output

@@ -144,12 +144,15 @@ def registered_names() -> list[str]:
     return sorted({ep.name for ep in _registered()})
 
 
-def load_backend(spec: str) -> type[LockBackend]:
+def load_backend(spec: str, *, check_viable: bool = True) -> type[LockBackend]:
     """The backend class for a registered name, a ``package.module:Class`` spec, or the path of an
     external client's manifest (``*.toml``: see :mod:`lockcompare.backends.external`).
 
     Raises :class:`UnknownNameError` for an unknown name, :class:`BackendLoadError` for a spec that
     does not resolve to a backend, :class:`BackendNotViableError` when its library is missing.
+    ``check_viable=False`` is for planning, which reads a backend's declarations but runs nothing:
+    a committed file's cells can be planned on a machine that lacks their clients (planning is not
+    running). A registered backend whose module cannot be imported here is not viable either way.
     """
     spec = spec.strip()
     cls: type[LockBackend]
@@ -169,7 +172,7 @@ def load_backend(spec: str) -> type[LockBackend]:
     if missing:
         raise BackendLoadError(f"{spec}: {cls!r} is not a lock backend (missing {', '.join(missing)})")
     check = getattr(cls, "check_viable", None)
-    if callable(check):
+    if check_viable and callable(check):
         check()
     return cls
 
