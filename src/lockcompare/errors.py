@@ -33,7 +33,7 @@ non-zero exit code (never a traceback)::
     ├── UnknownTrialsError           some trials were judged unknown (their problems printed first)
     ├── RenderError                  plots or a report could not be produced
     │   └── PlotDependencyError      matplotlib is not installed (says what to install)
-    └── Terminated                   SIGTERM arrived; everything was stopped; exit code 143
+    └── Terminated                   SIGTERM/SIGHUP/SIGQUIT arrived; everything was stopped; exit 128+N
 
 A few exceptions are signals inside one module and never reach the user, so they are not
 lockcompare errors: ``pg_client.SessionLost`` / ``QueryFailed`` (translated by their callers),
@@ -173,6 +173,11 @@ class PlotDependencyError(RenderError):
 
 
 class Terminated(LockcompareError):
-    """SIGTERM arrived: unwinding through every ``finally`` so that servers and workers stop."""
+    """SIGTERM (or SIGHUP, SIGQUIT) arrived: unwinding through every ``finally`` so that servers and
+    workers stop; the exit code is the shell's 128 + the signal's number."""
 
     exit_code = 143
+
+    def __init__(self, message: str, *, exit_code: int = 143) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

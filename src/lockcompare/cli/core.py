@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -39,6 +40,18 @@ def _setup_logging() -> None:
     logger.propagate = False
 
 
+@contextlib.contextmanager
+def _whole_command() -> Iterator[None]:
+    """What every command does, whatever it is: sweep the temporary directories a SIGKILLed run left
+    (even a ``--resume`` with nothing to do makes none of its own, issue 38), and end on SIGTERM,
+    SIGHUP or SIGQUIT as on Ctrl-C: one line, everything stopped, exit 128+N."""
+    from lockcompare.infra.lifecycle import remove_orphaned_dirs, sigterm_unwinds
+
+    remove_orphaned_dirs()
+    with sigterm_unwinds():
+        yield
+
+
 class OneLineErrors(TyperGroup):
     """Run the group in non-standalone mode and turn every failure into one line + exit code."""
 
@@ -46,7 +59,8 @@ class OneLineErrors(TyperGroup):
         _setup_logging()
         kwargs["standalone_mode"] = False  # whatever the caller asked: failures are ours to print
         try:
-            result = super().main(*args, **kwargs)
+            with _whole_command():
+                result = super().main(*args, **kwargs)
         except typer.TyperException as exc:  # typer's (vendored click's) usage and parameter errors
             ctx = getattr(exc, "ctx", None)
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
@@ -99,4 +113,8 @@ def _everywhere(
     """Where module:Class plug-ins are found, for every command (spawned workers inherit it)."""
     from lockcompare.backends import add_plugin_paths  # here: `lockcompare table` loads no backend at import
 
-    add_plugin_paths(first=[d for d in (plugin_path or "").split(os.pathsep) if d], last=[os.getcwd()])
+    try:  # a deleted working directory: no plug-in is found there, and no command needs it to exist
+        here = [os.getcwd()]
+    except OSError:
+        here = []
+    add_plugin_paths(first=[d for d in (plugin_path or "").split(os.pathsep) if d], last=here)

@@ -67,15 +67,18 @@ def _unwind(signum: int, frame: FrameType | None) -> None:
         return
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
-    raise Terminated("terminated by SIGTERM; servers and workers stopped")
+    name = signal.Signals(signum).name
+    raise Terminated(f"terminated by {name}; servers and workers stopped", exit_code=128 + signum)
 
 
 @contextlib.contextmanager
 def sigterm_unwinds() -> Iterator[None]:
-    """Turn SIGTERM into :class:`Terminated` and SIGINT into KeyboardInterrupt for the duration
-    (main thread only), both raised only where unwinding is safe (see :func:`_unwind`)."""
+    """Turn SIGTERM (and SIGHUP, SIGQUIT: a closed terminal, a Ctrl-\\) into :class:`Terminated` and
+    SIGINT into KeyboardInterrupt for the duration (main thread only), all raised only where
+    unwinding is safe (see :func:`_unwind`). Left to their defaults, SIGHUP and SIGQUIT ended a
+    matrix with no message and 3-12 temporary directories behind (issue 38)."""
     try:
-        previous = {sig: signal.signal(sig, _unwind) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous = {sig: signal.signal(sig, _unwind) for sig in UNWINDING_SIGNALS}
     except ValueError:  # not the main thread: leave the handlers alone
         yield
         return
@@ -85,6 +88,9 @@ def sigterm_unwinds() -> Iterator[None]:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
+
+#: The signals that end a run the way SIGTERM does: every ``finally`` runs, one line, exit 128+N.
+UNWINDING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 #: Workers are fresh interpreters (spawn): no inherited sockets, threads or locks of the runner.
 SPAWN = multiprocessing.get_context("spawn")
@@ -131,7 +137,7 @@ def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...
     _spare_children_the_main_script()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        with _signals_deferred(), _STARTING:
+        with _signals_deferred(), _STARTING, _cwd_that_exists():
             proc = SPAWN.Process(target=_child_main, args=(target, os.getpid(), args), daemon=True)
             proc.start()
         if proc.pid is not None:
@@ -139,6 +145,28 @@ def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...
         return proc
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
+def _cwd_that_exists() -> Iterator[None]:
+    """Spawn asks ``os.getcwd()`` for the child's working directory, which fails once the user's was
+    deleted (every command failed with "No such file or directory", issue 38): start the child from
+    ``/`` then, and come back to the deleted directory by its descriptor (relative paths keep
+    failing there, as they should)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        pass
+    else:
+        yield
+        return
+    here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.chdir("/")
+        yield
+    finally:
+        os.fchdir(here)
+        os.close(here)
 
 
 def _spare_children_the_main_script() -> None:
@@ -238,7 +266,7 @@ def _signals_deferred() -> Iterator[None]:
             os.kill(os.getpid(), signum)
 
 
-_DEFERRED = (signal.SIGINT, signal.SIGTERM)
+_DEFERRED = UNWINDING_SIGNALS
 
 
 #: Temporary directories lockcompare makes carry their owner's pid: ``lockcompare-p<PID>-<kind>-*``.
