@@ -28,6 +28,7 @@ from lockcompare.errors import LockcompareError, RenderError
 from lockcompare.render import table
 from lockcompare.render.glance import GLANCE_PNG, plot_glance
 from lockcompare.render.plots import matrix_png_name, plot_matrix, plot_timeline, require_matplotlib
+from lockcompare.render.staging import staged_folder
 from lockcompare.render.table import markdown_text
 from lockcompare.render.timeline import load_history
 
@@ -54,8 +55,11 @@ def timeline_png_name(cell: Cell) -> str:
 def write_report(*, results: Path, out: Path) -> list[Path]:
     """Write ``out/README.md`` and its PNGs; return their paths (the Markdown first).
 
-    PNGs of an earlier rendering into the same ``out`` that this one no longer shows are removed,
-    so the directory always matches its README.
+    Everything is rendered into a new folder beside ``out`` and put in its place whole (see
+    render/staging.py): a Ctrl-C or SIGTERM leaves the previous report or none, never PNGs
+    without their README (issue 38). PNGs of an earlier rendering into the same ``out`` that this
+    one no longer shows are dropped, so the directory always matches its README; the user's own
+    files in ``out`` stay.
     """
     rows = latest_rows(read_results(results))  # one row per trial, as the table counts them
     if not rows:
@@ -63,21 +67,27 @@ def write_report(*, results: Path, out: Path) -> list[Path]:
     require_matplotlib()  # before anything is written: a missing extra leaves no half-made report
     owned = _owned(out)
     _refuse_foreign(out, owned=owned, names=_planned_names(rows))
-    out.mkdir(parents=True, exist_ok=True)
-    pngs = [plot_glance(rows, out=out / GLANCE_PNG), *plot_matrix(rows, out=out)]
+    with staged_folder(out, ours=owned | {MANIFEST_NAME}) as into:
+        written = _render_into(into, rows=rows, results=results, out=out)
+        keep = {p.name for p in written}
+        (into / MANIFEST_NAME).write_text("".join(f"{name}\n" for name in sorted(keep)), encoding="utf-8")
+    return [out / p.name for p in written]
+
+
+def _render_into(into: Path, *, rows: Sequence[dict[str, Any]], results: Path, out: Path) -> list[Path]:
+    """Render the report's files into the folder ``into``, its links computed from ``out`` (where
+    they will be read); the Markdown first."""
+    pngs = [plot_glance(rows, out=into / GLANCE_PNG), *plot_matrix(rows, out=into)]
     cells = group_cells(rows)
     timelines: dict[str, str] = {}  # cell name -> its Markdown paragraph
     for cell in cells:
-        text, png = _timeline_section(cell, results=results, out=out)
+        text, png = _timeline_section(cell, results=results, out=out, into=into)
         timelines[cell.name] = text
         if png is not None:
             pngs.append(png)
     markdown = render_markdown(rows=rows, cells=cells, results=results, out=out, matrix_pngs=pngs, timelines=timelines)
-    report = out / REPORT_NAME
+    report = into / REPORT_NAME
     report.write_text(markdown, encoding="utf-8")
-    keep = {REPORT_NAME, *(p.name for p in pngs)}
-    _remove_stale(out, owned=owned, keep=keep)
-    (out / MANIFEST_NAME).write_text("".join(f"{name}\n" for name in sorted(keep)), encoding="utf-8")
     return [report, *pngs]
 
 
@@ -152,7 +162,7 @@ def _first_lost(cell: Cell) -> dict[str, Any] | None:
     return next((r for r in cell.rows if r["lost_updates"] > 0 and r["verdict"] != "unknown"), None)
 
 
-def _timeline_section(cell: Cell, *, results: Path, out: Path) -> tuple[str, Path | None]:
+def _timeline_section(cell: Cell, *, results: Path, out: Path, into: Path) -> tuple[str, Path | None]:
     row = _first_lost(cell)
     if row is None:
         return "", None
@@ -175,7 +185,10 @@ def _timeline_section(cell: Cell, *, results: Path, out: Path) -> tuple[str, Pat
     if not history:
         return f"{facts}\n\n(The history is empty, so there is no picture.)", None
     png = plot_timeline(
-        history, out=out / timeline_png_name(cell), title=f"{cell_title(cell)}: {row['trial_id']}", ttl_ms=row["ttl_ms"]
+        history,
+        out=into / timeline_png_name(cell),
+        title=f"{cell_title(cell)}: {row['trial_id']}",
+        ttl_ms=row["ttl_ms"],
     )
     picture = f"![timeline of {markdown_text(row['trial_id'])}]({png.name})"
     redraw = code(f"lockcompare history {row['history']} --plot {png.name} --from-ms A --to-ms B")
@@ -301,14 +314,6 @@ def _values(rows: Sequence[dict[str, Any]], column: str) -> str:
 
 def _rel(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path.resolve(), start.resolve())).as_posix()
-
-
-def _remove_stale(out: Path, *, owned: set[str], keep: set[str]) -> None:
-    """Remove the files an earlier rendering wrote that this one does not (and nothing else)."""
-    for name in sorted(owned - keep):
-        path = out / name
-        if path.is_file() and not path.is_symlink():
-            path.unlink()
 
 
 def code(value: object) -> str:
