@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from lockcompare.errors import UnknownNameError
 
 if TYPE_CHECKING:
+    from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.fakeclock import FakeClock
     from lockcompare.infra.replication import ReplicatedNodes
 
@@ -67,6 +68,11 @@ class Capability(StrEnum):
     #: fault can aim at ``nodes=holders:K`` or ``others:K``. Without it every such step would be
     #: skipped in every round and the trial would measure no fault at all.
     LEASE_HOLDERS = "readable lease holders"
+    #: The kind reads its nodes' roles (:class:`RoleKind`): a step can aim at ``nodes=leader``,
+    #: ``followers:K`` or ``holder-member`` (the node the holder's client is connected to).
+    ROLES = "readable roles"
+    #: Its servers reach each other through links lockcompare controls (infra/peerlinks.py): isolate, split.
+    PEER_LINKS = "peer links"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -149,6 +155,37 @@ class ReplicatingKind(ServerKind, Protocol):
 
     def replicated_nodes(self, *, count: int, binary: str | None = None) -> ReplicatedNodes:
         """``count`` pairs behind stable addresses, not started."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Roles:
+    """What a kind read of its lock nodes' roles at one moment (faults aim at ``nodes=leader`` with it).
+
+    ``leader``: the index of the node that leads (etcd's raft leader, ZooKeeper's leader, a
+    replicated server's primary or master), None when none does (an election under way, a quorum
+    lost) or it could not be told. ``modes``: what each node said of itself, in node order
+    ("leader", "follower", "down", "no leader", ...: the kind's own words), recorded in the history.
+    ``term``: the leader's term or epoch where the kind has one (0: none)."""
+
+    leader: int | None
+    modes: tuple[str, ...]
+    term: int = 0
+
+    def as_event(self) -> dict[str, object]:
+        """The fields a fault event records."""
+        return {"leader": self.leader, "modes": list(self.modes), **({"term": self.term} if self.term else {})}
+
+
+@runtime_checkable
+class RoleKind(ServerKind, Protocol):
+    """A kind offering :attr:`Capability.ROLES`: it says which of a cluster's lock nodes leads.
+
+    Read at injection time (faults/schedule.py), once before a role-aimed step and again before its
+    heal (who leads now); a node that does not answer is "down", never guessed."""
+
+    def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
+        """The roles of ``cluster``'s lock nodes now (the harness's direct links, never a worker's)."""
         ...
 
 
