@@ -170,7 +170,7 @@ def run_matrix_on_dask(
     host; this process writes every row and history."""
     from lockcompare.analysis.results import ResultsWriter
     from lockcompare.runner.matrix import MatrixReport
-    from lockcompare.runner.outfile import history_dir
+    from lockcompare.runner.outfile import claim_history_dir
     from lockcompare.runner.trial import new_run_id
 
     writer = ResultsWriter(out)
@@ -183,7 +183,7 @@ def run_matrix_on_dask(
 
         outcome = run_on_dask(
             batches_of(todo, cluster_options=cluster_options, jobs=jobs, fresh_workers=fresh_workers),
-            client=client, histories=history_dir(out), out_parent=out.parent, run_id=new_run_id(),
+            client=client, histories=claim_history_dir(out), out_parent=out.parent, run_id=new_run_id(),
             append=writer.append, on_row=shown,
         )  # fmt: skip
     finally:

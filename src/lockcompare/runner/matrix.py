@@ -39,7 +39,7 @@ from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.infra.pool import ClusterPool, SharedCluster, WithPostgres
 from lockcompare.infra.provenance import host_facts, registered_run
 from lockcompare.runner.crew import WorkerPool, spawn_crew
-from lockcompare.runner.outfile import history_dir, history_ids, prepare_out, remove_unpointed
+from lockcompare.runner.outfile import claim_history_dir, history_ids, prepare_out, remove_unpointed
 from lockcompare.runner.scheduler import (
     CpuBudget,
     Finished,
@@ -475,7 +475,7 @@ def _run_locked(
         # trials there run one at a time, as --jobs's help says.
         jobs = 1
     writer = ResultsWriter(out)
-    histories = history_dir(out)
+    histories = claim_history_dir(out)  # never another results file's (issue 38)
     pointed = history_ids(out)  # histories rows of the file already point to (an unknown one rerun)
     run_id = new_run_id()
     budget = CpuBudget(cpus=usable_cpus(), share=cpu_share, prior=prior_busy_fraction(time_scale))
