@@ -47,6 +47,8 @@ class FinishedTrial(Protocol):
     def load_avg_1m(self) -> float: ...
     @property
     def concurrent_runs(self) -> int: ...
+    @property
+    def isolation(self) -> str: ...
 
 
 log = logging.getLogger("lockcompare")
@@ -55,9 +57,10 @@ log = logging.getLogger("lockcompare")
 #: (client_timeout_ms); 7: a row's ``note``: what was out of the ordinary in how it was produced
 #: (resumed over another code revision, and why; rerun after its host was lost); 8: the server
 #: setting (redis, valkey) and ``server_version`` (was ``redis_version``: it held "postgresql 18.6"
-#: for a PostgreSQL resource, and "7.2.4" for Valkey). The settings' legacy values come from
-#: spec/settings.py.
-SCHEMA_VERSION = 8
+#: for a PostgreSQL resource, and "7.2.4" for Valkey); 9: ``isolation``, what held each client
+#: (cgroup-v1, cgroup-v2 or process-group: infra/cgroup.py; empty in older rows, which had process
+#: groups or less). The settings' legacy values come from spec/settings.py.
+SCHEMA_VERSION = 9
 
 #: What a row of an older schema meant for the columns it lacks: each setting's legacy value
 #: (spec/settings.py: until schema 3 the pause was an in-process sleep; schema 1: it landed right
@@ -69,7 +72,7 @@ _LEGACY = {name: value for name, (_, value) in LEGACY_VALUES.items()} | _LEGACY_
 #: Where and by what the row was produced; "" in rows migrated from before schema 4.
 PROVENANCE_COLUMNS = (
     "lockcompare_version", "source_revision", "host", "cpu_count", "load_avg_1m", "concurrent_runs",
-    "jobs_concurrent", "cluster", "server_version", "lock_nodes_reachable", "note",
+    "jobs_concurrent", "cluster", "server_version", "lock_nodes_reachable", "isolation", "note",
 )  # fmt: skip
 METRIC_COLUMNS = tuple(f.name for f in fields(TrialMetrics))
 #: How late the machine ran the trial against its experiment's margin (analysis/sentinel.py); empty
@@ -117,6 +120,7 @@ def make_row(
         "cluster": cluster_kind,
         "server_version": server_version,
         "lock_nodes_reachable": result.lock_nodes_reachable,
+        "isolation": result.isolation,
         "note": note,
         **result.metrics.as_row(),
         **(result.timing.as_row() if result.timing is not None else {}),
@@ -386,6 +390,53 @@ def rewrite(path: Path, rows: list[dict[str, Any]]) -> None:
             os.fsync(fh.fileno())
 
     replace_atomically(path, write)
+
+
+def superseded_path(path: Path) -> Path:
+    """Where the rows a rerun replaced are kept: ``x.csv`` -> ``x.superseded.csv``, beside it (the
+    same histories folder: each superseded row keeps the history it was judged from)."""
+    return path.with_name(f"{path.stem}.superseded{path.suffix}")
+
+
+def split_superseded(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(one row per trial, the rows a later row of the same trial replaced), each in file order: a
+    trial run again (after an ``unknown`` verdict) is its latest row, in the place of its first."""
+    last: dict[str, int] = {}
+    for index, row in enumerate(rows):
+        last[row["trial_id"]] = index
+    kept: list[dict[str, Any]] = []
+    superseded: list[dict[str, Any]] = []
+    placed: set[str] = set()
+    for index, row in enumerate(rows):
+        trial_id = row["trial_id"]
+        if last[trial_id] != index:
+            superseded.append(row)
+            if trial_id not in placed:
+                kept.append(rows[last[trial_id]])
+                placed.add(trial_id)
+        elif trial_id not in placed:
+            kept.append(row)
+            placed.add(trial_id)
+    return kept, superseded
+
+
+def supersede(path: Path, row: dict[str, Any]) -> int:
+    """Put ``row`` in the place of the rows of its trial already in ``path`` (a rerun after an
+    ``unknown`` verdict), so every reader, a plain CSV reader included, sees one row per trial. The
+    replaced rows are appended to :func:`superseded_path` first, then ``path`` is rewritten
+    atomically (a crash between the two leaves the old row in both: the trial reruns). Returns how
+    many rows were replaced (0: the trial had none, and ``row`` is appended)."""
+    rows = inspect_results(path).rows if path.exists() else []
+    old = [r for r in rows if r["trial_id"] == row["trial_id"]]
+    if not old:
+        ResultsWriter(path).append(row)
+        return 0
+    side = ResultsWriter(superseded_path(path))
+    for r in old:
+        side.append(r)
+    kept, _ = split_superseded([*rows, row])
+    rewrite(path, kept)
+    return len(old)
 
 
 def finished_trials(rows: list[dict[str, Any]]) -> set[str]:

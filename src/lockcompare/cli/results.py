@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from lockcompare.analysis.compare import compare_rows, comparison_table, differs
-from lockcompare.analysis.results import inspect_results, read_results, rewrite
+from lockcompare.analysis.results import (
+    ResultsWriter,
+    inspect_results,
+    read_results,
+    rewrite,
+    split_superseded,
+    superseded_path,
+)
 from lockcompare.cli.core import app
 from lockcompare.cli.options import (
     _split,
@@ -144,23 +151,51 @@ def report(
 
 @app.command()
 def upgrade(
-    paths: Annotated[list[Path], typer.Argument(help="Results CSVs to bring to the current schema.")],
+    paths: Annotated[list[Path], typer.Argument(help="Results CSVs (or explore logs) to bring to the current schema.")],
 ) -> None:
-    """Rewrite results CSVs in the current schema, atomically (truncated rows are dropped and named)."""
-    found = [inspect_results(path) for path in paths]  # every file readable before any is rewritten
+    """Rewrite results CSVs in the current schema, atomically: truncated rows are dropped and named,
+    and a trial's rows replaced by its rerun move to FILE.superseded.csv (one row per trial). An
+    explore log (explored.csv) gets its own id for every request that ran no trial."""
+    from lockcompare.evaluation.explore_log import is_explore_log, upgrade_log
+
+    logs = [path for path in paths if is_explore_log(path)]
+    found = [inspect_results(path) for path in paths if path not in logs]  # all readable before any is rewritten
+    plans = {f.path: split_superseded(f.kept_rows()) for f in found}
     for f in found:
-        if f.needs_rewrite:
+        if f.needs_rewrite or plans[f.path][1]:
             check_output_file(f.path, flag="upgrade")  # every rewrite possible before the first is made
+    for path in logs:
+        changed = upgrade_log(path)
+        print(f"{path}: explore log, {changed} request(s) without a trial given their own id", file=sys.stderr)
     for f in found:
-        if not f.needs_rewrite:
+        kept, superseded = plans[f.path]
+        if not f.needs_rewrite and not superseded:
             print(f"{f.path}: already current ({len(f.rows)} rows)", file=sys.stderr)
             continue
-        kept = f.kept_rows()
         with results_lock(f.path):  # never under a run that is appending to it
+            _keep_superseded(f.path, superseded, kept=kept)
             rewrite(f.path, kept)
         dropped = (
             f"; dropped truncated row(s) at line {', '.join(map(str, f.truncated_lines))}" if f.truncated_lines else ""
         )
-        if len(kept) < len(f.rows):
-            dropped += f"; dropped {len(f.rows) - len(kept)} earlier row(s) of trials judged twice"
+        judged_twice = len(f.rows) - len(f.kept_rows())
+        if judged_twice:
+            dropped += f"; dropped {judged_twice} earlier row(s) of trials judged twice"
+        if superseded:
+            dropped += f"; moved {len(superseded)} row(s) replaced by their rerun to {superseded_path(f.path).name}"
         print(f"{f.path}: rewritten from schema {f.oldest_schema} ({len(kept)} rows){dropped}", file=sys.stderr)
+
+
+def _keep_superseded(path: Path, superseded: list[dict[str, Any]], *, kept: list[dict[str, Any]]) -> None:
+    """Append the rows a rerun replaced to FILE.superseded.csv. A row whose history file is the one
+    its rerun wrote (files from before reruns had names of their own) no longer has its history:
+    its ``history`` is emptied and its ``note`` says why, rather than pointing at another trial's events."""
+    rerun_history = {str(row["history"]) for row in kept}
+    side = ResultsWriter(superseded_path(path))
+    for old in superseded:
+        row = dict(old)
+        if str(row.get("history") or "") in rerun_history:
+            row["history"] = ""
+            gone = "history overwritten by its rerun (before reruns kept their own)"
+            row["note"] = "; ".join(filter(None, [str(row.get("note") or ""), gone]))
+        side.append(row)

@@ -9,6 +9,7 @@ written once, and a resume with different ones is refused with the first differe
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,6 +29,16 @@ COLUMNS = (
     "phase", "schedule", "rounds", "seed", "result", "verdict", *METRIC_COLUMNS, "trial_seconds", "trial_id",
     "history", "problem",
 )  # fmt: skip
+#: The ``trial_id`` of a request that ran no trial (a schedule the matrix refused, servers that
+#: would not start): unique per request, so a plain CSV reader sees one row per trial id, and no
+#: such row is mistaken for a trial (issue 42: 84 requests without a trial shared the id "").
+NO_TRIAL_PREFIX = "no-trial."
+
+
+def no_trial_id(*, schedule: str, rounds: int, seed: int) -> str:
+    """The id of the one request ``(schedule, rounds, seed)`` that ran no trial (the log's key)."""
+    digest = hashlib.sha1(f"{schedule}|{rounds}|{seed}".encode()).hexdigest()[:12]
+    return f"{NO_TRIAL_PREFIX}{digest}"
 
 
 class ExploreLog:
@@ -71,7 +82,9 @@ class ExploreLog:
             "phase": phase, "schedule": request.schedule, "rounds": request.rounds, "seed": request.seed,
             "result": result, "verdict": outcome.verdict,
             **{m: int(outcome.metrics.get(m, 0)) for m in METRIC_COLUMNS},
-            "trial_seconds": f"{outcome.trial_seconds:.3f}", "trial_id": outcome.trial_id,
+            "trial_seconds": f"{outcome.trial_seconds:.3f}",
+            "trial_id": outcome.trial_id
+            or no_trial_id(schedule=request.schedule, rounds=request.rounds, seed=request.seed),
             "history": _relative(outcome.history, self.path.parent), "problem": outcome.problem,
         }  # fmt: skip
         with writing(self.path), self.path.open("a", newline="") as f:
@@ -112,7 +125,7 @@ def read_outcomes(path: Path) -> dict[tuple[str, int, int], TrialOutcome]:
                         metrics={m: int(row[m]) for m in METRIC_COLUMNS},
                         trial_seconds=float(row["trial_seconds"]),
                         history=str(path.parent / row["history"]) if row["history"] else "",
-                        trial_id=row["trial_id"],
+                        trial_id="" if row["trial_id"].startswith(NO_TRIAL_PREFIX) else row["trial_id"],
                         problem=row["problem"],
                     )
                 except ValueError:
@@ -120,3 +133,37 @@ def read_outcomes(path: Path) -> dict[tuple[str, int, int], TrialOutcome]:
     except OSError as exc:
         raise ResultsFileError(f"cannot read {path}: {exc}") from exc
     return outcomes
+
+
+def is_explore_log(path: Path) -> bool:
+    """True when ``path`` is an explore log (its header is :data:`COLUMNS`)."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            return next(csv.reader(f), None) == list(COLUMNS)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return False
+
+
+def upgrade_log(path: Path) -> int:
+    """Give every row of an explore log that ran no trial its own :func:`no_trial_id` (logs written
+    before it shared the id ""), atomically; returns how many rows changed."""
+    from lockcompare.files import replace_atomically
+
+    with path.open(newline="", encoding="utf-8-sig") as f:
+        allow_fields_of(path.stat().st_size)
+        rows = list(csv.DictReader(f))
+    changed = 0
+    for row in rows:
+        if not row["trial_id"]:
+            row["trial_id"] = no_trial_id(schedule=row["schedule"], rounds=int(row["rounds"]), seed=int(row["seed"]))
+            changed += 1
+    if changed:
+
+        def write(tmp: Path) -> None:
+            with tmp.open("w", newline="", encoding="utf-8") as f:
+                writer = csv.writer(f)
+                writer.writerow(COLUMNS)
+                writer.writerows([row[c] for c in COLUMNS] for row in rows)
+
+        replace_atomically(path, write)
+    return changed

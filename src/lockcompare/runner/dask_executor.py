@@ -94,8 +94,11 @@ def run_on_dask(
     run_id: str,
     append: Callable[[dict[str, Any]], None],
     on_row: Callable[[TrialSpec, dict[str, Any], int], None] | None = None,
+    rerun_ids: frozenset[str] = frozenset(),
 ) -> DaskOutcome:
-    """Run ``batches`` on ``client``'s cluster; ``append`` each row (histories written first)."""
+    """Run ``batches`` on ``client``'s cluster; ``append`` each row (histories written first). A
+    trial of ``rerun_ids`` (its unknown row is in the file) gets a history name of its own, so the
+    row it replaces keeps its history."""
     from distributed import as_completed
 
     by_id = {spec.trial_id: spec for batch in batches for spec in batch.specs}
@@ -123,7 +126,7 @@ def run_on_dask(
         for host_row in host_rows:
             row = dict(host_row.row)
             trial_id = str(row["trial_id"])
-            path = histories / f"{trial_id}.jsonl.gz"
+            path = histories / (f"{trial_id}.{run_id}.jsonl.gz" if trial_id in rerun_ids else f"{trial_id}.jsonl.gz")
             _write_history(path, host_row.history)
             row["history"] = str(path.relative_to(out_parent))
             row["run_id"] = run_id
@@ -168,12 +171,20 @@ def run_matrix_on_dask(
 ) -> MatrixReport:
     """The matrix's trials ``todo`` on the Dask cluster at ``address``: ``jobs`` trials at once per
     host; this process writes every row and history."""
-    from lockcompare.analysis.results import ResultsWriter
+    from lockcompare.analysis.results import ResultsWriter, supersede
     from lockcompare.runner.matrix import MatrixReport
-    from lockcompare.runner.outfile import claim_history_dir
+    from lockcompare.runner.outfile import claim_history_dir, history_ids
     from lockcompare.runner.trial import new_run_id
 
     writer = ResultsWriter(out)
+    reruns = frozenset(history_ids(out))  # trials whose unknown row is in the file: a rerun replaces it
+
+    def append(row: dict[str, Any]) -> None:
+        if str(row["trial_id"]) in reruns:
+            supersede(out, row)
+        else:
+            writer.append(row)
+
     client = connect(address)
     try:
 
@@ -184,7 +195,7 @@ def run_matrix_on_dask(
         outcome = run_on_dask(
             batches_of(todo, cluster_options=cluster_options, jobs=jobs, fresh_workers=fresh_workers),
             client=client, histories=claim_history_dir(out), out_parent=out.parent, run_id=new_run_id(),
-            append=writer.append, on_row=shown,
+            append=append, on_row=shown, rerun_ids=reruns,
         )  # fmt: skip
     finally:
         client.close()
@@ -203,5 +214,5 @@ def result_of_row(spec: TrialSpec, row: dict[str, Any]) -> TrialResult:
     return TrialResult(
         spec=spec, metrics=metrics, history=[], wall_s=float(row["wall_s"]), started_at=str(row["started_at"]),
         lock_nodes_reachable=int(row["lock_nodes_reachable"]), load_avg_1m=float(row["load_avg_1m"] or 0),
-        concurrent_runs=int(row["concurrent_runs"] or 0),
+        concurrent_runs=int(row["concurrent_runs"] or 0), isolation=str(row.get("isolation") or ""),
     )  # fmt: skip

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockcompare.analysis.results import ResultsWriter, make_row
+from lockcompare.analysis.results import ResultsWriter, make_row, supersede
 from lockcompare.backends import BackendConfig, load_backend, require_declarations
 from lockcompare.errors import (
     BackendLoadError,
@@ -490,7 +490,8 @@ def _run_locked(
 
     def run_one(spec: TrialSpec, cluster: Cluster) -> tuple[TrialResult, dict[str, Any]]:
         result = run_trial(spec=spec, cluster=cluster, run_id=run_id, crews=crews)
-        path = save_history(result, histories)
+        # A rerun (the file holds the trial's unknown row) keeps that row's history: a name of its own.
+        path = save_history(result, histories, attempt=run_id if spec.trial_id in pointed else "")
         saved[spec.trial_id] = path
         row = make_row(
             result,
@@ -509,7 +510,12 @@ def _run_locked(
         result, row = done.result
         row["jobs_concurrent"] = done.jobs_concurrent
         jobs_used = max(jobs_used, done.jobs_concurrent)
-        writer.append(row)  # on_done runs in the main thread only: rows never interleave
+        # on_done runs in the main thread only: rows never interleave. A rerun takes its old row's
+        # place (the old row moves to the .superseded file): one row per trial in the file.
+        if done.spec.trial_id in pointed:
+            supersede(out, row)
+        else:
+            writer.append(row)
         rowed.add(done.spec.trial_id)
         verdict = result.metrics.verdict
         if verdict == "unknown":
@@ -560,7 +566,7 @@ def _run_locked(
             )
         finally:
             workers.close()
-            remove_unpointed(saved, rowed=rowed, kept=pointed)
+            remove_unpointed(saved, rowed=rowed, kept=set())  # a rerun's history has a name of its own
     return MatrixReport(
         out=out,
         trials_run=len(todo),

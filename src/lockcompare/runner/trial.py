@@ -30,7 +30,7 @@ from lockcompare.faults import network, plan
 from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.holders import DEFAULT_KEY_PATTERN, LockHolders, key_glob
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
-from lockcompare.infra import health, provenance
+from lockcompare.infra import cgroup, health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.etcd_server import is_etcd_url
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group, start_worker_process
@@ -61,6 +61,7 @@ class TrialResult:
     load_avg_1m: float  # the machine's load when the trial started
     concurrent_runs: int  # other lockcompare runs active when the trial started
     timing: TimingVerdict | None = None  # how late the machine ran it (analysis/sentinel.py)
+    isolation: str = ""  # what held each client: cgroup-v1, cgroup-v2 or process-group (infra/cgroup.py)
 
 
 def new_run_id() -> str:
@@ -177,7 +178,7 @@ def _run_trial(
         wall_start = time.monotonic()
         freezer = Freezer()  # its pause events join the history
         with StopWatch() as stops:
-            events, failure = _run_workers(
+            events, failure, isolation = _run_workers(
                 plans,
                 timeout_s=worst_case_duration_s(spec),
                 call_timeout_s=call_deadline_s(spec),
@@ -214,6 +215,7 @@ def _run_trial(
             load_avg_1m=load_avg,
             concurrent_runs=others,
             timing=_judge_timing(spec, events),
+            isolation=isolation,
         )
     finally:
         delete_keys_containing((*cluster.node_urls, cluster.resource_url), prefix)
@@ -355,14 +357,15 @@ def _run_workers(
     crews: CrewSource = spawn_crew,
     freezer: Freezer | None = None,
     freezes: bool = False,
-) -> tuple[list[Event], str]:
+) -> tuple[list[Event], str, str]:
     """Start one process per plan, release them together, gather their histories.
 
     The start barrier is a handshake: each worker connects, reports ``ready``, and waits for
     ``go``, sent down every pipe once every worker is ready (a worker that dies during start-up is
     noticed at once, not after a barrier timeout). Returns the merged history and "" — or what
     went wrong: a worker that failed, a backend call past ``call_timeout_s``, a trial past
-    ``timeout_s``. Workers are stopped in ``finally`` whatever happens.
+    ``timeout_s``, a client that hit its process limit — and the isolation the workers had
+    (infra/cgroup.py). Workers are stopped in ``finally`` whatever happens.
 
     A helper process that left its worker's process group is named once (a warning and an
     ``escaped`` event in the history); in a trial that ``freezes`` its workers (a SIGSTOP pause,
@@ -370,17 +373,19 @@ def _run_workers(
     """
     freezer = freezer or Freezer()
     crew = crews(plans)
+    isolation = getattr(crew, "isolation", cgroup.PROCESS_GROUP)
     if faults is not None:
         faults.attach_workers(pids=tuple(crew.pids[c] for c in crew.conns), freezer=freezer)
     try:
         pids = [crew.pids[c] for c in crew.conns]
         watch = _Watch(
             conns=crew.conns, slots=crew.slots, freezer=freezer, pids=pids, call_timeout_s=call_timeout_s,
-            backend=backend, faults=faults, groups=GroupView(leaders=pids),
+            backend=backend, faults=faults, groups=GroupView(leaders=pids, cgroup_members=cgroup.cgroup_members),
         )  # fmt: skip
         ready, problem = watch.collect(timeout_s=START_TIMEOUT_S, what="start")
         if problem or any(status != "ready" for status, _, _ in ready):
-            return _outcome(ready, problem)
+            events, failure = _outcome(ready, problem)
+            return events, "; ".join(filter(None, [failure, cgroup.limit_problem(pids)])), isolation
         watch.name_escaped(force=True)  # every backend is constructed: its helpers have started
         if faults is not None:
             # Standing faults (a partition, a slow link) are there from the first round; a fault's
@@ -390,7 +395,8 @@ def _run_workers(
         events, failure = _outcome(*watch.collect(timeout_s=timeout_s, what="finish"))
         if watch.escaped and freezes:
             failure = "; ".join(filter(None, [failure, _escape_problem(watch.escaped)]))
-        return history_io.merge([events, watch.escaped]), failure
+        failure = "; ".join(filter(None, [failure, cgroup.limit_problem(pids)]))  # a fork loop: bounded, named
+        return history_io.merge([events, watch.escaped]), failure, isolation
     finally:
         try:
             if faults is not None:
@@ -522,10 +528,10 @@ class _Watch:
             worker = self.pids.index(leader)
             helper = describe_escaped(proc)
             _log.warning(
-                "worker %d: helper process %s left the worker's process group (setsid/setpgid): "
-                "a pause or strobe of the worker does not stop it",
+                "worker %d: helper process %s left the worker's %s: a pause or strobe of the worker does not stop it",
                 worker,
                 helper,
+                "process group (setsid/setpgid)" if cgroup.of(leader) is None else "cgroup",
             )
             self.escaped.append(
                 {"worker": -1, "round": -1, "kind": "escaped", "t0": now_ns(), "t1": now_ns(),
@@ -582,7 +588,11 @@ def _construct_and_close(backend: str, config: BackendConfig, conn: Connection) 
         conn.close()
 
 
-def save_history(result: TrialResult, directory: Path) -> Path:
-    path = directory / f"{result.spec.trial_id}.jsonl.gz"
+def save_history(result: TrialResult, directory: Path, *, attempt: str = "") -> Path:
+    """The trial's history as ``<trial_id>.jsonl.gz``; a rerun of a trial the results file already
+    holds names its ``attempt`` (``<trial_id>.<attempt>.jsonl.gz``), so the row it replaces keeps
+    the history it was judged from."""
+    name = f"{result.spec.trial_id}.{attempt}" if attempt else result.spec.trial_id
+    path = directory / f"{name}.jsonl.gz"
     history_io.save(result.history, path)
     return path
