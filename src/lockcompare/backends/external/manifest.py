@@ -53,6 +53,10 @@ from pathlib import Path
 from typing import Any
 
 from lockcompare.errors import BackendLoadError
+from lockcompare.files import read_capped
+
+#: A manifest is a page of TOML; anything larger is not one.
+MANIFEST_MAX_BYTES = 256 * 1024
 
 #: The protocol versions this lockcompare speaks (docs/clients.md).
 PROTOCOL_VERSIONS = (1,)
@@ -130,10 +134,16 @@ _KEY = {"pattern": str, "type": str}
 def load_manifest(path: str | Path) -> Manifest:
     """Read and check the manifest at ``path`` (one :class:`BackendLoadError` line if it is not one)."""
     source = Path(path).expanduser().resolve()
+    # Read as bytes and decoded here: a manifest in another encoding was a UnicodeDecodeError traceback
+    # (issue 38); a device or a huge file is refused by the cap.
+    data = read_capped(source, limit=MANIFEST_MAX_BYTES, error=BackendLoadError)
     try:
-        text = source.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BackendLoadError(f"client manifest {path}: cannot read it: {exc.strerror or exc}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BackendLoadError(
+            f"client manifest {path}: not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r}); "
+            "a manifest is TOML, which is UTF-8"
+        ) from None
     return parse_manifest(text, source=source)
 
 
