@@ -2,8 +2,9 @@
 
 The class carries the manifest's claims as the class attributes every backend declares
 (``exclusive``, ``issues_fencing_tokens``, ``survives_minority_loss``, ``servers``, ``has_ttl``,
-``min_ttl_ms``, ``client_timeout_s``), plus ``renews`` / ``checks_lease`` and where the key lives
-(``key_pattern`` / ``key_type``, read by the runner's fault targeting). So ``run``, ``matrix``,
+``min_ttl_ms``, ``ttl_step_ms``, ``expiry_lag_ms``, ``client_timeout_s``), plus ``renews`` /
+``checks_lease`` and where the key lives (``key_pattern`` / ``key_type``, read by the runner's fault
+targeting). So ``run``, ``matrix``,
 ``bench``, ``evaluate``, ``explore`` and the battery use it like any other backend.
 
 How each call maps onto the protocol (docs/clients.md):
@@ -83,6 +84,8 @@ class ExternalBackend:
     has_ttl: ClassVar[bool] = True
     servers: ClassVar[str] = "redis"
     min_ttl_ms: ClassVar[int] = 0
+    ttl_step_ms: ClassVar[int] = 0
+    expiry_lag_ms: ClassVar[int] = 0
     key_pattern: ClassVar[str] = "*{key}"
     key_type: ClassVar[str] = "string"
     external: ClassVar[bool] = True
@@ -110,6 +113,11 @@ class ExternalBackend:
             raise InvalidValueError(
                 f"backend {cls.manifest.name!r} needs a TTL of at least {cls.min_ttl_ms} ms (its library refuses "
                 f"shorter ones); got {ttl_ms} ms"
+            )
+        if cls.ttl_step_ms and ttl_ms % cls.ttl_step_ms:
+            raise InvalidValueError(
+                f"backend {cls.manifest.name!r} takes TTLs in multiples of {cls.ttl_step_ms} ms (its library grants "
+                f"nothing else); got {ttl_ms} ms (choose a --time-scale that makes the TTL one)"
             )
 
     def __init__(self, *, config: BackendConfig) -> None:
@@ -412,6 +420,8 @@ def backend_class(manifest: Manifest) -> type[ExternalBackend]:
         "has_ttl": claims.has_ttl,
         "servers": manifest.servers,
         "min_ttl_ms": manifest.min_ttl_ms,
+        "ttl_step_ms": manifest.ttl_step_ms,
+        "expiry_lag_ms": manifest.expiry_lag_ms,
         "key_pattern": manifest.key.pattern,
         "key_type": manifest.key.type,
     }

@@ -15,6 +15,8 @@ in the Python worker; only the lock calls cross the pipe. A complete manifest::
     # client_timeout_s = 2.0              # the library's own request timeout, if it has one
     # reply_timeout_s = 3.0               # how long a reply may take before it counts as late
     # min_ttl_ms = 600                    # the shortest TTL the library accepts
+    # ttl_step_ms = 1000                  # TTLs must be multiples of this (etcd leases: whole seconds)
+    # expiry_lag_ms = 600                 # how late after its TTL the server may end a lease
 
     [claims]
     exclusive = true
@@ -104,6 +106,8 @@ class Manifest:
     client_timeout_s: float | None = None
     reply_timeout_s: float | None = None
     min_ttl_ms: int = 0
+    ttl_step_ms: int = 0
+    expiry_lag_ms: int = 0
 
     @property
     def directory(self) -> Path:
@@ -122,6 +126,8 @@ _TOP = {
     "client_timeout_s": float,
     "reply_timeout_s": float,
     "min_ttl_ms": int,
+    "ttl_step_ms": int,
+    "expiry_lag_ms": int,
     "claims": dict,
     "key": dict,
 }
@@ -178,8 +184,9 @@ def parse_manifest(text: str, *, source: Path) -> Manifest:
     for name in ("client_timeout_s", "reply_timeout_s"):
         if name in raw and not raw[name] > 0:
             raise BackendLoadError(f"{where}: {name} must be positive, got {raw[name]}")
-    if raw.get("min_ttl_ms", 0) < 0:
-        raise BackendLoadError(f"{where}: min_ttl_ms must not be negative")
+    for name in ("min_ttl_ms", "ttl_step_ms", "expiry_lag_ms"):
+        if raw.get(name, 0) < 0:
+            raise BackendLoadError(f"{where}: {name} must not be negative")
     if not raw["name"].strip() or not raw["summary"].strip():
         raise BackendLoadError(f"{where}: name and summary must not be empty")
     return Manifest(
@@ -196,6 +203,8 @@ def parse_manifest(text: str, *, source: Path) -> Manifest:
         client_timeout_s=_float_or_none(raw.get("client_timeout_s")),
         reply_timeout_s=_float_or_none(raw.get("reply_timeout_s")),
         min_ttl_ms=raw.get("min_ttl_ms", 0),
+        ttl_step_ms=raw.get("ttl_step_ms", 0),
+        expiry_lag_ms=raw.get("expiry_lag_ms", 0),
     )
 
 

@@ -23,6 +23,8 @@ SHIPPED = {
     "NodeSesameUsingChecked": "node/sesame-using-checked.toml",
     "NodeSemaphoreMutex": "node/semaphore-mutex.toml",
     "NodeSemaphoreRedlock": "node/semaphore-redlock.toml",
+    "EtcdGoMutex": "go/etcd-go-mutex.toml",
+    "EtcdGoFenced": "go/etcd-go-fenced.toml",
 }
 
 ENV_CLIENTS_DIR = "LOCKCOMPARE_CLIENTS_DIR"
