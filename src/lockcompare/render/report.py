@@ -27,6 +27,7 @@ from lockcompare.analysis.sentinel import is_marked
 from lockcompare.errors import LockcompareError, RenderError
 from lockcompare.render import table
 from lockcompare.render.glance import GLANCE_PNG, plot_glance
+from lockcompare.render.html_report import HTML_DIR, write_html_report
 from lockcompare.render.plots import matrix_png_name, plot_matrix, plot_timeline, require_matplotlib
 from lockcompare.render.staging import staged_folder
 from lockcompare.render.table import markdown_text
@@ -88,7 +89,7 @@ def _render_into(into: Path, *, rows: Sequence[dict[str, Any]], results: Path, o
     markdown = render_markdown(rows=rows, cells=cells, results=results, out=out, matrix_pngs=pngs, timelines=timelines)
     report = into / REPORT_NAME
     report.write_text(markdown, encoding="utf-8")
-    return [report, *pngs]
+    return [report, *pngs, write_html_report(rows=rows, results=results, out=into / HTML_DIR)]
 
 
 def _owned(out: Path) -> set[str]:
