@@ -134,6 +134,11 @@ class RedisLockRenew:
     issues_fencing_tokens: ClassVar[bool] = False
     #: The library's shortest expiry (whole seconds, at least 1): the battery's short lease uses it.
     min_ttl_ms: ClassVar[int] = 1000
+    #: Where the lease lives (faults/holders.py): python-redis-lock keeps the owner under
+    #: ``lock:<name>`` and a list ``lock-signal:<name>`` beside it, which the default ``*<key>`` also
+    #: matched: 678 injection events of the reproduction read ``'<list>'`` instead of the owner.
+    key_pattern: ClassVar[str] = "lock:{key}"
+    key_type: ClassVar[str] = "string"
 
     @classmethod
     def check_viable(cls) -> None:
