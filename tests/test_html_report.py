@@ -1,0 +1,183 @@
+"""The HTML report (render/html_report.py, render/svg_timeline.py): pure checks of the SVG on a
+hand-built history, and a real browser (headless Chromium) that loads the index from ``file://``,
+follows a grid cell to its trials and a trial to its page, reads the rendered DOM, sorts a table
+by a click, takes screenshots, and finds no console message (an uncaught error would be one)."""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from lockcompare.analysis.results import latest_rows, read_results
+from lockcompare.errors import RenderError
+from lockcompare.render.html_report import MARKER, write_html_report
+from lockcompare.render.svg_timeline import render_svg
+
+RESULTS = Path(__file__).resolve().parent.parent / "results" / "contend.csv"  # 15 trials, 3 cells, committed
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium: apt-get install chromium")
+MS = 1_000_000
+
+
+class Dom(HTMLParser):
+    """The elements of a page as (tag, attributes, text directly inside)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.elements: list[tuple[str, dict[str, str], list[str]]] = []
+        self._open: list[int] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.elements.append((tag, {k: v or "" for k, v in attrs}, []))
+        self._open.append(len(self.elements) - 1)
+
+    def handle_endtag(self, tag: str) -> None:
+        while self._open and self.elements[self._open.pop()][0] != tag:
+            pass
+
+    def handle_data(self, data: str) -> None:
+        if self._open:
+            self.elements[self._open[-1]][2].append(data)
+
+    def having(self, tag: str, cls: str | None = None) -> list[tuple[str, dict[str, str], list[str]]]:
+        return [e for e in self.elements if e[0] == tag and (cls is None or cls in e[1].get("class", "").split())]
+
+
+def _event(worker: int, rnd: int, kind: str, t0_ms: float, t1_ms: float | None = None, **fields: object) -> dict:
+    t1 = t0_ms if t1_ms is None else t1_ms
+    return {"worker": worker, "round": rnd, "kind": kind, "t0": int(t0_ms * MS), "t1": int(t1 * MS), **fields}
+
+
+def _zombie_history() -> list[dict]:
+    """Worker 0 is paused past its lease; worker 1 gets the lock; both write 1: one update lost."""
+    return [
+        _event(0, 0, "acquire", 0, 1, ok=True, attempts=1, t_attempt=0, valid_until=100 * MS, owner="a"),
+        _event(0, 0, "enter", 2, inside=1),
+        _event(0, 0, "read", 3, balance=0),
+        _event(0, 0, "pause", 4, 150, how="sigstop"),
+        _event(-1, 0, "fault", 4, fault="pause", action="inject", nodes=[], detail="SIGSTOP"),
+        _event(-1, 0, "fault", 150, fault="pause", action="heal", nodes=[], detail="SIGCONT"),
+        _event(1, 0, "acquire", 5, 101, ok=True, attempts=9, t_attempt=100 * MS, valid_until=200 * MS, owner="b"),
+        _event(1, 0, "enter", 102, inside=2),
+        _event(1, 0, "read", 103, balance=0),
+        _event(1, 0, "write", 140, value=1, accepted=True),
+        _event(1, 0, "exit", 141),
+        _event(1, 0, "release", 142, released=True),
+        _event(0, 0, "write", 151, value=1, accepted=True),
+        _event(0, 0, "exit", 152),
+        _event(0, 0, "release", 153, released=False),
+    ]
+
+
+def test_the_svg_has_a_lane_per_worker_the_fault_and_the_lost_update() -> None:
+    dom = Dom(render_svg(_zombie_history(), ttl_ms=100.0))
+    assert [e[1]["data-worker"] for e in dom.having("g", "lane")] == ["0", "1"]
+    assert len(dom.having("rect", "cs")) == 2 and len(dom.having("rect", "pause")) == 1
+    assert len(dom.having("rect", "fault")) == 1 and "pause" in "".join(dom.having("text", "fault-label")[0][2])
+    assert len(dom.having("circle", "lost-update")) == 1
+    assert dom.having("rect", "crowded") and dom.having("line", "first-incident")
+    tips = ["".join(e[2]) for e in dom.having("title")]
+    assert "worker 0 wrote 1 at 151.0 ms: accepted: it overwrote an increment (lost update)" in tips
+    # the key on the nodes: worker 1's is deleted by its release, worker 0's expires after the TTL
+    assert any("deleted by the release at 142.0 ms" in t for t in tips)
+    assert any("expires at 100.0 ms (attempt + TTL)" in t for t in tips)
+
+
+def test_a_folder_it_did_not_write_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "html"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine")
+    with pytest.raises(RenderError, match="did not write it"):
+        write_html_report(rows=latest_rows(read_results(RESULTS)), results=RESULTS, out=out)
+    assert (out / "mine.txt").read_text() == "mine"
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("html") / "html"
+    write_html_report(rows=latest_rows(read_results(RESULTS)), results=RESULTS, out=out)
+    write_html_report(rows=latest_rows(read_results(RESULTS)), results=RESULTS, out=out)  # a rerender replaces it
+    assert (out / MARKER).is_file() and not out.with_name("html.part").exists()
+    return out
+
+
+def _browse(page: Path, *args: str, profile: Path) -> str:
+    """Load ``page`` in headless Chromium; its stdout (the DOM with --dump-dom). Fails on any console
+    message Chromium logs (an uncaught error is one: ``INFO:CONSOLE ... "Uncaught ..."``)."""
+    assert CHROMIUM is not None
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars", "--enable-logging=stderr",
+         "--v=0", f"--user-data-dir={profile}", *args, page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    assert not console, console
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    width, height = struct.unpack(">II", path.read_bytes()[16:24])
+    return width, height
+
+
+@needs_chromium
+def test_chromium_follows_a_cell_to_a_trial_page(report: Path, tmp_path: Path) -> None:
+    profile = tmp_path / "profile"
+    index = Dom(_browse(report / "index.html", "--dump-dom", profile=profile))
+    assert all(e[1].get("data-sortable") == "ready" for e in index.having("table", "sortable"))  # the script ran
+    cells = {e[1]["data-verdict"]: e for e in index.having("td", "cell")}
+    assert sorted(cells) == ["conflicts-no-damage", "lost-updates"]
+    links = [e[1]["href"] for e in index.having("a") if e[1].get("href", "").startswith("cells/")]
+    assert links == ["cells/none.client-pause.html", "cells/single.client-pause.html", "cells/fenced.client-pause.html"]
+
+    cell = Dom(_browse(report / links[1], "--dump-dom", profile=profile))
+    trials = [e[1]["href"] for e in cell.having("a") if e[1].get("href", "").startswith("../trials/")]
+    assert len(trials) == 5 and all("single.client-pause" in t for t in trials)
+    page = (report / "cells" / trials[0]).resolve()
+
+    trial = Dom(_browse(page, "--dump-dom", profile=profile))
+    assert "".join(trial.having("span", "verdict")[0][2]) == "lost-updates"
+    assert len(trial.having("svg", "timeline")) == 1
+    assert [e[1]["data-worker"] for e in trial.having("g", "lane")] == ["0", "1"]
+    assert trial.having("rect", "cs") and trial.having("rect", "lease") and trial.having("rect", "server-lease")
+    assert trial.having("rect", "fault") and trial.having("circle", "lost-update")
+    assert "lockcompare run --from contend.csv:single.client-pause" in "".join(trial.having("pre", "cmd")[0][2])
+    assert "acquire" in "".join(trial.having("pre", "history")[0][2])
+
+    for name, where in (("index", report / "index.html"), ("trial", page)):
+        shot = tmp_path / f"{name}.png"
+        _browse(where, f"--screenshot={shot}", "--window-size=1280,1000", profile=profile)
+        assert _png_size(shot) == (1280, 1000)
+
+
+@needs_chromium
+def test_a_click_on_a_column_sorts_the_summary(report: Path, tmp_path: Path) -> None:
+    """The summary lists none, single, fenced (registration order); a click on "lost updates" sorts
+    it ascending by number: fenced (0) first."""
+    text = (report / "index.html").read_text(encoding="utf-8")
+    click = (
+        "<script>var t=document.querySelectorAll('table.sortable')[0];"
+        "Array.prototype.find.call(t.querySelectorAll('th'),function(h){"
+        "return h.textContent.indexOf('lost updates')===0;}).click();</script></body>"
+    )
+    clicked = report / "clicked.html"
+    clicked.write_text(text.replace("</body>", click), encoding="utf-8")
+    try:
+        dom = Dom(_browse(clicked, "--dump-dom", profile=tmp_path / "profile"))
+    finally:
+        clicked.unlink()
+    summary = dom.having("table", "sortable")[0]
+    start = dom.elements.index(summary)
+    after = dom.elements[start:]
+    columns = len([e for e in after[: next(i for i, e in enumerate(after) if e[0] == "td")] if e[0] == "th"])
+    cells = [e for e in after if e[0] == "td"][: 3 * columns]  # the summary's 3 lines
+    backends = ["".join(e[2]) for e in cells[::columns]]
+    assert backends == ["fenced", "none", "single"]  # a stable sort: none and single (40 each) keep their order
+    assert any(e[1].get("aria-sort") == "ascending" for e in dom.having("th"))
