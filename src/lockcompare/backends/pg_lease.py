@@ -20,6 +20,12 @@ restart) loses nothing, and a release on a new session still deletes the row (``
 $owner``). The holder believes its lease ends TTL after it *sent* the acquire; the server ends it
 TTL after it executed it, later — the belief is on the safe side. ``pid`` records the session that
 took the lease (the ``session-kill`` fault ends that session).
+
+With ``--wait-replicas`` N > 0 (the failover experiment on a primary + streaming replica,
+infra/pg_replication.py) every session runs with ``synchronous_commit=remote_apply``: a lease is
+granted only once the replica has applied its row, PostgreSQL's counterpart of Redis's ``WAIT``. A
+commit the replica never acknowledges never returns: the acquire runs out of its request timeout and
+is an ``error``, never a grant. Without it the row replicates asynchronously and a failover can lose it.
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from typing import ClassVar
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
 from lockcompare.backends.single import new_owner_token
-from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, check_postgres_viable
+from lockcompare.infra.pg_client import (
+    PgSession,
+    QueryFailed,
+    SessionLost,
+    check_postgres_viable,
+    with_session_settings,
+)
 
 TABLE = "lockcompare_leases"
 SEQUENCE = "lockcompare_lease_token"
@@ -51,6 +63,9 @@ returning token
 
 RELEASE = f"delete from {TABLE} where key = $1 and owner = $2 returning 1"
 
+#: "relation does not exist": a promoted replica that never received the table (its creation was held back).
+_UNDEFINED_TABLE = "42P01"
+
 
 class PgLeaseLock:
     """A lease row taken by one INSERT ... ON CONFLICT ... DO UPDATE ... WHERE expired; a sequence's token."""
@@ -60,15 +75,17 @@ class PgLeaseLock:
     issues_fencing_tokens: ClassVar[bool] = True
     servers: ClassVar[str] = "postgres"
     resource_kind: ClassVar[str] = "postgres"
+    supports_wait_replicas: ClassVar[bool] = True  # as synchronous_commit=remote_apply
 
     @classmethod
     def check_viable(cls) -> None:
         check_postgres_viable()
 
     def __init__(self, *, config: BackendConfig) -> None:
-        self._session = PgSession(
-            first_node(config.node_urls), timeout_s=config.request_timeout_s, application_name="lockcompare-pg-lease"
-        )
+        url = first_node(config.node_urls)
+        if config.wait_replicas:
+            url = with_session_settings(url, {"synchronous_commit": "remote_apply"})
+        self._session = PgSession(url, timeout_s=config.request_timeout_s, application_name="lockcompare-pg-lease")
         self._schema_ready = False
 
     def _ensure_schema(self) -> None:
@@ -92,7 +109,11 @@ class PgLeaseLock:
             self._ensure_schema()
             started_ns = time.monotonic_ns()  # the lease starts no earlier than the statement is sent
             token = self._session.value(ACQUIRE, [key, owner, ttl_ms])
-        except (SessionLost, QueryFailed):
+        except QueryFailed as exc:
+            if exc.sqlstate == _UNDEFINED_TABLE:
+                self._schema_ready = False  # made again on the next attempt
+            return Refusal("error")
+        except SessionLost:
             return Refusal("error")
         if token is None:
             return Refusal("held")

@@ -31,7 +31,7 @@ from lockcompare.infra.kinds import (
 from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.infra.provenance import server_version
 from lockcompare.infra.redisconn import redact, server_run_id
-from lockcompare.infra.replication import FailoverPair, ReplicatedNodes, ReplicationError
+from lockcompare.infra.replication import ReplicaPair, ReplicatedNodes, ReplicationError
 
 DEFAULT_NODES = 5
 
@@ -101,7 +101,7 @@ class Cluster:
             return self.replication.pairs[index].master
         return self.servers[index]
 
-    def node_pair(self, index: int) -> FailoverPair:
+    def node_pair(self, index: int) -> ReplicaPair:
         """The master + replica behind lock node ``index`` (for the failover fault)."""
         if self.replication is None:
             raise ConfigError("failover needs a cluster built with replicas (ClusterShape.replicas=1)")
@@ -278,8 +278,6 @@ def _start_replicated(
         raise ConfigError(f"{shape}: replicated lock nodes have exactly one replica, no fake clocks, no persistence")
     if not isinstance(kind, ReplicatingKind):
         raise ConfigError(f"replicas: {kind.name} declares replication but cannot start replicated nodes")
-    if resource_kind.speaks != "redis":
-        raise ConfigError("failover clusters keep their resource on a Redis-protocol server")
     nodes = kind.replicated_nodes(count=shape.node_count, binary=binary)
     resource = resource_kind.new_server(name="resource", binary=binary)
     try:

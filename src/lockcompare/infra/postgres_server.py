@@ -35,7 +35,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,6 +59,7 @@ from lockcompare.redaction import redact
 
 if TYPE_CHECKING:
     from lockcompare.infra.fakeclock import FakeClock
+    from lockcompare.infra.replication import ReplicatedNodes
 
 ENV_BIN_DIR = "LOCKCOMPARE_POSTGRES_BIN"
 HOW_TO_GET_ONE = (
@@ -154,11 +155,23 @@ class PostgresServer(SpawnedServer):
     #: sessions, and the advisory locks they held, are gone.
     keeps_data_across_restarts = True
 
-    def __init__(self, *, name: str, bin_dir: Path | None = None, start_timeout_s: float = _START_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        bin_dir: Path | None = None,
+        start_timeout_s: float = _START_TIMEOUT_S,
+        port: int | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
         self.bin_dir = bin_dir or find_postgres_bin()
         self.start_timeout_s = start_timeout_s
         self._user = _run_as()
-        super().__init__(name=name, dir_tag=f"pg-{name}")  # mode 0700, tagged with our pid: swept after a SIGKILL
+        #: Beyond SERVER_SETTINGS (a replicated pair's: infra/pg_replication.py).
+        self.settings = {**SERVER_SETTINGS, **(settings or {})}
+        # mode 0700, tagged with our pid: swept after a SIGKILL. ``port``: a port reserved by the caller
+        # (a rebuilt replica takes its dead primary's, so that the pair's multi-host URL stays the same).
+        super().__init__(name=name, dir_tag=f"pg-{name}", port=port)
         if self._user is not None:
             os.chown(self._dir, self._user.pw_uid, self._user.pw_gid)
 
@@ -215,7 +228,7 @@ class PostgresServer(SpawnedServer):
                     raise
 
     def _spawn(self) -> None:
-        settings = [arg for k, v in SERVER_SETTINGS.items() for arg in ("-c", f"{k}={v}")]
+        settings = [arg for k, v in self.settings.items() for arg in ("-c", f"{k}={v}")]
         cmd = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port), *settings]
         self._popen(cmd, log=self._log, preexec_fn=_quit_with_parent, user=self._uid, group=self._gid)
         self._wait_ready()
@@ -265,19 +278,19 @@ def start_postgres(*, name: str) -> PostgresServer:
 
 @dataclass(frozen=True, kw_only=True)
 class PostgresKind:
-    """PostgreSQL: independent servers (no replicas built), always persisting (committed rows survive
-    a restart; sessions and their advisory locks do not), real clocks, and sessions the server can
-    end under their holder (session-kill)."""
+    """PostgreSQL: independent servers, or a primary + streaming replica per lock node for the failover
+    fault (infra/pg_replication.py), always persisting (committed rows survive a restart; sessions and
+    their advisory locks do not), real clocks, and sessions the server can end under their holder
+    (session-kill)."""
 
     name: str = "postgres"
     speaks: str = "postgres"
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
-            offers=frozenset({Capability.SESSION_CONTROL}),
+            offers=frozenset({Capability.SESSION_CONTROL, Capability.REPLICATION}),
             reasons={
                 Capability.CLOCK_CONTROL: "PostgreSQL servers run with real clocks (libfaketime is applied to "
                 "Redis-protocol servers only)",
-                Capability.REPLICATION: "lockcompare builds no PostgreSQL replicas",
                 Capability.LEASE_HOLDERS: "lockcompare cannot read which PostgreSQL server holds a lock "
                 "(nodes=holders:K and others:K never resolve; name the server, nodes=0)",
             },
@@ -309,6 +322,14 @@ class PostgresKind:
 
     def new_server(self, *, name: str, binary: str | None = None) -> Server:
         return PostgresServer(name=name)
+
+    def replicated_nodes(self, *, count: int, binary: str | None = None) -> ReplicatedNodes:
+        from lockcompare.infra.pg_replication import PgFailoverPair
+        from lockcompare.infra.replication import ReplicatedNodes
+
+        return ReplicatedNodes(
+            count=count, name="pg", make_pair=lambda name, host: PgFailoverPair(name=name, host=host)
+        )
 
     def owns(self, url: str) -> bool:
         return is_postgres_url(url)

@@ -35,10 +35,10 @@ Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import redis
 
@@ -46,6 +46,9 @@ from lockcompare.errors import ReplicationError
 from lockcompare.infra.proxy import LinkProxy, ProxyHost
 from lockcompare.infra.redisconn import connect
 from lockcompare.infra.server import RedisServer, redis_protocol_binary
+
+if TYPE_CHECKING:
+    from lockcompare.infra.kinds import Server
 
 #: How long :meth:`FailoverPair.start` waits for the replica to finish its first full sync.
 SYNC_TIMEOUT_S = 10.0
@@ -92,6 +95,7 @@ class FailoverPair:
         self.front: LinkProxy | None = LinkProxy(target_port=0, name=f"{name}-front", host=host) if front else None
         self.failed_over = False  # the replica was promoted and has no replica of its own yet
         self.held_back = False  # the replication link is cut
+        self._record: dict[str, object] = {}
 
     @property
     def master_url(self) -> str:
@@ -196,7 +200,11 @@ class FailoverPair:
         assert self.replica is not None and self.replica.port is not None
         if self.front is not None:
             self.front.retarget(target_port=self.replica.port)
+        self._record = {"master_before": self.master.name, "master_after": self.replica.name, "promoted_by": "harness"}
         return self.replica_url
+
+    def failover_record(self) -> dict[str, object]:
+        return dict(self._record)
 
     def rebuild_replica(self, *, timeout_s: float = SYNC_TIMEOUT_S) -> None:
         """After :meth:`fail_over`: the promoted replica is the master now; give it a fresh replica
@@ -236,18 +244,55 @@ class FailoverPair:
         self.close()
 
 
-class ReplicatedNodes:
-    """``count`` lock nodes, each a :class:`FailoverPair` with a front, all links in one proxy process.
+class ReplicaPair(Protocol):
+    """What the failover fault and the cluster ask of one replicated lock node, whatever its kind:
+    a Redis :class:`FailoverPair`, a PostgreSQL primary + streaming replica (infra/pg_replication.py),
+    or a Sentinel-managed Redis master + replica (infra/sentinel.py)."""
 
-    ``urls`` are the fronts: the lock nodes' stable addresses, which every client uses (the harness
-    too: they always reach whichever server is the node's master now, see cluster.py).
+    name: str
+    failed_over: bool
+    held_back: bool
+
+    @property
+    def master(self) -> Server: ...
+    @property
+    def url(self) -> str: ...
+    def servers(self) -> tuple[Server, ...]: ...
+    def start(self, *, wait: bool = True) -> None: ...
+    def wait_in_sync(self, *, timeout_s: float = SYNC_TIMEOUT_S) -> None: ...
+    def hold_back(self) -> None: ...
+    def let_through(self) -> None: ...
+    def fail_over(self) -> str: ...
+    def failover_record(self) -> dict[str, object]:
+        """What the last :meth:`fail_over` did, for its fault event (who was master, who is now, when)."""
+        ...
+
+    def rebuild_replica(self, *, timeout_s: float = SYNC_TIMEOUT_S) -> None: ...
+    def close(self) -> None: ...
+
+
+class ReplicatedNodes:
+    """``count`` lock nodes, each a replicated pair, all replication links in one proxy process.
+
+    ``urls`` are the nodes' stable addresses, which every client uses (the harness too: they always
+    reach whichever server is the node's master now, see cluster.py): a Redis pair's front proxy, a
+    PostgreSQL pair's multi-host URL. ``make_pair(name, host)`` builds one pair (default: a Redis
+    :class:`FailoverPair` with a front, on ``binary``).
     """
 
-    def __init__(self, *, count: int, binary: Path | None = None, name: str = "node") -> None:
+    def __init__(
+        self,
+        *,
+        count: int,
+        binary: Path | None = None,
+        name: str = "node",
+        make_pair: Callable[[str, ProxyHost], ReplicaPair] | None = None,
+    ) -> None:
         self.host = ProxyHost(name=f"{name}-links")
-        self.pairs = tuple(
-            FailoverPair(binary=binary, name=f"{name}{i}", host=self.host, front=True) for i in range(count)
+        build = make_pair or (
+            lambda pair_name, host: FailoverPair(binary=binary, name=pair_name, host=host, front=True)
         )
+        self.pairs: tuple[ReplicaPair, ...] = tuple(build(f"{name}{i}", self.host) for i in range(count))
 
     @property
     def urls(self) -> tuple[str, ...]:
@@ -268,7 +313,7 @@ class ReplicatedNodes:
         for pair in self.pairs:
             pair.wait_in_sync(timeout_s=timeout_s)
 
-    def servers(self) -> tuple[RedisServer, ...]:
+    def servers(self) -> tuple[Server, ...]:
         return tuple(server for pair in self.pairs for server in pair.servers())
 
     def problem(self) -> str:

@@ -2,7 +2,12 @@
 replica is promoted in its place — why Redlock exists (antirez), and what WAIT does about it.
 
 Each lock node of the trial's cluster is a master with one asynchronous replica behind a stable
-address (cluster.ClusterShape.replicas=1, replication.ReplicatedNodes). The fault, on fixed lock
+address (cluster.ClusterShape.replicas=1, replication.ReplicatedNodes): a Redis pair behind a front
+proxy (infra/replication.py), a PostgreSQL primary + streaming replica behind a multi-host URL
+(infra/pg_replication.py), or a Redis master + replica that three real Sentinels fail over
+(infra/sentinel.py). The pair does the failover its own way; the fault's event records what it
+read — ``failover``: per node, the master before and after, who promoted it (the harness, or
+the Sentinel that won the election) and when. The fault, on fixed lock
 nodes (the catalogue: ``failover nodes=0..K-1 after-acquire=50 once``, ``--fault-nodes K``; fixed
 because the replication must be held back before any lease exists to read holders from):
 
@@ -54,10 +59,17 @@ class Failover:
             cluster.node_pair(i).hold_back()
         return "replication link held back (the master acknowledges writes its replica never sees)"
 
-    def inject(self, cluster: Cluster, nodes: list[int]) -> str:
+    def inject(self, cluster: Cluster, nodes: list[int]) -> tuple[str, dict[str, object]]:
+        records = []
         for i in nodes:
-            cluster.node_pair(i).fail_over()
-        return "master SIGKILLed; replica promoted (REPLICAOF NO ONE); the node's address moved to it"
+            pair = cluster.node_pair(i)
+            pair.fail_over()
+            records.append({"node": i, **pair.failover_record()})
+        said = "; ".join(
+            f"{r.get('master_before')} down, {r.get('master_after')} promoted by {r.get('promoted_by')}"
+            for r in records
+        )
+        return f"master crashed; {said}", {"failover": records}
 
     def heal(self, cluster: Cluster, nodes: list[int]) -> str:
         """A failed-over node gets a fresh replica; a node still held back gets its link back.
