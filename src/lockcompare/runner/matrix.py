@@ -279,7 +279,8 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
         return ClusterShape(node_count=members, lock_servers=nodes, resource_kind=resource)
     if servers == "postgres":  # a failover makes each node a primary + streaming replica
         replicas = fault_plan.cluster_needs(schedule)["replicas"]
-        return ClusterShape(node_count=spec.node_count or 1, replicas=replicas, lock_servers=nodes, resource_kind=resource)
+        count = spec.node_count or 1
+        return ClusterShape(node_count=count, replicas=replicas, lock_servers=nodes, resource_kind=resource)
     if servers == "zookeeper":
         count = spec.node_count or zookeeper_servers_for(schedule)
         return ClusterShape(node_count=count, lock_servers=nodes, resource_kind=resource)
