@@ -45,8 +45,21 @@ def backends() -> None:
 
 
 @app.command()
-def experiments() -> None:
+def experiments(
+    check: Annotated[
+        Path | None,
+        typer.Option(
+            "--check",
+            metavar="RESULTS.csv",
+            help="Instead of listing: test each experiment's claim (spec/claims.py) against the trials of this "
+            "results file; exit 1 when the run contradicts one.",
+        ),
+    ] = None,
+) -> None:
     """List the experiments and the claim each one tests, and what each verdict means."""
+    if check is not None:
+        _check_claims(check)
+        return
     for exp in EXPERIMENTS.values():
         times = f"ttl {exp.ttl_ms:g} ms, work {exp.work_ms:g} ms, pause {exp.pause_ms:g} ms"
         typer.echo(f"{exp.name:<20} {times:<40} {exp.claim}")
@@ -60,6 +73,22 @@ def experiments() -> None:
     typer.echo("\nVerdicts (one per trial):")
     for verdict, meaning in VERDICT_MEANINGS.items():
         typer.echo(f"  {verdict:<20} {meaning}")
+
+
+def _check_claims(path: Path) -> None:
+    """Print every claim with what the file's trials show; exit 1 when one is contradicted."""
+    from lockcompare.analysis.claims_check import CONTRADICTED, check_claims, summary
+    from lockcompare.analysis.results import read_results
+
+    outcomes = check_claims(read_results(path))
+    for o in outcomes:
+        if o.status == "not in file":
+            continue
+        mark = "ok  " if o.status != CONTRADICTED else "FAIL"
+        typer.echo(f"{mark} {o.expect.experiment:<21} {o.backend:<26} {o.expect.says} [{o.expect.rule}: {o.seen}]")
+    typer.echo(summary(outcomes))
+    if any(o.status == CONTRADICTED for o in outcomes):
+        raise typer.Exit(1)
 
 
 #: A deadline past this is no deadline: a hung plug-in would hold the battery for ten minutes per call.
