@@ -39,11 +39,14 @@ from urllib.parse import urlsplit
 
 from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError, ServerStartError
 from lockcompare.infra.etcd_client import delete_prefix, is_healthy
-from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Server
+from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Roles, Server
+from lockcompare.infra.peerlinks import PeerLinks
 from lockcompare.infra.spawned import SpawnedServer, free_port
 from lockcompare.redaction import redact
+from lockcompare.urls import parse_url
 
 if TYPE_CHECKING:
+    from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.fakeclock import FakeClock
 
 ENV_BINARY = "LOCKCOMPARE_ETCD"
@@ -107,11 +110,15 @@ class EtcdServer(SpawnedServer):
         initial_cluster: str,
         cluster_token: str,
         start_timeout_s: float = _START_TIMEOUT_S,
+        advertised_peer_port: int | None = None,
     ) -> None:
         super().__init__(name=name, dir_tag=f"etcd-{name}", port=client_port)
         self._extra_ports.append(peer_port)
         self.binary = binary
         self.peer_port = peer_port
+        #: What its peers dial: its proxy's port in a cluster with peer links (infra/peerlinks.py).
+        self.advertised_peer_port = advertised_peer_port or peer_port
+        self.peer_links: PeerLinks | None = None
         self.initial_cluster = initial_cluster
         self.cluster_token = cluster_token
         self.start_timeout_s = start_timeout_s
@@ -123,6 +130,15 @@ class EtcdServer(SpawnedServer):
     @property
     def peer_url(self) -> str:
         return f"http://127.0.0.1:{self.peer_port}"
+
+    @property
+    def advertised_peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.advertised_peer_port}"
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        if self.peer_links is not None:
+            self.peer_links.release(self.name)
 
     def start(self) -> None:
         """Spawn and wait until the member serves clients (it needs a quorum of its cluster for that)."""
@@ -137,7 +153,7 @@ class EtcdServer(SpawnedServer):
             "--listen-client-urls", self.url,
             "--advertise-client-urls", self.url,
             "--listen-peer-urls", self.peer_url,
-            "--initial-advertise-peer-urls", self.peer_url,
+            "--initial-advertise-peer-urls", self.advertised_peer_url,
             "--initial-cluster", self.initial_cluster,
             "--initial-cluster-token", self.cluster_token,
             "--initial-cluster-state", "new",  # ignored once the data directory exists (a restart)
@@ -181,14 +197,22 @@ def start_members(*, count: int, binary: Path | None = None, attempts: int = 3) 
     for _ in range(attempts):
         ports = [(free_port(), free_port()) for _ in range(count)]
         names = [f"etcd{i}" for i in range(count)]
-        initial = ",".join(f"{name}=http://127.0.0.1:{peer}" for name, (_, peer) in zip(names, ports, strict=True))
-        token = f"lockcompare-{uuid.uuid4().hex[:12]}"
-        members = [
-            EtcdServer(binary=binary, name=name, client_port=client, peer_port=peer, initial_cluster=initial,
-                       cluster_token=token)
-            for name, (client, peer) in zip(names, ports, strict=True)
-        ]  # fmt: skip
+        # Members of a cluster reach each other through proxies (isolate, split: infra/peerlinks.py).
+        links = PeerLinks(name=f"etcd-peers-{uuid.uuid4().hex[:6]}") if count > 1 else None
+        members: list[EtcdServer] = []
         try:
+            if links is not None:
+                links.start()
+            advertised = [links.add(member=i, target_port=peer) if links else peer for i, (_, peer) in enumerate(ports)]
+            initial = ",".join(f"{name}=http://127.0.0.1:{port}" for name, port in zip(names, advertised, strict=True))
+            token = f"lockcompare-{uuid.uuid4().hex[:12]}"
+            members = [
+                EtcdServer(binary=binary, name=name, client_port=client, peer_port=peer, initial_cluster=initial,
+                           cluster_token=token, advertised_peer_port=port)
+                for name, (client, peer), port in zip(names, ports, advertised, strict=True)
+            ]  # fmt: skip
+            if links is not None:
+                links.attach(members)
             for member in members:
                 member.spawn()
             for member in members:
@@ -198,17 +222,42 @@ def start_members(*, count: int, binary: Path | None = None, attempts: int = 3) 
             problem = str(exc)
             for member in members:
                 member.cleanup()
+            if links is not None:
+                links.stop()
         except BaseException:
             for member in members:
                 member.cleanup()
+            if links is not None:
+                links.stop()
             raise
     raise ServerStartError(f"etcd cluster of {count} did not start: {problem}")
 
 
-def etcd_version(url: str, *, timeout_s: float = 1.0) -> str:
-    """The member's version (``GET /version``: ``etcdserver``), or "unknown"."""
+def member_status(url: str, *, timeout_s: float = 0.5) -> dict[str, str | int] | None:
+    """What the member at ``url`` says of itself (its id, the leader it follows, its raft term), or None."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 2379, timeout=timeout_s)
+    try:
+        conn.request("POST", "/v3/maintenance/status", body="{}", headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        reply = json.loads(response.read() or b"{}")
+        if response.status != 200:
+            return None
+        return {
+            "member_id": str(reply.get("header", {}).get("member_id", "")),
+            "leader": str(reply.get("leader", "")),
+            "term": int(reply.get("raftTerm", 0)),
+        }
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def etcd_version(url: str, *, timeout_s: float = 1.0) -> str:
+    """The member's version (``GET /version``: ``etcdserver``), or "unknown"."""
+    address = parse_url(url)  # never raises (issue 38)
+    conn = http.client.HTTPConnection(address.host or "127.0.0.1", address.port or 2379, timeout=timeout_s)
     try:
         conn.request("GET", "/version")
         return str(json.loads(conn.getresponse().read() or b"{}").get("etcdserver") or "unknown")
@@ -227,14 +276,15 @@ class EtcdKind:
     speaks: str = "etcd"
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
+            offers=frozenset({Capability.ROLES, Capability.PEER_LINKS}),
             reasons={
                 Capability.SESSION_CONTROL: NO_SESSION,
-                Capability.CLOCK_CONTROL: "etcd members run with real clocks (libfaketime is applied to "
-                "Redis-protocol servers only)",
+                Capability.CLOCK_CONTROL: "etcd is a statically linked Go binary: LD_PRELOAD (libfaketime) cannot move "
+                "its clock, and its leases are timed on the leader's monotonic clock anyway",
                 Capability.REPLICATION: "etcd replicates by consensus: there is no asynchronous replica to promote",
                 Capability.LEASE_HOLDERS: "lockcompare cannot read which etcd member holds a lease (nodes=holders:K "
                 "and others:K never resolve; name the members, e.g. nodes=0)",
-            }
+            },
         )
     )
 
@@ -254,6 +304,27 @@ class EtcdKind:
 
     def new_server(self, *, name: str, binary: str | None = None) -> Server:
         raise ConfigError("an etcd member is started with its cluster (start_nodes), never alone")
+
+    def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
+        """Each member's own status (``/v3/maintenance/status``, answered locally, no quorum needed):
+        the member whose id is the leader it names leads; of two such (an old leader not yet
+        stepped down), the one with the higher raft term."""
+        statuses = [member_status(url, timeout_s=timeout_s) for url in cluster.node_urls]
+        modes, claims = [], []
+        for index, status in enumerate(statuses):
+            if status is None:
+                modes.append("down")
+                continue
+            me, leader = status["member_id"], status["leader"]
+            if leader in ("", "0"):
+                modes.append("no leader")
+            elif leader == me:
+                modes.append("leader")
+                claims.append((int(status["term"]), index))
+            else:
+                modes.append("follower")
+        term, leader_index = max(claims) if claims else (0, None)
+        return Roles(leader=leader_index, modes=tuple(modes), term=term)
 
     def owns(self, url: str) -> bool:
         return is_etcd_url(url)

@@ -57,6 +57,10 @@ _NULL_REPLIES = frozenset({b"$-1\r\n", b"*-1\r\n", b"_\r\n"})
 #: In the reply queue: the server closed; close the client once what came before it is out.
 _CLOSE = None
 
+#: A peer link rewrites addresses in the first bytes a client sends only (ZooKeeper's election
+#: handshake: infra/peerlinks.py).
+_REWRITE_WITHIN = 256
+
 
 @dataclass(eq=False)
 class _Conn:
@@ -70,9 +74,25 @@ class _Conn:
     timer: asyncio.TimerHandle | None = None
     lost_bytes: bool = False  # bytes vanished in a blackhole: reset on heal
     closed: bool = False
+    #: A peer link's: the client's port, and the server it belongs to (None: not known yet).
+    peer_port: int = 0
+    source: int | None = None
+    rewritten: int = 0  # client bytes looked at for :attr:`_Link.rewrites`
+
+    @property
+    def cut(self) -> bool:
+        """Whether this connection's bytes vanish now: its link is blackholed, or (a peer link) its
+        source is cut from the link's server. An unknown source is cut: a partition never leaks."""
+        if self.link.blackholed:
+            return True
+        return bool(self.link.cut_from) and (self.source is None or self.source in self.link.cut_from)
 
     def from_client(self, data: bytes) -> None:
-        if self.link.blackholed:
+        if self.link.rewrites and self.rewritten < _REWRITE_WITHIN:
+            self.rewritten += len(data)
+            for old, new in self.link.rewrites:
+                data = data.replace(old, new)
+        if self.cut:
             self.lost_bytes = True
         elif self.server is None or self.server.transport is None:
             self.pending.append(data)
@@ -92,7 +112,7 @@ class _Conn:
             return
         if data is None:  # _CLOSE
             self.client.transport.close()  # flushes what was written before
-        elif self.link.blackholed:  # applied when the bytes would go out, like a cut wire
+        elif self.cut:  # applied when the bytes would go out, like a cut wire
             self.lost_bytes = True
         else:
             self.client.transport.write(data)
@@ -118,7 +138,7 @@ class _Conn:
     def side_lost(self, *, upstream: bool) -> None:
         if self.closed:
             return
-        if self.link.blackholed:
+        if self.cut:
             # The FIN vanishes like every other byte: the other end keeps its connection, as
             # behind a real partition, until heal() resets it.
             self.lost_bytes = True
@@ -166,6 +186,11 @@ class _Link:
         self.delay_s = 0.0
         self.delay_nulls = True
         self.blackholed = False
+        #: A peer link's partition: the servers (by index) whose connections to it are cut, and
+        #: the servers' pids (pid -> index) that name a connection's source (infra/sockets.py).
+        self.cut_from: frozenset[int] = frozenset()
+        self.pids: dict[int, int] = {}
+        self.rewrites: tuple[tuple[bytes, bytes], ...] = ()
         self.conns: set[_Conn] = set()
         self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -179,12 +204,14 @@ class _Link:
     def _accept(self) -> None:
         while True:
             try:
-                sock, _ = self._listener.accept()
+                sock, addr = self._listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
                 return  # e.g. EMFILE: the client will see its connect hang, then time out
-            conn = _Conn(link=self)
+            conn = _Conn(link=self, peer_port=int(addr[1]))
+            if self.cut_from:  # during a partition: whose connection is it?
+                self.identify(conn)
             self.conns.add(conn)
             self.loop.create_task(self._open(conn, sock))
 
@@ -204,6 +231,20 @@ class _Link:
             return
         conn.server_connected(server_side)
 
+    def identify(self, conn: _Conn) -> None:
+        from lockcompare.infra.sockets import owner_of
+
+        pid = owner_of(local_port=conn.peer_port, remote_port=self.port, pids=self.pids)
+        conn.source = None if pid is None else self.pids[pid]
+
+    def cut_sources(self, *, members: frozenset[int], pids: dict[int, int]) -> None:
+        """Cut the connections from ``members`` (servers by index; ``pids``: pid -> index) to this link."""
+        self.pids = dict(pids)
+        for conn in self.conns:
+            if conn.source is None:
+                self.identify(conn)
+        self.cut_from = members
+
     def blackhole(self) -> None:
         self.blackholed = True
         if self._filler is not None:
@@ -222,6 +263,7 @@ class _Link:
 
     def heal(self) -> None:
         self.blackholed = False
+        self.cut_from = frozenset()
         if self._filler is not None:
             filler_addr = self._filler.getsockname()
             self._listener.listen(_BACKLOG)
@@ -310,6 +352,11 @@ class _Host:
             link.heal()
         elif op == "reset":
             link.reset()
+        elif op == "cut_sources":
+            link.cut_sources(members=frozenset(args["members"]), pids=dict(args["pids"]))
+            return sorted((c.peer_port, c.source) for c in link.conns if c.source is not None)
+        elif op == "rewrite":
+            link.rewrites = tuple(args["rewrites"])
         elif op == "retarget":
             link.target_port = int(args["target_port"])
             link.reset()

@@ -38,10 +38,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError, InvalidValueError, ServerStartError
-from lockcompare.infra.kinds import Capabilities, Capability, Server
+from lockcompare.infra.kinds import Capabilities, Capability, Roles, Server
+from lockcompare.infra.peerlinks import PeerLinks
 from lockcompare.infra.spawned import SpawnedServer, free_port
+from lockcompare.redaction import redact
+from lockcompare.urls import parse_url
 
 if TYPE_CHECKING:
+    from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.fakeclock import FakeClock
 
 ENV_JAR = "LOCKCOMPARE_ZOOKEEPER_JAR"
@@ -101,10 +105,15 @@ def zookeeper_urls(hosts: str) -> tuple[str, ...]:
     """
     urls = []
     for part in (p.strip() for p in hosts.split(",")):
-        host, sep, port = part.removeprefix("zk://").rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidValueError(f"--zookeeper takes HOST:PORT,... (a ZooKeeper server's client port), got {part!r}")
-        urls.append(f"zk://{host}:{port}")
+        address = parse_url("zk://" + part.removeprefix("zk://"))  # never raises (issue 38)
+        shown = redact("zk://" + part.removeprefix("zk://")).removeprefix("zk://")
+        if address.has_userinfo or any(c in part for c in "@\uff20\ufe6b"):
+            raise InvalidValueError(f"--zookeeper takes HOST:PORT,... without a user or password, got {shown!r}")
+        if address.problem or address.port is None or address.path.strip("/") or address.query:
+            raise InvalidValueError(
+                f"--zookeeper takes HOST:PORT,... (a ZooKeeper server's client port), got {shown!r}"
+            )
+        urls.append(f"zk://{address.host_text}:{address.port}")
     return tuple(urls)
 
 
@@ -165,6 +174,7 @@ class ZooKeeperServer(SpawnedServer):
         java: Path | None = None,
         jar: Path | None = None,
         start_timeout_s: float = _START_TIMEOUT_S,
+        advertised: dict[int, tuple[int, int]] | None = None,
     ) -> None:
         if java is None or jar is None:
             java, jar = find_zookeeper()
@@ -172,6 +182,10 @@ class ZooKeeperServer(SpawnedServer):
         self.java, self.jar = java, jar
         self.myid = myid
         self.peers = dict(peers or {})
+        #: Where it reaches its peers (myid -> quorum, election port): their proxies in an ensemble
+        #: with peer links (infra/peerlinks.py); its own entry stays its real ports (it binds them).
+        self.advertised = dict(advertised or self.peers)
+        self.peer_links: PeerLinks | None = None
         self._extra_ports.extend(self.peers.get(myid, ()))  # its own quorum and election ports
         self.start_timeout_s = start_timeout_s
         #: The whole ensemble, this server included (start_servers sets it); empty when standalone.
@@ -200,7 +214,8 @@ class ZooKeeperServer(SpawnedServer):
         ]
         if self.peers:
             (data / "myid").write_text(f"{self.myid}\n")
-            lines += [f"server.{sid}=127.0.0.1:{q}:{e}" for sid, (q, e) in sorted(self.peers.items())]
+            reach = {**self.advertised, self.myid: self.peers[self.myid]}
+            lines += [f"server.{sid}=127.0.0.1:{q}:{e}" for sid, (q, e) in sorted(reach.items())]
         (self._dir / "zoo.cfg").write_text("\n".join(lines) + "\n")
 
     def start(self) -> None:
@@ -219,6 +234,11 @@ class ZooKeeperServer(SpawnedServer):
 
     def mode(self) -> str:
         return mode_of(self.url) if self.is_running() else ""
+
+    def cleanup(self) -> None:
+        super().cleanup()
+        if self.peer_links is not None:
+            self.peer_links.release(self.name)
 
     def wait_ready(self) -> None:
         """Wait until ``srvr`` names a mode; kill the server if it never does."""
@@ -254,13 +274,17 @@ def start_servers(*, count: int, attempts: int = 2) -> list[ZooKeeperServer]:
     problem = ""
     for _ in range(attempts):
         peers = {sid: (free_port(), free_port()) for sid in range(1, count + 1)} if count > 1 else {}
-        servers = [
-            ZooKeeperServer(name=f"zk{sid - 1}", myid=sid, peers=peers, java=java, jar=jar)
-            for sid in range(1, count + 1)
-        ]
-        for server in servers:
-            server.ensemble = servers if count > 1 else []
+        # An ensemble's servers reach each other through proxies (isolate, split: infra/peerlinks.py).
+        links = PeerLinks(name=f"zk-peers-{os.getpid()}-{free_port()}") if count > 1 else None
+        servers: list[ZooKeeperServer] = []
         try:
+            advertised = _proxied(links, peers) if links is not None else peers
+            servers = [
+                ZooKeeperServer(name=f"zk{sid - 1}", myid=sid, peers=peers, java=java, jar=jar, advertised=advertised)
+                for sid in range(1, count + 1)
+            ]
+            for server in servers:
+                server.ensemble = servers if count > 1 else []
             for server in servers:
                 server.spawn()
             for server in servers:
@@ -269,16 +293,52 @@ def start_servers(*, count: int, attempts: int = 2) -> list[ZooKeeperServer]:
                 servers.sort(key=lambda s: s.mode() != "leader")
                 for index, server in enumerate(servers):
                     server.name = f"zk{index}"
+            if links is not None:
+                links.attach(servers, added_as=[s.myid - 1 for s in servers])  # a partition names nodes by index
             return servers
         except ServerStartError as exc:
             problem = str(exc)
             for server in servers:
                 server.cleanup()
+            if links is not None:
+                links.stop()
         except BaseException:
             for server in servers:
                 server.cleanup()
+            if links is not None:
+                links.stop()
             raise
     raise ServerStartError(f"ZooKeeper ensemble of {count} did not start: {problem}")
+
+
+def _proxied(links: PeerLinks, peers: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """A proxy in front of each server's quorum and election ports (started); their ports by myid.
+
+    The election handshake carries the sender's own election address, which a server that wins the
+    tie-break dials back (QuorumCnxManager.handleConnection): the proxies rewrite it to the
+    sender's proxy, so that no connection between two servers bypasses the links."""
+    links.start()
+    advertised = {
+        sid: (links.add(member=sid - 1, target_port=q), links.add(member=sid - 1, target_port=e))
+        for sid, (q, e) in sorted(peers.items())
+    }
+    links.rewrite([(f"127.0.0.1:{peers[sid][1]}", f"127.0.0.1:{advertised[sid][1]}") for sid in sorted(peers)])
+    return advertised
+
+
+def mode_and_epoch(url: str, *, timeout_s: float = 0.5) -> tuple[str, int]:
+    """``srvr``'s Mode ("" when the server does not serve) and the epoch of its last zxid."""
+    host, _, port = url.removeprefix("zk://").rstrip("/").rpartition(":")
+    mode, epoch = "", 0
+    for line in four_letter(host, int(port), "srvr", timeout_s=timeout_s).splitlines():
+        if line.startswith("Mode:"):
+            mode = line.split(":", 1)[1].strip()
+        elif line.startswith("Zxid:"):
+            try:
+                epoch = int(line.split(":", 1)[1].strip(), 16) >> 32
+            except ValueError:
+                epoch = 0
+    return mode, epoch
 
 
 def zookeeper_version(url: str) -> str:
@@ -300,7 +360,7 @@ class ZooKeeperKind:
     speaks: str = "zookeeper"
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
-            offers=frozenset({Capability.SESSION_CONTROL}),
+            offers=frozenset({Capability.SESSION_CONTROL, Capability.ROLES, Capability.PEER_LINKS}),
             reasons={
                 Capability.CLOCK_CONTROL: "ZooKeeper times sessions on the leader's monotonic clock, not the wall "
                 "clock (and libfaketime is applied to Redis-protocol servers only)",
@@ -330,6 +390,23 @@ class ZooKeeperKind:
 
     def new_server(self, *, name: str, binary: str | None = None) -> Server:
         raise ConfigError("a ZooKeeper server is started with its ensemble (start_nodes), never alone")
+
+    def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
+        """Each server's ``srvr`` Mode (leader, follower, standalone; "not serving" while it looks for a
+        leader, "down" when it does not answer); of two leaders (an old one not yet stepped down),
+        the one with the higher epoch."""
+        modes, claims = [], []
+        for index, url in enumerate(cluster.node_urls):
+            host, _, port = url.removeprefix("zk://").rstrip("/").rpartition(":")
+            if not four_letter(host, int(port), "ruok", timeout_s=timeout_s):
+                modes.append("down")
+                continue
+            mode, epoch = mode_and_epoch(url, timeout_s=timeout_s)
+            modes.append(mode or "not serving")
+            if mode in ("leader", "standalone"):
+                claims.append((epoch, index))
+        epoch, leader = max(claims) if claims else (0, None)
+        return Roles(leader=leader, modes=tuple(modes), term=epoch)
 
     def owns(self, url: str) -> bool:
         return is_zookeeper_url(url)

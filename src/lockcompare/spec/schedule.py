@@ -10,8 +10,11 @@ Kinds: one module each in :mod:`lockcompare.spec.faultkinds` (docs/faults.md's t
 with their parameters).
 
 Whom — ``nodes=``: fixed indices (``0,1``), ``holders:K`` (K of the nodes holding the current
-lease, read from the nodes at injection time), ``others:K`` (K nodes not holding it) or ``all``;
-``worker=``: an index, or ``holder`` (the worker whose lease is current).
+lease, read from the nodes at injection time), ``others:K`` (K nodes not holding it), ``all``, or
+a role read from the servers at injection time by their kind (infra/kinds.py ``RoleKind``):
+``leader`` (``primary`` and ``master`` are the same role in a database's or Redis's words),
+``followers:K`` (K nodes that do not lead) or ``holder-member`` (the node the current holder's
+client is connected to); ``worker=``: an index, or ``holder`` (the worker whose lease is current).
 
 When — ``at=start`` (as the workers are released), ``after-acquire=MS`` (MS after an acquire of
 the followed worker: ``follow=W``, default 0; ``by=W`` is accepted for it on a kind that has no
@@ -40,23 +43,37 @@ from lockcompare.spec.parsing import parse_number
 
 @dataclass(frozen=True)
 class NodeTarget:
-    """``nodes=``: fixed indices, ``holders:K``, ``others:K`` or ``all``."""
+    """``nodes=``: fixed indices, ``holders:K``, ``others:K``, ``all``, or a role (:data:`ROLES`)."""
 
-    mode: str  # "fixed", "holders", "others", "all"
+    mode: str  # "fixed", "holders", "others", "all", or a role (ROLES: "leader", "followers", ...)
     indices: tuple[int, ...] = ()  # fixed
-    count: int = 0  # holders / others
+    count: int = 0  # holders / others / followers; 1 for the one-node roles
 
     @property
     def text(self) -> str:
         if self.mode == "fixed":
             return ",".join(str(i) for i in self.indices)
-        if self.mode == "all":
-            return "all"
+        if self.mode in ("all", *LEADER_WORDS, HOLDER_MEMBER):
+            return self.mode
         return f"{self.mode}:{self.count}"
 
     @property
     def from_lease(self) -> bool:
-        return self.mode in ("holders", "others")
+        """Read from the lease at injection time (so there is none ``at=start``)."""
+        return self.mode in ("holders", "others", HOLDER_MEMBER)
+
+    @property
+    def by_role(self) -> bool:
+        """Resolved by the servers' kind from their roles (it must offer readable roles)."""
+        return self.mode in ROLES
+
+
+#: The leading node, in each kind's words (one role: etcd and ZooKeeper lead, PostgreSQL has a
+#: primary, Redis a master).
+LEADER_WORDS = ("leader", "primary", "master")
+HOLDER_MEMBER = "holder-member"
+#: Every ``nodes=`` role.
+ROLES = (*LEADER_WORDS, "followers", HOLDER_MEMBER)
 
 
 @dataclass(frozen=True)
@@ -94,7 +111,7 @@ class FaultStep:
     def text(self) -> str:
         words = [self.kind]
         if self.nodes is not None:
-            words.append(f"nodes={self.nodes.text}")
+            words.append(f"{getattr(faultkinds.KINDS[self.kind], 'target_param', 'nodes')}={self.nodes.text}")
         if self.worker is not None:
             words.append(f"worker={self.worker.text}")
         if self.at == "after-acquire":
@@ -183,7 +200,10 @@ def _parse_step(text: str) -> FaultStep:
 
 
 def _build(kind: str, values: dict[str, str], *, every: bool) -> FaultStep:
-    nodes = _nodes(values.pop("nodes")) if "nodes" in values else None
+    target = getattr(faultkinds.KINDS[kind], "target_param", "nodes")  # split names its side minority=
+    if target != "nodes" and "nodes" in values:
+        raise InvalidValueError(f"{kind} takes {target}=, not nodes=")
+    nodes = _nodes(values.pop(target)) if target in values else None
     worker = _worker(values.pop("worker")) if "worker" in values else None
     at = values.pop("at", None)
     after = values.pop("after-acquire", None)
@@ -204,7 +224,7 @@ def _build(kind: str, values: dict[str, str], *, every: bool) -> FaultStep:
         params.append((param.name, param.canonical(value)))
     if values:
         allowed = [
-            "nodes" if declared.acts_on != WORKER else "worker",
+            target if declared.acts_on != WORKER else "worker",
             *(["worker"] if declared.acts_on == LINKS else []),
         ]
         allowed += ["at", "after-acquire", "follow", "for", *(p.name for p in declared.params)]
@@ -227,7 +247,10 @@ def _check(step: FaultStep) -> None:
     kind = faultkinds.KINDS[step.kind]
     if kind.acts_on in (NODES, LINKS):
         if step.nodes is None:
-            raise InvalidValueError(f"{kind.name} needs nodes= (indices, holders:K, others:K or all)")
+            target = getattr(kind, "target_param", "nodes")
+            raise InvalidValueError(
+                f"{kind.name} needs {target}= (indices, holders:K, others:K, all, leader, followers:K or holder-member)"
+            )
     elif step.nodes is not None:
         raise InvalidValueError(f"{kind.name} acts on a worker: it takes worker=, not nodes=")
     if kind.acts_on in (LINKS, WORKER):
@@ -248,10 +271,12 @@ def _check(step: FaultStep) -> None:
 def _nodes(value: str) -> NodeTarget:
     if value == "all":
         return NodeTarget("all")
+    if value in (*LEADER_WORDS, HOLDER_MEMBER):
+        return NodeTarget(value, count=1)
     mode, colon, count = value.partition(":")
     if colon:
-        if mode not in ("holders", "others"):
-            raise InvalidValueError(f"nodes={value}: holders:K or others:K")
+        if mode not in ("holders", "others", "followers"):
+            raise InvalidValueError(f"nodes={value}: holders:K, others:K or followers:K")
         k = _whole(count, f"nodes={mode}:")
         if k < 1:
             raise InvalidValueError(f"nodes={value}: K must be >= 1")
