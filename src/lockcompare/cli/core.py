@@ -18,7 +18,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 from lockcompare.errors import LockcompareError
-from lockcompare.redaction import redact
+from lockcompare.redaction import redact, remember_secrets
 
 err = Console(stderr=True)
 
@@ -57,6 +57,11 @@ class OneLineErrors(TyperGroup):
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _setup_logging()
+        given = kwargs.get("args", args[0] if args else None)
+        remember_secrets(  # every password given, hidden in whatever line quotes it (issue 38)
+            list(given if given is not None else sys.argv[1:]),
+            passwords=(os.environ.get("LOCKCOMPARE_REDIS_PASSWORD", ""), os.environ.get("PGPASSWORD", "")),
+        )
         kwargs["standalone_mode"] = False  # whatever the caller asked: failures are ours to print
         try:
             with _whole_command():

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -175,8 +174,10 @@ def _cluster_options(
     if node_urls is not None and redlock_nodes is not None and redlock_nodes > len(node_urls):
         raise InvalidValueError(f"--redlock-nodes {redlock_nodes} but only {len(node_urls)} --nodes given")
     count = max(redlock_nodes or DEFAULT_NODES, DEFAULT_NODES)
-    if postgres is not None and not postgres.startswith(("postgresql://", "postgres://")):
-        raise InvalidValueError(f"--postgres takes a postgresql:// URL, got {redact(postgres)!r}")
+    if postgres is not None:  # a URL or a libpq keyword string, parsed by the one parser (issue 38)
+        from lockcompare.infra.pg_client import postgres_url
+
+        postgres = postgres_url(postgres)
     return ClusterOptions(
         nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres,
         zookeeper=zookeeper_urls(zookeeper) if zookeeper is not None else None,
@@ -251,10 +252,10 @@ def server_args(
     the user kept off the command line stays off it: the URLs are the ones typed, not completed)."""
     given = (("--nodes", nodes), ("--nodes-file", nodes_file and nodes_file.resolve()), ("--resource", resource),
              ("--postgres", postgres), ("--redis-server", redis_server))  # fmt: skip
-    # A password typed into a URL is not written into summaries: "****" (give it by environment instead).
+    # A password typed into a URL is not written into summaries: "***" (give it by environment instead).
     return tuple(
         a for flag, value in given if value is not None
-        for a in (flag, re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1****@", str(value)))
+        for a in (flag, redact(str(value)))
     )  # fmt: skip
 
 

@@ -24,9 +24,10 @@ import http.client
 import json
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urlsplit
 
 from lockcompare.errors import ClusterError, EtcdRequestError, EtcdUnavailable
+from lockcompare.redaction import redact
+from lockcompare.urls import parse_url
 
 #: Errors of a connection that never delivered the request to a live etcd (refused, reset, closed
 #: before a reply): safe to try the next member.
@@ -114,10 +115,10 @@ class EtcdClient:
 
 
 def _host_port(url: str) -> tuple[str, int]:
-    parts = urlsplit(url)
-    if parts.scheme != "http" or not parts.hostname or not parts.port:
-        raise ClusterError(f"not an etcd client URL (http://HOST:PORT): {url!r}")
-    return parts.hostname, parts.port
+    address = parse_url(url)  # never raises (a full-width character, a bracket: issue 38)
+    if address.problem or address.scheme != "http" or not address.host or not address.port:
+        raise ClusterError(f"not an etcd client URL (http://HOST:PORT): {redact(url)!r}")
+    return address.host, address.port
 
 
 def is_healthy(url: str, *, timeout_s: float = 0.5) -> bool:

@@ -18,9 +18,11 @@ import select
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit
+from urllib.parse import quote, unquote
 
-from lockcompare.errors import BackendNotViableError
+from lockcompare.errors import BackendNotViableError, InvalidValueError
+from lockcompare.redaction import redact
+from lockcompare.urls import parse_url
 
 if TYPE_CHECKING:
     from psycopg.pq.abc import PGconn
@@ -88,11 +90,32 @@ def with_session_settings(url: str, settings: dict[str, str]) -> str:
     """
     if not settings:
         return url
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    options = " ".join(filter(None, [query.get("options", ""), *(f"-c {k}={v}" for k, v in settings.items())]))
-    query["options"] = options
-    return parts._replace(query=urlencode(query, quote_via=quote)).geturl()
+    address = parse_url(url)  # never raises (a full-width character, a bracket: issue 38)
+    options = " ".join(
+        filter(None, [address.query_value("options") or "", *(f"-c {k}={v}" for k, v in settings.items())])
+    )
+    return address.to_url(query=_with_param(address.query, "options", options))
+
+
+def _with_param(query: str, name: str, value: str) -> str:
+    """``query`` with ``name=value`` (percent-encoded) in place of any earlier ``name``."""
+    kept = [part for part in query.split("&") if part and unquote(part.partition("=")[0]) != name]
+    return "&".join([*kept, f"{quote(name, safe='')}={quote(value, safe='')}"])
+
+
+def postgres_url(text: str) -> str:
+    """``--postgres`` as a ``postgresql://`` URL: given as one, or as a libpq keyword string
+    (``host=... port=... user=... password=... dbname=...``); one line (the password hidden) if it
+    is neither."""
+    address = parse_url(text)
+    if address.scheme in ("postgresql", "postgres") and not address.problem:
+        return text.strip()
+    if not address.scheme and not address.problem:
+        return address.to_url(scheme="postgresql")
+    why = f" ({address.problem})" if address.problem else ""
+    raise InvalidValueError(
+        f"--postgres takes a postgresql:// URL or a keyword string (host=... port=...), got {redact(text)!r}{why}"
+    )
 
 
 def advisory_key(name: str) -> int:
@@ -114,10 +137,11 @@ class PgSession:
 
     def __init__(self, url: str, *, timeout_s: float, application_name: str = "lockcompare") -> None:
         require_psycopg()
-        parts = urlsplit(url)
-        query = dict(parse_qsl(parts.query))
-        query.setdefault("application_name", application_name)
-        self._conninfo = parts._replace(query=urlencode(query, quote_via=quote)).geturl().encode()
+        address = parse_url(url)
+        query = address.query
+        if address.query_value("application_name") is None:
+            query = _with_param(query, "application_name", application_name)
+        self._conninfo = address.to_url(query=query).encode()
         self.timeout_s = timeout_s
         self._conn: PGconn | None = None
         self.backend_pid: int | None = None

@@ -57,6 +57,7 @@ from typing import Any, Self
 from lockcompare.errors import ProxyError
 from lockcompare.infra.lifecycle import SPAWN, start_worker_process
 from lockcompare.infra.proxy_host import proxy_host_main
+from lockcompare.urls import parse_url
 
 #: How long the parent waits for the proxy process to start, and for any control call's answer.
 START_TIMEOUT_S = 20.0
@@ -221,9 +222,7 @@ class LinkProxy:
 
 def port_of(url: str) -> int:
     """The port of a ``redis://host:port/db`` URL (lock nodes are always on 127.0.0.1 here)."""
-    from urllib.parse import urlsplit
-
-    port = urlsplit(url).port
+    port = parse_url(url).port  # never raises (issue 38)
     if port is None:
         raise ValueError(f"no port in {url!r}")
     return port
@@ -232,9 +231,8 @@ def port_of(url: str) -> int:
 def _netloc(url: str, *, port: int | None) -> str:
     """``url``'s network location moved to the link's loopback port; the user (and password) stay
     (a PostgreSQL URL names its role there: ``postgresql://postgres@host:port/db``)."""
-    from urllib.parse import urlsplit
-
-    user = urlsplit(url).netloc.rpartition("@")[0]
+    address = parse_url(url)
+    user = address.to_url(host="", port=None).partition("://")[2].rpartition("@")[0] if address.has_userinfo else ""
     return f"{user + '@' if user else ''}{_LOOPBACK}:{port}"
 
 
@@ -286,10 +284,8 @@ class ProxySet:
         links = [self._links[(worker, n)] for n in range(len(self.node_ports))]
         if not self._node_urls:
             return tuple(link.url for link in links)
-        from urllib.parse import urlsplit
-
         return tuple(
-            urlsplit(url)._replace(netloc=_netloc(url, port=link.port)).geturl()
+            parse_url(url).to_url(host=_LOOPBACK, port=link.port)  # never raises (issue 38)
             for url, link in zip(self._node_urls, links, strict=True)
         )
 

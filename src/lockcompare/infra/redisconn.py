@@ -10,11 +10,12 @@ needs no client library.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING
-from urllib.parse import quote, urlsplit, urlunsplit
 
 from lockcompare.errors import InvalidURLError, NodeUnreachableError
 from lockcompare.redaction import redact  # the one redaction function (others import it from here too)
+from lockcompare.urls import parse_url
 
 if TYPE_CHECKING:
     import redis
@@ -31,21 +32,21 @@ def validate_url(url: str) -> str:
     >>> validate_url("redis://127.0.0.1:7000/0")
     'redis://127.0.0.1:7000/0'
     """
-    parts = urlsplit(url.strip())
-    if parts.scheme not in _SCHEMES:
+    address = parse_url(url)
+    if address.scheme not in _SCHEMES:
         raise InvalidURLError(f"not a redis URL: {redact(url)!r} (expected e.g. redis://127.0.0.1:6379/0)")
-    if parts.scheme == "unix":
-        if not parts.path:
+    if address.scheme == "unix":
+        if not address.path:
             raise InvalidURLError(f"unix URL without a socket path: {redact(url)!r}")
         return url.strip()
-    try:
-        port = parts.port
-    except ValueError:
-        raise InvalidURLError(f"bad port in redis URL: {redact(url)!r}") from None
-    if not parts.hostname or port is None:
+    if address.problem == "bad port":
+        raise InvalidURLError(f"bad port in redis URL: {redact(url)!r}")
+    if address.problem:
+        raise InvalidURLError(f"bad redis URL ({address.problem}): {redact(url)!r}")
+    if not address.host or address.port is None:
         raise InvalidURLError(f"redis URL needs a host and a port: {redact(url)!r}")
-    db = parts.path.lstrip("/")
-    if db and not db.isdigit():
+    db = address.path.lstrip("/")
+    if db and not (db.isascii() and db.isdigit()):
         raise InvalidURLError(f"bad database number in redis URL: {redact(url)!r}")
     return url.strip()
 
@@ -77,11 +78,10 @@ def with_env_password(url: str) -> str:
     CSV never hold it.
     """
     password = os.environ.get(PASSWORD_ENV)
-    parts = urlsplit(url)
-    if not password or parts.scheme not in ("redis", "rediss") or parts.password is not None:
+    address = parse_url(url)
+    if not password or address.scheme not in ("redis", "rediss") or address.password is not None:
         return url
-    user, _, host = parts.netloc.rpartition("@")
-    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
+    return replace(address, password=password).to_url()
 
 
 def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
@@ -90,12 +90,23 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    return redis.Redis.from_url(
-        url,
+    # Not redis-py's from_url: urllib's parser under it raises on a full-width character in a
+    # password (issue 38); the one parser here never does, and validate_url checked the rest.
+    address = parse_url(url)
+    where: dict[str, object] = (
+        {"unix_socket_path": address.path}
+        if address.scheme == "unix"
+        else {"host": address.host, "port": address.port or 6379, "ssl": address.scheme == "rediss"}
+    )
+    db = address.query_value("db") if address.scheme == "unix" else address.path.lstrip("/")
+    return redis.Redis(
+        **where,  # type: ignore[arg-type]
+        db=int(db) if db and db.isascii() and db.isdigit() else 0,
+        username=address.user or address.query_value("username") or None,
+        password=address.password or address.query_value("password") or None,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         retry=Retry(NoBackoff(), 0),
-        retry_on_timeout=False,
         decode_responses=False,
         health_check_interval=0,
     )

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lockcompare.errors import ConfigError, WriteError
+from lockcompare.redaction import redact
 from lockcompare.runner.host_batch import HostBatch, HostRow, run_batch
 
 if TYPE_CHECKING:
@@ -79,10 +80,15 @@ def connect(address: str) -> Any:
         from distributed import Client
     except ImportError:
         raise ConfigError("--dask needs Dask's distributed package: pip install 'lockcompare[dask]'") from None
+    shown = redact(address, passwords_of=(address,))
+    if any(c in address for c in "@\uff20\ufe6b"):  # Dask takes no userinfo; its error quoted the password (issue 38)
+        raise ConfigError(f"--dask {shown}: a scheduler address has no user or password (tcp://HOST:PORT)")
     try:
         return Client(address, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError, ValueError) as exc:
-        raise ConfigError(f"--dask {address}: cannot reach a Dask scheduler there ({exc})") from None
+        raise ConfigError(
+            f"--dask {shown}: cannot reach a Dask scheduler there ({redact(str(exc), passwords_of=(address,))})"
+        ) from None
 
 
 def run_on_dask(
