@@ -91,7 +91,11 @@ def test_a_step_whose_target_cannot_be_resolved_is_skipped_in_a_real_trial(clust
     assert faults and {e["action"] for e in faults} == {"skipped"}, faults
     assert all("only 1 node(s) holding the current lease" in e["reason"] for e in faults)
     assert all(e["holders"][0] is not None and e["holders"][1:] == [None] * 4 for e in faults)
-    assert result.metrics.verdict == "exclusive"
+    # No safety verdict without the fault (issue 38): every step skipped, so not "exclusive".
+    m = result.metrics
+    assert m.verdict == "unknown" and m.problem.startswith("no safety verdict without the fault: the fault struck 0 of")
+    assert "only 1 node(s) holding the current lease" in m.problem
+    assert (m.fault_steps_planned, m.fault_steps_struck) == (len(faults), 0)
 
 
 def test_a_strobe_outliving_its_worker_stops_nothing_and_raises_nothing() -> None:

@@ -48,6 +48,7 @@ from lockcompare.analysis.progress import (
     writes_skipped,
 )
 from lockcompare.analysis.stats import percentile
+from lockcompare.analysis.strikes import FaultStrikes, fault_strikes
 
 #: Every verdict, with what it means. Safety is judged first (a violation observed is a violation
 #: whatever else happened: an overlap or a loss at the resource, or the lock breaking its promise in
@@ -68,7 +69,8 @@ VERDICT_MEANINGS = {
     "exclusion held only over what ran",
     "unavailable": "the lock was never granted (or nothing entered): nothing was observed, so nothing is claimed",
     "unknown": "the trial could not be judged (a worker failed, a backend call hung, a node died, "
-    "the history is inconsistent); see the problem column",
+    "the history is inconsistent, or its fault schedule never struck: no safety verdict without the fault); "
+    "see the problem column",
 }
 
 __all__ = [  # the evidence functions are re-exported: they were defined here before evidence.py
@@ -115,6 +117,11 @@ class TrialMetrics:
     progress_by_worker: str = ""  # "w0:39/40 w1:1/20": rounds with an accepted write / rounds holding the lock
     rounds_denied: int = 0  # planned rounds in which the resource refused a holder whose lease was valid
     workers_starved: int = 0  # workers denied in more rounds than they progressed ("safe but no progress")
+    # The runner's fault injections (analysis/strikes.py): planned, struck (acted on their target),
+    # missed (aimed at a lease that had ended when they landed). -1: not counted (rows from before).
+    fault_steps_planned: int = 0
+    fault_steps_struck: int = 0
+    fault_steps_missed: int = 0
     problem: str = ""  # why the verdict is unknown; or what went wrong that no column names (RELEASED_NOTHING)
 
     def as_row(self) -> dict[str, object]:
@@ -129,11 +136,47 @@ class Interval:
     extra: bool = False  # a section of an extra round (contend workload)
 
 
+#: Verdicts that claim the lock held (in full or over what ran): never given to a trial whose fault
+#: never struck — it measured the lock without the fault it was about.
+SAFE_VERDICTS = ("exclusive", "degraded", "starved")
+
+
+def unstruck_problem(strikes: FaultStrikes) -> str:
+    """The ``problem`` of a trial whose schedule planned injections and struck with none."""
+    return f"no safety verdict without the fault: {strikes.summary()}"
+
+
 #: The ``problem`` of a trial whose session lock was not where its holder believed (sessions.py).
 RELEASED_NOTHING = (
     "unlock released nothing while held ({n} of {total} releases): session not kept "
     "(a transaction-pooling proxy? a lock that expires?)"
 )
+#: ...when the schedule itself ended sessions: its own session end is the first suspect, not a proxy.
+RELEASED_NOTHING_BY_SCHEDULE = (
+    "unlock released nothing while held ({n} of {total} releases): session not kept "
+    "(the schedule's own {fault} ended {ended} session(s), e.g. {example} in round {round})"
+)
+
+
+def released_nothing_note(history: Sequence[Event], *, n: int, total: int) -> str:
+    """The hint for unlocks that released nothing: the schedule's own session end when it had one
+    (a session-kill that ended sessions), else the causes outside the schedule."""
+    kills = [
+        e for e in history
+        if e.get("worker") == -1 and e.get("kind") == "fault" and e.get("action") == "inject"
+        and e.get("sessions_ended")
+    ]  # fmt: skip
+    if not kills:
+        return RELEASED_NOTHING.format(n=n, total=total)
+    first = kills[0]
+    session = first["sessions_ended"][0]
+    example = f"{session:#x}" if isinstance(session, int) and session > 2**32 else str(session)
+    whose = first.get("session_worker")
+    example += f" (worker {whose}'s)" if isinstance(whose, int) else ""
+    return RELEASED_NOTHING_BY_SCHEDULE.format(
+        n=n, total=total, fault=first.get("fault", "fault"), ended=sum(len(e["sessions_ended"]) for e in kills),
+        example=example, round=first.get("round"),
+    )  # fmt: skip
 
 
 def midpoint(event: Event) -> float:
@@ -318,7 +361,17 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
     )
     # Named, not judged unknown: the verdict stands, and the row says what no column counts.
     releases = sum(1 for e in history if e["kind"] == "release")
-    notes = [RELEASED_NOTHING.format(n=released_nothing, total=releases)] if released_nothing else []
+    notes = [released_nothing_note(history, n=released_nothing, total=releases)] if released_nothing else []
+    strikes = fault_strikes(history)
+    if strikes.none_struck:
+        # A violation seen without the fault is still one (the lock broke by itself); a safe verdict is not
+        # earned by a trial that never met its fault.
+        if verdict in SAFE_VERDICTS:
+            problems.append(unstruck_problem(strikes))
+        else:
+            notes.append(f"{strikes.summary()}: the violation happened without the fault")
+    elif strikes.struck < strikes.planned:
+        notes.append(strikes.summary())
     return TrialMetrics(
         entries=entries,
         entries_planned=entries_planned,
@@ -355,6 +408,9 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         progress_by_worker=format_progress(progress),
         rounds_denied=rounds_denied(progress),
         workers_starved=len(no_progress),
+        fault_steps_planned=strikes.planned,
+        fault_steps_struck=strikes.struck,
+        fault_steps_missed=strikes.missed,
     )
 
 
@@ -400,4 +456,7 @@ def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned:
         progress_by_worker="",
         rounds_denied=-1,
         workers_starved=-1,
+        fault_steps_planned=-1,
+        fault_steps_struck=-1,
+        fault_steps_missed=-1,
     )

@@ -14,6 +14,7 @@ import typer
 from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.analysis.results import METRIC_COLUMNS, TIMING_COLUMNS, read_results
 from lockcompare.analysis.sentinel import MARK_SHARE
+from lockcompare.analysis.strikes import strikes_line
 from lockcompare.cli.core import app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
@@ -167,6 +168,8 @@ def matrix(
         rows = read_results(report.out)
         typer.echo(table.render(rows, fmt=fmt))
         err.print(timing_line(rows))
+        if faults := strikes_line(rows):
+            err.print(faults)
     _fail_on_unknown(report)
 
 

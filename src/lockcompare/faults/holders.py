@@ -82,6 +82,11 @@ class LockHolders:
         self._type = key_type
         self._clients: dict[int, redis.Redis] = {}
 
+    @property
+    def pattern(self) -> str:
+        """The glob the lock key is read under (what a skipped step's reason names)."""
+        return self._pattern
+
     def read(self) -> list[str | None]:
         return [self._read_node(i) for i in range(len(self._urls))]
 

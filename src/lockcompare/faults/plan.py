@@ -9,6 +9,8 @@ after its acquire, or between its read and its write), so it becomes part of tha
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,27 @@ def planned_steps(schedule: Schedule, *, time_scale: float, ttl_ms: float, lock_
         for i, step in enumerate(schedule.steps)
         if step.kind not in _IN_WORKER
     ]
+
+
+def with_lease_declaration(steps: list[PlannedStep], *, backend: type) -> list[PlannedStep]:
+    """``steps`` whose faults look for the lease where ``backend`` declares it lives: a fault with a
+    ``lease_znodes`` field (session-kill) gets the backend's class attribute of that name (a
+    ZooKeeper path with ``{key}``, or a callable returning the lease's znodes: faults/zookeeper.py).
+    A backend that declares nothing leaves every step as it was."""
+    declared = getattr(backend, "lease_znodes", None)
+    if declared is None:
+        return steps
+
+    def declaring(build: Callable[[int | None], Any]) -> Callable[[int | None], Any]:
+        def built(worker: int | None) -> Any:
+            fault = build(worker)
+            if dataclasses.is_dataclass(fault) and any(f.name == "lease_znodes" for f in dataclasses.fields(fault)):
+                return dataclasses.replace(fault, lease_znodes=declared)  # type: ignore[type-var]
+            return fault
+
+        return built
+
+    return [dataclasses.replace(p, build=declaring(p.build)) for p in steps]
 
 
 def _planned(index: int, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> PlannedStep:

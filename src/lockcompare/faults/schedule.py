@@ -21,8 +21,21 @@ injection, heal and skip is an event of the runner's own (``worker == -1``) in t
      "nodes": [2], "holders": [owner, None, owner, ...], "lease_owner": owner, "detail": "SIGKILL"}
 
 (``planned_ns``: when the step was due; ``late_ms``: how much later it landed — what the timing
-sentinel reads.) :meth:`FaultScheduler.heal_all` runs in the runner's ``finally`` (Ctrl-C
-included): no node stays down, no clock stays moved, no link stays cut, no worker stays stopped.
+sentinel reads.)
+
+**Aimed when it lands.** A lease-aimed step (``holders:K``, ``others:K``, ``worker=holder``)
+triggered by an acquire is aimed at *that* acquire's lease (``aimed_owner``). Its target is read
+when it lands, not when it was due: a read slower than :data:`AIM_FRESH_MS` (a stalled machine) is
+read again before the fault acts, and the event says how old the read was (``aim_age_ms``). The
+event's ``aim`` then says what the fault met: ``struck`` (the lease it was aimed at, still held),
+``retargeted`` (that lease had ended, another was held: the fault struck the current one) or
+``missed`` (that lease had ended and none was held: nothing is injected; the event is a
+``skipped`` one with ``aim: missed``). analysis/strikes.py counts them; a trial whose schedule
+struck nothing has no safety verdict. An inject event also says ``struck``: false when its fault
+acted on nothing (a session-kill that found no session).
+
+:meth:`FaultScheduler.heal_all` runs in the runner's ``finally`` (Ctrl-C included): no node stays
+down, no clock stays moved, no link stays cut, no worker stays stopped.
 
 A fault object acts on the cluster's nodes (``inject(cluster, nodes)``) unless its class says
 ``scope = "world"``: then it is handed the trial's :class:`FaultContext` (cluster, links, worker
@@ -38,9 +51,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockcompare.analysis.history import Event, now_ns
+from lockcompare.analysis.holders import UNREADABLE
 from lockcompare.errors import ConfigError
 from lockcompare.faults.holders import LockHolders
-from lockcompare.faults.targets import Resolution, resolve_nodes, resolve_worker
+from lockcompare.faults.roles import aim_by_role, roles_now
+from lockcompare.faults.targets import Resolution, current_owner, resolve_nodes, resolve_worker
 from lockcompare.infra.cluster import Cluster
 from lockcompare.spec.faultkinds.base import FaultAction
 from lockcompare.spec.schedule import FaultStep
@@ -92,10 +107,18 @@ class _Active:
     extra: dict[str, Any]
 
 
+#: How old (ms) the holders read may be when a lease-aimed fault lands before it is read again: a
+#: loopback read takes ~1 ms; one slower than this ran on a stalled machine, and the lease it saw may
+#: have ended meanwhile (measured: faults that struck 300-606 ms after their read, on a lease released
+#: 40-106 ms before they landed).
+AIM_FRESH_MS = 20.0
+
+
 @dataclass
 class _State:
     planned: PlannedStep
     pending: tuple[int, int] | None = None  # (due ns, round)
+    aimed: str | None = None  # the owner whose acquire made the pending injection due (its lease)
     active: _Active | None = None
     injected: int = 0
     prepared: tuple[FaultAction, list[int]] | None = None  # (fault, nodes) of a prepare not yet injected
@@ -120,6 +143,7 @@ class FaultScheduler:
     _latest_round: dict[int, int] = field(default_factory=dict)
     _last_acquirer: int | None = None
     _last_holders: list[str | None] | None = None  # what the latest _resolve read
+    _seen_lease: bool = False  # some read of this trial found a lease (the key pattern matches the backend's)
 
     def __post_init__(self) -> None:
         self._states = [_State(planned=p) for p in self.steps]
@@ -168,6 +192,7 @@ class FaultScheduler:
             due = t_ns + state.planned.after_ns
             if state.pending is None or due < state.pending[0]:  # a pending injection is never put off
                 state.pending = (due, round_)
+                state.aimed = owner
 
     def seconds_to_next(self) -> float | None:
         due = [s.pending[0] for s in self._states if s.pending is not None]
@@ -223,9 +248,27 @@ class FaultScheduler:
 
     def _inject(self, state: _State, *, round_: int, planned: int) -> None:
         step = state.planned.step
+        aimed, state.aimed = state.aimed, None
+        read_at = now_ns()
         resolution = self._resolve(step, read=True)
+        if self._last_holders is not None and (now_ns() - read_at) / 1e6 > AIM_FRESH_MS:
+            read_at = now_ns()  # a slow read: what it saw first may have ended, so read when landing
+            resolution = self._resolve(step, read=True)
+        aim = self._aim(step, aimed=aimed, resolution=resolution)
+        if aim:
+            aim["aim_age_ms"] = round((now_ns() - read_at) / 1e6, 3)
         if resolution.reason:
-            self._skip(state, round_=round_, planned=planned, resolution=resolution)
+            if aim.get("aim") == "missed":
+                resolution = Resolution(
+                    reason=f"missed: the lease it was aimed at had ended when it landed ({resolution.reason})"
+                )
+            elif self._last_holders is not None and not self._seen_lease:
+                pattern = getattr(self.holders, "pattern", "?")
+                resolution = Resolution(
+                    reason=f"{resolution.reason} (no read in this trial found a lease under the key pattern "
+                    f"{pattern!r}: a backend whose key lies elsewhere declares key_pattern, docs/plugins.md)"
+                )
+            self._skip(state, round_=round_, planned=planned, resolution=resolution, extra=aim)
             return
         if state.prepared is not None:
             fault, nodes = state.prepared
@@ -236,7 +279,7 @@ class FaultScheduler:
         heal_after = state.planned.heal_after_ns
         state.active = _Active(fault=fault, nodes=nodes, round=round_, heal_due=None, extra={})
         state.injected += 1
-        self._act(state, fault, "inject", nodes, round_=round_, planned=planned, resolution=resolution)
+        self._act(state, fault, "inject", nodes, round_=round_, planned=planned, resolution=resolution, aim=aim)
         if heal_after is not None and step.at != "acquire":
             state.active.heal_due = now_ns() + heal_after
 
@@ -247,11 +290,16 @@ class FaultScheduler:
         self._act(state, active.fault, "heal", active.nodes, round_=active.round, planned=planned, carried=active.extra)
 
     def _resolve(self, step: FaultStep, *, read: bool) -> Resolution:
+        if step.nodes is not None and step.nodes.by_role:  # asked of the servers' kind (faults/roles.py)
+            return aim_by_role(
+                step.nodes, cluster=self.cluster, worker=self._last_acquirer, pids=self.pids, links=self.links
+            )
         lease_relative = (step.nodes is not None and step.nodes.from_lease) or (
             step.worker is not None and step.worker.index is None
         )
         holders = self.holders.read() if read and self.holders is not None and step.at != "acquire" else None
         self._last_holders = holders
+        self._seen_lease = self._seen_lease or any(v not in (None, UNREADABLE) for v in holders or ())
         preferred = self._latest_owner.get(step.follow)
         nodes: tuple[int, ...] = ()
         owner = None
@@ -273,8 +321,32 @@ class FaultScheduler:
             owner = None
         return Resolution(nodes=nodes, worker=worker, lease_owner=owner)
 
+    def _aim(self, step: FaultStep, *, aimed: str | None, resolution: Resolution) -> dict[str, Any]:
+        """What a lease-aimed step triggered by an acquire met when it landed (module docstring);
+        {} for a step aimed at fixed targets, or where the holders cannot be read."""
+        lease_relative = (step.nodes is not None and step.nodes.from_lease) or (
+            step.worker is not None and step.worker.index is None
+        )
+        if not lease_relative or aimed is None or self._last_holders is None:
+            return {}
+        current = current_owner(self._last_holders, preferred=aimed)
+        if current is None and not self._seen_lease:
+            return {}  # no read has ever found this backend's lease: not known to have ended
+        if current == aimed:
+            met = "struck" if not resolution.reason else ""
+        else:
+            met = "missed" if current is None else "retargeted"
+        return {"aimed_owner": aimed, **({"aim": met} if met else {})}
+
     def _skip(
-        self, state: _State, *, round_: int, planned: int, resolution: Resolution, action: str = "inject"
+        self,
+        state: _State,
+        *,
+        round_: int,
+        planned: int,
+        resolution: Resolution,
+        action: str = "inject",
+        extra: dict[str, Any] | None = None,
     ) -> None:
         t = now_ns()
         self.events.append(
@@ -294,6 +366,7 @@ class FaultScheduler:
                 "skipped": action,
                 **self._target_fields(state.planned.step),
                 **({"holders": self._last_holders} if self._last_holders is not None else {}),
+                **(extra or {}),
             }
         )
 
@@ -308,8 +381,9 @@ class FaultScheduler:
         planned: int | None,
         resolution: Resolution | None = None,
         carried: dict[str, Any] | None = None,
+        aim: dict[str, Any] | None = None,
     ) -> None:
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = dict(aim or {})
         if action == "inject" and self._last_holders is not None:
             extra["holders"] = self._last_holders  # read before the step (and its t0): what it struck
         if resolution is not None and resolution.lease_owner is not None:
@@ -318,8 +392,13 @@ class FaultScheduler:
             extra["target_worker"] = resolution.worker
         elif carried and "target_worker" in carried:
             extra["target_worker"] = carried["target_worker"]  # a heal names whom its injection hit
+        if resolution is not None and resolution.roles is not None:
+            extra["roles"] = resolution.roles  # who led as it struck (faults/roles.py)
         if action == "inject" and state.active is not None:
             state.active.extra = dict(extra)
+        if action == "heal" and state.planned.step.nodes is not None and state.planned.step.nodes.by_role:
+            extra["roles_before"] = (carried or {}).get("roles")
+            extra["roles"] = roles_now(self.cluster)  # who leads as it ends, read before the heal acts
         t0 = now_ns()
         step_fn = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
         on_world = getattr(fault, "scope", "nodes") != "nodes"
@@ -332,6 +411,11 @@ class FaultScheduler:
         if isinstance(detail, tuple):  # (detail, fields): a fault naming what it struck (session-kill's sessions)
             detail, struck = detail
             extra.update(struck)
+        if action == "inject":
+            # A fault that found nothing to act on says so by its detail ("skipped: ..."): not a strike.
+            extra.setdefault("struck", not str(detail).startswith("skipped"))
+            if extra.get("session_owner") is not None:
+                extra |= self._session_aim(str(extra["session_owner"]), extra)
         self.events.append(
             {
                 "worker": -1,
@@ -349,6 +433,21 @@ class FaultScheduler:
                 **extra,
             }
         )
+
+    def _session_aim(self, session_owner: str, extra: dict[str, Any]) -> dict[str, Any]:
+        """Whose session a session-kill ended (``session_owner``: the identifier the lock's holder
+        stored, which starts the owner token its acquire returned): ``session_worker``, and — when that
+        is not the worker it was aimed at — ``aim: retargeted`` (the lease it was aimed at had ended and
+        the lock's holder at kill time was another worker)."""
+        worker = next(
+            (w for owner, w in self._owners.items() if owner == session_owner or owner.startswith(session_owner + ".")),
+            None,
+        )
+        fields: dict[str, Any] = {"session_worker": worker}
+        aimed = extra.get("target_worker")
+        if worker is not None and isinstance(aimed, int) and worker != aimed:
+            fields["aim"] = "retargeted"
+        return fields
 
     @staticmethod
     def _target_fields(step: FaultStep) -> dict[str, str]:

@@ -156,7 +156,7 @@ def _run_trial(
         )
         for w in range(spec.workers)
     ]
-    steps = fault_plan(spec, lock_key=f"{prefix}:lock")
+    steps = plan.with_lease_declaration(fault_plan(spec, lock_key=f"{prefix}:lock"), backend=load_backend(spec.backend))
     faults = (
         FaultScheduler(
             steps=steps,

@@ -80,9 +80,14 @@ def end_holder_sessions(url: str, *, lock_key: str, timeout_s: float = 2.0) -> l
 
 @dataclass(frozen=True)
 class SessionKill:
-    """End the session holding ``lock_key`` on the given PostgreSQL lock nodes."""
+    """End the session holding ``lock_key`` on the given PostgreSQL lock nodes (or ZooKeeper's).
+
+    ``lease_znodes``: where a ZooKeeper backend's lease lives, as the backend declares it (its class
+    attribute of that name; None: kazoo's Lock recipe under the key's lock path). The runner fills it
+    in (runner/trial.py), so the spec stays free of backends."""
 
     lock_key: str
+    lease_znodes: object = None
     scope: ClassVar[str] = "nodes"
 
     def inject(self, cluster: Cluster, nodes: list[int]) -> tuple[str, dict[str, object]]:
@@ -95,8 +100,12 @@ class SessionKill:
             # to infra, beside the client it drives; until then this is spec's one late import of faults).
             from lockcompare.faults.zookeeper import expire_holder_session
 
-            detail, sessions = expire_holder_session(list(cluster.node_urls), lock_key=self.lock_key)
-            return detail, {"sessions_ended": sessions}  # ZooKeeper session ids (faults/zookeeper.py)
+            detail, sessions, whose = expire_holder_session(
+                list(cluster.node_urls),
+                lock_key=self.lock_key,
+                lease_znodes=self.lease_znodes,  # type: ignore[arg-type]  # checked by the backend loader
+            )
+            return detail, {"sessions_ended": sessions, **whose}  # ZooKeeper session ids (faults/zookeeper.py)
         ended: list[int] = []
         for index in nodes:
             url = cluster.node_urls[index]

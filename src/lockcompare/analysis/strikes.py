@@ -1,0 +1,118 @@
+"""Did the trial's fault happen? Counted from the runner's own fault events in the history.
+
+An experiment's claim is about a lock *under a fault*. A trial whose schedule never struck (every
+step skipped because its target could not be resolved, or a session-kill that found no session to
+end, or a fault aimed at a lease that had ended when it landed) measured the lock without its
+fault: its "exclusive" would be vacuous. So the checker counts, per trial, the injections the
+schedule planned and those that struck (faults/schedule.py writes them):
+
+- *planned*: every injection the runner attempted — an ``inject`` event, or a ``skipped`` one
+  (a ``prepare`` that was skipped is not an injection: the step may still inject later);
+- *struck*: an ``inject`` whose fault acted on its target: not one whose fault reports it did
+  nothing (``struck: false``, or before that field a ``detail`` beginning "skipped"), and not one
+  whose aim ``missed``;
+- *missed*: aimed at the lease of the acquire that triggered it, and that lease had ended, with no
+  other lease held, when it landed (``"aim": "missed"``): the fault is not injected;
+- *retargeted*: that lease had ended, but another was held when it landed: the fault struck the
+  current lease instead (``"aim": "retargeted"``), which counts as struck.
+
+Pauses are the workers' own (``pause`` events), always taken: they are not counted here.
+
+>>> events = [
+...     {"worker": -1, "kind": "fault", "action": "inject", "detail": "SIGKILL"},
+...     {"worker": -1, "kind": "fault", "action": "skipped", "reason": "nodes=holders:1: no lease on any node"},
+...     {"worker": -1, "kind": "fault", "action": "heal", "detail": "restarted"},
+... ]
+>>> fault_strikes(events)
+FaultStrikes(planned=2, struck=1, missed=0, retargeted=0, reasons=('nodes=holders:1: no lease on any node',))
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from lockcompare.analysis.history import Event
+
+
+@dataclass(frozen=True)
+class FaultStrikes:
+    planned: int
+    struck: int
+    missed: int
+    retargeted: int
+    #: Why the injections that did not strike did not, most frequent first (distinct texts).
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def none_struck(self) -> bool:
+        """A schedule that planned injections and struck with none of them."""
+        return self.planned > 0 and self.struck == 0
+
+    def summary(self) -> str:
+        """One line for a row's ``problem``: how many struck, and why the others did not."""
+        why = f" ({'; '.join(self.reasons[:3])})" if self.reasons else ""
+        missed = f", {self.missed} missed (the lease it was aimed at had ended)" if self.missed else ""
+        return f"the fault struck {self.struck} of {self.planned} injections{missed}{why}"
+
+
+def is_injection(event: Event) -> bool:
+    return (
+        event.get("worker") == -1
+        and event.get("kind") == "fault"
+        and (
+            event.get("action") == "inject" or (event.get("action") == "skipped" and event.get("skipped") != "prepare")
+        )
+    )
+
+
+def struck(event: Event) -> bool:
+    """Did this injection act on its target? (See the module docstring.)"""
+    if event.get("action") != "inject" or event.get("aim") == "missed":
+        return False
+    if "struck" in event:
+        return bool(event["struck"])
+    return not str(event.get("detail") or "").startswith("skipped")
+
+
+def why_not(event: Event) -> str:
+    if event.get("action") == "skipped":
+        return str(event.get("reason") or "skipped")
+    detail = str(event.get("detail") or "")
+    return detail.removeprefix("skipped: ") or "did not strike"
+
+
+def fault_strikes(history: Sequence[Event]) -> FaultStrikes:
+    """The trial's injections: how many were planned, struck, missed or retargeted (module docstring)."""
+    injections = [e for e in history if is_injection(e)]
+    hits = [e for e in injections if struck(e)]
+    reasons = Counter(why_not(e) for e in injections if not struck(e))
+    return FaultStrikes(
+        planned=len(injections),
+        struck=len(hits),
+        missed=sum(1 for e in injections if e.get("aim") == "missed"),
+        retargeted=sum(1 for e in hits if e.get("aim") == "retargeted"),
+        reasons=tuple(reason for reason, _ in reasons.most_common()),
+    )
+
+
+def strikes_line(rows: Sequence[Mapping[str, object]]) -> str:
+    """One line over a results file's rows: the injections planned, struck and missed ("" when no
+    row planned any, or only rows from before they were counted)."""
+
+    def total(column: str) -> int:
+        return sum(v for r in rows if isinstance(v := r.get(column), int) and v > 0)
+
+    planned = total("fault_steps_planned")
+    if not planned:
+        return ""
+    unstruck = sum(
+        1
+        for r in rows
+        if isinstance(p := r.get("fault_steps_planned"), int) and p > 0 and r.get("fault_steps_struck") == 0
+    )
+    return (
+        f"faults: {total('fault_steps_struck')} of {planned} injections struck, {total('fault_steps_missed')} missed "
+        f"(aimed at a lease that had ended when they landed); {unstruck} trial(s) whose fault never struck"
+    )
