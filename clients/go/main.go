@@ -90,12 +90,12 @@ type client struct {
 
 	out sync.Mutex // one reply line at a time on stdout
 
-	mu        sync.Mutex
-	nodes     []string
-	timeout   time.Duration
-	cli       *clientv3.Client
-	holdings  map[string]*holding
-	events    []event
+	mu       sync.Mutex
+	nodes    []string
+	timeout  time.Duration
+	cli      *clientv3.Client
+	holdings map[string]*holding
+	events   []event
 }
 
 func main() {
