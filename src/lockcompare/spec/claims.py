@@ -67,10 +67,10 @@ RULES = {
 
 EXPECTATIONS: tuple[Expect, ...] = (
     # baseline
-    Expect(experiment="baseline", backends=LEASE_LOCKS + ("pg-advisory",), rule="no-conflicts",
+    Expect(experiment="baseline", backends=(*LEASE_LOCKS, "pg-advisory"), rule="no-conflicts",
            says="a correct lock gives 0 conflicts"),
-    Expect(experiment="baseline", backends=("none",), rule="conflict-share-between", value=0.35,
-           says="none gives ~half"),
+    Expect(experiment="baseline", backends=("none",), rule="conflict-share-at-least", value=0.5,
+           says="none lets most entries conflict (the lab's 41/80 is not reproduced: docs/lesson.md)"),
     # short-ttl
     Expect(experiment="short-ttl", backends=PLAIN_LEASE_LOCKS, rule="all-but-first-conflict", value=1,
            says="a textbook-correct lock with too short a TTL: every entry but the first conflicts"),
@@ -91,13 +91,13 @@ EXPECTATIONS: tuple[Expect, ...] = (
     # node-restart
     Expect(experiment="node-restart", backends=("single", "redis-py"), rule="lost-updates",
            says="single loses the lock"),
-    Expect(experiment="node-restart", backends=("redlock",), rule="no-lost-updates",
-           says="redlock loses the lock only with a majority restarted"),
+    Expect(experiment="node-restart", backends=("redlock",), rule="fewer-lost-than", value=0.1, than="single",
+           says="redlock mostly holds with one node restarted: it loses only when the lease was a bare majority"),
     # clock-jump
     Expect(experiment="clock-jump", backends=("single", "redis-py"), rule="lost-updates",
            says="single loses the lock"),
-    Expect(experiment="clock-jump", backends=("redlock",), rule="no-lost-updates",
-           says="redlock loses the lock only with a majority jumped"),
+    Expect(experiment="clock-jump", backends=("redlock", "pottery"), rule="fewer-lost-than", value=0.25,
+           than="single", says="redlock loses far less than single: only its bare-majority leases"),
     # clock-jump-back
     Expect(experiment="clock-jump-back", backends=LEASE_LOCKS, rule="no-conflicts",
            says="keys live longer, nobody gets in early: 0 conflicts"),
