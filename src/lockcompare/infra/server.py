@@ -210,6 +210,7 @@ class RedisServer(SpawnedServer):
             while time.monotonic() < deadline:
                 if proc.poll() is not None:
                     self._proc = None  # e.g. the port was taken between free_port() and bind
+                    self._refuse_daemon(self.daemonised())
                     return self._exit_reason(port=port, log_start=log_start)
                 try:
                     answering = int(client.info("server")["process_id"])
@@ -224,8 +225,9 @@ class RedisServer(SpawnedServer):
                         time.sleep(0.002)
                         continue
                 # Something else owns the port: ours will fail to bind (or already has). Never
-                # adopt it, and never touch it: it is not our process.
+                # adopt it, and never touch it: it is not our process (unless it carries our mark).
                 self._kill()
+                self._refuse_daemon(self.daemonised())
                 return f"port {port} is taken by another redis-server (pid {answering})"
         finally:
             client.close()
@@ -233,6 +235,14 @@ class RedisServer(SpawnedServer):
         raise ServerStartError(
             f"{self.name}: {self.binary} did not answer on port {port} within {self.start_timeout_s:g} s; killed it"
         )
+
+    def _refuse_daemon(self, pids: list[int]) -> None:
+        if pids:
+            raise ServerStartError(
+                f"{self.name}: {self.binary} went into the background (it forked and exited; pid {pids[0]} was left "
+                "running and has been ended): lockcompare needs a server that stays in the foreground "
+                "(redis-server --daemonize no)"
+            )
 
     def _exit_reason(self, *, port: int, log_start: int) -> str:
         """Why a server we spawned exited during start-up, from what it logged this time."""

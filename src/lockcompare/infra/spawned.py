@@ -18,6 +18,7 @@ to spawn its process and how to tell that it is ready; this module owns the rest
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import shutil
 import signal
@@ -58,6 +59,46 @@ def release_port(port: int | None) -> None:
     """Give a port from :func:`free_port` back (its server is gone for good)."""
     with _ports_lock:
         _reserved_ports.discard(port)
+
+
+#: Every spawned server's environment carries this variable with a value of its own. A binary that
+#: daemonises (forks, calls setsid, exits) leaves its group and its parent, but not its
+#: environment: the copy in the background is found by it and ended (issue 38: a --redis-server
+#: that forked and exited left five servers behind, one per start attempt).
+SPAWN_MARK = "LOCKCOMPARE_SPAWNED"
+_spawn_numbers = itertools.count()
+
+
+def marked_processes(mark: str) -> list[int]:
+    """The live processes whose environment holds ``SPAWN_MARK=mark`` (one scan of /proc)."""
+    needle = f"\0{SPAWN_MARK}={mark}\0".encode()
+    found: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:
+            continue
+        if needle in b"\0" + environ + b"\0":
+            found.append(int(name))
+    return found
+
+
+def kill_marked(mark: str) -> list[int]:
+    """SIGKILL every process carrying ``mark``; return their pids."""
+    pids = marked_processes(mark)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return pids
 
 
 def kill_group_and_reap(proc: subprocess.Popen[bytes]) -> None:
@@ -110,6 +151,8 @@ class SpawnedServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._dir = owned_tempdir(dir_tag)
         self._extra_ports: list[int] = []  # released with the port at cleanup (etcd's peer port)
+        self._mark = f"{os.getpid()}-{next(_spawn_numbers)}"  # see SPAWN_MARK
+        self._exited_alone = False  # the process once exited by itself: look for a background copy
         _not_cleaned_up.add(self)
 
     # -- what a kind supplies ------------------------------------------------------------------
@@ -155,7 +198,7 @@ class SpawnedServer:
                 stdin=subprocess.DEVNULL,
                 stdout=out if out is not None else subprocess.DEVNULL,
                 stderr=out if out is not None else subprocess.DEVNULL,
-                env={**os.environ, **env} if env else None,
+                env={**os.environ, **(env or {}), SPAWN_MARK: self._mark},
                 start_new_session=True,  # Ctrl-C reaches lockcompare, which then stops us in order
                 # Trials run in threads, but the pre-exec function is one prctl call through a ctypes
                 # function resolved at import: the child takes no lock another thread could hold.
@@ -181,7 +224,14 @@ class SpawnedServer:
         """SIGKILL the server's whole process group (whatever it forked too) and reap it."""
         proc, self._proc = self._proc, None
         if proc is not None:
+            self._exited_alone |= proc.poll() is not None
             kill_group_and_reap(proc)
+        if self._exited_alone:  # a daemonised copy left the group: it still carries the mark
+            kill_marked(self._mark)
+
+    def daemonised(self) -> list[int]:
+        """Processes of this server that left it behind (it forked into the background), ended now."""
+        return kill_marked(self._mark)
 
     def crash(self) -> None:
         """End the server at once (it loses everything not persisted) and reap it; its data
