@@ -100,7 +100,8 @@ class ExternalBackend:
             if "/" in program
             else shutil.which(program) is not None
         )
-        missing = [] if found else [f"{program!r} not found"]
+        # A built program the manifest also requires (clients/go's binary) is named once, as missing.
+        missing = [] if found or program in manifest.requires else [f"{program!r} not found"]
         missing += [f"{path} missing" for path in manifest.requires if not (manifest.directory / path).exists()]
         if missing:
             hint = f" (install: {manifest.install})" if manifest.install else ""
