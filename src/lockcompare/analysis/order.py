@@ -25,7 +25,8 @@ BACKEND_ORDER = (
     "none", "single", "fenced", "redlock", "pottery", "redis-py", "atomic", "optimistic", "single-renew",
     "redis-lock-renew", "redis-lock-renew-checked", "etcd", "etcd-fenced", "pg-advisory", "pg-lease",
     "zk-lock", "zk-lock-checked", "zk-fenced", "node-redlock", "node-sesame-using", "node-sesame-using-checked",
-    "node-semaphore-mutex", "node-semaphore-redlock",
+    "node-semaphore-mutex", "node-semaphore-redlock", "etcd-go-mutex", "etcd-go-fenced", "curator-mutex",
+    "curator-mutex-checked",
 )  # fmt: skip
 
 

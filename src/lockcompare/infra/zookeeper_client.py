@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -62,6 +63,11 @@ def delete_children_containing(urls: Sequence[str], text: str) -> None:
                 client.delete(f"{CHROOT}/{child}", recursive=True)
 
 
+#: A lock contender's znode name: kazoo's Lock recipe (``<uuid>__lock__<seq>``) or Curator's
+#: InterProcessMutex (``_c_<uuid>-lock-<seq>``, clients/java); both end in the server's 10-digit sequence.
+_CONTENDER = re.compile(r"(?:__lock__|-lock-)(\d{10})$")
+
+
 def contenders(client: Any, path: str) -> list[str]:
     """The lock's contender znodes under ``path``, lowest sequence (the holder) first."""
     from kazoo.exceptions import NoNodeError
@@ -70,4 +76,5 @@ def contenders(client: Any, path: str) -> list[str]:
         children = client.get_children(path)
     except NoNodeError:
         return []
-    return sorted((c for c in children if "__lock__" in c), key=lambda c: c.rsplit("__lock__", 1)[1])
+    sequences = {c: found.group(1) for c in children if (found := _CONTENDER.search(c))}
+    return sorted(sequences, key=sequences.__getitem__)

@@ -2,10 +2,10 @@
 
 The class carries the manifest's claims as the class attributes every backend declares
 (``exclusive``, ``issues_fencing_tokens``, ``survives_minority_loss``, ``servers``, ``has_ttl``,
-``min_ttl_ms``, ``ttl_step_ms``, ``expiry_lag_ms``, ``client_timeout_s``), plus ``renews`` /
-``checks_lease`` and where the key lives (``key_pattern`` / ``key_type``, read by the runner's fault
-targeting). So ``run``, ``matrix``,
-``bench``, ``evaluate``, ``explore`` and the battery use it like any other backend.
+``min_ttl_ms``, ``ttl_step_ms``, ``expiry_lag_ms``, ``session_timeout_is_ttl``, ``client_timeout_s``),
+plus ``renews`` / ``checks_lease`` and where the key lives (``key_pattern`` / ``key_type``, read by
+the runner's fault targeting). So ``run``, ``matrix``, ``bench``, ``evaluate``, ``explore`` and the
+battery use it like any other backend.
 
 How each call maps onto the protocol (docs/clients.md):
 
@@ -86,6 +86,7 @@ class ExternalBackend:
     min_ttl_ms: ClassVar[int] = 0
     ttl_step_ms: ClassVar[int] = 0
     expiry_lag_ms: ClassVar[int] = 0
+    session_timeout_is_ttl: ClassVar[bool] = False
     key_pattern: ClassVar[str] = "*{key}"
     key_type: ClassVar[str] = "string"
     external: ClassVar[bool] = True
@@ -333,7 +334,8 @@ class ExternalBackend:
                     "ok": ok,
                     "owner": str(event.get("owner", "")),
                     "valid_until": _ns(event.get("valid_until")) if ok else None,
-                    "reason": None if ok else str(reason or "lost"),
+                    # A renewal may say what it was (a heartbeat: "ping"); a loss always says why.
+                    "reason": (str(reason) if reason else None) if ok else str(reason or "lost"),
                 }
             )
         return records
@@ -423,6 +425,7 @@ def backend_class(manifest: Manifest) -> type[ExternalBackend]:
         "min_ttl_ms": manifest.min_ttl_ms,
         "ttl_step_ms": manifest.ttl_step_ms,
         "expiry_lag_ms": manifest.expiry_lag_ms,
+        "session_timeout_is_ttl": manifest.session_timeout_is_ttl,
         "key_pattern": manifest.key.pattern,
         "key_type": manifest.key.type,
     }

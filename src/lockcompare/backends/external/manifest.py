@@ -17,6 +17,7 @@ in the Python worker; only the lock calls cross the pipe. A complete manifest::
     # min_ttl_ms = 600                    # the shortest TTL the library accepts
     # ttl_step_ms = 1000                  # TTLs must be multiples of this (etcd leases: whole seconds)
     # expiry_lag_ms = 600                 # how late after its TTL the server may end a lease
+    # session_timeout_is_ttl = false      # a session lock whose server ends it after a TTL of silence
 
     [claims]
     exclusive = true
@@ -66,7 +67,7 @@ PROTOCOL_VERSIONS = (1,)
 #: Where a lock lives when the manifest does not say: any key ending with the harness's key.
 DEFAULT_KEY_PATTERN = "*{key}"
 KEY_TYPES = ("string", "hash")
-SERVER_KINDS = ("redis", "etcd", "postgres")
+SERVER_KINDS = ("redis", "etcd", "postgres", "zookeeper")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +109,9 @@ class Manifest:
     min_ttl_ms: int = 0
     ttl_step_ms: int = 0
     expiry_lag_ms: int = 0
+    #: A session lock (``has_ttl = false``) whose client sets its session timeout to the TTL: the server
+    #: ends the session, and the lock, once it has not heard from the client for that long (ZooKeeper).
+    session_timeout_is_ttl: bool = False
 
     @property
     def directory(self) -> Path:
@@ -128,6 +132,7 @@ _TOP = {
     "min_ttl_ms": int,
     "ttl_step_ms": int,
     "expiry_lag_ms": int,
+    "session_timeout_is_ttl": bool,
     "claims": dict,
     "key": dict,
 }
@@ -187,6 +192,10 @@ def parse_manifest(text: str, *, source: Path) -> Manifest:
     for name in ("min_ttl_ms", "ttl_step_ms", "expiry_lag_ms"):
         if raw.get(name, 0) < 0:
             raise BackendLoadError(f"{where}: {name} must not be negative")
+    if raw.get("session_timeout_is_ttl") and raw["claims"].get("has_ttl", True):
+        raise BackendLoadError(
+            f"{where}: session_timeout_is_ttl is for a session lock: it needs [claims] has_ttl = false"
+        )
     if not raw["name"].strip() or not raw["summary"].strip():
         raise BackendLoadError(f"{where}: name and summary must not be empty")
     return Manifest(
@@ -205,6 +214,7 @@ def parse_manifest(text: str, *, source: Path) -> Manifest:
         min_ttl_ms=raw.get("min_ttl_ms", 0),
         ttl_step_ms=raw.get("ttl_step_ms", 0),
         expiry_lag_ms=raw.get("expiry_lag_ms", 0),
+        session_timeout_is_ttl=raw.get("session_timeout_is_ttl", False),
     )
 
 

@@ -25,6 +25,8 @@ SHIPPED = {
     "NodeSemaphoreRedlock": "node/semaphore-redlock.toml",
     "EtcdGoMutex": "go/etcd-go-mutex.toml",
     "EtcdGoFenced": "go/etcd-go-fenced.toml",
+    "CuratorMutex": "java/curator-mutex.toml",
+    "CuratorMutexChecked": "java/curator-mutex-checked.toml",
 }
 
 ENV_CLIENTS_DIR = "LOCKCOMPARE_CLIENTS_DIR"
