@@ -27,6 +27,7 @@ from lockcompare.evaluation.conformance import (
 )
 from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.schedule import FaultContext
+from lockcompare.infra import cgroup
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.lifecycle import SPAWN, reap_group, start_worker_process, terminate_group
 from lockcompare.infra.procgroup import (
@@ -201,8 +202,10 @@ def test_under_client_pause_a_child_that_renews_is_frozen_with_its_worker(cluste
 
 
 def test_a_child_that_left_the_group_is_named_and_the_verdict_is_not_trusted(
-    cluster: Cluster, caplog: pytest.LogCaptureFixture
+    cluster: Cluster, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Where no cgroup can be made (process-group isolation; with one, tests/test_cgroups.py)."""
+    monkeypatch.setattr(cgroup, "new_client_cgroup", lambda: None)
     with caplog.at_level("WARNING", logger="lockcompare"):
         result = _client_pause(ESCAPING, cluster)
     escaped = [e for e in result.history if e["kind"] == "escaped"]

@@ -14,7 +14,8 @@ on stdin/stdout, one reply per request:
 It says ``{"ready": true}`` first, once it is ready for requests.
 
 ``--escape`` makes the client leave its parent's process group first (``os.setsid()``), as a
-daemonising library would: a pause of the worker then no longer stops it. ``--linger``
+daemonising library would: a pause of the worker then no longer stops it. ``--double-fork``
+daemonises fully (fork, setsid, fork): the serving process is no descendant of the worker at all. ``--linger``
 makes a helper that outlives its worker unless its process group is ended: it does not ask to
 die with its parent and stays after the end of its input.
 """
@@ -66,7 +67,19 @@ def renew_until_stopped(
         log.renewed(owner=owner, t0=t0, t1=time.monotonic_ns(), valid_until_ns=t0 + ttl_ms * 1_000_000)
 
 
+def double_fork() -> None:
+    """Daemonise the classic way: fork, ``setsid()``, fork again; the first two processes exit and
+    the grandchild (no descendant of the worker any more, in no group of its) goes on with the pipes."""
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+
+
 def main() -> None:
+    if "--double-fork" in sys.argv[2:]:
+        double_fork()
     if "--escape" in sys.argv[2:]:
         os.setsid()  # leaves the worker's process group: what this variant is for
     linger = "--linger" in sys.argv[2:]

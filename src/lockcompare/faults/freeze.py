@@ -1,6 +1,8 @@
 """Faults the runner applies to worker processes from outside: stop-the-world pauses and starvation.
 
-A *real freeze* is ``SIGSTOP`` then ``SIGCONT`` to the worker's process group: every thread of the
+A *real freeze* stops the worker's whole client: its cgroup is frozen where the machine offers one
+(infra/cgroup.py: atomic, and no ``setsid`` or double fork escapes it), else ``SIGSTOP`` then
+``SIGCONT`` go to the worker's process group. Either way every thread of the
 worker stops (a lock library's renewal thread too), and so does every helper process its backend
 started (a lock client in another language driven over a pipe), as in a stop-the-world GC pause
 or a suspended VM — unlike an in-process ``sleep``, which only the sleeping thread notices. Each
@@ -17,17 +19,18 @@ every ``period`` — a process starved of CPU, whose watchdog thread gets no tim
 
 from __future__ import annotations
 
-import signal
 import threading
 from multiprocessing.connection import Connection
 
 from lockcompare.analysis.history import Event, now_ns
-from lockcompare.infra.procgroup import group_members, process_table, signal_group
+from lockcompare.infra.cgroup import client_members, continue_client, stop_client
+from lockcompare.infra.cgroup import of as cgroup_of
 
 
 class Freezer:
-    """SIGSTOP a worker's process group now, SIGCONT it after ``pause_s``; nothing stays stopped
-    past thaw_all(). ``pid`` is always a worker's pid, which is its group's id."""
+    """Stop a worker's client now (its cgroup, else its process group), continue it after
+    ``pause_s``; nothing stays stopped past thaw_all(). ``pid`` is always a worker's pid, which is
+    its group's id."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -39,7 +42,7 @@ class Freezer:
     def freeze(self, *, pid: int, conn: Connection, pause_s: float, worker: int = -1, round_: int = -1) -> None:
         planned = now_ns()
         with self._lock:
-            signal_group(pid, signal.SIGSTOP)
+            how = stop_client(pid)
             stopped = now_ns()
             self._frozen[pid] = self._frozen.get(pid, 0) + 1
             self._pauses[pid] = (worker, round_, planned + int(pause_s * 1e9))
@@ -49,15 +52,17 @@ class Freezer:
         timer.start()
         # Which processes the stop reached, read after it and after the timer started: a scan of
         # /proc (a few ms) must neither delay the stop nor lengthen the pause.
-        group = group_members(pid, process_table())
-        self._record("inject", worker=worker, round_=round_, t0=planned, t1=stopped, planned=planned, group=group)
+        group = client_members(pid)
+        self._record(
+            "inject", worker=worker, round_=round_, t0=planned, t1=stopped, planned=planned, group=group, how=how
+        )
 
     def hold(self, pid: int) -> None:
         """SIGSTOP ``pid`` (a strobe's stop); undone by :meth:`release` or :meth:`thaw_all`.
         A process that has already exited is left alone (a strobe may outlive its worker)."""
         with self._lock:
             try:
-                signal_group(pid, signal.SIGSTOP)
+                stop_client(pid)
             except ProcessLookupError:
                 return
             self._frozen[pid] = self._frozen.get(pid, 0) + 1
@@ -76,7 +81,7 @@ class Freezer:
             return False
         del self._frozen[pid]
         try:
-            signal_group(pid, signal.SIGCONT)
+            continue_client(pid)
         except ProcessLookupError:
             pass
         return True
@@ -94,11 +99,15 @@ class Freezer:
             continuing = now_ns()  # the heal's t0 comes before the SIGCONT: nothing ran before it
             self._let_go(pid)
         worker, round_, planned = pause
-        self._record("heal", worker=worker, round_=round_, t0=continuing, planned=planned)
+        self._record("heal", worker=worker, round_=round_, t0=continuing, planned=planned, how=self._how(pid))
         try:
             conn.send(("thawed", "", []))
         except (OSError, ValueError):
             pass  # the trial is already being torn down
+
+    @staticmethod
+    def _how(pid: int) -> str:
+        return "SIGSTOP" if cgroup_of(pid) is None else "cgroup freeze"
 
     def thaw_all(self) -> None:
         """Cancel pending thaws and continue every frozen worker (a stopped process ignores SIGTERM)."""
@@ -110,8 +119,8 @@ class Freezer:
                 self._frozen[pid] = 1
                 self._let_go(pid)
             pauses, self._pauses = self._pauses, {}
-        for worker, round_, planned in pauses.values():
-            self._record("heal", worker=worker, round_=round_, t0=continuing, planned=planned)
+        for pid, (worker, round_, planned) in pauses.items():
+            self._record("heal", worker=worker, round_=round_, t0=continuing, planned=planned, how=self._how(pid))
 
     def _record(
         self,
@@ -123,13 +132,21 @@ class Freezer:
         planned: int,
         t1: int | None = None,
         group: list[int] | None = None,
+        how: str = "SIGSTOP",
     ) -> None:
         event: Event = {
             "worker": -1, "round": round_, "kind": "fault", "fault": "pause", "action": action, "t0": t0,
             "t1": now_ns() if t1 is None else t1, "planned_ns": planned, "late_ms": (t0 - planned) / 1e6, "nodes": [],
-            "target_worker": worker, "detail": "SIGSTOP" if action == "inject" else "SIGCONT",
+            "target_worker": worker, "detail": _DETAIL[how][action],
         }  # fmt: skip
         if group is not None:
-            event["group"] = group  # the pids of the worker's process group the stop reached
+            event["group"] = group  # the pids the stop reached: the worker's cgroup, else its process group
         with self._lock:
             self.events.append(event)
+
+
+#: The ``detail`` of a pause's inject and heal events, by how the client was stopped.
+_DETAIL = {
+    "SIGSTOP": {"inject": "SIGSTOP", "heal": "SIGCONT"},
+    "cgroup freeze": {"inject": "cgroup freeze", "heal": "cgroup thaw"},
+}

@@ -30,6 +30,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,9 +178,18 @@ class GroupView:
     joined since the last scan is seen at the next one.
     """
 
-    def __init__(self, *, leaders: list[int], max_age_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        *,
+        leaders: list[int],
+        max_age_s: float = 1.0,
+        cgroup_members: Callable[[int], list[int] | None] | None = None,
+    ) -> None:
         self.leaders = list(leaders)
         self.max_age_s = max_age_s
+        #: A leader's cgroup members (None: it has no cgroup): then they are what a stop reaches, and
+        #: a helper has escaped only if it left the cgroup — leaving the group no longer matters.
+        self._cgroup_members = cgroup_members
         self._members: dict[int, list[int]] = {pid: [pid] for pid in self.leaders}
         self._escaped: dict[int, list[Proc]] = {pid: [] for pid in self.leaders}
         self._seen: set[int] = set()
@@ -191,9 +201,20 @@ class GroupView:
             return
         table = process_table()
         self._read_at = now
+        members_of = self._cgroup_members
         for leader in self.leaders:
-            self._members[leader] = group_members(leader, table) or [leader]
-            self._escaped[leader] = escaped_helpers(leader, table)
+            in_cgroup = members_of(leader) if members_of is not None else None
+            if in_cgroup is None:
+                self._members[leader] = group_members(leader, table) or [leader]
+                self._escaped[leader] = escaped_helpers(leader, table)
+                continue
+            self._members[leader] = in_cgroup or [leader]
+            outside = [p for p in descendants(leader, table) if p.pid not in set(in_cgroup) and p.state != "Z"]
+            if outside:  # read again: one that exited between the two reads has not escaped
+                inside = set(members_of(leader) or []) if members_of is not None else set()
+                outside = [p for p in outside if p.pid not in inside and (read_stat(p.pid) or p).state not in "ZX"]
+                outside = [p for p in outside if read_stat(p.pid) is not None]
+            self._escaped[leader] = outside
 
     def stopped(self, leader: int) -> bool:
         """True if any process of ``leader``'s group is stopped (SIGSTOP, Ctrl-Z of a helper...)."""

@@ -27,6 +27,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
 
 from lockcompare.errors import TrialError
+from lockcompare.infra import cgroup
 from lockcompare.infra.lifecycle import (
     SPAWN,
     die_with_parent,
@@ -82,6 +83,7 @@ class Crew(Protocol):
     conns: list[Connection]
     pids: dict[Connection, int]
     slots: list[CallSlot]
+    isolation: str  # infra/cgroup.py: cgroup-v1, cgroup-v2 or process-group
 
     def go(self) -> None: ...
 
@@ -118,7 +120,7 @@ class SpawnedCrew:
             for plan in plans:
                 parent_end, child_end = SPAWN.Pipe(duplex=True)  # duplex: go, freeze requests and thaws
                 shared = SPAWN.Array("q", 2, lock=False)
-                self._procs.append(start_worker_process(target=worker_main, args=(plan, child_end, shared)))
+                self._procs.append(start_in_cgroup(target=worker_main, args=(plan, child_end, shared)))
                 child_end.close()
                 self.conns.append(parent_end)
                 self.slots.append(CallSlot(shared))
@@ -126,6 +128,7 @@ class SpawnedCrew:
             self.close()
             raise
         self.pids = {conn: started_pid(proc) for conn, proc in zip(self.conns, self._procs, strict=True)}
+        self.isolation = cgroup.isolation_of(list(self.pids.values()))
 
     def go(self) -> None:
         send_go(self.conns)
@@ -136,8 +139,23 @@ class SpawnedCrew:
             terminate_group(proc)  # the worker and every helper process in its group
         for proc in self._procs:
             reap_group(proc)
+            cgroup.release(proc.pid)  # and whatever left the group (setsid, a double fork): its cgroup's
         for conn in self.conns:
             conn.close()
+
+
+def start_in_cgroup(*, target: Callable[..., None], args: tuple[object, ...]) -> BaseProcess:
+    """Start a worker process in a cgroup of its own where the machine offers one (infra/cgroup.py):
+    the child joins it before it runs ``target``, and the parent moves it right after the spawn."""
+    group = cgroup.new_client_cgroup()
+    try:
+        proc = start_worker_process(target=cgroup.enter_and_run, args=(cgroup.dirs_of(group), target, *args))
+    except BaseException:
+        if group is not None:
+            group.remove()
+        raise
+    cgroup.adopt(proc.pid, group)
+    return proc
 
 
 def spawn_crew(plans: list[WorkerPlan]) -> Crew:
@@ -201,7 +219,7 @@ class _WarmWorker:
         resource_tracker.ensure_running()
         parent_end, child_end = SPAWN.Pipe(duplex=True)
         shared = SPAWN.Array("q", 2, lock=False)
-        self.proc = start_worker_process(target=serve, args=(child_end, shared))
+        self.proc = start_in_cgroup(target=serve, args=(child_end, shared))
         child_end.close()
         self.conn = parent_end
         self.slot = CallSlot(shared)
@@ -232,6 +250,7 @@ class _WarmWorker:
 
     def stop(self) -> None:
         kill_and_reap_group(self.proc)
+        cgroup.release(self.proc.pid)
         self.conn.close()
 
 
@@ -246,6 +265,7 @@ class WarmCrew:
         self.conns = [w.conn for w in workers]
         self.pids = {w.conn: started_pid(w.proc) for w in workers}
         self.slots = [w.slot for w in workers]
+        self.isolation = cgroup.isolation_of(list(self.pids.values()))
         try:
             for worker, plan in zip(workers, plans, strict=True):
                 worker.conn.send(("run", plan))
@@ -262,6 +282,8 @@ class WarmCrew:
         cpu_meter.add(sum(cpu))
         for worker in self._workers:
             reusable = self._went and worker.is_idle_again()
+            if reusable:  # the process stays for the next trial; what its trial started does not
+                cgroup.end_leftovers(started_pid(worker.proc))
             self._pool._give_back(worker, reusable=reusable)
 
 

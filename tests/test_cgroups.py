@@ -1,0 +1,268 @@
+"""Each client in a cgroup of its own (infra/cgroup.py, issue 38): a pause freezes helpers that left
+the worker's process group (``setsid``, a double fork, one that ignores the end of its input), the
+trial's end kills them, ``pids.max`` bounds a fork loop, and no cgroup directory is left behind.
+
+Real processes, real redis-server nodes; the hostile helpers are tests/plugins/hostile_helpers.py
+and tests/plugins/fork_loop.py. The fork loop runs only inside a cgroup whose ``pids.max`` is set
+before its worker starts (the plug-in refuses otherwise), and gives up after 2 s by itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockcompare.infra import cgroup
+from lockcompare.infra.cluster import Cluster
+from lockcompare.infra.procgroup import read_stat
+from lockcompare.runner.crew import WorkerPool
+from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.trialspec import Overrides, make_spec
+
+pytestmark = pytest.mark.skipif(
+    cgroup.probe() == cgroup.PROCESS_GROUP, reason="needs writable cgroups (v1 freezer+pids, or v2 with pids): root"
+)
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "renewals_in_pauses.py"
+_spec = importlib.util.spec_from_file_location("renewals_in_pauses", SCRIPT)
+assert _spec is not None and _spec.loader is not None
+renewals_in_pauses = importlib.util.module_from_spec(_spec)
+sys.modules["renewals_in_pauses"] = renewals_in_pauses
+_spec.loader.exec_module(renewals_in_pauses)
+
+HOSTILE = [
+    "plugins.hostile_helpers:SetsidHelperLock",
+    "plugins.hostile_helpers:DoubleForkHelperLock",
+    "plugins.hostile_helpers:EofIgnoringHelperLock",
+]
+FORK_LOOP = "plugins.fork_loop:ForkLoopLock"
+
+
+def _alive(pid: int) -> bool:
+    proc = read_stat(pid)
+    return proc is not None and proc.state not in ("Z", "X")
+
+
+def _marked(mark: str) -> list[int]:
+    """Live processes whose environment carries ``mark`` (inherited from this test's trial)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if mark.encode() in environ and _alive(int(name)) and "resource_tracker" not in _cmdline(int(name)):
+            found.append(int(name))  # multiprocessing's tracker belongs to this test process, not a trial
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _own_cgroup_dirs() -> list[Path]:
+    prefix = f"lockcompare-p{os.getpid()}-"
+    found = []
+    for base in (Path("/sys/fs/cgroup/freezer"), Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        if base.is_dir():
+            found += [d for d in base.iterdir() if d.name.startswith(prefix)]
+    return found
+
+
+@pytest.fixture
+def marked(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A token in the environment every process of the test's trials inherits; whatever carries it
+    after the test is killed (and the test fails if the trial left any)."""
+    token = uuid.uuid4().hex
+    monkeypatch.setenv("LOCKCOMPARE_TEST_RUN", token)
+    mark = f"LOCKCOMPARE_TEST_RUN={token}"
+    yield mark
+    for pid in _marked(mark):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _trial(backend: str, cluster: Cluster, experiment: str = "client-pause", **kw: Any) -> TrialResult:
+    spec = make_spec(
+        backend=backend,
+        experiment=get_experiment(experiment),
+        trial=0,
+        overrides=Overrides(time_scale=0.1, rounds=kw.pop("rounds", 10)),
+    )
+    return run_trial(spec=spec, cluster=cluster, run_id=new_run_id(), **kw)
+
+
+# --- the cgroup itself: a double-forked, setsid'ed process is frozen with the rest and killed -----
+
+
+def _joining(group: cgroup.ClientCgroup, body: str) -> str:
+    """A ``python -c`` program that joins ``group`` first, then runs ``body``."""
+    join = "".join(f"open({str(d / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n" for d in group.dirs)
+    return "import os, sys, time\n" + join + textwrap.dedent(body)
+
+
+def test_a_cgroup_freezes_and_kills_a_double_forked_helper() -> None:
+    group = cgroup.new_client_cgroup()
+    assert group is not None
+    daemonise = """
+        if os.fork():
+            os._exit(0)
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        print(os.getpid(), flush=True)
+        time.sleep(60)
+    """
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _joining(group, daemonise)], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        daemon = int(proc.stdout.readline())
+        proc.wait(timeout=10)
+        stat = read_stat(daemon)
+        assert stat is not None and proc.pid not in (stat.ppid, stat.pgid)  # no descendant, no group member
+        assert group.procs() == [daemon]
+        assert group.freeze() and group.frozen()
+        group.thaw()
+        assert not group.frozen()
+        assert group.kill_all() == [daemon]
+        time.sleep(0.2)
+        assert not _alive(daemon)
+    finally:
+        group.kill_all()
+        assert group.remove()
+    assert not any(d.exists() for d in group.dirs)
+
+
+def test_pids_max_refuses_a_fork_past_the_limit_and_counts_it() -> None:
+    group = cgroup.new_client_cgroup()
+    assert group is not None
+    group.set_pids_max(3)  # before anything forks
+    fork_twenty = """
+        refused = 0
+        for _ in range(20):
+            try:
+                pid = os.fork()
+            except OSError:
+                refused += 1
+                continue
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+        print(refused)
+    """
+    try:
+        program = _joining(group, fork_twenty)
+        out = subprocess.run(
+            ["timeout", "30", sys.executable, "-c", program], capture_output=True, text=True, check=True
+        )
+        assert int(out.stdout) == 18  # the program and 2 children fit under 3
+        assert group.limit_hits() == 18
+    finally:
+        group.kill_all()
+        group.remove()
+
+
+# --- trials: the freeze stops every hostile helper; none outlives its trial ---------------------
+
+
+@pytest.mark.parametrize("backend", HOSTILE, ids=lambda b: b.rsplit(":", 1)[1])
+def test_under_client_pause_an_escaping_helper_is_frozen_and_ended(backend: str, cluster: Cluster, marked: str) -> None:
+    result = _trial(backend, cluster)
+    assert result.isolation == cgroup.probe()
+    count = renewals_in_pauses.count(result.history)
+    assert count.pauses >= 5 and count.renewals > 0, count  # renewals happened: the count can show something
+    assert count.inside == 0, f"{count.inside} renewals inside a pause: the freeze missed a helper"
+    assert result.metrics.verdict != "unknown", result.metrics.problem
+    assert not [e for e in result.history if e["kind"] == "escaped"]  # nothing left the cgroup
+    injects = [
+        e for e in result.history if e["kind"] == "fault" and e.get("fault") == "pause" and e["action"] == "inject"
+    ]
+    assert all(e["detail"] == "cgroup freeze" and len(e["group"]) >= 2 for e in injects), injects
+    time.sleep(1.0)
+    assert [_cmdline(p) for p in _marked(marked)] == [], "a helper outlived its trial"
+    assert _own_cgroup_dirs() == []
+
+
+def test_a_warm_worker_keeps_running_but_its_trials_helper_does_not(cluster: Cluster, marked: str) -> None:
+    pool = WorkerPool()
+    try:
+        result = _trial("plugins.hostile_helpers:DoubleForkHelperLock", cluster, crews=pool.start, rounds=4)
+        assert result.isolation == cgroup.probe() and result.metrics.verdict != "unknown", result.metrics.problem
+        time.sleep(1.0)
+        left = _marked(marked)
+        assert len(left) == 2, left  # the two warm workers, idle; no helper
+        assert all("renewing_child_client" not in Path(f"/proc/{p}/cmdline").read_text() for p in left)
+    finally:
+        pool.close()
+    time.sleep(0.5)
+    assert _marked(marked) == []
+    assert _own_cgroup_dirs() == []
+
+
+def test_under_process_groups_a_double_forked_helper_goes_unseen(
+    cluster: Cluster, marked: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why cgroups: without one, the double-forked helper renews inside the pauses, is named nowhere,
+    and outlives its trial (this test kills it)."""
+    monkeypatch.setattr(cgroup, "new_client_cgroup", lambda: None)
+    result = _trial("plugins.hostile_helpers:DoubleForkHelperLock", cluster, rounds=6)
+    assert result.isolation == cgroup.PROCESS_GROUP
+    assert renewals_in_pauses.count(result.history).inside > 0
+    assert not [e for e in result.history if e["kind"] == "escaped"]
+    time.sleep(1.0)
+    assert _marked(marked), "the helper was ended after all: the contrast shows nothing"
+
+
+# --- a fork loop: bounded by pids.max, the trial unknown with the reason, nothing left -----------
+
+
+def _process_count() -> int:
+    return sum(1 for name in os.listdir("/proc") if name.isdigit())
+
+
+def test_a_fork_loop_is_bounded_and_its_trial_is_unknown(
+    cluster: Cluster, marked: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(cgroup.PIDS_MAX_ENV, "48")
+    result = _trial(FORK_LOOP, cluster, experiment="baseline", rounds=2)
+    assert result.metrics.verdict == "unknown"
+    assert "hit its process limit (pids.max=48)" in result.metrics.problem, result.metrics.problem
+    time.sleep(1.0)
+    assert _marked(marked) == [], "a forked child outlived its trial"
+    assert _own_cgroup_dirs() == []
+
+
+def test_a_dead_runs_cgroups_are_swept() -> None:
+    """A run SIGKILLed with a helper in its cgroup: the next run's sweep kills the helper and
+    removes the cgroup."""
+    code = (
+        "import os,sys,time\nfrom lockcompare.infra import cgroup\n"
+        "g=cgroup.new_client_cgroup()\nimport subprocess\n"
+        "p=subprocess.Popen(['sleep','60'], stdout=subprocess.DEVNULL)\ng.add(p.pid)\n"
+        "print(p.pid, g.name, flush=True)\nos.kill(os.getpid(), 9)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    helper, name = proc.stdout.readline().split()
+    proc.wait(timeout=30)
+    assert _alive(int(helper))
+    swept = cgroup.sweep_stale()
+    assert name in {d.name for d in swept}
+    time.sleep(0.2)
+    assert not _alive(int(helper))
