@@ -39,6 +39,10 @@ from lockcompare.spec.choices import (
 Chosen = Mapping[str, Any]
 
 
+#: PostgreSQL's time settings in ms (idle_session_timeout, statement_timeout, ...) are C ints.
+PG_MAX_TIMEOUT_MS = 2_147_483_647
+
+
 def _limit(name: str, default: float) -> float:
     """An upper bound that a user with a bigger machine can raise: LOCKCOMPARE_MAX_<NAME>."""
     text = os.environ.get(f"LOCKCOMPARE_MAX_{name.upper()}")
@@ -78,6 +82,11 @@ class Setting:
     maximum: float | None = None
     maximum_open: bool = False  # True: the value must be < maximum
     maximum_hint: str = ""  # how to raise the maximum, said when it is exceeded
+    #: The largest value (after --time-scale) the server it is sent to accepts, and whose limit it is:
+    #: a bound no environment variable raises (issue 38: an --idle-session-timeout-ms above
+    #: PostgreSQL's made ~9,000 acquires fail and the trial `unavailable`, exit 0).
+    server_maximum: float | None = None
+    server_maximum_hint: str = ""
     choices: tuple[str, ...] | None = None
     #: None is a value of its own (node_count: "all of the cluster's"), stored as an empty cell.
     optional: bool = False
@@ -406,6 +415,10 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         help="PostgreSQL backends: the server ends a lock session idle this long (idle_session_timeout, set on "
         "each worker's session); 0: never.",
         minimum=0,
+        maximum=PG_MAX_TIMEOUT_MS,
+        maximum_hint="PostgreSQL's limit: 2147483647 ms",
+        server_maximum=PG_MAX_TIMEOUT_MS,
+        server_maximum_hint="PostgreSQL's idle_session_timeout is an int of ms",
         since_schema=5,
         legacy="0",
         hash_omits_legacy=True,
@@ -468,6 +481,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         "library's default: redis-py 5000 ms, lockcompare's built-ins 2000 ms); a comma list sweeps it.",
         minimum=0,
         minimum_open=True,
+        maximum=_limit("client_timeout_ms", 600_000),
+        maximum_hint="raise with LOCKCOMPARE_MAX_CLIENT_TIMEOUT_MS",
         since_schema=6,
         legacy="",
         hash_omits_legacy=True,

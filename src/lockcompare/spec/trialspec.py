@@ -284,6 +284,13 @@ def make_spec(
     for setting in SETTINGS_LIST:
         if setting.scaled and chosen.get(setting.name) is not None:
             chosen[setting.name] = chosen[setting.name] * scale
+    for setting in SETTINGS_LIST:  # what the server accepts, after the scale (issue 38)
+        value = chosen.get(setting.name)
+        if setting.server_maximum is not None and value is not None and value > setting.server_maximum:
+            raise InvalidValueError(
+                f"{setting.flag} is {value:g} ms after --time-scale {scale:g}; the server takes at most "
+                f"{setting.server_maximum:.0f} ({setting.server_maximum_hint})"
+            )
     if links and chosen.get("client_timeout_ms") is None:
         # The backend's own (a library's default is a constant of the library, not scaled).
         chosen["client_timeout_ms"] = (
