@@ -20,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lockcompare.analysis.holders import UNREADABLE
-from lockcompare.spec.schedule import FaultStep, NodeTarget, WorkerTarget
+from lockcompare.infra.kinds import Roles
+from lockcompare.spec.schedule import HOLDER_MEMBER, LEADER_WORDS, FaultStep, NodeTarget, WorkerTarget
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class Resolution:
     worker: int | None = None
     lease_owner: str | None = None
     reason: str = ""
+    #: A role-aimed step's reading (infra/kinds.py Roles.as_event, plus the holder's member): what
+    #: its inject event records as ``roles``.
+    roles: dict[str, object] | None = None
 
 
 def current_owner(holders: Sequence[str | None], *, preferred: str | None = None) -> str | None:
@@ -72,6 +76,51 @@ def resolve_nodes(
     if len(matching) < target.count:
         return Resolution(lease_owner=owner, reason=f"nodes={target.text}: only {len(matching)} node(s) {what}")
     return Resolution(nodes=tuple(matching[: target.count]), lease_owner=owner)
+
+
+def resolve_role(
+    target: NodeTarget, *, roles: Roles | None, holder_nodes: Sequence[int] | None = None, why: str = ""
+) -> Resolution:
+    """The nodes a role names now (``roles``: what the kind read; None: it could not, ``why``).
+
+    ``leader`` (primary, master): the node that leads; ``followers:K``: the K lowest-numbered nodes
+    that answer and do not lead; ``holder-member``: the one node the holder's client is connected to
+    (``holder_nodes``: every node it has a connection to; None: not known, ``why``).
+
+    >>> r = Roles(leader=1, modes=("follower", "leader", "down"))
+    >>> resolve_role(NodeTarget("leader", count=1), roles=r).nodes
+    (1,)
+    >>> resolve_role(NodeTarget("followers", count=2), roles=r).reason
+    'nodes=followers:2: only 1 node(s) answer and do not lead (follower, leader, down)'
+    >>> resolve_role(NodeTarget("holder-member", count=1), roles=r, holder_nodes=(0, 2)).reason
+    'nodes=holder-member: the holder is connected to 2 nodes (0, 2), not one'
+    """
+    if roles is None:
+        return Resolution(reason=f"nodes={target.text}: {why or 'the roles cannot be read'}")
+    seen = roles.as_event()
+    modes = ", ".join(roles.modes)
+    if target.mode in LEADER_WORDS:
+        if roles.leader is None:
+            return Resolution(roles=seen, reason=f"nodes={target.text}: no node leads now ({modes})")
+        return Resolution(nodes=(roles.leader,), roles=seen)
+    if target.mode == HOLDER_MEMBER:
+        if holder_nodes is None:
+            return Resolution(roles=seen, reason=f"nodes={target.text}: {why or 'the holder is not known'}")
+        seen = {**seen, "holder_nodes": list(holder_nodes)}
+        if len(holder_nodes) != 1:
+            shown = ", ".join(map(str, holder_nodes)) or "none"
+            return Resolution(
+                roles=seen,
+                reason=f"nodes={target.text}: the holder is connected to {len(holder_nodes)} nodes ({shown}), not one",
+            )
+        return Resolution(nodes=tuple(holder_nodes), roles=seen)
+    followers = [i for i, mode in enumerate(roles.modes) if i != roles.leader and mode != "down"]
+    if len(followers) < target.count:
+        return Resolution(
+            roles=seen,
+            reason=f"nodes={target.text}: only {len(followers)} node(s) answer and do not lead ({modes})",
+        )
+    return Resolution(nodes=tuple(followers[: target.count]), roles=seen)
 
 
 def resolve_worker(

@@ -35,7 +35,7 @@ from lockcompare.errors import (
     RedisServerNotFoundError,
     ServerStartError,
 )
-from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Server
+from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Roles, Server
 from lockcompare.infra.redisconn import connect, ping
 from lockcompare.infra.spawned import (  # re-exported: the port and process helpers lived here first
     SpawnedServer,
@@ -46,6 +46,7 @@ from lockcompare.infra.spawned import (  # re-exported: the port and process hel
 )
 
 if TYPE_CHECKING:
+    from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.fakeclock import FakeClock
     from lockcompare.infra.replication import ReplicatedNodes
 
@@ -287,11 +288,26 @@ class RedisKind:
     speaks: str = "redis"
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
-            offers=frozenset({Capability.CLOCK_CONTROL, Capability.REPLICATION, Capability.LEASE_HOLDERS}),
+            offers=frozenset(
+                {Capability.CLOCK_CONTROL, Capability.REPLICATION, Capability.LEASE_HOLDERS, Capability.ROLES}
+            ),
             persistence_modes=tuple(PERSISTENCE_ARGS),
-            reasons={Capability.SESSION_CONTROL: NO_SESSION},
+            reasons={
+                Capability.SESSION_CONTROL: NO_SESSION,
+                Capability.PEER_LINKS: "Redis lock nodes are independent servers (a Redlock's nodes never talk to "
+                "each other): there are no peer links to cut",
+            },
         )
     )
+
+    def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
+        """Independent nodes elect no leader: the "leader" is node 0, the node single-node backends
+        use (a replicated node's stable address leads to its current master), when it answers."""
+        modes = tuple(
+            ("master" if i == 0 else "independent") if self.answers(url, timeout_s=timeout_s) else "down"
+            for i, url in enumerate(cluster.node_urls)
+        )
+        return Roles(leader=0 if modes and modes[0] == "master" else None, modes=modes)
 
     def problem(self, *, binary: str | None = None) -> str:
         try:

@@ -29,7 +29,8 @@ _DETAILS = {
     "release": ("released",),
     "retry": ("attempt",),
     "error": ("message",),
-    "fault": ("fault", "action", "nodes", "detail", "holders"),  # the runner's own events (worker -1)
+    # The runner's own events (worker -1); a role-aimed step's reading of who led (issue 40).
+    "fault": ("fault", "action", "target", "nodes", "detail", "holders", "roles_before", "roles"),
     "lease": ("ok", "reason"),
     "renew": ("ok", "reason"),
     "gave-up": ("rounds_skipped",),
@@ -55,9 +56,27 @@ def load_history(path: Path) -> list[Event]:
 
 def _shown(name: str, value: object, owners: dict[str, int]) -> object:
     """A detail as the timeline prints it: a fault's lock holders by worker (``[w0 w0 - w1 ?]``)."""
+    if name in ("roles", "roles_before") and isinstance(value, dict):
+        return describe_roles(value)
     if name != "holders":
         return value
     return describe_holders(value, owners)  # type: ignore[arg-type]  # the token list LockHolders.read() recorded
+
+
+def describe_roles(roles: dict[str, object]) -> str:
+    """A role reading as a line: ``leader 2 (down, follower, leader; term 3)``.
+
+    >>> describe_roles({"leader": None, "modes": ["no leader", "follower"], "holder_nodes": [0]})
+    'no leader (no leader, follower; holder on 0)'
+    """
+    leader = roles.get("leader")
+    modes = roles.get("modes")
+    inner = ", ".join(str(m) for m in modes) if isinstance(modes, list) else "?"
+    if roles.get("term"):
+        inner += f"; term {roles['term']}"
+    if isinstance(roles.get("holder_nodes"), list):
+        inner += "; holder on " + (",".join(str(n) for n in roles["holder_nodes"]) or "none")  # type: ignore[union-attr]
+    return f"{'no leader' if leader is None else f'leader {leader}'} ({inner})"
 
 
 #: Every kind of step a history holds (``lockcompare history --kinds``).

@@ -111,7 +111,7 @@ class FaultStep:
     def text(self) -> str:
         words = [self.kind]
         if self.nodes is not None:
-            words.append(f"{getattr(faultkinds.KINDS[self.kind], 'target_param', 'nodes')}={self.nodes.text}")
+            words.append(f"{faultkinds.KINDS[self.kind].target_param}={self.nodes.text}")
         if self.worker is not None:
             words.append(f"worker={self.worker.text}")
         if self.at == "after-acquire":
@@ -200,7 +200,7 @@ def _parse_step(text: str) -> FaultStep:
 
 
 def _build(kind: str, values: dict[str, str], *, every: bool) -> FaultStep:
-    target = getattr(faultkinds.KINDS[kind], "target_param", "nodes")  # split names its side minority=
+    target = faultkinds.KINDS[kind].target_param  # split names its side minority=
     if target != "nodes" and "nodes" in values:
         raise InvalidValueError(f"{kind} takes {target}=, not nodes=")
     nodes = _nodes(values.pop(target)) if target in values else None
@@ -247,7 +247,7 @@ def _check(step: FaultStep) -> None:
     kind = faultkinds.KINDS[step.kind]
     if kind.acts_on in (NODES, LINKS):
         if step.nodes is None:
-            target = getattr(kind, "target_param", "nodes")
+            target = kind.target_param
             raise InvalidValueError(
                 f"{kind.name} needs {target}= (indices, holders:K, others:K, all, leader, followers:K or holder-member)"
             )

@@ -40,6 +40,7 @@ CLOCK_CONTROL = "clock control"  # the server's wall clock can be moved (libfake
 REPLICATION = "replication"  # an asynchronous replica that can be promoted
 SESSION_CONTROL = "session control"  # a client's session can be ended by the server
 PROXIED_LINKS = "proxied links"  # the workers reach the nodes through links lockcompare controls
+PEER_LINKS = "peer links"  # the servers reach each other through links lockcompare controls (isolate, split)
 
 
 #: The largest time a step's parameter or ``for=`` may take (ms), and a clock jump's (a day).
@@ -163,6 +164,8 @@ class FaultKind:
     order: ClassVar[int]
     summary: ClassVar[str]  # one line: what it does (docs/faults.md's table)
     acts_on: ClassVar[str]  # NODES, WORKER or LINKS
+    #: The key its ``nodes=`` target is written with (split names its side ``minority=``).
+    target_param: ClassVar[str] = "nodes"
     params: ClassVar[tuple[Param, ...]] = ()
     #: What an omitted ``for=`` means: True, it lasts until the trial ends; False, healed at once.
     until_the_end: ClassVar[bool] = False
@@ -171,6 +174,11 @@ class FaultKind:
     #: The timing sentinel does not judge the worker it targets between inject and heal: delaying
     #: that worker is the experiment (analysis/sentinel.py).
     excuses_worker: ClassVar[bool] = False
+    #: The sentinel does not judge the workers' *calls* (their sleeps still are) while it keeps a
+    #: lock server away: from inject to heal, or one TTL past an inject that is never healed (a
+    #: client finds another server, or loses its session, within its session timeout). A release
+    #: blocked on a ZooKeeper server that is restarting is the fault, not the machine.
+    excuses_calls: ClassVar[bool] = False
     #: Whether it can take keys off a lock node (the evidence of a broken majority: analysis/holders.py).
     loses_keys: ClassVar[bool] = False
     #: ``at=acquire`` (around each acquire of ``worker``) applies to it.
