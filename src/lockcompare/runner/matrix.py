@@ -207,6 +207,9 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
     unreadable = lacks(server_kind, Capability.LEASE_HOLDERS) if aimed else ""
     if unreadable:  # every such step would be skipped in every round: a trial without its fault
         return f"fault step {aimed[0].text!r}: {unreadable}"
+    by_role = [step for step in schedule.steps if step.nodes is not None and step.nodes.by_role]
+    if by_role and lacks(server_kind, Capability.ROLES):  # nodes=leader on servers that cannot say who leads
+        return f"fault step {by_role[0].text!r}: {lacks(server_kind, Capability.ROLES)}"
     if servers in ("postgres", "etcd", "zookeeper"):  # their servers fix the node count: more is not for them
         used = cluster_shape(spec, cluster_options=ClusterOptions()).node_count
         try:

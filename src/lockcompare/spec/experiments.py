@@ -196,6 +196,52 @@ EXPERIMENTS: dict[str, Experiment] = {
             "single (node 0) conflicts; fenced with --fence all loses nothing (checked on the write only it "
             "loses updates: the old holder, mid-section, writes before its successor does)",
         ),
+        # Server faults aimed by role (issue 40): the servers' kind says at injection time who leads
+        # (etcd's member status, ZooKeeper's srvr mode; a Redis kind's "leader" is node 0, the node
+        # single-node backends use) and which server the holder's client is attached to; the events
+        # record who led before and who leads at the heal. 10 rounds: the fault strikes once, in the
+        # first lease; what follows is the cluster's recovery. 3 x TTL outlasts etcd's election timeout
+        # (500 ms) and ZooKeeper's syncLimit (1 s) at the lesson's scale; the servers' own timeouts are
+        # not scaled, so at --time-scale < 1 a freeze or a partition may end before anyone notices.
+        Experiment(
+            name="leader-crash",
+            acquire_timeout_ms=4000,
+            rounds=10,
+            takes_fault_nodes=False,
+            faults="crash nodes=leader after-acquire=50 once",
+            claim="the leading lock server (etcd's raft leader, ZooKeeper's leader; node 0 of independent Redis "
+            "nodes) is SIGKILLed 50 ms into worker 0's first lease and stays down: a quorum lock elects a new "
+            "leader and stays exclusive; single is unavailable; redlock keeps 4 of 5",
+        ),
+        Experiment(
+            name="leader-freeze",
+            acquire_timeout_ms=4000,
+            rounds=10,
+            takes_fault_nodes=False,
+            faults="node-freeze nodes=leader after-acquire=50 once for=3000",
+            claim="the leading lock server is stopped (SIGSTOP) for 3 x TTL 50 ms into worker 0's first lease, then "
+            "continued: the others elect a new leader meanwhile; the old one wakes up believing it leads",
+        ),
+        Experiment(
+            name="leader-isolated",
+            acquire_timeout_ms=4000,
+            rounds=10,
+            takes_fault_nodes=False,
+            faults="isolate nodes=leader after-acquire=50 once for=3000",
+            claim="the leading lock server is cut off from its peers (not from its clients) for 3 x TTL, 50 ms "
+            "into worker 0's first lease: the majority elects a new leader; clients still attached to the old "
+            "one wait or fail; Redis nodes have no peers to be cut from",
+        ),
+        Experiment(
+            name="holder-minority",
+            acquire_timeout_ms=4000,
+            rounds=10,
+            takes_fault_nodes=False,
+            faults="split minority=holder-member after-acquire=50 once for=3000",
+            claim="the server worker 0's client is attached to is cut off from the other servers for 3 x TTL, 50 ms "
+            "into its first lease: the holder's session is on the minority side; the lock must not be granted "
+            "to another worker while the holder can still write",
+        ),
     )
 }
 
