@@ -10,15 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import Progress
 
 from lockcompare.cli.core import err
+from lockcompare.cli.progress_bar import progress_bar
 from lockcompare.errors import InvalidValueError
 from lockcompare.files import read_capped
 from lockcompare.infra.redisconn import PASSWORD_ENV, redact  # (no redis-py: it is imported when a client connects)
@@ -29,8 +24,6 @@ from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting
 
 if TYPE_CHECKING:  # the runner is imported by the commands that run trials, when they run
     from lockcompare.runner.matrix import ClusterOptions, MatrixReport
-    from lockcompare.runner.trial import TrialResult
-    from lockcompare.spec.trialspec import TrialSpec
 
 #: Measured on 2 cores: a trial keeps 0.03-0.7 CPU busy at --time-scale 0.1 (mean ~0.2, pottery
 #: the most) and far less at the lesson's scale, where trials mostly sleep. With 8 the lesson-scale
@@ -299,35 +292,9 @@ def _split(text: str) -> list[str]:
 
 
 def _progress_bar() -> tuple[Progress, Any]:
-    """A progress bar that appears with the first trial (so a bad option prints no empty bar)."""
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-    )
-    task = bar.add_task("starting", total=None)
-
-    def update(spec: TrialSpec, result: TrialResult | None, done: int, total: int) -> None:
-        label = f"{spec.backend} × {spec.experiment} #{spec.trial}"
-        if result is not None:
-            m = result.metrics
-            label = (
-                f"{label}: {m.verdict}, {m.conflicts}/{m.entries} conflicts, {m.lost_updates} lost, "
-                f"{result.wall_s:.1f} s"
-            )
-            if m.problem and m.verdict != "unknown":  # what the history shows that no count says (checker.py)
-                label += f" ({m.problem})"
-        if not err.is_terminal:  # a log file or CI: one plain line per finished trial
-            if result is not None:
-                print(f"[{done}/{total}] {label}", file=sys.stderr, flush=True)
-            return
-        if not bar.live.is_started:
-            bar.start()
-        bar.update(task, description=label, completed=done, total=total)
-
-    return bar, update
+    """A progress bar that appears with the first trial, with done / left / failed and the time
+    left (cli/progress_bar.py); plain lines when stderr is not a terminal."""
+    return progress_bar(console=err)
 
 
 def _parallelism_note(report: MatrixReport) -> str:

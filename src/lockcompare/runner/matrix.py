@@ -467,6 +467,9 @@ def _run_locked(
     if not todo:
         return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=trial_ids)
     check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
+    plan = getattr(progress, "plan", None)  # the terminal bar weighs the trials left by cell (cli/progress_bar.py)
+    if plan is not None:
+        plan(todo)
     if dask is not None:
         from lockcompare.runner.dask_executor import run_matrix_on_dask
 
