@@ -289,3 +289,36 @@ def test_an_acquire_that_started_the_external_client_process_is_not_judged() -> 
     assert stall.at == "worker 0 round 3: acquire call" and stall.ms == pytest.approx(900, abs=0.05)
     start = {"worker": 0, "round": 3, "kind": "client", "t0": slow["t0"] + MS, "t1": slow["t1"] - MS, "pid": 1}
     assert worst_stall([*history, start], PLAN).ms < 1.0
+
+
+@pytest.mark.parametrize("fault", ["restart", "crash", "failover"])
+def test_a_call_waiting_on_a_server_a_fault_keeps_away_is_not_judged_but_a_sleep_is(fault: str) -> None:
+    """kazoo's release blocks while its ZooKeeper server restarts (28 marks of the reproduction,
+    173-1262 ms against 250): the fault's doing. Sleeps in that window are still the machine's."""
+    history = rounds(n=5)
+    blocked = next(e for e in history if e["kind"] == "release" and e["round"] == 2)
+    blocked["t1"] += 700 * MS
+    _shift_after(history, blocked["t0"] / MS + 1, 700)
+    start_ms = blocked["t0"] / MS - 5
+    healed = _delay_fault(fault, worker=None, start_ms=start_ms, end_ms=blocked["t1"] / MS + 1)
+    assert worst_stall(history + healed, PLAN).ms < 1.0
+    never_healed = healed[:1]  # a crash that stays: its window is one TTL (100 ms) from the inject
+    assert worst_stall(history + never_healed, PLAN).ms < 1.0
+    # Outside every window the same call is a stall again, and so is a late sleep inside one.
+    elsewhere = _delay_fault(fault, worker=None, start_ms=0.5, end_ms=1.0)
+    assert worst_stall(history + elsewhere, PLAN).at == "worker 0 round 2: release call"
+    sleepy = rounds(n=5, late={(3, "write"): 40.0})
+    read = next(e for e in sleepy if e["kind"] == "read" and e["round"] == 3)
+    window = _delay_fault(fault, worker=None, start_ms=read["t0"] / MS - 1, end_ms=read["t1"] / MS + 45)
+    assert worst_stall(sleepy + window, PLAN).ms == pytest.approx(40.0)
+
+
+def test_an_acquire_of_a_backend_that_declares_it_waits_is_not_judged() -> None:
+    """Under slow-response the rival's znode exists while its slowed acquire has not returned: the
+    waiter blocks inside kazoo's acquire with no hold in the history (11 ZooKeeper marks)."""
+    history = rounds(n=5)
+    slow = next(e for e in history if e["kind"] == "acquire" and e["round"] == 3)
+    _shift_after(history, slow["t0"] / MS, 300)
+    assert worst_stall(history, PLAN).at == "worker 0 round 3: acquire call"
+    waits = TimingPlan(ttl_ms=100, work_ms=30, think_ms=2, acquire_waits=True)
+    assert worst_stall(history, waits).ms < 1.0

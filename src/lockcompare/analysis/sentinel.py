@@ -70,6 +70,8 @@ CONNECT_ALLOWANCE_MS = 5.0
 #: the kinds that say ``excuses_worker`` (spec/faultkinds), by their names in the history, older
 #: histories' included (``slow-link`` before it was ``slow``).
 _DELAYS_ITS_WORKER = faultkinds.with_former_names(faultkinds.names_where("excuses_worker"))
+#: Faults that keep a lock server away (``excuses_calls``): the workers' calls meanwhile wait on it.
+_KEEPS_A_SERVER_AWAY = faultkinds.with_former_names(faultkinds.names_where("excuses_calls"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +91,9 @@ class TimingPlan:
     #: False for a design that takes no lease (none, atomic, optimistic): the TTL's margins are not
     #: its margins, and a row is judged only against the margins its backend has.
     leased: bool = True
+    #: The backend declares that its acquire waits inside the call for the lock (``acquire_waits``:
+    #: kazoo's recipe blocks on a watch up to its timeout): an acquire's length is the lock's.
+    acquire_waits: bool = False
 
     @property
     def think_max_ms(self) -> float:
@@ -190,14 +195,33 @@ def deliberate_delays(history: Iterable[Event]) -> dict[int | None, list[tuple[i
     return windows
 
 
+def server_outages(history: Iterable[Event], *, ttl_ms: float) -> list[tuple[int, float]]:
+    """When a fault kept a lock server away (ns): each ``excuses_calls`` injection to its heal, or
+    to one TTL later when it is never healed (a crash: the clients move on within their session)."""
+    open_at: dict[tuple[Any, Any], int] = {}
+    windows: list[tuple[int, float]] = []
+    for e in sorted(
+        (e for e in history if e["worker"] < 0 and e.get("fault") in _KEEPS_A_SERVER_AWAY), key=lambda e: e["t0"]
+    ):
+        key = (e.get("fault"), e.get("step"))
+        if e.get("action") == "inject":
+            open_at[key] = e["t0"]
+        elif e.get("action") == "heal" and key in open_at:
+            windows.append((open_at.pop(key), e["t1"]))
+    windows += [(start, start + ttl_ms * _NS_PER_MS) for start in open_at.values()]
+    return windows
+
+
 def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
     """Every late step of the workers: sleeps and gaps past their plan, calls past their usual time,
-    except while a fault delays that worker on purpose (:func:`deliberate_delays`)."""
+    except while a fault delays that worker on purpose (:func:`deliberate_delays`), and calls while
+    a fault keeps a lock server away (:func:`server_outages`)."""
     by_worker: dict[int, list[Event]] = {}
     for event in history:
         if event["worker"] >= 0 and event["kind"] in _STEPS:
             by_worker.setdefault(event["worker"], []).append(event)
     delays = deliberate_delays(history)
+    outages = server_outages(history, ttl_ms=plan.ttl_ms)
     for events in by_worker.values():
         events.sort(key=lambda e: (e["t0"], e["t1"]))
     holding = {worker: holding_windows(events) for worker, events in by_worker.items()}
@@ -227,7 +251,9 @@ def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
             [
                 e
                 for e in events
-                if not _overlaps(windows, e["t0"], e["t1"]) and not _waits_by_design(e, rivals=rivals, starts=starts)
+                if not _overlaps(windows, e["t0"], e["t1"])
+                and not _overlaps(outages, e["t0"], e["t1"])
+                and not _waits_by_design(e, rivals=rivals, starts=starts, acquire_waits=plan.acquire_waits)
             ]
         )
     return stalls
@@ -250,7 +276,11 @@ def holding_windows(events: Sequence[Event]) -> list[tuple[int, float]]:
 
 
 def _waits_by_design(
-    event: Event, *, rivals: Sequence[tuple[int, float]], starts: Sequence[tuple[int, int]] = ()
+    event: Event,
+    *,
+    rivals: Sequence[tuple[int, float]],
+    starts: Sequence[tuple[int, int]] = (),
+    acquire_waits: bool = False,
 ) -> bool:
     """A call whose length is the lock's behaviour, not the machine's, so no stall can be read from it:
 
@@ -261,12 +291,17 @@ def _waits_by_design(
       after a client that exits on a lost lock, as redis-semaphore's does: 0.8-1.5 s of Node start-up
       measured inside one acquire);
     - a release that found the lock no longer the caller's (``released=False``): clients retry it
-      (sesame's Redlock for its retryCount × retryDelay, 2 s measured), others return at once.
+      (sesame's Redlock for its retryCount × retryDelay, 2 s measured), others return at once;
+    - any acquire of a backend that declares ``acquire_waits`` (it waits inside the call: kazoo's
+      recipe on a watch). The rival's hold is not always in the history: under slow-response the
+      rival's znode exists while its slowed acquire has not returned yet (11 ZooKeeper marks).
 
     Judging them marked many Node and ZooKeeper trials with "stalls" of up to a lease or a retry
     budget, and each such mark halved the matrix's parallelism (StallGovernor)."""
     if event["kind"] == "release":
         return event.get("released") is False
+    if event["kind"] == "acquire" and acquire_waits:
+        return True
     if event["kind"] == "acquire" and event.get("t_attempt") is not None:
         return _overlaps(rivals, event["t_attempt"], event["t1"]) or _overlaps(starts, event["t0"], event["t1"])
     return False

@@ -86,6 +86,9 @@ class ZkLock:
     #: client for the session timeout, which is the TTL; a server crash or restart alone does not
     #: (the client reconnects to the same session). The checker ends the lease accordingly.
     session_timeout_is_ttl: ClassVar[bool] = True
+    #: kazoo's Lock.acquire(timeout=...) waits inside the call on a watch of the znode before its own
+    #: (the timing sentinel does not read that wait as the machine's stall).
+    acquire_waits: ClassVar[bool] = True
     servers: ClassVar[str] = "zookeeper"
     min_ttl_ms: ClassVar[int] = MIN_SESSION_MS
     expiry_lag_ms: ClassVar[int] = EXPIRY_LAG_MS

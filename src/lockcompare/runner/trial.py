@@ -235,10 +235,12 @@ def timing_plan(spec: TrialSpec) -> TimingPlan:
         delay_ms = max(step.number("delay") for step in slow) * spec.time_scale
         extra["extra_margins"] = (("reply delay - TTL", delay_ms - spec.ttl_ms),)
     # A lock-free design has no lease: a TTL margin is not its margin (nor is a slow acquire's).
-    leased = bool(getattr(load_backend(spec.backend), "exclusive", True))
+    cls = load_backend(spec.backend, check_viable=False)  # judging is not running
+    leased = bool(getattr(cls, "exclusive", True))
     if not leased:
         extra.pop("extra_margins", None)
-    return plan_from_settings(spec.settings(), leased=leased, **extra)
+    acquire_waits = bool(getattr(cls, "acquire_waits", False))
+    return plan_from_settings(spec.settings(), leased=leased, acquire_waits=acquire_waits, **extra)
 
 
 def _judge_timing(spec: TrialSpec, events: list[Event]) -> TimingVerdict | None:

@@ -50,6 +50,7 @@ class NodeCrash:
 
 class Crash(FaultKind):
     name = "crash"
+    excuses_calls = True
     order = 10
     summary = "SIGKILL the nodes"
     acts_on = NODES

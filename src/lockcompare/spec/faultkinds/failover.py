@@ -95,6 +95,7 @@ class Failover:
 
 class FailoverKind(FaultKind):
     name = "failover"
+    excuses_calls = True
     order = 70
     summary = "fixed nodes only: replication held back from the start; the master dies, the replica is promoted"
     acts_on = NODES

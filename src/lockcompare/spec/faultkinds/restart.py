@@ -43,6 +43,7 @@ class NodeRestart(NodeCrash):
 
 class Restart(FaultKind):
     name = "restart"
+    excuses_calls = True
     order = 20
     summary = "SIGKILL the nodes and start them again on the same port after `for`"
     acts_on = NODES
