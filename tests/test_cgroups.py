@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from lockcompare.analysis.results import COLUMNS, SCHEMA_VERSION, read_results
 from lockcompare.infra import cgroup
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.procgroup import read_stat
@@ -31,7 +32,7 @@ from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.trialspec import Overrides, make_spec
 
-pytestmark = pytest.mark.skipif(
+needs_cgroups = pytest.mark.skipif(
     cgroup.probe() == cgroup.PROCESS_GROUP, reason="needs writable cgroups (v1 freezer+pids, or v2 with pids): root"
 )
 
@@ -117,6 +118,7 @@ def _joining(group: cgroup.ClientCgroup, body: str) -> str:
     return "import os, sys, time\n" + join + textwrap.dedent(body)
 
 
+@needs_cgroups
 def test_a_cgroup_freezes_and_kills_a_double_forked_helper() -> None:
     group = cgroup.new_client_cgroup()
     assert group is not None
@@ -149,6 +151,7 @@ def test_a_cgroup_freezes_and_kills_a_double_forked_helper() -> None:
     assert not any(d.exists() for d in group.dirs)
 
 
+@needs_cgroups
 def test_pids_max_refuses_a_fork_past_the_limit_and_counts_it() -> None:
     group = cgroup.new_client_cgroup()
     assert group is not None
@@ -181,6 +184,7 @@ def test_pids_max_refuses_a_fork_past_the_limit_and_counts_it() -> None:
 # --- trials: the freeze stops every hostile helper; none outlives its trial ---------------------
 
 
+@needs_cgroups
 @pytest.mark.parametrize("backend", HOSTILE, ids=lambda b: b.rsplit(":", 1)[1])
 def test_under_client_pause_an_escaping_helper_is_frozen_and_ended(backend: str, cluster: Cluster, marked: str) -> None:
     result = _trial(backend, cluster)
@@ -199,6 +203,7 @@ def test_under_client_pause_an_escaping_helper_is_frozen_and_ended(backend: str,
     assert _own_cgroup_dirs() == []
 
 
+@needs_cgroups
 def test_a_warm_worker_keeps_running_but_its_trials_helper_does_not(cluster: Cluster, marked: str) -> None:
     pool = WorkerPool()
     try:
@@ -232,10 +237,7 @@ def test_under_process_groups_a_double_forked_helper_goes_unseen(
 # --- a fork loop: bounded by pids.max, the trial unknown with the reason, nothing left -----------
 
 
-def _process_count() -> int:
-    return sum(1 for name in os.listdir("/proc") if name.isdigit())
-
-
+@needs_cgroups
 def test_a_fork_loop_is_bounded_and_its_trial_is_unknown(
     cluster: Cluster, marked: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -248,6 +250,7 @@ def test_a_fork_loop_is_bounded_and_its_trial_is_unknown(
     assert _own_cgroup_dirs() == []
 
 
+@needs_cgroups
 def test_a_dead_runs_cgroups_are_swept() -> None:
     """A run SIGKILLed with a helper in its cgroup: the next run's sweep kills the helper and
     removes the cgroup."""
@@ -266,3 +269,9 @@ def test_a_dead_runs_cgroups_are_swept() -> None:
     assert name in {d.name for d in swept}
     time.sleep(0.2)
     assert not _alive(int(helper))
+
+
+def test_the_row_says_which_isolation_and_older_files_read_without_it() -> None:
+    assert COLUMNS.count("isolation") == 1 and SCHEMA_VERSION >= 9
+    rows = read_results(Path(__file__).parent / "data" / "schema2.csv")  # written before the column existed
+    assert rows and {r["isolation"] for r in rows} == {""}  # unknown, never guessed
