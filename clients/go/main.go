@@ -255,9 +255,14 @@ func (c *client) acquire(req request) reply {
 	c.mu.Lock()
 	h.mutex, h.owner, h.granted = m, owner, true
 	validUntil, lost := h.validUntil, h.lost
-	c.holdings[owner] = h
+	if !lost {
+		c.holdings[owner] = h
+	}
 	c.mu.Unlock()
-	if lost { // the session ended while Lock waited: no lease behind this grant
+	if lost { // the session ended while Lock waited (3.4's Lock does not look): no lease behind it
+		h.stopWatch()
+		_ = m.Unlock(ctx)
+		_ = session.Close()
 		return c.refused(refusal("lost", nil), start)
 	}
 	r := reply{"ok": true, "owner": owner, "valid_until": validUntil, "library_ns": monotonicNs() - start}
