@@ -33,13 +33,13 @@ from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra import cgroup, health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.etcd_server import is_etcd_url
-from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group, start_worker_process
+from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group
 from lockcompare.infra.pg_client import is_postgres_url, with_session_settings
 from lockcompare.infra.procgroup import GroupView, any_stopped, describe_escaped
 from lockcompare.infra.proxy import ProxySet
 from lockcompare.infra.zookeeper_server import is_zookeeper_url
 from lockcompare.runner.contend import DoneTracker
-from lockcompare.runner.crew import CrewSource, spawn_crew
+from lockcompare.runner.crew import CrewSource, spawn_crew, start_in_cgroup
 from lockcompare.runner.resource import Resource, ResourceCounters
 from lockcompare.runner.resource_pg import PgResource, ResourceError, open_resource
 from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
@@ -561,7 +561,8 @@ def _outcome(messages: list[tuple[str, str, list[Event]]], problem: str = "") ->
 def construct_in_child(backend: str, *, config: BackendConfig, timeout_s: float) -> str:
     """Construct and close ``backend`` in a spawned process; "" if that worked, else what failed."""
     parent_end, child_end = SPAWN.Pipe(duplex=False)
-    proc = start_worker_process(target=_construct_and_close, args=(backend, config, child_end))
+    # In a cgroup too: a helper that daemonises in construct() must not outlive the probe.
+    proc = start_in_cgroup(target=_construct_and_close, args=(backend, config, child_end))
     child_end.close()
     try:
         if not parent_end.poll(START_TIMEOUT_S) or parent_end.recv() != "constructing":
@@ -575,6 +576,7 @@ def construct_in_child(backend: str, *, config: BackendConfig, timeout_s: float)
     finally:
         parent_end.close()
         kill_and_reap_group(proc)
+        cgroup.release(proc.pid)
 
 
 def _construct_and_close(backend: str, config: BackendConfig, conn: Connection) -> None:
