@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass
 from lockcompare.analysis.counters import ResourceCounters
 from lockcompare.analysis.evidence import (
     backwards_writes_accepted,
+    deepest_grant_ms,
     foreign_releases,
     grants_while_held,
     releases_of_nothing,
@@ -109,6 +110,9 @@ class TrialMetrics:
     verdict: str
     extra_entries: int = 0  # sections of extra rounds (the contend workload), not in ``entries``
     grants_while_held: int = 0  # leases granted while another worker's lease was valid and unreleased
+    # How far inside another's valid lease the deepest grant came (ms; 0: none), counted or within
+    # evidence.LEASE_TOLERANCE_MS: the size behind grants_while_held. NaN in rows from before.
+    deepest_grant_ms: float = 0.0
     foreign_releases: int = 0  # releases reported done while the lock was another worker's (deleted its key)
     backwards_writes_accepted: int = 0  # writes accepted under a fencing token not above an earlier grant's
     writes_skipped: int = 0  # writes a holder did not make: its lease deadline had passed, or it was lost
@@ -400,6 +404,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         problem="; ".join(problems + notes),
         extra_entries=extra_entries,
         grants_while_held=grants_over,
+        deepest_grant_ms=deepest_grant_ms(history),
         foreign_releases=foreign_releases(history),
         backwards_writes_accepted=backwards_accepted,
         writes_skipped=writes_skipped(history),
@@ -448,6 +453,7 @@ def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned:
         problem=problem,
         extra_entries=-1,
         grants_while_held=-1,
+        deepest_grant_ms=nan,
         foreign_releases=-1,
         backwards_writes_accepted=-1,
         writes_skipped=-1,

@@ -18,9 +18,17 @@ from lockcompare.analysis.history import Event
 from lockcompare.analysis.sessions import first_releases, is_session_lease, lease_deadlines, releases_of_nothing
 
 __all__ = [
-    "backwards_writes_accepted", "foreign_releases", "grants_while_held", "releases_of_nothing", "stale_writes",
-    "tokens_backwards",
+    "LEASE_TOLERANCE_MS", "backwards_writes_accepted", "deepest_grant_ms", "foreign_releases", "grant_depths_ms",
+    "grants_while_held", "releases_of_nothing", "stale_writes", "tokens_backwards",
 ]  # fmt: skip
+
+#: The one tolerance for "a lease valid past its TTL", used by the checker (a grant inside another's
+#: lease by no more than this is not "two valid leases at once") and by the conformance battery (a
+#: lease may claim validity this far past its call's start + TTL). What it covers: a server that
+#: stores expiry in whole milliseconds (Redis truncates: a key may go up to 1 ms before start + TTL)
+#: and an external client whose own clock start comes a pipe hop after the harness's. An 8 ms
+#: overstatement (a deadline counted from after the reply) is past it in both, and both say by how much.
+LEASE_TOLERANCE_MS = 5.0
 
 
 def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
@@ -60,6 +68,16 @@ def grants_while_held(history: Sequence[Event]) -> int:
     lasts until its release or until the server was seen ending its session (sessions.py); any
     other lease without a deadline (the no-lock baseline's) claims nothing.
     """
+    return sum(1 for _, tolerated in grant_depths_ms(history) if not tolerated)
+
+
+def grant_depths_ms(history: Sequence[Event]) -> list[tuple[float, bool]]:
+    """For each lease granted inside another worker's valid, unreleased lease (the rival's whole
+    attempt after the holder's grant and before the holder's lease ended): how far before that end
+    the rival's grant returned, in ms — the size of the overlap of two valid leases — and whether it
+    is tolerated: inside by no more than :data:`LEASE_TOLERANCE_MS` of a lease's own claimed deadline
+    (not counted by :func:`grants_while_held`). An end that is a release or a session's end has no
+    tolerance: it was seen, not claimed."""
     released_at = first_releases(history)
     deadlines = lease_deadlines(history)
     leases = []
@@ -70,14 +88,31 @@ def grants_while_held(history: Sequence[Event]) -> int:
         deadline = deadlines.get(key)
         if deadline is None and not is_session_lease(event):
             continue
-        ends = [t for t in (deadline, released_at.get(key)) if t is not None]
-        leases.append((event["worker"], event["t1"], min(ends) if ends else float("inf")))
-    return sum(
-        1
-        for e in history
-        if e["kind"] == "acquire" and e.get("ok")
-        and any(w != e["worker"] and start < e["t_attempt"] and e["t1"] < end for w, start, end in leases)
-    )  # fmt: skip
+        release = released_at.get(key)
+        claimed = (
+            deadline is not None and event.get("valid_until") == deadline and (release is None or deadline < release)
+        )
+        ends = [t for t in (deadline, release) if t is not None]
+        leases.append((event["worker"], event["t1"], min(ends) if ends else float("inf"), claimed))
+    depths = []
+    for e in history:
+        if e["kind"] != "acquire" or not e.get("ok"):
+            continue
+        inside = [
+            ((end - e["t1"]) / 1e6, claimed and (end - e["t1"]) / 1e6 <= LEASE_TOLERANCE_MS)
+            for w, start, end, claimed in leases
+            if w != e["worker"] and start < e["t_attempt"] and e["t1"] < end
+        ]
+        if inside:
+            depth = max(d for d, _ in inside)
+            depths.append((depth, all(tolerated for _, tolerated in inside)))
+    return depths
+
+
+def deepest_grant_ms(history: Sequence[Event]) -> float:
+    """How far inside another's valid lease the deepest grant came (ms; 0.0: no grant inside one),
+    tolerated or not: the size a card line states beside its judgement."""
+    return round(max((d for d, _ in grant_depths_ms(history)), default=0.0), 3)
 
 
 def foreign_releases(history: Sequence[Event]) -> int:

@@ -33,7 +33,6 @@ Example::
 from __future__ import annotations
 
 import logging
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +52,7 @@ from lockcompare.evaluation.conformance import (
     Status,
     run_battery,
 )
+from lockcompare.evaluation.card_totals import Totals, totals
 from lockcompare.evaluation.defaults import CARD_FORMATS, DEFAULT_AGAINST
 from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_card import TITLE as SEARCH_TITLE
@@ -284,34 +284,6 @@ def scales_for(cls: type, *, time_scale: float, ttl_ms: Mapping[str, float] | No
 # --- judging the experiments (pure: rows in, lines out) ----------------------------------------
 
 
-@dataclass(frozen=True, kw_only=True)
-class Totals:
-    """One backend under one experiment, summed over its trials."""
-
-    trials: int
-    entries: int
-    planned: int
-    conflicts: int
-    lost_updates: int
-    stale_writes_rejected: int
-    grants_while_held: int  # leases granted while another's was valid (0 where the CSV predates it)
-    foreign_releases: int  # releases that removed another worker's lock (0 where the CSV predates it)
-    acquire_p50_ms: float
-    problems: tuple[str, ...]  # trials the checker could not judge, and why
-
-    def ratio(self) -> str:
-        return f"{self.conflicts}/{self.entries}"
-
-
-def _planned(row: dict[str, Any]) -> int:
-    """Rounds the trial meant to enter: the CSV's ``entries_planned`` when it has one (newer schemas)."""
-    try:
-        planned = int(row.get("entries_planned") or 0)
-    except (TypeError, ValueError):
-        planned = 0
-    return planned if planned > 0 else int(row["workers"]) * int(row["rounds"])
-
-
 def token_order_violations(rows: Sequence[dict[str, Any]], *, backend: str, results: Path) -> dict[str, int | None]:
     """Per client-pause trial of ``backend``: writes accepted below an earlier accepted token, from
     its history beside ``results`` (None: the history cannot be read, so nothing is claimed)."""
@@ -327,36 +299,6 @@ def token_order_violations(rows: Sequence[dict[str, Any]], *, backend: str, resu
         except (OSError, ValueError, KeyError, TypeError):
             found[row["trial_id"]] = None
     return found
-
-
-#: The resource check of a fencing backend's trials run with ``--fence all``.
-FENCE_ALL = "fence-all"
-
-
-def totals(
-    rows: Sequence[dict[str, Any]], *, backend: str, experiment: str, fence_all: bool | None = None
-) -> Totals | None:
-    """One backend × experiment summed; ``fence_all`` True/False keeps only the trials whose
-    resource checked the token on every access / not (None: every trial)."""
-    mine = [
-        r for r in rows if r["backend"] == backend and r["experiment"] == experiment
-        and (fence_all is None or (r.get("resource_check") == FENCE_ALL) == fence_all)
-    ]  # fmt: skip
-    if not mine:
-        return None
-    p50s = [float(r["acquire_p50_ms"]) for r in mine if r["acquire_p50_ms"] == r["acquire_p50_ms"]]  # not NaN
-    return Totals(
-        trials=len(mine),
-        entries=sum(int(r["entries"]) for r in mine),
-        planned=sum(_planned(r) for r in mine),
-        conflicts=sum(int(r["conflicts"]) for r in mine),
-        lost_updates=sum(int(r["lost_updates"]) for r in mine),
-        stale_writes_rejected=sum(int(r["stale_writes_rejected"]) for r in mine),
-        grants_while_held=sum(max(0, int(r.get("grants_while_held") or 0)) for r in mine),
-        foreign_releases=sum(max(0, int(r.get("foreign_releases") or 0)) for r in mine),
-        acquire_p50_ms=statistics.median(p50s) if p50s else float("nan"),
-        problems=tuple(str(r.get("problem") or r["verdict"]) for r in mine if r["verdict"] == "unknown"),
-    )
 
 
 def _others(rows: Sequence[dict[str, Any]], *, backend: str, experiment: str, show: Callable[[Totals], str]) -> str:
@@ -388,7 +330,9 @@ def judge_experiments(
     lines = []
 
     def line(title: str, status: Status, evidence: str, experiment: str, show: Callable[[Totals], str]) -> None:
-        lines.append(CardLine(title=title, status=status, evidence=evidence + _others(
+        judged = runs.get(experiment)
+        sizes = judged.sizes() if judged is not None else ""
+        lines.append(CardLine(title=title, status=status, evidence=evidence + sizes + _others(
             rows, backend=backend, experiment=experiment, show=show)))  # fmt: skip
 
     base = runs["baseline"]
@@ -477,7 +421,7 @@ def _session_line(t: Totals, *, claims: Claims) -> CardLine:
     title = "the database ends the holder's session (session-kill)"
     if t.problems:
         return CardLine(title=title, status=Status.FAIL, evidence=_missing(SESSION_EXPERIMENT, t))
-    evidence = f"{t.conflicts} conflicts in {t.entries} entries, {t.lost_updates} lost updates"
+    evidence = f"{t.conflicts} conflicts in {t.entries} entries, {t.lost_updates} lost updates{t.sizes()}"
     if claims.issues_fencing_tokens is True:
         return CardLine(title=title, status=Status.PASS if t.lost_updates == 0 else Status.FAIL, evidence=evidence)
     if t.conflicts == 0 and t.lost_updates == 0:

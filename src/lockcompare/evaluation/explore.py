@@ -85,6 +85,7 @@ class TrialOutcome:
     history: str = ""  # path of the saved history ("" when none)
     trial_id: str = ""
     problem: str = ""
+    timing_marked: bool = False  # the timing sentinel marked it (analysis/sentinel.py)
 
 
 class TrialRunner(Protocol):
@@ -310,7 +311,7 @@ class Explorer:
     def rerun(self, schedule: str, rounds: int, *, runs: int, phase: str, stop_at_failure: bool) -> Rate | None:
         """Rerun (schedule, rounds) up to ``runs`` times, a batch at a time; with ``stop_at_failure``
         stop after the batch that saw one. None when the budget ran out before anything ran."""
-        failures = judged = unknown = 0
+        failures = judged = unknown = marked = 0
         parallel = max(1, self.runner.parallel)
         for start in range(0, runs, parallel):
             ks = range(start, min(runs, start + parallel))
@@ -319,15 +320,18 @@ class Explorer:
             ]
             outcomes = self._run(batch, phase=phase, force=phase == "rate")
             if outcomes is None:
-                return None if not judged + unknown else Rate(failures=failures, runs=judged, unknown=unknown)
+                if not judged + unknown:
+                    return None
+                return Rate(failures=failures, runs=judged, unknown=unknown, marked=marked)
             for outcome in outcomes:
+                marked += outcome.timing_marked
                 result = self.judge(outcome)
                 failures += result == "violated"
                 judged += result != "unknown"
                 unknown += result == "unknown"
             if stop_at_failure and failures:
                 break
-        return Rate(failures=failures, runs=judged, unknown=unknown)
+        return Rate(failures=failures, runs=judged, unknown=unknown, marked=marked)
 
     def _shrink_and_rate(self, found: TrialRequest) -> Counterexample:
         s = self.search

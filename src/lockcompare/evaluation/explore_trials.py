@@ -218,4 +218,5 @@ def _outcome(row: dict[str, Any], *, base: Path) -> TrialOutcome:
         history=str(base / row["history"]) if row.get("history") else "",
         trial_id=str(row["trial_id"]),
         problem=str(row.get("problem") or ""),
+        timing_marked=row.get("timing_marked") in (True, "true"),
     )

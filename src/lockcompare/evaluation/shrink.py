@@ -52,6 +52,7 @@ class Rate:
     failures: int
     runs: int
     unknown: int = 0
+    marked: int = 0  # reruns the timing sentinel marked (the machine stalled them past half their margin)
 
     @property
     def fails(self) -> bool:
@@ -59,6 +60,11 @@ class Rate:
 
     def text(self) -> str:
         extra = f" ({self.unknown} more could not be judged)" if self.unknown else ""
+        total = self.runs + self.unknown
+        if self.marked and self.marked == total:
+            extra += f"; all {total} timing-marked: the machine stalled each past half its margin"
+        elif self.marked:
+            extra += f"; {self.marked} of {total} timing-marked"
         return f"{self.failures} of {self.runs}{extra}"
 
 
