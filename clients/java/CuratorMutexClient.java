@@ -52,7 +52,8 @@ import org.apache.zookeeper.data.Stat;
  *       timeout) for its predecessor, as kazoo's recipe is run by lockcompare's zk-lock;</li>
  *   <li>connection timeout = the harness's request timeout (at most the session timeout);</li>
  *   <li>no ensemble tracker: the harness decides which address a worker reaches (its links may run
- *       through proxies), and the tracker would replace them with the servers' own.</li>
+ *       through proxies), and the tracker would replace them with the servers' own;</li>
+ *   <li>the znodes' data names this client's pid (Curator's default: the local IP address).</li>
  * </ul>
  *
  * The lock lives where lockcompare's kazoo backend keeps it, {@code /lockcompare/<key>} (a "/" in the
@@ -75,6 +76,9 @@ public final class CuratorMutexClient {
     static final String ROOT = "/lockcompare/";
 
     private static final Pattern PING = Pattern.compile("Got ping response for session id: 0x([0-9a-fA-F]+) after (\\d+)ms");
+    /** What each lock znode holds (Curator's default: the local IP address): this client's pid, which the
+     *  history's client event names, so a session-kill's "identifier" says whose session it ended. */
+    static final byte[] IDENTITY = ("curator-mutex pid " + ProcessHandle.current().pid()).getBytes(StandardCharsets.UTF_8);
     /** JUL keeps loggers by weak reference: a configured one must be held. */
     private static final Logger ZK_LOG = Logger.getLogger("org.apache.zookeeper.ClientCnxn");
 
@@ -103,6 +107,7 @@ public final class CuratorMutexClient {
                 .connectionTimeoutMs(Math.min(requestTimeoutMs, timeoutMs))
                 .retryPolicy(new RetryNTimes(0, 0))
                 .ensembleTracker(false)
+                .defaultData(IDENTITY)
                 .build();
             client.getConnectionStateListenable().addListener((c, newState) -> onState(this, newState));
         }
