@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from lockcompare.analysis import incidents
 from lockcompare.analysis.results import latest_rows, read_results
 from lockcompare.errors import RenderError
 from lockcompare.render.html_report import MARKER, write_html_report
-from lockcompare.render.svg_timeline import render_svg
+from lockcompare.render.svg_timeline import keys_lost, render_svg, story_window
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "contend.csv"  # 15 trials, 3 cells, committed
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -87,6 +88,40 @@ def test_the_svg_has_a_lane_per_worker_the_fault_and_the_lost_update() -> None:
     # the key on the nodes: worker 1's is deleted by its release, worker 0's expires after the TTL
     assert any("deleted by the release at 142.0 ms" in t for t in tips)
     assert any("expires at 100.0 ms (attempt + TTL)" in t for t in tips)
+
+
+def test_a_restart_that_takes_the_majority_ends_the_key_on_the_servers_and_opens_the_window() -> None:
+    """Worker 0 holds on nodes 0-2 of 5 (a bare majority); node 0 restarts empty at 60 ms: the key
+    is lost there (2 of 5 left), worker 1 gets the lock at 120 ms, reads 0 before worker 0 writes 1,
+    and overwrites it with 1 at 300 ms."""
+    five = ["a", "a", "a", None, None]
+    history = [
+        _event(0, 0, "acquire", 0, 1, ok=True, attempts=1, t_attempt=0, valid_until=1000 * MS, owner="a"),
+        _event(0, 0, "enter", 2, inside=1),
+        _event(0, 0, "read", 3, balance=0),
+        _event(-1, 0, "fault", 60, fault="restart", action="inject", nodes=[0], detail="SIGKILL", holders=five),
+        _event(-1, 0, "fault", 61, fault="restart", action="heal", nodes=[0], detail="restarted (empty)"),
+        _event(1, 0, "acquire", 5, 120, ok=True, attempts=9, t_attempt=119 * MS, valid_until=1120 * MS, owner="b"),
+        _event(1, 0, "enter", 121, inside=2),
+        _event(1, 0, "read", 122, balance=0),
+        _event(0, 0, "write", 130, value=1, accepted=True),
+        _event(0, 0, "exit", 131),
+        _event(0, 0, "release", 132, released=False),
+        _event(1, 0, "write", 300, value=1, accepted=True),
+        _event(1, 0, "exit", 301),
+        _event(1, 0, "release", 302, released=True),
+    ]
+    assert keys_lost(history, origin=0) == {"a": (60.0, "restart of node(s) [0] left it on 2 of 5 nodes")}
+    assert incidents.default_window(history).from_ms > 60  # the incident's rounds alone start after the loss
+    window = story_window(history)
+    assert window.from_ms < 60 and "from the key lost at 60.0 ms" in window.why
+    dom = Dom(render_svg(history, ttl_ms=1000.0))
+    tips = ["".join(e[2]) for e in dom.having("title")]
+    assert len(dom.having("path", "key-lost")) == 1
+    assert any("key lost at 60.0 ms: restart of node(s) [0]" in t for t in tips)
+    # the same restart with the key on 4 nodes leaves 3 of 5: still a majority, nothing lost
+    history[3] = _event(-1, 0, "fault", 60, fault="restart", action="inject", nodes=[0], holders=["a"] * 4 + [None])
+    assert keys_lost(history, origin=0) == {}
 
 
 def test_a_folder_it_did_not_write_is_refused(tmp_path: Path) -> None:

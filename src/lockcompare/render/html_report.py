@@ -28,7 +28,6 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from lockcompare.analysis import incidents
 from lockcompare.analysis.cells import Cell, group_cells, setting_text, slug
 from lockcompare.analysis.reproduce import matrix_command, settings_key
 from lockcompare.analysis.results import METRIC_COLUMNS, PROVENANCE_COLUMNS, TIMING_COLUMNS, history_file
@@ -37,7 +36,7 @@ from lockcompare.errors import LockcompareError, RenderError
 from lockcompare.render import table
 from lockcompare.render.glance import EMPTY, OTHER_STYLE, VERDICT_STYLE, glance_grid
 from lockcompare.render.html_assets import key_values, page, table_html
-from lockcompare.render.svg_timeline import legend_html, render_svg
+from lockcompare.render.svg_timeline import legend_html, render_svg, story_window
 from lockcompare.render.timeline import load_history, render_timeline
 from lockcompare.spec.settings import SETTING_COLUMNS
 
@@ -290,7 +289,7 @@ def _timeline(row: dict[str, Any], *, results: Path) -> str:
         return f'<p class="note">The history cannot be read: {escape(str(exc))}</p>'
     if not history:
         return '<p class="note">The history is empty: no timeline.</p>'
-    window = incidents.default_window(history)
+    window = story_window(history)
     ttl = row.get("ttl_ms")
     ttl_ms = float(ttl) if isinstance(ttl, int | float) else None
     excerpt = render_timeline(history, from_ms=window.from_ms, to_ms=window.to_ms).splitlines()

@@ -8,7 +8,8 @@ first conflict). In each lane, top to bottom:
 - the lease as the worker believed it (successful acquire to its ``valid_until``; hatched when the
   lease has no deadline: to its release);
 - the lease as the server saw it: the key lives on the lock nodes from the successful attempt for
-  the TTL, or until the release deleted it (a fault that wiped a node is shown as the fault band);
+  the TTL, or until the release deleted it, or until a node fault left it on fewer than a majority
+  of the nodes (by the holders the runner read from every node at the injection; a red cross);
 - the acquire wait (grey), the hold (the critical section, enter to exit), pauses (hatched), reads
   (open dots) and writes (green triangle accepted, red cross rejected by the resource).
 
@@ -27,6 +28,8 @@ from html import escape
 
 from lockcompare.analysis import incidents
 from lockcompare.analysis.history import Event
+from lockcompare.analysis.holders import NODE_LOSING_FAULTS, UNREADABLE
+from lockcompare.spec import faultkinds
 
 WIDTH = 1000
 LEFT, RIGHT, TOP, BOTTOM = 84, 16, 34, 30
@@ -82,7 +85,7 @@ def tick_step(span_ms: float, *, ticks: int = 8) -> float:
 
 def render_svg(history: Sequence[Event], *, ttl_ms: float | None, window: incidents.Window | None = None) -> str:
     """The ``<svg>`` element of one trial (see the module docstring); ``window`` defaults to the incident's."""
-    window = window or incidents.default_window(history)
+    window = window or story_window(history)
     scale = _Scale(window)
     workers = sorted({int(e["worker"]) for e in history if e["worker"] >= 0})
     lanes: dict[int, float] = {w: float(TOP + i * LANE_H) for i, w in enumerate(workers)}
@@ -139,6 +142,7 @@ def _rounds(
 ) -> list[str]:
     """Per round: the acquire wait, the lease as believed, and the key's life on the nodes."""
     released = {(e["worker"], e["round"]): e for e in history if e["kind"] == "release"}
+    lost = keys_lost(history, origin=origin)
     end = incidents.ms(max(e["t1"] for e in history), origin) if history else 0.0
     out = []
     for e in history:
@@ -175,12 +179,59 @@ def _rounds(
         expiry = lo + ttl_ms
         deleted = release is not None and release.get("released") and release_ms < expiry
         hi = release_ms if deleted else expiry
+        why = f"deleted by the release at {hi:.1f} ms" if deleted else f"expires at {hi:.1f} ms (attempt + TTL)"
+        wiped = lost.get(str(e.get("owner")))
+        if wiped is not None and lo <= wiped[0] < hi:
+            hi, why = wiped[0], f"lost at {wiped[0]:.1f} ms: {wiped[1]}"
+        if wiped is not None and hi == wiped[0] and scale.shows(hi, hi):
+            tip, xl = f"round {e['round']}: key {why}", scale.x(hi)
+            cross = f"M{xl - 4},{y + 15} L{xl + 4},{y + 27} M{xl - 4},{y + 27} L{xl + 4},{y + 15}"
+            out.append(f'<path class="violation key-lost" d="{cross}" stroke="{SERVER}" stroke-width="2">'
+                       f"{_title(tip)}</path>")  # fmt: skip
         if scale.shows(lo, hi):
             x, w = scale.span(lo, hi)
-            why = f"deleted by the release at {hi:.1f} ms" if deleted else f"expires at {hi:.1f} ms (attempt + TTL)"
             tip = f"round {e['round']}: key on the lock nodes from {lo:.1f} ms, {why}"
             out.append(_rect("server-lease", x, y + 18, w, 6, "none", tip, f' stroke="{SERVER}" stroke-width="1.2"'))
     return out
+
+
+def keys_lost(history: Sequence[Event], *, origin: int) -> dict[str, tuple[float, str]]:
+    """Owner token -> (ms, why) where a node fault took the lease's majority away, as the servers
+    showed it: the holders the runner read from every lock node at the injection
+    (analysis/holders.py), less the nodes the fault wiped, leave its owner on fewer than a majority
+    it had, or on none (a single-node lock's key on the node that restarted empty)."""
+    lost: dict[str, tuple[float, str]] = {}
+    for e in sorted(history, key=lambda e: e["t0"]):
+        if e["worker"] != -1 or e["kind"] != "fault" or e.get("action") == "heal":
+            continue
+        holders = e.get("holders")
+        if faultkinds.event_fault(e.get("fault", "")) not in NODE_LOSING_FAULTS or not isinstance(holders, list):
+            continue
+        hit = set(e.get("nodes") or ())
+        majority = len(holders) // 2 + 1
+        for owner in {h for h in holders if h not in (None, UNREADABLE)}:
+            held = [i for i, h in enumerate(holders) if h == owner]
+            spared = [i for i in held if i not in hit]
+            # a majority lost, or every node that held it (a single-node lock's one node)
+            if held and (len(held) >= majority > len(spared) or not spared) and owner not in lost:
+                why = f"{e.get('fault')} of node(s) {sorted(hit)} left it on {len(spared)} of {len(holders)} nodes"
+                lost[owner] = (incidents.ms(e["t0"], origin), why)
+    return lost
+
+
+def story_window(history: Sequence[Event]) -> incidents.Window:
+    """The incident's window (analysis/incidents.py), widened back to the last majority a node fault
+    took away before it (at most MAX_BEFORE_MS earlier): the cause in the same picture as the damage."""
+    window = incidents.default_window(history)
+    if not history or incidents.first_incident(history) is None:
+        return window
+    losses = [t for t, _ in keys_lost(history, origin=incidents.origin_ns(history)).values()]
+    earlier = [t for t in losses if window.from_ms - incidents.MAX_BEFORE_MS <= t < window.from_ms]
+    if not earlier:
+        return window
+    lo = max(earlier)
+    lo = max(0.0, lo - (window.to_ms - lo) * incidents.MARGIN)
+    return incidents.Window(lo, window.to_ms, f"{window.why}, from the key lost at {max(earlier):.1f} ms")
 
 
 def _steps(history: Sequence[Event], *, scale: _Scale, lanes: dict[int, float], origin: int) -> list[str]:
@@ -258,7 +309,7 @@ def _axis(scale: _Scale, *, y: float) -> list[str]:
 
 LEGEND = (
     ("lease", LEASE, "lease as the worker believed it (to its deadline or release)"),
-    ("server-lease", SERVER, "key on the lock nodes (attempt to TTL or release)"),
+    ("server-lease", SERVER, "key on the lock nodes (attempt to TTL, release, or its majority lost: ×)"),
     ("acquire", WAIT, "waiting to acquire"),
     ("cs", SECTION, "hold: critical section"),
     ("accepted", ACCEPTED, "write accepted"),
