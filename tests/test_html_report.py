@@ -26,7 +26,7 @@ MS = 1_000_000
 
 
 class Dom(HTMLParser):
-    """The elements of a page as (tag, attributes, text directly inside)."""
+    """The elements of a page as (tag, attributes, the text inside it, nested elements' included)."""
 
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -43,8 +43,8 @@ class Dom(HTMLParser):
             pass
 
     def handle_data(self, data: str) -> None:
-        if self._open:
-            self.elements[self._open[-1]][2].append(data)
+        for index in self._open:
+            self.elements[index][2].append(data)
 
     def having(self, tag: str, cls: str | None = None) -> list[tuple[str, dict[str, str], list[str]]]:
         return [e for e in self.elements if e[0] == tag and (cls is None or cls in e[1].get("class", "").split())]
@@ -169,8 +169,13 @@ def test_chromium_follows_a_cell_to_a_trial_page(report: Path, tmp_path: Path) -
     assert all(e[1].get("data-sortable") == "ready" for e in index.having("table", "sortable"))  # the script ran
     cells = {e[1]["data-verdict"]: e for e in index.having("td", "cell")}
     assert sorted(cells) == ["conflicts-no-damage", "lost-updates"]
-    links = [e[1]["href"] for e in index.having("a") if e[1].get("href", "").startswith("cells/")]
+    grid = [
+        index.elements[i + 1] for i, e in enumerate(index.elements) if e[0] == "td" and "cell" in e[1].get("class", "")
+    ]
+    links = [e[1]["href"] for e in grid if e[0] == "a"]
     assert links == ["cells/none.client-pause.html", "cells/single.client-pause.html", "cells/fenced.client-pause.html"]
+    summary = [e[1]["href"] for e in index.having("a") if e not in grid and e[1].get("href", "").startswith("cells/")]
+    assert summary == links  # the summary's lines link to the same cells
 
     cell = Dom(_browse(report / links[1], "--dump-dom", profile=profile))
     trials = [e[1]["href"] for e in cell.having("a") if e[1].get("href", "").startswith("../trials/")]

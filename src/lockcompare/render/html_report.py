@@ -121,11 +121,22 @@ def _index_page(rows: Sequence[dict[str, Any]], *, cells: Sequence[Cell], result
         "<h2>Summary</h2>",
         '<p class="note">Click a column to sort. Conflicts: entries that found another worker inside, counted at '
         "the resource. Lost updates: increments the final balance does not contain.</p>",
-        table_html(headers, lines),
+        table_html(headers, _linked(lines, cells=cells), raw=True),
         "<h2>Provenance</h2>",
         _provenance(rows),
     ]
     return page(title=f"lockcompare report: {results.name}", body="\n".join(body))
+
+
+def _linked(lines: list[list[str]], *, cells: Sequence[Cell]) -> list[list[str]]:
+    """The summary's lines, escaped, each backend a link to its cell's page (table.summarize lists
+    the cells of analysis/cells.py in their order: one line per cell)."""
+    escaped = [[escape(text) for text in line] for line in lines]
+    if len(lines) != len(cells):
+        return escaped
+    for line, cell in zip(escaped, cells, strict=True):
+        line[0] = f'<a href="cells/{escape(cell_page_name(cell))}">{line[0]}</a>'
+    return escaped
 
 
 def _grid(rows: Sequence[dict[str, Any]], *, cells: Sequence[Cell]) -> str:
