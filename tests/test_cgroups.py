@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from lockcompare.analysis.results import COLUMNS, SCHEMA_VERSION, read_results
+from lockcompare.evaluation.conformance import Status, battery, check_property, property_named
 from lockcompare.infra import cgroup
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.procgroup import read_stat
@@ -275,3 +276,15 @@ def test_the_row_says_which_isolation_and_older_files_read_without_it() -> None:
     assert COLUMNS.count("isolation") == 1 and SCHEMA_VERSION >= 9
     rows = read_results(Path(__file__).parent / "data" / "schema2.csv")  # written before the column existed
     assert rows and {r["isolation"] for r in rows} == {""}  # unknown, never guessed
+
+
+@needs_cgroups
+@pytest.mark.parametrize("backend", HOSTILE[:2], ids=lambda b: b.rsplit(":", 1)[1])
+def test_the_batterys_freeze_reaches_a_helper_that_left_the_group(backend: str, cluster: Cluster, marked: str) -> None:
+    """evaluate's host process is in a cgroup too: "a paused client is paused" holds for a client
+    whose helper called setsid() or double-forked (under process groups the first fails it)."""
+    with battery(spec=backend, node_urls=cluster.node_urls) as ctx:
+        result = check_property(property_named("a_paused_client_is_paused"), ctx)
+    assert result.status is Status.PASS, result.evidence
+    time.sleep(1.0)
+    assert [_cmdline(p) for p in _marked(marked)] == [], "a helper outlived the battery"

@@ -246,7 +246,11 @@ def test_the_freezing_lines_pass_for_redis_lock_renew_at_a_ttl_it_can_express(cl
     assert {name: status for name, (status, _) in statuses.items()} == dict.fromkeys(FREEZING, Status.PASS), statuses
 
 
-def test_a_paused_client_is_paused_fails_for_a_client_that_escapes_its_group(cluster: Cluster) -> None:
+def test_a_paused_client_is_paused_fails_for_a_client_that_escapes_its_group(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no cgroup can be made (with one, the freeze reaches it: tests/test_cgroups.py)."""
+    monkeypatch.setattr(cgroup, "new_client_cgroup", lambda: None)
     with battery(spec=ESCAPING, node_urls=cluster.node_urls) as ctx:
         result = check_property(property_named("a_paused_client_is_paused"), ctx)
     assert result.status is Status.FAIL

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,8 +51,9 @@ from lockcompare.errors import (
     BackendHostDied,
     LockcompareError,
 )
-from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group, reap_group, start_worker_process
-from lockcompare.infra.procgroup import describe_escaped, escaped_helpers, process_table, signal_group
+from lockcompare.infra import cgroup
+from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group, reap_group
+from lockcompare.infra.procgroup import GroupView, describe_escaped
 
 #: Starting the host: spawning an interpreter and importing lockcompare (~0.3 s here). Importing
 #: the plug-in is a backend call of its own ("load") and has the backend's deadline.
@@ -283,19 +283,22 @@ class BackendHost:
 
     @contextlib.contextmanager
     def frozen(self) -> Iterator[list[str]]:
-        """Stop the host's whole process group (SIGSTOP) for the block; continue it (SIGCONT) after,
-        whatever happens. Yields the helper processes that left the group (``pid N (command)``):
-        the freeze did not reach them. Make no call into the host inside the block."""
+        """Stop the host's whole client for the block — its cgroup frozen (infra/cgroup.py), else
+        its process group SIGSTOPped — and continue it after, whatever happens. Yields the helper
+        processes the freeze did not reach (``pid N (command)``: they left the process group, or
+        the cgroup). Make no call into the host inside the block."""
         pid = self.pid
         if pid is None or self._conn is None:
             raise BackendHostDied("freeze: the backend's process is not running")
-        escaped = [describe_escaped(p) for p in escaped_helpers(pid, process_table())]
-        signal_group(pid, signal.SIGSTOP)
+        view = GroupView(leaders=[pid], cgroup_members=cgroup.cgroup_members)
+        view.refresh(force=True)
+        escaped = [describe_escaped(p) for _, p in view.newly_escaped()]
+        cgroup.stop_client(pid)
         try:
             yield escaped
         finally:
             with contextlib.suppress(ProcessLookupError):
-                signal_group(pid, signal.SIGCONT)
+                cgroup.continue_client(pid)
 
     def is_current(self, generation: int) -> bool:
         return generation == self._generation and self._conn is not None
@@ -308,12 +311,13 @@ class BackendHost:
             conn.close()
         if proc is not None:
             reap_group(proc, timeout_s=2)  # helpers that outlive the host die with its group
+            cgroup.release(proc.pid)  # and with its cgroup, those that left the group
 
     def _ensure_started(self) -> None:
         if self._conn is not None:
             return
         parent_end, child_end = SPAWN.Pipe(duplex=True)
-        self._proc = start_worker_process(target=_serve, args=(child_end,))
+        self._proc = cgroup.start_in_cgroup(target=_serve, args=(child_end,))
         child_end.close()
         self._conn = parent_end
         self._generation += 1
@@ -337,6 +341,7 @@ class BackendHost:
         self._proc, self._conn = None, None
         if proc is not None:
             kill_and_reap_group(proc)
+            cgroup.release(proc.pid)
         if conn is not None:
             conn.close()
 

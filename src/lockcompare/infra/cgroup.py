@@ -43,9 +43,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 
 from lockcompare.errors import InvalidValueError
+from lockcompare.infra.lifecycle import process_alive, start_worker_process
 from lockcompare.infra.procgroup import group_members, process_table, signal_group
 
 _log = logging.getLogger(__name__)
@@ -309,8 +311,6 @@ def probe() -> str:
 
 def sweep_stale() -> list[Path]:
     """Kill what is left in, and remove, the cgroups of lockcompare runs that are gone; return them."""
-    from lockcompare.infra.lifecycle import process_alive  # lifecycle imports nothing of ours: no cycle
-
     removed: list[Path] = []
     for kind in (CGROUP_V1, CGROUP_V2):
         bases = _bases(kind)
@@ -364,6 +364,22 @@ def enter_and_run(dirs: tuple[str, ...], target: Callable[..., None], *args: obj
     for directory in dirs:
         Path(directory, "cgroup.procs").write_text(str(os.getpid()))
     target(*args)
+
+
+def start_in_cgroup(*, target: Callable[..., None], args: tuple[object, ...]) -> BaseProcess:
+    """Start ``target(*args)`` as lifecycle's worker processes start (a process group of its own,
+    dying with its parent), in a cgroup of its own where the machine offers one: the child joins it
+    before it runs ``target``, and the parent moves it right after the spawn. End it with
+    :func:`release` after reaping it."""
+    group = new_client_cgroup()
+    try:
+        proc = start_worker_process(target=enter_and_run, args=(dirs_of(group), target, *args))
+    except BaseException:
+        if group is not None:
+            group.remove()
+        raise
+    adopt(proc.pid, group)
+    return proc
 
 
 def dirs_of(group: ClientCgroup | None) -> tuple[str, ...]:

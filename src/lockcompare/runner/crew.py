@@ -28,12 +28,12 @@ from typing import Any, Protocol
 
 from lockcompare.errors import TrialError
 from lockcompare.infra import cgroup
+from lockcompare.infra.cgroup import start_in_cgroup
 from lockcompare.infra.lifecycle import (
     SPAWN,
     die_with_parent,
     kill_and_reap_group,
     reap_group,
-    start_worker_process,
     terminate_group,
 )
 from lockcompare.infra.procgroup import kill_group
@@ -142,20 +142,6 @@ class SpawnedCrew:
             cgroup.release(proc.pid)  # and whatever left the group (setsid, a double fork): its cgroup's
         for conn in self.conns:
             conn.close()
-
-
-def start_in_cgroup(*, target: Callable[..., None], args: tuple[object, ...]) -> BaseProcess:
-    """Start a worker process in a cgroup of its own where the machine offers one (infra/cgroup.py):
-    the child joins it before it runs ``target``, and the parent moves it right after the spawn."""
-    group = cgroup.new_client_cgroup()
-    try:
-        proc = start_worker_process(target=cgroup.enter_and_run, args=(cgroup.dirs_of(group), target, *args))
-    except BaseException:
-        if group is not None:
-            group.remove()
-        raise
-    cgroup.adopt(proc.pid, group)
-    return proc
 
 
 def spawn_crew(plans: list[WorkerPlan]) -> Crew:

@@ -39,7 +39,7 @@ from lockcompare.infra.procgroup import GroupView, any_stopped, describe_escaped
 from lockcompare.infra.proxy import ProxySet
 from lockcompare.infra.zookeeper_server import is_zookeeper_url
 from lockcompare.runner.contend import DoneTracker
-from lockcompare.runner.crew import CrewSource, spawn_crew, start_in_cgroup
+from lockcompare.runner.crew import CrewSource, spawn_crew
 from lockcompare.runner.resource import Resource, ResourceCounters
 from lockcompare.runner.resource_pg import PgResource, ResourceError, open_resource
 from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
@@ -562,7 +562,7 @@ def construct_in_child(backend: str, *, config: BackendConfig, timeout_s: float)
     """Construct and close ``backend`` in a spawned process; "" if that worked, else what failed."""
     parent_end, child_end = SPAWN.Pipe(duplex=False)
     # In a cgroup too: a helper that daemonises in construct() must not outlive the probe.
-    proc = start_in_cgroup(target=_construct_and_close, args=(backend, config, child_end))
+    proc = cgroup.start_in_cgroup(target=_construct_and_close, args=(backend, config, child_end))
     child_end.close()
     try:
         if not parent_end.poll(START_TIMEOUT_S) or parent_end.recv() != "constructing":
