@@ -28,7 +28,14 @@ from lockcompare.cli.options import (
     with_trial_settings,
 )
 from lockcompare.errors import InvalidValueError
-from lockcompare.evaluation.defaults import CARD_FORMATS, DEFAULT_AGAINST, QUICK_ROUNDS, QUICK_TIME_SCALE
+from lockcompare.evaluation.defaults import (
+    CARD_FORMATS,
+    DEFAULT_AGAINST,
+    DEFAULT_SEARCH_BUDGET_S,
+    QUICK_MEASURED,
+    QUICK_ROUNDS,
+    QUICK_TIME_SCALE,
+)
 from lockcompare.spec.experiments import EXPERIMENTS
 from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides, make_spec
 
@@ -104,7 +111,12 @@ def evaluate_command(
     ] = ",".join(DEFAULT_AGAINST),
     quick: Annotated[
         bool,
-        typer.Option("--quick", help=f"--time-scale {QUICK_TIME_SCALE:g} and {QUICK_ROUNDS} rounds: about a minute."),
+        typer.Option(
+            "--quick",
+            help=f"--time-scale {QUICK_TIME_SCALE:g}, {QUICK_ROUNDS} rounds and a search of "
+            f"{DEFAULT_SEARCH_BUDGET_S * QUICK_TIME_SCALE:g} s: {QUICK_MEASURED}. A backend that cannot express the "
+            "TTLs there runs fewer rounds at the scale it can, and says up front what the card will cost.",
+        ),
     ] = False,
     time_scale: Annotated[
         float | None, typer.Option("--time-scale", help="Multiply every time by this (default 1: the lesson's times).")
@@ -126,13 +138,14 @@ def evaluate_command(
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
     search_budget: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--search-budget",
             help="Then search fault schedules (client pauses) this long for a counterexample to what the backend "
-            "claims, like `explore`: 2m, 90s; 0 skips the search.",
+            f"claims, like `explore`: 2m, 90s; 0 skips the search. Default {DEFAULT_SEARCH_BUDGET_S:g} s, "
+            f"with --quick {DEFAULT_SEARCH_BUDGET_S * QUICK_TIME_SCALE:g} s.",
         ),
-    ] = "2m",
+    ] = None,
     trial_settings: dict[str, str | None] | None = None,
 ) -> None:
     """A report card for one backend: the conformance battery, then baseline, client-pause and short-ttl
@@ -150,7 +163,10 @@ def evaluate_command(
     options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None,
                                nodes_file=nodes_file, postgres=postgres)  # fmt: skip
     scale = time_scale if time_scale is not None else (QUICK_TIME_SCALE if quick else 1.0)
-    search_s = parse_budget(search_budget, flag="--search-budget", zero_ok=True)
+    if search_budget is not None:
+        search_s = parse_budget(search_budget, flag="--search-budget", zero_ok=True)
+    else:  # the search's budget scales with --quick like every other time of the card (issue 38)
+        search_s = DEFAULT_SEARCH_BUDGET_S * (QUICK_TIME_SCALE if quick else 1.0)
     from lockcompare.evaluation.evaluate import evaluate, render_card
 
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
@@ -174,6 +190,7 @@ def evaluate_command(
             progress=update,
             search_budget_s=search_s,
             search_progress=print_trial,
+            quick=quick and time_scale is None and rounds is None,
         )
     finally:
         bar.stop()

@@ -12,6 +12,14 @@ CARD_FORMATS = ("markdown", "text")
 #: SIGSTOP in 40 of 40 runs, sleeps overshooting by p99 0.43 ms).
 QUICK_TIME_SCALE = 0.1
 QUICK_ROUNDS = 20
+#: evaluate ``--quick``: the fewest rounds an experiment run at a larger scale keeps (a backend whose
+#: TTLs are whole seconds runs short-ttl at x5: 20 rounds there cost fifty times the quick card's).
+QUICK_MIN_ROUNDS = 5
+#: evaluate: the search's budget; ``--quick`` scales it with its time scale (issue 38: the search's
+#: two minutes were most of a "quick" card: 143 s of which 23 s were the battery and the experiments).
+DEFAULT_SEARCH_BUDGET_S = 120.0
+#: What ``evaluate single --quick`` took, measured (``time``), for the help: a promise is a measurement.
+QUICK_MEASURED = "about 40 s for a Redis backend on 2 cores"
 #: explore: the scale of the searched trials: the lesson's timings halved keeps margins (hundreds of
 #: ms) far above the stalls of a loaded 2-core machine (at ×0.1, write-only fencing lost one update to
 #: a stall in one of two runs).

@@ -53,11 +53,11 @@ from lockcompare.evaluation.conformance import (
     run_battery,
 )
 from lockcompare.evaluation.card_totals import Totals, totals
-from lockcompare.evaluation.defaults import CARD_FORMATS, DEFAULT_AGAINST
+from lockcompare.evaluation.defaults import CARD_FORMATS, DEFAULT_AGAINST, QUICK_MIN_ROUNDS
 from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_card import TITLE as SEARCH_TITLE
 from lockcompare.evaluation.explore_card import search_line
-from lockcompare.evaluation.scales import expressible_scale
+from lockcompare.evaluation.scales import card_seconds, expressible_scale, quick_rounds, trial_seconds
 from lockcompare.files import check_output_file, results_lock
 from lockcompare.render import table
 from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
@@ -130,8 +130,12 @@ def evaluate(
     search_progress: ProgressFn | None = None,
     settings: Overrides | None = None,
     server_args: tuple[str, ...] = (),
+    quick: bool = False,
 ) -> ReportCard:
     """Run the battery, then the experiments, and judge them; see the module docstring.
+
+    ``quick``: an experiment the backend must run at a larger scale than ``time_scale`` runs fewer
+    rounds there (scales.quick_rounds), so the card costs about what its scale promises.
 
     With ``search_budget_s`` > 0 a budgeted search of fault schedules follows (explore_card.py),
     written under ``<out stem>.explore/`` beside the CSV.
@@ -160,7 +164,7 @@ def evaluate(
             backend=backend, cls=cls, out=out, against=against, time_scale=time_scale, rounds=rounds, trials=trials,
             call_timeout_s=call_timeout_s, cluster_options=cluster_options, on_property=on_property, progress=progress,
             search_budget_s=search_budget_s, search_dir=search_dir, search_progress=search_progress,
-            settings=settings, server_args=server_args,
+            settings=settings, server_args=server_args, quick=quick,
         )  # fmt: skip
 
 
@@ -182,22 +186,12 @@ def _evaluate_locked(
     search_progress: ProgressFn | None,
     settings: Overrides,
     server_args: tuple[str, ...],
+    quick: bool,
 ) -> ReportCard:
     chosen = {name: overrides_for(name, settings=settings) for name in (*EXPERIMENTS, SESSION_EXPERIMENT)}
     ttls = {name: float(chosen[name].given("ttl_ms") or get_experiment(name).ttl_ms) for name in EXPERIMENTS}
     scales = scales_for(cls, time_scale=time_scale, ttl_ms=ttls)
     moved = {name: scale for name, scale in scales.items() if scale != time_scale}
-    notes = []
-    if moved:
-        at = ", ".join(f"{name} at --time-scale {scale:g}" for name, scale in moved.items())
-        notes.append(f"{backend} cannot express these TTLs at --time-scale {time_scale:g}: it runs {at}")
-        log.warning("%s", notes[0])
-    battery = []
-    for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server,
-                              postgres=cluster_options.postgres):  # fmt: skip
-        battery.append(result)
-        if on_property:
-            on_property(result)
     backends = list(dict.fromkeys([backend, *against]))  # the backend first, no duplicates
     # One matrix per (scale, settings, backends): the backend runs each experiment at a scale it can
     # express, the built-ins beside it at the one asked for; short-ttl may have settings of its own.
@@ -216,12 +210,46 @@ def _evaluate_locked(
         runs.append(([backend], ["client-pause"], scales["client-pause"], chosen["client-pause"], ("all",)))
     if getattr(cls, "servers", "redis") == "postgres":  # a lock held in a database session
         runs.append(([backend], [SESSION_EXPERIMENT], time_scale, chosen[SESSION_EXPERIMENT], ("writes",)))
+    # --quick keeps its word: an experiment moved to a larger scale runs fewer rounds there (scales.py).
+    rounds_at = {
+        scale: quick_rounds(rounds=rounds, asked=time_scale, scale=scale, floor=QUICK_MIN_ROUNDS) if quick else rounds
+        for _, _, scale, _, _ in runs
+    }
+    notes = []
+    if moved:  # said before the battery starts: what the card will cost (issue 38)
+        at = ", ".join(
+            f"{name} at --time-scale {scale:g}"
+            + (f" ({rounds_at[scale]} rounds)" if rounds_at[scale] != rounds else "")
+            for name, scale in moved.items()
+        )
+        cost = card_seconds(
+            [
+                [
+                    trial_seconds(rounds=rounds_at[scale], scale=scale, work_ms=float(over.given("work_ms") or
+                                  get_experiment(e).work_ms), pause_ms=get_experiment(e).pause_ms)
+                    for e in experiments for _ in names for _ in range(trials)
+                ]
+                for names, experiments, scale, over, _ in runs
+            ],
+            search_s=search_budget_s,
+        )  # fmt: skip
+        notes.append(
+            f"{backend} cannot express these TTLs at --time-scale {time_scale:g}: it runs {at}; "
+            f"this card takes about {_duration(cost)}"
+        )
+        log.warning("%s", notes[0])
+    battery = []
+    for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server,
+                              postgres=cluster_options.postgres):  # fmt: skip
+        battery.append(result)
+        if on_property:
+            on_property(result)
     for names, experiments, scale, over, fence in runs:
         run_matrix(
             backends=names,
             experiments=experiments,
             trials=trials,
-            overrides=over.replace(time_scale=scale, rounds=rounds, workload=WORKLOAD),
+            overrides=over.replace(time_scale=scale, rounds=rounds_at[scale], workload=WORKLOAD),
             out=out,
             cluster_options=cluster_options,
             progress=progress,
@@ -251,6 +279,10 @@ def _evaluate_locked(
             f"{s.flag} {cli_text(settings.given(s.name))}" for s in CLI_SETTINGS if settings.given(s.name) is not None
         ),
     )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def overrides_for(experiment: str, *, settings: Overrides) -> Overrides:

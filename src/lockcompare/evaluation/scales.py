@@ -9,6 +9,7 @@ scale it was asked for, where a report card runs the backend at a scale it can e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from lockcompare.errors import InvalidValueError
@@ -25,3 +26,40 @@ def expressible_scale(cls: type, *, ttl_ms: float, scales: Sequence[float]) -> f
             continue
         return scale
     return None
+
+
+# --- what a card costs (issue 38: `evaluate etcd --quick` took 267 s, its help said a minute) ---------
+
+#: A trial's time outside its rounds (its servers from the pool, workers started, the start barrier).
+TRIAL_OVERHEAD_S = 1.0
+#: The conformance battery's time, about the same for every backend on this 2-core machine.
+BATTERY_S = 10.0
+#: Cells of one matrix that run side by side on 2 cores (the card's matrices use the default --jobs).
+CELLS_AT_ONCE = 3
+
+
+def trial_seconds(*, rounds: int, scale: float, work_ms: float, pause_ms: float) -> float:
+    """About how long one card trial lasts: the contend workload serialises two workers' work (and a
+    pause holds its round up), so a round costs two works plus the pause. Measured at 20 rounds
+    ×0.1: baseline 1.35 s (model 2.2 with the overhead), client-pause 3.6 s (4.6); the lesson's
+    40 rounds ×1: 24.9 s (25) and 63.8 s (73): an estimate that errs long."""
+    return TRIAL_OVERHEAD_S + rounds * scale * (2 * work_ms + pause_ms) / 1000
+
+
+def quick_rounds(*, rounds: int, asked: float, scale: float, floor: int) -> int:
+    """With ``--quick``: the rounds of an experiment the backend must run at a larger ``scale`` than the
+    ``asked`` one, so that its trials last what they would at ``asked`` — never fewer than ``floor``
+    (nor more than ``rounds``): a whole-second lease at ×5 must not cost fifty times the quick card.
+
+    >>> quick_rounds(rounds=20, asked=0.1, scale=5.0, floor=5), quick_rounds(rounds=20, asked=0.1, scale=0.2, floor=5)
+    (5, 10)
+    """
+    if scale <= asked:
+        return rounds
+    return min(rounds, max(floor, math.ceil(rounds * asked / scale)))
+
+
+def card_seconds(matrices: Sequence[Sequence[float]], *, search_s: float) -> float:
+    """About how long a card takes: the battery, each matrix (its trials' seconds, ``CELLS_AT_ONCE``
+    at a time, never less than its longest), then the search's budget."""
+    return BATTERY_S + search_s + sum(max(*m, sum(m) / CELLS_AT_ONCE) for m in matrices if m)
