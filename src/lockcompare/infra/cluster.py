@@ -217,7 +217,8 @@ def start_embedded(
     resource_binary = redis_server if resource_kind.speaks == "redis" else None
     if zookeeper and node_kind.speaks == "zookeeper":
         return _on_user_nodes(shape, urls=zookeeper, resource_kind=resource_kind, binary=resource_binary)
-    if shape.replicas:
+    # A kind whose nodes are always pairs (Sentinel-managed Redis) is replicated in every experiment.
+    if shape.replicas or getattr(node_kind, "always_replicated", False):
         return _start_replicated(shape, kind=node_kind, resource_kind=resource_kind, binary=node_binary)
     resource = resource_kind.new_server(name="resource", binary=resource_binary)
     clocks = [FakeClock() for _ in range(shape.node_count)] if shape.fake_clocks else []
@@ -274,7 +275,7 @@ def _start_replicated(
     shape: ClusterShape, *, kind: ServerKind, resource_kind: ServerKind, binary: str | None
 ) -> Cluster:
     """``shape.node_count`` master + replica pairs behind stable addresses, and one resource."""
-    if shape.replicas != 1 or shape.fake_clocks or shape.persistence != "none":
+    if shape.replicas > 1 or shape.fake_clocks or shape.persistence != "none":
         raise ConfigError(f"{shape}: replicated lock nodes have exactly one replica, no fake clocks, no persistence")
     if not isinstance(kind, ReplicatingKind):
         raise ConfigError(f"replicas: {kind.name} declares replication but cannot start replicated nodes")
@@ -287,7 +288,7 @@ def _start_replicated(
             node_urls=nodes.urls,
             resource_url=resource.url,
             embedded=True,
-            server_version=server_version(node_url=nodes.pairs[0].master.url, resource_url=resource.url),
+            server_version=server_version(node_url=nodes.pairs[0].url, resource_url=resource.url),
             servers=tuple(pair.master for pair in nodes.pairs),
             resource_server=resource,
             shape=shape,

@@ -85,7 +85,12 @@ def with_env_password(url: str) -> str:
 
 
 def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
-    """A client for ``url`` with no retries and ``timeout_s`` socket timeouts."""
+    """A client for ``url`` with no retries and ``timeout_s`` socket timeouts (on a ``redis+sentinel://``
+    URL: on the master its sentinels name, asked again on every new connection: infra/sentinel.py)."""
+    if url.startswith("redis+sentinel://"):
+        from lockcompare.infra.sentinel import master_client
+
+        return master_client(url, timeout_s=timeout_s)
     import redis  # here, not at the top: parsing a URL or reading a results file needs no client library
     from redis.backoff import NoBackoff
     from redis.retry import Retry

@@ -1,0 +1,366 @@
+"""Sentinel-managed lock nodes: each a master + replica that three real sentinels fail over; the ``sentinel`` kind.
+
+See infra/sentinel.py for the deployment (URLs, the sentinel processes, the election listener).
+Here: :class:`SentinelPair` (one monitored master and its replica on two pinned ports; which of
+the two is master is whatever the sentinels say), :class:`SentinelNodes` (the pairs and the three
+sentinels, as the cluster's ``replication``), and :data:`SENTINEL`, the server kind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from lockcompare.errors import ConfigError, RedisServerNotFoundError, ReplicationError
+from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Roles, Server
+from lockcompare.infra.proxy import LinkProxy, ProxyHost
+from lockcompare.infra.replication import REPLICATION_ARGS, ReplicatedNodes
+from lockcompare.infra.sentinel import (
+    FAILOVER_WAIT_S,
+    SENTINELS,
+    SYNC_TIMEOUT_S,
+    SentinelServer,
+    _client,
+    _Listener,
+    master_address,
+    master_client,
+    sentinel_url,
+)
+from lockcompare.infra.server import RedisServer, describe_version, redis_protocol_binary
+from lockcompare.infra.spawned import free_port
+
+if TYPE_CHECKING:
+    from lockcompare.infra.cluster import Cluster
+    from lockcompare.infra.fakeclock import FakeClock
+
+
+def _info(port: int) -> dict[str, Any]:
+    client = _client(port, timeout_s=1.0)
+    try:
+        return dict(client.info("replication"))
+    finally:
+        client.close()
+
+
+class SentinelPair:
+    """One monitored master (service ``name``) and its replica; the replica's link through a proxy."""
+
+    def __init__(self, *, name: str, binary: Path, host: ProxyHost, sentinel_ports: Sequence[int]) -> None:
+        self.name = name
+        self._host = host
+        self._sentinel_ports = tuple(sentinel_ports)
+        self._servers = tuple(
+            RedisServer(binary=binary, name=f"{name}-{tag}", port=free_port(), extra_args=list(REPLICATION_ARGS))
+            for tag in ("a", "b")
+        )
+        self._master, self._replica = self._servers
+        self.link: LinkProxy | None = None
+        self.failed_over = False
+        self.held_back = False
+        self._record: dict[str, object] = {}
+
+    @property
+    def master_port(self) -> int:
+        assert self._master.port is not None
+        return self._master.port
+
+    @property
+    def master(self) -> RedisServer:
+        """The server the sentinels name as master now (the one a crash fault kills)."""
+        found = master_address(self.url)
+        for server in self._servers:
+            if found is not None and server.port == found[1]:
+                return server
+        return self._master
+
+    @property
+    def url(self) -> str:
+        return sentinel_url(service=self.name, ports=self._sentinel_ports)
+
+    def servers(self) -> tuple[RedisServer, ...]:
+        return self._servers
+
+    def start(self, *, wait: bool = True) -> None:
+        self._master.start()
+        self._start_replica()
+        if wait:
+            self.wait_in_sync()
+
+    def _start_replica(self) -> None:
+        """(Re)start the replica of the current master, its replication link through a new proxy link."""
+        if self.link is not None:
+            self.link.stop()
+        self.link = LinkProxy(target_port=self.master_port, name=f"{self.name}-replication", host=self._host)
+        self.link.start()
+        assert self.link.port is not None
+        self._replica.extra_args = [*REPLICATION_ARGS, "--replicaof", "127.0.0.1", str(self.link.port)]
+        self._replica.start()
+        self.held_back = False
+
+    def wait_in_sync(self, *, timeout_s: float = SYNC_TIMEOUT_S) -> None:
+        """Until the replica is in sync and every sentinel knows the master, the replica and its peers
+        (a failover needs all three: a replica no sentinel has seen yet cannot be promoted)."""
+        deadline = time.monotonic() + timeout_s
+        why = "not checked"
+        while time.monotonic() < deadline:
+            try:
+                why = self._not_ready()
+            except redis.RedisError as exc:
+                why = str(exc)
+            if not why:
+                return
+            time.sleep(0.02)
+        raise ReplicationError(f"{self.name}: not ready within {timeout_s:g} s: {why}")
+
+    def _not_ready(self) -> str:
+        assert self._replica.port is not None
+        offset = int(_info(self.master_port)["master_repl_offset"])
+        replica = _info(self._replica.port)
+        if replica.get("master_link_status") != "up" or int(replica.get("slave_repl_offset", -1)) < offset:
+            return "replica not in sync"
+        for port in self._sentinel_ports:
+            client = _client(port)
+            try:
+                state: dict[str, Any] = client.sentinel_master(self.name)  # type: ignore[assignment]  # parsed
+                replicas = client.sentinel_slaves(self.name)
+            finally:
+                client.close()
+            if (
+                int(state.get("port", 0)) != self.master_port
+                or int(state.get("num-other-sentinels", 0)) < SENTINELS - 1
+            ):
+                return f"sentinel on {port} does not know the master and its peers yet"
+            seen = [r for r in replicas if int(r.get("port", 0)) == self._replica.port]
+            if not seen or seen[0].get("is_sdown") or seen[0].get("is_disconnected"):
+                return f"sentinel on {port} does not see the replica up yet"
+        return ""
+
+    def hold_back(self) -> None:
+        """Cut the replica's link; first put it back on the link if a sentinel re-pointed it."""
+        assert self._replica.port is not None and self.link is not None and self.link.port is not None
+        if int(_info(self._replica.port).get("master_port", 0)) != self.link.port:
+            client = _client(self._replica.port)
+            try:
+                client.execute_command("REPLICAOF", "127.0.0.1", str(self.link.port))
+            finally:
+                client.close()
+            self.wait_in_sync(timeout_s=5.0)
+        self.link.blackhole()
+        self.held_back = True
+
+    def let_through(self) -> None:
+        if self.link is not None:
+            self.link.heal()
+        self.held_back = False
+
+    def fail_over(self) -> str:
+        """SIGKILL the master and wait for the sentinels to elect a leader and promote the replica."""
+        if self.failed_over:
+            raise ReplicationError(f"{self.name}: already failed over")
+        assert self._replica.port is not None
+        on_link = self.link is not None and int(_info(self._replica.port).get("master_port", 0)) == self.link.port
+        listener = _Listener(ports=self._sentinel_ports, service=self.name)
+        listener.start()
+        t0 = time.monotonic()
+        before, after = self._master, self._replica
+        before.crash()
+        deadline = t0 + FAILOVER_WAIT_S
+        switched_ms = None
+        while time.monotonic() < deadline:
+            said = [master_address(sentinel_url(service=self.name, ports=[p])) for p in self._sentinel_ports]
+            if sum(1 for a in said if a is not None and a[1] == after.port) >= len(said) // 2 + 1:
+                switched_ms = round((time.monotonic() - t0) * 1000, 1)
+                break
+            time.sleep(0.02)
+        time.sleep(0.1)  # the events that follow the switch (+failover-end) belong to the record
+        events = listener.stop()
+        self._record = {
+            "master_before": before.name,
+            "master_after": after.name if switched_ms is not None else None,
+            "promoted_by": _leader(events),
+            "switch_ms": switched_ms,
+            "replica_on_held_link": on_link,
+            "election": events,
+        }
+        if switched_ms is None:
+            raise ReplicationError(f"{self.name}: the sentinels promoted nobody within {FAILOVER_WAIT_S:g} s")
+        self._master, self._replica = after, before
+        self.failed_over = True
+        return self.url
+
+    def failover_record(self) -> dict[str, object]:
+        return dict(self._record)
+
+    def rebuild_replica(self, *, timeout_s: float = SYNC_TIMEOUT_S) -> None:
+        """The dead master comes back, empty, as the new master's replica (Sentinel lists it as one)."""
+        if not self.failed_over:
+            raise ReplicationError(f"{self.name}: nothing to rebuild (no failover)")
+        self._replica.crash()
+        self._start_replica()
+        self.failed_over = False
+        self.wait_in_sync(timeout_s=timeout_s)
+
+    def close(self) -> None:
+        if self.link is not None:
+            self.link.stop()
+        for server in self._servers:
+            server.cleanup()
+
+
+def _leader(events: list[dict[str, Any]]) -> str:
+    """Who ran the failover, from the sentinels' own events: the one that published +elected-leader."""
+    won = [e for e in events if e["event"] == "+elected-leader"]
+    if not won:
+        return "no sentinel was seen elected"
+    epoch = next(
+        (e["data"].split()[-1] for e in events if e["event"] == "+new-epoch" and e["sentinel"] == won[0]["sentinel"]),
+        "?",
+    )
+    return f"sentinel {won[0]['sentinel']} (elected leader, epoch {epoch})"
+
+
+class SentinelNodes(ReplicatedNodes):
+    """``count`` Sentinel-managed pairs and the three sentinels watching all of them."""
+
+    def __init__(self, *, count: int, binary: Path) -> None:
+        self._sentinel_ports = [free_port() for _ in range(SENTINELS)]
+        super().__init__(
+            count=count,
+            name="node",
+            make_pair=lambda name, host: SentinelPair(
+                name=name, binary=binary, host=host, sentinel_ports=self._sentinel_ports
+            ),
+        )
+        masters = {pair.name: pair.master_port for pair in self._pairs}
+        self.sentinels = tuple(
+            SentinelServer(binary=binary, name=f"sentinel{i}", port=port, masters=masters)
+            for i, port in enumerate(self._sentinel_ports)
+        )
+
+    @property
+    def _pairs(self) -> tuple[SentinelPair, ...]:
+        return tuple(pair for pair in self.pairs if isinstance(pair, SentinelPair))
+
+    def start(self) -> None:
+        try:
+            self.host.start()
+            for pair in self.pairs:
+                pair.start(wait=False)
+            for sentinel in self.sentinels:
+                sentinel.start()
+            self.wait_in_sync()
+        except BaseException:
+            self.close()
+            raise
+
+    def servers(self) -> tuple[Server, ...]:
+        return (*super().servers(), *self.sentinels)
+
+    def problem(self) -> str:
+        down = [s.name for s in self.sentinels if not s.is_running()]
+        return f"{', '.join(down)} not running" if down else super().problem()
+
+    def close(self) -> None:
+        super().close()
+        for sentinel in self.sentinels:
+            sentinel.cleanup()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SentinelKind:
+    """Redis behind Sentinel: every lock node a master + replica, three sentinels, clients by discovery."""
+
+    name: str = "sentinel"
+    speaks: str = "sentinel"
+    #: Lock nodes are always pairs under sentinels (cluster.py builds them with replicated_nodes).
+    always_replicated: bool = True
+    capabilities: Capabilities = field(
+        default_factory=lambda: Capabilities(
+            offers=frozenset({Capability.REPLICATION, Capability.LEASE_HOLDERS, Capability.ROLES}),
+            reasons={
+                Capability.CLOCK_CONTROL: "Sentinel-managed Redis nodes run with real clocks (clock jumps are "
+                "aimed at plain Redis nodes)",
+                Capability.SESSION_CONTROL: NO_SESSION,
+                Capability.PEER_LINKS: "only the replication link of a Sentinel-managed node is proxied (the "
+                "failover fault cuts it); the sentinels' own links are not",
+            },
+        )
+    )
+
+    def problem(self, *, binary: str | None = None) -> str:
+        try:
+            redis_protocol_binary(binary)
+        except RedisServerNotFoundError as exc:
+            return str(exc)
+        return ""
+
+    def start_nodes(
+        self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
+    ) -> list[Server]:
+        raise ConfigError("Sentinel-managed lock nodes are started as replicated pairs (replicated_nodes)")
+
+    def replicated_nodes(self, *, count: int, binary: str | None = None) -> ReplicatedNodes:
+        return SentinelNodes(count=count, binary=redis_protocol_binary(binary))
+
+    def new_server(self, *, name: str, binary: str | None = None) -> Server:
+        return RedisServer(binary=redis_protocol_binary(binary), name=name)
+
+    def owns(self, url: str) -> bool:
+        return url.startswith("redis+sentinel://")
+
+    def answers(self, url: str, *, timeout_s: float) -> bool:
+        client = master_client(url, timeout_s=timeout_s)
+        try:
+            return bool(client.ping())
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def unusable(self, url: str, *, timeout_s: float) -> str:
+        return "" if self.answers(url, timeout_s=timeout_s) else f"no master answers behind {url}"
+
+    def version(self, url: str) -> str:
+        found = master_address(url)
+        return f"{describe_version(f'redis://{found[0]}:{found[1]}/0')} (sentinel)" if found else "unknown (sentinel)"
+
+    def empty(self, urls: Sequence[str]) -> str:
+        for url in dict.fromkeys(urls):
+            client = master_client(url, timeout_s=1.0)
+            try:
+                client.flushall()
+            except redis.RedisError as exc:
+                return f"FLUSHALL failed on the master behind {url}: {exc}"
+            finally:
+                client.close()
+        return ""
+
+    def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
+        for url in dict.fromkeys(urls):
+            client = master_client(url, timeout_s=1.0)
+            try:
+                keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
+                if keys:
+                    client.delete(*keys)
+            except redis.RedisError:
+                pass
+            finally:
+                client.close()
+
+    def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
+        """Each lock node's master as the sentinels name it; the "leader" is node 0's pair when the
+        sentinels name a master for it (a Sentinel-managed node leads its own replica)."""
+        modes = []
+        for url in cluster.node_urls:
+            found = master_address(url, timeout_s=timeout_s)
+            modes.append(f"master on port {found[1]}" if found else "no master")
+        leader = 0 if modes and modes[0] != "no master" else None
+        return Roles(leader=leader, modes=tuple(modes))
+
+
+SENTINEL = SentinelKind()
