@@ -137,10 +137,11 @@ def report(
     path: Annotated[Path, typer.Argument(help="A results CSV written by `lockcompare matrix` or `run --out`.")],
     out_dir: Annotated[
         Path | None,
-        typer.Option("--out", help="Directory for README.md and its PNGs (default: <csv>.report/ beside it)."),
+        typer.Option("--out", help="Directory for README.md, its PNGs and html/ (default: <csv>.report/ beside it)."),
     ] = None,
 ) -> None:
-    """Write a Markdown report (table, plots, first lost update per cell, commands, provenance)."""
+    """Write a Markdown report (table, plots, first lost update per cell, commands, provenance) and
+    an HTML one in <out>/html/ (the verdict grid, every trial a page with its timeline)."""
     from lockcompare.render.report import write_report  # imports matplotlib
 
     target = out_dir if out_dir is not None else path.with_name(path.stem + ".report")
