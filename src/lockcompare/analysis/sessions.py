@@ -26,7 +26,13 @@ A session lock whose server times the session out (ZooKeeper: the ``acquire`` ev
 the client for that long, so the lease ends ``session_timeout_ms`` into the first stretch in which
 the runner silenced its holder (a stop-the-world pause, a cut link: :data:`SILENCING_FAULTS`) for
 at least that long; a lock server that crashes or restarts does not end it (the client reconnects
-to the same session), only a session-kill that names it (``sessions_ended``) or such silence.
+to the same session), only a session-kill that names it (``sessions_ended``) or such silence. A
+server outage (a crash, restart or failover, from its inject to its heal) silences the workers whose
+client saw its connection drop inside it (a ``renew`` event with ``ok`` false: kazoo's SUSPENDED):
+an outage longer than the session timeout ends the session at the outage's start plus the timeout
+(the last contact was no later than the inject), and an unlock the holder sent during the outage
+is not a violation — the server was not there to take it (issue 42: three ``zk-fenced ×
+node-restart`` trials were ``lease-violated`` for an unlock sent while their server restarted).
 
 What is not seen here cannot end a lease: a session that timed out on the client's side, or that
 ``idle_session_timeout`` ended, leaves no event, so a grant after it is a grant over a valid lease —
@@ -62,6 +68,9 @@ WORKER_FAULTS = faultkinds.with_former_names(("slow", "cut", "starve", "pause"))
 #: Of those, the ones that silence the worker completely for their whole stretch (a starved worker
 #: still runs part of each period; a slowed link still carries its pings).
 SILENCING_FAULTS = faultkinds.with_former_names(("cut", "pause"))
+#: The runner's faults that keep a lock server away from every client on it (spec/faultkinds:
+#: ``excuses_calls``): crash, restart, failover.
+SERVER_OUTAGE_FAULTS = faultkinds.with_former_names(faultkinds.names_where("excuses_calls"))
 
 LeaseKey = tuple[int, int]
 
@@ -114,6 +123,8 @@ def lease_deadlines(history: Sequence[Event]) -> dict[LeaseKey, int | None]:
     ends = session_ends(history)
     timed_ends = session_ends(history, timed_sessions=True)
     silenced = silencing_on_workers(history)
+    for worker, spans in outages_cutting_off(history).items():
+        silenced.setdefault(worker, []).extend(spans)
     deadlines: dict[LeaseKey, int | None] = {}
     for event in history:
         if event.get("kind") != "acquire" or not event.get("ok"):
@@ -179,6 +190,41 @@ def first_releases(history: Sequence[Event]) -> dict[LeaseKey, int]:
     return released_at
 
 
+def outages_cutting_off(history: Sequence[Event]) -> dict[int, list[tuple[int, float]]]:
+    """Per worker, the server outages (:data:`SERVER_OUTAGE_FAULTS`, inject ``t0`` to heal ``t1``;
+    no heal: to the end) during which its client saw its connection drop (a ``renew`` event with
+    ``ok`` false): the stretches in which that worker could not reach its lock server.
+
+    >>> fault = {"worker": -1, "kind": "fault", "fault": "restart", "step": 0}
+    >>> outage = [{**fault, "action": "inject", "t0": 100, "t1": 110},
+    ...           {**fault, "action": "heal", "t0": 110, "t1": 900}]
+    >>> dropped = [{"worker": 0, "kind": "renew", "ok": False, "t0": 120, "t1": 120}]
+    >>> outages_cutting_off(outage + dropped)
+    {0: [(100, 900.0)]}
+    """
+    windows: list[tuple[int, float]] = []
+    opened: dict[tuple[object, object], int] = {}
+    for event in sorted(
+        (e for e in history if e.get("worker") == -1 and e.get("kind") == "fault"), key=lambda e: e["t0"]
+    ):
+        if event.get("fault") not in SERVER_OUTAGE_FAULTS:
+            continue
+        key = (event.get("fault"), event.get("step"))
+        if event.get("action") == "inject":
+            opened[key] = int(event["t0"])
+        elif event.get("action") == "heal" and key in opened:
+            windows.append((opened.pop(key), float(event["t1"])))
+    windows += [(start, float("inf")) for start in opened.values()]
+    cut_off: dict[int, list[tuple[int, float]]] = {}
+    for event in history:
+        if event.get("kind") != "renew" or event.get("ok") is not False or event.get("worker", -1) < 0:
+            continue
+        for start, end in windows:
+            if start <= event["t0"] <= end and (start, end) not in cut_off.get(event["worker"], []):
+                cut_off.setdefault(event["worker"], []).append((start, end))
+    return cut_off
+
+
 def silencing_on_workers(history: Sequence[Event]) -> dict[int, list[tuple[int, float]]]:
     """Per worker, the stretches in which a fault of :data:`SILENCING_FAULTS` silenced it."""
     return faults_on_workers(history, faults=SILENCING_FAULTS)
@@ -215,13 +261,15 @@ def releases_of_nothing(history: Sequence[Event]) -> int:
     or the lock let go of it by itself (a key that expired under a lock that claims no TTL).
 
     A release that failed while a fault acted on its worker proves nothing of the kind (the unlock
-    may never have reached the server through a cut link; a starved client's call times out): not
-    counted."""
+    may never have reached the server through a cut link; a starved client's call times out), nor
+    one sent while the worker's lock server was away (:func:`outages_cutting_off`): not counted."""
     leases = {(e["worker"], e["round"]) for e in history if e.get("kind") == "acquire" and is_session_lease(e)}
     if not leases:
         return 0
     deadlines = lease_deadlines(history)
     faulted = faults_on_workers(history)
+    for worker, spans in outages_cutting_off(history).items():  # the server was not there to take it
+        faulted.setdefault(worker, []).extend(spans)
     count = 0
     for event in history:
         if event["kind"] != "release" or event.get("released"):

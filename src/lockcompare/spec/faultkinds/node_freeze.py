@@ -73,6 +73,7 @@ class NodeFreeze:
 
 class Freeze(FaultKind):
     name = "node-freeze"
+    excuses_calls = True
     order = 100
     summary = "SIGSTOP the nodes' servers, SIGCONT them after `for` (Jepsen's pause); needs `for=`"
     acts_on = NODES
