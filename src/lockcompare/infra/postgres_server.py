@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockcompare.errors import BackendNotViableError, ConfigError, ServerStartError
-from lockcompare.infra.kinds import Capabilities, Capability, Server
+from lockcompare.infra.kinds import Capabilities, Capability, Roles, Server
 from lockcompare.infra.pg_client import (
     PgSession,
     QueryFailed,
@@ -58,6 +58,7 @@ from lockcompare.infra.spawned import SpawnedServer, free_port, release_port
 from lockcompare.redaction import redact
 
 if TYPE_CHECKING:
+    from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.fakeclock import FakeClock
     from lockcompare.infra.replication import ReplicatedNodes
 
@@ -265,6 +266,16 @@ class PostgresServer(SpawnedServer):
         return self._dir / "postgres.log"
 
 
+def _is_primary(url: str, *, timeout_s: float) -> bool:
+    session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-admin")
+    try:
+        return session.value("select pg_is_in_recovery()") == "f"
+    except (SessionLost, QueryFailed):
+        return False
+    finally:
+        session.close()
+
+
 def start_postgres(*, name: str) -> PostgresServer:
     """A started server; removed again if its start fails (or is interrupted)."""
     server = PostgresServer(name=name)
@@ -287,7 +298,7 @@ class PostgresKind:
     speaks: str = "postgres"
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
-            offers=frozenset({Capability.SESSION_CONTROL, Capability.REPLICATION}),
+            offers=frozenset({Capability.SESSION_CONTROL, Capability.REPLICATION, Capability.ROLES}),
             reasons={
                 Capability.CLOCK_CONTROL: "PostgreSQL servers run with real clocks (libfaketime is applied to "
                 "Redis-protocol servers only)",
@@ -333,6 +344,19 @@ class PostgresKind:
 
     def owns(self, url: str) -> bool:
         return is_postgres_url(url)
+
+    def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
+        """Each lock node's primary: a replicated node's is whichever of its two servers is out of
+        recovery ("primary pg0-replica1" after a failover), a plain node is its own; the "leader" is
+        node 0 (the node the PostgreSQL backends lock on) when it has a primary."""
+        modes = []
+        for i, url in enumerate(cluster.node_urls):
+            servers = cluster.replication.pairs[i].servers() if cluster.replication is not None else ()
+            primary = next((s.name for s in servers if _is_primary(s.url, timeout_s=timeout_s)), None)
+            if cluster.replication is None:
+                primary = "" if answers(url, timeout_s=timeout_s) else None
+            modes.append("no primary" if primary is None else f"primary {primary}".strip())
+        return Roles(leader=0 if modes and modes[0] != "no primary" else None, modes=tuple(modes))
 
     def answers(self, url: str, *, timeout_s: float) -> bool:
         return answers(url, timeout_s=timeout_s)

@@ -353,12 +353,14 @@ class SentinelKind:
                 client.close()
 
     def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
-        """Each lock node's master as the sentinels name it; the "leader" is node 0's pair when the
-        sentinels name a master for it (a Sentinel-managed node leads its own replica)."""
+        """Each lock node's master as the sentinels name it ("master node0-b" after a failover); the
+        "leader" is node 0 (the node single-node backends use) when the sentinels name a master for it."""
+        pairs = cluster.replication.pairs if cluster.replication is not None else ()
         modes = []
-        for url in cluster.node_urls:
+        for i, url in enumerate(cluster.node_urls):
             found = master_address(url, timeout_s=timeout_s)
-            modes.append(f"master on port {found[1]}" if found else "no master")
+            names = [s.name for s in (pairs[i].servers() if i < len(pairs) else ()) if found and s.port == found[1]]
+            modes.append("no master" if found is None else f"master {names[0] if names else found[1]}")
         leader = 0 if modes and modes[0] != "no master" else None
         return Roles(leader=leader, modes=tuple(modes))
 
