@@ -113,7 +113,7 @@ def test_sentinels_elect_a_leader_promote_the_replica_and_the_lock_key_is_gone()
         record = fields["failover"][0]  # type: ignore[index]
         assert (record["master_before"], record["master_after"]) == ("node0-a", "node0-b")
         assert str(record["promoted_by"]).startswith("sentinel s") and record["replica_on_held_link"] is True
-        said = {e["event"] for e in record["election"]}  # type: ignore[attr-defined]
+        said = {e["event"] for e in record["election"]}
         assert {"+odown", "+elected-leader", "+promoted-slave", "+switch-master"} <= said
         assert kind.read_roles(cluster).modes == ("master node0-b",)
         # A new connection asks the sentinels: the promoted replica, without the lock key.
