@@ -5,6 +5,7 @@ by a click, takes screenshots, and finds no console message (an uncaught error w
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import struct
 import subprocess
@@ -17,6 +18,7 @@ from lockcompare.analysis import incidents
 from lockcompare.analysis.results import latest_rows, read_results
 from lockcompare.errors import RenderError
 from lockcompare.render.html_report import MARKER, write_html_report
+from lockcompare.render.report import write_report
 from lockcompare.render.svg_timeline import keys_lost, render_svg, story_window
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "contend.csv"  # 15 trials, 3 cells, committed
@@ -131,6 +133,32 @@ def test_a_folder_it_did_not_write_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RenderError, match="did not write it"):
         write_html_report(rows=latest_rows(read_results(RESULTS)), results=RESULTS, out=out)
     assert (out / "mine.txt").read_text() == "mine"
+
+
+needs_matplotlib = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None,
+    reason="the Markdown report needs matplotlib: pip install -e '.[plot]'",
+)
+
+
+@needs_matplotlib
+def test_the_report_rerenders_its_html_folder_through_a_symbolic_link(tmp_path: Path) -> None:
+    """Through a symlinked --out the report's files move in one by one (render/staging.py): the
+    earlier rendering's html/ folder is replaced, not an error."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    for _ in range(2):
+        written = write_report(results=RESULTS, out=tmp_path / "link")
+    assert written[-1] == tmp_path / "link" / "html" and (tmp_path / "real" / "html" / "index.html").is_file()
+
+
+@needs_matplotlib
+def test_the_report_refuses_an_html_folder_of_the_users(tmp_path: Path) -> None:
+    (tmp_path / "r" / "html").mkdir(parents=True)
+    (tmp_path / "r" / "html" / "mine.txt").write_text("mine")
+    with pytest.raises(RenderError, match="holds html that lockcompare did not write"):
+        write_report(results=RESULTS, out=tmp_path / "r")
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["html"]
 
 
 @pytest.fixture(scope="module")

@@ -115,7 +115,7 @@ def _planned_names(rows: Sequence[dict[str, Any]]) -> set[str]:
     """Every name this rendering may write (timelines for every cell: a superset is safe)."""
     cells = group_cells(rows)
     matrices = {matrix_png_name(str(r["experiment"])) for r in rows}
-    return {REPORT_NAME, GLANCE_PNG, *matrices, *(timeline_png_name(c) for c in cells)}
+    return {REPORT_NAME, GLANCE_PNG, HTML_DIR, *matrices, *(timeline_png_name(c) for c in cells)}
 
 
 def _refuse_foreign(out: Path, *, owned: set[str], names: set[str]) -> None:

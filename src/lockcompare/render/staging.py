@@ -101,7 +101,10 @@ def _move_files(staging: Path, out: Path, *, ours: set[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     names = sorted((p.name for p in staging.iterdir()), key=lambda n: (n.startswith("."), n))
     for name in names:
-        os.replace(staging / name, out / name)
+        target = out / name
+        if name in ours and target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)  # a folder an earlier rendering wrote (html/): a rename cannot replace it
+        os.replace(staging / name, target)
     for name in sorted(ours - set(names)):
         path = out / name
         if path.is_file() and not path.is_symlink():
