@@ -22,7 +22,8 @@ holds::
 The statistic is one of ``mean:COLUMN`` (one decimal, as the tables round), ``sum:COLUMN``,
 ``ci:COLUMN`` (the mean with its 95% interval, "78.6 ±1.1", as the tables give it),
 ``min:COLUMN``, ``max:COLUMN``, ``median:COLUMN``, ``range:COLUMN`` ("19–20", or "20" when every row agrees),
-``nonzero:COLUMN`` (rows where it is > 0), ``true:COLUMN`` (rows where it is true), ``span:wall_s``
+``nonzero:COLUMN`` (rows where it is > 0), ``true:COLUMN`` (rows where it is true), ``scales`` (the
+timings the rows ran, grouped: :func:`scales`), ``span:wall_s``
 (each run's wall time from its first trial's ``started_at`` to its last trial's end, summed over the
 runs that wrote the rows — a resumed file's parts, not the gap between them: "32 min 11 s"),
 or ``rows`` (how many rows match).
@@ -66,7 +67,7 @@ from lockcompare.render.table import render
 
 #: A value block: CSV, filters, statistic; the body is the rendered number.
 VALUE = re.compile(
-    r"(<!-- value: (?P<csv>\S+)(?P<filters>(?: \w+=\S+)*) (?P<stat>rows|\w+:\w+) -->)(?P<body>[^<]*)(<!-- /value -->)"
+    r"(<!-- value: (?P<csv>\S+)(?P<filters>(?: \w+=\S+)*) (?P<stat>rows|scales|\w+:\w+) -->)(?P<body>[^<]*)(<!-- /value -->)"
 )
 
 BLOCK = re.compile(
@@ -142,6 +143,8 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
     """
     if stat == "rows":
         return str(len(rows))
+    if stat == "scales":
+        return scales(rows)
     op, _, column = stat.partition(":")
     if op == "span":
         return duration(wall_span(rows))
@@ -174,6 +177,53 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
         )
     value = computed[op]()
     return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
+def scales(rows: list[dict[str, Any]]) -> str:
+    """The timings the rows ran, as the lesson states its lab's (workers × rounds, work, TTL, pause),
+    one group per distinct scale, the experiments that ran it in parentheses — so a sentence that
+    states a run's scale is what its rows ran (issue 42: "2 workers × 40 rounds, 300 ms of work, TTL
+    1000 ms" was untrue for 315 trials of the reproduction).
+
+    >>> row = {"workers": 2, "rounds": 40, "work_ms": 300.0, "ttl_ms": 1000, "pause_ms": 0, "time_scale": 1.0}
+    >>> rows = [{**row, "experiment": "baseline"}, {**row, "experiment": "short-ttl", "ttl_ms": 200},
+    ...         {**row, "experiment": "client-pause", "pause_ms": 1200}]
+    >>> for part in scales(rows).split("; "):
+    ...     print(part)
+    2 workers × 40 rounds, 300 ms of work, TTL 1000 ms (baseline)
+    TTL 200 ms (short-ttl)
+    a 1200 ms pause (client-pause)
+    """
+
+    def ms(value: object) -> str:
+        number = _number(value)
+        return "?" if number is None else f"{number:g}"
+
+    groups: dict[tuple[str, str, str, str, str], list[str]] = {}
+    for row in rows:
+        key = (ms(row.get("workers")), ms(row.get("rounds")), ms(row.get("work_ms")), ms(row.get("ttl_ms")),
+               ms(row.get("pause_ms")))  # fmt: skip
+        names = groups.setdefault(key, [])
+        if str(row.get("experiment")) not in names:
+            names.append(str(row.get("experiment")))
+    if not groups:
+        raise ValueError("no rows to state a scale of")
+    ordered = sorted(groups.items(), key=lambda item: -len(item[1]))  # stable: ties in file order
+    (workers, rounds, work, ttl, pause), names = ordered[0]
+    first = f"{workers} workers × {rounds} rounds, {work} ms of work, TTL {ttl} ms"
+    parts = [first + (f", a {pause} ms pause" if pause != "0" else "") + f" ({', '.join(names)})"]
+    for (w, r, wk, t, pz), others in ordered[1:]:
+        diff = []
+        if w != workers:
+            diff.append(f"{w} workers")
+        if (r, wk) != (rounds, work):
+            diff.append(f"{r} rounds of {wk} ms of work")
+        if t != ttl:
+            diff.append(f"TTL {t} ms")
+        if pz != pause:
+            diff.append(f"a {pz} ms pause" if pz != "0" else "no pause")
+        parts.append(f"{', '.join(diff)} ({', '.join(others)})")
+    return "; ".join(parts)
 
 
 def plain_table(rows: list[dict[str, Any]]) -> str:
