@@ -291,3 +291,20 @@ def test_a_semaphore_like_zookeeper_lease_is_unknown_under_session_kill_until_de
     assert row["verdict"] == "unknown" and "no session held the lock" in row["problem"]
     run, row = _matrix(tmp_path, "plugins.lease_elsewhere:DeclaredSemaphoreLikeLock", "session-kill")
     assert row["verdict"] != "unknown" and int(row["fault_steps_struck"]) > 0, row["problem"]
+
+
+def test_a_step_that_lands_when_no_lease_is_held_is_missed_in_the_event_and_the_row(cluster: Cluster) -> None:
+    """One worker, a long think time: every restart is due 1500 ms (lesson scale) after the acquire,
+    when the lease was released and nobody holds another — missed, never injected, and a trial whose
+    fault never struck has no safety verdict."""
+    spec = make_spec(
+        backend="single", experiment=get_experiment("baseline"), trial=0,
+        overrides=Overrides(time_scale=0.2, rounds=3, workers=1, think_ms=2000,  # type: ignore[arg-type]
+                            faults="restart nodes=holders:1 after-acquire=1500 every"),
+    )  # fmt: skip
+    result = run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
+    landed = [e for e in result.history if e["kind"] == "fault" and e["action"] in ("inject", "skipped")]
+    assert landed and all(e["action"] == "skipped" and e["aim"] == "missed" for e in landed), landed
+    m = result.metrics
+    assert (m.fault_steps_planned, m.fault_steps_struck, m.fault_steps_missed) == (len(landed), 0, len(landed))
+    assert m.verdict == "unknown" and f"{len(landed)} missed (the lease it was aimed at had ended)" in m.problem

@@ -183,6 +183,7 @@ class FaultScheduler:
             self._latest_owner[worker] = owner
         self._latest_round[worker] = round_
         self._last_acquirer = worker
+        confirm = False
         for state in self._states:
             step = state.planned.step
             if step.at != "after-acquire" or step.kind == "pause" or step.follow != worker:
@@ -193,6 +194,11 @@ class FaultScheduler:
             if state.pending is None or due < state.pending[0]:  # a pending injection is never put off
                 state.pending = (due, round_)
                 state.aimed = owner
+                confirm = confirm or (state.planned.after_ns > AIM_FRESH_MS * 1e6 and self._lease_relative(step))
+        if confirm and not self._seen_lease and self.holders is not None:
+            # Until a read has seen this backend's lease, read once now, while the acquire just reported
+            # holds it: a landing that then finds none missed a lease that ended, not one it cannot see.
+            self._seen_lease = any(v not in (None, UNREADABLE) for v in self.holders.read())
 
     def seconds_to_next(self) -> float | None:
         due = [s.pending[0] for s in self._states if s.pending is not None]
@@ -321,13 +327,16 @@ class FaultScheduler:
             owner = None
         return Resolution(nodes=nodes, worker=worker, lease_owner=owner)
 
+    @staticmethod
+    def _lease_relative(step: FaultStep) -> bool:
+        return (step.nodes is not None and step.nodes.from_lease) or (
+            step.worker is not None and step.worker.index is None
+        )
+
     def _aim(self, step: FaultStep, *, aimed: str | None, resolution: Resolution) -> dict[str, Any]:
         """What a lease-aimed step triggered by an acquire met when it landed (module docstring);
         {} for a step aimed at fixed targets, or where the holders cannot be read."""
-        lease_relative = (step.nodes is not None and step.nodes.from_lease) or (
-            step.worker is not None and step.worker.index is None
-        )
-        if not lease_relative or aimed is None or self._last_holders is None:
+        if not self._lease_relative(step) or aimed is None or self._last_holders is None:
             return {}
         current = current_owner(self._last_holders, preferred=aimed)
         if current is None and not self._seen_lease:
