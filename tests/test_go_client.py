@@ -146,3 +146,18 @@ def test_the_fenced_token_is_the_mutex_keys_create_revision_increasing(etcd_clus
         a.close()
         b.close()
         etcd.close()
+
+
+@needs_go
+def test_bench_runs_the_go_client_on_etcd_beside_the_redis_floor(cluster: Cluster, etcd_cluster: Cluster) -> None:
+    from lockcompare.runner.bench import lock_servers_needed, run_bench
+
+    names = ["single", "etcd-go-mutex", "etcd"]
+    assert lock_servers_needed(names, cluster=cluster) == ["etcd"]  # the floor and single stay on Redis
+    rows = run_bench(
+        cluster=cluster, backends=["etcd-go-mutex"], iterations=20, warmup=2, blocks=1, ttl_ms=10_000,
+        lock_clusters={"etcd": etcd_cluster},
+    )  # fmt: skip
+    go = next(row for row in rows if row.backend == "etcd-go-mutex")
+    assert go.iterations == 20 and go.refused == 0
+    assert 0 < go.library_p50_us < go.p50_us  # the client's own time in concurrency.Mutex, the hop apart

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -344,7 +345,7 @@ def bench(
     """
     from lockcompare.backends import load_backend
     from lockcompare.infra.cluster import describe, open_cluster
-    from lockcompare.runner.bench import render_bench, run_bench
+    from lockcompare.runner.bench import lock_servers_needed, render_bench, run_bench
 
     table.check_format(fmt)
     check_count("iterations", iterations)
@@ -366,9 +367,24 @@ def bench(
             file=sys.stderr,
         )
         proxied = []
-    with open_cluster(
-        nodes=options.nodes, resource=options.resource, node_count=options.node_count, redis_server=options.redis_server
-    ) as cluster:
+    with contextlib.ExitStack() as stack:
+        cluster = stack.enter_context(
+            open_cluster(
+                nodes=options.nodes,
+                resource=options.resource,
+                node_count=options.node_count,
+                redis_server=options.redis_server,
+            )
+        )
         print(f"bench: {describe(cluster)}, {iterations} cycles per backend", file=sys.stderr)
-        rows = run_bench(cluster=cluster, backends=names, iterations=iterations, ttl_ms=ttl_ms, proxied=proxied)
+        # Backends on other lock servers (etcd members…) get one embedded server of their kind.
+        others = {
+            kind: stack.enter_context(open_cluster(node_count=1, lock_servers=kind, redis_server=options.redis_server))
+            for kind in lock_servers_needed(names, cluster=cluster)
+        }
+        for other in others.values():
+            print(f"bench: and {describe(other)}", file=sys.stderr)
+        rows = run_bench(
+            cluster=cluster, backends=names, iterations=iterations, ttl_ms=ttl_ms, proxied=proxied, lock_clusters=others
+        )
     typer.echo(render_bench(rows, fmt=fmt))

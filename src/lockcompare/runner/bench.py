@@ -41,7 +41,7 @@ import math
 import secrets
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -50,6 +50,7 @@ from lockcompare.backends import BackendConfig, load_backend
 from lockcompare.backends.single import RELEASE_SCRIPT
 from lockcompare.errors import InvalidValueError, TrialError
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
+from lockcompare.infra.kinds import get_kind
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, reap_group, start_worker_process
 from lockcompare.infra.proxy import ProxySet, port_of
 from lockcompare.infra.redisconn import DEFAULT_TIMEOUT_S, connect
@@ -99,6 +100,7 @@ def run_bench(
     blocks: int = 5,
     request_timeout_s: float = DEFAULT_TIMEOUT_S,
     proxied: Sequence[str] = (),
+    lock_clusters: Mapping[str, Cluster] | None = None,
 ) -> list[BenchRow]:
     """Measure acquire + release latency: the ``floor`` row first, then one row per backend, in order.
 
@@ -110,6 +112,9 @@ def run_bench(
     Each backend in ``proxied`` (also measured directly, or not) gets a ``<name>-via-proxy`` row
     right after its direct row: its nodes reached through link proxies with no fault (the embedded
     cluster only: the proxies listen on, and forward to, loopback).
+
+    ``lock_clusters``: for a backend whose lock servers ``cluster`` does not serve (its ``servers``,
+    e.g. etcd members; :func:`lock_servers_needed`), the cluster of that kind its rows run on.
 
     Unknown or unusable backends raise the errors of :func:`lockcompare.backends.load_backend`
     before any worker starts. A worker that fails raises :class:`TrialError`. Only the bench's
@@ -128,6 +133,12 @@ def run_bench(
     if blocks < 1 or blocks > iterations:
         raise InvalidValueError(f"blocks must be between 1 and iterations ({iterations}), got {blocks}")
     config = BackendConfig(node_urls=cluster.node_urls, request_timeout_s=request_timeout_s)
+    lock_clusters = lock_clusters or {}
+    configs = {
+        name: BackendConfig(node_urls=lock_clusters[servers].node_urls, request_timeout_s=request_timeout_s)
+        for name in backends
+        if (servers := _servers(name) or "") in lock_clusters
+    }
     prefix = f"lockcompare:bench:{uuid.uuid4().hex[:10]}"
     names = [FLOOR]
     for name in dict.fromkeys([*backends, *proxied]):  # each backend once, in the order given
@@ -154,7 +165,7 @@ def run_bench(
                 via_proxy = name.endswith(VIA_PROXY) and links is not None
                 job = _Job(
                     backend=name.removesuffix(VIA_PROXY) if via_proxy else name,
-                    config=proxied_config if via_proxy else config,
+                    config=proxied_config if via_proxy else configs.get(name, config),
                     key=f"{prefix}:{names.index(name)}",
                     iterations=iterations // blocks + (1 if block < iterations % blocks else 0),
                     warmup=warmup,
@@ -169,7 +180,22 @@ def run_bench(
         if links is not None:
             links.stop()
         delete_keys_containing(cluster.node_urls, prefix)
+        for other in lock_clusters.values():
+            delete_keys_containing(other.node_urls, prefix)
     return [_row(name, samples[name], refused[name], wall_ns[name], library[name]) for name in names]
+
+
+def _servers(name: str) -> str | None:
+    """The kind of lock servers ``name`` declares (None: it declares none, the default cluster's)."""
+    servers = getattr(load_backend(name, check_viable=False), "servers", None)
+    return servers if isinstance(servers, str) else None
+
+
+def lock_servers_needed(backends: Sequence[str], *, cluster: Cluster) -> list[str]:
+    """The kinds of lock servers ``backends`` need that ``cluster``'s lock nodes are not (each once):
+    the bench starts a cluster of each beside it (etcd members for the etcd backends)."""
+    needed = dict.fromkeys(s for s in map(_servers, backends) if s is not None)
+    return [kind for kind in needed if not cluster.node_urls or not get_kind(kind).owns(cluster.node_urls[0])]
 
 
 def _row(name: str, samples_ns: list[int], refused: int, wall_ns: int, library_ns: list[int] | None = None) -> BenchRow:
