@@ -37,6 +37,8 @@ def test_a_result_that_follows_a_setting_word_is_still_a_result() -> None:
     # The allow-list names settings by the word before them; a result phrased the same way is caught.
     assert prose_numbers("the grant came 500 ms earlier and took 33 min 6 s\n") == [(1, "500"), (1, "33"), (1, "6")]
     assert prose_numbers("±0.9 and 39 ±0.9 / 80\n") != []
+    # "N trials" is a run's shape; "19 trials of 20" is a result (issue 42).
+    assert prose_numbers("5 trials per cell; 19 trials of 20 lost updates\n") == [(1, "19"), (1, "20")]
 
 
 def test_the_allow_list_stays_short_and_says_why() -> None:

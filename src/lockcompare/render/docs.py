@@ -67,7 +67,8 @@ from lockcompare.render.table import render
 
 #: A value block: CSV, filters, statistic; the body is the rendered number.
 VALUE = re.compile(
-    r"(<!-- value: (?P<csv>\S+)(?P<filters>(?: \w+=\S+)*) (?P<stat>rows|scales|\w+:\w+) -->)(?P<body>[^<]*)(<!-- /value -->)"
+    r"(<!-- value: (?P<csv>\S+)(?P<filters>(?: \w+=\S+)*) (?P<stat>rows|scales|\w+:\w+) -->)"
+    r"(?P<body>[^<]*)(<!-- /value -->)"
 )
 
 BLOCK = re.compile(
@@ -396,7 +397,8 @@ def excerpt_text(csv: Path, rows: list[dict[str, Any]], match: re.Match[str]) ->
 #: setting, never a bare number.
 ALLOWED: tuple[tuple[str, str], ...] = (
     (
-        r"\b\d+\s(?:workers?|rounds?|(?:lock )?nodes?|trials?|jobs|cores?|threads?|CPU hogs?)\b",
+        # Never "19 trials of 20": a count of some trials out of others is a result (issue 42).
+        r"\b\d+\s(?:workers?|rounds?|(?:lock )?nodes?|trials?|jobs|cores?|threads?|CPU hogs?)\b(?!\s+of\s+\d)",
         "the lab's size and a run's shape: 2 workers, 40 rounds, 5 nodes, 5 trials",
     ),
     (
