@@ -203,10 +203,11 @@ def test_server_side_expiry_ends_the_holders_session_and_the_waiter_gets_the_loc
         lease = granted(holder.acquire(key=key, ttl_ms=2000))
         session = lease.owner.split(".")[1]
         assert holder.before_write(lease) == lease
-        detail, ended = expire_holder_session(list(zk_cluster.node_urls), lock_key=key)
+        detail, ended, whose = expire_holder_session(list(zk_cluster.node_urls), lock_key=key)
         assert detail.startswith(f"closed the holder's session 0x{session}"), detail
         assert ended == [int(session, 16)]
         assert lease.owner.split(".")[0] in detail  # the identifier names the holder's lease
+        assert whose == {"session_owner": lease.owner.split(".")[0]}  # whose session it was (issue 42.6)
         rival = granted(waiter.acquire(key=key, ttl_ms=2000))  # the znode went with the session
         deadline = time.monotonic() + 5
         while holder.before_write(lease) == lease and time.monotonic() < deadline:
@@ -222,6 +223,7 @@ def test_server_side_expiry_ends_the_holders_session_and_the_waiter_gets_the_loc
         assert expire_holder_session(list(zk_cluster.node_urls), lock_key=key) == (
             "skipped: no session held the lock",
             [],
+            {},
         )
     finally:
         holder.close()
@@ -325,6 +327,47 @@ def test_session_kill_on_zookeeper_names_the_session_it_ended(zk_cluster: Cluste
     assert all(e["sessions_ended"] == [int(e["detail"].split()[4], 16)] for e in ended)
     owners = {e["owner"].split(".")[0]: e["worker"] for e in result.history if e["kind"] == "acquire" and e.get("ok")}
     assert any(e["detail"].rsplit("identifier ", 1)[1].rstrip(")") in owners for e in ended)
+    # ...and whose it was, checked against the lock at kill time (issue 42.6).
+    assert all(e["session_worker"] == owners[e["session_owner"]] for e in ended)
+
+
+def test_session_kill_ends_nothing_when_the_holder_let_go_while_it_attached(
+    zk_cluster: Cluster, config: BackendConfig, key: str
+) -> None:
+    """The holder's session is read, then the kill attaches to it; if the lock's holder is no longer
+    that session when it looks again (here: the declared lease lookup says the lease has gone), the
+    session is not closed: it is no longer the holder's, and may be a waiting worker's (the kill in
+    results/zookeeper.csv zk-lock t0.aaeae84b ended worker 1's session while it waited)."""
+    from kazoo.exceptions import NoNodeError
+
+    holder = ZkLock(config=config)
+    try:
+        lease = granted(holder.acquire(key=key, ttl_ms=2000))
+        session = int(lease.owner.split(".")[1], 16)
+        node = f"{lock_path(key)}/{lease.owner.split('.')[2]}"
+        looks: list[int] = []
+
+        def lease_znodes(_client: object, _key: str) -> list[str]:
+            looks.append(1)
+            return [node] if len(looks) == 1 else []  # at kill time: the holder let go
+
+        detail, ended, _ = expire_holder_session(list(zk_cluster.node_urls), lock_key=key, lease_znodes=lease_znodes)
+        assert detail.startswith(f"skipped: session {session:#x} no longer held the lock at kill time"), detail
+        assert ended == [] and len(looks) == 2
+        time.sleep(1.0)  # past anything a close would have taken
+        admin = kazoo_client_class()(hosts=hosts_of(zk_cluster.node_urls), timeout=2.0)
+        admin.start(timeout=10)
+        try:
+            try:
+                _, stat = admin.get(node)
+            except NoNodeError:
+                pytest.fail("the holder's znode went: its session was ended")
+            assert stat.ephemeralOwner == session  # the session lives on
+        finally:
+            admin.stop()
+            admin.close()
+    finally:
+        holder.close()
 
 
 # --- the plan ---------------------------------------------------------------------------------------
