@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from lockcompare.errors import ConfigError, ProxyError
 from lockcompare.infra.proxy import LinkProxy, ProxyHost
+from lockcompare.infra.sockets import sources_by_link
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
@@ -89,12 +90,18 @@ class PeerLinks:
         for member in members:
             side_of.setdefault(member, len(sides) + member)
         pids = {server.pid: i for i, server in enumerate(self._servers) if server.pid is not None}
-        for member, links in self._links.items():
-            cut = [m for m in members if side_of[m] != side_of[member]]
-            for link in links:
-                self._host.call("cut_sources", port=link.port, members=cut, pids=pids)
+        cuts = {
+            link.port: [m for m in members if side_of[m] != side_of[member]]
+            for member, links in self._links.items()
+            for link in links
+            if link.port is not None
+        }
+        unknown = int(self._host.call("partition", cuts=cuts, pids=pids, sources=sources_by_link(cuts, pids)))
         shown = " | ".join(",".join(str(m) for m in sorted(side)) for side in sides)
-        return f"peer links cut between sides {shown}"
+        # A connection whose source could not be named is cut too (a partition never leaks): said.
+        return f"peer links cut between sides {shown}" + (
+            f" ({unknown} connection(s) of unknown source cut)" if unknown else ""
+        )
 
     def heal(self) -> str:
         """Forward every peer link again; connections that lost bytes are reset."""

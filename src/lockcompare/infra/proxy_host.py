@@ -77,6 +77,7 @@ class _Conn:
     #: A peer link's: the client's port, and the server it belongs to (None: not known yet).
     peer_port: int = 0
     source: int | None = None
+    identifying: bool = False  # its source is being read: its bytes wait in pending
     rewritten: int = 0  # client bytes looked at for :attr:`_Link.rewrites`
 
     @property
@@ -85,6 +86,8 @@ class _Conn:
         source is cut from the link's server. An unknown source is cut: a partition never leaks."""
         if self.link.blackholed:
             return True
+        if self.identifying:
+            return False
         return bool(self.link.cut_from) and (self.source is None or self.source in self.link.cut_from)
 
     def from_client(self, data: bytes) -> None:
@@ -131,6 +134,9 @@ class _Conn:
     def server_connected(self, side: _Side) -> None:
         self.server = side
         assert side.transport is not None
+        if self.cut and self.pending:  # opened during a partition from the other side: its bytes vanish
+            self.lost_bytes = True
+            self.pending.clear()
         for data in self.pending:
             side.transport.write(data)
         self.pending.clear()
@@ -210,8 +216,6 @@ class _Link:
             except OSError:
                 return  # e.g. EMFILE: the client will see its connect hang, then time out
             conn = _Conn(link=self, peer_port=int(addr[1]))
-            if self.cut_from:  # during a partition: whose connection is it?
-                self.identify(conn)
             self.conns.add(conn)
             self.loop.create_task(self._open(conn, sock))
 
@@ -220,6 +224,11 @@ class _Link:
         conn.client = client_side
         try:
             await self.loop.connect_accepted_socket(lambda: client_side, sock)
+            if self.cut_from:
+                # During a partition: whose connection is it? Read off the loop; its bytes wait.
+                conn.identifying = True
+                conn.source = await self.loop.run_in_executor(None, self._identify, conn)
+                conn.identifying = False
             server_side = _Side(conn, upstream=True)
             await self.loop.create_connection(lambda: server_side, _LOOPBACK, self.target_port)
         except OSError:
@@ -231,19 +240,22 @@ class _Link:
             return
         conn.server_connected(server_side)
 
-    def identify(self, conn: _Conn) -> None:
-        from lockcompare.infra.sockets import owner_of
-
-        pid = owner_of(local_port=conn.peer_port, remote_port=self.port, pids=self.pids)
-        conn.source = None if pid is None else self.pids[pid]
-
-    def cut_sources(self, *, members: frozenset[int], pids: dict[int, int]) -> None:
-        """Cut the connections from ``members`` (servers by index; ``pids``: pid -> index) to this link."""
+    def cut_sources(self, *, members: frozenset[int], pids: dict[int, int], sources: Mapping[int, int]) -> None:
+        """Cut the connections from ``members`` (servers by index) to this link. ``sources``: the
+        current connections' client ports -> server, read by the caller (infra/sockets.py: a reading
+        of /proc takes ~150 ms on a busy machine, which would stall every link of this process);
+        ``pids`` (pid -> server) name the connections made during the partition."""
         self.pids = dict(pids)
         for conn in self.conns:
-            if conn.source is None:
-                self.identify(conn)
+            conn.source = sources.get(conn.peer_port, conn.source)
         self.cut_from = members
+
+    def _identify(self, conn: _Conn) -> int | None:
+        """Which server opened ``conn`` (run in a thread: it reads /proc)."""
+        from lockcompare.infra.sockets import owner_of
+
+        pid = owner_of(local_port=conn.peer_port, remote_port=self.port, pids=list(self.pids))
+        return None if pid is None else self.pids.get(pid)
 
     def blackhole(self) -> None:
         self.blackholed = True
@@ -341,6 +353,12 @@ class _Host:
             return link.port
         if op == "stop":
             return None
+        if op == "partition":  # {port: the servers cut from it}: every peer link at once
+            pids, sources = dict(args["pids"]), dict(args["sources"])
+            for port, members in dict(args["cuts"]).items():
+                link = self.links[int(port)]
+                link.cut_sources(members=frozenset(members), pids=pids, sources=sources.get(port, {}))
+            return sum(1 for port in args["cuts"] for c in self.links[int(port)].conns if c.source is None)
         link = self.links[int(args["port"])]
         if op == "delay":
             link.delay_s = float(args["ms"]) / 1000
@@ -352,9 +370,6 @@ class _Host:
             link.heal()
         elif op == "reset":
             link.reset()
-        elif op == "cut_sources":
-            link.cut_sources(members=frozenset(args["members"]), pids=dict(args["pids"]))
-            return sorted((c.peer_port, c.source) for c in link.conns if c.source is not None)
         elif op == "rewrite":
             link.rewrites = tuple(args["rewrites"])
         elif op == "retarget":

@@ -17,7 +17,7 @@ TcpSocket(local_port=40000, remote_port=8080, established=True, inode=4242)
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +106,18 @@ def owner_of(*, local_port: int, remote_port: int, pids: Iterable[int]) -> int |
         if socket_inodes(pid) & inodes:
             return pid
     return None
+
+
+def sources_by_link(ports: Iterable[int], pids: Mapping[int, int]) -> dict[int, dict[int, int]]:
+    """For each listening ``port`` (a peer link's proxy), its current connections' client ports ->
+    the server (``pids``: pid -> server) that opened each, from one reading of the tables."""
+    wanted = set(ports)
+    held = {inode: server for pid, server in pids.items() for inode in socket_inodes(pid)}
+    found: dict[int, dict[int, int]] = {port: {} for port in wanted}
+    for s in tcp_sockets():
+        if s.remote_port in wanted and s.inode in held:
+            found[s.remote_port][s.local_port] = held[s.inode]
+    return found
 
 
 def remote_ports(pid: int) -> set[int]:
