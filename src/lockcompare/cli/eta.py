@@ -144,13 +144,14 @@ class Eta:
 
 
 def remaining_text(seconds: float | None) -> str:
-    """``~40 s left``, ``~12 min left``, ``~1 h 5 min left``; before any estimate, ``ETA after the first trial``.
+    """``~40 s left``, ``~12 min left``, ``~1 h 40 min left``; before any estimate (no trial has
+    finished yet), ``~? left``.
 
     >>> remaining_text(None), remaining_text(12.4), remaining_text(700), remaining_text(6000)
-    ('ETA after the first trial', '~12 s left', '~12 min left', '~1 h 40 min left')
+    ('~? left', '~12 s left', '~12 min left', '~1 h 40 min left')
     """
     if seconds is None:
-        return "ETA after the first trial"
+        return "~? left"
     if seconds < 90:
         return f"~{max(0, round(seconds))} s left"
     minutes = round(seconds / 60)

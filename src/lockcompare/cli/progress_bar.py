@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn, TimeElapsedColumn
+from rich.table import Column
 from rich.text import Text
 
 from lockcompare.cli.eta import Eta, remaining_text
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 #: The bar redraws this often; the estimate is recomputed at each redraw (cheap, but not free
 #: beside trials whose timing is measured).
 REFRESH_PER_SECOND = 2
+#: What the bar, the counts, the time elapsed and the time left take on a line (with their gaps).
+FIXED_COLUMNS_WIDTH = 80
 
 
 def cell_of(spec: TrialSpec) -> tuple[Hashable, ...]:
@@ -90,12 +93,15 @@ class ProgressUpdate:
 def progress_bar(*, console: Console) -> tuple[Progress, ProgressUpdate]:
     """A progress bar that appears with the first trial (so a bad option prints no empty bar)."""
     eta = Eta()
+    # The counts and the time first, the last trial's result after them, cut to the terminal's width:
+    # a long result line must never push the time left off a narrow terminal.
+    room = max(16, console.width - FIXED_COLUMNS_WIDTH)
     bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=20),
         TextColumn("{task.fields[counts]}"),
         TimeElapsedColumn(),
         EtaColumn(eta),
+        TextColumn("{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis", max_width=room)),
         console=console,
         refresh_per_second=REFRESH_PER_SECOND,
     )
