@@ -60,6 +60,22 @@ def test_trials_side_by_side_shorten_the_wall_time_left() -> None:
     assert (eta.done, eta.left, eta.failed) == (2, 2, 1)
 
 
+def test_the_last_trial_left_is_not_shortened_by_the_runs_parallelism() -> None:
+    """Three 10 s trials ran side by side (a third of a second of wall time per second of work); the
+    one left has run 2 s of its 10: 8 s left, not 8 / 3."""
+    clock = Clock()
+    eta = Eta(clock=clock)
+    eta.plan([(f"t{i}", FAST) for i in range(4)])
+    for i in range(3):
+        eta.started(f"t{i}")
+    clock.now = 10.0
+    for i in range(3):
+        eta.finished(f"t{i}", wall_s=10.0, failed=False)
+    eta.started("t3")
+    clock.now = 12.0
+    assert eta.seconds_left() == pytest.approx(8.0)
+
+
 def test_an_unseen_cell_takes_its_experiment_then_its_backend() -> None:
     clock = Clock()
     eta = Eta(clock=clock)

@@ -7,7 +7,8 @@ Redis baseline's). So the work left is each trial still to run at its cell's mea
 all), less what the running trials have already done. The wall-clock time that work takes is
 learned from the run itself: wall time elapsed per second of trial work done (finished trials'
 durations plus the running ones' time so far), which covers both trials run side by side
-(``--jobs``) and the time between trials.
+(``--jobs``) and the time between trials — but never less than the longest single trial left
+(the last trials of a run run alone).
 
 Pure bookkeeping with an injectable clock; the terminal bar (cli/options.py) shows
 :meth:`Eta.seconds_left` through :func:`remaining_text`.
@@ -128,7 +129,7 @@ class Eta:
         pending = [tid for tid in cells if tid not in self._finished]
         means = self._means(running, now)
         per_cell: dict[tuple[Hashable, ...], float] = {}  # estimates, computed once per cell
-        work_left = 0.0
+        work_left = longest = 0.0
         for tid in pending:
             cell = cells[tid]
             if cell not in per_cell:
@@ -137,10 +138,13 @@ class Eta:
             if tid in running:
                 estimate = max(0.0, estimate - (now - running[tid]))
             work_left += estimate
+            longest = max(longest, estimate)
         unplanned = self.left - len(pending)  # trials counted but not planned (no plan given)
         if unplanned > 0:
             work_left += unplanned * (self._estimate(None, means) or 0.0)
-        return work_left * elapsed / work_done
+        # Trials side by side shorten the work left, but never below the longest single trial left:
+        # the last trial of a run runs alone.
+        return max(work_left * elapsed / work_done, longest)
 
 
 def remaining_text(seconds: float | None) -> str:
