@@ -60,6 +60,17 @@ def test_trials_side_by_side_shorten_the_wall_time_left() -> None:
     assert (eta.done, eta.left, eta.failed) == (2, 2, 1)
 
 
+def test_a_running_trial_of_an_unseen_cell_counts_its_experiments_duration() -> None:
+    """Single's client-pause took 7 s; redlock's, running for 3 s, has about 4 s left."""
+    clock = Clock()
+    eta = Eta(clock=clock)
+    eta.plan([("s", ("single", "client-pause")), ("r", ("redlock", "client-pause"))])
+    _run(eta, clock, "s", 7.0)
+    eta.started("r")
+    clock.now += 3.0
+    assert eta.seconds_left() == pytest.approx(4.0)
+
+
 def test_the_last_trial_left_is_not_shortened_by_the_runs_parallelism() -> None:
     """Three 10 s trials ran side by side (a third of a second of wall time per second of work); the
     one left has run 2 s of its 10: 8 s left, not 8 / 3."""

@@ -85,19 +85,16 @@ class Eta:
         self.total = max(self.total, self.done)
 
     def _means(self, running: dict[str, float], now: float) -> dict[tuple[Hashable, ...], float]:
-        """Each cell's mean duration. A running trial that has already run longer than its cell's
-        finished trials took (or whose cell has none) counts with its time so far, a lower bound: a
-        slow experiment's first trial, still running, then raises the estimate of its unseen cells."""
-        samples = {key: list(walls) for key, walls in list(self._walls.items()) if walls}
+        """Each cell's mean duration; a cell with a trial running but none finished: at least that
+        trial's time so far (a lower bound), else what its experiment or backend suggest — so a slow
+        experiment's first trial, still running, raises the estimate of its other cells."""
+        means = {key: sum(walls) / len(walls) for key, walls in list(self._walls.items()) if walls}
+        bounds: dict[tuple[Hashable, ...], float] = {}
         for tid, since in running.items():
             cell = self._cells.get(tid)
-            if cell is None:
-                continue
-            ran = now - since
-            seen = samples.get(cell)
-            if not seen or ran > sum(seen) / len(seen):
-                samples.setdefault(cell, []).append(ran)
-        return {key: sum(values) / len(values) for key, values in samples.items()}
+            if cell is not None and cell not in means:
+                bounds[cell] = max(bounds.get(cell, 0.0), now - since)
+        return means | {cell: max(ran, self._estimate(cell, means) or 0.0) for cell, ran in bounds.items()}
 
     @staticmethod
     def _estimate(cell: tuple[Hashable, ...] | None, means: dict[tuple[Hashable, ...], float]) -> float | None:
