@@ -64,14 +64,18 @@ def release_port(port: int | None) -> None:
 #: Every spawned server's environment carries this variable with a value of its own. A binary that
 #: daemonises (forks, calls setsid, exits) leaves its group and its parent, but not its
 #: environment: the copy in the background is found by it and ended (issue 38: a --redis-server
-#: that forked and exited left five servers behind, one per start attempt).
+#: that forked and exited left five servers behind, one per start attempt). redis-server writes
+#: its process title over the memory /proc shows as its environment, so a server whose working
+#: directory is its private data directory (redis chdirs to --dir) counts as marked too.
 SPAWN_MARK = "LOCKCOMPARE_SPAWNED"
 _spawn_numbers = itertools.count()
 
 
-def marked_processes(mark: str) -> list[int]:
-    """The live processes whose environment holds ``SPAWN_MARK=mark`` (one scan of /proc)."""
+def marked_processes(mark: str, *, directory: Path | None = None) -> list[int]:
+    """The live processes whose environment holds ``SPAWN_MARK=mark``, or whose working directory is
+    ``directory`` or below it (one scan of /proc)."""
     needle = f"\0{SPAWN_MARK}={mark}\0".encode()
+    inside = str(directory) if directory is not None else None
     found: list[int] = []
     try:
         names = os.listdir("/proc")
@@ -80,6 +84,14 @@ def marked_processes(mark: str) -> list[int]:
     for name in names:
         if not name.isdigit() or int(name) == os.getpid():
             continue
+        if inside is not None:
+            try:
+                cwd = os.readlink(f"/proc/{name}/cwd").removesuffix(" (deleted)")
+            except OSError:
+                cwd = ""
+            if cwd == inside or cwd.startswith(inside + "/"):
+                found.append(int(name))
+                continue
         try:
             with open(f"/proc/{name}/environ", "rb") as fh:
                 environ = fh.read()
@@ -90,9 +102,9 @@ def marked_processes(mark: str) -> list[int]:
     return found
 
 
-def kill_marked(mark: str) -> list[int]:
-    """SIGKILL every process carrying ``mark``; return their pids."""
-    pids = marked_processes(mark)
+def kill_marked(mark: str, *, directory: Path | None = None) -> list[int]:
+    """SIGKILL every process carrying ``mark`` (or working in ``directory``); return their pids."""
+    pids = marked_processes(mark, directory=directory)
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -227,11 +239,11 @@ class SpawnedServer:
             self._exited_alone |= proc.poll() is not None
             kill_group_and_reap(proc)
         if self._exited_alone:  # a daemonised copy left the group: it still carries the mark
-            kill_marked(self._mark)
+            kill_marked(self._mark, directory=self._dir)
 
     def daemonised(self) -> list[int]:
         """Processes of this server that left it behind (it forked into the background), ended now."""
-        return kill_marked(self._mark)
+        return kill_marked(self._mark, directory=self._dir)
 
     def crash(self) -> None:
         """End the server at once (it loses everything not persisted) and reap it; its data
