@@ -14,19 +14,43 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from lockcompare.backends.fenced import FencedLock
+import redis
+
+from lockcompare.backends.base import Lease, Refusal
+from lockcompare.backends.fenced import ACQUIRE_SCRIPT, FencedLock
 from lockcompare.backends.redis_py_lock import RedisPyLock
-from lockcompare.backends.single import SingleNodeLock
+from lockcompare.backends.single import RELEASE_SCRIPT, SingleNodeLock
 
 
 class SentinelSingle(SingleNodeLock):
+    """With ``--wait-replicas`` the lock runs on one connection (WAIT counts that connection's writes).
+    redis-py 8's single-connection client reconnects to the address it had, never asking the sentinels
+    again (measured: after a failover every call was refused by the dead master's port), so after a
+    failed call it takes a new single connection from the Sentinel pool, which asks them."""
+
     summary: ClassVar[str] = "single (SET NX PX, compare-and-delete) on the master Sentinel names"
     servers: ClassVar[str] = "sentinel"
 
+    def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
+        result = super().acquire(key=key, ttl_ms=ttl_ms)
+        if isinstance(result, Refusal) and result.reason == "error" and self._wait_replicas:
+            self._follow_the_master()
+        return result
 
-class SentinelFenced(FencedLock):
+    def _follow_the_master(self) -> None:
+        pool = self._client.connection_pool
+        self._client.close()  # its connection goes back to the pool, which re-discovers on connect
+        self._client = redis.Redis(connection_pool=pool).client()
+        self._release = self._client.register_script(RELEASE_SCRIPT)
+
+
+class SentinelFenced(SentinelSingle, FencedLock):
     summary: ClassVar[str] = "fenced (SET NX PX + INCR token in one script) on the master Sentinel names"
     servers: ClassVar[str] = "sentinel"
+
+    def _follow_the_master(self) -> None:
+        super()._follow_the_master()
+        self._acquire = self._client.register_script(ACQUIRE_SCRIPT)
 
 
 class SentinelRedisPy(RedisPyLock):

@@ -73,6 +73,14 @@ class Capability(StrEnum):
     ROLES = "readable roles"
     #: Its servers reach each other through links lockcompare controls (infra/peerlinks.py): isolate, split.
     PEER_LINKS = "peer links"
+    #: The workers' links to the lock nodes go through proxies lockcompare controls (the node URL's
+    #: host:port is what the client talks to): cut, slow. Offered by every kind that does not say why
+    #: not (:data:`ASSUMED`): a Sentinel client talks to whatever master the sentinels name, past any proxy.
+    PROXIED_LINKS = "proxied links"
+
+
+#: Capabilities every kind offers unless its ``reasons`` say why it cannot.
+ASSUMED = frozenset({Capability.PROXIED_LINKS})
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -191,7 +199,9 @@ class RoleKind(ServerKind, Protocol):
 
 def lacks(kind: ServerKind, capability: Capability) -> str:
     """Why ``kind``'s servers cannot take a fault that needs ``capability`` ("" when they can)."""
-    if capability in kind.capabilities.offers:
+    if capability in kind.capabilities.offers or (
+        capability in ASSUMED and capability not in kind.capabilities.reasons
+    ):
         return ""
     return kind.capabilities.reasons.get(capability) or f"{kind.name} servers offer no {capability.value}"
 

@@ -288,6 +288,8 @@ class SentinelKind:
                 Capability.SESSION_CONTROL: NO_SESSION,
                 Capability.PEER_LINKS: "only the replication link of a Sentinel-managed node is proxied (the "
                 "failover fault cuts it); the sentinels' own links are not",
+                Capability.PROXIED_LINKS: "a Sentinel client connects to whatever master the sentinels name, "
+                "past any proxy on the node's address: its links cannot be cut or slowed",
             },
         )
     )
