@@ -50,29 +50,14 @@ from lockcompare.analysis.progress import (
 )
 from lockcompare.analysis.stats import percentile
 from lockcompare.analysis.strikes import FaultStrikes, fault_strikes
+from lockcompare.analysis.verdicts import MEANINGS
 
-#: Every verdict, with what it means. Safety is judged first (a violation observed is a violation
-#: whatever else happened: an overlap or a loss at the resource, or the lock breaking its promise in
-#: the history), then progress; a trial is ``exclusive`` only if every planned round ran and no
-#: worker holding a valid lease was mostly refused by the resource.
-VERDICT_MEANINGS = {
-    "exclusive": "every planned critical section ran, never two at once, no update lost, no lease granted "
-    "over a valid one, no expired or backwards-token write accepted, no holder starved by the resource",
-    "conflicts-no-damage": "two workers were inside at once, but the resource lost no update (fencing, lock-free)",
-    "lost-updates": "an increment a worker believed it made is missing from the final balance",
-    "lease-violated": "no overlap or loss at the resource, but the history shows the lock broke its promise: "
-    "a lease granted over another's valid unreleased lease, a write accepted after its writer's lease "
-    "deadline, a write accepted under a fencing token that went backwards, or an unlock that released nothing "
-    "while its holder's session lease was valid (exclusion held by luck)",
-    "starved": "safe, but the resource refused a worker holding a valid lease in more rounds than it let it "
-    "work (e.g. fencing after a token rollback: the lock lets it in, the resource says no): see progress_by_worker",
-    "degraded": "no conflict seen, but some planned rounds never entered (acquires refused or timed out): "
-    "exclusion held only over what ran",
-    "unavailable": "the lock was never granted (or nothing entered): nothing was observed, so nothing is claimed",
-    "unknown": "the trial could not be judged (a worker failed, a backend call hung, a node died, "
-    "the history is inconsistent, or its fault schedule never struck: no safety verdict without the fault); "
-    "see the problem column",
-}
+#: Every verdict, with what it means (one vocabulary, worst first: analysis/verdicts.py). Safety is
+#: judged first (a violation observed is a violation whatever else happened: an overlap or a loss at
+#: the resource, or the lock breaking its promise in the history), then progress; a trial is
+#: ``exclusive`` only if every planned round ran and no worker holding a valid lease was mostly
+#: refused by the resource.
+VERDICT_MEANINGS = MEANINGS
 
 __all__ = [  # the evidence functions are re-exported: they were defined here before evidence.py
     "VERDICT_MEANINGS", "Interval", "TrialMetrics", "backwards_writes_accepted", "check",

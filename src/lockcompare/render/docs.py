@@ -50,7 +50,8 @@ short allow-list ``ALLOWED`` (settings of the lesson's lab, versions, names that
 does not explain: a figure is rendered from a committed file or not written at all. The test suite
 checks the same (tests/test_docs_check.py, tests/test_docs_numbers.py).
 The fault kinds' table is rendered from their modules (spec/faultkinds), between
-``<!-- faultkinds -->`` and ``<!-- /faultkinds -->``.
+``<!-- faultkinds -->`` and ``<!-- /faultkinds -->``; the verdicts' table from analysis/verdicts.py,
+between ``<!-- verdicts -->`` and ``<!-- /verdicts -->``.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ EXCERPT = re.compile(
 OUTPUT = re.compile(r"(<!-- output: (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- /output -->)", re.DOTALL)
 
 FAULT_KINDS = re.compile(r"(<!-- faultkinds -->\n)(?P<body>.*?)(<!-- /faultkinds -->)", re.DOTALL)
+#: The verdicts' table, from their one vocabulary (analysis/verdicts.py).
+VERDICTS_TABLE = re.compile(r"(<!-- verdicts -->\n)(?P<body>.*?)(<!-- /verdicts -->)", re.DOTALL)
 
 
 def fault_kinds_table() -> str:
@@ -101,7 +104,8 @@ def fault_kinds_table() -> str:
     for kind in KINDS.values():
         params = "; ".join(f"{p.text}{': ' + p.help if p.help else ''}" for p in kind.params) or "–"
         cells = (
-            f"`{kind.name}`", kind.summary, whom.get(kind.acts_on, "`worker=`"), params, kind.without_for,
+            f"`{kind.name}`", kind.summary, whom.get(kind.acts_on, "`worker=`").replace("nodes=", f"{kind.target_param}="),
+            params, kind.without_for,
             ", ".join(sorted(kind.needs)) or "–", "the workers it delays" if kind.excuses_worker else "–",
         )  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
@@ -366,7 +370,13 @@ def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
     def kinds(match: re.Match[str]) -> str:
         return note(match, f"{match.group(1)}{fault_kinds_table()}{match.group(3)}", "fault kinds table")
 
+    def verdicts(match: re.Match[str]) -> str:
+        from lockcompare.analysis.verdicts import markdown_table
+
+        return note(match, f"{match.group(1)}{markdown_table()}\n{match.group(3)}", "verdicts table")
+
     markdown = FAULT_KINDS.sub(kinds, markdown)
+    markdown = VERDICTS_TABLE.sub(verdicts, markdown)
     markdown = VALUE.sub(value, markdown)
     markdown = BLOCK.sub(fill, markdown)
     markdown = OUTPUT.sub(output, markdown)
@@ -455,6 +465,7 @@ _NOT_PROSE = re.compile(
         (
             r"<!-- (value|table|excerpt|output): .*?<!-- /\1 -->",  # a rendered block
             r"<!-- faultkinds -->.*?<!-- /faultkinds -->",
+            r"<!-- verdicts -->.*?<!-- /verdicts -->",
             r"^```.*?^```[^\n]*$",  # a fenced code block
             r"<!--.*?-->",  # an HTML comment (a marker, or a note for the maintainers)
             r"`[^`\n]+`",  # a code span

@@ -27,12 +27,13 @@ from typing import Any
 from lockcompare.analysis.cells import group_cells
 from lockcompare.analysis.order import backend_rank, experiment_rank
 from lockcompare.analysis.sentinel import is_marked
+from lockcompare.analysis.verdicts import VERDICTS, severity
 from lockcompare.errors import RenderError
 
 GLANCE_PNG = "glance.png"
 
-#: Verdicts from worst to best, with the colour and the short word a cell shows.
-VERDICT_STYLE: dict[str, tuple[str, str]] = {
+#: The colour and the short word a cell shows, per verdict.
+_STYLE = {
     "lost-updates": ("#d7301f", "lost updates"),
     "lease-violated": ("#f46d43", "lease violated"),
     "conflicts-no-damage": ("#fdae61", "no damage"),
@@ -42,6 +43,8 @@ VERDICT_STYLE: dict[str, tuple[str, str]] = {
     "degraded": ("#c6dbef", "degraded"),
     "exclusive": ("#66bd63", "exclusive"),
 }
+#: Verdicts from worst to best (analysis/verdicts.py: one order for every reader), with their style.
+VERDICT_STYLE: dict[str, tuple[str, str]] = {v.name: _STYLE[v.name] for v in VERDICTS}
 #: A verdict this module does not know (a newer checker's word) ranks just below lost updates.
 OTHER_STYLE = ("#e7298a", "")
 MARKED_EDGE = "#54278f"
@@ -91,8 +94,7 @@ class GlanceGrid:
 
 
 def _severity(verdict: str) -> float:
-    order = list(VERDICT_STYLE)
-    return order.index(verdict) if verdict in VERDICT_STYLE else 0.5
+    return severity(verdict)
 
 
 def _worst_first(verdicts: dict[str, int]) -> list[tuple[str, int]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lockcompare.analysis.results import ResultsWriter, make_row, supersede
+from lockcompare.analysis.verdicts import NOTED
 from lockcompare.backends import BackendConfig, load_backend, require_declarations
 from lockcompare.errors import (
     BackendLoadError,
@@ -108,7 +109,7 @@ class MatrixReport:
 
 #: Verdicts a run explains on stderr when it gives them: they are results, not failures, but a
 #: reader may not expect them (little or no progress; exclusion that held only by luck).
-NOTED_VERDICTS = ("unavailable", "degraded", "starved", "lease-violated")
+NOTED_VERDICTS = NOTED  # analysis/verdicts.py: the vocabulary says which
 
 ProgressCallback = Callable[[TrialSpec, TrialResult | None, int, int], None]
 
