@@ -12,6 +12,7 @@ sentinels' own election.
 
 from __future__ import annotations
 
+import contextlib
 from typing import ClassVar
 
 import redis
@@ -31,26 +32,38 @@ class SentinelSingle(SingleNodeLock):
     summary: ClassVar[str] = "single (SET NX PX, compare-and-delete) on the master Sentinel names"
     servers: ClassVar[str] = "sentinel"
 
+    _stale: bool = False  # the single connection failed: take a new one before the next call
+
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
+        if self._stale and not self._follow_the_master():
+            return Refusal("error")  # no master to connect to yet (the sentinels have not agreed)
         result = super().acquire(key=key, ttl_ms=ttl_ms)
         if isinstance(result, Refusal) and result.reason == "error" and self._wait_replicas:
-            self._follow_the_master()
+            self._stale = True
         return result
 
-    def _follow_the_master(self) -> None:
+    def _follow_the_master(self) -> bool:
+        """A new single connection from the Sentinel pool (which asks the sentinels); False if none now."""
         pool = self._client.connection_pool
-        self._client.close()  # its connection goes back to the pool, which re-discovers on connect
-        self._client = redis.Redis(connection_pool=pool).client()
+        try:
+            fresh = redis.Redis(connection_pool=pool).client()  # connects now: raises while no master answers
+        except redis.RedisError:
+            return False
+        with contextlib.suppress(redis.RedisError):
+            self._client.close()
+        self._client, self._stale = fresh, False
         self._release = self._client.register_script(RELEASE_SCRIPT)
+        return True
 
 
 class SentinelFenced(SentinelSingle, FencedLock):
     summary: ClassVar[str] = "fenced (SET NX PX + INCR token in one script) on the master Sentinel names"
     servers: ClassVar[str] = "sentinel"
 
-    def _follow_the_master(self) -> None:
-        super()._follow_the_master()
+    def _follow_the_master(self) -> bool:
+        followed = super()._follow_the_master()
         self._acquire = self._client.register_script(ACQUIRE_SCRIPT)
+        return followed
 
 
 class SentinelRedisPy(RedisPyLock):
