@@ -103,9 +103,9 @@ def fault_kinds_table() -> str:
     ]
     for kind in KINDS.values():
         params = "; ".join(f"{p.text}{': ' + p.help if p.help else ''}" for p in kind.params) or "–"
+        target = whom.get(kind.acts_on, "`worker=`").replace("nodes=", f"{kind.target_param}=")  # split: minority=
         cells = (
-            f"`{kind.name}`", kind.summary, whom.get(kind.acts_on, "`worker=`").replace("nodes=", f"{kind.target_param}="),
-            params, kind.without_for,
+            f"`{kind.name}`", kind.summary, target, params, kind.without_for,
             ", ".join(sorted(kind.needs)) or "–", "the workers it delays" if kind.excuses_worker else "–",
         )  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
