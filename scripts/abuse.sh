@@ -6,16 +6,28 @@
 #   scripts/abuse.sh              every case (see the summary for how long; it loads the machine)
 #   scripts/abuse.sh CASE...      only the cases whose names contain one of the words
 #
-# Runs from a repository checkout (PYTHONPATH=src) with the interpreter in $PYTHON (default
-# /work/venv/bin/python, else python3). Cases that need a read-only or a full file system mount a
-# small tmpfs and are skipped without root. Everything happens under one temporary directory,
-# with TMPDIR and the run registry pointed into it, so leftovers are this script's own.
+# Runs from a repository checkout (PYTHONPATH=src) with the interpreter in $PYTHON, by default the
+# project's own: the checkout's .venv/bin/python, else the python beside the `lockcompare` on PATH; a
+# bare python3 only if it imports lockcompare's dependencies (else the script says so and stops: a
+# python3 without them turned every case into an ImportError). Cases that need a read-only or a
+# full file system mount a small tmpfs and are skipped without root. Everything happens under one
+# temporary directory, with TMPDIR and the run registry pointed into it, so leftovers are this
+# script's own.
 set -u
 set -m  # background runs get process groups of their own: a Ctrl-C is sent to the group, as a terminal does
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PY=${PYTHON:-/work/venv/bin/python}
-[ -x "$PY" ] || PY=python3
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+    for candidate in "$ROOT/.venv/bin/python" "$(dirname "$(command -v lockcompare 2>/dev/null || echo /nonexistent/x)")/python" python3; do
+        if "$candidate" -c 'import typer, redis, lockcompare' >/dev/null 2>&1; then PY=$candidate; break; fi
+    done
+fi
+if [ -z "$PY" ] || ! PYTHONPATH="$ROOT/src" "$PY" -c 'import typer, redis' >/dev/null 2>&1; then
+    echo "abuse.sh: no interpreter with lockcompare's dependencies (set PYTHON=/path/to/venv/bin/python)" >&2
+    exit 2
+fi
+echo "== interpreter: $PY"
 WORK=$(mktemp -d /tmp/abuse.XXXXXX)
 export TMPDIR=$WORK/tmp LOCKCOMPARE_RUNS_DIR=$WORK/runs PYTHONPATH=$ROOT/src
 mkdir -p "$TMPDIR" "$LOCKCOMPARE_RUNS_DIR" "$WORK/input"
@@ -447,6 +459,132 @@ if wanted dead-resource; then
     report $n $rc
     echo "    -> $(($(date +%s) - t0)) s after the kill; rows: $("$PY" -c "import csv,sys; print(' '.join(r['verdict'] + '/' + r['wall_s'][:4] + 's' for r in csv.DictReader(open(sys.argv[1]))))" "$WORK/$n/x.csv" 2>/dev/null)"
 fi
+
+# ---- issue 38: the third battery ------------------------------------------------------------------
+echo "== one address parser, never raising; one redaction, whatever the form"
+case_ fullwidth-at-redis lc run --nodes "redis://:abuse＠s3cret@127.0.0.1:1/0" --resource "redis://127.0.0.1:1/1"
+case_ fullwidth-at-postgres lc run --backend pg-lease --postgres "postgresql://u:abuse＠s3cret@127.0.0.1:1/db"
+case_ fullwidth-at-etcd lc run --backend etcd --nodes "http://root:abuse＠s3cret@127.0.0.1:1" --resource "redis://127.0.0.1:1/1"
+case_ fullwidth-at-zookeeper lc run --backend zk-lock --zookeeper "u:abuse-s3cret＠127.0.0.1:1"
+case_ fullwidth-only-redis lc run --nodes "redis://:abuse-s3cret＠127.0.0.1:1/0" --resource "redis://127.0.0.1:1/1"
+case_ ipv6-nodes lc run --nodes "redis://[::1]:1/0" --resource "redis://127.0.0.1:1/1"
+case_ ipv6-resource lc run --nodes "redis://127.0.0.1:1/0" --resource "redis://:abuse-s3cret@[::1]:1/1"
+case_ ipv6-resource-unclosed lc run --nodes "redis://127.0.0.1:1/0" --resource "redis://:abuse-s3cret@[::1:1/1"
+case_ ipv6-unbracketed lc run --nodes "redis://::1:1/0" --resource "redis://127.0.0.1:1/1"
+case_ ipv6-postgres lc run --backend pg-lease --postgres "postgresql://u:abuse-s3cret@[::1]:1/db"
+case_ pw-raw-space lc run --nodes "redis://:abuse s3cret@127.0.0.1:1/0" --resource "redis://127.0.0.1:1/1"
+case_ pw-quote lc run --nodes "redis://:abuse's3cret@127.0.0.1:1/0" --resource "redis://127.0.0.1:1/1"
+case_ pw-double-quote lc run --nodes 'redis://:abuse"s3cret@127.0.0.1:1/0' --resource "redis://127.0.0.1:1/1"
+case_ pw-quote-bad-port lc run --nodes "redis://:abuse's3cret@127.0.0.1:port/0" --resource "redis://127.0.0.1:1/1"
+case_ pw-postgres-keywords lc run --backend pg-lease --postgres "host=127.0.0.1 port=1 user=u password=abuse-s3cret dbname=x"
+case_ pw-postgres-keywords-quoted lc run --backend pg-lease --postgres "host=127.0.0.1 port=1 password='abuse s3cret'"
+case_ pw-postgres-keywords-unclosed lc run --backend pg-lease --postgres "host=127.0.0.1 port=1 password='abuse s3cret"
+case_ pw-zookeeper-userinfo lc run --backend zk-lock --zookeeper "u:abuse-s3cret@127.0.0.1:1"
+case_ pw-dask-userinfo lc matrix "${Q[@]}" --dask "tcp://u:abuse-s3cret@127.0.0.1:1" --out x.csv
+case_ pw-dask-bare-userinfo lc matrix "${Q[@]}" --dask "u:abuse-s3cret@127.0.0.1:1" --out x.csv
+
+echo "== manifests read as bytes; a daemonising server binary"
+if wanted manifest-non-utf8; then
+    printf 'protocol = 1\nname = "caf\xe9"\nsummary = "latin-1"\ncommand = ["true"]\n[claims]\nexclusive = true\nissues_fencing_tokens = false\n' \
+        >"$WORK/input/latin1.toml"
+    case_ manifest-non-utf8 lc run --backend "$WORK/input/latin1.toml" --rounds 2
+fi
+if wanted redis-server-daemonises; then
+    printf '#!/bin/sh\nexec "%s" "$@" --daemonize yes\n' "$RS" >"$WORK/bin/redis-daemon" && chmod +x "$WORK/bin/redis-daemon"
+    case_ redis-server-daemonises lc run --rounds 2 --time-scale 0.1 --redis-server "$WORK/bin/redis-daemon"
+fi
+if wanted redis-server-forks-and-exits; then
+    printf '#!/bin/sh\n"%s" "$@" >/dev/null 2>&1 &\nexit 0\n' "$RS" >"$WORK/bin/redis-bg" && chmod +x "$WORK/bin/redis-bg"
+    case_ redis-server-forks-and-exits lc run --rounds 2 --time-scale 0.1 --redis-server "$WORK/bin/redis-bg"
+fi
+
+echo "== a killed run's temporary directories, swept by whatever runs next"
+if wanted killed-then-resume-nothing; then
+    n=killed-then-resume-nothing; mkdir -p "$WORK/$n"
+    (cd "$WORK/$n" && lc matrix "${Q[@]}" --out done.csv >/dev/null 2>&1)
+    start_bg $n lc matrix --backends single,redlock --experiments baseline --trials 2 --rounds 30 --time-scale 0.1 --out y.csv
+    wait_for "$WORK/$n/y.csv.lock" 30; sleep 1.5
+    kill -9 "$BG_PID"; { wait "$BG_PID"; } 2>/dev/null; sleep 1
+    echo "killed: $(find "$TMPDIR" -mindepth 1 -maxdepth 1 | wc -l) dir(s) left" >"$WORK/$n/killed.txt"
+    # (another revision may have been committed meanwhile: the case is about the sweep, not the revision)
+    case_ $n lc matrix "${Q[@]}" --out "$WORK/$n/done.csv" --resume --allow-mixed-revisions "abuse.sh"
+    wanted $n && echo "    -> $(cat "$WORK/$n/killed.txt"); after a --resume with nothing to do: $(find "$TMPDIR" -mindepth 1 -maxdepth 1 | wc -l)"
+fi
+if wanted killed-then-table; then
+    n=killed-then-table
+    start_bg $n lc matrix --backends single,redlock --experiments baseline --trials 2 --rounds 30 --time-scale 0.1 --out y.csv
+    wait_for "$WORK/$n/y.csv.lock" 30; sleep 1.5
+    kill -9 "$BG_PID"; { wait "$BG_PID"; } 2>/dev/null; sleep 1
+    case_ $n lc table "$WORK/input/good.csv"
+fi
+
+echo "== one histories folder per results file"
+if wanted histories-csv-then-tsv; then
+    n=histories-csv-then-tsv; mkdir -p "$WORK/$n"
+    (cd "$WORK/$n" && lc matrix "${Q[@]}" --out x.csv >/dev/null 2>&1)
+    case_ $n lc matrix "${Q[@]}" --out x.tsv
+    wanted $n && echo "    -> x.csv's rows point into: $(cut -d, -f"$(head -1 "$WORK/$n/x.csv" | tr ',' '\n' | grep -nx history | cut -d: -f1)" "$WORK/$n/x.csv" | tail -n +2 | xargs dirname | sort -u | tr '\n' ' ')x.tsv's into: $(grep -o 'x[.a-z]*histories' "$WORK/$n/x.tsv" | sort -u | tr '\n' ' ')"
+fi
+
+echo "== SIGHUP and SIGQUIT as SIGTERM"
+for sig in HUP QUIT; do
+    for cmd in matrix explore; do
+        n=sig$sig-$cmd
+        wanted "$n" || continue
+        if [ $cmd = matrix ]; then
+            start_bg $n lc matrix --backends single,redlock --experiments baseline --trials 2 --rounds 30 --time-scale 0.1 --out x.csv
+        else
+            start_bg $n lc explore single --budget 60s --out ex
+        fi
+        sleep 3
+        kill -s "$sig" "$BG_PID" 2>/dev/null
+        { wait "$BG_PID"; } 2>/dev/null; rc=$?
+        report "$n" "$rc"
+    done
+done
+
+echo "== report: a temporary folder renamed whole"
+for sig in TERM INT; do
+    n=report-sig$sig
+    wanted "$n" || continue
+    mkdir -p "$WORK/$n"
+    (cd "$WORK/$n" && lc report "$WORK/input/good.csv" --out rep >/dev/null 2>&1)
+    seen=""
+    for delay in 0.2 0.4 0.6 0.8; do  # the signal lands somewhere in the rendering (0.8-1.2 s here)
+        start_bg $n lc report "$WORK/input/good.csv" --out rep
+        sleep $delay
+        if [ "$sig" = INT ]; then kill -s INT -- -"$BG_PID" 2>/dev/null; else kill -s TERM "$BG_PID" 2>/dev/null; fi
+        { wait "$BG_PID"; } 2>/dev/null; rc=$?
+        missing=$(cd "$WORK/$n/rep" 2>/dev/null && [ -f README.md ] && [ -f .lockcompare-report ] &&
+            while read -r f; do [ -e "$f" ] || echo missing; done <.lockcompare-report | grep -c missing)
+        seen+="${delay}s: exit $rc, ${missing:-no whole folder} missing; "
+        grep -q 'Exception ignored' "$WORK/$n/stderr" && echo "Exception ignored printed (exit $rc)" >>"$WORK/$n/stderr"
+    done
+    staging=$(find "$WORK/$n" -maxdepth 2 -name '*staging*' | wc -l)
+    (cd "$WORK/$n" && lc report "$WORK/input/good.csv" --out rep >/dev/null 2>"$WORK/$n/again.err"); again=$?
+    report "$n" "$rc"
+    echo "    -> $seen""staging folders left: $staging; the next report into it: exit $again"
+done
+
+echo "== no working directory needed unless written there"
+for cmd in table run backends; do
+    n=cwd-deleted-$cmd
+    wanted "$n" || continue
+    mkdir -p "$WORK/$n/gone"
+    case $cmd in
+        table) args=(table "$WORK/input/good.csv") ;;
+        run) args=(run --rounds 2 --time-scale 0.1) ;;
+        backends) args=(backends) ;;
+    esac
+    # The interpreter itself, not the sh wrapper: sh complains of the missing directory on its own.
+    (cd "$WORK/$n/gone" && rmdir "$WORK/$n/gone" && ABUSE_CASE=$n "$PY" -m lockcompare "${args[@]}" >"$WORK/$n/stdout" 2>"$WORK/$n/stderr")
+    report "$n" $?
+done
+
+echo "== durations bounded by what their server takes"
+case_ idle-session-timeout-3e9 lc run --backend pg-advisory --idle-session-timeout-ms 3e9
+case_ idle-session-timeout-scaled lc run --backend pg-advisory --idle-session-timeout-ms 2000000000 --time-scale 2
+case_ client-timeout-1e308 lc run --client-timeout-ms 1e308
 
 echo "== summary: $CASES cases, $TOTAL_TB tracebacks, $TOTAL_LEFT leftovers (processes + dirs + .part files), $TOTAL_DUP duplicate rows, $TOTAL_PW passwords printed"
 [ "$TOTAL_TB" = 0 ] && [ "$TOTAL_LEFT" = 0 ] && [ "$TOTAL_DUP" = 0 ] && [ "$TOTAL_PW" = 0 ]
