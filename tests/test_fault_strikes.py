@@ -289,6 +289,7 @@ def test_a_semaphore_like_zookeeper_lease_is_unknown_under_session_kill_until_de
     run, row = _matrix(tmp_path, "plugins.lease_elsewhere:SemaphoreLikeLock", "session-kill")
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert row["verdict"] == "unknown" and "no session held the lock" in row["problem"]
+    assert "none a kazoo Lock contender: a backend whose lease lives elsewhere declares lease_znodes" in row["problem"]
     run, row = _matrix(tmp_path, "plugins.lease_elsewhere:DeclaredSemaphoreLikeLock", "session-kill")
     assert row["verdict"] != "unknown" and int(row["fault_steps_struck"]) > 0, row["problem"]
 

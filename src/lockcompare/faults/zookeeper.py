@@ -145,7 +145,7 @@ def expire_holder_session(
         with admin_session(urls) as admin:
             found = lease_holder(admin, lock_key=lock_key, lease_znodes=lease_znodes)
             if found is None:
-                return "skipped: no session held the lock", [], {}
+                return f"skipped: no session held the lock{_undeclared(admin, lock_key, lease_znodes)}", [], {}
             node, session, identifier = found
             with attach_session(urls, session_id=session) as attached:
                 now = lease_holder(admin, lock_key=lock_key, lease_znodes=lease_znodes)
@@ -163,6 +163,25 @@ def expire_holder_session(
     name = node.rsplit("/", 1)[-1]
     detail = f"closed the holder's session {session:#x} (lock znode {name}, identifier {identifier})"
     return detail, [session], {"session_owner": identifier}
+
+
+def _undeclared(admin: Any, lock_key: str, lease_znodes: LeaseZnodes) -> str:
+    """A hint when the key's path holds znodes but no kazoo Lock contender, and the backend declared
+    no ``lease_znodes``: its lease is probably there, in a shape the default lookup does not read."""
+    from kazoo.exceptions import NoNodeError
+
+    if lease_znodes is not None:
+        return ""
+    try:
+        children = admin.get_children(lock_path(lock_key))
+    except NoNodeError:
+        return ""
+    if not children:
+        return ""
+    return (
+        f" ({len(children)} znode(s) under the key's path, none a kazoo Lock contender: a backend whose lease "
+        "lives elsewhere declares lease_znodes, docs/plugins.md)"
+    )
 
 
 class AttachedSession:
