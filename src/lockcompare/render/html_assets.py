@@ -28,7 +28,7 @@ table.grid th.col{font-size:11px;font-weight:normal;max-width:104px}
 .legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle;border:1px solid #999}
 pre{background:#f7f7f7;border:1px solid #ddd;padding:.5em;overflow-x:auto;font-size:12px}
 pre.cmd{white-space:pre-wrap;overflow-wrap:anywhere}
-.svgbox{overflow-x:auto}dl.kv{display:grid;grid-template-columns:max-content auto;gap:0 1em;font-size:13px}
+.svgbox,.scroll{overflow-x:auto}dl.kv{display:grid;grid-template-columns:max-content auto;gap:0 1em;font-size:13px}
 dl.kv dt{color:#555}dl.kv dd{margin:0;font-family:monospace}.note{color:#555;font-size:.92em}
 .cols{display:flex;flex-wrap:wrap;gap:2em}
 """
@@ -68,7 +68,8 @@ def table_html(headers: list[str], lines: list[list[str]], *, sortable: bool = T
     cls = ' class="sortable"' if sortable else ""
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     rows = "".join("<tr>" + "".join(f"<td>{c if raw else escape(c)}</td>" for c in line) + "</tr>\n" for line in lines)
-    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>\n{rows}</tbody></table>"
+    # a wide table scrolls inside its box instead of running off the page
+    return f'<div class="scroll"><table{cls}><thead><tr>{head}</tr></thead><tbody>\n{rows}</tbody></table></div>'
 
 
 def key_values(pairs: list[tuple[str, str]]) -> str:

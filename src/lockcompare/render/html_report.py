@@ -113,16 +113,16 @@ def _index_page(rows: Sequence[dict[str, Any]], *, cells: Sequence[Cell], result
         f'<p class="note">{len(rows)} trials in {len(cells)} cells from {len(runs)} run(s). Computed from '
         f"<code>{escape(results.name)}</code> and the histories beside it; render again with "
         f"<code>lockcompare report {escape(results.name)}</code>.</p>",
-        "<h2>Who survives what</h2>",
+        '<h2 id="grid">Who survives what</h2>',
         '<p class="note">The worst verdict per cell (as in glance.png), lost updates summed over its trials. '
         "Click a cell for its trials; each trial has its timeline.</p>",
         _grid(rows, cells=cells),
         _verdict_legend(),
-        "<h2>Summary</h2>",
+        '<h2 id="summary">Summary</h2>',
         '<p class="note">Click a column to sort. Conflicts: entries that found another worker inside, counted at '
         "the resource. Lost updates: increments the final balance does not contain.</p>",
         table_html(headers, _linked(lines, cells=cells), raw=True),
-        "<h2>Provenance</h2>",
+        '<h2 id="provenance">Provenance</h2>',
         _provenance(rows),
     ]
     return page(title=f"lockcompare report: {results.name}", body="\n".join(body))
