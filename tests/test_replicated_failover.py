@@ -52,6 +52,7 @@ def test_sentinel_url_names_the_master_and_every_sentinel() -> None:
     assert parse_sentinel_url(url) == ("node0", [("127.0.0.1", 26379), ("127.0.0.1", 26380), ("127.0.0.1", 26381)])
 
 
+@pytest.mark.full  # real clusters: seconds each
 def test_postgres_failover_promotes_the_replica_and_loses_what_it_never_saw() -> None:
     _require("postgres")
     _require("redis")
@@ -93,6 +94,7 @@ def test_postgres_failover_promotes_the_replica_and_loses_what_it_never_saw() ->
     _assert_gone(pids, dirs)
 
 
+@pytest.mark.full  # real clusters: seconds each
 def test_sentinels_elect_a_leader_promote_the_replica_and_the_lock_key_is_gone() -> None:
     _require("redis")
     from lockcompare.infra.redisconn import connect
@@ -127,6 +129,7 @@ def test_sentinels_elect_a_leader_promote_the_replica_and_the_lock_key_is_gone()
     _assert_gone(pids, dirs)
 
 
+@pytest.mark.full  # real clusters: seconds each
 def test_a_sentinel_lock_with_wait_refuses_while_held_back_and_follows_the_failover() -> None:
     _require("redis")
     from lockcompare.backends.base import BackendConfig, Lease, Refusal
