@@ -57,6 +57,7 @@ class Partition:
 
 class Isolate(FaultKind):
     name = "isolate"
+    excuses_calls = True  # a member cut from its peers cannot commit: calls to it wait (sentinel, sessions)
     order = 62
     summary = "cut each node off from its peers (the other lock servers): a side of its own"
     acts_on = NODES
@@ -64,6 +65,7 @@ class Isolate(FaultKind):
     without_for = "until the end"
     needs = frozenset({PEER_LINKS})
     lasts = True
+    explored_by_default = False  # only servers with peer links take it (etcd, ZooKeeper): --faults asks for it
 
     def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
         return Runtime(

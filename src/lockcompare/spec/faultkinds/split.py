@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 class Split(FaultKind):
     name = "split"
+    excuses_calls = True  # the minority side cannot commit: calls to it wait (sentinel, sessions)
     order = 63
     summary = "two sides of lock servers: the minority= nodes against the rest"
     acts_on = NODES
@@ -30,6 +31,7 @@ class Split(FaultKind):
     without_for = "until the end"
     needs = frozenset({PEER_LINKS})
     lasts = True
+    explored_by_default = False  # only servers with peer links take it (etcd, ZooKeeper): --faults asks for it
 
     def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
         return Runtime(
