@@ -106,7 +106,8 @@ def fault_kinds_table() -> str:
         target = whom.get(kind.acts_on, "`worker=`").replace("nodes=", f"{kind.target_param}=")  # split: minority=
         cells = (
             f"`{kind.name}`", kind.summary, target, params, kind.without_for,
-            ", ".join(sorted(kind.needs)) or "–", "the workers it delays" if kind.excuses_worker else "–",
+            ", ".join(sorted(kind.needs)) or "–",
+            "the workers it delays" if kind.excuses_worker else ("calls while it lasts" if kind.excuses_calls else "–"),
         )  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
