@@ -33,13 +33,15 @@ from lockcompare.spec.schedule import NodeTarget, parse_schedule
 def test_role_targets_parse_and_print_back() -> None:
     for text in (
         "isolate nodes=leader after-acquire=50 once for=3000",
-        "split minority=holder-member after-acquire=50 once for=3000",
+        "split nodes=holder-member after-acquire=50 once for=3000",
         "crash nodes=followers:2 after-acquire=50 once",
         "node-freeze nodes=primary after-acquire=0 once for=100",
     ):
         assert parse_schedule(text).text == text
-    with pytest.raises(InvalidValueError, match="split takes minority=, not nodes="):
-        parse_schedule("split nodes=0 for=100")
+    # split's side may be written minority= (the same nodes=), never both.
+    assert parse_schedule("split minority=leader for=100") == parse_schedule("split nodes=leader for=100")
+    with pytest.raises(InvalidValueError, match="nodes= and minority= name the same nodes"):
+        parse_schedule("split nodes=0 minority=1 for=100")
     with pytest.raises(InvalidValueError, match="holder-member is read from a lease"):
         parse_schedule("isolate nodes=holder-member at=start for=100")
 

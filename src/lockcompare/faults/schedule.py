@@ -372,6 +372,7 @@ class FaultScheduler:
                 "late_ms": (t - planned) / 1e6,
                 "nodes": [],
                 "reason": resolution.reason,
+                **({"roles": resolution.roles} if resolution.roles is not None else {}),  # what a role step read
                 "skipped": action,
                 **self._target_fields(state.planned.step),
                 **({"holders": self._last_holders} if self._last_holders is not None else {}),

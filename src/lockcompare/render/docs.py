@@ -103,7 +103,7 @@ def fault_kinds_table() -> str:
     ]
     for kind in KINDS.values():
         params = "; ".join(f"{p.text}{': ' + p.help if p.help else ''}" for p in kind.params) or "–"
-        target = whom.get(kind.acts_on, "`worker=`").replace("nodes=", f"{kind.target_param}=")  # split: minority=
+        target = whom.get(kind.acts_on, "`worker=`") + (f" (or `{kind.target_alias}=`)" if kind.target_alias else "")
         cells = (
             f"`{kind.name}`", kind.summary, target, params, kind.without_for,
             ", ".join(sorted(kind.needs)) or "–",

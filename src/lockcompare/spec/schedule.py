@@ -111,7 +111,7 @@ class FaultStep:
     def text(self) -> str:
         words = [self.kind]
         if self.nodes is not None:
-            words.append(f"{faultkinds.KINDS[self.kind].target_param}={self.nodes.text}")
+            words.append(f"nodes={self.nodes.text}")
         if self.worker is not None:
             words.append(f"worker={self.worker.text}")
         if self.at == "after-acquire":
@@ -200,10 +200,12 @@ def _parse_step(text: str) -> FaultStep:
 
 
 def _build(kind: str, values: dict[str, str], *, every: bool) -> FaultStep:
-    target = faultkinds.KINDS[kind].target_param  # split names its side minority=
-    if target != "nodes" and "nodes" in values:
-        raise InvalidValueError(f"{kind} takes {target}=, not nodes=")
-    nodes = _nodes(values.pop(target)) if target in values else None
+    alias = faultkinds.KINDS[kind].target_alias  # split names its side minority= too
+    if alias and alias in values:
+        if "nodes" in values:
+            raise InvalidValueError(f"{kind}: nodes= and {alias}= name the same nodes: give one")
+        values["nodes"] = values.pop(alias)
+    nodes = _nodes(values.pop("nodes")) if "nodes" in values else None
     worker = _worker(values.pop("worker")) if "worker" in values else None
     at = values.pop("at", None)
     after = values.pop("after-acquire", None)
@@ -224,7 +226,7 @@ def _build(kind: str, values: dict[str, str], *, every: bool) -> FaultStep:
         params.append((param.name, param.canonical(value)))
     if values:
         allowed = [
-            target if declared.acts_on != WORKER else "worker",
+            "nodes" if declared.acts_on != WORKER else "worker",
             *(["worker"] if declared.acts_on == LINKS else []),
         ]
         allowed += ["at", "after-acquire", "follow", "for", *(p.name for p in declared.params)]
@@ -247,9 +249,8 @@ def _check(step: FaultStep) -> None:
     kind = faultkinds.KINDS[step.kind]
     if kind.acts_on in (NODES, LINKS):
         if step.nodes is None:
-            target = kind.target_param
             raise InvalidValueError(
-                f"{kind.name} needs {target}= (indices, holders:K, others:K, all, leader, followers:K or holder-member)"
+                f"{kind.name} needs nodes= (indices, holders:K, others:K, all, leader, followers:K or holder-member)"
             )
     elif step.nodes is not None:
         raise InvalidValueError(f"{kind.name} acts on a worker: it takes worker=, not nodes=")

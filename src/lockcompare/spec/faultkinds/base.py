@@ -164,8 +164,9 @@ class FaultKind:
     order: ClassVar[int]
     summary: ClassVar[str]  # one line: what it does (docs/faults.md's table)
     acts_on: ClassVar[str]  # NODES, WORKER or LINKS
-    #: The key its ``nodes=`` target is written with (split names its side ``minority=``).
-    target_param: ClassVar[str] = "nodes"
+    #: Another key its ``nodes=`` target may be written with (split: ``minority=``); the
+    #: canonical text says ``nodes=``, which explore draws and shrinks.
+    target_alias: ClassVar[str] = ""
     params: ClassVar[tuple[Param, ...]] = ()
     #: What an omitted ``for=`` means: True, it lasts until the trial ends; False, healed at once.
     until_the_end: ClassVar[bool] = False

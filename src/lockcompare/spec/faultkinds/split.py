@@ -26,7 +26,7 @@ class Split(FaultKind):
     order = 63
     summary = "two sides of lock servers: the minority= nodes against the rest"
     acts_on = NODES
-    target_param = "minority"
+    target_alias = "minority"
     until_the_end = True
     without_for = "until the end"
     needs = frozenset({PEER_LINKS})
@@ -41,7 +41,7 @@ class Split(FaultKind):
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
         at = when(rng, shape, start_ok=False)
         side = rng.choice(["holder-member", "leader", "followers:1"])
-        return (f"minority={side}", *at, f"for={ms(rng.uniform(0.5, 3.0) * shape.ttl_ms)}")
+        return (f"nodes={side}", *at, f"for={ms(rng.uniform(0.5, 3.0) * shape.ttl_ms)}")
 
 
 KIND = Split()
