@@ -120,7 +120,7 @@ def test_without_the_build_the_backend_is_not_viable_with_the_build_command(tmp_
     copy = tmp_path / "curator-mutex.toml"
     copy.write_text((JAVA_DIR / "curator-mutex.toml").read_text())
     cls: Any = load_backend(str(copy), check_viable=False)
-    with pytest.raises(BackendNotViableError, match=r"build/curator-mutex.jar missing.*bash clients/java/build.sh"):
+    with pytest.raises(BackendNotViableError, match=r"build/curator-mutex.jar missing.*clients install java"):
         cls.check_viable()
 
 

@@ -7,7 +7,7 @@ share; each other module is one group of commands.
 import sys
 
 try:
-    from lockcompare.cli import catalogue, explore, measure, results  # noqa: F401  (registers the commands)
+    from lockcompare.cli import catalogue, clients, explore, measure, results  # noqa: F401  (registers the commands)
     from lockcompare.cli.core import app
 except KeyboardInterrupt:  # a Ctrl-C while the command is still importing: one line, no traceback
     print("lockcompare: interrupted", file=sys.stderr)

@@ -39,10 +39,33 @@ def lockcompare_version() -> str:
         return "unknown"
 
 
+#: Written into an installed build's package by setup.py: {"revision": commit, "dirty": bool}.
+BUILD_INFO = "_build_info.json"
+
+
 @functools.cache
 def source_revision() -> str:
-    """The git commit the running code comes from, ``+dirty`` if its code differs; "" outside git."""
-    return revision_of(Path(__file__).resolve().parent.parent)
+    """The git commit the running code comes from, ``+dirty`` if its code differs; "" if unknown.
+
+    An installed build (a wheel) is in no checkout: it says the revision it was built from
+    (:func:`build_revision`). That record is read first, so a wheel installed into a venv that sits
+    inside some checkout does not take that checkout's revision."""
+    package = Path(__file__).resolve().parent.parent
+    built = build_revision(package)
+    return built if built is not None else revision_of(package)
+
+
+def build_revision(package: Path) -> str | None:
+    """The revision recorded in ``package`` when it was built, ``+dirty`` if built from a changed
+    checkout; None when the package holds no record (it runs from a checkout); "" if unreadable."""
+    try:
+        info = json.loads((package / BUILD_INFO).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return ""
+    revision = str(info.get("revision") or "") if isinstance(info, dict) else ""
+    return revision + ("+dirty" if revision and info.get("dirty") else "")
 
 
 def revision_of(package: Path) -> str:

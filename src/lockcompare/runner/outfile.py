@@ -117,16 +117,19 @@ def prepare_out(out: Path, *, resume: bool, allow_mixed_revisions: str | None = 
 
 def _check_revisions(out: Path, rows: list[dict[str, Any]], *, allow_mixed_revisions: str | None) -> None:
     running = source_revision()
-    others = sorted({str(r["source_revision"]) for r in rows if r.get("source_revision")} - {running})
-    if not others or not running:
-        return  # rows that do not say their revision (before provenance) or code outside git: nothing to compare
-    held = ", ".join(rev[:12] for rev in others)
+    # An unknown revision ("": rows from before provenance, code from neither a checkout nor a build
+    # that recorded one) differs from every known one: nothing tells two such builds apart.
+    others = sorted({str(r.get("source_revision") or "") for r in rows} - {running})
+    if not others:
+        return
+    held = ", ".join(rev[:12] or "unknown" for rev in others)
+    this = running[:12] or "of an unknown revision"
     if allow_mixed_revisions is None:
         raise ResultsFileError(
-            f"{out} holds trials of revision {held}; this code is {running[:12]}: resuming would mix two "
+            f"{out} holds trials of revision {held}; this code is {this}: resuming would mix two "
             "instruments in one cell. Use another --out, or --allow-mixed-revisions REASON to continue anyway"
         )
-    log.warning("%s: mixing revisions %s and %s (%s)", out, held, running[:12], allow_mixed_revisions)
+    log.warning("%s: mixing revisions %s and %s (%s)", out, held, this, allow_mixed_revisions)
 
 
 def history_ids(out: Path) -> set[str]:

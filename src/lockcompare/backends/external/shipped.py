@@ -1,19 +1,21 @@
 """The external clients lockcompare ships, registered by name like the built-ins (entry points
 ``node-redlock = "lockcompare.backends.external.shipped:NodeRedlock"``…).
 
-Their manifests and code live in the source tree's ``clients/`` directory (``clients/node/``, with
-its committed package-lock.json), or in ``$LOCKCOMPARE_CLIENTS_DIR``. Each class is built from its
-manifest on first use; where the directory, ``node`` or the installed ``node_modules`` are missing,
-the backend is listed as not viable with the one command that installs it.
+Their manifests and code are found as :mod:`.locate` says: ``$LOCKCOMPARE_CLIENTS_DIR``, the source
+tree's ``clients/``, or the per-user cache that ``lockcompare clients install`` fills (an installed
+wheel carries their sources, and that command installs their dependencies and builds them). Each
+class is built from its manifest on first use; where the clients are not installed, or ``node``,
+``node_modules`` or a build are missing, the backend is listed as not viable with the command that
+installs it.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import ClassVar
 
 from lockcompare.backends.external import manifest_backend
+from lockcompare.backends.external.locate import ENV_CLIENTS_DIR, INSTALL_COMMAND, locate
 from lockcompare.errors import BackendNotViableError
 
 #: Entry-point attribute -> manifest, relative to the clients directory.
@@ -29,41 +31,40 @@ SHIPPED = {
     "CuratorMutexChecked": "java/curator-mutex-checked.toml",
 }
 
-ENV_CLIENTS_DIR = "LOCKCOMPARE_CLIENTS_DIR"
-
 
 def clients_dir() -> Path:
-    explicit = os.environ.get(ENV_CLIENTS_DIR)
-    if explicit:
-        return Path(explicit).expanduser().resolve()
-    return Path(__file__).resolve().parents[4] / "clients"  # src/lockcompare/backends/external/ -> repo
+    """Where the shipped clients are looked for (the per-user cache, even when nothing is installed there)."""
+    return locate().directory
 
 
 def __getattr__(name: str) -> type:
     relative = SHIPPED.get(name)
     if relative is None:
         raise AttributeError(name)
-    path = clients_dir() / relative
+    where = locate()
+    path = where.directory / relative
+    if where.problem:
+        return _missing(name, where.problem)
     if not path.is_file():
-        return _missing(name, path)
+        return _missing(name, f"{path} not found (clients from {where.origin}; run `{INSTALL_COMMAND}`)")
     return manifest_backend(str(path))
 
 
-def _missing(name: str, path: Path) -> type:
+def _missing(name: str, problem: str) -> type:
     class Missing:
-        summary: ClassVar[str] = f"shipped external client {name} (manifest not found)"
+        summary: ClassVar[str] = f"shipped external client {name} (not installed)"
         exclusive: ClassVar[bool] = True
         issues_fencing_tokens: ClassVar[bool] = False
 
         @classmethod
         def check_viable(cls) -> None:
-            raise BackendNotViableError(
-                f"shipped client {name} is not viable here: {path} not found (the clients live in lockcompare's "
-                f"source tree; set {ENV_CLIENTS_DIR} to its clients/ directory)"
-            )
+            raise BackendNotViableError(f"shipped client {name} is not viable here: {problem}")
 
         def acquire(self) -> None: ...
         def release(self) -> None: ...
         def close(self) -> None: ...
 
     return Missing
+
+
+__all__ = ["ENV_CLIENTS_DIR", "SHIPPED", "clients_dir"]
