@@ -39,6 +39,7 @@ from lockcompare.cli.options import (
     with_trial_settings,
 )
 from lockcompare.errors import InvalidValueError, UnknownTrialsError
+from lockcompare.redaction import redact
 from lockcompare.render import table
 from lockcompare.spec.experiments import DEFAULT_EXPERIMENTS
 from lockcompare.spec.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, env_name
@@ -189,7 +190,7 @@ def _fail_on_unknown(report: MatrixReport) -> None:
     for verdict, count in sorted(report.no_progress.items()):
         print(f"lockcompare: note: {count} trial(s) {verdict}: {VERDICT_MEANINGS[verdict]}", file=sys.stderr)
     for trial_id, problem in report.unknown:
-        print(f"lockcompare: unknown verdict for {trial_id}: {problem}", file=sys.stderr)
+        print(f"lockcompare: unknown verdict for {trial_id}: {redact(problem)}", file=sys.stderr)  # it may quote a URL
     if report.unknown:
         raise UnknownTrialsError(f"{len(report.unknown)} trial(s) could not be judged (verdict unknown); see above")
 
