@@ -225,8 +225,15 @@ def test_a_session_kill_names_whose_session_it_ended() -> None:
     scheduler = FaultScheduler(steps=[], cluster=_Cluster(), node_count=1, workers=2)  # type: ignore[arg-type]
     scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner="aaa.10001.n0")
     scheduler.on_acquired(worker=1, round_=0, t_ns=0, owner="bbb.10002.n1")
-    assert scheduler._session_aim("bbb", {"target_worker": 0}) == {"session_worker": 1, "aim": "retargeted"}
-    assert scheduler._session_aim("aaa", {"target_worker": 0}) == {"session_worker": 0}
+    assert scheduler._session_aim({"session_owner": "bbb", "target_worker": 0}) == {
+        "session_worker": 1,
+        "aim": "retargeted",
+    }
+    assert scheduler._session_aim({"session_owner": "aaa", "target_worker": 0}) == {"session_worker": 0}
+    # PostgreSQL: the backend pid a lease reported as its session.
+    scheduler.on_acquired(worker=1, round_=1, t_ns=0, owner="ccc", session="4242")
+    assert scheduler._session_aim({"sessions_ended": [4242], "target_worker": 1}) == {"session_worker": 1}
+    assert scheduler._session_aim({"sessions_ended": [999], "target_worker": 1}) == {"session_worker": None}
 
 
 # -- real trials -----------------------------------------------------------------------------------

@@ -142,6 +142,7 @@ class FaultScheduler:
     _latest_owner: dict[int, str] = field(default_factory=dict)  # worker -> its latest owner token
     _latest_round: dict[int, int] = field(default_factory=dict)
     _last_acquirer: int | None = None
+    _session_workers: dict[str, int] = field(default_factory=dict)  # server session of a lease -> worker
     _last_holders: list[str | None] | None = None  # what the latest _resolve read
     _seen_lease: bool = False  # some read of this trial found a lease (the key pattern matches the backend's)
 
@@ -177,10 +178,14 @@ class FaultScheduler:
             elif not starting and state.active is not None:
                 self._heal(state, planned=now_ns())
 
-    def on_acquired(self, *, worker: int, round_: int, t_ns: int, owner: str | None = None) -> None:
+    def on_acquired(
+        self, *, worker: int, round_: int, t_ns: int, owner: str | None = None, session: str | None = None
+    ) -> None:
         if owner:
             self._owners[owner] = worker
             self._latest_owner[worker] = owner
+        if session is not None:
+            self._session_workers[str(session)] = worker
         self._latest_round[worker] = round_
         self._last_acquirer = worker
         confirm = False
@@ -424,8 +429,8 @@ class FaultScheduler:
         if action == "inject":
             # A fault that found nothing to act on says so by its detail ("skipped: ..."): not a strike.
             extra.setdefault("struck", not str(detail).startswith("skipped"))
-            if extra.get("session_owner") is not None:
-                extra |= self._session_aim(str(extra["session_owner"]), extra)
+            if extra.get("session_owner") is not None or extra.get("sessions_ended"):
+                extra |= self._session_aim(extra)
         self.events.append(
             {
                 "worker": -1,
@@ -444,15 +449,20 @@ class FaultScheduler:
             }
         )
 
-    def _session_aim(self, session_owner: str, extra: dict[str, Any]) -> dict[str, Any]:
-        """Whose session a session-kill ended (``session_owner``: the identifier the lock's holder
-        stored, which starts the owner token its acquire returned): ``session_worker``, and — when that
-        is not the worker it was aimed at — ``aim: retargeted`` (the lease it was aimed at had ended and
-        the lock's holder at kill time was another worker)."""
-        worker = next(
-            (w for owner, w in self._owners.items() if owner == session_owner or owner.startswith(session_owner + ".")),
-            None,
-        )
+    def _session_aim(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """Whose session a session-kill ended: ``session_worker``, from ``session_owner`` (ZooKeeper:
+        the identifier the lock's holder stored, which starts the owner token its acquire returned) or
+        from the first of ``sessions_ended`` (PostgreSQL: a backend pid a lease reported as its session);
+        and — when that is not the worker it was aimed at — ``aim: retargeted`` (the lease it was aimed
+        at had ended and the lock's holder at kill time was another worker)."""
+        session_owner = extra.get("session_owner")
+        if session_owner is not None:
+            ident = str(session_owner)
+            worker = next(
+                (w for owner, w in self._owners.items() if owner == ident or owner.startswith(ident + ".")), None
+            )
+        else:
+            worker = self._session_workers.get(str(extra["sessions_ended"][0]))
         fields: dict[str, Any] = {"session_worker": worker}
         aimed = extra.get("target_worker")
         if worker is not None and isinstance(aimed, int) and worker != aimed:

@@ -263,7 +263,8 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             return True
         if plan.report_acquires:
             # No reply awaited: the runner acts on its own. The owner lets it tell whose lease a node holds.
-            conn.send(("acquired", str(round_), [now_ns(), lease.owner]))
+            # ...and its server session (PostgreSQL's backend pid), so a session-kill names whose it ended.
+            conn.send(("acquired", str(round_), [now_ns(), lease.owner, getattr(lease, "session", None)]))
         pausing = round_ % plan.rounds in plan.pause_rounds
         if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
             pause()
