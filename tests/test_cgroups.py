@@ -288,3 +288,38 @@ def test_the_batterys_freeze_reaches_a_helper_that_left_the_group(backend: str, 
     assert result.status is Status.PASS, result.evidence
     time.sleep(1.0)
     assert [_cmdline(p) for p in _marked(marked)] == [], "a helper outlived the battery"
+
+
+UNIFIED = Path("/sys/fs/cgroup/unified")
+
+
+@pytest.mark.skipif(
+    not (UNIFIED / "cgroup.procs").exists() or not os.access(UNIFIED, os.W_OK),
+    reason="needs a writable hybrid cgroup2 mount at /sys/fs/cgroup/unified",
+)
+def test_the_v2_freeze_and_kill_work_on_a_cgroup2_tree_without_pids() -> None:
+    """cgroup v2's freeze (``cgroup.freeze``, ``frozen 1`` in ``cgroup.events``) needs no controller:
+    exercised where this machine has a controller-less cgroup2 tree (its pids limit cannot be)."""
+    directory = UNIFIED / f"lockcompare-p{os.getpid()}-v2test"
+    directory.mkdir()
+    group = cgroup.ClientCgroup(kind=cgroup.CGROUP_V2, dirs=(directory,), pids_max=0)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _joining(group, "time.sleep(60)")])
+        assert _wait(lambda: group.procs() == [proc.pid])
+        assert group.freeze() and group.frozen()
+        group.thaw()
+        assert not group.frozen()
+        assert group.kill_all() == [proc.pid]
+        proc.wait(timeout=5)
+    finally:
+        group.kill_all()
+        assert group.remove()
+
+
+def _wait(predicate: Any, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
