@@ -1,5 +1,7 @@
-"""``starve``: SIGSTOP/SIGCONT one worker in a loop, letting it run ``duty`` of every ``period=MS``
-(default 100) — a process starved of CPU, whose watchdog thread gets no time to renew.
+"""``starve``: stop and continue one worker's client in a loop, letting it run ``duty`` of every
+``period=MS`` (default 100) — a process starved of CPU, whose watchdog thread gets no time to renew.
+The stop is the pause's (faults/freeze.py): the client's cgroup frozen and thawed where the machine
+offers one (helpers that left the process group too), else SIGSTOP/SIGCONT of its process group.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class Strobe:
-    """``starve``: SIGSTOP/SIGCONT ``worker``'s process group in a loop, letting it run ``duty`` of
-    each ``period_s`` (helpers of its backend are starved with it)."""
+    """``starve``: stop/continue ``worker``'s client (its cgroup, else its process group) in a loop,
+    letting it run ``duty`` of each ``period_s`` (helpers of its backend are starved with it)."""
 
     worker: int | None
     duty: float
