@@ -239,6 +239,7 @@ def test_a_session_kill_names_whose_session_it_ended() -> None:
 # -- real trials -----------------------------------------------------------------------------------
 
 
+@pytest.mark.full  # real servers and worker processes (conftest's full tier)
 def test_a_step_due_after_the_lease_was_released_says_so_in_the_event_and_the_row(cluster: Cluster) -> None:
     """Each restart is due 1500 ms (lesson scale) after worker 0's acquire, long after its 300 ms
     section and release: when it lands, worker 0's lease has ended — it strikes worker 1's lease
@@ -269,6 +270,7 @@ def _matrix(tmp_path: Path, backend: str, experiment: str) -> tuple[subprocess.C
     return run, row
 
 
+@pytest.mark.full  # real servers and worker processes (conftest's full tier)
 def test_a_tooz_like_key_outside_the_default_pattern_is_unknown_until_declared(tmp_path: Path) -> None:
     run, row = _matrix(tmp_path, "plugins.lease_elsewhere:ToozLikeLock", "node-restart")
     assert run.returncode == 1 and "Traceback" not in run.stderr
@@ -290,6 +292,7 @@ def _zookeeper_missing() -> str:
     return ""
 
 
+@pytest.mark.full  # real servers and worker processes (conftest's full tier)
 def test_a_semaphore_like_zookeeper_lease_is_unknown_under_session_kill_until_declared(tmp_path: Path) -> None:
     if missing := _zookeeper_missing():
         pytest.skip(f"needs ZooKeeper and kazoo (apt-get install zookeeper; pip install kazoo): {missing}")
@@ -301,6 +304,7 @@ def test_a_semaphore_like_zookeeper_lease_is_unknown_under_session_kill_until_de
     assert row["verdict"] != "unknown" and int(row["fault_steps_struck"]) > 0, row["problem"]
 
 
+@pytest.mark.full  # real servers and worker processes (conftest's full tier)
 def test_a_step_that_lands_when_no_lease_is_held_is_missed_in_the_event_and_the_row(cluster: Cluster) -> None:
     """One worker, a long think time: every restart is due 1500 ms (lesson scale) after the acquire,
     when the lease was released and nobody holds another — missed, never injected, and a trial whose

@@ -27,6 +27,7 @@ def test_the_tolerance_is_below_the_overstatement_it_must_catch() -> None:
     assert 0 < LEASE_TOLERANCE_MS < OVERSTATED_MS
 
 
+@pytest.mark.full  # real servers and worker processes (conftest's full tier)
 def test_the_battery_fails_a_lease_8_ms_past_its_ttl_and_says_by_how_much(cluster: Cluster) -> None:
     with battery(spec=SPEC, node_urls=cluster.node_urls) as ctx:
         result = check_property(property_named("lease_validity_is_within_the_ttl"), ctx)
@@ -51,6 +52,7 @@ def test_the_checker_tolerates_a_grant_inside_the_tolerance_and_counts_one_past_
     assert grants_while_held(past) == 1 and grant_depths_ms(past) == [(pytest.approx(OVERSTATED_MS), False)]
 
 
+@pytest.mark.full  # real servers and worker processes (conftest's full tier)
 def test_the_client_pause_card_line_judges_the_same_lease_the_same_way_with_its_size(cluster: Cluster) -> None:
     """At x0.1 the rival retries every ~1 ms, so it is granted inside the 8 ms the holder wrongly
     believes it still has: "two valid leases at once", the depth stated beside the tolerance."""
