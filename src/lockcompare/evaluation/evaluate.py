@@ -46,18 +46,18 @@ from lockcompare.analysis.results import history_file, read_results
 from lockcompare.backends import load_backend, require_declarations
 from lockcompare.errors import InvalidValueError, ResultsFileError
 from lockcompare.evaluation.backend_host import Claims, claims_of
+from lockcompare.evaluation.card_totals import Totals, totals
 from lockcompare.evaluation.conformance import (
     CALL_TIMEOUT_S,
     PropertyResult,
     Status,
     run_battery,
 )
-from lockcompare.evaluation.card_totals import Totals, totals
 from lockcompare.evaluation.defaults import CARD_FORMATS, DEFAULT_AGAINST, QUICK_MIN_ROUNDS
 from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_card import TITLE as SEARCH_TITLE
 from lockcompare.evaluation.explore_card import search_line
-from lockcompare.evaluation.scales import card_seconds, expressible_scale, quick_rounds, trial_seconds
+from lockcompare.evaluation.scales import expressible_scale, moved_note, quick_rounds
 from lockcompare.files import check_output_file, results_lock
 from lockcompare.render import table
 from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
@@ -217,26 +217,12 @@ def _evaluate_locked(
     }
     notes = []
     if moved:  # said before the battery starts: what the card will cost (issue 38)
-        at = ", ".join(
-            f"{name} at --time-scale {scale:g}"
-            + (f" ({rounds_at[scale]} rounds)" if rounds_at[scale] != rounds else "")
-            for name, scale in moved.items()
-        )
-        cost = card_seconds(
-            [
-                [
-                    trial_seconds(rounds=rounds_at[scale], scale=scale, work_ms=float(over.given("work_ms") or
-                                  get_experiment(e).work_ms), pause_ms=get_experiment(e).pause_ms)
-                    for e in experiments for _ in names for _ in range(trials)
-                ]
-                for names, experiments, scale, over, _ in runs
-            ],
-            search_s=search_budget_s,
-        )  # fmt: skip
-        notes.append(
-            f"{backend} cannot express these TTLs at --time-scale {time_scale:g}: it runs {at}; "
-            f"this card takes about {_duration(cost)}"
-        )
+        plan = [
+            (names, experiments, scale, float(over.given("work_ms") or 0))
+            for names, experiments, scale, over, _ in runs
+        ]
+        notes.append(moved_note(backend=backend, time_scale=time_scale, moved=moved, rounds=rounds, rounds_at=rounds_at,
+                                runs=plan, trials=trials, search_s=search_budget_s))  # fmt: skip
         log.warning("%s", notes[0])
     battery = []
     for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server,
@@ -279,10 +265,6 @@ def _evaluate_locked(
             f"{s.flag} {cli_text(settings.given(s.name))}" for s in CLI_SETTINGS if settings.given(s.name) is not None
         ),
     )
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def overrides_for(experiment: str, *, settings: Overrides) -> Overrides:

@@ -10,9 +10,10 @@ scale it was asked for, where a report card runs the backend at a scale it can e
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from lockcompare.errors import InvalidValueError
+from lockcompare.spec.experiments import get_experiment
 
 
 def expressible_scale(cls: type, *, ttl_ms: float, scales: Sequence[float]) -> float | None:
@@ -65,3 +66,37 @@ def card_seconds(matrices: Sequence[Sequence[float]], *, search_s: float) -> flo
     """About how long a card takes: the battery, each matrix (its trials' seconds, ``CELLS_AT_ONCE``
     at a time, never less than its longest), then the search's budget."""
     return BATTERY_S + search_s + sum(max(*m, sum(m) / CELLS_AT_ONCE) for m in matrices if m)
+
+
+def moved_note(
+    *,
+    backend: str,
+    time_scale: float,
+    moved: Mapping[str, float],
+    rounds: int,
+    rounds_at: Mapping[float, int],
+    runs: Sequence[tuple[Sequence[str], Sequence[str], float, float]],
+    trials: int,
+    search_s: float,
+) -> str:
+    """The line a card says before its battery when the backend runs some experiments at other
+    scales: which, with how many rounds, and about how long the card takes. ``runs``: the card's
+    matrices as (backends, experiments, scale, the work ms chosen or 0 for each experiment's own)."""
+    at = ", ".join(
+        f"{name} at --time-scale {scale:g}" + (f" ({rounds_at[scale]} rounds)" if rounds_at[scale] != rounds else "")
+        for name, scale in moved.items()
+    )
+    matrices = [
+        [
+            trial_seconds(rounds=rounds_at[scale], scale=scale, work_ms=work or get_experiment(e).work_ms,
+                          pause_ms=get_experiment(e).pause_ms)
+            for e in experiments for _ in names for _ in range(trials)
+        ]
+        for names, experiments, scale, work in runs
+    ]  # fmt: skip
+    cost = card_seconds(matrices, search_s=search_s)
+    took = f"{cost:.0f} s" if cost < 120 else f"{cost / 60:.0f} min"
+    return (
+        f"{backend} cannot express these TTLs at --time-scale {time_scale:g}: it runs {at}; "
+        f"this card takes about {took}"
+    )
