@@ -74,7 +74,7 @@ def tick_step(span_ms: float, *, ticks: int = 8) -> float:
     """A round step (1, 2 or 5 × 10^k ms) giving about ``ticks`` ticks over ``span_ms``.
 
     >>> tick_step(1000), tick_step(37), tick_step(0)
-    (100.0, 5.0, 1.0)
+    (200.0, 5.0, 1.0)
     """
     if span_ms <= 0:
         return 1.0
