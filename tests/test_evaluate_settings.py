@@ -98,6 +98,10 @@ def test_steps_that_can_never_reach_the_lock_are_named() -> None:
     assert why("crash nodes=holders:3 after-acquire=50 once", nodes=5) == ""
     assert why("crash nodes=0 after-acquire=50 once", nodes=1) == ""
     assert why("pause worker=0 after-acquire=0 once for=100", nodes=0) == ""  # a worker fault needs no lease
+    # ...unless it is aimed at the lease's holder (cpu-starvation on none, atomic, optimistic: every step skipped)
+    assert "holds no lease on any lock node, so no worker is its holder" in why(
+        "starve worker=holder after-acquire=0 once for=100 duty=0.5", nodes=0
+    )
     # the catalogue's five-node scenarios keep their fixed steps (bare-majority on single restarts its holder)
     bare = "cut nodes=3,4 worker=0 at=start; restart nodes=holders:1 after-acquire=50 every"
     assert why(bare, nodes=1, fixed=False) == "" and why(bare, nodes=1) != ""

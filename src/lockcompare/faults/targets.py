@@ -165,13 +165,17 @@ def lease_nodes(declared: object, *, node_count: int) -> int:
 
 def never_resolves(steps: Sequence[FaultStep], *, lease_nodes: int, fixed_nodes: bool = True) -> str:
     """Why a step of ``steps`` can never reach this backend's lock ("" when each can): it acts on lock
-    nodes of a backend that holds no lease on any, asks for more holders than a lease has nodes (or
-    more others than the nodes beside a holder), or names only nodes the backend does not use.
+    nodes of a backend that holds no lease on any (or aims at ``worker=holder`` of one), asks for more
+    holders than a lease has nodes (or more others than the nodes beside a holder), or names only
+    nodes the backend does not use.
     Checked before anything starts, instead of recording the step as skipped in every round.
 
     ``fixed_nodes`` False leaves fixed indices alone (the catalogue's scenarios are written for the
     five-node cast: bare-majority cuts nodes 3,4 of a Redlock and restarts a single node's holder)."""
     for step in steps:
+        if lease_nodes == 0 and step.worker is not None and step.worker.index is None:
+            # worker=holder on a design that takes no lease: every step skipped, a trial without its fault.
+            return f"fault step {step.text!r}: this backend holds no lease on any lock node, so no worker is its holder"
         target = step.nodes
         if target is None:
             continue
