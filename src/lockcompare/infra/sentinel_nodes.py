@@ -21,7 +21,9 @@ from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Roles,
 from lockcompare.infra.proxy import LinkProxy, ProxyHost
 from lockcompare.infra.replication import REPLICATION_ARGS, ReplicatedNodes
 from lockcompare.infra.sentinel import (
+    FAILOVER_TIMEOUT_MS,
     FAILOVER_WAIT_S,
+    GUARD_TIMEOUT_MS,
     SENTINELS,
     SYNC_TIMEOUT_S,
     SentinelServer,
@@ -164,6 +166,7 @@ class SentinelPair:
             raise ReplicationError(f"{self.name}: already failed over")
         assert self._replica.port is not None
         on_link = self.link is not None and int(_info(self._replica.port).get("master_port", 0)) == self.link.port
+        self._set_failover_timeout(FAILOVER_TIMEOUT_MS)  # a failover may start now (see sentinel.py)
         listener = _Listener(ports=self._sentinel_ports, service=self.name)
         listener.start()
         t0 = time.monotonic()
@@ -204,6 +207,17 @@ class SentinelPair:
         self._start_replica()
         self.failed_over = False
         self.wait_in_sync(timeout_s=timeout_s)
+        self._set_failover_timeout(GUARD_TIMEOUT_MS)
+
+    def _set_failover_timeout(self, ms: int) -> None:
+        for port in self._sentinel_ports:
+            client = _client(port)
+            try:
+                client.sentinel_set(self.name, "failover-timeout", ms)
+            except redis.RedisError as exc:
+                raise ReplicationError(f"{self.name}: SENTINEL SET failover-timeout on port {port}: {exc}") from None
+            finally:
+                client.close()
 
     def close(self) -> None:
         if self.link is not None:
