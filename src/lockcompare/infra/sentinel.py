@@ -83,7 +83,8 @@ ELECTION_EVENTS = (
 )  # fmt: skip
 
 
-def _client(port: int, *, timeout_s: float = 1.0) -> redis.Redis:
+def admin_client(port: int, *, timeout_s: float = 1.0) -> redis.Redis:
+    """A client of the harness's own on a sentinel or server of ours (replies decoded, no retries)."""
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
@@ -142,7 +143,7 @@ def master_address(url: str, *, timeout_s: float = 0.5) -> tuple[str, int] | Non
     """Where the sentinels say the master is (the first that answers), or None."""
     service, addresses = parse_sentinel_url(url)
     for _, port in addresses:
-        client = _client(port, timeout_s=timeout_s)
+        client = admin_client(port, timeout_s=timeout_s)
         try:
             found = client.execute_command("SENTINEL", "get-master-addr-by-name", service)
             if found:
@@ -183,7 +184,7 @@ class SentinelServer(SpawnedServer):
             conf.write_text("\n".join(lines) + "\n")
         self._popen([str(self.binary), str(conf), "--sentinel"])
         assert self.port is not None
-        client = _client(self.port, timeout_s=0.2)
+        client = admin_client(self.port, timeout_s=0.2)
         deadline = time.monotonic() + 10.0
         try:
             while time.monotonic() < deadline:
@@ -201,7 +202,7 @@ class SentinelServer(SpawnedServer):
 
 
 @dataclass
-class _Listener:
+class ElectionListener:
     """Every sentinel's event channels, read in threads while a failover runs."""
 
     ports: Sequence[int]
@@ -222,7 +223,7 @@ class _Listener:
         self._t0 = time.monotonic()
 
     def _listen(self, index: int, port: int, ready: threading.Barrier) -> None:
-        client = _client(port, timeout_s=1.0)
+        client = admin_client(port, timeout_s=1.0)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             pubsub.psubscribe("*")

@@ -26,9 +26,9 @@ from lockcompare.infra.sentinel import (
     GUARD_TIMEOUT_MS,
     SENTINELS,
     SYNC_TIMEOUT_S,
+    ElectionListener,
     SentinelServer,
-    _client,
-    _Listener,
+    admin_client,
     master_address,
     master_client,
     sentinel_url,
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 
 def _info(port: int) -> dict[str, Any]:
-    client = _client(port, timeout_s=1.0)
+    client = admin_client(port, timeout_s=1.0)
     try:
         return dict(client.info("replication"))
     finally:
@@ -126,7 +126,7 @@ class SentinelPair:
         if replica.get("master_link_status") != "up" or int(replica.get("slave_repl_offset", -1)) < offset:
             return "replica not in sync"
         for port in self._sentinel_ports:
-            client = _client(port)
+            client = admin_client(port)
             try:
                 state: dict[str, Any] = client.sentinel_master(self.name)  # type: ignore[assignment]  # parsed
                 replicas = client.sentinel_slaves(self.name)
@@ -146,7 +146,7 @@ class SentinelPair:
         """Cut the replica's link; first put it back on the link if a sentinel re-pointed it."""
         assert self._replica.port is not None and self.link is not None and self.link.port is not None
         if int(_info(self._replica.port).get("master_port", 0)) != self.link.port:
-            client = _client(self._replica.port)
+            client = admin_client(self._replica.port)
             try:
                 client.execute_command("REPLICAOF", "127.0.0.1", str(self.link.port))
             finally:
@@ -167,7 +167,7 @@ class SentinelPair:
         assert self._replica.port is not None
         on_link = self.link is not None and int(_info(self._replica.port).get("master_port", 0)) == self.link.port
         self._set_failover_timeout(FAILOVER_TIMEOUT_MS)  # a failover may start now (see sentinel.py)
-        listener = _Listener(ports=self._sentinel_ports, service=self.name)
+        listener = ElectionListener(ports=self._sentinel_ports, service=self.name)
         listener.start()
         t0 = time.monotonic()
         before, after = self._master, self._replica
@@ -211,7 +211,7 @@ class SentinelPair:
 
     def _set_failover_timeout(self, ms: int) -> None:
         for port in self._sentinel_ports:
-            client = _client(port)
+            client = admin_client(port)
             try:
                 client.sentinel_set(self.name, "failover-timeout", ms)
             except redis.RedisError as exc:
