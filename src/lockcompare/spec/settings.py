@@ -382,8 +382,9 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         default=0,
         flag="--wait-replicas",
         sweeps=True,
-        help="failover: replicas that must acknowledge the lock key (WAIT N after SET, on backends that "
-        "support it; a lease not acknowledged in TTL/10 is released and refused); 0: no WAIT; a comma list sweeps.",
+        help="failover: replicas that must acknowledge the lock key (Redis: WAIT N after SET, a lease not "
+        "acknowledged in TTL/10 is released and refused; PostgreSQL pg-lease: synchronous_commit=remote_apply, "
+        "a lease is granted once the replica applied it); 0: asynchronous; a comma list sweeps.",
         minimum=0,
         maximum=8,
         since_schema=4,
