@@ -13,6 +13,59 @@ from lockcompare.infra import provenance
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.kinds import server_for
 
+#: The full tier (issue 44): modules of real-server trials, clusters and browsers, run by
+#: ``python -m pytest --full`` (CI runs it on every Python). The README's test command runs the
+#: fast tier: pure logic, doctests, and one real-server smoke per kind of server (test_smoke.py).
+FULL_OPTION = "--full"
+#: Modules wholly in the full tier, by their cost on a 2-core machine (`pytest --durations`): every
+#: trial, cluster, server-kind contract, browser and build test. A new module of that kind joins here
+#: (or marks its heavy tests ``@pytest.mark.full``); the fast tier keeps pure logic, doctests, the
+#: CLI's refusals and test_smoke.py's one trial per kind of server.
+FULL_TIER_MODULES = frozenset({
+    "test_async_example", "test_bench_proxy", "test_cgroups", "test_check_then_act", "test_claims",
+    "test_conformance", "test_dask", "test_etcd_conformance", "test_explore_real", "test_external_clients",
+    "test_failover", "test_fair_workload", "test_fault_experiments", "test_fault_targeting", "test_go_client",
+    "test_html_report", "test_java_client", "test_network_faults", "test_parallel", "test_peer_partitions",
+    "test_pgbouncer", "test_postgres", "test_postgres_conformance", "test_process_group", "test_renewing",
+    "test_replicated_failover", "test_trustworthy", "test_wheel", "test_zookeeper",
+})  # fmt: skip
+
+
+def _full_tier(item: pytest.Item) -> bool:
+    return item.get_closest_marker("full") is not None or item.path.stem in FULL_TIER_MODULES
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        FULL_OPTION,
+        action="store_true",
+        help="Run the full tier too: the tests marked `full` (real-server trials, clusters, a browser).",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without --full, leave out (deselect, and say so) the full tier's tests."""
+    if config.getoption(FULL_OPTION):
+        return
+    kept = [item for item in items if not _full_tier(item)]
+    left_out = [item for item in items if _full_tier(item)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+        config.stash[_LEFT_OUT] = len(left_out)
+
+
+_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    left_out = config.stash.get(_LEFT_OUT, 0)
+    if left_out:
+        terminalreporter.write_line(
+            f"fast tier: {left_out} tests of the full tier left out (real-server trials, clusters, a browser); "
+            f"all of them: python -m pytest {FULL_OPTION}"
+        )
+
 
 @pytest.fixture(scope="session", autouse=True)
 def private_runs_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from lockcompare.analysis.results import (
+    SCHEMA_VERSION,
     format_row,
     history_file,
     read_results,
@@ -71,7 +72,8 @@ def test_a_rerun_replaces_its_unknown_row_and_the_old_row_keeps_its_history(tmp_
 
 def test_upgrade_moves_rows_replaced_by_their_rerun_and_names_a_lost_history(tmp_path: Path) -> None:
     out = tmp_path / "y.csv"
-    base = {"schema_version": 8, "backend": "single", "experiment": "baseline", "history": "y.histories/t1.jsonl.gz"}
+    base = {"schema_version": SCHEMA_VERSION, "backend": "single", "experiment": "baseline"}
+    base["history"] = "y.histories/t1.jsonl.gz"
     rows = [
         {**base, "trial_id": "t1", "verdict": "unknown", "problem": "stalled"},
         {**base, "trial_id": "t2", "verdict": "exclusive", "history": "y.histories/t2.jsonl.gz"},
