@@ -29,8 +29,12 @@ _DETAILS = {
     "release": ("released",),
     "retry": ("attempt",),
     "error": ("message",),
-    # The runner's own events (worker -1); a role-aimed step's reading of who led (issue 40).
-    "fault": ("fault", "action", "target", "nodes", "detail", "holders", "roles_before", "roles"),
+    # The runner's own events (worker -1); a role-aimed step's reading of who led (issue 40); what a
+    # lease-aimed step met when it landed and whose session a session-kill ended (issues 42.4, 42.6).
+    "fault": (
+        *("fault", "action", "target", "nodes", "detail", "holders", "roles_before", "roles"),
+        *("aim", "session_worker"),
+    ),
     "lease": ("ok", "reason"),
     "renew": ("ok", "reason"),
     "gave-up": ("rounds_skipped",),
