@@ -25,7 +25,7 @@ from lockcompare.evaluation.defaults import DEFAULT_SEARCH_BUDGET_S, QUICK_TIME_
 from lockcompare.evaluation.scales import card_seconds, quick_rounds, trial_seconds
 from lockcompare.redaction import redact, remember_secrets
 from lockcompare.render.staging import staged_folder
-from lockcompare.runner.outfile import OWNER_NAME, claim_history_dir, history_dir
+from lockcompare.runner.outfile import claim_history_dir, history_dir
 from lockcompare.urls import parse_url
 
 DATA = Path(__file__).parent / "data"
@@ -206,17 +206,17 @@ def test_any_command_sweeps_a_killed_runs_temporary_directories(tmp_path: Path) 
 def test_two_results_files_of_one_stem_never_share_a_histories_folder(tmp_path: Path) -> None:
     csv_out, tsv_out = tmp_path / "x.csv", tmp_path / "x.tsv"
     assert claim_history_dir(csv_out) == tmp_path / "x.histories"
-    assert (tmp_path / "x.histories" / OWNER_NAME).read_text().strip() == "x.csv"
+    csv_out.write_text("schema_version,history\n9,x.histories/a.jsonl.gz\n")
+    assert history_dir(tsv_out) == tmp_path / "x.tsv.histories"  # x.csv's rows point into x.histories
+    tsv_out.write_text("schema_version,history\n9,x.tsv.histories/a.jsonl.gz\n")
+    assert history_dir(csv_out) == tmp_path / "x.histories"  # the same answers on --resume
     assert history_dir(tsv_out) == tmp_path / "x.tsv.histories"
-    assert history_dir(csv_out) == tmp_path / "x.histories"  # the same answer every time (--resume)
-
-
-def test_an_unmarked_histories_folder_belongs_to_the_file_whose_rows_point_there(tmp_path: Path) -> None:
-    (tmp_path / "x.histories").mkdir()  # written before owners were
-    (tmp_path / "x.csv").write_text("schema_version,history\n9,x.histories/a.jsonl.gz\n")
-    assert history_dir(tmp_path / "x.csv") == tmp_path / "x.histories"
-    assert history_dir(tmp_path / "x.tsv") == tmp_path / "x.tsv.histories"
     assert history_dir(tmp_path / "y.csv") == tmp_path / "y.histories"
+
+
+def test_a_results_file_being_written_keeps_its_histories_folder_from_a_sibling(tmp_path: Path) -> None:
+    (tmp_path / "x.csv.lock").write_text("")  # x.csv's run has started, no row yet
+    assert history_dir(tmp_path / "x.tsv") == tmp_path / "x.tsv.histories"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT])

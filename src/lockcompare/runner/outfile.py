@@ -16,60 +16,51 @@ from lockcompare.infra.provenance import source_revision
 log = logging.getLogger("lockcompare")
 
 
-#: In a histories folder: the name of the one results file whose rows point into it.
-OWNER_NAME = ".lockcompare-owner"
-
-
 def history_dir(out: Path) -> Path:
     """Histories live beside the results file: ``results/x.csv`` → ``results/x.histories/``, unless
-    that folder belongs to another results file: then ``results/x.csv.histories/``.
+    that folder is another results file's: then ``results/x.csv.histories/``.
 
     ``--out x.csv`` and then ``--out x.tsv`` in one folder shared ``x.histories/``, and with the
     same settings and seed (the same trial ids) the second run silently replaced the first run's
-    histories under its rows (issue 38). A folder says its owner in :data:`OWNER_NAME`; one from
-    before owners were written belongs to ``out`` if ``out`` exists or no other results file of the
-    same stem lies beside it. The answer is the same on every call, so ``--resume`` finds it again.
+    histories under its rows (issue 38). A file's rows say which folder is its own; a new file takes
+    the shared name only when no other file of its stem lies beside it (a results file, or the lock
+    of one being written). The answer is the same on every call, so ``--resume`` finds it again.
     """
     shared = out.with_name(out.stem + ".histories")
-    owner = _owner_of(shared)
-    if owner == out.name or (owner is None and _unclaimed_for(out, shared)):
+    own = out.with_name(out.name + ".histories")
+    written = _head(out)
+    if f"{own.name}/".encode() in written:
+        return own
+    if f"{shared.name}/".encode() in written:
         return shared
-    return out.with_name(out.name + ".histories")
+    return own if _others_of_the_stem(out) else shared
 
 
 def claim_history_dir(out: Path) -> Path:
-    """:func:`history_dir`, made and marked as ``out``'s (before the first history is written there)."""
+    """:func:`history_dir`, made (before the first history is written there)."""
     histories = history_dir(out)
     histories.mkdir(parents=True, exist_ok=True)
-    marker = histories / OWNER_NAME
-    if not marker.exists():
-        marker.write_text(out.name + "\n", encoding="utf-8")
     return histories
 
 
-def _owner_of(histories: Path) -> str | None:
+def _head(path: Path) -> bytes:
+    """The start of ``path`` (where its first rows name their histories), or b"" if there is none."""
     try:
-        return (histories / OWNER_NAME).read_text(encoding="utf-8").strip() or None
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _unclaimed_for(out: Path, histories: Path) -> bool:
-    """Whether an unmarked ``histories`` folder may be ``out``'s: ``out`` exists (its rows point
-    there), the folder does not, or no other file beside ``out`` has rows pointing into it."""
-    if out.exists() or not histories.exists():
-        return True
-    needle = f"{histories.name}/".encode()
-    try:
-        siblings = [p for p in out.parent.glob(f"{_glob_escape(out.stem)}.*") if not p.name.startswith(out.name)]
-        for sibling in siblings:
-            if sibling.is_file():
-                with sibling.open("rb") as fh:
-                    if needle in fh.read(1 << 16):
-                        return False
+        with path.open("rb") as fh:
+            return fh.read(1 << 16)
     except OSError:
-        return False
-    return True
+        return b""
+
+
+def _others_of_the_stem(out: Path) -> bool:
+    """Whether another file named ``<stem>.*`` lies beside ``out`` (x.csv beside x.tsv, or x.csv.lock
+    while a run writes it): its rows may point into the shared folder."""
+    try:
+        return any(
+            not p.name.startswith(out.name) and not p.is_dir() for p in out.parent.glob(f"{_glob_escape(out.stem)}.*")
+        )
+    except OSError:
+        return True
 
 
 def _glob_escape(text: str) -> str:
@@ -147,12 +138,5 @@ def remove_unpointed(saved: dict[str, Path], *, rowed: set[str], kept: set[str])
         if trial_id not in rowed and trial_id not in kept:
             with contextlib.suppress(OSError):
                 path.unlink()
-            _remove_if_only_marker(path.parent)
-
-
-def _remove_if_only_marker(histories: Path) -> None:
-    """Remove a histories folder that holds nothing but its owner's name."""
-    with contextlib.suppress(OSError):
-        if {p.name for p in histories.iterdir()} <= {OWNER_NAME}:
-            (histories / OWNER_NAME).unlink(missing_ok=True)
-            histories.rmdir()
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # only when nothing else is left in it
