@@ -32,12 +32,11 @@ from lockcompare.faults.holders import DEFAULT_KEY_PATTERN, LockHolders, key_glo
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra import cgroup, health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
-from lockcompare.infra.etcd_server import is_etcd_url
+from lockcompare.infra.kinds import Capability, kind_of_url, lacks
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group
 from lockcompare.infra.pg_client import is_postgres_url, with_session_settings
 from lockcompare.infra.procgroup import GroupView, any_stopped, describe_escaped
 from lockcompare.infra.proxy import ProxySet
-from lockcompare.infra.zookeeper_server import is_zookeeper_url
 from lockcompare.runner.contend import DoneTracker
 from lockcompare.runner.crew import CrewSource, spawn_crew
 from lockcompare.runner.resource import Resource, ResourceCounters
@@ -306,9 +305,8 @@ def _lock_holders(cluster: Cluster, *, lock_key: str, backend: type) -> LockHold
     manifest), else as ``*<lock key>``: a library stores the harness's key under a prefix of its
     own (pottery: ``redlock:``, python-redis-lock: ``lock:``).
     """
-    if not cluster.embedded or any(
-        is_etcd_url(url) or is_postgres_url(url) or is_zookeeper_url(url) for url in cluster.node_urls
-    ):
+    # The kinds say whether their holders can be read (Capability.LEASE_HOLDERS), not URL schemes.
+    if not cluster.embedded or any(lacks(kind_of_url(url), Capability.LEASE_HOLDERS) for url in cluster.node_urls):
         return None
     pattern = str(getattr(backend, "key_pattern", DEFAULT_KEY_PATTERN))
     return LockHolders(
