@@ -3,8 +3,9 @@ test command runs these and no other trial of a server it does not start for the
 full tier (``python -m pytest --full``) runs every experiment on every kind.
 
 Each case plans and runs a two-round baseline trial through the matrix, on servers lockcompare
-starts itself, and checks the row: judged, every section entered, never two at once. A kind whose
-server or client is not installed here skips with the one line that says what to install.
+starts itself, and checks the row: judged, every section entered, no grant over a valid lease, never
+two at once. A kind whose server or client is not installed here skips with the one line that says
+what to install.
 """
 
 from __future__ import annotations
@@ -47,5 +48,7 @@ def test_one_trial_on_each_kind_of_server(tmp_path: Path, backend: str, server: 
     )
     assert report.trials_run == 1
     [row] = read_results(out)
+    # What holds on any machine (tests/expect.py): judged, every section entered, no grant over a
+    # valid lease. A stale write under a loaded machine is the lease's known limit, not this test's.
     assert_lock_held_up(row)
-    assert row["verdict"] == "exclusive", row["problem"]
+    assert int(row["conflicts"]) == 0, row
