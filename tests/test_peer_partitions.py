@@ -216,3 +216,19 @@ def test_a_minority_cut_off_and_healed(ensemble: tuple[RoleKind, Cluster]) -> No
         fault.heal(cluster, [minority])
     after = _wait(kind, cluster, _whole, within_s=30)
     assert _whole(after), after
+
+
+def test_cells_that_cannot_run_say_why_before_anything_starts() -> None:
+    from lockcompare.runner.matrix import plan_matrix
+    from lockcompare.spec.parsing import Overrides
+
+    def refusal(backend: str, experiment: str, **settings: object) -> str:
+        with pytest.raises(InvalidValueError) as caught:
+            plan_matrix(
+                backends=[backend], experiments=[experiment], trials=1, overrides=Overrides(**settings),
+                node_count=None, skip_unfit=False,
+            )  # fmt: skip
+        return str(caught.value)
+
+    assert "no peer links to cut" in refusal("redlock", "holder-minority")
+    assert "whole seconds" in refusal("etcd", "leader-isolated", time_scale=0.1)
