@@ -78,8 +78,9 @@ def describe_roles(roles: dict[str, object]) -> str:
     inner = ", ".join(str(m) for m in modes) if isinstance(modes, list) else "?"
     if roles.get("term"):
         inner += f"; term {roles['term']}"
-    if isinstance(roles.get("holder_nodes"), list):
-        inner += "; holder on " + (",".join(str(n) for n in roles["holder_nodes"]) or "none")  # type: ignore[union-attr]
+    holder_nodes = roles.get("holder_nodes")
+    if isinstance(holder_nodes, list):
+        inner += "; holder on " + (",".join(str(n) for n in holder_nodes) or "none")
     return f"{'no leader' if leader is None else f'leader {leader}'} ({inner})"
 
 
