@@ -57,14 +57,22 @@ between ``<!-- verdicts -->`` and ``<!-- /verdicts -->``.
 from __future__ import annotations
 
 import re
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from lockcompare.analysis.results import latest_rows, read_results
 from lockcompare.errors import LockcompareError
+from lockcompare.render.docs_prose import ALLOWED, prose_numbers
+from lockcompare.render.docs_values import duration, plain_table, scales, selected, statistic, wall_span
 from lockcompare.render.table import render
+
+#: The figures (render/docs_values.py) and the prose check (render/docs_prose.py) live in modules of
+#: their own; their names stay importable from here.
+__all__ = [
+    "ALLOWED", "BLOCK", "VALUE", "duration", "fault_kinds_table", "main", "plain_table", "prose_numbers",
+    "rendered_blocks", "scales", "selected", "stale_blocks", "statistic", "wall_span",
+]  # fmt: skip
 
 #: A value block: CSV, filters, statistic; the body is the rendered number.
 VALUE = re.compile(
@@ -111,180 +119,6 @@ def fault_kinds_table() -> str:
         )  # fmt: skip
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def selected(rows: list[dict[str, Any]], filters: str) -> list[dict[str, Any]]:
-    """The rows matching every ``column=value,value`` of ``filters`` (compared as text).
-
-    >>> selected([{"backend": "single", "trial": 0}, {"backend": "none", "trial": 0}], " backend=single,redlock")
-    [{'backend': 'single', 'trial': 0}]
-    """
-    wanted = {col: set(values.split(",")) for col, _, values in (f.partition("=") for f in filters.split())}
-    return [row for row in rows if all(str(row.get(col)) in values for col, values in wanted.items())]
-
-
-def _number(value: object) -> float | None:
-    """A cell as a number: provenance columns stay text (empty in old rows), so "2" counts as 2."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return float(value)
-    try:
-        return float(str(value)) if str(value).strip() else None
-    except ValueError:
-        return None
-
-
-def statistic(rows: list[dict[str, Any]], stat: str) -> str:
-    """One number over ``rows``, formatted as the tables format it.
-
-    >>> rows = [{"lost_updates": 20, "marked": True}, {"lost_updates": 19, "marked": False}]
-    >>> stats = ("mean:lost_updates", "sum:lost_updates", "min:lost_updates", "rows", "true:marked")
-    >>> [statistic(rows, s) for s in (*stats, "range:lost_updates", "median:lost_updates")]
-    ['19.5', '39', '19', '2', '1', '19–20', '19.5']
-    >>> statistic(rows[:1], "range:lost_updates"), statistic(rows * 3, "ci:lost_updates")
-    ('20', '19.5 ±0.6')
-    >>> statistic([{"source_revision": "48dd125c2ec597053ffc65f77282d71f7b366cb3"}] * 2, "one:source_revision")
-    '48dd125'
-    """
-    if stat == "rows":
-        return str(len(rows))
-    if stat == "scales":
-        return scales(rows)
-    op, _, column = stat.partition(":")
-    if op == "span":
-        return duration(wall_span(rows))
-    if op == "one":  # the value every row shares (a file's revision), or an error naming the mix
-        distinct = sorted({str(row.get(column, "")) for row in rows})
-        if len(distinct) != 1:
-            raise ValueError(f"the rows hold {len(distinct)} values in column {column!r}: {', '.join(distinct)}")
-        (only,) = distinct
-        return only[:7] if re.fullmatch(r"[0-9a-f]{40}", only) else only  # a commit, as git shortens it
-    if op == "true":
-        return str(sum(1 for row in rows if row.get(column) is True or str(row.get(column)).lower() == "true"))
-    values = [v for v in (_number(row.get(column)) for row in rows) if v is not None]
-    if not values:
-        raise ValueError(f"no row has a number in column {column!r}")
-    if op == "nonzero":
-        return str(sum(1 for v in values if v > 0))
-    computed = {"mean": lambda: sum(values) / len(values), "sum": lambda: sum(values), "min": lambda: min(values),
-                "max": lambda: max(values), "median": lambda: statistics.median(values)}  # fmt: skip
-    if op == "ci":
-        from lockcompare.render.table import _mean_with_ci
-
-        return _mean_with_ci(values)
-    if op == "range":
-        low, high = (f"{v:.1f}".rstrip("0").rstrip(".") for v in (min(values), max(values)))
-        return low if low == high else f"{low}–{high}"
-    if op not in computed:
-        raise ValueError(
-            f"unknown statistic {stat!r}"
-            " (mean, ci, sum, min, max, median, range, nonzero, true, span, one: COLUMN; or rows)"
-        )
-    value = computed[op]()
-    return f"{value:.1f}".rstrip("0").rstrip(".")
-
-
-def scales(rows: list[dict[str, Any]]) -> str:
-    """The timings the rows ran, as the lesson states its lab's (workers × rounds, work, TTL, pause),
-    one group per distinct scale, the experiments that ran it in parentheses — so a sentence that
-    states a run's scale is what its rows ran (issue 42: "2 workers × 40 rounds, 300 ms of work, TTL
-    1000 ms" was untrue for 315 trials of the reproduction).
-
-    >>> row = {"workers": 2, "rounds": 40, "work_ms": 300.0, "ttl_ms": 1000, "pause_ms": 0, "time_scale": 1.0}
-    >>> rows = [{**row, "experiment": "baseline"}, {**row, "experiment": "short-ttl", "ttl_ms": 200},
-    ...         {**row, "experiment": "client-pause", "pause_ms": 1200}]
-    >>> for part in scales(rows).split("; "):
-    ...     print(part)
-    2 workers × 40 rounds, 300 ms of work, TTL 1000 ms (baseline)
-    TTL 200 ms (short-ttl)
-    a 1200 ms pause (client-pause)
-    """
-
-    def ms(value: object) -> str:
-        number = _number(value)
-        return "?" if number is None else f"{number:g}"
-
-    groups: dict[tuple[str, str, str, str, str], list[str]] = {}
-    for row in rows:
-        key = (ms(row.get("workers")), ms(row.get("rounds")), ms(row.get("work_ms")), ms(row.get("ttl_ms")),
-               ms(row.get("pause_ms")))  # fmt: skip
-        names = groups.setdefault(key, [])
-        if str(row.get("experiment")) not in names:
-            names.append(str(row.get("experiment")))
-    if not groups:
-        raise ValueError("no rows to state a scale of")
-    ordered = sorted(groups.items(), key=lambda item: -len(item[1]))  # stable: ties in file order
-    (workers, rounds, work, ttl, pause), names = ordered[0]
-    first = f"{workers} workers × {rounds} rounds, {work} ms of work, TTL {ttl} ms"
-    parts = [first + (f", a {pause} ms pause" if pause != "0" else "") + f" ({', '.join(names)})"]
-    for (w, r, wk, t, pz), others in ordered[1:]:
-        diff = []
-        if w != workers:
-            diff.append(f"{w} workers")
-        if (r, wk) != (rounds, work):
-            diff.append(f"{r} rounds of {wk} ms of work")
-        if t != ttl:
-            diff.append(f"TTL {t} ms")
-        if pz != pause:
-            diff.append(f"a {pz} ms pause" if pz != "0" else "no pause")
-        parts.append(f"{', '.join(diff)} ({', '.join(others)})")
-    return "; ".join(parts)
-
-
-def plain_table(rows: list[dict[str, Any]]) -> str:
-    """A CSV that is not a results file (a script's figures, results/derived/), as it is: its
-    columns, its cells as text.
-
-    >>> print(plain_table([{"hosts": "1", "trials_per_hour": "212"}, {"hosts": "4", "trials_per_hour": "848"}]))
-    | hosts   | trials_per_hour   |
-    |---------|-------------------|
-    | 1       | 212               |
-    | 4       | 848               |
-    """
-    from tabulate import tabulate
-
-    return str(tabulate([list(row.values()) for row in rows], headers=list(rows[0]), tablefmt="github",
-                        disable_numparse=True))  # fmt: skip
-
-
-def wall_span(rows: list[dict[str, Any]]) -> float:
-    """Seconds the runs that wrote ``rows`` took: for each run (``run_id``), from its first trial's
-    ``started_at`` to the latest ``started_at + wall_s``, summed over the runs — a file a resumed
-    run finished took its parts' time, not the time between them.
-
-    >>> wall_span([{"started_at": "2026-12-03T12:00:00Z", "wall_s": 10.0},
-    ...            {"started_at": "2026-12-03T12:01:00Z", "wall_s": "6.5"}])
-    66.5
-    >>> wall_span([{"run_id": "a", "started_at": "2026-12-03T12:00:00Z", "wall_s": 60.0},
-    ...            {"run_id": "b", "started_at": "2026-12-03T13:00:00Z", "wall_s": 6.5}])
-    66.5
-    """
-    from datetime import datetime
-
-    runs: dict[str, list[tuple[float, float]]] = {}
-    for row in rows:
-        wall = _number(row.get("wall_s"))
-        if str(row.get("started_at") or "").strip() and wall is not None:
-            start = datetime.fromisoformat(str(row["started_at"]).replace("Z", "+00:00")).timestamp()
-            runs.setdefault(str(row.get("run_id") or ""), []).append((start, wall))
-    if not runs:
-        raise ValueError("no row has both started_at and wall_s")
-    return sum(max(start + wall for start, wall in spans) - min(start for start, _ in spans) for spans in runs.values())
-
-
-def duration(seconds: float) -> str:
-    """``seconds`` as a reader says it, to the second: "33 min 6 s", "1 h 2 min 0 s", "48 s".
-
-    >>> [duration(s) for s in (1986.4, 48.0, 3720.2, 59.6)]
-    ['33 min 6 s', '48 s', '1 h 2 min 0 s', '1 min 0 s']
-    """
-    whole = round(seconds)
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours} h {minutes} min {secs} s"
-    return f"{minutes} min {secs} s" if minutes else f"{secs} s"
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:
@@ -399,112 +233,6 @@ def excerpt_text(csv: Path, rows: list[dict[str, Any]], match: re.Match[str]) ->
     events = load_history(path)
     timeline = render_timeline(events, from_ms=float(match["from"]), to_ms=float(match["to"]), kinds=kinds)
     return f"```\n{timeline}\n```\n"
-
-
-#: Numbers in prose that are not results: the lesson lab's settings and defaults, versions, commands,
-#: section numbering. Each is a pattern with the word or unit that makes it a setting, and why; a
-#: number matched by none of them is a figure and must come from a block. Keep this list short: a
-#: result that fits one of these patterns by accident is still a result, so a new pattern names the
-#: setting, never a bare number.
-ALLOWED: tuple[tuple[str, str], ...] = (
-    (
-        # Never "19 trials of 20": a count of some trials out of others is a result (issue 42).
-        r"\b\d+\s(?:workers?|rounds?|(?:lock )?nodes?|trials?|jobs|cores?|threads?|CPU hogs?)\b(?!\s+of\s+\d)",
-        "the lab's size and a run's shape: 2 workers, 40 rounds, 5 nodes, 5 trials",
-    ),
-    (
-        r"\b(?:TTL|lease|paused?|work|timeouts?|delay|jumps?|think time|margin|offset|every|of every)"
-        r"\s(?:of |is |= |> |< )?(?:about )?\d+(?:\.\d+)?(?: ?(?:ms|s)\b)?",
-        "a setting named before its value: TTL 1000 ms, work 300, a pause of 1200 ms",
-    ),
-    (
-        r"\b\d+(?:\.\d+)? ?(?:ms|s)\b(?=\s(?:of work|of (?:every|pause)|TTL|lease|pause|work|timeout|delay"
-        r"|(?:clock )?jump|sleep|after|into|margin|allowance|interval|window|limit|strobe|stop))",
-        "a duration that says what it sets: 300 ms of work, 50 ms after each acquire, a 250 ms margin",
-    ),
-    (
-        r"\b\d+ [−-] \d+ ms\b|\b\d+ ?[/x×] ?TTL\b|\bTTL ?/ ?\d+\b|\bwork ?/ ?\d+\b|[×x] ?\d+(?:\.\d+)?\b",
-        "the margins' and faults' formulas (1000 − 300 ms, 2 x TTL, TTL/10, work/2) and time scales (×0.1)",
-    ),
-    (
-        r"(?i:\b(?:python|postgresql|redis|etcd|schema|version|utf)[ -]?[≥>=]*\s?\d+(?:\.\d+)*\b)|\b\d+(?:\.\d+){2,}\b",
-        "versions, encodings and addresses: Python ≥ 3.11, schema 7, UTF-8, 127.0.0.1",
-    ),
-    (r"^#{1,6} .*$|^\s*\d+\.\s", "headings and numbered lists"),
-    (
-        r"(?i:\b(?:issue|round|step|port|pid|node|nodes|worker|trial|token|exits?|exit codes?|mode|line|run)"
-        r"[\s-]?#?\d+(?:(?:, ?| and )\d+)*\b)|#\d+\b",
-        "names that carry a number: worker 0, nodes 3,4, token 1, issue 31, trial #3, exit code 2, mode 0600",
-    ),
-    (
-        r"\b\d+-(?:node|worker|core|second|bit|byte)\b|\b[357] of (?:the )?[57]\b|\bK [<>]=? \d(?: of \d)?\b|\bK-1\b",
-        "the quorum and set-up of the lab: 2-core, 3 of 5, K < 3",
-    ),
-    (
-        r"^\|\s*`[^`|]*--[^`|]*`[^|]*\|.*$|^\|.*`LOCKCOMPARE_MAX_\w+`.*$",
-        "a table row of settings (its first cell an option, or a limit's variable): limits, defaults",
-    ),
-    (
-        r"\bat\s+most\s+\d+(?: \d{3})*\s+(?:steps|characters|bytes|MB|KB)\b",
-        "a limit in prose: at most 64 steps, at most 8 192 characters",
-    ),
-    (
-        r"(?:/ ?|\bof )(?:80|40)\b|\bbalance \+ 1\b|\b[A-E] [=>] 0\b|\b95% (?:interval|CI)\b",
-        "the lab's 80 planned entries (2 workers × 40 rounds), the write's + 1, the lesson's pattern (B = 0), 95% CI",
-    ),
-    (r"\b[0-9a-f]*[a-f][0-9a-f]*\b|\b[0-9a-f]{7,40}\b", "revisions and trial ids (hex)"),
-)
-
-#: Each pattern is matched on its own, so one that starts earlier cannot hide another's match.
-_ALLOWED = [re.compile(pattern, re.MULTILINE) for pattern, _ in ALLOWED]
-
-#: Everything in a file that is not prose: rendered blocks, code fences and spans, HTML comments,
-#: link targets and image paths. Removed (replaced by spaces, so lines keep their numbers) before
-#: numbers are looked for.
-_NOT_PROSE = re.compile(
-    "|".join(
-        (
-            r"<!-- (value|table|excerpt|output): .*?<!-- /\1 -->",  # a rendered block
-            r"<!-- faultkinds -->.*?<!-- /faultkinds -->",
-            r"<!-- verdicts -->.*?<!-- /verdicts -->",
-            r"^```.*?^```[^\n]*$",  # a fenced code block
-            r"<!--.*?-->",  # an HTML comment (a marker, or a note for the maintainers)
-            r"`[^`\n]+`",  # a code span
-            r"\]\([^)\s]+\)",  # a link's or image's target
-            r"<https?://[^>]+>|https?://\S+",  # a bare address
-        )
-    ),
-    re.DOTALL | re.MULTILINE,
-)
-
-_NUMBER = re.compile(r"(?<![\w.])[-−+]?\d+(?:[.,]\d+)*(?:\s?±\s?\d+(?:\.\d+)?)?%?(?![\w])")
-
-
-def prose_numbers(markdown: str) -> list[tuple[int, str]]:
-    """Every number in ``markdown``'s prose outside a rendered block, a code span or fence, a link
-    target or an HTML comment that no pattern of ``ALLOWED`` explains, as (line, number).
-
-    >>> prose_numbers("TTL 1000 ms, 2 workers; single lost 19.8 updates (`--trials 5`)\\n")
-    [(1, '19.8')]
-    >>> prose_numbers("lost <!-- value: r.csv rows -->5<!-- /value --> of 81 entries\\n```\\n42\\n```\\n")
-    [(1, '81')]
-    """
-    covered = bytearray(len(markdown))  # 1 where a character is not prose or is an allowed setting
-
-    def cover(pattern: re.Pattern[str], text: str) -> None:
-        for match in pattern.finditer(text):
-            covered[match.start() : match.end()] = b"\1" * (match.end() - match.start())
-
-    cover(_NOT_PROSE, markdown)
-    prose = "".join(" " if c and ch != "\n" else ch for c, ch in zip(covered, markdown, strict=True))
-    for allowed in _ALLOWED:
-        cover(allowed, markdown)  # the original: a settings row is known by its first cell's code span
-        cover(allowed, prose)
-    return [
-        (markdown.count("\n", 0, m.start()) + 1, m.group(0))
-        for m in _NUMBER.finditer(markdown)
-        if not any(covered[m.start() : m.end()])
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:
