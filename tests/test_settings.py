@@ -18,7 +18,8 @@ from lockcompare.infra.kinds import server_for
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.trial import TrialResult
 from lockcompare.spec.parsing import cli_text, from_cli, setting_for_flag
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting
+from lockcompare.spec.setting import Setting
+from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
 from lockcompare.spec.trialspec import TrialSpec
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"

@@ -20,7 +20,8 @@ from lockcompare.infra.redisconn import PASSWORD_ENV, redact  # (no redis-py: it
 from lockcompare.spec.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, usable_cpus
 from lockcompare.spec.parsing import Overrides, Sweep, check_value, cli_text, from_cli
 from lockcompare.spec.schedule import read_schedule_file
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting
+from lockcompare.spec.setting import Setting
+from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
 
 if TYPE_CHECKING:  # the runner is imported by the commands that run trials, when they run
     from lockcompare.runner.matrix import ClusterOptions, MatrixReport

@@ -9,7 +9,8 @@ from enum import StrEnum
 from typing import Any
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS, Setting
+from lockcompare.spec.setting import Setting
+from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
 
 #: No number lockcompare takes needs more characters than this; a longer one (5 000 digits) is a
 #: mistake, refused before ``int()`` (which raises past 4 300 digits) or ``float()`` (inf) sees it.
