@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from lockcompare.analysis.counters import ResourceCounters
+from lockcompare.analysis.duplicates import double_applications
 from lockcompare.analysis.evidence import (
     backwards_writes_accepted,
     deepest_grant_ms,
@@ -111,6 +112,9 @@ class TrialMetrics:
     fault_steps_planned: int = 0
     fault_steps_struck: int = 0
     fault_steps_missed: int = 0
+    #: Requests the resource applied more than once (a lost reply retried without an idempotency key:
+    #: analysis/duplicates.py). 0 in rows from before it was counted.
+    double_applications: int = 0
     problem: str = ""  # why the verdict is unknown; or what went wrong that no column names (RELEASED_NOTHING)
 
     def as_row(self) -> dict[str, object]:
@@ -401,6 +405,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         fault_steps_planned=strikes.planned,
         fault_steps_struck=strikes.struck,
         fault_steps_missed=strikes.missed,
+        double_applications=double_applications(history),
     )
 
 
@@ -450,4 +455,5 @@ def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned:
         fault_steps_planned=-1,
         fault_steps_struck=-1,
         fault_steps_missed=-1,
+        double_applications=-1,
     )

@@ -66,7 +66,7 @@ SCHEMA_VERSION = 9
 #: (spec/settings.py: until schema 3 the pause was an in-process sleep; schema 1: it landed right
 #: after acquiring, no think time; until schema 4: no jitter), and these metrics. Provenance columns
 #: a row lacks stay empty: unknown, never guessed.
-_LEGACY_METRICS = {"extra_entries": "0", "reads_rejected": "0", "cs_retries": "0"}
+_LEGACY_METRICS = {"extra_entries": "0", "reads_rejected": "0", "cs_retries": "0", "double_applications": "0"}
 _LEGACY = {name: value for name, (_, value) in LEGACY_VALUES.items()} | _LEGACY_METRICS
 
 #: Where and by what the row was produced; "" in rows migrated from before schema 4.

@@ -88,7 +88,7 @@ def _planned(index: int, step: FaultStep, *, time_scale: float, ttl_ms: float, l
 def worker_pauses(schedule: Schedule, *, time_scale: float) -> dict[int, WorkerPause]:
     """Each paused worker's pause (one pause step per worker)."""
     pauses: dict[int, WorkerPause] = {}
-    for step in schedule.of_kind(*_IN_WORKER):
+    for step in schedule.of_kind(*(k for k in _IN_WORKER if k != "lost-reply")):  # lost replies: below
         assert step.worker is not None and step.worker.index is not None and step.for_ms  # steps._check
         if step.worker.index in pauses:
             raise InvalidValueError(f"two pause steps for worker {step.worker.index}: give it one")
@@ -96,6 +96,17 @@ def worker_pauses(schedule: Schedule, *, time_scale: float) -> dict[int, WorkerP
             pause_ms=step.for_ms * time_scale, how=step.param("how"), point=step.param("point"), every=step.every
         )
     return pauses
+
+
+def worker_lost_replies(schedule: Schedule, *, rounds: int) -> dict[int, frozenset[int]]:
+    """The rounds whose increment's reply each worker loses (spec/faultkinds/lost_reply.py)."""
+    lost: dict[int, frozenset[int]] = {}
+    for step in schedule.of_kind("lost-reply"):
+        assert step.worker is not None and step.worker.index is not None  # the kind's check
+        lost[step.worker.index] = lost.get(step.worker.index, frozenset()) | (
+            frozenset(range(rounds)) if step.every else frozenset({0})
+        )
+    return lost
 
 
 def touches_servers(schedule: Schedule) -> bool:

@@ -118,6 +118,31 @@ return 1
 """
 
 
+#: A partition's write (``partitioned``): the partition's own key takes the value, and the balance
+#: moves by the difference, so the balance stays the sum of the partitions and a lost update on any
+#: partition shows as writes accepted − balance. The partition key lives as long as the balance key.
+PARTITION_WRITE_SCRIPT = """
+local old = tonumber(redis.call('GET', KEYS[1]) or '0')
+local ttl = redis.call('PTTL', KEYS[2])
+if ttl > 0 then redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl) else redis.call('SET', KEYS[1], ARGV[1]) end
+redis.call('INCRBY', KEYS[2], tonumber(ARGV[1]) - old)
+redis.call('INCR', KEYS[3])
+return 1
+"""
+
+#: An increment with a request id (``idempotent``): the resource remembers the ids it applied and
+#: answers a repeated one with 2 (done before: acknowledged, not applied again) when ARGV[2] is '1'.
+IDEMPOTENT_INCREMENT_SCRIPT = """
+local first = redis.call('SADD', KEYS[3], ARGV[1])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[3], ttl) end
+if first == 0 and ARGV[2] == '1' then return 2 end
+redis.call('INCRBY', KEYS[1], 1)
+redis.call('INCR', KEYS[2])
+return 1
+"""
+
+
 @dataclass(frozen=True)
 class ResourceKeys:
     """The resource's key names for one trial (all under the trial's own prefix)."""
@@ -154,6 +179,8 @@ class Resource:
         self._token_read = script(TOKEN_READ_SCRIPT)
         self._token_write = script(TOKEN_WRITE_SCRIPT)
         self._atomic_increment = script(ATOMIC_INCREMENT_SCRIPT)
+        self._partition_write = script(PARTITION_WRITE_SCRIPT)
+        self._idempotent_increment = script(IDEMPOTENT_INCREMENT_SCRIPT)
 
     def enter(self) -> int:
         """Enter the critical section; returns how many workers are inside now (>1: a conflict)."""
@@ -196,6 +223,25 @@ class Resource:
         """The lock-free critical section: one atomic INCRBY."""
         return bool(self._atomic_increment(keys=[self.keys.balance, self.keys.writes_accepted]))
 
+    def partition_key(self, partition: int) -> str:
+        """The key of one worker's partition (``partitioned``): outside ResourceKeys, it expires with the balance."""
+        return f"{self.keys.balance}:p{partition}"
+
+    def read_partition(self, partition: int) -> int:
+        value = self._client.get(self.partition_key(partition))
+        return int(value) if value is not None else 0
+
+    def write_partition(self, partition: int, value: int) -> bool:
+        """An unchecked write of one partition; the balance follows (PARTITION_WRITE_SCRIPT)."""
+        keys = [self.partition_key(partition), self.keys.balance, self.keys.writes_accepted]
+        return bool(self._partition_write(keys=keys, args=[value]))
+
+    def increment_once(self, request_id: str, *, dedupe: bool) -> bool:
+        """An INCRBY carrying ``request_id``; with ``dedupe`` a repeated id is acknowledged and not
+        applied again. True: applied now."""
+        keys = [self.keys.balance, self.keys.writes_accepted, f"{self.keys.balance}:applied"]
+        return int(self._idempotent_increment(keys=keys, args=[request_id, "1" if dedupe else "0"])) == 1
+
     def watch_balance(self) -> tuple[redis.client.Pipeline, int]:
         """Start an optimistic update: WATCH the balance and read it (pass the pipeline on)."""
         pipe = self._client.pipeline()
@@ -229,7 +275,7 @@ class Resource:
 
     def reset(self) -> None:
         """Delete this trial's keys (only ours: external servers are never flushed)."""
-        self._client.delete(*self.keys.all())
+        self._client.delete(*self.keys.all(), f"{self.keys.balance}:applied")
 
     def counters(self) -> ResourceCounters:
         k = self.keys

@@ -46,6 +46,18 @@ class ResourceError(Exception):
     """The resource's server did not answer (a worker reports it as its error)."""
 
 
+class SerializationFailure(ResourceError):
+    """The transaction was rolled back by PostgreSQL (40001 serialization failure, 40P01 deadlock):
+    the caller may run it again."""
+
+
+#: SQLSTATEs after which a transaction is retried (PostgreSQL's manual, 13.2.3 and 13.4).
+RETRYABLE = ("40001", "40P01")
+
+#: How long ``pg-for-update`` waits for the row lock (a holder's section, pauses included).
+ROW_LOCK_WAIT_S = 60.0
+
+
 @dataclass
 class PendingUpdate:
     """An optimistic update in progress: the balance it read (the compare of its compare-and-set)."""
@@ -132,6 +144,52 @@ class PgResource:
             "balance = $2, writes_accepted = writes_accepted + 1", value, pending.seen, where="and balance = $3"
         )
         return done is not None
+
+    # --- transactions (``pg-for-update``, ``pg-serializable``: runner/sections_tx.py) ---------------
+
+    def _in_transaction(self, sql: str, *params: object, timeout_s: float | None = None) -> list[tuple]:
+        try:
+            return self._session.query(sql, list(params), timeout_s=timeout_s)
+        except QueryFailed as exc:
+            if exc.sqlstate in RETRYABLE:
+                raise SerializationFailure(f"the PostgreSQL resource: {exc}") from None
+            raise ResourceError(f"the PostgreSQL resource: {exc}") from None
+        except SessionLost as exc:
+            raise ResourceError(f"the PostgreSQL resource: {exc}") from None
+
+    def begin(self, *, serializable: bool = False) -> None:
+        self._in_transaction("begin isolation level serializable" if serializable else "begin")
+
+    def commit(self) -> None:
+        self._in_transaction("commit")
+
+    def rollback(self) -> None:
+        self._in_transaction("rollback")
+
+    def read_for_update(self) -> int:
+        """Inside a transaction: the balance, with the row locked until commit (others wait here)."""
+        # Waiting for the row lock is the design working, not a hung server: a holder's whole section.
+        sql = f"select balance from {TABLE} where prefix = $1 for update"
+        rows = self._in_transaction(sql, self.prefix, timeout_s=ROW_LOCK_WAIT_S)
+        return int(rows[0][0]) if rows else 0
+
+    def read_in_transaction(self) -> int:
+        rows = self._in_transaction(f"select balance from {TABLE} where prefix = $1", self.prefix)
+        return int(rows[0][0]) if rows else 0
+
+    def write_and_commit(self, value: int) -> bool:
+        """Inside a transaction: write the balance and commit; False when PostgreSQL rolled the
+        transaction back (serialization failure: the caller reads and works again)."""
+        try:
+            self._in_transaction(
+                f"update {TABLE} set balance = $2, writes_accepted = writes_accepted + 1 where prefix = $1",
+                self.prefix, value,
+            )  # fmt: skip
+            self.commit()
+            return True
+        except SerializationFailure:
+            self.rollback()
+            return False
 
     def prepare(self, *, expire_s: float) -> None:
         """Create this trial's row (and the table); delete rows of earlier runs past their expiry."""

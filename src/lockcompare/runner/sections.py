@@ -7,6 +7,14 @@ for locks and for lock-free strategies; what differs is how the balance is incre
   write balance+1, with whatever the resource checks; a refused read ends the section unwritten;
 - ``atomic``: work → INCRBY (nothing to lose: the resource does the arithmetic);
 - ``optimistic``: WATCH+read → work → MULTI/SET/EXEC, read and work again when the balance changed.
+- ``partitioned`` / ``partitioned-skew``: read-modify-write of one partition's key (the worker's
+  own, or under skew another worker's: the worker picks it), the balance kept as their sum;
+- ``idempotent``: work → INCRBY carrying the round's request id, which the resource remembers;
+- ``pg-for-update`` / ``pg-serializable``: transactions on the PostgreSQL resource (sections_tx.py).
+
+A worker whose round's reply is lost (the ``lost-reply`` fault, on the increments) sees its write
+land, gets no answer, and sends the same request again: ``atomic`` applies it twice, ``idempotent``
+acknowledges the repeat without applying it (the checker's ``double_applications``).
 
 ``before_write`` is the hook right before the write: a worker scheduled to freeze at
 ``before-write`` has read the balance and worked, and wakes to write at once; then a backend with
@@ -26,6 +34,7 @@ from lockcompare.analysis.history import Recorder, now_ns
 from lockcompare.backends import Lease
 from lockcompare.errors import BackendLoadError
 from lockcompare.runner.resource import Check, Resource
+from lockcompare.runner.sections_tx import for_update_section, serializable_section
 
 
 def check_for(backend_cls: type, *, fence: str) -> Check:
@@ -61,20 +70,60 @@ def run_section(
     rec: Recorder,
     work_s: float,
     before_write: Callable[[], bool],
+    partition: int = 0,
+    request_id: str = "",
+    lose_reply: bool = False,
 ) -> None:
-    """One critical section, from enter to exit, recorded step by step."""
+    """One critical section, from enter to exit, recorded step by step. ``partition``: the key a
+    partitioned section updates; ``request_id`` and ``lose_reply``: an increment's id and whether
+    its reply is lost (then it is sent again)."""
+    if check is Check.FOR_UPDATE:  # the transaction's row lock comes before the section
+        return for_update_section(resource=resource, rec=rec, work_s=work_s, before_write=before_write)
+    if check is Check.SERIALIZABLE:
+        return serializable_section(resource=resource, rec=rec, work_s=work_s, before_write=before_write)
     rec.timed("enter", resource.enter, result_as="inside")
     try:
-        if check is Check.ATOMIC:
+        if check in (Check.ATOMIC, Check.IDEMPOTENT):
             time.sleep(work_s)
             if before_write():
-                rec.timed("write", resource.increment, result_as="accepted", how="incrby")
+                _increment(check, resource, rec, request_id=request_id, lose_reply=lose_reply)
+        elif check in (Check.PARTITIONED, Check.PARTITIONED_SKEW):
+            _partition(resource, rec, work_s, before_write, partition=partition)
         elif check is Check.OPTIMISTIC:
             _optimistic(resource, rec, work_s, before_write)
         else:
             _read_modify_write(check, resource, lease, rec, work_s, before_write)
     finally:
         rec.timed("exit", resource.exit)
+
+
+def _increment(check: Check, resource: Resource, rec: Recorder, *, request_id: str, lose_reply: bool) -> None:
+    """The increment, sent again when its reply is lost: the write landed, the answer never came."""
+    send: Callable[[], bool] = (
+        partial(resource.increment_once, request_id, dedupe=True) if check is Check.IDEMPOTENT else resource.increment
+    )
+    rec.timed("write", send, result_as="accepted", how="incrby", request=request_id)
+    if lose_reply:
+        # A client that timed out cannot know whether the request was processed; it retries.
+        rec.add("reply-lost", t0=now_ns(), request=request_id)
+        rec.add("retry", t0=now_ns(), attempt=0, reason="lost-reply")
+        rec.timed("write", send, result_as="accepted", how="incrby", request=request_id, resent=True)
+
+
+def _partition(
+    resource: Resource, rec: Recorder, work_s: float, before_write: Callable[[], bool], *, partition: int
+) -> None:
+    balance = rec.timed("read", lambda: resource.read_partition(partition), result_as="balance", partition=partition)
+    time.sleep(work_s)
+    if not before_write():
+        return
+    rec.timed(
+        "write",
+        lambda: resource.write_partition(partition, balance + 1),
+        result_as="accepted",
+        value=balance + 1,
+        partition=partition,
+    )
 
 
 def _read_modify_write(

@@ -152,6 +152,8 @@ def _run_trial(
             report_acquires=plan.reports_acquires(schedule),
             workload=spec.workload,
             acquire_handshake=w in plan.acquire_handshake_workers(schedule),
+            workers=spec.workers,
+            lost_reply_rounds=plan.worker_lost_replies(schedule, rounds=spec.rounds).get(w, frozenset()),
         )
         for w in range(spec.workers)
     ]

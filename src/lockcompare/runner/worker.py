@@ -108,6 +108,9 @@ class WorkerPlan:
     #: Wait for the runner before and after each round's acquire (a link fault on the acquire's
     #: replies only: the runner slows the links first and heals them before the critical section).
     acquire_handshake: bool = False
+    workers: int = 1  # how many workers the trial has (a partitioned backend's skew picks another's key)
+    #: Rounds whose increment's reply is lost (the ``lost-reply`` fault): the worker sends it again.
+    lost_reply_rounds: frozenset[int] = frozenset()
 
 
 def checked_outcome(outcome: object, *, backend: str) -> Lease | Refusal:
@@ -235,6 +238,13 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
     backend = slot.call("construct", lambda: backend_cls(config=plan.backend_config))
     resource = open_resource(url=plan.resource_url, prefix=plan.resource_prefix)
     rng = random.Random(plan.seed * 1009 + plan.index)  # reproducible, and different per worker
+    skew = float(getattr(backend_cls, "skew", 0.0))  # partitioned-skew: a share of updates on others' keys
+    others = [w for w in range(plan.workers) if w != plan.index]
+
+    def partition_for_round() -> int:
+        # Drawn only when there is skew, so every other backend's random sequence stays as it was.
+        return rng.choice(others) if skew and others and rng.random() < skew else plan.index
+
     inbox = Inbox(conn)
 
     def freeze() -> None:
@@ -284,6 +294,9 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             rec=rec,
             work_s=plan.work_ms / 1000,
             before_write=before_write,
+            partition=partition_for_round(),
+            request_id=f"w{plan.index}r{round_}",
+            lose_reply=round_ % plan.rounds in plan.lost_reply_rounds,
         )
         rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
         record_renewals(backend, rec)

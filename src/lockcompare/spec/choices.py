@@ -14,6 +14,11 @@ class Check(StrEnum):
     TOKEN_CAS = "token-cas"  # the read stores the lease's random token; the write needs it unchanged
     ATOMIC = "atomic"  # no read-modify-write: one INCRBY
     OPTIMISTIC = "optimistic"  # WATCH the balance, read, MULTI/SET/EXEC; retry when it changed
+    PARTITIONED = "partitioned"  # each worker read-modify-writes its own key (backends/partitioned.py)
+    PARTITIONED_SKEW = "partitioned-skew"  # ...and a share of its updates falls on another worker's key
+    FOR_UPDATE = "pg-for-update"  # a transaction: SELECT ... FOR UPDATE, work, UPDATE, COMMIT (PostgreSQL)
+    SERIALIZABLE = "pg-serializable"  # a SERIALIZABLE transaction, retried on serialization failure
+    IDEMPOTENT = "idempotent"  # an atomic increment carrying a request id the resource remembers
 
 
 #: What the resource checks, as --fence names it: the token on the write, on every access, or the

@@ -242,6 +242,14 @@ EXPERIMENTS: dict[str, Experiment] = {
             "into its first lease: the holder's session is on the minority side; the lock must not be granted "
             "to another worker while the holder can still write",
         ),
+        Experiment(
+            name="lost-reply",
+            takes_fault_nodes=False,
+            faults="lost-reply worker=0 after-acquire=0 every",
+            claim="the reply to each of worker 0's increments is lost after the increment landed, and the "
+            "worker sends it again: atomic applies it twice (double applications), idempotent (an "
+            "idempotency key the resource remembers) once. Acts on the increment sections only (atomic, idempotent)",
+        ),
     )
 }
 
