@@ -27,10 +27,10 @@ The replica replicates through a :class:`~lockcompare.infra.proxy.LinkProxy`, so
 experiment can hold the lock key back (as for the hand-made failover, infra/replication.py). A
 sentinel that sees a replica replicating from another address than the master's re-points it
 (``+fix-slave-config``, ``failover-timeout`` after it last reconfigured that replica, at its next
-INFO): the sentinels keep a long failover-timeout between failovers (:data:`GUARD_TIMEOUT_MS`) and get
-the short one right before the crash; :meth:`SentinelPair.hold_back` still puts a re-pointed replica
-back on the link, and the fault's event says whether the link was the replica's at the crash
-(``replica_on_held_link``).
+INFO): while the link is held back the sentinels have a long failover-timeout
+(:data:`GUARD_TIMEOUT_MS`), the short one again right before the crash; :meth:`SentinelPair.hold_back`
+puts a replica a sentinel had re-pointed back on the link first, and the fault's event says whether
+the link was still the replica's at the crash (``replica_on_held_link``).
 """
 
 from __future__ import annotations
@@ -61,15 +61,15 @@ QUORUM = 2
 #: PING reply (a spurious +try-failover, aborted for want of a replica), measured here.
 DOWN_AFTER_MS = 500
 #: A sentinel starts no failover of a master within twice its failover-timeout of its last attempt
-#: (measured: with 180 s the second trial's failover never started), so while a failover runs the
-#: sentinels have this one: short enough for one failover per trial.
+#: (measured: with 180 s the second trial's failover never started), so the sentinels run with a
+#: short one: one failover per trial, whoever causes it (the failover fault, or a crash).
 FAILOVER_TIMEOUT_MS = 1000
-#: ...and between failovers this one. The failover-timeout is also how soon a sentinel re-points a
-#: replica that replicates from another address than the master's — ours, through the link proxy
-#: (+fix-slave-config, at its next INFO). With 1 s it did so between the hold-back and the crash, and
-#: the lock key replicated (measured: replica_on_held_link false, the trial exclusive). So the
-#: sentinels hold this long timeout until :meth:`SentinelPair.fail_over` sets the short one (SENTINEL
-#: SET, on each) right before the crash; the rebuild puts the long one back.
+#: ...except while a replica is held back. The failover-timeout is also how soon a sentinel
+#: re-points a replica that replicates from another address than the master's — ours, through the
+#: link proxy (+fix-slave-config, at its next INFO). With 1 s it did so between the hold-back and the
+#: crash, and the lock key replicated (measured: replica_on_held_link false, the trial exclusive).
+#: So :meth:`SentinelPair.hold_back` gives the sentinels this long one (SENTINEL SET, on each) and
+#: :meth:`SentinelPair.fail_over` the short one back right before the crash.
 GUARD_TIMEOUT_MS = 3_600_000
 #: How long :meth:`SentinelPair.fail_over` waits for the sentinels to promote the replica.
 FAILOVER_WAIT_S = 30.0
@@ -178,7 +178,7 @@ class SentinelServer(SpawnedServer):
                 lines += [
                     f"sentinel monitor {service} 127.0.0.1 {port} {QUORUM}",
                     f"sentinel down-after-milliseconds {service} {DOWN_AFTER_MS}",
-                    f"sentinel failover-timeout {service} {GUARD_TIMEOUT_MS}",
+                    f"sentinel failover-timeout {service} {FAILOVER_TIMEOUT_MS}",
                     f"sentinel parallel-syncs {service} 1",
                 ]
             conf.write_text("\n".join(lines) + "\n")

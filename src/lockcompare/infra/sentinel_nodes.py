@@ -73,7 +73,11 @@ class SentinelPair:
 
     @property
     def master(self) -> RedisServer:
-        """The server the sentinels name as master now (the one a crash fault kills)."""
+        """What a node fault acts on: the server the sentinels name as master now — but while one of
+        the two is down (a crash, before its heal), that one, so the heal starts what the fault took down."""
+        down = [server for server in self._servers if server.port is not None and not server.is_running()]
+        if down:
+            return down[0]
         found = master_address(self.url)
         for server in self._servers:
             if found is not None and server.port == found[1]:
@@ -111,6 +115,7 @@ class SentinelPair:
         why = "not checked"
         while time.monotonic() < deadline:
             try:
+                self._adopt_roles()
                 why = self._not_ready()
             except redis.RedisError as exc:
                 why = str(exc)
@@ -118,6 +123,27 @@ class SentinelPair:
                 return
             time.sleep(0.02)
         raise ReplicationError(f"{self.name}: not ready within {timeout_s:g} s: {why}")
+
+    def _adopt_roles(self) -> None:
+        """After a failover the sentinels ran on their own (a crash fault, not :meth:`fail_over`): take
+        their word for which server is master now, and put the other, running again, on a new link of
+        ours to it (the sentinels would re-point it only seconds later, and not through the link)."""
+        found = master_address(self.url)
+        if found is None or found[1] == self.master_port or not self._replica.is_running() or self.held_back:
+            return
+        self._master, self._replica = self._replica, self._master
+        assert self._replica.port is not None
+        if self.link is not None:
+            self.link.stop()
+        self.link = LinkProxy(target_port=self.master_port, name=f"{self.name}-replication", host=self._host)
+        self.link.start()
+        assert self.link.port is not None
+        self._replica.extra_args = [*REPLICATION_ARGS, "--replicaof", "127.0.0.1", str(self.link.port)]
+        client = admin_client(self._replica.port)
+        try:
+            client.execute_command("REPLICAOF", "127.0.0.1", str(self.link.port))
+        finally:
+            client.close()
 
     def _not_ready(self) -> str:
         assert self._replica.port is not None
@@ -145,6 +171,7 @@ class SentinelPair:
     def hold_back(self) -> None:
         """Cut the replica's link; first put it back on the link if a sentinel re-pointed it."""
         assert self._replica.port is not None and self.link is not None and self.link.port is not None
+        self._set_failover_timeout(GUARD_TIMEOUT_MS)  # no sentinel re-points it from now on (sentinel.py)
         if int(_info(self._replica.port).get("master_port", 0)) != self.link.port:
             client = admin_client(self._replica.port)
             try:
@@ -159,6 +186,7 @@ class SentinelPair:
         if self.link is not None:
             self.link.heal()
         self.held_back = False
+        self._set_failover_timeout(FAILOVER_TIMEOUT_MS)
 
     def fail_over(self) -> str:
         """SIGKILL the master and wait for the sentinels to elect a leader and promote the replica."""
@@ -207,7 +235,6 @@ class SentinelPair:
         self._start_replica()
         self.failed_over = False
         self.wait_in_sync(timeout_s=timeout_s)
-        self._set_failover_timeout(GUARD_TIMEOUT_MS)
 
     def _set_failover_timeout(self, ms: int) -> None:
         for port in self._sentinel_ports:
