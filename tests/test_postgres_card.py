@@ -31,7 +31,9 @@ def session_line(*, fenced: bool, conflicts: int, lost: int) -> Any:
 def test_a_session_lock_that_ends_with_its_session_is_not_claimed_with_the_evidence() -> None:
     line = session_line(fenced=False, conflicts=10, lost=10)
     assert line.status is Status.NOT_CLAIMED
-    assert line.evidence == "the lock ends with its session: 10 conflicts in 40 entries, 10 lost updates"
+    # the evidence, then the sizes the card judged (issue 38: every line gives them)
+    assert line.evidence.startswith("the lock ends with its session: 10 conflicts in 40 entries, 10 lost updates")
+    assert "timing-marked" in line.evidence
 
 
 @pytest.mark.parametrize(("lost", "status"), [(0, Status.PASS), (1, Status.FAIL)])
