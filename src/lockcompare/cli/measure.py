@@ -172,6 +172,8 @@ def matrix(
         err.print(timing_line(rows))
         if faults := strikes_line(rows):
             err.print(faults)
+    for line in report.floor.lines() if report.floor is not None else ():  # the run's own floor (runner/floor.py)
+        err.print(line)
     _fail_on_unknown(report)
 
 

@@ -25,11 +25,15 @@ server dies with the thread that spawned it (PR_SET_PDEATHSIG follows the thread
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from lockcompare.infra.cluster import Cluster, ClusterShape
 from lockcompare.infra.kinds import get_kind
+
+if TYPE_CHECKING:
+    from lockcompare.infra.warm_pool import WarmPool
 
 
 class ClusterPool:
@@ -120,7 +124,7 @@ class WithPostgres:
     """A cluster source that hands the user's PostgreSQL server (``--postgres``) to trials whose lock
     nodes speak PostgreSQL, and asks ``inner`` for every other cluster."""
 
-    def __init__(self, inner: ClusterPool | SharedCluster, postgres: SharedCluster | None) -> None:
+    def __init__(self, inner: ClusterPool | SharedCluster | WarmPool, postgres: SharedCluster | None) -> None:
         self.inner, self.postgres = inner, postgres
 
     def acquire(self, shape: ClusterShape) -> Cluster:
@@ -131,6 +135,12 @@ class WithPostgres:
     def release(self, cluster: Cluster) -> None:
         if self.postgres is None or cluster is not self.postgres.cluster:
             self.inner.release(cluster)
+
+    def expect(self, shapes: Sequence[ClusterShape]) -> None:
+        """Pass the shapes of the trials to come to a pool that starts clusters ahead (warm_pool.py)."""
+        ahead = getattr(self.inner, "expect", None)
+        if ahead is not None:
+            ahead(shapes)
 
     def close(self) -> None:
         self.inner.close()

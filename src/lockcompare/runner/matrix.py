@@ -18,7 +18,7 @@ from typing import Any
 
 from lockcompare.analysis.results import ResultsWriter, make_row, supersede
 from lockcompare.analysis.verdicts import NOTED
-from lockcompare.backends import BackendConfig, load_backend, require_declarations
+from lockcompare.backends import BackendConfig, load_backend, require_declarations, traits_of
 from lockcompare.errors import (
     BackendLoadError,
     ConfigError,
@@ -37,10 +37,14 @@ from lockcompare.infra.cluster import (
 )
 from lockcompare.infra.kinds import AUTO, Capability, get_kind, lacks, server_for
 from lockcompare.infra.lifecycle import sigterm_unwinds
-from lockcompare.infra.pool import ClusterPool, SharedCluster, WithPostgres
+from lockcompare.infra.pool import SharedCluster, WithPostgres
 from lockcompare.infra.provenance import host_facts, registered_run
+from lockcompare.infra.warm_pool import WarmPool
+from lockcompare.runner.cost_order import CostOrder
 from lockcompare.runner.crew import WorkerPool, spawn_crew
+from lockcompare.runner.floor import RunFloor, RunMeter
 from lockcompare.runner.outfile import claim_history_dir, history_ids, prepare_out, remove_unpointed
+from lockcompare.runner.probes import probe_concurrently
 from lockcompare.runner.scheduler import (
     CpuBudget,
     Finished,
@@ -105,6 +109,8 @@ class MatrixReport:
     #: The fewest trials the stall governor let run at once, and how often it backed off (scheduler.py).
     jobs_floor: int = 1
     backed_off: int = 0
+    #: The run's own floor and where its wall went (runner/floor.py); None when no trial ran here.
+    floor: RunFloor | None = None
 
 
 #: Verdicts a run explains on stderr when it gives them: they are results, not failures, but a
@@ -149,9 +155,9 @@ def plan_matrix(
             overrides=cell,
             node_count=node_count,
             resource_check=check_for(cls, fence=cell.fence),
-            supports_wait_replicas=bool(getattr(cls, "supports_wait_replicas", False)),
-            lock_servers=str(getattr(cls, "servers", "redis")),
-            backend_resource_kind=str(getattr(cls, "resource_kind", "redis")),
+            supports_wait_replicas=traits_of(cls).supports_wait_replicas,
+            lock_servers=traits_of(cls).servers,
+            backend_resource_kind=traits_of(cls).resource_kind,
             backend_timeout_ms=_client_timeout_ms(cls),
         )
         specs.setdefault(spec.trial_id, spec)
@@ -167,7 +173,7 @@ def _redis_protocol_server(choice: str, *, binary: str | None) -> str:
 
 def _client_timeout_ms(cls: type) -> float | None:
     """A backend's own client request timeout (its ``client_timeout_s``), None if it states none."""
-    own = getattr(cls, "client_timeout_s", None)
+    own = traits_of(cls).client_timeout_s
     return None if own is None else float(own) * 1000
 
 
@@ -175,7 +181,7 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
     """Say once, up front, which backends run their failover trials without the asked-for WAIT."""
     if not any(asked) or not any("failover" in e.kinds for e in experiments):
         return
-    without = [name for name, cls in classes.items() if not getattr(cls, "supports_wait_replicas", False)]
+    without = [name for name, cls in classes.items() if not traits_of(cls).supports_wait_replicas]
     if without:
         log.warning(
             "--wait-replicas: %s issue(s) no WAIT; their failover trials run without it (wait_replicas 0)",
@@ -197,7 +203,7 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
     """Why a backend cannot run the trial ("" when it can): a TTL it cannot express (its optional
     ``check_ttl``, e.g. etcd's whole-second leases), a fault its kind of lock server cannot take, or
     a fault step that can never reach its lock (faults/targets.py: never_resolves)."""
-    servers = str(getattr(cls, "servers", "redis"))
+    servers = traits_of(cls).servers
     server_kind = server_for(servers, choice=spec.server)
     schedule = parse_schedule(spec.faults)
     for kind in sorted(schedule.kinds()):
@@ -225,7 +231,7 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
     )  # fmt: skip
     if reach:
         return reach
-    check_ttl = getattr(cls, "check_ttl", None)
+    check_ttl = traits_of(cls).check_ttl
     if check_ttl is None:
         return ""
     try:
@@ -266,7 +272,7 @@ ETCD_FAULT_MEMBERS = 3
 
 def lock_servers_of(backend: str) -> str:
     """Which servers a backend's lock nodes are (its optional ``servers`` attribute; "redis" without)."""
-    return str(getattr(load_backend(backend, check_viable=False), "servers", "redis"))
+    return traits_of(load_backend(backend, check_viable=False)).servers
 
 
 def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> ClusterShape:
@@ -483,6 +489,9 @@ def _run_locked(
         # nodes' CPU and timing (their keys never collide: every trial has its own prefix). So
         # trials there run one at a time, as --jobs's help says.
         jobs = 1
+    meter = RunMeter(jobs=jobs, cores=usable_cpus())
+    meter.start()
+    costs = CostOrder()  # expensive trials first within each round (cost_order.py)
     writer = ResultsWriter(out)
     histories = claim_history_dir(out)  # never another results file's (issue 38)
     pointed = history_ids(out)  # histories rows of the file already point to (an unknown one rerun)
@@ -517,6 +526,8 @@ def _run_locked(
         nonlocal jobs_used, floor
         floor = min(floor, governor.limit)
         result, row = done.result
+        meter.trial(result.wall_s)
+        costs.record(done.spec, wall_s=result.wall_s)
         row["jobs_concurrent"] = done.jobs_concurrent
         jobs_used = max(jobs_used, done.jobs_concurrent)
         # on_done runs in the main thread only: rows never interleave. A rerun takes its old row's
@@ -534,6 +545,11 @@ def _run_locked(
         if progress:
             progress(done.spec, result, done.finished, len(todo))
 
+    def on_start(spec: TrialSpec, finished: int) -> None:
+        meter.mark("first cluster")  # the first trial's start ends the start-up
+        if progress:
+            progress(spec, None, finished, len(todo))
+
     workers = WorkerPool()
     crews = spawn_crew if fresh_workers else workers.start
     with (
@@ -542,22 +558,28 @@ def _run_locked(
         _cluster_source(cluster_options, jobs=jobs, specs=todo) as clusters,
     ):
         try:
+            # Clusters for the first trials start on the pool's threads while the backends are probed.
+            clusters.expect([cluster_shape(spec, cluster_options=cluster_options) for spec in costs(todo)])
             by_servers: dict[str, TrialSpec] = {}  # each backend is probed on the kind of nodes it uses
             for spec in todo:
                 by_servers.setdefault(lock_servers_of(spec.backend), spec)
-            for first in by_servers.values():
-                probe = clusters.acquire(cluster_shape(first, cluster_options=cluster_options))
-                try:
-                    probe_backends(
-                        [s.backend for s in todo if lock_servers_of(s.backend) == lock_servers_of(first.backend)],
-                        config=BackendConfig(node_urls=probe.node_urls, node_count=redlock_nodes),
-                        timeout_s=call_timeout_ms / 1000,
+            count = min(jobs, len(todo)) * max(spec.workers for spec in todo)
+            # Every worker the run can use, started before any trial (see WorkerPool.prestart), in
+            # this thread while the probes run on theirs (probes.py).
+            probe_concurrently(
+                [
+                    (
+                        cluster_shape(first, cluster_options=cluster_options),
+                        [s.backend for s in todo if lock_servers_of(s.backend) == servers],
                     )
-                finally:
-                    clusters.release(probe)
-            if not fresh_workers and todo:
-                # Every worker the run can use, started before any trial (see WorkerPool.prestart).
-                workers.prestart(min(jobs, len(todo)) * max(spec.workers for spec in todo))
+                    for servers, first in by_servers.items()
+                ],
+                clusters=clusters,
+                node_count=redlock_nodes,
+                timeout_s=call_timeout_ms / 1000,
+                meanwhile=(lambda: None) if fresh_workers else (lambda: workers.prestart(count)),
+            )
+            meter.mark("probes and warm workers")
             run_scheduled(
                 todo,
                 jobs=jobs,
@@ -569,13 +591,16 @@ def _run_locked(
                 solo=_runs_alone,
                 stall_of=_stall_share,
                 governor=governor,
-                on_start=lambda spec, done: progress(spec, None, done, len(todo)) if progress else None,
+                on_start=on_start,
                 on_done=on_done,
                 on_cancel=workers.kill_all,
+                order=costs,
             )
+            meter.mark("trials")
         finally:
             workers.close()
             remove_unpointed(saved, rowed=rowed, kept=set())  # a rerun's history has a name of its own
+    floor_now = meter.finish(waited_for_clusters_s=getattr(clusters.inner, "waited_s", 0.0))  # servers stopped
     return MatrixReport(
         out=out,
         trials_run=len(todo),
@@ -588,6 +613,7 @@ def _run_locked(
         busy_cpu=budget.estimates(),  # type: ignore[arg-type]  # kinds are (backend, experiment)
         jobs_floor=floor,
         backed_off=governor.backed_off,
+        floor=floor_now,
     )
 
 
@@ -604,7 +630,7 @@ def _runs_alone(spec: TrialSpec) -> bool:
     so the phase is random in every round whatever a neighbour does, and a pause in every round
     sets the rhythm itself; those trials run in parallel like the rest (the fidelity check in the
     README compares such a run with a serial one cell by cell)."""
-    return spec.pause_ms == 0 and spec.jitter == 0 and not getattr(load_backend(spec.backend), "exclusive", True)
+    return spec.pause_ms == 0 and spec.jitter == 0 and not traits_of(load_backend(spec.backend)).exclusive
 
 
 @contextlib.contextmanager
@@ -631,5 +657,10 @@ def _cluster_source(options: ClusterOptions, *, jobs: int, specs: Sequence[Trial
     def build(shape: ClusterShape) -> Cluster:
         return start_embedded(shape, redis_server=options.redis_server, zookeeper=options.zookeeper)
 
-    with ClusterPool(build=build, limit=jobs) as pool:
+    # Clusters start and reset on the pool's threads, SPARE_CLUSTERS ahead of the trials (warm_pool.py).
+    with WarmPool(build=build, limit=jobs + SPARE_CLUSTERS) as pool:
         yield WithPostgres(pool, postgres)
+
+
+#: Clusters kept warm beyond one per job slot, for the trials about to start (issue 44).
+SPARE_CLUSTERS = 2

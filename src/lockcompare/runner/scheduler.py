@@ -195,6 +195,7 @@ def run_scheduled(
     on_start: Callable[[S, int], None],
     on_done: Callable[[Finished[S, R]], None],
     on_cancel: Callable[[], None],
+    order: Callable[[list[S]], list[S]] | None = None,
 ) -> None:
     """Run every spec with ``run_one(spec, cluster)``, at most ``jobs`` at once within ``budget``
     and the ``governor``'s limit (fed with ``stall_of(result)``: the share of its margin a finished
@@ -204,16 +205,25 @@ def run_scheduled(
     thread, in the order trials start and finish. ``on_cancel`` must make every trial in flight
     end now (kill its workers); it is called when the run stops early, before this function waits
     for the runner threads and re-raises.
+
+    ``order`` (runner/cost_order.py) puts the pending trials in the order to start them, at the
+    start and again as trials finish. A cluster source with an ``expect`` method (infra/warm_pool.py)
+    is told the shapes of the trials still to start, so it can start their clusters ahead.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
-    pending = list(specs)
+    pending = order(list(specs)) if order is not None else list(specs)
+    expect = getattr(clusters, "expect", None)
+    shapes = [shape_for(spec) for spec in pending]  # once: a shape parses the trial's schedule
+    shape_of = {id(spec): shape for spec, shape in zip(pending, shapes, strict=True)}
     governor = governor or StallGovernor(jobs=jobs)
     running: dict[Future[tuple[R, float]], _InFlight[S]] = {}
     finished = 0
     executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="trial")
     try:
         while pending or running:
+            if expect is not None:  # acquire() takes its own shape off this list
+                expect([shape_of[id(spec)] for spec in pending])
             while pending and len(running) < min(jobs, governor.limit):
                 flights = list(running.values())
                 index = _next_admissible(pending, running=flights, solo=solo, kind_of=kind_of, budget=budget)
@@ -221,7 +231,7 @@ def run_scheduled(
                     break
                 spec = pending.pop(index)
                 on_start(spec, finished)
-                cluster = clusters.acquire(shape_for(spec))
+                cluster = clusters.acquire(shape_of[id(spec)])
                 flight = _InFlight(
                     spec=spec, cluster=cluster, kind=kind_of(spec), solo=solo(spec), peak=len(running) + 1
                 )
@@ -241,6 +251,8 @@ def run_scheduled(
                         spec=flight.spec, result=result, jobs_concurrent=flight.peak, busy_cpu=busy, finished=finished
                     )
                 )
+            if done and order is not None:
+                pending = order(pending)
     except BaseException:
         on_cancel()
         _drain(running)

