@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from lockcompare.backends.no_lock import NoLock
+from lockcompare.infra.pg_client import check_postgres_viable
 
 
 class PgForUpdate(NoLock):
@@ -19,3 +20,7 @@ class PgForUpdate(NoLock):
     summary: ClassVar[str] = "lock-free: a PostgreSQL transaction, SELECT ... FOR UPDATE on the resource row"
     resource_check: ClassVar[str] = "pg-for-update"
     resource_kind: ClassVar[str] = "postgres"
+
+    @classmethod
+    def check_viable(cls) -> None:
+        check_postgres_viable()  # the resource is a PostgreSQL server (embedded, or --postgres)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from lockcompare.backends.no_lock import NoLock
+from lockcompare.infra.pg_client import check_postgres_viable
 
 
 class PgSerializable(NoLock):
@@ -19,3 +20,7 @@ class PgSerializable(NoLock):
     summary: ClassVar[str] = "lock-free: a SERIALIZABLE PostgreSQL transaction, retried on serialization failure"
     resource_check: ClassVar[str] = "pg-serializable"
     resource_kind: ClassVar[str] = "postgres"
+
+    @classmethod
+    def check_viable(cls) -> None:
+        check_postgres_viable()  # the resource is a PostgreSQL server (embedded, or --postgres)

@@ -12,9 +12,11 @@ for locks and for lock-free strategies; what differs is how the balance is incre
 - ``idempotent``: work → INCRBY carrying the round's request id, which the resource remembers;
 - ``pg-for-update`` / ``pg-serializable``: transactions on the PostgreSQL resource (sections_tx.py).
 
-A worker whose round's reply is lost (the ``lost-reply`` fault, on the increments) sees its write
-land, gets no answer, and sends the same request again: ``atomic`` applies it twice, ``idempotent``
-acknowledges the repeat without applying it (the checker's ``double_applications``).
+A worker whose round's reply is lost (the ``lost-reply`` fault, on the increments only) sees its
+write land, gets no answer, and sends the same request again: ``atomic`` applies it twice,
+``idempotent`` acknowledges the repeat without applying it (the checker's ``double_applications``).
+The other sections ignore it: a resent ``SET balance = v`` would count as a second accepted write
+of one increment, and lost updates (writes accepted − balance) would count it as lost.
 
 ``before_write`` is the hook right before the write: a worker scheduled to freeze at
 ``before-write`` has read the balance and worked, and wakes to write at once; then a backend with
