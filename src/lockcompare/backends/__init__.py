@@ -9,11 +9,21 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 
-from lockcompare.backends.base import BackendConfig, Lease, LockBackend, Refusal
+from lockcompare.backends.base import (
+    TRAIT_KINDS,
+    BackendConfig,
+    Lease,
+    LockBackend,
+    Refusal,
+    Traits,
+    declared_traits,
+    trait_problems,
+    traits_of,
+)
 from lockcompare.errors import BackendLoadError, BackendNotViableError, UnknownNameError
 
 ENTRY_POINT_GROUP = "lockcompare.backends"
@@ -52,26 +62,9 @@ def add_plugin_paths(
             sys.path.append(directory)
 
 
-#: The class attributes every backend must declare, and what each must be (see base.LockBackend);
-#: ``survives_minority_loss`` and ``has_ttl`` are optional but, when given, must be bools too.
-def _is_bool(value: object) -> bool:
-    return isinstance(value, bool)
-
-
-def _is_text(value: object) -> bool:
-    return isinstance(value, str) and bool(value.strip())
-
-
-_DECLARATIONS: tuple[tuple[str, str, Callable[[object], bool]], ...] = (
-    ("summary", "a non-empty str", _is_text),
-    ("exclusive", "a bool", _is_bool),
-    ("issues_fencing_tokens", "a bool", _is_bool),
-)
-_OPTIONAL_DECLARATIONS: tuple[tuple[str, str, Callable[[object], bool]], ...] = (
-    ("survives_minority_loss", "a bool", _is_bool),
-    ("has_ttl", "a bool", _is_bool),  # a claim the battery checks: a has_ttl = "no" would be read as a TTL
-)
-_MISSING = object()
+#: The class attributes every backend must declare (see base.LockBackend); the optional ones, when
+#: given, must be of their kind too (base.TRAIT_KINDS: a has_ttl = "no" would be read as a TTL).
+_REQUIRED_TRAITS = ("summary", "exclusive", "issues_fencing_tokens")
 
 
 def declaration_problems(declared: object) -> list[str]:
@@ -88,17 +81,16 @@ def declaration_problems(declared: object) -> list[str]:
     exclusive is 'yes', expected a bool
     issues_fencing_tokens is missing (a bool)
     """
+    declared_now = declared_traits(declared)
     problems = []
-    for name, kind, ok in _DECLARATIONS:
-        value = getattr(declared, name, _MISSING)
-        if value is _MISSING or value is None:
+    for name in _REQUIRED_TRAITS:
+        kind, ok = TRAIT_KINDS[name]
+        value = declared_now.pop(name, None)
+        if value is None:
             problems.append(f"{name} is missing ({kind})")
         elif not ok(value):
             problems.append(f"{name} is {value!r}, expected {kind}")
-    for name, kind, ok in _OPTIONAL_DECLARATIONS:
-        value = getattr(declared, name, False)
-        if not ok(value):
-            problems.append(f"{name} is {value!r}, expected {kind}")
+    problems += trait_problems(declared_now)
     return problems
 
 
@@ -303,7 +295,7 @@ def describe_backends() -> list[BackendInfo]:
     for ep in sorted(_registered(), key=lambda e: e.name):
         try:
             cls = load_backend(ep.name)
-            infos.append(BackendInfo(ep.name, ep.value, getattr(cls, "summary", ""), ""))
+            infos.append(BackendInfo(ep.name, ep.value, traits_of(cls).summary, ""))
         except (BackendLoadError, BackendNotViableError) as exc:
             infos.append(BackendInfo(ep.name, ep.value, "", str(exc)))
     return infos
@@ -315,10 +307,12 @@ __all__ = [
     "Lease",
     "LockBackend",
     "Refusal",
+    "Traits",
     "add_plugin_paths",
     "declaration_problems",
     "describe_backends",
     "load_backend",
     "registered_names",
     "require_declarations",
+    "traits_of",
 ]

@@ -17,10 +17,12 @@ Example, against a running redis-server::
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
+from lockcompare.errors import BackendLoadError
 from lockcompare.infra.redisconn import DEFAULT_TIMEOUT_S
 
 
@@ -123,7 +125,8 @@ class Refusal:
 class LockBackend(Protocol):
     """A lock design. ``exclusive`` is False for designs that do not even try (the ``none`` baseline).
 
-    Optional class attribute, read with ``getattr(cls, "survives_minority_loss", False)``:
+    Every declaration, required or optional, is read through :func:`traits_of` (one :class:`Traits`
+    record per class, with each attribute's single default). Optional class attribute:
     ``survives_minority_loss = True`` claims that the design keeps granting exclusive leases while a
     minority of its nodes is down (a majority quorum, as Redlock's). The conformance battery
     (:mod:`lockcompare.testing`) checks every claim a backend makes, and only those.
@@ -151,6 +154,155 @@ class LockBackend(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+#: Where a lock lives on a Redis node when the backend does not say: any key ending with the harness's key.
+DEFAULT_KEY_PATTERN = "*{key}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Traits:
+    """Everything a backend class declares about itself, each with its one default (docs/plugins.md).
+
+    A backend still declares these as class attributes; :func:`traits_of` reads them once into this
+    record, and the harness asks the record, never the class. ``summary``, ``exclusive`` and
+    ``issues_fencing_tokens`` are required (``run``/``matrix`` refuse a class without them:
+    ``require_declarations``); their defaults only serve readers that tolerate an incomplete class.
+    """
+
+    summary: str = ""
+    exclusive: bool = True
+    issues_fencing_tokens: bool = False
+    #: A majority-quorum design that keeps granting exclusive leases with a minority of its nodes down.
+    survives_minority_loss: bool = False
+    #: False: a lease without a deadline (held while its session lives, as ``pg-advisory``).
+    has_ttl: bool = True
+    #: A renewing lock; undeclared, whether it has the hooks ``drain_renewals`` / ``stop_renewal``.
+    renews: bool = False
+    #: A lock whose client checks its lease before writing; undeclared, whether it has ``before_write``.
+    checks_lease: bool = False
+    #: Which servers the lock nodes are (a server kind's name), and where the balance lives by default.
+    servers: str = "redis"
+    resource_kind: str = "redis"
+    #: A lock-free design's own strategy at the resource (``atomic``, ``optimistic``), or None.
+    resource_check: str | None = None
+    #: The request timeout the library's users get by default, or None (the harness's own).
+    client_timeout_s: float | None = None
+    #: The shortest TTL it can grant, TTLs in multiples of (0: any), and how late its service ends one.
+    min_ttl_ms: int = 0
+    ttl_step_ms: int = 0
+    expiry_lag_ms: int = 0
+    #: Where its lease lives on a Redis node, and what the key holds (``string`` or ``hash``).
+    key_pattern: str = DEFAULT_KEY_PATTERN
+    key_type: str = "string"
+    #: ZooKeeper: a path with ``{key}``/``{path}``, or a callable ``(client, key) -> znodes``; None: kazoo's Lock.
+    lease_znodes: str | Callable[..., object] | None = None
+    #: A session lock whose server ends the session after a TTL of silence (ZooKeeper).
+    session_timeout_is_ttl: bool = False
+    #: It waits inside ``acquire`` (kazoo's Lock): its acquires are not a livelock's evidence.
+    acquire_waits: bool = False
+    #: It honours ``BackendConfig.wait_replicas``.
+    supports_wait_replicas: bool = False
+    #: Its ``check_ttl(*, ttl_ms)`` classmethod, raising InvalidValueError for a TTL it cannot grant
+    #: exactly (whole seconds), or None: it grants any.
+    check_ttl: Callable[..., object] | None = None
+
+
+def _is_bool(value: object) -> bool:
+    return isinstance(value, bool)
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_seconds_or_none(value: object) -> bool:
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0)
+
+
+#: What each trait must be: a phrase for the refusal, and the test.
+TRAIT_KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "summary": ("a non-empty str", lambda v: isinstance(v, str) and bool(v.strip())),
+    "servers": ("a str", _is_str),
+    "resource_kind": ("a str", _is_str),
+    "resource_check": ("a str or None", lambda v: v is None or isinstance(v, str)),
+    "client_timeout_s": ("a positive number or None", _is_seconds_or_none),
+    "min_ttl_ms": ("an int >= 0", _is_count),
+    "ttl_step_ms": ("an int >= 0", _is_count),
+    "expiry_lag_ms": ("an int >= 0", _is_count),
+    "key_pattern": ("a str", _is_str),
+    "key_type": ("a str", _is_str),
+    "lease_znodes": ("a str, a callable or None", lambda v: v is None or isinstance(v, str) or callable(v)),
+    "check_ttl": ("a classmethod or None", lambda v: v is None or callable(v)),
+} | {f.name: ("a bool", _is_bool) for f in fields(Traits) if f.type == "bool"}
+
+#: Traits whose default, when a class leaves them out, is whether it has these hooks.
+_HOOKED = {"renews": ("drain_renewals", "stop_renewal"), "checks_lease": ("before_write",)}
+
+_MISSING = object()
+
+#: Each trait's one default, by name.
+TRAIT_DEFAULTS: dict[str, object] = {f.name: f.default for f in fields(Traits)}
+
+
+def declared_traits(declared: object) -> dict[str, object]:
+    """The trait attributes a class (or a record of them) declares, as declared: unchecked, no defaults.
+
+    The one place a backend's attributes are read by name; everyone else asks :func:`traits_of`.
+    """
+    found = {f.name: getattr(declared, f.name, _MISSING) for f in fields(Traits)}
+    return {name: value for name, value in found.items() if value is not _MISSING}
+
+
+def trait_problems(declared: Mapping[str, object]) -> list[str]:
+    """One phrase per declared trait of the wrong type (``[]`` if none); a missing trait is no problem here."""
+    return [
+        f"{name} is {value!r}, expected {TRAIT_KINDS[name][0]}"
+        for name, value in declared.items()
+        if name in TRAIT_KINDS and not TRAIT_KINDS[name][1](value)
+    ]
+
+
+def traits_of(cls: type) -> Traits:
+    """The :class:`Traits` record of a backend class, read and checked once per class.
+
+    A declaration of the wrong type is one :class:`~lockcompare.errors.BackendLoadError` line.
+
+    >>> class Mine:
+    ...     summary = "mine"
+    ...     exclusive = True
+    ...     issues_fencing_tokens = False
+    ...     servers = "etcd"
+    >>> traits_of(Mine).servers, traits_of(Mine).has_ttl
+    ('etcd', True)
+    >>> class Wrong(Mine):
+    ...     has_ttl = "no"
+    >>> traits_of(Wrong)
+    Traceback (most recent call last):
+    ...
+    lockcompare.errors.BackendLoadError: backend Wrong declares has_ttl is 'no', expected a bool (see docs/plugins.md)
+    """
+    cached = _TRAITS.get(cls)
+    if cached is not None:
+        return cached
+    declared = declared_traits(cls)
+    if declared.get("summary") is None:  # required: its absence is require_declarations' to refuse
+        declared.pop("summary", None)
+    problems = trait_problems(declared)
+    if problems:
+        raise BackendLoadError(f"backend {cls.__name__} declares {'; '.join(problems)} (see docs/plugins.md)")
+    for name, hooks in _HOOKED.items():
+        declared.setdefault(name, any(callable(getattr(cls, hook, None)) for hook in hooks))
+    traits = Traits(**declared)  # type: ignore[arg-type]
+    _TRAITS[cls] = traits
+    return traits
+
+
+_TRAITS: weakref.WeakKeyDictionary[type, Traits] = weakref.WeakKeyDictionary()
 
 
 def first_node(node_urls: Sequence[str]) -> str:

@@ -44,11 +44,13 @@ from lockcompare.backends import (
     Refusal,
     load_backend,
 )
+from lockcompare.backends.base import TRAIT_DEFAULTS, Traits, declared_traits, traits_of
 from lockcompare.errors import (
     BackendCallFailed,
     BackendCallRaised,
     BackendCallTimedOut,
     BackendHostDied,
+    BackendLoadError,
     LockcompareError,
 )
 from lockcompare.infra import cgroup
@@ -60,32 +62,36 @@ from lockcompare.infra.procgroup import GroupView, describe_escaped
 HOST_START_TIMEOUT_S = 60.0
 
 
+#: The defaults a backend that leaves a trait out gets: the traits record's own (backends/base.py).
+_DEFAULT = Traits()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Claims:
-    """What a backend class says about itself (its class attributes), as the host read them.
-
-    ``survives_minority_loss`` is optional on a backend (False when absent): a multi-node design
-    that promises to keep granting leases while a minority of its nodes is down.
+    """What a backend class says about itself, as the host read it: the claims of its
+    :class:`~lockcompare.backends.base.Traits` the battery checks, each a plain value *as declared*
+    (so that ``declares_the_protocol`` can report a wrong one), with the traits' defaults.
     """
 
     summary: object
     exclusive: object
     issues_fencing_tokens: object
-    survives_minority_loss: object = False
-    #: Optional too: which servers the lock nodes are ("redis" or "etcd"), the shortest TTL the backend
-    #: can grant, and how late after its TTL the lock service may end a lease (see backends/base.py).
-    servers: object = "redis"
-    min_ttl_ms: object = 0
-    expiry_lag_ms: object = 0
+    #: A multi-node design that promises to keep granting leases while a minority of its nodes is down.
+    survives_minority_loss: object = _DEFAULT.survives_minority_loss
+    #: Which servers the lock nodes are, the shortest TTL the backend can grant, and how late after
+    #: its TTL the lock service may end a lease (see backends/base.py).
+    servers: object = _DEFAULT.servers
+    min_ttl_ms: object = _DEFAULT.min_ttl_ms
+    expiry_lag_ms: object = _DEFAULT.expiry_lag_ms
     #: False for a lock without a lease deadline (``pg-advisory``: held while its session lives):
     #: the TTL properties are then NOT CLAIMED — once the battery has checked the claim itself.
-    has_ttl: object = True
+    has_ttl: object = _DEFAULT.has_ttl
     #: A renewing lock (a watchdog extends its lease while the holder lives): it has the renewal
     #: hooks ``drain_renewals`` / ``stop_renewal``, or says ``renews = True``. Checked by the battery.
-    renews: object = False
+    renews: object = _DEFAULT.renews
     #: A lock whose client checks its lease before writing: it has a ``before_write(lease)`` hook.
     #: Checked by the battery: after its lock went to another client, the hook must say so.
-    checks_lease: object = False
+    checks_lease: object = _DEFAULT.checks_lease
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,19 +156,23 @@ def _serve(conn: Connection) -> None:
 
 
 def claims_of(cls: type) -> Claims:
+    """The battery's view of ``cls``'s traits: its :class:`Traits` when they are well declared, else
+    what it declares as it is (the battery then reports the wrong declaration, not a load error)."""
+
     def plain(value: object) -> object:  # only plain values cross the pipe
         return value if isinstance(value, (bool, int, float, str, type(None))) else repr(value)
 
+    declared = declared_traits(cls)
+    try:
+        said = vars(traits_of(cls)) | declared
+    except BackendLoadError:
+        renewal_hooks = _has_hook(cls, "drain_renewals") or _has_hook(cls, "stop_renewal")
+        said = TRAIT_DEFAULTS | {"renews": renewal_hooks} | declared
     return Claims(
-        summary=plain(getattr(cls, "summary", None)),
-        exclusive=plain(getattr(cls, "exclusive", None)),
-        issues_fencing_tokens=plain(getattr(cls, "issues_fencing_tokens", None)),
-        survives_minority_loss=plain(getattr(cls, "survives_minority_loss", False)),
-        servers=plain(getattr(cls, "servers", "redis")),
-        min_ttl_ms=plain(getattr(cls, "min_ttl_ms", None) or _shortest_ttl_ms(cls)),
-        expiry_lag_ms=plain(getattr(cls, "expiry_lag_ms", 0)),
-        has_ttl=plain(getattr(cls, "has_ttl", True)),
-        renews=plain(getattr(cls, "renews", _has_hook(cls, "drain_renewals") or _has_hook(cls, "stop_renewal"))),
+        **{name: plain(declared.get(name)) for name in ("summary", "exclusive", "issues_fencing_tokens")},
+        **{name: plain(said[name]) for name in ("survives_minority_loss", "servers", "expiry_lag_ms", "has_ttl")},
+        min_ttl_ms=plain(said["min_ttl_ms"] or _shortest_ttl_ms(said["check_ttl"])),
+        renews=plain(said["renews"]),
         checks_lease=_has_hook(cls, "before_write"),
     )
 
@@ -171,10 +181,9 @@ def claims_of(cls: type) -> Claims:
 _TTL_LADDER_MS = (150, 200, 250, 500, 1000, 2000, 3000, 5000, 10000)
 
 
-def _shortest_ttl_ms(cls: type) -> int:
+def _shortest_ttl_ms(check_ttl: object) -> int:
     """The shortest TTL of :data:`_TTL_LADDER_MS` the backend's ``check_ttl`` accepts (0: no check),
     so that the battery's short leases are ones it can express (python-redis-lock: whole seconds)."""
-    check_ttl = getattr(cls, "check_ttl", None)
     if not callable(check_ttl):
         return 0
     for ttl_ms in _TTL_LADDER_MS:

@@ -409,28 +409,14 @@ def _hello_problem(reply: dict[str, Any] | ReplyProblem, *, protocol: int, t_sen
 
 def backend_class(manifest: Manifest) -> type[ExternalBackend]:
     """A backend class for ``manifest``: its claims as the class attributes the harness reads."""
-    claims = manifest.claims
+    traits = manifest.traits()
     attrs: dict[str, Any] = {
         "__module__": __name__,
         "__doc__": f"{manifest.summary}\n\nAn external client: {' '.join(manifest.command)} ({manifest.path}).",
         "manifest": manifest,
-        "summary": manifest.summary,
-        "exclusive": claims.exclusive,
-        "issues_fencing_tokens": claims.issues_fencing_tokens,
-        "survives_minority_loss": claims.survives_minority_loss,
-        "renews": claims.renews,
-        "checks_lease": claims.checks_lease,
-        "has_ttl": claims.has_ttl,
-        "servers": manifest.servers,
-        "min_ttl_ms": manifest.min_ttl_ms,
-        "ttl_step_ms": manifest.ttl_step_ms,
-        "expiry_lag_ms": manifest.expiry_lag_ms,
-        "session_timeout_is_ttl": manifest.session_timeout_is_ttl,
-        "key_pattern": manifest.key.pattern,
-        "key_type": manifest.key.type,
+        # Declared as any backend declares them (docs/plugins.md), so traits_of reads them the same way.
+        **{name: value for name, value in vars(traits).items() if value is not None},
     }
-    if manifest.client_timeout_s is not None:
-        attrs["client_timeout_s"] = manifest.client_timeout_s
-    base = CheckingExternalBackend if claims.checks_lease else ExternalBackend
+    base = CheckingExternalBackend if traits.checks_lease else ExternalBackend
     name = "".join(part.capitalize() for part in manifest.name.replace("_", "-").split("-") if part) or "External"
     return type(name, (base,), attrs)

@@ -49,12 +49,14 @@ Parsing is strict: an unknown field, a wrong type or a missing claim is one
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lockcompare.backends.base import DEFAULT_KEY_PATTERN, Traits
 from lockcompare.errors import BackendLoadError
 from lockcompare.files import read_capped
 
@@ -64,22 +66,13 @@ MANIFEST_MAX_BYTES = 256 * 1024
 #: The protocol versions this lockcompare speaks (docs/clients.md).
 PROTOCOL_VERSIONS = (1,)
 
-#: Where a lock lives when the manifest does not say: any key ending with the harness's key.
-DEFAULT_KEY_PATTERN = "*{key}"
 KEY_TYPES = ("string", "hash")
 SERVER_KINDS = ("redis", "etcd", "postgres", "zookeeper")
 
 
-@dataclass(frozen=True, kw_only=True)
-class Claims:
-    """What the lock says of itself; the battery checks each claim (a hypothesis, not a fact)."""
-
-    exclusive: bool
-    issues_fencing_tokens: bool
-    survives_minority_loss: bool = False
-    renews: bool = False
-    checks_lease: bool = False
-    has_ttl: bool = True
+#: What the lock says of itself (``[claims]``): these fields of its traits record, each a bool with
+#: the record's default; the battery checks each claim (a hypothesis, not a fact).
+CLAIM_NAMES = ("exclusive", "issues_fencing_tokens", "survives_minority_loss", "renews", "checks_lease", "has_ttl")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +92,8 @@ class Manifest:
     name: str
     summary: str
     command: tuple[str, ...]
-    claims: Claims
+    #: The ``[claims]`` table as a traits record (its other fields default; :meth:`traits` has them all).
+    claims: Traits
     key: KeyLocation = field(default_factory=KeyLocation)
     servers: str = "redis"
     requires: tuple[str, ...] = ()
@@ -112,6 +106,21 @@ class Manifest:
     #: A session lock (``has_ttl = false``) whose client sets its session timeout to the TTL: the server
     #: ends the session, and the lock, once it has not heard from the client for that long (ZooKeeper).
     session_timeout_is_ttl: bool = False
+
+    def traits(self) -> Traits:
+        """Everything the manifest declares about the lock, as the record a Python backend's class gives."""
+        return dataclasses.replace(
+            self.claims,
+            summary=self.summary,
+            servers=self.servers,
+            client_timeout_s=self.client_timeout_s,
+            min_ttl_ms=self.min_ttl_ms,
+            ttl_step_ms=self.ttl_step_ms,
+            expiry_lag_ms=self.expiry_lag_ms,
+            key_pattern=self.key.pattern,
+            key_type=self.key.type,
+            session_timeout_is_ttl=self.session_timeout_is_ttl,
+        )
 
     @property
     def directory(self) -> Path:
@@ -137,7 +146,7 @@ _TOP = {
     "key": dict,
 }
 _REQUIRED_TOP = ("protocol", "name", "summary", "command", "claims")
-_CLAIMS = {name: bool for name in Claims.__dataclass_fields__}
+_CLAIMS = {name: bool for name in CLAIM_NAMES}
 _REQUIRED_CLAIMS = ("exclusive", "issues_fencing_tokens")
 _KEY = {"pattern": str, "type": str}
 
@@ -204,7 +213,7 @@ def parse_manifest(text: str, *, source: Path) -> Manifest:
         name=raw["name"].strip(),
         summary=raw["summary"].strip(),
         command=tuple(command),
-        claims=Claims(**claims_raw),
+        claims=Traits(**claims_raw),
         key=key,
         servers=servers,
         requires=tuple(requires),
