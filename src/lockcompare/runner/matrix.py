@@ -210,6 +210,9 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
         missing = lacks(server_kind, FAULT_NEEDS[kind]) if kind in FAULT_NEEDS else ""
         if missing:
             return missing
+        only = faultkinds.KINDS[kind].acts_on_checks  # lost-reply: the increments only
+        if only and spec.resource_check.value not in only:
+            return f"{kind} acts on {', '.join(only)} critical sections only, not on {spec.resource_check.value}"
     aimed = [step for step in schedule.steps if step.nodes is not None and step.nodes.mode in ("holders", "others")]
     unreadable = lacks(server_kind, Capability.LEASE_HOLDERS) if aimed else ""
     if unreadable:  # every such step would be skipped in every round: a trial without its fault

@@ -186,6 +186,9 @@ class FaultKind:
     around_acquire: ClassVar[bool] = False
     #: The worker lands it at its own pause point: the worker plans it, not the schedule runner.
     in_worker: ClassVar[bool] = False
+    #: The critical sections (resource checks) it acts on; empty: every one. A cell whose backend's
+    #: section is another is left out, with the reason (runner/matrix.py).
+    acts_on_checks: ClassVar[tuple[str, ...]] = ()
     #: ``explore`` draws it unless ``--faults`` says otherwise.
     explored_by_default: ClassVar[bool] = True
     #: ``for=0`` does nothing: explore shrinks ``for`` to 10 ms, not 0.

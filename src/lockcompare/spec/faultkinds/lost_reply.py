@@ -32,6 +32,9 @@ class LostReply(FaultKind):
     without_for = "–"
     in_worker = True
     explored_by_default = False  # it acts on increments only (atomic, idempotent)
+    #: A resent ``SET balance = v`` would count as a second accepted write of one increment (and lost
+    #: updates, writes accepted − balance, would count it as lost): the other sections are left out.
+    acts_on_checks = ("atomic", "idempotent")
 
     def check(self, step: FaultStep) -> None:
         if step.at != "after-acquire" or step.after_ms != 0 or step.worker is None or step.worker.index is None:
