@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lockcompare.analysis.duplicates import double_applications
+from lockcompare.analysis.results import read_results
 from lockcompare.errors import InvalidValueError
 from lockcompare.faults.plan import worker_lost_replies, worker_pauses
 from lockcompare.runner.matrix import plan_matrix
@@ -42,6 +43,12 @@ def test_a_resent_request_counts_only_when_the_resource_applied_it_again() -> No
     acknowledged = [write("w0r0", True), write("w0r0", False)]
     assert double_applications(applied_twice) == 2
     assert double_applications(acknowledged) == 0
+
+
+def test_rows_written_before_the_column_read_as_no_double_application() -> None:
+    # tests/data/schema1.csv: real rows of the first version, long before lost replies were measured.
+    rows = read_results(Path(__file__).parent / "data" / "schema1.csv")
+    assert rows and {r["double_applications"] for r in rows} == {0}
 
 
 # --- real trials ----------------------------------------------------------------------------------------
