@@ -135,6 +135,8 @@ def parse_url(text: str) -> Address:
 def _with_host_port(address: Address, hostport: str) -> Address:
     if not hostport:
         return replace(address, problem="no host")
+    if any(c in hostport for c in "\uff20\ufe6b"):  # NFKC makes it an @: say so, not "bad port"
+        return replace(address, problem="a full-width @ where the @ before the host belongs")
     if hostport.startswith("["):
         host, bracket, after = hostport[1:].partition("]")
         if not bracket or not host:
