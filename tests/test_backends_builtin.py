@@ -23,3 +23,11 @@ class TestAtomic(BackendContract):
 
 class TestOptimistic(BackendContract):
     backend_name = "optimistic"
+
+
+class TestPartitioned(BackendContract):
+    backend_name = "partitioned"
+
+
+class TestIdempotent(BackendContract):
+    backend_name = "idempotent"
