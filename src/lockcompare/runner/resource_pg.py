@@ -145,6 +145,17 @@ class PgResource:
         )
         return done is not None
 
+    # --- what only the Redis resource does (partitions, request ids): one clear line, not an AttributeError
+
+    def read_partition(self, partition: int) -> int:
+        raise ResourceError("partitioned and partitioned-skew run on the Redis resource (--resource-kind redis)")
+
+    def write_partition(self, partition: int, value: int) -> bool:
+        raise ResourceError("partitioned and partitioned-skew run on the Redis resource (--resource-kind redis)")
+
+    def increment_once(self, request_id: str, *, dedupe: bool) -> bool:
+        raise ResourceError("idempotent runs on the Redis resource (--resource-kind redis)")
+
     # --- transactions (``pg-for-update``, ``pg-serializable``: runner/sections_tx.py) ---------------
 
     def _in_transaction(self, sql: str, *params: object, timeout_s: float | None = None) -> list[tuple]:
