@@ -212,6 +212,8 @@ def test_two_results_files_of_one_stem_never_share_a_histories_folder(tmp_path: 
     assert history_dir(csv_out) == tmp_path / "x.histories"  # the same answers on --resume
     assert history_dir(tsv_out) == tmp_path / "x.tsv.histories"
     assert history_dir(tmp_path / "y.csv") == tmp_path / "y.histories"
+    (tmp_path / "z.log").write_text("a run's log, no results file")
+    assert history_dir(tmp_path / "z.csv") == tmp_path / "z.histories"
 
 
 def test_a_results_file_being_written_keeps_its_histories_folder_from_a_sibling(tmp_path: Path) -> None:

@@ -53,12 +53,13 @@ def _head(path: Path) -> bytes:
 
 
 def _others_of_the_stem(out: Path) -> bool:
-    """Whether another file named ``<stem>.*`` lies beside ``out`` (x.csv beside x.tsv, or x.csv.lock
-    while a run writes it): its rows may point into the shared folder."""
+    """Whether another results file named ``<stem>.*`` lies beside ``out`` (x.csv beside x.tsv), or
+    the lock of one a run is writing (x.csv.lock): its rows may point into the shared folder. A log
+    or a picture of the same stem (x.log, x.png) is no results file."""
     try:
-        return any(
-            not p.name.startswith(out.name) and not p.is_dir() for p in out.parent.glob(f"{_glob_escape(out.stem)}.*")
-        )
+        siblings = [p for p in out.parent.glob(f"{_glob_escape(out.stem)}.*") if not p.name.startswith(out.name)]
+        return any(p.name.endswith(".lock") or _head(p)[:64].lstrip(b"\xef\xbb\xbf").startswith(b"schema_version")
+                   for p in siblings if not p.is_dir())  # fmt: skip
     except OSError:
         return True
 
