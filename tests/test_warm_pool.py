@@ -252,6 +252,26 @@ def test_an_idle_cluster_no_trial_still_needs_is_stopped() -> None:
         pool.release(big)
 
 
+def test_a_spare_that_cannot_be_built_is_not_retried_and_its_trial_gets_the_error() -> None:
+    from lockcompare.errors import ClusterError
+
+    tries: list[ClusterShape] = []
+
+    def failing(shape: ClusterShape) -> Cluster:
+        tries.append(shape)
+        raise ClusterError("no port left")
+
+    with WarmPool(build=failing, limit=2) as pool:
+        pool.expect([REDIS, REDIS])
+        deadline = time.monotonic() + 10
+        while len(tries) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.2)  # a pool that retried failed spares would have tried again by now
+        assert len(tries) == 2  # the two spares, once each
+        with pytest.raises(ClusterError, match="no port left"):
+            pool.acquire(REDIS)  # built on demand, and its error reaches the trial
+
+
 # -- the order trials start in (pure) ------------------------------------------------------------
 
 

@@ -76,6 +76,7 @@ class WarmPool:
         self._pending: list[_Pending] = []
         self._upcoming: list[ClusterShape] = []
         self._expecting = False  # expect() was called: idle clusters of shapes not to come are stopped
+        self._unbuildable: set[ClusterShape] = set()  # a spare of this shape failed: built on demand only
         self._closed = False
         self._executor = ThreadPoolExecutor(max_workers=max(1, starters), thread_name_prefix="cluster-starter")
         self.built = 0  # clusters started (spares and replacements included)
@@ -197,6 +198,8 @@ class WarmPool:
                 self._run_stop(cluster)
         window = Counter(self._upcoming[: max(0, self._limit - len(self._busy))])
         for shape, wanted in window.items():
+            if shape in self._unbuildable:
+                continue  # its trial builds it and says why it fails; no loop of failing spares
             ready = len(self._idle.get(shape, ())) + sum(1 for p in self._pending if p.shape == shape and not p.claimed)
             for _ in range(wanted - ready):
                 if self._alive() >= self._limit and not self._evict(keep=set(window)):
@@ -246,6 +249,8 @@ class WarmPool:
                 return
             cluster = _result(pending)
             if cluster is None:
+                if pending.future.exception() is not None:
+                    self._unbuildable.add(pending.shape)
                 self._top_up()
                 return
             if self._closed:
