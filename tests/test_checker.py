@@ -269,8 +269,9 @@ def test_every_verdict_has_a_meaning_and_safety_comes_before_progress() -> None:
     from lockcompare.analysis.checker import VERDICT_MEANINGS, verdict_for
 
     seen = {
-        verdict_for(conflicts=c, lost_updates=lost, entries=e, entries_planned=2, violations=v, starved_workers=s)
-        for c in (0, 1) for lost in (0, 1) for e in (0, 1, 2) for v in (0, 1) for s in (0, 1)
+        verdict_for(conflicts=c, lost_updates=lost, entries=e, entries_planned=2, violations=v, starved_workers=s,
+                    double_applied=d)
+        for c in (0, 1) for lost in (0, 1) for e in (0, 1, 2) for v in (0, 1) for s in (0, 1) for d in (0, 1)
     }  # fmt: skip
     assert seen == set(VERDICT_MEANINGS) - {"unknown"}
     assert verdict_for(conflicts=0, lost_updates=0, entries=2, entries_planned=2, violations=1, starved_workers=1) == (

@@ -258,6 +258,7 @@ def verdict_for(
     entries_planned: int,
     violations: int = 0,
     starved_workers: int = 0,
+    double_applied: int = 0,
 ) -> str:
     """Safety first, then progress: see :data:`VERDICT_MEANINGS`. ``violations`` is the history's
     own safety evidence (grants over a valid lease, stale or backwards-token writes accepted);
@@ -272,9 +273,13 @@ def verdict_for(
     'lease-violated'
     >>> verdict_for(conflicts=0, lost_updates=0, entries=80, entries_planned=80, starved_workers=1)
     'starved'
+    >>> verdict_for(conflicts=40, lost_updates=0, entries=80, entries_planned=80, double_applied=40)
+    'double-applied'
     """
     if lost_updates > 0:
         return "lost-updates"
+    if double_applied > 0:  # damage too: the balance holds more than the workers made
+        return "double-applied"
     if conflicts > 0:
         return "conflicts-no-damage"
     if violations > 0:
@@ -351,6 +356,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
         entries_planned=entries_planned,
         violations=grants_over + stale_accepted + backwards_accepted + released_nothing,
         starved_workers=len(no_progress),
+        double_applied=double_applications(history),
     )
     # Named, not judged unknown: the verdict stands, and the row says what no column counts.
     releases = sum(1 for e in history if e["kind"] == "release")

@@ -31,6 +31,11 @@ class Verdict:
 VERDICTS: tuple[Verdict, ...] = (
     Verdict("lost-updates", "an increment a worker believed it made is missing from the final balance"),
     Verdict(
+        "double-applied",
+        "an update a worker made once is in the final balance twice: a request retried after its reply was "
+        "lost, which the resource did not recognise as a repeat (see double_applications)",
+    ),
+    Verdict(
         "lease-violated",
         "no overlap or loss at the resource, but the history shows the lock broke its promise: "
         "a lease granted over another's valid unreleased lease, a write accepted after its writer's lease "

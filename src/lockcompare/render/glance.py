@@ -35,6 +35,7 @@ GLANCE_PNG = "glance.png"
 #: The colour and the short word a cell shows, per verdict.
 _STYLE = {
     "lost-updates": ("#d7301f", "lost updates"),
+    "double-applied": ("#a50026", "applied twice"),
     "lease-violated": ("#f46d43", "lease violated"),
     "conflicts-no-damage": ("#fdae61", "no damage"),
     "starved": ("#fee08b", "starved"),
