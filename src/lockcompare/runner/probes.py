@@ -22,8 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from lockcompare.backends import BackendConfig
 from lockcompare.errors import BackendLoadError
 from lockcompare.infra.cluster import ClusterShape
+from lockcompare.runner.probe_child import probe_in_children
 from lockcompare.runner.scheduler import ClusterSource
-from lockcompare.runner.trial import construct_in_child
 
 
 def probe_concurrently(
@@ -41,8 +41,8 @@ def probe_concurrently(
         cluster = clusters.acquire(shape)
         try:
             config = BackendConfig(node_urls=cluster.node_urls, node_count=node_count)
-            with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="probe") as each:
-                found = list(each.map(lambda name: construct_in_child(name, config=config, timeout_s=timeout_s), names))
+            # The Python backends share one child, external clients get one each (probe_child.py).
+            found = probe_in_children(names, config=config, timeout_s=timeout_s)
         finally:
             clusters.release(cluster)
         return list(zip(names, found, strict=True))
