@@ -22,11 +22,12 @@ from lockcompare.spec.experiments import EXPERIMENTS
 
 #: Built-in backends in registration order (pyproject.toml's ``lockcompare.backends`` entry points).
 BACKEND_ORDER = (
-    "none", "single", "fenced", "redlock", "pottery", "redis-py", "atomic", "optimistic", "single-renew",
-    "redis-lock-renew", "redis-lock-renew-checked", "etcd", "etcd-fenced", "pg-advisory", "pg-lease",
-    "zk-lock", "zk-lock-checked", "zk-fenced", "node-redlock", "node-sesame-using", "node-sesame-using-checked",
-    "node-semaphore-mutex", "node-semaphore-redlock", "etcd-go-mutex", "etcd-go-fenced", "curator-mutex",
-    "curator-mutex-checked",
+    "none", "single", "fenced", "redlock", "pottery", "redis-py", "atomic", "optimistic", "partitioned",
+    "partitioned-skew", "pg-for-update", "pg-serializable", "idempotent", "single-renew", "redis-lock-renew",
+    "redis-lock-renew-checked", "etcd", "etcd-fenced", "pg-advisory", "pg-lease", "zk-lock", "zk-lock-checked",
+    "zk-fenced", "sentinel-single", "sentinel-fenced", "sentinel-redis-py", "node-redlock", "node-sesame-using",
+    "node-sesame-using-checked", "node-semaphore-mutex", "node-semaphore-redlock", "etcd-go-mutex",
+    "etcd-go-fenced", "curator-mutex", "curator-mutex-checked",
 )  # fmt: skip
 
 
