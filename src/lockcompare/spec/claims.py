@@ -21,7 +21,8 @@ LEASE_LOCKS = (
     "single", "redlock", "fenced", "pottery", "redis-py", "redis-lock-renew", "etcd", "etcd-fenced",
     "pg-lease", "zk-lock", "zk-fenced", "node-redlock", "node-sesame-using", "node-semaphore-mutex",
     "node-semaphore-redlock", "single-renew", "redis-lock-renew-checked", "zk-lock-checked",
-    "node-sesame-using-checked",
+    "node-sesame-using-checked", "etcd-go-mutex", "etcd-go-fenced", "curator-mutex", "curator-mutex-checked",
+    "sentinel-single", "sentinel-fenced", "sentinel-redis-py",
 )  # fmt: skip
 #: Lease locks that neither renew nor check their lease: a too-short TTL lets everyone in.
 PLAIN_LEASE_LOCKS = ("single", "redlock", "fenced", "pottery", "redis-py", "pg-lease", "node-redlock")
