@@ -43,7 +43,7 @@ from tabulate import tabulate
 from lockcompare.analysis import history as history_io
 from lockcompare.analysis.fencing import accepted_below_earlier_token
 from lockcompare.analysis.results import history_file, read_results
-from lockcompare.backends import load_backend, require_declarations
+from lockcompare.backends import load_backend, require_declarations, traits_of
 from lockcompare.errors import InvalidValueError, ResultsFileError
 from lockcompare.evaluation.backend_host import Claims, claims_of
 from lockcompare.evaluation.card_totals import Totals, totals
@@ -208,7 +208,7 @@ def _evaluate_locked(
     claims = claims_of(cls)
     if claims.issues_fencing_tokens is True:  # fencing's promise with the token checked on every access
         runs.append(([backend], ["client-pause"], scales["client-pause"], chosen["client-pause"], ("all",)))
-    if getattr(cls, "servers", "redis") == "postgres":  # a lock held in a database session
+    if traits_of(cls).servers == "postgres":  # a lock held in a database session
         runs.append(([backend], [SESSION_EXPERIMENT], time_scale, chosen[SESSION_EXPERIMENT], ("writes",)))
     # --quick keeps its word: an experiment moved to a larger scale runs fewer rounds there (scales.py).
     rounds_at = {

@@ -22,7 +22,7 @@ from typing import Any
 
 from lockcompare.analysis.reproduce import run_command
 from lockcompare.analysis.results import read_results
-from lockcompare.backends import load_backend
+from lockcompare.backends import load_backend, traits_of
 from lockcompare.errors import ClusterError, ConfigError, InvalidValueError
 from lockcompare.evaluation.defaults import DEFAULT_TIME_SCALE
 from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
@@ -67,9 +67,9 @@ def lock_nodes_of(backend: str, *, cluster_options: ClusterOptions, redlock_node
     """How many lock nodes the backend's faults can hit: a quorum design's all (``--redlock-nodes``
     or the cluster's), an etcd backend's members under faults, a single-node lock's one."""
     cls = load_backend(backend)
-    if str(getattr(cls, "servers", "redis")) in ("etcd", "zookeeper"):  # a three-member ensemble under faults
+    if traits_of(cls).servers in ("etcd", "zookeeper"):  # a three-member ensemble under faults
         return redlock_nodes or ETCD_FAULT_MEMBERS
-    if getattr(cls, "survives_minority_loss", False):
+    if traits_of(cls).survives_minority_loss:
         return redlock_nodes or cluster_options.node_count
     return 1
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from lockcompare.backends.base import traits_of
 from lockcompare.errors import InvalidValueError
 from lockcompare.spec.experiments import get_experiment
 
 
 def expressible_scale(cls: type, *, ttl_ms: float, scales: Sequence[float]) -> float | None:
     """The first of ``scales`` at which ``cls`` can express a ``ttl_ms`` (lesson-scale) TTL; None if none."""
-    check_ttl = getattr(cls, "check_ttl", None)
+    check_ttl = traits_of(cls).check_ttl
     for scale in scales:
         try:
             if check_ttl is not None:

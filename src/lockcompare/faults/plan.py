@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from lockcompare.backends.base import traits_of
 from lockcompare.errors import InvalidValueError
 from lockcompare.faults.schedule import PlannedStep
 from lockcompare.spec import faultkinds
@@ -52,7 +53,7 @@ def with_lease_declaration(steps: list[PlannedStep], *, backend: type) -> list[P
     ``lease_znodes`` field (session-kill) gets the backend's class attribute of that name (a
     ZooKeeper path with ``{key}``, or a callable returning the lease's znodes: faults/zookeeper.py).
     A backend that declares nothing leaves every step as it was."""
-    declared = getattr(backend, "lease_znodes", None)
+    declared = traits_of(backend).lease_znodes
     if declared is None:
         return steps
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from lockcompare.analysis.holders import UNREADABLE
+from lockcompare.backends.base import traits_of
 from lockcompare.infra.kinds import Roles
 from lockcompare.spec.schedule import HOLDER_MEMBER, LEADER_WORDS, FaultStep, NodeTarget, WorkerTarget
 
@@ -154,13 +155,14 @@ def resolve_worker(
     return Resolution(worker=worker, lease_owner=owner)
 
 
-def lease_nodes(declared: object, *, node_count: int) -> int:
+def lease_nodes(declared: type, *, node_count: int) -> int:
     """How many lock nodes a backend's lease can be on, from what it declares: none for a design that
     takes no lease (``exclusive = False``: none, atomic, optimistic), all ``node_count`` it uses for a
     quorum design (``survives_minority_loss``: Redlock, etcd members), else one (node 0)."""
-    if getattr(declared, "exclusive", True) is False:
+    traits = traits_of(declared)
+    if not traits.exclusive:
         return 0
-    return node_count if getattr(declared, "survives_minority_loss", False) else 1
+    return node_count if traits.survives_minority_loss else 1
 
 
 def never_resolves(steps: Sequence[FaultStep], *, lease_nodes: int, fixed_nodes: bool = True) -> str:

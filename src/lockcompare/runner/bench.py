@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from lockcompare.analysis.stats import percentile
-from lockcompare.backends import BackendConfig, load_backend
+from lockcompare.backends import BackendConfig, load_backend, traits_of
 from lockcompare.backends.single import RELEASE_SCRIPT
 from lockcompare.errors import InvalidValueError, TrialError
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
@@ -185,16 +185,15 @@ def run_bench(
     return [_row(name, samples[name], refused[name], wall_ns[name], library[name]) for name in names]
 
 
-def _servers(name: str) -> str | None:
-    """The kind of lock servers ``name`` declares (None: it declares none, the default cluster's)."""
-    servers = getattr(load_backend(name, check_viable=False), "servers", None)
-    return servers if isinstance(servers, str) else None
+def _servers(name: str) -> str:
+    """The kind of lock servers ``name`` declares (its traits' ``servers``: "redis" when it says none)."""
+    return traits_of(load_backend(name, check_viable=False)).servers
 
 
 def lock_servers_needed(backends: Sequence[str], *, cluster: Cluster) -> list[str]:
     """The kinds of lock servers ``backends`` need that ``cluster``'s lock nodes are not (each once):
     the bench starts a cluster of each beside it (etcd members for the etcd backends)."""
-    needed = dict.fromkeys(s for s in map(_servers, backends) if s is not None)
+    needed = dict.fromkeys(map(_servers, backends))
     return [kind for kind in needed if not cluster.node_urls or not get_kind(kind).owns(cluster.node_urls[0])]
 
 

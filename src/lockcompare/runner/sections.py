@@ -33,7 +33,7 @@ from collections.abc import Callable
 from functools import partial
 
 from lockcompare.analysis.history import Recorder, now_ns
-from lockcompare.backends import Lease
+from lockcompare.backends import Lease, traits_of
 from lockcompare.errors import BackendLoadError
 from lockcompare.runner.resource import Check, Resource
 from lockcompare.runner.sections_tx import for_update_section, serializable_section
@@ -46,7 +46,7 @@ def check_for(backend_cls: type, *, fence: str) -> Check:
     check-and-set on the random owner token, open to any backend; ``writes`` / ``all`` fence only
     backends that issue fencing tokens — for the others the resource has nothing to check.
     """
-    own = getattr(backend_cls, "resource_check", None)
+    own = traits_of(backend_cls).resource_check
     if own:
         try:
             return Check(own)
@@ -55,7 +55,7 @@ def check_for(backend_cls: type, *, fence: str) -> Check:
             raise BackendLoadError(f"{backend_cls.__name__}.resource_check {own!r} is not one of {known}") from None
     if fence == "token":
         return Check.TOKEN_CAS
-    if getattr(backend_cls, "issues_fencing_tokens", False):
+    if traits_of(backend_cls).issues_fencing_tokens:
         return Check.FENCE_ALL if fence == "all" else Check.FENCE_WRITES
     return Check.PLAIN
 

@@ -25,10 +25,10 @@ from lockcompare.analysis import history as history_io
 from lockcompare.analysis.checker import TrialMetrics, check, unknown
 from lockcompare.analysis.history import Event, now_ns
 from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
-from lockcompare.backends import BackendConfig, load_backend
+from lockcompare.backends import BackendConfig, load_backend, traits_of
 from lockcompare.faults import network, plan
 from lockcompare.faults.freeze import Freezer
-from lockcompare.faults.holders import DEFAULT_KEY_PATTERN, LockHolders, key_glob
+from lockcompare.faults.holders import LockHolders, key_glob
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra import cgroup, health, provenance
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
@@ -237,10 +237,10 @@ def timing_plan(spec: TrialSpec) -> TimingPlan:
         extra["extra_margins"] = (("reply delay - TTL", delay_ms - spec.ttl_ms),)
     # A lock-free design has no lease: a TTL margin is not its margin (nor is a slow acquire's).
     cls = load_backend(spec.backend, check_viable=False)  # judging is not running
-    leased = bool(getattr(cls, "exclusive", True))
+    leased = traits_of(cls).exclusive
     if not leased:
         extra.pop("extra_margins", None)
-    acquire_waits = bool(getattr(cls, "acquire_waits", False))
+    acquire_waits = traits_of(cls).acquire_waits
     return plan_from_settings(spec.settings(), leased=leased, acquire_waits=acquire_waits, **extra)
 
 
@@ -310,11 +310,11 @@ def _lock_holders(cluster: Cluster, *, lock_key: str, backend: type) -> LockHold
     # The kinds say whether their holders can be read (Capability.LEASE_HOLDERS), not URL schemes.
     if not cluster.embedded or any(lacks(kind_of_url(url), Capability.LEASE_HOLDERS) for url in cluster.node_urls):
         return None
-    pattern = str(getattr(backend, "key_pattern", DEFAULT_KEY_PATTERN))
+    traits = traits_of(backend)
     return LockHolders(
         node_urls=cluster.node_urls,
-        key_pattern=key_glob(lock_key, pattern=pattern),
-        key_type=str(getattr(backend, "key_type", "string")),
+        key_pattern=key_glob(lock_key, pattern=traits.key_pattern),
+        key_type=traits.key_type,
     )
 
 

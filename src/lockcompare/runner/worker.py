@@ -33,6 +33,7 @@ from lockcompare.backends import (
     LockBackend,
     Refusal,
     load_backend,
+    traits_of,
 )
 from lockcompare.infra.lifecycle import die_with_parent
 from lockcompare.runner.contend import ANSWER_TIMEOUT_S, Inbox
@@ -162,10 +163,10 @@ def acquire_until_deadline(
                 **({} if lease.granted_by is None else {"granted_by": list(lease.granted_by)}),
                 **({} if lease.session is None else {"session": lease.session}),
                 # A lock without a TTL (pg-advisory: the session is the lease): nothing expires on the nodes.
-                **({} if getattr(backend, "has_ttl", True) else {"no_ttl": True}),
+                **({} if traits_of(type(backend)).has_ttl else {"no_ttl": True}),
                 # ...and one whose server ends the session when it has not heard from the client for
                 # the TTL (ZooKeeper): the checker ends the lease after that much silence.
-                **({"session_timeout_ms": plan.ttl_ms} if getattr(backend, "session_timeout_is_ttl", False) else {}),
+                **({"session_timeout_ms": plan.ttl_ms} if traits_of(type(backend)).session_timeout_is_ttl else {}),
             )
             return lease
         refusals[outcome.reason] += 1
