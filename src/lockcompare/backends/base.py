@@ -206,6 +206,10 @@ class Traits:
     #: Its ``check_ttl(*, ttl_ms)`` classmethod, raising InvalidValueError for a TTL it cannot grant
     #: exactly (whole seconds), or None: it grants any.
     check_ttl: Callable[..., object] | None = None
+    #: An external client (a process driven over a pipe: backends/external), constructed in a child of its own.
+    external: bool = False
+    #: A lock-free design's workload skew: the share (0..1) of updates that fall on another worker's key.
+    skew: float = 0.0
 
 
 def _is_bool(value: object) -> bool:
@@ -238,6 +242,7 @@ TRAIT_KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "key_type": ("a str", _is_str),
     "lease_znodes": ("a str, a callable or None", lambda v: v is None or isinstance(v, str) or callable(v)),
     "check_ttl": ("a classmethod or None", lambda v: v is None or callable(v)),
+    "skew": ("a number in 0..1", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1),
 } | {f.name: ("a bool", _is_bool) for f in fields(Traits) if f.type == "bool"}
 
 #: Traits whose default, when a class leaves them out, is whether it has these hooks.

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
-from lockcompare.backends import BackendConfig, load_backend
+from lockcompare.backends import BackendConfig, load_backend, traits_of
 from lockcompare.infra import cgroup
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group
 
@@ -42,7 +42,7 @@ def probe_in_children(names: Sequence[str], *, config: BackendConfig, timeout_s:
 def _is_external(name: str) -> bool:
     """True for an external client (or a backend that does not load here: its own child says why)."""
     try:
-        return bool(getattr(load_backend(name), "external", False))
+        return traits_of(load_backend(name)).external
     except Exception:  # noqa: BLE001 - any load problem is the probe's to report, in a child of its own
         return True
 

@@ -239,7 +239,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
     backend = slot.call("construct", lambda: backend_cls(config=plan.backend_config))
     resource = open_resource(url=plan.resource_url, prefix=plan.resource_prefix)
     rng = random.Random(plan.seed * 1009 + plan.index)  # reproducible, and different per worker
-    skew = float(getattr(backend_cls, "skew", 0.0))  # partitioned-skew: a share of updates on others' keys
+    skew = float(traits_of(backend_cls).skew)  # partitioned-skew: a share of updates on others' keys
     others = [w for w in range(plan.workers) if w != plan.index]
 
     def partition_for_round() -> int:

@@ -120,6 +120,7 @@ class Manifest:
             key_pattern=self.key.pattern,
             key_type=self.key.type,
             session_timeout_is_ttl=self.session_timeout_is_ttl,
+            external=True,
         )
 
     @property
