@@ -210,6 +210,10 @@ class Traits:
     external: bool = False
     #: A lock-free design's workload skew: the share (0..1) of updates that fall on another worker's key.
     skew: float = 0.0
+    #: Run by ``matrix`` when no ``--backends`` is given. False for a design with a comparison of its
+    #: own (the lock-free alternatives' table) or whose every trial builds a topology of its own (a
+    #: Sentinel set): the README's main command stays the lesson's comparison, within a minute.
+    in_default_matrix: bool = True
 
 
 def _is_bool(value: object) -> bool:

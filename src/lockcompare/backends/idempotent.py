@@ -17,4 +17,7 @@ class IdempotentIncrement(NoLock):
     """Lock-free: ``INCRBY`` once per request id (the resource remembers applied ids)."""
 
     summary: ClassVar[str] = "lock-free: atomic INCRBY with an idempotency key (a repeated request is not re-applied)"
+    in_default_matrix: ClassVar[bool] = (
+        False  # the lock-free alternatives have their own comparison (docs/lock-free.md)
+    )
     resource_check: ClassVar[str] = "idempotent"

@@ -23,6 +23,9 @@ class Partitioned(NoLock):
     """Lock-free: every worker read-modify-writes its own partition of the balance."""
 
     summary: ClassVar[str] = "lock-free: each worker read-modify-writes its own key (partitioning by key)"
+    in_default_matrix: ClassVar[bool] = (
+        False  # the lock-free alternatives have their own comparison (docs/lock-free.md)
+    )
     resource_check: ClassVar[str] = "partitioned"
     #: The share of a worker's updates that fall on a key another worker owns (drawn per round).
     skew: ClassVar[float] = 0.0

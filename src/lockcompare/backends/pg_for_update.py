@@ -17,6 +17,9 @@ from lockcompare.infra.pg_client import check_postgres_viable
 class PgForUpdate(NoLock):
     """Lock-free: the critical section is a transaction holding the resource row's lock."""
 
+    in_default_matrix: ClassVar[bool] = (
+        False  # the lock-free alternatives have their own comparison (docs/lock-free.md)
+    )
     summary: ClassVar[str] = "lock-free: a PostgreSQL transaction, SELECT ... FOR UPDATE on the resource row"
     resource_check: ClassVar[str] = "pg-for-update"
     resource_kind: ClassVar[str] = "postgres"

@@ -17,6 +17,9 @@ from lockcompare.infra.pg_client import check_postgres_viable
 class PgSerializable(NoLock):
     """Lock-free: a SERIALIZABLE transaction per section, redone on serialization failure."""
 
+    in_default_matrix: ClassVar[bool] = (
+        False  # the lock-free alternatives have their own comparison (docs/lock-free.md)
+    )
     summary: ClassVar[str] = "lock-free: a SERIALIZABLE PostgreSQL transaction, retried on serialization failure"
     resource_check: ClassVar[str] = "pg-serializable"
     resource_kind: ClassVar[str] = "postgres"

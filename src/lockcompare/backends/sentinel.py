@@ -30,6 +30,7 @@ class SentinelSingle(SingleNodeLock):
     failed call it takes a new single connection from the Sentinel pool, which asks them."""
 
     summary: ClassVar[str] = "single (SET NX PX, compare-and-delete) on the master Sentinel names"
+    in_default_matrix: ClassVar[bool] = False  # each trial builds a Sentinel set: run it by name
     servers: ClassVar[str] = "sentinel"
 
     _stale: bool = False  # the single connection failed: take a new one before the next call
@@ -68,4 +69,5 @@ class SentinelFenced(SentinelSingle, FencedLock):
 
 class SentinelRedisPy(RedisPyLock):
     summary: ClassVar[str] = "redis.lock.Lock on the master Sentinel names (redis.sentinel.Sentinel.master_for)"
+    in_default_matrix: ClassVar[bool] = False  # each trial builds a Sentinel set: run it by name
     servers: ClassVar[str] = "sentinel"

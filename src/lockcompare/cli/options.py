@@ -316,16 +316,18 @@ def _parallelism_note(report: MatrixReport) -> str:
 
 
 def _default_backends() -> list[str]:
-    """Every registered backend that can run here; the others are named on stderr, one line per
-    reason (etcd and etcd-fenced share theirs: one missing binary)."""
-    from lockcompare.backends import describe_backends
+    """Every registered backend that can run here and is in the default selection (its trait
+    ``in_default_matrix``); the others that cannot run are named on stderr, one line per reason
+    (etcd and etcd-fenced share theirs: one missing binary)."""
+    from lockcompare.backends import describe_backends, load_backend
+    from lockcompare.backends.base import traits_of
 
     usable: list[str] = []
     skipped: dict[str, list[str]] = {}
     for info in describe_backends():
         if info.problem:
             skipped.setdefault(info.problem, []).append(info.name)
-        else:
+        elif traits_of(load_backend(info.name, check_viable=False)).in_default_matrix:
             usable.append(info.name)
     for problem, names in skipped.items():
         print(f"lockcompare: skipping {', '.join(names)}: {problem}", file=sys.stderr)
