@@ -353,3 +353,24 @@ def test_the_floor_is_the_largest_of_its_terms_and_says_each() -> None:
     assert "40.0 s / 4 jobs = 10.0 s" in first and "50.0 s / 2 cores = 25.0 s" in first and "wall/floor 1.20" in first
     by_jobs = RunFloor(trials=4, wall_s=30.0, trial_wall_s=80.0, jobs=4, cpu_s=10.0, cores=2, longest_s=12.0)
     assert by_jobs.floor_s == 20.0 and by_jobs.at_once == pytest.approx(80 / 30)
+
+
+def test_the_scheduler_says_what_held_free_job_slots() -> None:
+    from lockcompare.runner.scheduler import StallGovernor
+
+    held: dict[str, float] = {}
+    run_scheduled(
+        ["a", "b"],
+        jobs=2,
+        run_one=lambda spec, cluster: time.sleep(0.1),
+        clusters=_Source(),  # type: ignore[arg-type]  # shapes are stand-ins
+        shape_for=_Shape,  # type: ignore[arg-type]
+        kind_of=lambda spec: spec,
+        budget=CpuBudget(cpus=2),
+        governor=StallGovernor(jobs=2, limit=1),  # backed off to one trial at a time
+        on_start=lambda spec, done: None,
+        on_done=lambda done: None,
+        on_cancel=lambda: None,
+        held=held,
+    )
+    assert set(held) == {"stall governor"} and held["stall governor"] > 0

@@ -43,6 +43,9 @@ class RunFloor:
     machine_idle: float | None = None  # idle share of every CPU of the host over the run (/proc/stat)
     phases: tuple[tuple[str, float], ...] = ()  # (name, seconds) in order
     waited_for_clusters_s: float = 0.0  # time spent blocked on a cluster being started or reset
+    waited_before_trials_s: float = 0.0  # the part of it before the first trial (the probes' clusters)
+    #: Free job-slot seconds while trials waited, by what held them (scheduler.run_scheduled's ``held``).
+    held_slots: tuple[tuple[str, float], ...] = ()
 
     @property
     def by_jobs_s(self) -> float:
@@ -86,7 +89,13 @@ class RunFloor:
         lines = [first, second]
         if self.phases:
             parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.phases)
-            lines.append(f"where the wall went: {parts}; blocked on clusters {self.waited_for_clusters_s:.1f} s")
+            lines.append(
+                f"where the wall went: {parts}; blocked on clusters {self.waited_for_clusters_s:.1f} s "
+                f"({self.waited_before_trials_s:.1f} s of it before the first trial)"
+            )
+        if self.held_slots:
+            parts = ", ".join(f"{reason} {seconds:.0f}" for reason, seconds in self.held_slots)
+            lines.append(f"free job-slot seconds while trials waited, by what held them: {parts}")
         return lines
 
 
@@ -131,7 +140,13 @@ class RunMeter:
     def trial(self, wall_s: float) -> None:
         self._walls.append(wall_s)
 
-    def finish(self, *, waited_for_clusters_s: float = 0.0) -> RunFloor:
+    def finish(
+        self,
+        *,
+        waited_for_clusters_s: float = 0.0,
+        waited_before_trials_s: float = 0.0,
+        held_slots: dict[str, float] | None = None,
+    ) -> RunFloor:
         end, ticks = self.clock(), _idle_ticks()
         idle = None
         if self._ticks0 is not None and ticks is not None and ticks[1] > self._ticks0[1]:
@@ -152,4 +167,6 @@ class RunMeter:
             machine_idle=idle,
             phases=tuple(phases),
             waited_for_clusters_s=waited_for_clusters_s,
+            waited_before_trials_s=waited_before_trials_s,
+            held_slots=tuple(sorted((held_slots or {}).items(), key=lambda item: -item[1])),
         )

@@ -495,6 +495,7 @@ def _run_locked(
     meter = RunMeter(jobs=jobs, cores=usable_cpus())
     meter.start()
     costs = CostOrder()  # expensive trials first within each round (cost_order.py)
+    held: dict[str, float] = {}  # free job-slot seconds by what held the waiting trials (scheduler.py)
     writer = ResultsWriter(out)
     histories = claim_history_dir(out)  # never another results file's (issue 38)
     pointed = history_ids(out)  # histories rows of the file already point to (an unknown one rerun)
@@ -549,7 +550,7 @@ def _run_locked(
             progress(done.spec, result, done.finished, len(todo))
 
     def on_start(spec: TrialSpec, finished: int) -> None:
-        meter.mark("first cluster")  # the first trial's start ends the start-up
+        meter.mark("until the first trial")  # its start (before its cluster is handed over)
         if progress:
             progress(spec, None, finished, len(todo))
 
@@ -583,6 +584,7 @@ def _run_locked(
                 meanwhile=(lambda: None) if fresh_workers else (lambda: workers.prestart(count)),
             )
             meter.mark("probes and warm workers")
+            waited_before = getattr(clusters.inner, "waited_s", 0.0)
             run_scheduled(
                 todo,
                 jobs=jobs,
@@ -598,12 +600,17 @@ def _run_locked(
                 on_done=on_done,
                 on_cancel=workers.kill_all,
                 order=costs,
+                held=held,
             )
             meter.mark("trials")
         finally:
             workers.close()
             remove_unpointed(saved, rowed=rowed, kept=set())  # a rerun's history has a name of its own
-    floor_now = meter.finish(waited_for_clusters_s=getattr(clusters.inner, "waited_s", 0.0))  # servers stopped
+    floor_now = meter.finish(  # after the servers stopped: their CPU is in RUSAGE_CHILDREN
+        waited_for_clusters_s=getattr(clusters.inner, "waited_s", 0.0),
+        waited_before_trials_s=waited_before,
+        held_slots=held,
+    )
     return MatrixReport(
         out=out,
         trials_run=len(todo),

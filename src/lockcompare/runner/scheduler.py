@@ -196,6 +196,7 @@ def run_scheduled(
     on_done: Callable[[Finished[S, R]], None],
     on_cancel: Callable[[], None],
     order: Callable[[list[S]], list[S]] | None = None,
+    held: dict[str, float] | None = None,
 ) -> None:
     """Run every spec with ``run_one(spec, cluster)``, at most ``jobs`` at once within ``budget``
     and the ``governor``'s limit (fed with ``stall_of(result)``: the share of its margin a finished
@@ -209,6 +210,8 @@ def run_scheduled(
     ``order`` (runner/cost_order.py) puts the pending trials in the order to start them, at the
     start and again as trials finish. A cluster source with an ``expect`` method (infra/warm_pool.py)
     is told the shapes of the trials still to start, so it can start their clusters ahead.
+    ``held`` collects the seconds a job slot stood free while trials waited, by what held them
+    (:func:`_holder`: the stall governor, a solo trial, the CPU budget); runner/floor.py prints it.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
@@ -238,7 +241,11 @@ def run_scheduled(
                 running[executor.submit(_measured, run_one, spec, cluster)] = flight
                 for other in running.values():
                     other.peak = max(other.peak, len(running))
+            waiting_since = time.monotonic()
             done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)  # a signal interrupts it
+            if held is not None and pending and len(running) < jobs:
+                reason = _holder(pending, running=list(running.values()), governor=governor, solo=solo)
+                held[reason] = held.get(reason, 0.0) + (time.monotonic() - waiting_since) * (jobs - len(running))
             for future in done:
                 flight = running.pop(future)
                 clusters.release(flight.cluster)
@@ -281,6 +288,17 @@ def _next_admissible(
         if not solo(spec):
             return index if budget.admits(running=kinds, kind=kind_of(spec)) else None
     return None
+
+
+def _holder(
+    pending: Sequence[S], *, running: Sequence[_InFlight[S]], governor: StallGovernor, solo: Callable[[S], bool]
+) -> str:
+    """What kept free job slots empty while ``pending`` trials waited."""
+    if len(running) >= governor.limit:
+        return "stall governor"
+    if any(flight.solo for flight in running) or solo(pending[0]):
+        return "solo trial"
+    return "CPU budget"
 
 
 def _measured(run_one: Callable[[S, Cluster], R], spec: S, cluster: Cluster) -> tuple[R, float]:
