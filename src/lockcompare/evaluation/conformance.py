@@ -25,158 +25,47 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
-from enum import StrEnum
 from itertools import pairwise
 
 from lockcompare.analysis.evidence import LEASE_TOLERANCE_MS
-from lockcompare.backends import BackendConfig, Lease, Refusal, declaration_problems
+from lockcompare.backends import Lease, declaration_problems
 from lockcompare.errors import BackendError, BackendNotViableError
 from lockcompare.evaluation.backend_host import (
     BackendCallFailed,
     BackendHost,
-    Claims,
     RemoteBackend,
 )
-from lockcompare.infra.cluster import Cluster, open_cluster
-
-TTL_MS = 1000
-SHORT_TTL_MS = 150
-#: Past a SHORT_TTL_MS lease's end by this much, every server has expired the key.
-EXPIRY_MARGIN_S = 0.1
-#: How far past the TTL a lease's validity may reach: the checker's tolerance, the same one (it was
-#: 50 ms here and 0 in the checker, so a lease 8.8 ms past its TTL passed this line and failed the
-#: client-pause line of the same card).
-VALIDITY_SLACK_NS = int(LEASE_TOLERANCE_MS * 1_000_000)
-#: Per-request timeout handed to backends: small, so that a dead node costs little.
-REQUEST_TIMEOUT_S = 0.5
-#: The deadline of every backend call (construct, acquire, release, close).
-CALL_TIMEOUT_S = 5.0
-#: Lock nodes of the private clusters the node-loss properties crash.
-PRIVATE_NODES = 5
-#: How long a backend may take to grant again after a minority of its nodes died: a consensus
-#: service (etcd) first elects a new leader when the old one was among them.
-RECOVERY_S = 3.0
-
-
-class Status(StrEnum):
-    PASS = "PASS"
-    FAIL = "FAIL"
-    NOT_CLAIMED = "NOT CLAIMED"
-    SKIPPED = "SKIPPED"  # could not be checked here (e.g. the backend's library is not installed)
-
-
-class PropertyFailed(AssertionError):
-    """The backend broke the property; the message is the evidence."""
-
-
-class NotClaimed(Exception):
-    """The backend does not claim the property; the message says why."""
-
-
-class CannotCheck(Exception):
-    """The property could not be put to the test here (SKIPPED); the message says why."""
-
-
-@dataclass
-class BatteryContext:
-    """What a property needs: a host running the backend, where the nodes are, and a fresh key.
-
-    ``private_cluster`` opens a cluster of real redis-servers that only this property uses (the
-    node-loss properties crash some of its nodes). Instances made through :meth:`new` are closed by
-    :func:`check_property` afterwards.
-    """
-
-    host: BackendHost
-    node_urls: tuple[str, ...]
-    private_cluster: Callable[[], AbstractContextManager[Cluster]] = field(
-        default=lambda: open_cluster(node_count=PRIVATE_NODES)
-    )
-    made: list[RemoteBackend] = field(default_factory=list)
-    #: Hosts of clients in a process (group) of their own, stopped by :meth:`close_all`.
-    own_hosts: list[BackendHost] = field(default_factory=list)
-
-    @property
-    def claims(self) -> Claims:
-        return self.host.claims()
-
-    def new(self, *, node_urls: tuple[str, ...] | None = None) -> RemoteBackend:
-        config = BackendConfig(node_urls=node_urls or self.node_urls, request_timeout_s=REQUEST_TIMEOUT_S)
-        instance = self.host.new_instance(config=config)
-        self.made.append(instance)
-        return instance
-
-    def new_client_process(self) -> tuple[RemoteBackend, BackendHost]:
-        """An instance alone in a host process of its own: a whole client (with any helper process
-        it starts, which inherits the host's process group) that :meth:`BackendHost.frozen` stops
-        without stopping the other clients."""
-        host = BackendHost(spec=self.host.spec, call_timeout_s=self.host.call_timeout_s)
-        self.own_hosts.append(host)
-        config = BackendConfig(node_urls=self.node_urls, request_timeout_s=REQUEST_TIMEOUT_S)
-        instance = host.new_instance(config=config)
-        self.made.append(instance)
-        return instance, host
-
-    @staticmethod
-    def key() -> str:
-        return f"lockcompare-conformance:{uuid.uuid4().hex}"
-
-    def close_all(self) -> None:
-        """Close every instance made (each close has the deadline); raise the first failure after all."""
-        made, self.made = self.made, []
-        first: BackendCallFailed | None = None
-        for instance in made:
-            try:
-                instance.close()
-            except BackendCallFailed as exc:
-                first = first or exc
-        hosts, self.own_hosts = self.own_hosts, []
-        for host in hosts:
-            host.close()
-        if first is not None:
-            raise first
-
-
-# --- helpers -------------------------------------------------------------------------------------
-
-
-def private_cluster_for(
-    servers: object, *, redis_server: str | None = None
-) -> Callable[[], AbstractContextManager[Cluster]]:
-    """What ``private_cluster`` opens for a backend whose lock nodes are ``servers`` (redis, etcd, postgres)."""
-    kind = servers if servers in ("etcd", "postgres", "zookeeper") else "redis"
-    return lambda: open_cluster(node_count=PRIVATE_NODES, redis_server=redis_server, lock_servers=kind)
-
-
-def _short_ttl_ms(ctx: BatteryContext) -> int:
-    """The short lease of the expiry properties: SHORT_TTL_MS, or the backend's shortest (etcd: 1 s)."""
-    floor = ctx.claims.min_ttl_ms
-    return max(SHORT_TTL_MS, floor if isinstance(floor, int) else 0)
-
-
-def _expiry_margin_s(ctx: BatteryContext) -> float:
-    """How long past a lease's TTL the lock is surely free: the margin, plus the service's own lag."""
-    lag = ctx.claims.expiry_lag_ms
-    return EXPIRY_MARGIN_S + (lag / 1000 if isinstance(lag, int | float) else 0)
-
-
-def _lease_within(instance: RemoteBackend, *, key: str, within_s: float, doing: str) -> Lease:
-    """Acquire, retrying refusals that are not ``held`` for up to ``within_s`` (a leader election)."""
-    deadline = time.monotonic() + within_s
-    while True:
-        outcome = instance.acquire(key=key, ttl_ms=TTL_MS)
-        if isinstance(outcome, Lease) or outcome.reason == "held" or time.monotonic() > deadline:
-            return _lease(outcome, f"{doing} (retried for {within_s:g} s)")
-        time.sleep(0.05)
-
-
-def _need(claimed: object, reason: str) -> None:
-    if claimed is not True:
-        raise NotClaimed(reason)
+from lockcompare.evaluation.battery_base import (
+    CALL_TIMEOUT_S,
+    PRIVATE_NODES,
+    RECOVERY_S,
+    TTL_MS,
+    VALIDITY_SLACK_NS,
+    BatteryContext,
+    CannotCheck,
+    NotClaimed,
+    Property,
+    PropertyFailed,
+    PropertyResult,
+    Status,
+    _crash,
+    _escaped_note,
+    _expiry_margin_s,
+    _lease,
+    _lease_within,
+    _need,
+    _refused,
+    _short_ttl_ms,
+    private_cluster_for,
+)
+from lockcompare.evaluation.claim_checks import (
+    claim_lease_check_learns_of_a_loss,
+    claim_no_ttl_holds_past_any_ttl,
+    claim_renewal_outlives_the_ttl,
+)
+from lockcompare.infra.cluster import open_cluster
 
 
 def _excused_without_a_ttl(ctx: BatteryContext, reason: str) -> None:
@@ -188,23 +77,6 @@ def _excused_without_a_ttl(ctx: BatteryContext, reason: str) -> None:
     checked = _claim_result(ctx, "claim_no_ttl_holds_past_any_ttl")
     if checked.status is Status.PASS:
         raise NotClaimed(f"{reason} (has_ttl = False, checked)")
-
-
-def _lease(outcome: Lease | Refusal, doing: str) -> Lease:
-    if not isinstance(outcome, Lease):
-        raise PropertyFailed(f"{doing}: refused ({outcome.reason}), expected a lease")
-    return outcome
-
-
-def _refused(outcome: Lease | Refusal, doing: str) -> Refusal:
-    if not isinstance(outcome, Refusal):
-        raise PropertyFailed(f"{doing}: granted a lease (owner {outcome.owner[:12]}), expected a refusal")
-    return outcome
-
-
-def _crash(cluster: Cluster, indices: range) -> None:
-    for index in indices:
-        cluster.node_server(index).crash()
 
 
 # --- the properties ------------------------------------------------------------------------------
@@ -286,15 +158,6 @@ def free_again_after_the_ttl(ctx: BatteryContext) -> str:
     lease = _lease(outcome, doing)
     b.release(lease)
     return f"a {short_ms} ms lease whose holder froze: free again {margin_s * 1000:.0f} ms after its TTL"
-
-
-def _escaped_note(escaped: list[str]) -> str:
-    """What a failure adds when a helper process left the frozen client's group."""
-    return (
-        f" (helper process {', '.join(escaped)} left the client's process group: the freeze did not stop it)"
-        if escaped
-        else ""
-    )
 
 
 def expired_release_spares_the_successor(ctx: BatteryContext) -> str:
@@ -436,115 +299,6 @@ def survives_the_loss_of_a_minority(ctx: BatteryContext) -> str:
     return f"nodes {minority.start}-{minority.stop - 1} of {PRIVATE_NODES} crashed: granted, exclusive, released"
 
 
-# --- claims: each checked before it excuses anything ---------------------------------------------
-
-#: How many TTLs the claim checks wait past a lease's start: "past any TTL", with room for renewals.
-CLAIM_TTLS = 2
-
-
-def _claim_failed(claim: str, what: str) -> PropertyFailed:
-    return PropertyFailed(f"the claim {claim} does not hold: {what}")
-
-
-def claim_no_ttl_holds_past_any_ttl(ctx: BatteryContext) -> str:
-    """``has_ttl = False``: the holder keeps the lock past any TTL while it lives (and releases it)."""
-    if ctx.claims.has_ttl is not False:
-        raise NotClaimed("the lock has a TTL (has_ttl is not False): the TTL properties check it")
-    claim = "has_ttl = False"
-    a, b = ctx.new(), ctx.new()
-    key = ctx.key()
-    short_ms = _short_ttl_ms(ctx)
-    wait_s = CLAIM_TTLS * short_ms / 1000 + _expiry_margin_s(ctx)
-    lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
-    started = time.monotonic()
-    if isinstance(early := b.acquire(key=key, ttl_ms=TTL_MS), Lease):
-        b.release(early)
-        raise _claim_failed(claim, "a second client was granted the lock at once, while its holder held it")
-    time.sleep(wait_s)
-    late = b.acquire(key=key, ttl_ms=TTL_MS)
-    held_ms = (time.monotonic() - started) * 1000
-    if isinstance(late, Lease):
-        b.release(late)
-        raise _claim_failed(
-            claim,
-            f"a second client was granted the lock {held_ms:.0f} ms after a {short_ms} ms lease began, its holder "
-            "alive and the lease not released: the lock expires (declare its TTL instead)",
-        )
-    if a.release(lease) is not True:
-        raise _claim_failed(
-            claim, f"the holder's release returned False after {held_ms:.0f} ms: it did not keep the lock"
-        )
-    after = _lease(b.acquire(key=key, ttl_ms=TTL_MS), "acquire after the holder released")
-    b.release(after)
-    return (
-        f"a {short_ms} ms lease kept {held_ms:.0f} ms while its holder lived (a second client refused), "
-        "free once released"
-    )
-
-
-def claim_renewal_outlives_the_ttl(ctx: BatteryContext) -> str:
-    """A renewing lock (``drain_renewals`` / ``stop_renewal``): its lease outlives its TTL while the holder lives."""
-    if ctx.claims.renews is not True:
-        raise NotClaimed("no renewal hooks (drain_renewals, stop_renewal): the lock does not say it renews")
-    claim = "renews (it has drain_renewals / stop_renewal)"
-    a, b = ctx.new(), ctx.new()
-    key = ctx.key()
-    short_ms = _short_ttl_ms(ctx)
-    lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
-    started = time.monotonic()
-    time.sleep(CLAIM_TTLS * short_ms / 1000 + _expiry_margin_s(ctx))
-    late = b.acquire(key=key, ttl_ms=TTL_MS)
-    held_ms = (time.monotonic() - started) * 1000
-    if isinstance(late, Lease):
-        b.release(late)
-        raise _claim_failed(
-            claim,
-            f"a second client was granted the lock {held_ms:.0f} ms after a {short_ms} ms lease began, its holder "
-            "alive: nothing renewed it",
-        )
-    if a.release(lease) is not True:
-        raise _claim_failed(claim, f"the holder's release returned False {held_ms:.0f} ms into a {short_ms} ms lease")
-    return f"a {short_ms} ms lease still held {held_ms:.0f} ms later (a second client refused), then released"
-
-
-def claim_lease_check_learns_of_a_loss(ctx: BatteryContext) -> str:
-    """A ``before_write`` hook: once the lock went to another client, it says so (a refusal, or a
-    lease whose deadline has passed: the worker skips the write either way)."""
-    if ctx.claims.checks_lease is not True:
-        raise NotClaimed("no before_write hook: its client writes without checking its lease")
-    claim = "checks its lease (it has before_write)"
-    # The holder's client lives in a process of its own, which is frozen whole (as a GC pause or a
-    # stopped VM freezes a client, renewal threads and helper processes included) while a rival
-    # takes the expired lock.
-    (a, holder), b = ctx.new_client_process(), ctx.new()
-    key = ctx.key()
-    short_ms = _short_ttl_ms(ctx)
-    lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
-    fresh = a.before_write_timed(lease)
-    if not isinstance(fresh.value, Lease):
-        raise _claim_failed(claim, f"before_write refused a lease just granted ({fresh.value.reason})")
-    with holder.frozen() as escaped:
-        time.sleep(short_ms / 1000 + _expiry_margin_s(ctx))
-        rival = b.acquire(key=key, ttl_ms=TTL_MS)
-    if not isinstance(rival, Lease):
-        raise CannotCheck(
-            f"no loss to learn of: the lock outlived a {short_ms} ms lease while its holder was frozen "
-            f"(a second client was refused: {rival.reason}){_escaped_note(escaped)}"
-        )
-    timed = a.before_write_timed(lease)
-    b.release(rival)
-    answer = timed.value
-    if isinstance(answer, Refusal):
-        return f"after a second client took the lock, before_write refused ({answer.reason})"
-    if answer.valid_until_ns is not None and answer.valid_until_ns <= timed.t0_ns:
-        late_ms = (timed.t0_ns - answer.valid_until_ns) / 1e6
-        return f"after a second client took the lock, before_write answered a lease expired {late_ms:.0f} ms before"
-    ahead = "with no deadline" if answer.valid_until_ns is None else (
-        f"valid {(answer.valid_until_ns - timed.t0_ns) / 1e6:.0f} ms more"
-    )  # fmt: skip
-    raise _claim_failed(claim, f"after a second client took the lock, before_write answered a lease {ahead}")
-
-
 #: Per backend host and lock nodes, each claim's check, run once: the claim's own line reports it,
 #: and the properties it would excuse consult it.
 _CLAIMS_CHECKED: weakref.WeakKeyDictionary[BackendHost, dict[tuple[str, tuple[str, ...]], PropertyResult]] = (
@@ -589,13 +343,6 @@ CLAIM_CHECKS: dict[str, Callable[[BatteryContext], str]] = {
 }
 
 
-@dataclass(frozen=True)
-class Property:
-    name: str  # the pytest test's name without "test_"
-    title: str  # one line on the report card
-    check: Callable[[BatteryContext], str]
-
-
 def _claim_line(name: str, title: str) -> Property:
     return Property(name, title, _replayed(name))
 
@@ -625,13 +372,6 @@ def property_named(name: str) -> Property:
         if prop.name == name:
             return prop
     raise KeyError(f"no conformance property named {name!r}")
-
-
-@dataclass(frozen=True)
-class PropertyResult:
-    prop: Property
-    status: Status
-    evidence: str
 
 
 def check_property(prop: Property, ctx: BatteryContext, *, replay: bool = True) -> PropertyResult:

@@ -1,0 +1,196 @@
+"""What every property of the conformance battery stands on (evaluation/conformance.py): the
+battery's timings, the outcome types, the context a property runs in and the small helpers the
+properties and the claim checks (evaluation/claim_checks.py) share."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from lockcompare.analysis.evidence import LEASE_TOLERANCE_MS
+from lockcompare.backends import BackendConfig, Lease, Refusal
+from lockcompare.evaluation.backend_host import (
+    BackendCallFailed,
+    BackendHost,
+    Claims,
+    RemoteBackend,
+)
+from lockcompare.infra.cluster import Cluster, open_cluster
+
+TTL_MS = 1000
+SHORT_TTL_MS = 150
+#: Past a SHORT_TTL_MS lease's end by this much, every server has expired the key.
+EXPIRY_MARGIN_S = 0.1
+#: How far past the TTL a lease's validity may reach: the checker's tolerance, the same one (it was
+#: 50 ms here and 0 in the checker, so a lease 8.8 ms past its TTL passed this line and failed the
+#: client-pause line of the same card).
+VALIDITY_SLACK_NS = int(LEASE_TOLERANCE_MS * 1_000_000)
+#: Per-request timeout handed to backends: small, so that a dead node costs little.
+REQUEST_TIMEOUT_S = 0.5
+#: The deadline of every backend call (construct, acquire, release, close).
+CALL_TIMEOUT_S = 5.0
+#: Lock nodes of the private clusters the node-loss properties crash.
+PRIVATE_NODES = 5
+#: How long a backend may take to grant again after a minority of its nodes died: a consensus
+#: service (etcd) first elects a new leader when the old one was among them.
+RECOVERY_S = 3.0
+
+
+class Status(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    NOT_CLAIMED = "NOT CLAIMED"
+    SKIPPED = "SKIPPED"  # could not be checked here (e.g. the backend's library is not installed)
+
+
+class PropertyFailed(AssertionError):
+    """The backend broke the property; the message is the evidence."""
+
+
+class NotClaimed(Exception):
+    """The backend does not claim the property; the message says why."""
+
+
+class CannotCheck(Exception):
+    """The property could not be put to the test here (SKIPPED); the message says why."""
+
+
+@dataclass
+class BatteryContext:
+    """What a property needs: a host running the backend, where the nodes are, and a fresh key.
+
+    ``private_cluster`` opens a cluster of real redis-servers that only this property uses (the
+    node-loss properties crash some of its nodes). Instances made through :meth:`new` are closed by
+    :func:`check_property` afterwards.
+    """
+
+    host: BackendHost
+    node_urls: tuple[str, ...]
+    private_cluster: Callable[[], AbstractContextManager[Cluster]] = field(
+        default=lambda: open_cluster(node_count=PRIVATE_NODES)
+    )
+    made: list[RemoteBackend] = field(default_factory=list)
+    #: Hosts of clients in a process (group) of their own, stopped by :meth:`close_all`.
+    own_hosts: list[BackendHost] = field(default_factory=list)
+
+    @property
+    def claims(self) -> Claims:
+        return self.host.claims()
+
+    def new(self, *, node_urls: tuple[str, ...] | None = None) -> RemoteBackend:
+        config = BackendConfig(node_urls=node_urls or self.node_urls, request_timeout_s=REQUEST_TIMEOUT_S)
+        instance = self.host.new_instance(config=config)
+        self.made.append(instance)
+        return instance
+
+    def new_client_process(self) -> tuple[RemoteBackend, BackendHost]:
+        """An instance alone in a host process of its own: a whole client (with any helper process
+        it starts, which inherits the host's process group) that :meth:`BackendHost.frozen` stops
+        without stopping the other clients."""
+        host = BackendHost(spec=self.host.spec, call_timeout_s=self.host.call_timeout_s)
+        self.own_hosts.append(host)
+        config = BackendConfig(node_urls=self.node_urls, request_timeout_s=REQUEST_TIMEOUT_S)
+        instance = host.new_instance(config=config)
+        self.made.append(instance)
+        return instance, host
+
+    @staticmethod
+    def key() -> str:
+        return f"lockcompare-conformance:{uuid.uuid4().hex}"
+
+    def close_all(self) -> None:
+        """Close every instance made (each close has the deadline); raise the first failure after all."""
+        made, self.made = self.made, []
+        first: BackendCallFailed | None = None
+        for instance in made:
+            try:
+                instance.close()
+            except BackendCallFailed as exc:
+                first = first or exc
+        hosts, self.own_hosts = self.own_hosts, []
+        for host in hosts:
+            host.close()
+        if first is not None:
+            raise first
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def private_cluster_for(
+    servers: object, *, redis_server: str | None = None
+) -> Callable[[], AbstractContextManager[Cluster]]:
+    """What ``private_cluster`` opens for a backend whose lock nodes are ``servers`` (redis, etcd, postgres)."""
+    kind = servers if servers in ("etcd", "postgres", "zookeeper") else "redis"
+    return lambda: open_cluster(node_count=PRIVATE_NODES, redis_server=redis_server, lock_servers=kind)
+
+
+def _short_ttl_ms(ctx: BatteryContext) -> int:
+    """The short lease of the expiry properties: SHORT_TTL_MS, or the backend's shortest (etcd: 1 s)."""
+    floor = ctx.claims.min_ttl_ms
+    return max(SHORT_TTL_MS, floor if isinstance(floor, int) else 0)
+
+
+def _expiry_margin_s(ctx: BatteryContext) -> float:
+    """How long past a lease's TTL the lock is surely free: the margin, plus the service's own lag."""
+    lag = ctx.claims.expiry_lag_ms
+    return EXPIRY_MARGIN_S + (lag / 1000 if isinstance(lag, int | float) else 0)
+
+
+def _lease_within(instance: RemoteBackend, *, key: str, within_s: float, doing: str) -> Lease:
+    """Acquire, retrying refusals that are not ``held`` for up to ``within_s`` (a leader election)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        outcome = instance.acquire(key=key, ttl_ms=TTL_MS)
+        if isinstance(outcome, Lease) or outcome.reason == "held" or time.monotonic() > deadline:
+            return _lease(outcome, f"{doing} (retried for {within_s:g} s)")
+        time.sleep(0.05)
+
+
+def _need(claimed: object, reason: str) -> None:
+    if claimed is not True:
+        raise NotClaimed(reason)
+
+
+def _lease(outcome: Lease | Refusal, doing: str) -> Lease:
+    if not isinstance(outcome, Lease):
+        raise PropertyFailed(f"{doing}: refused ({outcome.reason}), expected a lease")
+    return outcome
+
+
+def _refused(outcome: Lease | Refusal, doing: str) -> Refusal:
+    if not isinstance(outcome, Refusal):
+        raise PropertyFailed(f"{doing}: granted a lease (owner {outcome.owner[:12]}), expected a refusal")
+    return outcome
+
+
+def _crash(cluster: Cluster, indices: range) -> None:
+    for index in indices:
+        cluster.node_server(index).crash()
+
+
+def _escaped_note(escaped: list[str]) -> str:
+    """What a failure adds when a helper process left the frozen client's group."""
+    return (
+        f" (helper process {', '.join(escaped)} left the client's process group: the freeze did not stop it)"
+        if escaped
+        else ""
+    )
+
+
+@dataclass(frozen=True)
+class Property:
+    name: str  # the pytest test's name without "test_"
+    title: str  # one line on the report card
+    check: Callable[[BatteryContext], str]
+
+
+@dataclass(frozen=True)
+class PropertyResult:
+    prop: Property
+    status: Status
+    evidence: str
