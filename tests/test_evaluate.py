@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 from lockcompare.cli import app
 from lockcompare.evaluation.backend_host import Claims
+from lockcompare.evaluation.card_text import render_card
 from lockcompare.evaluation.conformance import Status
-from lockcompare.evaluation.evaluate import evaluate, judge_experiments, render_card
+from lockcompare.evaluation.evaluate import evaluate, judge_experiments
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -167,7 +167,8 @@ def evaluate_command(
         search_s = parse_budget(search_budget, flag="--search-budget", zero_ok=True)
     else:  # the search's budget scales with --quick like every other time of the card (issue 38)
         search_s = DEFAULT_SEARCH_BUDGET_S * (QUICK_TIME_SCALE if quick else 1.0)
-    from lockcompare.evaluation.evaluate import evaluate, render_card
+    from lockcompare.evaluation.card_text import render_card
+    from lockcompare.evaluation.evaluate import evaluate
 
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
     target = out_path or Path("results") / time.strftime(f"evaluate-{safe}-%Y%m%d-%H%M%S.csv")

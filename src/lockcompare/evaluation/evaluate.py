@@ -27,7 +27,7 @@ Example::
 
     >>> card = evaluate(backend="redlock", against=("single",), out=Path("results/ev.csv"),
     ...                 time_scale=0.1, rounds=20)                                 # doctest: +SKIP
-    >>> print(render_card(card, fmt="text")); card.exit_code                         # doctest: +SKIP
+    >>> print(card_text.render_card(card, fmt="text")); card.exit_code               # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -37,8 +37,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from tabulate import tabulate
 
 from lockcompare.analysis import history as history_io
 from lockcompare.analysis.fencing import accepted_below_earlier_token
@@ -53,13 +51,12 @@ from lockcompare.evaluation.conformance import (
     Status,
     run_battery,
 )
-from lockcompare.evaluation.defaults import CARD_FORMATS, DEFAULT_AGAINST, QUICK_MIN_ROUNDS
+from lockcompare.evaluation.defaults import DEFAULT_AGAINST, QUICK_MIN_ROUNDS
 from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_card import TITLE as SEARCH_TITLE
 from lockcompare.evaluation.explore_card import search_line
 from lockcompare.evaluation.scales import expressible_scale, moved_note, quick_rounds
 from lockcompare.files import check_output_file, results_lock
-from lockcompare.render import table
 from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.limits import check_count
@@ -468,41 +465,3 @@ def _progress_line(rows: Sequence[dict[str, Any]], *, backend: str, runs: dict[s
 
 
 # --- rendering ---------------------------------------------------------------------------------
-
-
-def render_card(card: ReportCard, *, fmt: str = "text") -> str:
-    """The card as Markdown (``markdown``: a table) or plain text (``text``: status, title, evidence below)."""
-    if fmt not in CARD_FORMATS:
-        raise InvalidValueError(f"--format takes {' or '.join(CARD_FORMATS)}, got {fmt!r}")
-    failed = len(card.failed)
-    verdict = (
-        "every claimed property holds (exit 0)"
-        if not failed
-        else f"{failed} claimed propert{'y does' if failed == 1 else 'ies do'} not hold: "
-        + "; ".join(line.title for line in card.failed)
-        + " (exit 1)"
-    )
-    setting = (
-        f"experiments at --time-scale {card.time_scale:g}, {card.rounds} rounds per worker "
-        f"(--workload {WORKLOAD}: none runs alone), "
-        f"{card.trials} trial(s) per cell"
-        + (f", {' '.join(card.settings)}" if card.settings else "")
-        + f"; results: {card.results_csv}"
-    ) + "".join(f"; {note}" for note in card.notes)
-    if fmt == "markdown":
-        body = tabulate(
-            [(line.title, f"**{line.status}**" if line.status is Status.FAIL else str(line.status), line.evidence)
-             for line in card.lines],
-            headers=("property", "result", "evidence"),
-            tablefmt="github",
-        )  # fmt: skip
-        return "\n".join([
-            f"# Report card: `{card.backend}`", "", f"> {card.summary}", "", body, "",
-            f"**Verdict:** {verdict}.", "", f"Evidence: {setting}.", "", table.render(list(card.rows), fmt="github"),
-        ])  # fmt: skip
-    width = max(len(str(s)) for s in Status) + 2
-    body = "\n".join(f"{line.status!s:<{width}}{line.title}\n{'':<{width}}{line.evidence}" for line in card.lines)
-    return "\n".join([
-        f"Report card: {card.backend}", f"  {card.summary}", "", body, "", f"Verdict: {verdict}.", "",
-        f"Evidence: {setting}.", "", table.render(list(card.rows), fmt="simple"),
-    ])  # fmt: skip
