@@ -166,9 +166,9 @@ class WarmPool:
             clusters += [c for p in pending if p.claimed and (c := _result(p)) is not None and c not in clusters]
             self._idle.clear()
             self._busy.clear()
-        for cluster in clusters:
-            cluster.stop()
-        self._executor.shutdown(wait=True)  # queued stops must run
+        for cluster in clusters:  # side by side: a JVM ensemble takes a while to stop
+            self._run_stop(cluster)
+        self._executor.shutdown(wait=True)  # every queued stop runs before this returns
 
     def __enter__(self) -> WarmPool:
         return self
