@@ -272,6 +272,18 @@ def test_a_spare_that_cannot_be_built_is_not_retried_and_its_trial_gets_the_erro
             pool.acquire(REDIS)  # built on demand, and its error reaches the trial
 
 
+def test_room_is_made_by_stopping_the_idle_cluster_needed_last() -> None:
+    stopped: list[str] = []
+    shapes = {name: ClusterShape(node_count=n) for name, n in (("a", 1), ("b", 2), ("c", 3))}
+    idle = {name: SimpleNamespace(stop=lambda name=name: stopped.append(name)) for name in ("a", "b")}
+    with WarmPool(build=start_embedded, limit=2) as pool:
+        pool._idle = {shapes[name]: [cluster] for name, cluster in idle.items()}  # type: ignore[list-item]  # stand-ins with stop()
+        pool._upcoming = [shapes["c"], shapes["a"], shapes["c"], shapes["b"]]
+        assert pool._evict(keep={shapes["c"]})
+        pool._executor.shutdown(wait=True)  # the stop ran
+    assert stopped == ["b", "a"]  # b, needed last, first; a by close()
+
+
 # -- the order trials start in (pure) ------------------------------------------------------------
 
 

@@ -211,12 +211,18 @@ class WarmPool:
             self._evict(keep=set(self._upcoming[: self._limit]))
 
     def _evict(self, *, keep: set[ClusterShape]) -> bool:
-        """Stop one idle cluster whose shape is not in ``keep`` (False: none to stop)."""
-        for shape, idle in self._idle.items():
-            if idle and shape not in keep:
-                self._run_stop(idle.pop())
-                return True
-        return False
+        """Stop one idle cluster whose shape is not in ``keep`` (False: none to stop): of those, the
+        one whose shape the trials to come need last (Belady's rule: with the matrix's shapes
+        interleaved, stopping the first idle one found stopped clusters needed a few trials later)."""
+        candidates = [shape for shape, idle in self._idle.items() if idle and shape not in keep]
+        if not candidates:
+            return False
+        first_use: dict[ClusterShape, int] = {}
+        for index, shape in enumerate(self._upcoming):
+            first_use.setdefault(shape, index)
+        victim = max(candidates, key=lambda shape: first_use.get(shape, len(self._upcoming)))
+        self._run_stop(self._idle[victim].pop())
+        return True
 
     def _submit_build(self, shape: ClusterShape) -> _Pending:
         pending = _Pending(shape=shape)

@@ -44,6 +44,7 @@ class RunFloor:
     phases: tuple[tuple[str, float], ...] = ()  # (name, seconds) in order
     waited_for_clusters_s: float = 0.0  # time spent blocked on a cluster being started or reset
     waited_before_trials_s: float = 0.0  # the part of it before the first trial (the probes' clusters)
+    clusters_started: int = 0  # by the pool, spares and replacements included (churn shows here)
     #: Free job-slot seconds while trials waited, by what held them (scheduler.run_scheduled's ``held``).
     held_slots: tuple[tuple[str, float], ...] = ()
 
@@ -91,7 +92,8 @@ class RunFloor:
             parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in self.phases)
             lines.append(
                 f"where the wall went: {parts}; blocked on clusters {self.waited_for_clusters_s:.1f} s "
-                f"({self.waited_before_trials_s:.1f} s of it before the first trial)"
+                f"({self.waited_before_trials_s:.1f} s of it before the first trial); "
+                f"{self.clusters_started} cluster(s) started for {self.trials} trial(s)"
             )
         if self.held_slots:
             parts = ", ".join(f"{reason} {seconds:.0f}" for reason, seconds in self.held_slots)
@@ -146,6 +148,7 @@ class RunMeter:
         waited_for_clusters_s: float = 0.0,
         waited_before_trials_s: float = 0.0,
         held_slots: dict[str, float] | None = None,
+        clusters_started: int = 0,
     ) -> RunFloor:
         end, ticks = self.clock(), _idle_ticks()
         idle = None
@@ -168,5 +171,6 @@ class RunMeter:
             phases=tuple(phases),
             waited_for_clusters_s=waited_for_clusters_s,
             waited_before_trials_s=waited_before_trials_s,
+            clusters_started=clusters_started,
             held_slots=tuple(sorted((held_slots or {}).items(), key=lambda item: -item[1])),
         )

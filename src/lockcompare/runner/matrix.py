@@ -610,6 +610,7 @@ def _run_locked(
         waited_for_clusters_s=getattr(clusters.inner, "waited_s", 0.0),
         waited_before_trials_s=waited_before,
         held_slots=held,
+        clusters_started=getattr(clusters.inner, "built", 0),
     )
     return MatrixReport(
         out=out,
