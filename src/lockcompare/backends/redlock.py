@@ -172,7 +172,12 @@ def _handshake_free_connection(client: redis.Redis) -> AbstractConnection:
     no CLIENT SETINFO (``driver_info=None`` in redis-py 8, ``lib_name``/``lib_version`` before).
     """
     pool = client.connection_pool
-    kwargs = {**pool.connection_kwargs, "protocol": 2}
+    # A client built with redis.Redis(...) (infra/redisconn.py, since the one URL parser) carries its
+    # own driver_info / lib_name in the pool's kwargs: passing ours beside them raised TypeError, and
+    # the fallback below connected WITH the SETINFO handshake — a reconnect to a paused node then
+    # waited on it (test_slow_majority_beyond_the_node_timeout: 170-245 ms against a 5 ms timeout).
+    setinfo = ("driver_info", "lib_name", "lib_version")
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k not in setinfo} | {"protocol": 2}
     if _MaintNotificationsConfig is not None:
         # redis-py >= 8 probes for cluster maintenance push notifications, which RESP2 with the
         # pure-Python parser cannot carry (it raises at connect time without hiredis).
