@@ -46,7 +46,8 @@ from lockcompare.spec.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, env_
 from lockcompare.spec.settings import SETTING_COLUMNS
 
 if TYPE_CHECKING:  # the runner, servers and backends are imported by each command as it runs
-    from lockcompare.runner.matrix import ClusterOptions, MatrixReport
+    from lockcompare.runner.matrix import MatrixReport
+    from lockcompare.runner.plan import ClusterOptions
 
 #: bench: a lease longer than this outlives any cycle many times over (a day).
 BENCH_MAX_TTL_MS = 86_400_000

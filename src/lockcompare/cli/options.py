@@ -24,7 +24,8 @@ from lockcompare.spec.setting import Setting
 from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
 
 if TYPE_CHECKING:  # the runner is imported by the commands that run trials, when they run
-    from lockcompare.runner.matrix import ClusterOptions, MatrixReport
+    from lockcompare.runner.matrix import MatrixReport
+    from lockcompare.runner.plan import ClusterOptions
 
 #: Measured on 2 cores: a trial keeps 0.03-0.7 CPU busy at --time-scale 0.1 (mean ~0.2, pottery
 #: the most) and far less at the lesson's scale, where trials mostly sleep. With 8 the lesson-scale
@@ -146,7 +147,7 @@ def _cluster_options(
     from lockcompare.infra.cluster import DEFAULT_NODES
     from lockcompare.infra.redisconn import parse_url_list, validate_url, with_env_password
     from lockcompare.infra.zookeeper_server import zookeeper_urls
-    from lockcompare.runner.matrix import ClusterOptions
+    from lockcompare.runner.plan import ClusterOptions
 
     if nodes_file is not None:
         if nodes is not None:

@@ -57,7 +57,8 @@ from lockcompare.evaluation.explore_card import TITLE as SEARCH_TITLE
 from lockcompare.evaluation.explore_card import search_line
 from lockcompare.evaluation.scales import expressible_scale, moved_note, quick_rounds
 from lockcompare.files import check_output_file, results_lock
-from lockcompare.runner.matrix import ClusterOptions, ProgressCallback, run_matrix
+from lockcompare.runner.matrix import ProgressCallback, run_matrix
+from lockcompare.runner.plan import ClusterOptions
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.limits import check_count
 from lockcompare.spec.parsing import Sweep, cli_text

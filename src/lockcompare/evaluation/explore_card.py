@@ -24,7 +24,7 @@ from lockcompare.evaluation.explore import ProgressFn
 from lockcompare.evaluation.explore_run import run_explore
 from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale
 from lockcompare.evaluation.shrink import NO_FAULT
-from lockcompare.runner.matrix import ClusterOptions
+from lockcompare.runner.plan import ClusterOptions
 from lockcompare.spec.parsing import Overrides
 
 TITLE = "no counterexample in a budgeted search of fault schedules (explore)"

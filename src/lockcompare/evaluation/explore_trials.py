@@ -2,7 +2,7 @@
 
 :class:`RealTrials` is the :class:`~lockcompare.evaluation.explore.TrialRunner` the command uses.
 A request becomes the trial spec ``lockcompare run`` would build from the same options
-(:func:`~lockcompare.runner.matrix.plan_matrix`, one trial, the request's seed as ``--seed``), and
+(:func:`~lockcompare.runner.plan.plan_matrix`, one trial, the request's seed as ``--seed``), and
 a batch runs through :func:`~lockcompare.runner.matrix.run_planned` — the path of
 ``run`` and ``matrix``: the same cluster pool, CPU budget, checker, CSV row and saved history. So
 the command printed for a counterexample reruns exactly the trial that failed.
@@ -28,7 +28,8 @@ from lockcompare.evaluation.defaults import DEFAULT_TIME_SCALE
 from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
 from lockcompare.evaluation.scales import expressible_scale
 from lockcompare.evaluation.schedules import Shape
-from lockcompare.runner.matrix import ETCD_FAULT_MEMBERS, ClusterOptions, plan_matrix, run_planned
+from lockcompare.runner.matrix import run_planned
+from lockcompare.runner.plan import ETCD_FAULT_MEMBERS, ClusterOptions, plan_matrix
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.settings import CLI_SETTINGS
 from lockcompare.spec.trialspec import Overrides, TrialSpec

@@ -3,7 +3,7 @@
 A backend that cannot grant every TTL (its optional ``check_ttl`` classmethod raises
 InvalidValueError: python-redis-lock's whole seconds, etcd's whole-second leases) runs at the first
 of the larger scales at which it can, and the command says so in one warning line. The matrix
-leaves such a cell out instead (runner/matrix.py ``_unfit``, the same ``check_ttl``): it runs the
+leaves such a cell out instead (runner/plan.py ``_unfit``, the same ``check_ttl``): it runs the
 scale it was asked for, where a report card runs the backend at a scale it can express.
 """
 

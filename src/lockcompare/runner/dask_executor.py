@@ -34,7 +34,8 @@ from lockcompare.redaction import redact
 from lockcompare.runner.host_batch import HostBatch, HostRow, run_batch
 
 if TYPE_CHECKING:
-    from lockcompare.runner.matrix import ClusterOptions, MatrixReport, ProgressCallback
+    from lockcompare.runner.matrix import MatrixReport, ProgressCallback
+    from lockcompare.runner.plan import ClusterOptions
     from lockcompare.runner.trial import TrialResult
     from lockcompare.spec.trialspec import TrialSpec
 
@@ -82,7 +83,7 @@ def connect(address: str) -> Any:
         raise ConfigError("--dask needs Dask's distributed package: pip install 'lockcompare[dask]'") from None
     shown = redact(address, passwords_of=(address,))
     if any(c in address for c in "@\uff20\ufe6b"):  # Dask takes no userinfo; its error quoted the password (issue 38)
-        raise ConfigError(f"--dask {shown}: a scheduler address has no user or password (tcp://HOST:PORT)")
+        raise ConfigError(f"--dask {shown}: a scheduler address has no user or password")
     try:
         return Client(address, timeout=CONNECT_TIMEOUT_S)
     except (OSError, TimeoutError, ValueError) as exc:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lockcompare.errors import LockcompareError, TrialError
 
 if TYPE_CHECKING:
-    from lockcompare.runner.matrix import ClusterOptions
+    from lockcompare.runner.plan import ClusterOptions
     from lockcompare.spec.trialspec import TrialSpec
 
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 NODES, WORKER, LINKS = "nodes", "worker", "links"
 
 #: What a kind can ask of the lock servers. The names of infra/kinds.py's ``Capability`` (what a kind
-#: of server offers; the matrix matches them: runner/matrix.py's FAULT_NEEDS), and the needs every
+#: of server offers; the matrix matches them: runner/plan.py's FAULT_NEEDS), and the needs every
 #: embedded server meets (process control, proxied links: refused up front for external servers).
 PROCESS_CONTROL = "process control"  # lockcompare runs the server: it can kill, restart, stop it
 PERSISTENCE = "persistence"  # an AOF kept across a restart
@@ -187,7 +187,7 @@ class FaultKind:
     #: The worker lands it at its own pause point: the worker plans it, not the schedule runner.
     in_worker: ClassVar[bool] = False
     #: The critical sections (resource checks) it acts on; empty: every one. A cell whose backend's
-    #: section is another is left out, with the reason (runner/matrix.py).
+    #: section is another is left out, with the reason (runner/plan.py).
     acts_on_checks: ClassVar[tuple[str, ...]] = ()
     #: ``explore`` draws it unless ``--faults`` says otherwise.
     explored_by_default: ClassVar[bool] = True

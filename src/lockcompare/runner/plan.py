@@ -1,0 +1,307 @@
+"""The matrix's plan: every trial's spec, validated before anything starts, and what each needs.
+
+Planning is not running (issue 37): it reads the backends' declarations (traits_of) without
+checking that they can run here, leaves out the cells a backend cannot run (one reason line each),
+and says what servers a trial needs (:func:`cluster_shape`) and which fault trials cannot run as
+asked (:func:`check_faults`). The executor (runner/matrix.py, or the Dask one) runs the plan.
+"""
+
+import itertools
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lockcompare.backends import load_backend, traits_of
+from lockcompare.errors import (
+    ConfigError,
+    InvalidValueError,
+)
+from lockcompare.faults import plan as fault_plan
+from lockcompare.faults import targets as fault_targets
+from lockcompare.faults.zookeeper import zookeeper_servers_for
+from lockcompare.infra.cluster import (
+    ClusterShape,
+)
+from lockcompare.infra.kinds import AUTO, Capability, get_kind, lacks, server_for
+from lockcompare.runner.sections import check_for
+from lockcompare.spec import faultkinds
+from lockcompare.spec.experiments import get_experiment
+from lockcompare.spec.limits import check_count
+from lockcompare.spec.parsing import Overrides, Sweep
+from lockcompare.spec.schedule import parse_schedule
+from lockcompare.spec.trialspec import TrialSpec, custom_faults, make_spec
+
+log = logging.getLogger("lockcompare")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterOptions:
+    """Where the servers come from: spawned (default) or the user's URLs."""
+
+    nodes: tuple[str, ...] | None = None
+    resource: str | None = None
+    redis_server: str | None = None
+    node_count: int = 5
+    #: An external PostgreSQL server (``--postgres URL``) for the PostgreSQL backends' lock and
+    #: resource; lockcompare touches only its own per-trial rows there.
+    postgres: str | None = None
+    #: An external ZooKeeper ensemble (``--zookeeper``, zk:// URLs) for the zk backends' locks; the
+    #: resource stays an embedded server. lockcompare touches only its own znodes under /lockcompare.
+    zookeeper: tuple[str, ...] | None = None
+
+    @property
+    def external(self) -> bool:
+        """True when any server is the user's (shared by every trial, so trials run one at a time)."""
+        return self.nodes is not None or self.postgres is not None or self.zookeeper is not None
+
+
+def plan_matrix(
+    *,
+    backends: Sequence[str],
+    experiments: Sequence[str],
+    trials: int,
+    overrides: Overrides,
+    node_count: int | None,
+    sweep: Sweep | None = None,
+    skip_unfit: bool = True,
+    redis_server: str | None = None,
+) -> list[TrialSpec]:
+    """Every trial's spec, validated before anything starts (bad names fail before any server does).
+
+    Combinations that would run the same trial (a fence mode for a backend with nothing to fence,
+    a pause point without a pause, --wait-replicas for a backend that issues no WAIT) are planned once.
+    """
+    check_count("trials", trials)
+    if not backends or not experiments:
+        raise InvalidValueError("select at least one backend and one experiment")
+    classes = {backend: load_backend(backend, check_viable=False) for backend in backends}
+    exps = [get_experiment(name) for name in experiments]
+    overrides = overrides.replace(server=_redis_protocol_server(overrides.server, binary=redis_server))
+    specs: dict[str, TrialSpec] = {}
+    sweep = sweep if sweep is not None else Sweep()
+    _warn_no_wait(classes, asked=sweep.values.get("wait_replicas", (overrides.wait_replicas,)), experiments=exps)
+    for k, backend, experiment, swept in itertools.product(range(trials), backends, exps, list(sweep.combinations())):
+        cell = overrides.replace(**swept)
+        cls = classes[backend]
+        spec = make_spec(
+            backend=backend,
+            experiment=experiment,
+            trial=k,
+            overrides=cell,
+            node_count=node_count,
+            resource_check=check_for(cls, fence=cell.fence),
+            supports_wait_replicas=traits_of(cls).supports_wait_replicas,
+            lock_servers=traits_of(cls).servers,
+            backend_resource_kind=traits_of(cls).resource_kind,
+            backend_timeout_ms=_client_timeout_ms(cls),
+        )
+        specs.setdefault(spec.trial_id, spec)
+    return _fitting(classes, list(specs.values()), skip_unfit=skip_unfit)
+
+
+def _redis_protocol_server(choice: str, *, binary: str | None) -> str:
+    """``--server`` resolved: the kind that runs this run's Redis-protocol servers ("auto": what is here)."""
+    if choice != AUTO and get_kind(choice).speaks != "redis":
+        raise InvalidValueError(f"--server {choice}: its servers do not speak the Redis protocol (e.g. redis, valkey)")
+    return server_for("redis", choice=choice, binary=binary).name
+
+
+def _client_timeout_ms(cls: type) -> float | None:
+    """A backend's own client request timeout (its ``client_timeout_s``), None if it states none."""
+    own = traits_of(cls).client_timeout_s
+    return None if own is None else float(own) * 1000
+
+
+def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments: Sequence[Any]) -> None:
+    """Say once, up front, which backends run their failover trials without the asked-for WAIT."""
+    if not any(asked) or not any("failover" in e.kinds for e in experiments):
+        return
+    without = [name for name, cls in classes.items() if not traits_of(cls).supports_wait_replicas]
+    if without:
+        log.warning(
+            "--wait-replicas: %s issue(s) no WAIT; their failover trials run without it (wait_replicas 0)",
+            ", ".join(without),
+        )
+
+
+#: What a fault kind (spec/faultkinds) asks of the lock servers beyond start, crash and restart; a
+#: kind of server that does not offer it (infra/kinds.py) cannot take the fault.
+FAULT_NEEDS = {
+    kind.name: Capability(need)
+    for kind in faultkinds.KINDS.values()
+    for need in sorted(kind.needs)
+    if need in {c.value for c in Capability}
+}
+
+
+def _unfit(cls: type, spec: TrialSpec) -> str:
+    """Why a backend cannot run the trial ("" when it can): a TTL it cannot express (its optional
+    ``check_ttl``, e.g. etcd's whole-second leases), a fault its kind of lock server cannot take, or
+    a fault step that can never reach its lock (faults/targets.py: never_resolves)."""
+    servers = traits_of(cls).servers
+    server_kind = server_for(servers, choice=spec.server)
+    schedule = parse_schedule(spec.faults)
+    for kind in sorted(schedule.kinds()):
+        missing = lacks(server_kind, FAULT_NEEDS[kind]) if kind in FAULT_NEEDS else ""
+        if missing:
+            return missing
+        only = faultkinds.KINDS[kind].acts_on_checks  # lost-reply: the increments only
+        if only and spec.resource_check.value not in only:
+            return f"{kind} acts on {', '.join(only)} critical sections only, not on {spec.resource_check.value}"
+    aimed = [step for step in schedule.steps if step.nodes is not None and step.nodes.mode in ("holders", "others")]
+    unreadable = lacks(server_kind, Capability.LEASE_HOLDERS) if aimed else ""
+    if unreadable:  # every such step would be skipped in every round: a trial without its fault
+        return f"fault step {aimed[0].text!r}: {unreadable}"
+    by_role = [step for step in schedule.steps if step.nodes is not None and step.nodes.by_role]
+    if by_role and lacks(server_kind, Capability.ROLES):  # nodes=leader on servers that cannot say who leads
+        return f"fault step {by_role[0].text!r}: {lacks(server_kind, Capability.ROLES)}"
+    if servers in ("postgres", "etcd", "zookeeper"):  # their servers fix the node count: more is not for them
+        used = cluster_shape(spec, cluster_options=ClusterOptions()).node_count
+        try:
+            fault_plan.check_schedule(schedule, lock_nodes=used, workers=spec.workers)
+        except InvalidValueError as exc:
+            return f"{servers} lock servers: {exc}"
+    reach = fault_targets.never_resolves(
+        schedule.steps,
+        lease_nodes=fault_targets.lease_nodes(cls, node_count=cluster_shape(spec, cluster_options=ClusterOptions(
+            node_count=spec.node_count or ClusterOptions().node_count)).node_count),
+        fixed_nodes=custom_faults(spec.recorded_settings()),
+    )  # fmt: skip
+    if reach:
+        return reach
+    check_ttl = traits_of(cls).check_ttl
+    if check_ttl is None:
+        return ""
+    try:
+        check_ttl(ttl_ms=spec.ttl_ms)
+    except InvalidValueError as exc:
+        return str(exc)
+    return ""
+
+
+def _fitting(classes: dict[str, type], specs: Sequence[TrialSpec], *, skip_unfit: bool) -> list[TrialSpec]:
+    """The specs their backends can run. Cells a backend cannot run are left out with one warning
+    line per backend and reason; it is an error when nothing is left (or ``skip_unfit`` is off)."""
+    kept: list[TrialSpec] = []
+    left_out: dict[tuple[str, str], list[str]] = {}
+    for spec in specs:
+        reason = _unfit(classes[spec.backend], spec)
+        if not reason:
+            kept.append(spec)
+            continue
+        cells = left_out.setdefault((spec.backend, reason), [])
+        if spec.experiment not in cells:
+            cells.append(spec.experiment)
+    if left_out and (not kept or not skip_unfit):
+        (backend, reason), cells = next(iter(left_out.items()))
+        raise InvalidValueError(f"backend {backend!r}, {cells[0]}: {reason}")
+    # One line per reason and cells: "skipping single, redlock x session-kill: ..." (not one per backend).
+    lines: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for (backend, reason), experiments in left_out.items():
+        lines.setdefault((reason, tuple(experiments)), []).append(backend)
+    for (reason, skipped), names in lines.items():
+        log.warning("skipping %s x %s: %s", ", ".join(names), ", ".join(skipped), reason)
+    return kept
+
+
+#: etcd members for a trial with a node fault: a quorum that survives one member down, not two.
+ETCD_FAULT_MEMBERS = 3
+
+
+def lock_servers_of(backend: str) -> str:
+    """Which servers a backend's lock nodes are (its optional ``servers`` attribute; "redis" without)."""
+    return traits_of(load_backend(backend, check_viable=False)).servers
+
+
+def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> ClusterShape:
+    """The servers ``spec`` needs: how many lock nodes, and what its fault asks of them.
+
+    A backend on etcd gets one member, or three when a fault crashes or restarts members
+    (``--redlock-nodes`` sets the count instead)."""
+    servers = lock_servers_of(spec.backend)
+    schedule = parse_schedule(spec.faults)
+    nodes = server_for(servers, choice=spec.server).name
+    resource = server_for(spec.resource_kind, choice=spec.server).name
+    if servers == "etcd":
+        members = spec.node_count or (ETCD_FAULT_MEMBERS if fault_plan.touches_servers(schedule) else 1)
+        return ClusterShape(node_count=members, lock_servers=nodes, resource_kind=resource)
+    if servers == "postgres":  # a failover makes each node a primary + streaming replica
+        replicas = fault_plan.cluster_needs(schedule)["replicas"]
+        count = spec.node_count or 1
+        return ClusterShape(node_count=count, replicas=replicas, lock_servers=nodes, resource_kind=resource)
+    if servers == "zookeeper":
+        count = spec.node_count or zookeeper_servers_for(schedule)
+        return ClusterShape(node_count=count, lock_servers=nodes, resource_kind=resource)
+    return ClusterShape(
+        node_count=cluster_options.node_count,
+        lock_servers=nodes,
+        resource_kind=resource,
+        **fault_plan.cluster_needs(schedule),
+    )
+
+
+def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions) -> None:
+    """Refuse, before any server starts, fault trials that cannot run as asked."""
+    on_etcd = [s for s in specs if lock_servers_of(s.backend) == "etcd"]
+    if on_etcd and cluster_options.nodes is not None:
+        raise ConfigError(
+            f"backend {on_etcd[0].backend!r} runs on etcd members that lockcompare starts: drop --nodes/--resource"
+        )
+    on_zookeeper = [s for s in specs if lock_servers_of(s.backend) == "zookeeper"]
+    if on_zookeeper and cluster_options.nodes is not None:
+        raise ConfigError(
+            f"backend {on_zookeeper[0].backend!r} runs on ZooKeeper servers that lockcompare starts: "
+            "drop --nodes/--resource"
+        )
+    if cluster_options.zookeeper is not None:
+        for spec in on_zookeeper:
+            if fault_plan.touches_servers(parse_schedule(spec.faults)):
+                raise ConfigError(
+                    f"{spec.experiment} crashes, restarts or cuts off ZooKeeper servers: it needs the embedded "
+                    "ones, not --zookeeper (session-kill ends only the holder's session and runs there)"
+                )
+        specs = [s for s in specs if s not in on_zookeeper]
+    on_postgres = [s for s in specs if lock_servers_of(s.backend) == "postgres"]
+    if on_postgres and cluster_options.nodes is not None and cluster_options.postgres is None:
+        raise ConfigError(
+            f"backend {on_postgres[0].backend!r} locks on PostgreSQL: with --nodes/--resource give --postgres URL too"
+        )
+    for spec in specs:  # every step has a runtime, every worker one pause: said now, not mid-matrix
+        schedule = parse_schedule(spec.faults)
+        fault_plan.planned_steps(schedule, time_scale=spec.time_scale, ttl_ms=spec.ttl_ms)
+        fault_plan.worker_pauses(schedule, time_scale=spec.time_scale)
+        if schedule and not fault_plan.touches_servers(schedule):
+            fault_plan.check_schedule(schedule, lock_nodes=cluster_options.node_count, workers=spec.workers)
+    if cluster_options.postgres is not None:
+        for spec in on_postgres:
+            if fault_plan.touches_servers(parse_schedule(spec.faults)):
+                raise ConfigError(
+                    f"{spec.experiment} restarts or cuts off the PostgreSQL server: it needs the embedded one, "
+                    "not --postgres (session-kill ends only lockcompare's own sessions and runs there)"
+                )
+            if spec.resource_kind != "postgres":
+                raise ConfigError(
+                    "with --postgres the PostgreSQL backends keep the resource there: --resource-kind postgres"
+                )
+        specs = [s for s in specs if s not in on_postgres]
+    faulty = [s for s in specs if fault_plan.touches_servers(parse_schedule(s.faults))]
+    if not faulty:
+        return
+    if cluster_options.nodes is not None and any("failover" in parse_schedule(s.faults).kinds() for s in faulty):
+        raise ConfigError(
+            "failover needs lock nodes with replicas, which lockcompare builds only in its embedded cluster: "
+            "not with --nodes/--resource"
+        )
+    if cluster_options.nodes is not None:
+        raise ConfigError(
+            f"{faulty[0].experiment} kills, restarts or re-clocks lock nodes, or proxies their links: "
+            "it needs the embedded cluster, not --nodes/--resource"
+        )
+    for spec in faulty:
+        used = spec.node_count or cluster_options.node_count
+        if lock_servers_of(spec.backend) in ("etcd", "postgres", "zookeeper"):
+            used = cluster_shape(spec, cluster_options=cluster_options).node_count
+        if spec.fault_nodes > used:
+            raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")
+        fault_plan.check_schedule(parse_schedule(spec.faults), lock_nodes=used, workers=spec.workers)
