@@ -10,6 +10,7 @@ numbers describe a broken cluster, not the lock.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from lockcompare.errors import LockcompareError, NodeUnreachableError
@@ -31,12 +32,23 @@ def used_nodes(cluster: Cluster, node_count: int | None) -> range:
     return range(len(cluster.node_urls) if node_count is None else min(node_count, len(cluster.node_urls)))
 
 
-def dead_nodes(cluster: Cluster, *, node_count: int | None, expected_down: Sequence[int] = ()) -> list[int]:
-    """Indices of the used lock nodes that do not answer (``-1`` stands for the resource)."""
-    dead = [i for i in used_nodes(cluster, node_count) if i not in expected_down and not answers(cluster.node_urls[i])]
-    if not answers(cluster.resource_url):
-        dead.append(-1)
-    return dead
+def dead_nodes(
+    cluster: Cluster, *, node_count: int | None, expected_down: Sequence[int] = (), settle_s: float = 0.0
+) -> list[int]:
+    """Indices of the used lock nodes that do not answer (``-1`` stands for the resource).
+
+    ``settle_s``: how long a silent server may take to answer again before it counts as dead. A
+    consensus member that rejoins after a partition healed (a ZooKeeper follower "not serving"
+    through its re-election, 1-3 s) is alive; judging it dead at once made such trials ``unknown``
+    ("lock node 1 died during the trial") in the holder-minority cells."""
+    urls = {i: cluster.node_urls[i] for i in used_nodes(cluster, node_count) if i not in expected_down}
+    urls[-1] = cluster.resource_url
+    silent = [i for i, url in urls.items() if not answers(url)]
+    deadline = time.monotonic() + settle_s
+    while silent and time.monotonic() < deadline:
+        time.sleep(0.2)
+        silent = [i for i in silent if not answers(urls[i])]
+    return sorted(i for i in silent if i >= 0) + ([-1] if -1 in silent else [])
 
 
 def describe_dead(cluster: Cluster, dead: Sequence[int]) -> str:

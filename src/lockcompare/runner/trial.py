@@ -196,7 +196,7 @@ def _run_trial(
         events = history_io.merge([events, freezer.events, faults.events if faults is not None else []])
         if links is not None and not links.is_running():
             failure = "; ".join(filter(None, [failure, "the link proxy died during the trial"]))
-        died = health.dead_nodes(cluster, node_count=spec.node_count)
+        died = health.dead_nodes(cluster, node_count=spec.node_count, settle_s=REJOIN_S)
         if died:
             failure = "; ".join(filter(None, [failure, f"{health.describe_dead(cluster, died)} died during the trial"]))
         counters, unread = _read_counters(resource)
@@ -251,6 +251,10 @@ def _judge_timing(spec: TrialSpec, events: list[Event]) -> TimingVerdict | None:
     except (KeyError, TypeError, ValueError):
         return None
 
+
+#: How long a lock server silent at a trial's end may take to answer before the trial counts it as
+#: died: a consensus member rejoining after a healed partition re-elects first (health.dead_nodes).
+REJOIN_S = 10.0
 
 #: The deadline on a backend's construct(), when the per-call deadline is shorter: an external client
 #: (backends/external) starts a runtime there — Node took 1-5 s on a 2-core machine at load 15.
