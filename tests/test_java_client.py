@@ -209,10 +209,12 @@ def test_a_pause_freezes_the_jvm_and_the_session_expires_inside_it(zk_cluster: C
     pauses = _pauses(history)
     assert len(pauses) == 2
     pings = [e for e in history if e["kind"] == "renew" and e["ok"] and e.get("reason") == "ping"]
+    # The heartbeats reach the history (every third of the session timeout while a client idles: the
+    # rival's while it waits; the paused worker's own may all fall outside its rounds, with warm
+    # workers acquiring at once) ...
+    assert pings, "no ping in the history: the heartbeats are not recorded"
     for worker, start, end in pauses:
-        # The heartbeats reach the history (every third of the session timeout while idle), and none
-        # lies inside the freeze: no ping went out while the JVM was frozen.
-        assert [p for p in pings if p["worker"] == worker], "no ping of the paused worker in the history"
+        # ...and none of the paused worker's lies inside the freeze: no ping went out while the JVM was frozen.
         assert not [p for p in pings if p["worker"] == worker and start < p["t0"] < end]
         # The server expired the frozen holder's session: the rival was granted while it was still frozen...
         holder = max(
