@@ -136,6 +136,8 @@ def run_matrix(
     new worker processes for every trial instead of reusing warm ones (crew.py).
     """
     check_count("jobs", jobs)
+    for backend in dict.fromkeys(backends):  # running needs what planning does not: a backend that
+        load_backend(backend)  # cannot run here is refused first, in its own one line
     specs = plan_matrix(
         backends=backends,
         experiments=experiments,
