@@ -6,6 +6,7 @@ exactly as a third-party package declares its own, so both are listed and loaded
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 import sys
@@ -166,7 +167,28 @@ def load_backend(spec: str, *, check_viable: bool = True) -> type[LockBackend]:
     check = getattr(cls, "check_viable", None)
     if check_viable and callable(check):
         check()
+    if check_viable:
+        _check_servers(cls)
     return cls
+
+
+def _check_servers(cls: type[LockBackend]) -> None:
+    """Refuse a backend whose lock servers cannot run here: whatever language its client is in,
+    its locks live on them (a Java client on ZooKeeper still needs the harness's own ZooKeeper
+    client to clean up and read holders)."""
+    protocol = traits_of(cls).servers
+    problem = _servers_problem(protocol)
+    if problem:
+        raise BackendNotViableError(f"its {protocol} servers cannot run here: {problem}")
+
+
+@functools.cache
+def _servers_problem(protocol: str) -> str:
+    """ "" when some kind speaking ``protocol`` can run here, else the first kind's one line."""
+    from lockcompare.infra.kinds import kinds_speaking
+
+    problems = [kind.problem() for kind in kinds_speaking(protocol)]
+    return "" if not problems or "" in problems else problems[0]
 
 
 #: How long a plug-in's import may take in the probe (a real one takes well under a second).

@@ -377,8 +377,13 @@ class ZooKeeperKind:
     )
 
     def problem(self, *, binary: str | None = None) -> str:
+        # The harness itself speaks to these servers through kazoo (cleanup between trials, lease
+        # holders, health): without it no lock of any language can be measured on them.
+        from lockcompare.infra.zookeeper_client import kazoo_client_class
+
         try:
             find_zookeeper()
+            kazoo_client_class()
         except BackendNotViableError as exc:
             return str(exc)
         return ""
