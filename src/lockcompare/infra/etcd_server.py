@@ -39,7 +39,7 @@ from urllib.parse import urlsplit
 
 from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError, ServerStartError
 from lockcompare.infra.etcd_client import delete_prefix, is_healthy
-from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Roles, Server
+from lockcompare.infra.kinds import ETCD_PROTOCOL, NO_SESSION, Capabilities, Capability, LockNodes, Roles, Server
 from lockcompare.infra.peerlinks import PeerLinks
 from lockcompare.infra.spawned import SpawnedServer, free_port
 from lockcompare.redaction import redact
@@ -64,6 +64,9 @@ MIN_LEASE_S = math.ceil((3 * (ELECTION_TIMEOUT_MS // HEARTBEAT_MS) // 2) * HEART
 EXPIRY_LAG_MS = 600
 
 _START_TIMEOUT_S = 15.0
+
+#: etcd members for a trial with a node fault: a quorum that survives one member down, not two.
+FAULT_MEMBERS = 3
 
 
 def find_etcd() -> Path:
@@ -273,7 +276,7 @@ class EtcdKind:
     real clocks, replication by consensus only (no asynchronous replica to promote)."""
 
     name: str = "etcd"
-    speaks: str = "etcd"
+    speaks: str = ETCD_PROTOCOL
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
             offers=frozenset({Capability.ROLES, Capability.PEER_LINKS}),
@@ -285,6 +288,8 @@ class EtcdKind:
                 Capability.LEASE_HOLDERS: "lockcompare cannot read which etcd member holds a lease (nodes=holders:K "
                 "and others:K never resolve; name the members, e.g. nodes=0)",
             },
+            # One member, or three when a fault crashes, restarts or cuts off members.
+            lock_nodes=LockNodes(default=1, under_faults=FAULT_MEMBERS),
         )
     )
 

@@ -51,6 +51,14 @@ AUTO = "auto"
 log = logging.getLogger("lockcompare")
 
 
+#: The protocols a backend's ``servers`` names (what its clients speak), for the callers that hold
+#: one as a value: a default, a CSV column, a fixture's key, a per-protocol option (``--postgres``).
+#: Which kind serves it is the run's choice (:func:`server_for`); what its servers can do, the kind's.
+REDIS_PROTOCOL = "redis"
+ETCD_PROTOCOL = "etcd"
+POSTGRES_PROTOCOL = "postgres"
+ZOOKEEPER_PROTOCOL = "zookeeper"
+
 #: Why a server without sessions cannot take session-kill (the Redis kinds, etcd).
 NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"
 
@@ -83,6 +91,37 @@ class Capability(StrEnum):
 ASSUMED = frozenset({Capability.PROXIED_LINKS})
 
 
+@dataclass(frozen=True, kw_only=True)
+class LockNodes:
+    """How many lock nodes a trial on a kind gets when the trial does not say (``--redlock-nodes``).
+
+    ``default`` None: the run's count (the Redis kinds: a Redlock takes any number, and the faults'
+    needs: persistence, fake clocks, replicas). A number: the kind's own (one etcd member, one
+    PostgreSQL or ZooKeeper server), the run's count is not for it, and of the faults' needs it takes
+    only the replicas it offers (its servers run on real clocks and persist on their own)."""
+
+    default: int | None = None
+    #: With a fault acting on the servers or their links: a quorum that survives one member down.
+    under_faults: int | None = None
+    #: A schedule whose only server steps restart node 0 keeps ``default`` (a standalone server
+    #: restarts in place: ZooKeeper's).
+    restart_in_place: bool = False
+
+    @property
+    def fixed(self) -> bool:
+        """The kind fixes its node count (more lock nodes are not for it)."""
+        return self.default is not None
+
+    def count(self, *, asked: int | None, run: int, struck: bool, restarts_node_0_only: bool) -> int:
+        """The lock nodes of a trial asking ``asked`` (None: any) in a run of ``run`` nodes, whose
+        schedule acts on the servers (``struck``), perhaps only by restarting node 0."""
+        if self.default is None:
+            return run
+        if struck and self.under_faults is not None and not (self.restart_in_place and restarts_node_0_only):
+            return asked or self.under_faults
+        return asked or self.default
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Capabilities:
     offers: frozenset[Capability] = frozenset()
@@ -93,6 +132,8 @@ class Capabilities:
     #: Why it lacks a capability, in the words a skipped cell is reported with (default: "<kind>
     #: servers offer no <capability>").
     reasons: Mapping[Capability, str] = field(default_factory=dict)
+    #: How many lock nodes a trial gets (:class:`LockNodes`; default: the run's count).
+    lock_nodes: LockNodes = LockNodes()
 
 
 @runtime_checkable
@@ -240,6 +281,14 @@ def get_kind(name: str) -> ServerKind:
 def kinds_speaking(protocol: str) -> list[ServerKind]:
     """The kinds whose clients use ``protocol`` (e.g. redis and valkey for "redis")."""
     return [kind for kind in registered().values() if kind.speaks == protocol]
+
+
+def kind_speaking(protocol: str) -> ServerKind | None:
+    """The kind named for ``protocol`` (its first speaker: redis for "redis"), None when no
+    installed kind speaks it: what a question about a protocol's servers asks when no run has
+    chosen a kind (the battery, explore), without looking for binaries."""
+    speaking = kinds_speaking(protocol)
+    return speaking[0] if speaking else None
 
 
 def kind_of_url(url: str) -> ServerKind:

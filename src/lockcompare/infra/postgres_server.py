@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockcompare.errors import BackendNotViableError, ConfigError, ServerStartError
-from lockcompare.infra.kinds import Capabilities, Capability, Roles, Server
+from lockcompare.infra.kinds import POSTGRES_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server
 from lockcompare.infra.pg_client import (
     PgSession,
     QueryFailed,
@@ -295,7 +295,7 @@ class PostgresKind:
     (session-kill)."""
 
     name: str = "postgres"
-    speaks: str = "postgres"
+    speaks: str = POSTGRES_PROTOCOL
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
             offers=frozenset({Capability.SESSION_CONTROL, Capability.REPLICATION, Capability.ROLES}),
@@ -305,6 +305,8 @@ class PostgresKind:
                 Capability.LEASE_HOLDERS: "lockcompare cannot read which PostgreSQL server holds a lock "
                 "(nodes=holders:K and others:K never resolve; name the server, nodes=0)",
             },
+            # One server (a failover makes it a primary + streaming replica).
+            lock_nodes=LockNodes(default=1),
         )
     )
 

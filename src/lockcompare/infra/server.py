@@ -35,7 +35,7 @@ from lockcompare.errors import (
     RedisServerNotFoundError,
     ServerStartError,
 )
-from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Roles, Server
+from lockcompare.infra.kinds import NO_SESSION, REDIS_PROTOCOL, Capabilities, Capability, Roles, Server
 from lockcompare.infra.redisconn import connect, ping
 from lockcompare.infra.spawned import (  # re-exported: the port and process helpers lived here first
     SpawnedServer,
@@ -285,7 +285,7 @@ class RedisKind:
     name: str
     find_binary: Callable[[str | None], Path]
     how_to_get_one: str
-    speaks: str = "redis"
+    speaks: str = REDIS_PROTOCOL
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
             offers=frozenset(

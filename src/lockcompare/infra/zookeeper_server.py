@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError, InvalidValueError, ServerStartError
-from lockcompare.infra.kinds import Capabilities, Capability, Roles, Server
+from lockcompare.infra.kinds import ZOOKEEPER_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server
 from lockcompare.infra.peerlinks import PeerLinks
 from lockcompare.infra.spawned import SpawnedServer, free_port
 from lockcompare.redaction import redact
@@ -361,7 +361,7 @@ class ZooKeeperKind:
     client's session from the server side (faults/zookeeper.py), so it takes session-kill."""
 
     name: str = "zookeeper"
-    speaks: str = "zookeeper"
+    speaks: str = ZOOKEEPER_PROTOCOL
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
             offers=frozenset({Capability.SESSION_CONTROL, Capability.ROLES, Capability.PEER_LINKS}),
@@ -373,6 +373,9 @@ class ZooKeeperKind:
                 Capability.LEASE_HOLDERS: "lockcompare cannot read which ZooKeeper server holds a lock "
                 "(nodes=holders:K and others:K never resolve; name the servers, e.g. nodes=0)",
             },
+            # A standalone server (restarted in place by the server restart), else an ensemble of three
+            # (faults/zookeeper.py: a leader crash, a partition that leaves the holder in the minority).
+            lock_nodes=LockNodes(default=1, under_faults=3, restart_in_place=True),
         )
     )
 
