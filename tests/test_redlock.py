@@ -12,8 +12,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 import redis
 
-from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend
-from lockcompare.backends import redlock as redlock_module
+from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend, redis_fanout
 from lockcompare.backends.redlock import Redlock, clock_drift_ns, lock_node_urls, quorum
 from lockcompare.errors import InvalidValueError
 from lockcompare.infra.cluster import Cluster
@@ -67,9 +66,9 @@ def read_path(request, monkeypatch) -> str:
     default on plain TCP), and through redis-py (TLS nodes): redis-py 8's read_response(timeout=),
     and can_read() before."""
     if request.param != "raw-socket":
-        monkeypatch.setattr(redlock_module, "_RAW_SOCKETS", False)
+        monkeypatch.setattr(redis_fanout, "_RAW_SOCKETS", False)
     if request.param == "can-read-then-read":
-        monkeypatch.setattr(redlock_module, "_READ_TAKES_TIMEOUT", False)
+        monkeypatch.setattr(redis_fanout, "_READ_TAKES_TIMEOUT", False)
     return request.param
 
 
