@@ -17,7 +17,7 @@ from lockcompare.infra.health import answers
 from lockcompare.infra.redisconn import connect
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.schedule import parse_schedule
+from lockcompare.spec.schedule import at_scale, parse_schedule
 from lockcompare.spec.trialspec import Overrides, make_spec
 
 QUICK = dict(time_scale=0.5, rounds=3)  # the quick check the issue names: faults need ~10 ms restarts to fit in a hold
@@ -85,7 +85,7 @@ def test_every_fault_heals_in_finally_even_when_the_trial_raises() -> None:
     with open_cluster(node_count=2, fake_clocks=True) as cluster:
 
         def scheduler(text: str) -> FaultScheduler:
-            steps = planned_steps(parse_schedule(text), time_scale=1, ttl_ms=1000)
+            steps = planned_steps(at_scale(parse_schedule(text), scale=1), ttl_ms=1000)
             return FaultScheduler(steps=steps, cluster=cluster, node_count=2, workers=1)
 
         crash = scheduler("crash nodes=0 after-acquire=0 once")

@@ -12,7 +12,7 @@ from lockcompare.faults.plan import planned_steps
 from lockcompare.render.docs import fault_kinds_table
 from lockcompare.spec import faultkinds
 from lockcompare.spec.faultkinds.base import Shape
-from lockcompare.spec.schedule import parse_schedule
+from lockcompare.spec.schedule import at_scale, parse_schedule
 from lockcompare.spec.settings import SETTINGS
 
 
@@ -36,7 +36,7 @@ def test_each_kind_draws_steps_the_schedule_accepts_and_its_fault_objects_carry_
         step = schedules.random_step(rng, kind=kind, shape=Shape(nodes=5, workers=2))
         schedule = parse_schedule(step.text)
         assert schedule.steps[0].kind == kind
-        (planned,) = planned_steps(schedule, time_scale=0.1, ttl_ms=100.0, lock_key="k")
+        (planned,) = planned_steps(at_scale(schedule, scale=0.1), ttl_ms=100.0, lock_key="k")
         fault = planned.build(0)
         assert not hasattr(fault, "name") or fault.name == kind
 

@@ -16,7 +16,7 @@ from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.faults.targets import current_owner, resolve_nodes, resolve_worker
 from lockcompare.spec.choices import PauseHow
 from lockcompare.spec.experiments import EXPERIMENTS
-from lockcompare.spec.schedule import NodeTarget, WorkerTarget, parse_schedule, read_schedule_file
+from lockcompare.spec.schedule import NodeTarget, WorkerTarget, at_scale, parse_schedule, read_schedule_file
 from lockcompare.spec.trialspec import Overrides, legacy_faults, make_spec, trial_id_for
 
 #: The common brief's examples: every one must parse and round-trip.
@@ -131,7 +131,7 @@ def test_pauses_are_stop_the_world_by_default_and_sleep_on_request() -> None:
     assert "how=sigstop" in default.faults and default.pause_how == "sigstop"
     asleep = make_spec(backend="single", experiment=pause, trial=0, overrides=Overrides(pause_how=PauseHow.SLEEP))
     assert "how=sleep" in asleep.faults and asleep.trial_id != default.trial_id
-    pauses = worker_pauses(parse_schedule(default.faults), time_scale=0.5)
+    pauses = worker_pauses(at_scale(parse_schedule(default.faults), scale=0.5))
     assert pauses[0].pause_ms == 600 and pauses[0].how == "sigstop" and pauses[0].rounds(3) == {0, 1, 2}
 
 
@@ -217,7 +217,7 @@ def _scheduler(text: str, reads: list[list[str | None]]) -> tuple[FaultScheduler
     fault.hits = []
     steps = [
         PlannedStep(index=p.index, step=p.step, build=lambda _w: fault, heal_after_ns=p.heal_after_ns)
-        for p in planned_steps(parse_schedule(text), time_scale=1, ttl_ms=1000)
+        for p in planned_steps(at_scale(parse_schedule(text), scale=1), ttl_ms=1000)
     ]
     scheduler = FaultScheduler(
         steps=steps,

@@ -24,7 +24,7 @@ from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra.cluster import Cluster
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.schedule import parse_schedule
+from lockcompare.spec.schedule import at_scale, parse_schedule
 from lockcompare.spec.trialspec import Overrides, make_spec
 
 MS = 1_000_000
@@ -165,7 +165,7 @@ def _landing(reads: list[list[str | None]], *, slow_first: bool = False) -> tupl
     steps = [
         PlannedStep(index=p.index, step=p.step, build=lambda _w: fault, heal_after_ns=p.heal_after_ns)
         for p in planned_steps(
-            parse_schedule("restart nodes=holders:1 after-acquire=0 once"), time_scale=1, ttl_ms=1000
+            at_scale(parse_schedule("restart nodes=holders:1 after-acquire=0 once"), scale=1), ttl_ms=1000
         )
     ]
     holders = _Reads(reads, slow_first=slow_first)
@@ -188,7 +188,7 @@ def test_a_fault_landing_after_its_lease_ended_with_none_held_is_missed_and_not_
     steps = [
         PlannedStep(index=p.index, step=p.step, build=lambda _w: fault_seen, heal_after_ns=p.heal_after_ns)
         for p in planned_steps(
-            parse_schedule("restart nodes=holders:1 after-acquire=0 every"), time_scale=1, ttl_ms=1000
+            at_scale(parse_schedule("restart nodes=holders:1 after-acquire=0 every"), scale=1), ttl_ms=1000
         )
     ]
     reads = _Reads([[A, None, None, None, None], [None] * 5])

@@ -20,7 +20,7 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.faults.plan import worker_lost_replies, worker_pauses
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.spec.parsing import Overrides
-from lockcompare.spec.schedule import parse_schedule
+from lockcompare.spec.schedule import at_scale, parse_schedule
 
 # --- pure: the schedule step and the count ------------------------------------------------------------
 
@@ -28,7 +28,7 @@ from lockcompare.spec.schedule import parse_schedule
 def test_lost_reply_is_a_worker_step_of_its_own_not_a_pause() -> None:
     schedule = parse_schedule("lost-reply worker=0 after-acquire=0 every; lost-reply worker=1 after-acquire=0 once")
     assert worker_lost_replies(schedule, rounds=3) == {0: frozenset({0, 1, 2}), 1: frozenset({0})}
-    assert worker_pauses(schedule, time_scale=1.0) == {}
+    assert worker_pauses(at_scale(schedule, scale=1.0)) == {}
     with pytest.raises(InvalidValueError, match="takes no for="):
         parse_schedule("lost-reply worker=0 after-acquire=0 every for=100")
     with pytest.raises(InvalidValueError, match="worker=INDEX after-acquire=0"):

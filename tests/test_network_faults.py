@@ -23,7 +23,7 @@ from lockcompare.render.timeline import render_timeline
 from lockcompare.runner.matrix import Sweep, plan_matrix
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.schedule import parse_schedule
+from lockcompare.spec.schedule import at_scale, parse_schedule
 from lockcompare.spec.trialspec import Overrides, make_spec
 from test_lifecycle import alive, descendants, interrupt_and_check, wait_for_rows
 
@@ -46,7 +46,7 @@ def _trial(backend: str, experiment: str, cluster: Cluster, **kw: object) -> Tri
 def test_a_cut_link_times_the_workers_call_out_while_the_admin_path_answers(
     cluster: Cluster, links: ProxySet, key: str
 ) -> None:
-    steps = planned_steps(parse_schedule("cut nodes=0 worker=0 at=start"), time_scale=1, ttl_ms=1000)
+    steps = planned_steps(at_scale(parse_schedule("cut nodes=0 worker=0 at=start"), scale=1), ttl_ms=1000)
     scheduler = FaultScheduler(steps=steps, cluster=cluster, node_count=1, workers=2, links=links)
     worker = connect(links.node_urls(worker=0)[0], timeout_s=0.2)
     other = connect(links.node_urls(worker=1)[0], timeout_s=0.2)
@@ -81,7 +81,7 @@ def test_a_slow_link_delays_grants_by_at_least_the_delay_and_refusals_not_at_all
     admin = connect(cluster.node_urls[0], timeout_s=1.0)
     # 300 ms: long enough that "delayed" and "not delayed" stay apart by more than a busy machine's
     # scheduling noise; "not delayed" is anything under half the delay.
-    steps = planned_steps(parse_schedule("slow nodes=0 worker=0 at=acquire delay=300"), time_scale=1, ttl_ms=1000)
+    steps = planned_steps(at_scale(parse_schedule("slow nodes=0 worker=0 at=acquire delay=300"), scale=1), ttl_ms=1000)
     scheduler = FaultScheduler(steps=steps, cluster=cluster, node_count=1, workers=2, links=links)
     try:
         assert worker.ping()

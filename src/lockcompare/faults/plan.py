@@ -1,6 +1,7 @@
 """From a parsed schedule to what a trial runs: planned steps, worker pauses, servers it needs.
 
-Times in a schedule are lesson-scale milliseconds; everything here is scaled by ``time_scale``.
+Everything here reads a :class:`~lockcompare.spec.schedule.TrialSchedule`: a schedule whose times
+are already the trial's milliseconds (``TrialSpec.schedule``), so nothing here scales a time.
 A ``pause`` step is not the runner's to time: it lands at the worker's own pause point (right
 after its acquire, or between its read and its write), so it becomes part of that worker's plan
 (:func:`worker_pauses`); with ``how=sigstop`` the worker asks the runner to stop it there
@@ -19,7 +20,7 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.faults.schedule import PlannedStep
 from lockcompare.spec import faultkinds
 from lockcompare.spec.faultkinds.base import CLOCK_CONTROL, LINKS, NODES, REPLICATION
-from lockcompare.spec.schedule import FaultStep, Schedule
+from lockcompare.spec.schedule import Schedule, TrialSchedule, TrialStep
 
 #: The kinds the worker lands itself, at its own pause point (pause): not the runner's steps.
 _IN_WORKER = faultkinds.names_where("in_worker")
@@ -27,7 +28,7 @@ _IN_WORKER = faultkinds.names_where("in_worker")
 
 @dataclass(frozen=True)
 class WorkerPause:
-    """How one worker pauses (times scaled): at ``point``, ``pause_ms`` long, by ``how``, in ``rounds``."""
+    """How one worker pauses (the trial's ms): at ``point``, ``pause_ms`` long, by ``how``, in ``rounds``."""
 
     pause_ms: float
     how: str
@@ -38,11 +39,11 @@ class WorkerPause:
         return frozenset(range(total)) if self.every else frozenset({0})
 
 
-def planned_steps(schedule: Schedule, *, time_scale: float, ttl_ms: float, lock_key: str = "") -> list[PlannedStep]:
-    """The runner's steps (pauses excluded: see :func:`worker_pauses`). ``ttl_ms`` is scaled;
+def planned_steps(schedule: TrialSchedule, *, ttl_ms: float, lock_key: str = "") -> list[PlannedStep]:
+    """The runner's steps (pauses excluded: see :func:`worker_pauses`). ``ttl_ms``: the trial's;
     ``lock_key``: the trial's lock (a session-kill step finds the session holding it)."""
     return [
-        _planned(i, step, time_scale=time_scale, ttl_ms=ttl_ms, lock_key=lock_key)
+        _planned(i, step, ttl_ms=ttl_ms, lock_key=lock_key)
         for i, step in enumerate(schedule.steps)
         if step.kind not in _IN_WORKER
     ]
@@ -69,16 +70,16 @@ def with_lease_declaration(steps: list[PlannedStep], *, backend: type) -> list[P
     return [dataclasses.replace(p, build=declaring(p.build)) for p in steps]
 
 
-def _planned(index: int, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> PlannedStep:
+def _planned(index: int, step: TrialStep, *, ttl_ms: float, lock_key: str) -> PlannedStep:
     def ns(ms: float | None) -> int | None:
         return None if ms is None else int(ms * 1e6)
 
-    run = faultkinds.KINDS[step.kind].runtime(step, time_scale=time_scale, ttl_ms=ttl_ms, lock_key=lock_key)
+    run = faultkinds.KINDS[step.kind].runtime(step, ttl_ms=ttl_ms, lock_key=lock_key)
     return PlannedStep(
         index=index,
-        step=step,
+        step=step.written,
         build=run.build,
-        after_ns=int(step.after_ms * time_scale * 1e6),
+        after_ns=int(step.after_ms * 1e6),
         heal_after_ns=ns(run.heal_after_ms),
         latest_ns=ns(run.latest_ms),
         prepares=run.prepares,
@@ -86,15 +87,16 @@ def _planned(index: int, step: FaultStep, *, time_scale: float, ttl_ms: float, l
     )
 
 
-def worker_pauses(schedule: Schedule, *, time_scale: float) -> dict[int, WorkerPause]:
+def worker_pauses(schedule: TrialSchedule) -> dict[int, WorkerPause]:
     """Each paused worker's pause (one pause step per worker)."""
     pauses: dict[int, WorkerPause] = {}
     for step in schedule.of_kind(*(k for k in _IN_WORKER if k != "lost-reply")):  # lost replies: below
-        assert step.worker is not None and step.worker.index is not None and step.for_ms  # steps._check
-        if step.worker.index in pauses:
-            raise InvalidValueError(f"two pause steps for worker {step.worker.index}: give it one")
-        pauses[step.worker.index] = WorkerPause(
-            pause_ms=step.for_ms * time_scale, how=step.param("how"), point=step.param("point"), every=step.every
+        worker = step.written.worker
+        assert worker is not None and worker.index is not None and step.for_ms  # steps._check
+        if worker.index in pauses:
+            raise InvalidValueError(f"two pause steps for worker {worker.index}: give it one")
+        pauses[worker.index] = WorkerPause(
+            pause_ms=step.for_ms, how=step.param("how"), point=step.param("point"), every=step.written.every
         )
     return pauses
 

@@ -122,7 +122,7 @@ def _run_trial(
         wait_replicas=spec.wait_replicas,
         retry_delay_ms=spec.retry_delay_ms,
     )
-    pauses = plan.worker_pauses(schedule, time_scale=spec.time_scale)
+    pauses = plan.worker_pauses(spec.schedule)
     plans = [
         WorkerPlan(
             index=w,
@@ -293,9 +293,7 @@ def session_urls(urls: tuple[str, ...], *, spec: TrialSpec) -> tuple[str, ...]:
 def fault_plan(spec: TrialSpec, *, lock_key: str = "") -> list[PlannedStep]:
     """The steps the runner injects and heals in a trial (its schedule's pauses are the workers' own);
     ``lock_key``: the trial's lock, which a session-kill step looks up on the server."""
-    return plan.planned_steps(
-        parse_schedule(spec.faults), time_scale=spec.time_scale, ttl_ms=spec.ttl_ms, lock_key=lock_key
-    )
+    return plan.planned_steps(spec.schedule, ttl_ms=spec.ttl_ms, lock_key=lock_key)
 
 
 def link_timeout_s(spec: TrialSpec) -> float | None:

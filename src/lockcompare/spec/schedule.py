@@ -20,8 +20,9 @@ When — ``at=start`` (as the workers are released), ``after-acquire=MS`` (MS af
 the followed worker: ``follow=W``, default 0; ``by=W`` is accepted for it on a kind that has no
 ``by`` parameter of its own) or ``at=acquire`` (around each of ``worker``'s acquires from its second
 round: a link fault on the acquire only).  How long — ``for=MS``; omitted: healed at once, or (a
-crash, say) at the end of the trial, as the kind says.  Times are lesson-scale milliseconds: the
-runner multiplies them by ``--time-scale``.
+crash, say) at the end of the trial, as the kind says.  Times are written at the lesson's scale
+(milliseconds): a trial converts them to its own once, at the door (:func:`at_scale`, called by
+``TrialSpec.schedule``), and everything that runs a step reads a :class:`TrialStep`'s times.
 
 :func:`parse_schedule` checks everything and says what is wrong in one line;
 :attr:`Schedule.text` is the canonical form (it parses back to the same schedule), which is the
@@ -89,7 +90,8 @@ class WorkerTarget:
 
 @dataclass(frozen=True, kw_only=True)
 class FaultStep:
-    """One step of a schedule, times at the lesson's scale (milliseconds)."""
+    """One step of a schedule as written: times at the lesson's scale (milliseconds; a trial's
+    are its :class:`TrialStep`'s)."""
 
     kind: str
     nodes: NodeTarget | None = None
@@ -148,6 +150,75 @@ class Schedule:
 
 def _ms(value: float) -> str:
     return f"{value:g}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialStep:
+    """One step in a trial's time frame: the step as written (whom, when, its text) and its times
+    in the trial's milliseconds, converted once by :func:`at_scale` (a fault kind never scales)."""
+
+    written: FaultStep
+    after_ms: float  # at == "after-acquire": this long after the followed worker's acquire
+    for_ms: float | None  # None: healed at once (a crash: at the end of the trial)
+    times: tuple[tuple[str, float], ...] = ()  # the kind's time parameters (Param.time), by name
+
+    @property
+    def kind(self) -> str:
+        return self.written.kind
+
+    @property
+    def at(self) -> str:
+        return self.written.at
+
+    def time(self, name: str) -> float:
+        """A time parameter of the kind (``slow``'s ``delay``), in the trial's ms."""
+        return dict(self.times)[name]
+
+    def param(self, name: str) -> str:
+        """A parameter that is not a time (``restart``'s ``persistence``), as written."""
+        if name in dict(self.times):
+            raise KeyError(f"{name} is a time: read it converted, with time({name!r})")
+        return self.written.param(name)
+
+    def number(self, name: str) -> float:
+        """A number that is not a time (``starve``'s ``duty``), as written."""
+        return float(self.param(name))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialSchedule:
+    """A schedule in one trial's time frame: the written one, the scale, and its steps converted."""
+
+    written: Schedule
+    scale: float
+    steps: tuple[TrialStep, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def of_kind(self, *kinds: str) -> list[TrialStep]:
+        return [step for step in self.steps if step.kind in kinds]
+
+
+def at_scale(schedule: Schedule, *, scale: float) -> TrialSchedule:
+    """``schedule`` in the frame of a trial at ``scale``: every time (``after-acquire=``, ``for=``,
+    and the kinds' time parameters) multiplied by ``scale`` here, and nowhere else.
+
+    >>> trial = at_scale(parse_schedule("slow nodes=0 worker=0 after-acquire=2000 for=1500 delay=300"), scale=0.1)
+    >>> (trial.steps[0].after_ms, trial.steps[0].for_ms, trial.steps[0].time("delay"))
+    (200.0, 150.0, 30.0)
+    """
+    return TrialSchedule(written=schedule, scale=scale, steps=tuple(_at_scale(s, scale=scale) for s in schedule.steps))
+
+
+def _at_scale(step: FaultStep, *, scale: float) -> TrialStep:
+    timed = [param.name for param in faultkinds.KINDS[step.kind].params if param.time]
+    return TrialStep(
+        written=step,
+        after_ms=step.after_ms * scale,
+        for_ms=None if step.for_ms is None else step.for_ms * scale,
+        times=tuple((name, step.number(name) * scale) for name in timed),
+    )
 
 
 #: A schedule's bounds, checked before it is parsed: every field lockcompare writes is bounded where

@@ -10,13 +10,14 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import cached_property
 from typing import Any
 
 from lockcompare.errors import InvalidValueError, UnknownNameError
 from lockcompare.spec.choices import DEFAULT_WORKLOAD, Check, PauseHow, PausePoint
 from lockcompare.spec.experiments import Experiment, get_experiment, schedule_text
 from lockcompare.spec.parsing import Overrides, Sweep
-from lockcompare.spec.schedule import Schedule, parse_schedule
+from lockcompare.spec.schedule import Schedule, TrialSchedule, at_scale, parse_schedule
 from lockcompare.spec.settings import IDENTITY_SETTINGS, SETTING_COLUMNS, SETTINGS, SETTINGS_LIST
 
 __all__ = [
@@ -68,7 +69,8 @@ class TrialSpec:
     lock_servers: str = "redis"  # recorded: the backend's kind of lock servers (redis, etcd, postgres)
     #: A bound on each backend call, not a setting of the experiment (not part of the identity).
     call_timeout_ms: float = 5000.0
-    #: The fault schedule, canonical text (spec/schedule.py; lesson-scale ms, scaled by the runner), "" none.
+    #: The fault schedule, canonical text (spec/schedule.py; lesson-scale ms, the trial's in
+    #: :attr:`schedule`), "" none.
     faults: str = ""
     #: The workers' client request timeout in a trial with slow or cut links (None: not such a trial).
     client_timeout_ms: float | None = None
@@ -78,6 +80,12 @@ class TrialSpec:
     @property
     def entries_planned(self) -> int:
         return self.workers * self.rounds
+
+    @cached_property
+    def schedule(self) -> TrialSchedule:
+        """The fault schedule in this trial's time frame: parsed once, every time converted once to
+        the trial's milliseconds (its text, :attr:`faults`, stays at the lesson's scale: the identity)."""
+        return at_scale(parse_schedule(self.faults), scale=self.time_scale)
 
     def settings(self) -> dict[str, object]:
         """Every setting that can change the trial's result, by CSV column name."""

@@ -25,7 +25,7 @@ from lockcompare.errors import InvalidValueError
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.proxy import ProxySet
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import FaultStep, TrialStep
 
 #: What a kind can act on: lock nodes (``nodes=``), one worker (``worker=``), or the links from one
 #: worker to some nodes (both).
@@ -58,6 +58,9 @@ class Param:
     signed: bool = False  # a number written with its sign, never 0 (clock-jump's by=+MS)
     shrink_floor: float | None = None  # explore may shrink it down to this (None: it is not an amount)
     high: float = MAX_STEP_MS  # a number's bound either way
+    #: A time (ms): written at the lesson's scale, converted to the trial's with the step's other
+    #: times (spec/schedule.py ``at_scale``); the kind reads it converted (``TrialStep.time``).
+    time: bool = False
     help: str = ""
 
     def canonical(self, value: str) -> str:
@@ -122,8 +125,8 @@ class FaultAction(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Runtime:
-    """How the schedule runner runs one step (times scaled, ms). ``build(worker)`` makes its fault
-    object for the worker the step resolved to (None: it names none)."""
+    """How the schedule runner runs one step (times in the trial's ms). ``build(worker)`` makes its
+    fault object for the worker the step resolved to (None: it names none)."""
 
     build: Callable[[int | None], FaultAction]
     heal_after_ms: float | None  # None: healed when the trial ends
@@ -199,15 +202,17 @@ class FaultKind:
     def check(self, step: FaultStep) -> None:
         """Refuse, in one line, what this kind cannot do as written (beyond the generic checks)."""
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
-        """How the runner runs ``step`` (``ttl_ms`` scaled; ``lock_key``: the trial's lock)."""
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
+        """How the runner runs ``step``, every time already in the trial's ms (``step``'s and
+        ``ttl_ms``: a kind never scales a time); ``lock_key``: the trial's lock."""
         raise NotImplementedError(f"{self.name} is not run by the schedule runner")
 
-    def heal_after_ms(self, step: FaultStep, *, time_scale: float) -> float | None:
-        """``for=`` scaled; omitted: None (until the end) or 0 (at once), as :attr:`until_the_end` says."""
+    def heal_after_ms(self, step: TrialStep) -> float | None:
+        """``for=`` (the trial's ms); omitted: None (until the end) or 0 (at once), as
+        :attr:`until_the_end` says."""
         if step.for_ms is None and self.until_the_end:
             return None
-        return (step.for_ms or 0.0) * time_scale
+        return step.for_ms or 0.0
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
         """One step's tokens (whom, when, amounts), drawn relative to the TTL, for ``explore``."""

@@ -26,7 +26,7 @@ from lockcompare.spec.faultkinds.crash import embedded
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import FaultStep, TrialStep
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,11 @@ class Jump(FaultKind):
     order = 30
     summary = "move the nodes' wall clocks (libfaketime; the monotonic clock is left alone)"
     acts_on = NODES
-    params = (Param(name="by", signed=True, shrink_floor=10.0, high=MAX_JUMP_MS, help="forward (+) or backward (-)"),)
+    params = (
+        Param(
+            name="by", time=True, signed=True, shrink_floor=10.0, high=MAX_JUMP_MS, help="forward (+) or backward (-)"
+        ),
+    )
     without_for = "(a jump is not undone mid-trial)"
     needs = frozenset({CLOCK_CONTROL})
     loses_keys = True
@@ -60,8 +64,8 @@ class Jump(FaultKind):
         if step.for_ms is not None:
             raise InvalidValueError("a clock jump is not undone mid-trial: it takes no for=")
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
-        jump_s = step.number("by") * time_scale / 1000
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
+        jump_s = step.time("by") / 1000
         return Runtime(build=lambda _w: ClockJump(jump_s=jump_s), heal_after_ms=0.0)
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:

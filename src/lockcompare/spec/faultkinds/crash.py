@@ -15,7 +15,7 @@ from lockcompare.spec.faultkinds.base import NODES, PROCESS_CONTROL, FaultKind, 
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import TrialStep
 
 
 def embedded(cluster: Cluster, fault: str) -> None:
@@ -61,8 +61,8 @@ class Crash(FaultKind):
     lasts = True
     former_event_names = ("node-crash",)
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
-        return Runtime(build=lambda _w: NodeCrash(), heal_after_ms=self.heal_after_ms(step, time_scale=time_scale))
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
+        return Runtime(build=lambda _w: NodeCrash(), heal_after_ms=self.heal_after_ms(step))
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
         at = when(rng, shape, start_ok=True)

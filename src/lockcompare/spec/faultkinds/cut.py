@@ -24,7 +24,7 @@ from lockcompare.spec.faultkinds.base import (
 )
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import TrialStep
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,8 @@ class Cut(FaultKind):
     lasts = True
     former_event_names = ("link-cut",)
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
-        return Runtime(
-            build=lambda w: LinkCut(worker=_index(w)), heal_after_ms=self.heal_after_ms(step, time_scale=time_scale)
-        )
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
+        return Runtime(build=lambda w: LinkCut(worker=_index(w)), heal_after_ms=self.heal_after_ms(step))
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
         at = when(rng, shape, start_ok=True, acquire_ok=True)

@@ -45,7 +45,7 @@ from lockcompare.spec.faultkinds.base import NODES, REPLICATION, FaultKind, Runt
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import FaultStep, TrialStep
 
 
 @dataclass(frozen=True)
@@ -108,11 +108,11 @@ class FailoverKind(FaultKind):
                 "failover holds the nodes' replication back from the start: give fixed nodes or all"
             )
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
         # Its master dies one TTL after the start at the latest, if no acquire triggered it sooner.
         return Runtime(
             build=lambda _w: Failover(),
-            heal_after_ms=self.heal_after_ms(step, time_scale=time_scale),
+            heal_after_ms=self.heal_after_ms(step),
             latest_ms=ttl_ms,
             prepares=True,
         )

@@ -23,7 +23,7 @@ from lockcompare.spec.faultkinds.base import NODES, PEER_LINKS, FaultKind, Runti
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.peerlinks import PeerLinks
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import TrialStep
 
 
 def peer_links(cluster: Cluster, fault: str) -> PeerLinks:
@@ -67,10 +67,8 @@ class Isolate(FaultKind):
     lasts = True
     explored_by_default = False  # only servers with peer links take it (etcd, ZooKeeper): --faults asks for it
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
-        return Runtime(
-            build=lambda _w: Partition(split=False), heal_after_ms=self.heal_after_ms(step, time_scale=time_scale)
-        )
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
+        return Runtime(build=lambda _w: Partition(split=False), heal_after_ms=self.heal_after_ms(step))
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
         at = when(rng, shape, start_ok=False)

@@ -27,7 +27,7 @@ from lockcompare.spec.faultkinds.crash import embedded
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import FaultStep, TrialStep
 
 
 def process_state(pid: int) -> str:
@@ -87,8 +87,8 @@ class Freeze(FaultKind):
         if not step.for_ms:
             raise InvalidValueError("node-freeze needs for=MS > 0 (how long the nodes stay stopped)")
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
-        return Runtime(build=lambda _w: NodeFreeze(), heal_after_ms=self.heal_after_ms(step, time_scale=time_scale))
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
+        return Runtime(build=lambda _w: NodeFreeze(), heal_after_ms=self.heal_after_ms(step))
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
         at = when(rng, shape, start_ok=True)

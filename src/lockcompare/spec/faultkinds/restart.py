@@ -23,7 +23,7 @@ from lockcompare.spec.faultkinds.base import (
 from lockcompare.spec.faultkinds.crash import NodeCrash
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import TrialStep
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,11 @@ class Restart(FaultKind):
     loses_keys = True
     former_event_names = ("node-restart",)
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
         persistence = step.param("persistence")
         return Runtime(
             build=lambda _w: NodeRestart(persistence=persistence),
-            heal_after_ms=self.heal_after_ms(step, time_scale=time_scale),
+            heal_after_ms=self.heal_after_ms(step),
         )
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ from lockcompare.spec.faultkinds.base import SESSION_CONTROL, WORKER, FaultKind,
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.pg_client import PgSession
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import TrialStep
 
 #: The sessions holding the lock ``$1`` (classid, objid of its advisory key) or its unexpired lease row.
 HOLDERS_ADVISORY = """
@@ -141,7 +141,7 @@ class SessionKillKind(FaultKind):
     excuses_worker = True
     explored_by_default = False  # it needs PostgreSQL backends
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
         # The server finds the session holding the lock itself, on the one PostgreSQL lock node.
         return Runtime(build=lambda _w: SessionKill(lock_key=lock_key), heal_after_ms=0.0, fixed_nodes=(0,))
 

@@ -27,7 +27,7 @@ from lockcompare.spec.faultkinds.base import (
 from lockcompare.spec.faultkinds.cut import heal_links
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import FaultStep, TrialStep
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Slow(FaultKind):
     order = 50
     summary = "replies from those nodes to that worker arrive late"
     acts_on = LINKS
-    params = (Param(name="delay", shrink_floor=10.0, help="how late, ms"),)
+    params = (Param(name="delay", time=True, shrink_floor=10.0, help="how late, ms"),)
     until_the_end = True
     without_for = "until the end"
     needs = frozenset({PROXIED_LINKS})
@@ -67,15 +67,15 @@ class Slow(FaultKind):
         if not step.number("delay") > 0:
             raise InvalidValueError("delay= must be > 0")
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
-        delay_ms = step.number("delay") * time_scale
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
+        delay_ms = step.time("delay")
         nulls = step.at != "acquire"
 
         def build(worker: int | None) -> LinkDelay:
             assert worker is not None  # a link step names its worker
             return LinkDelay(worker=worker, ms=delay_ms, nulls=nulls)
 
-        return Runtime(build=build, heal_after_ms=self.heal_after_ms(step, time_scale=time_scale))
+        return Runtime(build=build, heal_after_ms=self.heal_after_ms(step))
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
         at = when(rng, shape, start_ok=True, acquire_ok=True)

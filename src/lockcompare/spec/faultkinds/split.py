@@ -17,7 +17,7 @@ from lockcompare.spec.faultkinds.base import NODES, PEER_LINKS, FaultKind, Runti
 from lockcompare.spec.faultkinds.isolate import Partition
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import TrialStep
 
 
 class Split(FaultKind):
@@ -33,10 +33,8 @@ class Split(FaultKind):
     lasts = True
     explored_by_default = False  # only servers with peer links take it (etcd, ZooKeeper): --faults asks for it
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
-        return Runtime(
-            build=lambda _w: Partition(split=True), heal_after_ms=self.heal_after_ms(step, time_scale=time_scale)
-        )
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
+        return Runtime(build=lambda _w: Partition(split=True), heal_after_ms=self.heal_after_ms(step))
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
         at = when(rng, shape, start_ok=False)

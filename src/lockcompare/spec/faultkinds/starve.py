@@ -26,7 +26,7 @@ from lockcompare.spec.faultkinds.base import (
 )
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.spec.schedule import FaultStep, TrialStep
 
 
 @dataclass
@@ -75,7 +75,7 @@ class Starve(FaultKind):
     acts_on = WORKER
     params = (
         Param(name="duty", help="the share of each period the worker runs"),
-        Param(name="period", default="100", help="ms"),
+        Param(name="period", time=True, default="100", help="ms"),
     )
     until_the_end = True
     without_for = "–"
@@ -91,11 +91,11 @@ class Starve(FaultKind):
         if not step.number("period") > 0:
             raise InvalidValueError("period= must be > 0")
 
-    def runtime(self, step: FaultStep, *, time_scale: float, ttl_ms: float, lock_key: str) -> Runtime:
-        duty, period_s = step.number("duty"), step.number("period") * time_scale / 1000
+    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
+        duty, period_s = step.number("duty"), step.time("period") / 1000
         return Runtime(
             build=lambda w: Strobe(worker=w, duty=duty, period_s=period_s),
-            heal_after_ms=self.heal_after_ms(step, time_scale=time_scale),
+            heal_after_ms=self.heal_after_ms(step),
         )
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
