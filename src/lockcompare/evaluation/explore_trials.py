@@ -28,8 +28,9 @@ from lockcompare.evaluation.defaults import DEFAULT_TIME_SCALE
 from lockcompare.evaluation.explore import METRICS, TrialOutcome, TrialRequest
 from lockcompare.evaluation.scales import expressible_scale
 from lockcompare.evaluation.schedules import Shape
+from lockcompare.infra.kinds import kind_speaking
 from lockcompare.runner.matrix import run_planned
-from lockcompare.runner.plan import ETCD_FAULT_MEMBERS, ClusterOptions, plan_matrix
+from lockcompare.runner.plan import ClusterOptions, plan_matrix
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.settings import CLI_SETTINGS
 from lockcompare.spec.trialspec import Overrides, TrialSpec
@@ -66,10 +67,13 @@ def fitting_scale(backend: str, *, scales: Sequence[float] = FALLBACK_SCALES, tt
 
 def lock_nodes_of(backend: str, *, cluster_options: ClusterOptions, redlock_nodes: int | None) -> int:
     """How many lock nodes the backend's faults can hit: a quorum design's all (``--redlock-nodes``
-    or the cluster's), an etcd backend's members under faults, a single-node lock's one."""
+    or the cluster's), an ensemble's members under faults (etcd, ZooKeeper: its kind says), a
+    single-node lock's one."""
     cls = load_backend(backend)
-    if traits_of(cls).servers in ("etcd", "zookeeper"):  # a three-member ensemble under faults
-        return redlock_nodes or ETCD_FAULT_MEMBERS
+    kind = kind_speaking(traits_of(cls).servers)
+    under_faults = kind.capabilities.lock_nodes.under_faults if kind is not None else None
+    if under_faults is not None:  # an ensemble under faults
+        return redlock_nodes or under_faults
     if traits_of(cls).survives_minority_loss:
         return redlock_nodes or cluster_options.node_count
     return 1

@@ -23,7 +23,18 @@ from lockcompare.faults.zookeeper import zookeeper_servers_for
 from lockcompare.infra.cluster import (
     ClusterShape,
 )
-from lockcompare.infra.kinds import AUTO, Capability, get_kind, lacks, server_for
+from lockcompare.infra.kinds import (
+    AUTO,
+    ETCD_PROTOCOL,
+    POSTGRES_PROTOCOL,
+    REDIS_PROTOCOL,
+    ZOOKEEPER_PROTOCOL,
+    Capability,
+    ServerKind,
+    get_kind,
+    lacks,
+    server_for,
+)
 from lockcompare.runner.sections import check_for
 from lockcompare.spec import faultkinds
 from lockcompare.spec.experiments import get_experiment
@@ -102,9 +113,9 @@ def plan_matrix(
 
 def _redis_protocol_server(choice: str, *, binary: str | None) -> str:
     """``--server`` resolved: the kind that runs this run's Redis-protocol servers ("auto": what is here)."""
-    if choice != AUTO and get_kind(choice).speaks != "redis":
+    if choice != AUTO and get_kind(choice).speaks != REDIS_PROTOCOL:
         raise InvalidValueError(f"--server {choice}: its servers do not speak the Redis protocol (e.g. redis, valkey)")
-    return server_for("redis", choice=choice, binary=binary).name
+    return server_for(REDIS_PROTOCOL, choice=choice, binary=binary).name
 
 
 def _client_timeout_ms(cls: type) -> float | None:
@@ -156,7 +167,7 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
     by_role = [step for step in schedule.steps if step.nodes is not None and step.nodes.by_role]
     if by_role and lacks(server_kind, Capability.ROLES):  # nodes=leader on servers that cannot say who leads
         return f"fault step {by_role[0].text!r}: {lacks(server_kind, Capability.ROLES)}"
-    if servers in ("postgres", "etcd", "zookeeper"):  # their servers fix the node count: more is not for them
+    if server_kind.capabilities.lock_nodes.fixed:  # the kind fixes the node count: more is not for it
         used = cluster_shape(spec, cluster_options=ClusterOptions()).node_count
         try:
             fault_plan.check_schedule(schedule, lock_nodes=used, workers=spec.workers)
@@ -205,34 +216,39 @@ def _fitting(classes: dict[str, type], specs: Sequence[TrialSpec], *, skip_unfit
     return kept
 
 
-#: etcd members for a trial with a node fault: a quorum that survives one member down, not two.
-ETCD_FAULT_MEMBERS = 3
-
-
 def lock_servers_of(backend: str) -> str:
-    """Which servers a backend's lock nodes are (its optional ``servers`` attribute; "redis" without)."""
+    """Which servers a backend's lock nodes are (its optional ``servers`` attribute; the Redis protocol without)."""
     return traits_of(load_backend(backend, check_viable=False)).servers
+
+
+def lock_kind_of(spec: TrialSpec) -> ServerKind:
+    """The kind of ``spec``'s lock nodes: its backend's protocol, served as ``--server`` chooses."""
+    return server_for(lock_servers_of(spec.backend), choice=spec.server)
 
 
 def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> ClusterShape:
     """The servers ``spec`` needs: how many lock nodes, and what its fault asks of them.
 
-    A backend on etcd gets one member, or three when a fault crashes or restarts members
-    (``--redlock-nodes`` sets the count instead)."""
-    servers = lock_servers_of(spec.backend)
+    The kind says how many (infra/kinds.py LockNodes): e.g. one etcd member, or three when a fault
+    crashes or restarts members (``--redlock-nodes`` sets the count instead)."""
     schedule = parse_schedule(spec.faults)
-    nodes = server_for(servers, choice=spec.server).name
+    kind = lock_kind_of(spec)
+    nodes = kind.name
     resource = server_for(spec.resource_kind, choice=spec.server).name
-    if servers == "etcd":
-        members = spec.node_count or (ETCD_FAULT_MEMBERS if fault_plan.touches_servers(schedule) else 1)
-        return ClusterShape(node_count=members, lock_servers=nodes, resource_kind=resource)
-    if servers == "postgres":  # a failover makes each node a primary + streaming replica
-        replicas = fault_plan.cluster_needs(schedule)["replicas"]
-        count = spec.node_count or 1
+    own = kind.capabilities.lock_nodes
+    if own.fixed:
+        count = own.count(
+            asked=spec.node_count,
+            run=cluster_options.node_count,
+            struck=fault_plan.touches_servers(schedule),
+            # faults/zookeeper.py's rule: one server when the only server steps restart node 0
+            restarts_node_0_only=zookeeper_servers_for(schedule) == 1,
+        )
+        # Of the faults' needs it takes the replicas it offers (a failover makes each node a primary +
+        # streaming replica); its servers run on real clocks and persist on their own.
+        offers_replicas = not lacks(kind, Capability.REPLICATION)
+        replicas = fault_plan.cluster_needs(schedule)["replicas"] if offers_replicas else 0
         return ClusterShape(node_count=count, replicas=replicas, lock_servers=nodes, resource_kind=resource)
-    if servers == "zookeeper":
-        count = spec.node_count or zookeeper_servers_for(schedule)
-        return ClusterShape(node_count=count, lock_servers=nodes, resource_kind=resource)
     return ClusterShape(
         node_count=cluster_options.node_count,
         lock_servers=nodes,
@@ -243,12 +259,13 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
 
 def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions) -> None:
     """Refuse, before any server starts, fault trials that cannot run as asked."""
-    on_etcd = [s for s in specs if lock_servers_of(s.backend) == "etcd"]
+    # The per-protocol external options (--postgres, --zookeeper) and what each allows.
+    on_etcd = [s for s in specs if lock_servers_of(s.backend) == ETCD_PROTOCOL]
     if on_etcd and cluster_options.nodes is not None:
         raise ConfigError(
             f"backend {on_etcd[0].backend!r} runs on etcd members that lockcompare starts: drop --nodes/--resource"
         )
-    on_zookeeper = [s for s in specs if lock_servers_of(s.backend) == "zookeeper"]
+    on_zookeeper = [s for s in specs if lock_servers_of(s.backend) == ZOOKEEPER_PROTOCOL]
     if on_zookeeper and cluster_options.nodes is not None:
         raise ConfigError(
             f"backend {on_zookeeper[0].backend!r} runs on ZooKeeper servers that lockcompare starts: "
@@ -262,7 +279,7 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
                     "ones, not --zookeeper (session-kill ends only the holder's session and runs there)"
                 )
         specs = [s for s in specs if s not in on_zookeeper]
-    on_postgres = [s for s in specs if lock_servers_of(s.backend) == "postgres"]
+    on_postgres = [s for s in specs if lock_servers_of(s.backend) == POSTGRES_PROTOCOL]
     if on_postgres and cluster_options.nodes is not None and cluster_options.postgres is None:
         raise ConfigError(
             f"backend {on_postgres[0].backend!r} locks on PostgreSQL: with --nodes/--resource give --postgres URL too"
@@ -280,7 +297,7 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
                     f"{spec.experiment} restarts or cuts off the PostgreSQL server: it needs the embedded one, "
                     "not --postgres (session-kill ends only lockcompare's own sessions and runs there)"
                 )
-            if spec.resource_kind != "postgres":
+            if spec.resource_kind != POSTGRES_PROTOCOL:
                 raise ConfigError(
                     "with --postgres the PostgreSQL backends keep the resource there: --resource-kind postgres"
                 )
@@ -300,7 +317,7 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         )
     for spec in faulty:
         used = spec.node_count or cluster_options.node_count
-        if lock_servers_of(spec.backend) in ("etcd", "postgres", "zookeeper"):
+        if lock_kind_of(spec).capabilities.lock_nodes.fixed:
             used = cluster_shape(spec, cluster_options=cluster_options).node_count
         if spec.fault_nodes > used:
             raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")
