@@ -286,8 +286,8 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         )
     for spec in specs:  # every step has a runtime, every worker one pause: said now, not mid-matrix
         schedule = parse_schedule(spec.faults)
-        fault_plan.planned_steps(schedule, time_scale=spec.time_scale, ttl_ms=spec.ttl_ms)
-        fault_plan.worker_pauses(schedule, time_scale=spec.time_scale)
+        fault_plan.planned_steps(spec.schedule, ttl_ms=spec.ttl_ms)
+        fault_plan.worker_pauses(spec.schedule)
         if schedule and not fault_plan.touches_servers(schedule):
             fault_plan.check_schedule(schedule, lock_nodes=cluster_options.node_count, workers=spec.workers)
     if cluster_options.postgres is not None:
