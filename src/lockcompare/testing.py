@@ -55,25 +55,31 @@ def lockcompare_cluster() -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def lockcompare_etcd_cluster() -> Iterator[Cluster]:
     """One etcd member + a redis-server resource, for backends whose lock nodes are etcd
-    (``servers = "etcd"``); started on first use, stopped at the end."""
+    (their ``servers``: etcd); started on first use, stopped at the end."""
     from lockcompare.infra.cluster import open_cluster
+    from lockcompare.infra.kinds import ETCD_PROTOCOL
 
-    with open_cluster(node_count=1, lock_servers="etcd") as cluster:
+    with open_cluster(node_count=1, lock_servers=ETCD_PROTOCOL) as cluster:
         yield cluster
 
 
 @pytest.fixture(scope="session")
 def lockcompare_postgres_cluster() -> Iterator[Cluster]:
     """One PostgreSQL server + a redis-server resource, for backends whose lock nodes are PostgreSQL
-    (``servers = "postgres"``; needs ``lockcompare[postgres]``); started on first use, stopped at the end."""
+    (their ``servers``: postgres; needs ``lockcompare[postgres]``); started on first use, stopped at the end."""
     from lockcompare.infra.cluster import open_cluster
+    from lockcompare.infra.kinds import POSTGRES_PROTOCOL
 
-    with open_cluster(node_count=1, lock_servers="postgres") as cluster:
+    with open_cluster(node_count=1, lock_servers=POSTGRES_PROTOCOL) as cluster:
         yield cluster
 
 
-#: The cluster fixture for each kind of lock nodes a backend declares (its ``servers``).
-_CLUSTER_FIXTURES = {"etcd": "lockcompare_etcd_cluster", "postgres": "lockcompare_postgres_cluster"}
+def _cluster_fixture(servers: object) -> str:
+    """The cluster fixture for the kind of lock nodes a backend declares (its ``servers``, a protocol)."""
+    from lockcompare.infra.kinds import ETCD_PROTOCOL, POSTGRES_PROTOCOL
+
+    fixtures = {ETCD_PROTOCOL: "lockcompare_etcd_cluster", POSTGRES_PROTOCOL: "lockcompare_postgres_cluster"}
+    return fixtures.get(str(servers), "lockcompare_cluster")
 
 
 class BackendContract:
@@ -104,12 +110,13 @@ class BackendContract:
             BatteryContext,
             private_cluster_for,
         )
+        from lockcompare.infra.kinds import REDIS_PROTOCOL
 
         try:
             servers = lockcompare_host.claims().servers
         except BackendError:
-            servers = "redis"  # the test itself reports why the backend cannot be used
-        cluster = request.getfixturevalue(_CLUSTER_FIXTURES.get(str(servers), "lockcompare_cluster"))
+            servers = REDIS_PROTOCOL  # the test itself reports why the backend cannot be used
+        cluster = request.getfixturevalue(_cluster_fixture(servers))
         return BatteryContext(
             host=lockcompare_host, node_urls=cluster.node_urls, private_cluster=private_cluster_for(servers)
         )

@@ -20,6 +20,7 @@ from lockcompare.evaluation.backend_host import (
     RemoteBackend,
 )
 from lockcompare.infra.cluster import Cluster, open_cluster
+from lockcompare.infra.kinds import REDIS_PROTOCOL, kind_speaking
 
 TTL_MS = 1000
 SHORT_TTL_MS = 150
@@ -121,11 +122,22 @@ class BatteryContext:
 # --- helpers -------------------------------------------------------------------------------------
 
 
+def battery_cluster(servers: object) -> tuple[str, int]:
+    """(protocol, lock nodes) of the battery's cluster for a backend whose lock nodes are ``servers``:
+    its own protocol where its kind fixes the node count (infra/kinds.py LockNodes: one etcd member,
+    one PostgreSQL or ZooKeeper server), else :data:`PRIVATE_NODES` Redis-protocol nodes (a Redlock's;
+    a Sentinel-managed lock's nodes are Redis servers too)."""
+    kind = kind_speaking(servers) if isinstance(servers, str) else None
+    if kind is not None and kind.capabilities.lock_nodes.default is not None:
+        return kind.speaks, kind.capabilities.lock_nodes.default
+    return REDIS_PROTOCOL, PRIVATE_NODES
+
+
 def private_cluster_for(
     servers: object, *, redis_server: str | None = None
 ) -> Callable[[], AbstractContextManager[Cluster]]:
-    """What ``private_cluster`` opens for a backend whose lock nodes are ``servers`` (redis, etcd, postgres)."""
-    kind = servers if servers in ("etcd", "postgres", "zookeeper") else "redis"
+    """What ``private_cluster`` opens for a backend whose lock nodes are ``servers`` (a protocol)."""
+    kind, _ = battery_cluster(servers)
     return lambda: open_cluster(node_count=PRIVATE_NODES, redis_server=redis_server, lock_servers=kind)
 
 

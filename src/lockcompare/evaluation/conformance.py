@@ -58,6 +58,7 @@ from lockcompare.evaluation.battery_base import (
     _need,
     _refused,
     _short_ttl_ms,
+    battery_cluster,
     private_cluster_for,
 )
 from lockcompare.evaluation.claim_checks import (
@@ -66,6 +67,7 @@ from lockcompare.evaluation.claim_checks import (
     claim_renewal_outlives_the_ttl,
 )
 from lockcompare.infra.cluster import open_cluster
+from lockcompare.infra.kinds import POSTGRES_PROTOCOL, REDIS_PROTOCOL
 
 
 def _excused_without_a_ttl(ctx: BatteryContext, reason: str) -> None:
@@ -424,14 +426,12 @@ def run_battery(
         try:
             servers = ctx.claims.servers
         except BackendError:
-            servers = "redis"  # the properties report why the backend cannot be used
-        kind = servers if servers in ("etcd", "postgres", "zookeeper") else "redis"
+            servers = REDIS_PROTOCOL  # the properties report why the backend cannot be used
+        kind, node_count = battery_cluster(servers)
         ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)
-        if kind == "postgres" and postgres is not None:
+        if kind == POSTGRES_PROTOCOL and postgres is not None:  # --postgres: the user's server of that protocol
             ctx.node_urls = (postgres,)
             return [check_property(prop, ctx) for prop in PROPERTIES]
-        with open_cluster(
-            redis_server=redis_server, node_count=5 if kind == "redis" else 1, lock_servers=kind
-        ) as cluster:
+        with open_cluster(redis_server=redis_server, node_count=node_count, lock_servers=kind) as cluster:
             ctx.node_urls = cluster.node_urls
             return [check_property(prop, ctx) for prop in PROPERTIES]

@@ -57,6 +57,7 @@ from lockcompare.evaluation.explore_card import TITLE as SEARCH_TITLE
 from lockcompare.evaluation.explore_card import search_line
 from lockcompare.evaluation.scales import expressible_scale, moved_note, quick_rounds
 from lockcompare.files import check_output_file, results_lock
+from lockcompare.infra.kinds import POSTGRES_PROTOCOL
 from lockcompare.runner.matrix import ProgressCallback, run_matrix
 from lockcompare.runner.plan import ClusterOptions
 from lockcompare.spec.experiments import get_experiment
@@ -66,7 +67,7 @@ from lockcompare.spec.settings import CLI_SETTINGS
 from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides
 
 EXPERIMENTS = ("baseline", "client-pause", "short-ttl")
-#: Run for the backend alone, when its lock lives in a database session (``servers = "postgres"``):
+#: Run for the backend alone, when its lock lives in a database session (its servers: PostgreSQL):
 #: the server ends the holder's session (the Redis and etcd built-ins have no session to end).
 SESSION_EXPERIMENT = "session-kill"
 #: The workload of the card's experiments: every worker keeps contending until all are done.
@@ -206,7 +207,7 @@ def _evaluate_locked(
     claims = claims_of(cls)
     if claims.issues_fencing_tokens is True:  # fencing's promise with the token checked on every access
         runs.append(([backend], ["client-pause"], scales["client-pause"], chosen["client-pause"], ("all",)))
-    if traits_of(cls).servers == "postgres":  # a lock held in a database session
+    if traits_of(cls).servers == POSTGRES_PROTOCOL:  # a lock held in a database session
         runs.append(([backend], [SESSION_EXPERIMENT], time_scale, chosen[SESSION_EXPERIMENT], ("writes",)))
     # --quick keeps its word: an experiment moved to a larger scale runs fewer rounds there (scales.py).
     rounds_at = {
