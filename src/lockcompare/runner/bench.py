@@ -186,7 +186,7 @@ def run_bench(
 
 
 def _servers(name: str) -> str:
-    """The kind of lock servers ``name`` declares (its traits' ``servers``: "redis" when it says none)."""
+    """The kind of lock servers ``name`` declares (its traits' ``servers``: the Redis protocol when it says none)."""
     return traits_of(load_backend(name, check_viable=False)).servers
 
 

@@ -31,7 +31,7 @@ from lockcompare.infra.cluster import (
     connect_external,
     start_embedded,
 )
-from lockcompare.infra.kinds import server_for
+from lockcompare.infra.kinds import REDIS_PROTOCOL, server_for
 from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.infra.pool import SharedCluster, WithPostgres
 from lockcompare.infra.provenance import host_facts, registered_run
@@ -39,7 +39,7 @@ from lockcompare.infra.warm_pool import WarmPool
 from lockcompare.runner.cost_order import CostOrder
 from lockcompare.runner.crew import WorkerPool, spawn_crew
 from lockcompare.runner.floor import RunFloor, RunMeter
-from lockcompare.runner.outfile import claim_history_dir, history_ids, prepare_out, remove_unpointed
+from lockcompare.runner.outfile import claim_history_dir, history_dir, history_ids, prepare_out, remove_unpointed
 from lockcompare.runner.plan import (
     ClusterOptions,
     check_faults,
@@ -226,7 +226,7 @@ def _run_locked(
     costs = CostOrder()  # expensive trials first within each round (cost_order.py)
     held: dict[str, float] = {}  # free job-slot seconds by what held the waiting trials (scheduler.py)
     writer = ResultsWriter(out)
-    histories = claim_history_dir(out)  # never another results file's (issue 38)
+    histories = history_dir(out)  # never another results file's (issue 38); made inside the try below
     pointed = history_ids(out)  # histories rows of the file already point to (an unknown one rerun)
     run_id = new_run_id()
     budget = CpuBudget(cpus=usable_cpus(), share=cpu_share, prior=prior_busy_fraction(time_scale))
@@ -291,6 +291,7 @@ def _run_locked(
         _cluster_source(cluster_options, jobs=jobs, specs=todo) as clusters,
     ):
         try:
+            claim_history_dir(out)
             # Clusters for the first trials start on the pool's threads while the backends are probed.
             clusters.expect([cluster_shape(spec, cluster_options=cluster_options) for spec in costs(todo)])
             by_servers: dict[str, TrialSpec] = {}  # each backend is probed on the kind of nodes it uses
@@ -335,6 +336,8 @@ def _run_locked(
         finally:
             workers.close()
             remove_unpointed(saved, rowed=rowed, kept=set())  # a rerun's history has a name of its own
+            with contextlib.suppress(OSError):
+                histories.rmdir()  # only when empty: a run stopped before its first history leaves no folder
     floor_now = meter.finish(  # after the servers stopped: their CPU is in RUSAGE_CHILDREN
         waited_for_clusters_s=getattr(clusters.inner, "waited_s", 0.0),
         waited_before_trials_s=waited_before,
@@ -379,9 +382,9 @@ def _cluster_source(options: ClusterOptions, *, jobs: int, specs: Sequence[Trial
     if (options.nodes is None) != (options.resource is None):
         raise ConfigError("--nodes and --resource go together: give both, or neither for the embedded cluster")
     if options.nodes is None:  # no binary for the chosen Redis-protocol server: one clear error before anything starts
-        # (only for trials that run one: a trial on PostgreSQL alone records the neutral "redis")
-        speaking = [spec for spec in specs if "redis" in (spec.lock_servers, spec.resource_kind)]
-        for kind in {server_for("redis", choice=spec.server) for spec in speaking}:
+        # (only for trials that run one: a trial on PostgreSQL alone records the neutral --server)
+        speaking = [spec for spec in specs if REDIS_PROTOCOL in (spec.lock_servers, spec.resource_kind)]
+        for kind in {server_for(REDIS_PROTOCOL, choice=spec.server) for spec in speaking}:
             problem = kind.problem(binary=options.redis_server)
             if problem:
                 raise RedisServerNotFoundError(problem)

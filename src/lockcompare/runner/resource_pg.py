@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lockcompare.analysis.counters import ResourceCounters
-from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, is_postgres_url
+from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost
+from lockcompare.infra.postgres_server import POSTGRES
 from lockcompare.spec.choices import Check
 
 if TYPE_CHECKING:
@@ -231,8 +232,8 @@ class PgResource:
 
 
 def open_resource(*, url: str, prefix: str, timeout_s: float = 2.0) -> Resource:
-    """The resource at ``url``: :class:`PgResource` for a postgresql:// URL, else the Redis one."""
-    if is_postgres_url(url):
+    """The resource at ``url``: :class:`PgResource` on a server the PostgreSQL kind owns, else the Redis one."""
+    if POSTGRES.owns(url):
         # Resource's interface, duck-typed (its optimistic "pipeline" is a PendingUpdate).
         return PgResource(url=url, prefix=prefix, timeout_s=timeout_s)  # type: ignore[return-value]
     from lockcompare.runner.resource import Resource
