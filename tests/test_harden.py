@@ -72,6 +72,27 @@ def test_a_second_holder_of_a_results_file_is_refused_with_the_first_ones_pid(tm
     assert not (tmp_path / "r.csv.lock").exists()
 
 
+def test_a_signal_while_the_lock_is_being_taken_leaves_no_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM unwinds as an exception between any two statements (cli/core.py): one landing after
+    the lock file was made but before the block began left ``r.csv.lock`` behind. Here the
+    exception comes from the last step before the block, deterministically."""
+    import lockcompare.files as files_mod
+
+    def interrupted(path: Path) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(files_mod, "_lock_inode", interrupted)
+    out = tmp_path / "r.csv"
+    with pytest.raises(KeyboardInterrupt), results_lock(out):
+        pass
+    assert not (tmp_path / "r.csv.lock").exists()
+    monkeypatch.undo()
+    with results_lock(out):  # and the file is free again in this process
+        pass
+
+
 def _duplicated(tmp_path: Path) -> Path:
     out = tmp_path / "d.csv"
     _quick_file(out)

@@ -250,23 +250,20 @@ def results_lock(out: Path) -> Iterator[None]:
         except FileNotFoundError:
             pass
         os.close(fd)
+    # From here the lock file is ours: one try, so that however the block ends (a refusal, a
+    # signal's exception between two statements) the file goes with it.
+    inode_fd: int | None = None
     try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError:
-        pass  # the lock holds without the pid; a refused run then says "pid unknown"
-    try:
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass  # the lock holds without the pid; a refused run then says "pid unknown"
         inode_fd = _lock_inode(real_path(out))
-    except ResultsBusyError:
-        with contextlib.suppress(OSError):
-            path.unlink()
-        os.close(fd)
-        raise
-    _held[key] = 1
-    try:
+        _held[key] = 1
         yield
     finally:
-        del _held[key]
+        _held.pop(key, None)
         with contextlib.suppress(OSError):
             path.unlink()
         os.close(fd)
