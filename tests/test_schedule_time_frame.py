@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockcompare.faults.plan import planned_steps, worker_pauses
+from lockcompare.faults.plan import planned_steps, timing_extras, worker_pauses
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.schedule import at_scale, parse_schedule
 from lockcompare.spec.trialspec import Overrides, make_spec
@@ -75,3 +75,16 @@ def test_a_trial_carries_its_schedule_in_its_frame_and_its_text_at_the_lessons()
     assert "after-acquire=50" in spec.faults  # the identity: as written
     assert spec.schedule.scale == 0.1 and [s.after_ms for s in spec.schedule.steps] == [5.0]
     assert spec.schedule is spec.schedule  # parsed and scaled once
+
+
+def test_what_the_trials_timing_rests_on_is_read_in_its_frame_from_the_kinds() -> None:
+    def extras(text: str) -> dict[str, object]:
+        return timing_extras(at_scale(parse_schedule(text), scale=0.1), ttl_ms=100.0)
+
+    # slow's margin (its kind's ttl_margin): the longest reply delay, 1150 x 0.1 = 115 ms, less the TTL.
+    assert extras("slow nodes=all worker=0 at=acquire delay=1150") == {"extra_margins": (("reply delay - TTL", 15.0),)}
+    # A worker's pause lands at its own pause point: the crash's 50 x 0.1 = 5 ms is the earliest offset.
+    assert extras("pause worker=0 after-acquire=0 every for=1200; crash nodes=0 after-acquire=50") == {
+        "fault_offset_ms": 5.0
+    }
+    assert extras("cut nodes=0 worker=0 at=start") == {}  # follows no lease

@@ -11,6 +11,7 @@ after its acquire, or between its read and its write), so it becomes part of tha
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -90,7 +91,7 @@ def _planned(index: int, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Pl
 def worker_pauses(schedule: TrialSchedule) -> dict[int, WorkerPause]:
     """Each paused worker's pause (one pause step per worker)."""
     pauses: dict[int, WorkerPause] = {}
-    for step in schedule.of_kind(*(k for k in _IN_WORKER if k != "lost-reply")):  # lost replies: below
+    for step in schedule.of_kind(*faultkinds.names_where("pauses_worker")):  # lost replies: below
         worker = step.written.worker
         assert worker is not None and worker.index is not None and step.for_ms  # steps._check
         if worker.index in pauses:
@@ -104,12 +105,33 @@ def worker_pauses(schedule: TrialSchedule) -> dict[int, WorkerPause]:
 def worker_lost_replies(schedule: Schedule, *, rounds: int) -> dict[int, frozenset[int]]:
     """The rounds whose increment's reply each worker loses (spec/faultkinds/lost_reply.py)."""
     lost: dict[int, frozenset[int]] = {}
-    for step in schedule.of_kind("lost-reply"):
+    for step in schedule.of_kind(*faultkinds.names_where("loses_replies")):
         assert step.worker is not None and step.worker.index is not None  # the kind's check
         lost[step.worker.index] = lost.get(step.worker.index, frozenset()) | (
             frozenset(range(rounds)) if step.every else frozenset({0})
         )
     return lost
+
+
+def timing_extras(schedule: TrialSchedule, *, ttl_ms: float) -> dict[str, object]:
+    """What the trial's timing rests on beyond its settings (analysis/sentinel.py's plan), in the
+    trial's ms: the earliest offset of a step that follows a lease (``fault_offset_ms``; at=start
+    and at=acquire steps follow none, a worker's pause is its own), and each kind's margin past the
+    TTL (``extra_margins``: slow's reply delay)."""
+    extra: dict[str, object] = {}
+    offsets = [
+        s.after_ms for s in schedule.steps if s.at == "after-acquire" and not faultkinds.KINDS[s.kind].pauses_worker
+    ]
+    if offsets:
+        extra["fault_offset_ms"] = min(offsets)
+    margins: dict[str, float] = {}
+    for step in schedule.steps:
+        if (margin := faultkinds.KINDS[step.kind].ttl_margin) is not None:
+            name, param = margin
+            margins[name] = max(margins.get(name, -math.inf), step.time(param) - ttl_ms)
+    if margins:
+        extra["extra_margins"] = tuple(margins.items())
+    return extra
 
 
 def touches_servers(schedule: Schedule) -> bool:

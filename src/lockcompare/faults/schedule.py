@@ -57,6 +57,7 @@ from lockcompare.faults.holders import LockHolders
 from lockcompare.faults.roles import aim_by_role, roles_now
 from lockcompare.faults.targets import Resolution, current_owner, resolve_nodes, resolve_worker
 from lockcompare.infra.cluster import Cluster
+from lockcompare.spec import faultkinds
 from lockcompare.spec.faultkinds.base import FaultAction
 from lockcompare.spec.schedule import FaultStep
 
@@ -191,7 +192,7 @@ class FaultScheduler:
         confirm = False
         for state in self._states:
             step = state.planned.step
-            if step.at != "after-acquire" or step.kind == "pause" or step.follow != worker:
+            if step.at != "after-acquire" or faultkinds.KINDS[step.kind].in_worker or step.follow != worker:
                 continue
             if state.active is not None or (state.injected and not step.every):
                 continue

@@ -223,15 +223,7 @@ def _run_trial(
 def timing_plan(spec: TrialSpec) -> TimingPlan:
     """What the trial's timing rests on, for the sentinel: its settings, the earliest offset of a
     schedule step that follows a lease, and a slow link's delay past the TTL."""
-    schedule = parse_schedule(spec.faults)
-    extra: dict[str, object] = {}
-    offsets = [s.after_ms for s in schedule.steps if s.at == "after-acquire" and s.kind != "pause"]
-    if offsets:  # at=start and at=acquire steps follow no lease
-        extra["fault_offset_ms"] = min(offsets) * spec.time_scale
-    slow = schedule.of_kind("slow")
-    if slow:
-        delay_ms = max(step.number("delay") for step in slow) * spec.time_scale
-        extra["extra_margins"] = (("reply delay - TTL", delay_ms - spec.ttl_ms),)
+    extra = plan.timing_extras(spec.schedule, ttl_ms=spec.ttl_ms)  # the trial's ms, the kinds' margins
     # A lock-free design has no lease: a TTL margin is not its margin (nor is a slow acquire's).
     cls = load_backend(spec.backend, check_viable=False)  # judging is not running
     leased = traits_of(cls).exclusive

@@ -189,6 +189,16 @@ class FaultKind:
     around_acquire: ClassVar[bool] = False
     #: The worker lands it at its own pause point: the worker plans it, not the schedule runner.
     in_worker: ClassVar[bool] = False
+    #: It is the worker's pause, at its pause point (faults/plan.py ``worker_pauses``): its
+    #: ``after-acquire`` is no offset the runner keeps, so the trial's timing does not rest on it.
+    pauses_worker: ClassVar[bool] = False
+    #: The worker loses the replies to its increments in the rounds it names (``worker_lost_replies``).
+    loses_replies: ClassVar[bool] = False
+    #: The runner stops the worker's processes from outside while it lasts (a SIGSTOP strobe).
+    freezes_worker: ClassVar[bool] = False
+    #: A margin the trial's timing rests on: its name, and the time parameter whose largest value
+    #: less the TTL it is (slow: a reply later than the TTL; faults/plan.py ``timing_extras``).
+    ttl_margin: ClassVar[tuple[str, str] | None] = None
     #: The critical sections (resource checks) it acts on; empty: every one. A cell whose backend's
     #: section is another is left out, with the reason (runner/plan.py).
     acts_on_checks: ClassVar[tuple[str, ...]] = ()

@@ -31,6 +31,7 @@ class LostReply(FaultKind):
     acts_on = WORKER
     without_for = "–"
     in_worker = True
+    loses_replies = True
     explored_by_default = False  # it acts on increments only (atomic, idempotent)
     #: A resent ``SET balance = v`` would count as a second accepted write of one increment (and lost
     #: updates, writes accepted − balance, would count it as lost): the other sections are left out.

@@ -33,6 +33,7 @@ class Pause(FaultKind):
     without_for = "–"
     excuses_worker = True
     in_worker = True
+    pauses_worker = True
     lasts = True
 
     def check(self, step: FaultStep) -> None:

@@ -61,6 +61,7 @@ class Slow(FaultKind):
     needs = frozenset({PROXIED_LINKS})
     excuses_worker = True
     around_acquire = True
+    ttl_margin = ("reply delay - TTL", "delay")  # a reply later than the lease is the experiment
     former_event_names = ("slow-link",)
 
     def check(self, step: FaultStep) -> None:

@@ -80,6 +80,7 @@ class Starve(FaultKind):
     until_the_end = True
     without_for = "–"
     excuses_worker = True
+    freezes_worker = True
     lasts = True
 
     def check(self, step: FaultStep) -> None:
