@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from lockcompare.faults.plan import planned_steps, timing_extras, worker_pauses
+from lockcompare.faults.schedule import FaultScheduler
 from lockcompare.spec.experiments import get_experiment
 from lockcompare.spec.schedule import at_scale, parse_schedule
 from lockcompare.spec.trialspec import Overrides, make_spec
@@ -88,3 +89,12 @@ def test_what_the_trials_timing_rests_on_is_read_in_its_frame_from_the_kinds() -
         "fault_offset_ms": 5.0
     }
     assert extras("cut nodes=0 worker=0 at=start") == {}  # follows no lease
+
+
+@pytest.mark.parametrize(
+    ("text", "freezes"), [("starve worker=0 at=start for=700 duty=0.3", True), ("crash nodes=0", False)]
+)
+def test_whether_a_schedule_stops_workers_from_outside_is_its_kinds_word(text: str, freezes: bool) -> None:
+    steps = planned_steps(at_scale(parse_schedule(text), scale=0.1), ttl_ms=100.0)
+    scheduler = FaultScheduler(steps=steps, cluster=None, node_count=1, workers=2)  # type: ignore[arg-type]
+    assert scheduler.freezes_workers() is freezes

@@ -154,6 +154,10 @@ class FaultScheduler:
         """The worker processes a ``starve`` step acts on (known once the crew is spawned)."""
         self.pids, self.freezer = pids, freezer
 
+    def freezes_workers(self) -> bool:
+        """Whether a step stops worker processes from outside (its kind says so: ``freezes_worker``)."""
+        return any(faultkinds.KINDS[p.step.kind].freezes_worker for p in self.steps)
+
     # -- when -----------------------------------------------------------------------------------
 
     def start(self) -> None:

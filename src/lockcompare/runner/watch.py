@@ -234,7 +234,7 @@ def _escape_problem(escaped: list[Event]) -> str:
 def freezes_workers(plans: list[WorkerPlan], faults: FaultScheduler | None) -> bool:
     """Whether the trial stops worker processes from outside (a SIGSTOP pause, a starvation strobe)."""
     paused = any(p.pause_rounds and p.pause_how is PauseHow.SIGSTOP for p in plans)
-    return paused or (faults is not None and any(s.step.kind == "starve" for s in faults.steps))
+    return paused or (faults is not None and faults.freezes_workers())
 
 
 def _outcome(messages: list[tuple[str, str, list[Event]]], problem: str = "") -> tuple[list[Event], str]:
