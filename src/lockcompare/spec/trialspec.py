@@ -146,11 +146,11 @@ def legacy_client_timeout_ms(settings: Mapping[str, object]) -> float | None:
     """The client timeout the harness picked before backends stated their own (scaled ms; None: the
     runner's default): twice the delay of a slow link, so the client waited for it; one TTL for a cut."""
     try:
-        schedule = parse_schedule(legacy_faults(settings))
         scale = float(canonical(settings.get("time_scale")) or 1)
+        schedule = at_scale(parse_schedule(legacy_faults(settings)), scale=scale)  # the trial's ms
         slow = schedule.of_kind("slow")
         if slow:
-            return 2 * max(step.number("delay") for step in slow) * scale
+            return 2 * max(step.time("delay") for step in slow)
         if schedule.of_kind("cut"):
             return float(canonical(settings.get("ttl_ms")))
     except (InvalidValueError, ValueError):
