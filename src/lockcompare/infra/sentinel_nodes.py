@@ -33,7 +33,13 @@ from lockcompare.infra.sentinel import (
     master_client,
     sentinel_url,
 )
-from lockcompare.infra.server import RedisServer, describe_version, redis_protocol_binary
+from lockcompare.infra.server import (
+    RedisServer,
+    delete_keys_naming,
+    describe_version,
+    flush_all,
+    redis_protocol_binary,
+)
 from lockcompare.infra.spawned import free_port
 
 if TYPE_CHECKING:
@@ -373,27 +379,10 @@ class SentinelKind:
         return f"{describe_version(f'redis://{found[0]}:{found[1]}/0')} (sentinel)" if found else "unknown (sentinel)"
 
     def empty(self, urls: Sequence[str]) -> str:
-        for url in dict.fromkeys(urls):
-            client = master_client(url, timeout_s=1.0)
-            try:
-                client.flushall()
-            except redis.RedisError as exc:
-                return f"FLUSHALL failed on the master behind {url}: {exc}"
-            finally:
-                client.close()
-        return ""
+        return flush_all(urls)  # connect() follows a redis+sentinel URL to its master
 
     def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
-        for url in dict.fromkeys(urls):
-            client = master_client(url, timeout_s=1.0)
-            try:
-                keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-                if keys:
-                    client.delete(*keys)
-            except redis.RedisError:
-                pass
-            finally:
-                client.close()
+        delete_keys_naming(urls, prefix)
 
     def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
         """Each lock node's master as the sentinels name it ("master node0-b" after a failover); the

