@@ -46,13 +46,14 @@ from lockcompare.infra.pg_client import (
     split_advisory_key,
     with_session_settings,
 )
+from lockcompare.infra.pg_sessions import holder_pids
 from lockcompare.infra.postgres_server import PostgresServer, start_postgres
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.resource_pg import PgResource
 from lockcompare.runner.trial import run_trial
 from lockcompare.spec.choices import Check
 from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.faultkinds.session_kill import SessionKill, holder_pids
+from lockcompare.spec.faultkinds.session_kill import SessionKill
 from lockcompare.spec.trialspec import Overrides, make_spec
 
 ADVISORY = "lockcompare.backends.pg_advisory:PgAdvisoryLock"

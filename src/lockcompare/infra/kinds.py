@@ -238,6 +238,24 @@ class RoleKind(ServerKind, Protocol):
         ...
 
 
+@runtime_checkable
+class SessionKind(ServerKind, Protocol):
+    """A kind offering :attr:`Capability.SESSION_CONTROL` from its own admin session: the server ends
+    the session holding a lock under its holder (the session-kill fault asks it:
+    spec/faultkinds/session_kill.py)."""
+
+    #: What the ended session's client does next, in the heal's words ("the holder opens a new one ...").
+    session_reopens: str
+
+    def end_holder_sessions(
+        self, urls: Sequence[str], *, nodes: Sequence[int], lock_key: str
+    ) -> tuple[str, dict[str, object]]:
+        """End the sessions holding ``lock_key`` on the lock nodes ``nodes`` (indices into ``urls``):
+        (detail, fields of the fault event), ``sessions_ended`` naming what was ended (empty, and the
+        detail saying "skipped: ..." and why, when nothing was)."""
+        ...
+
+
 def lacks(kind: ServerKind, capability: Capability) -> str:
     """Why ``kind``'s servers cannot take a fault that needs ``capability`` ("" when they can)."""
     if capability in kind.capabilities.offers or (

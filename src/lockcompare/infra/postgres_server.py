@@ -296,6 +296,7 @@ class PostgresKind:
 
     name: str = "postgres"
     speaks: str = POSTGRES_PROTOCOL
+    session_reopens: str = "the holder opens a new one at its next call"
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
             offers=frozenset({Capability.SESSION_CONTROL, Capability.REPLICATION, Capability.ROLES}),
@@ -346,6 +347,26 @@ class PostgresKind:
 
     def owns(self, url: str) -> bool:
         return is_postgres_url(url)
+
+    def end_holder_sessions(
+        self, urls: Sequence[str], *, nodes: Sequence[int], lock_key: str
+    ) -> tuple[str, dict[str, object]]:
+        """``pg_terminate_backend`` on the sessions holding the lock (infra/pg_sessions.py), node by node."""
+        from lockcompare.infra.pg_sessions import end_holder_sessions
+
+        ended: list[int] = []
+        for index in nodes:
+            url = urls[index]
+            if not self.owns(url):
+                return f"skipped: lock node {index} is not a PostgreSQL server", {"sessions_ended": ended}
+            try:
+                ended += end_holder_sessions(url, lock_key=lock_key)
+            except (SessionLost, QueryFailed) as exc:
+                return f"skipped: lock node {index} did not answer ({exc})", {"sessions_ended": ended}
+        if not ended:
+            return "skipped: no session held the lock", {"sessions_ended": []}
+        detail = f"pg_terminate_backend: ended the holder's session (backend pid {', '.join(map(str, ended))})"
+        return detail, {"sessions_ended": ended}
 
     def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
         """Each lock node's primary: a replicated node's is whichever of its two servers is out of

@@ -12,8 +12,9 @@ ended, so the fault is safe on a server lockcompare does not own (``--postgres U
 finds no holder says so and ends nothing.
 
 Whom: ``worker=holder`` names, in the history, whose lease that was; the session is found from the
-lock itself, on the one PostgreSQL lock node (node 0). The client module is imported when the
-fault runs, not when the kind is read (spec stays free of client libraries).
+lock itself, on the one PostgreSQL lock node (node 0). The lock nodes' kind ends it
+(infra/kinds.py SessionKind: PostgreSQL's in infra/pg_sessions.py), asked when the fault runs, not
+when the fault kind is read (spec stays free of client libraries).
 
 The injection names what it ended: its event carries ``sessions_ended``, the backend pids of the
 sessions the server ended (empty when it ended none), beside ``target_worker``, the holder it was
@@ -31,51 +32,23 @@ from lockcompare.spec.faultkinds.base import SESSION_CONTROL, WORKER, FaultKind,
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
-    from lockcompare.infra.pg_client import PgSession
+    from lockcompare.infra.kinds import ServerKind
     from lockcompare.spec.schedule import TrialStep
 
-#: The sessions holding the lock ``$1`` (classid, objid of its advisory key) or its unexpired lease row.
-HOLDERS_ADVISORY = """
-select pid from pg_locks
-where locktype = 'advisory' and granted and classid = $1::oid and objid = $2::oid and objsubid = 1
-  and database = (select oid from pg_database where datname = current_database())
-"""
-HOLDERS_LEASE = (
-    "select pid from lockcompare_leases where key = $1 and expires_at > clock_timestamp() and pid is not null"
-)
-_UNDEFINED_TABLE = "42P01"
+
+def _nodes_kind(cluster: Cluster) -> ServerKind | None:
+    """The kind of the cluster's lock nodes (None: it has none)."""
+    from lockcompare.infra.kinds import kind_of_url
+
+    return kind_of_url(cluster.node_urls[0]) if cluster.node_urls else None
 
 
-def holder_pids(session: PgSession, *, lock_key: str) -> list[int]:
-    """The backend pids of the sessions holding ``lock_key`` on ``session``'s server."""
-    from lockcompare.infra.pg_client import QueryFailed, advisory_key, split_advisory_key
+def _zookeeper(kind: ServerKind | None) -> bool:
+    """ZooKeeper's session expiry still lives in faults/zookeeper.py (it belongs in infra, beside the
+    client it drives, where its kind would answer :class:`~lockcompare.infra.kinds.SessionKind`)."""
+    from lockcompare.infra.kinds import ZOOKEEPER_PROTOCOL
 
-    classid, objid = split_advisory_key(advisory_key(lock_key))
-    pids = {int(row[0]) for row in session.query(HOLDERS_ADVISORY, [classid, objid])}
-    try:
-        pids |= {int(row[0]) for row in session.query(HOLDERS_LEASE, [lock_key])}
-    except QueryFailed as exc:
-        if exc.sqlstate != _UNDEFINED_TABLE:  # no lease table: no pg-lease trial here
-            raise
-    return sorted(pids)
-
-
-def end_holder_sessions(url: str, *, lock_key: str, timeout_s: float = 2.0) -> list[int]:
-    """Find the sessions holding ``lock_key`` and ``pg_terminate_backend`` them, on one admin
-    session (a connect costs more than both statements); the pids that were ended."""
-    from lockcompare.infra.pg_client import PgSession
-
-    session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-fault")
-    try:
-        pids = holder_pids(session, lock_key=lock_key)
-        # With a timeout (PostgreSQL >= 14) the call returns only once the backend has exited, so the
-        # injection's t1 is never before the lock was free (PostgreSQL polls for the exit: t1 lands up
-        # to ~100 ms after the locks went, measured; the rival's grant in the history shows when).
-        wait_ms = round(timeout_s * 500)
-        ended = "select pg_terminate_backend($1::int, $2::bigint)"
-        return [pid for pid in pids if session.value(ended, [pid, wait_ms]) == "t"]
-    finally:
-        session.close()
+    return kind is not None and kind.speaks == ZOOKEEPER_PROTOCOL
 
 
 @dataclass(frozen=True)
@@ -92,10 +65,10 @@ class SessionKill:
 
     def inject(self, cluster: Cluster, nodes: list[int]) -> tuple[str, dict[str, object]]:
         """(detail, fields of the event): the sessions ended, by backend pid (see the module docstring)."""
-        from lockcompare.infra.pg_client import QueryFailed, SessionLost, is_postgres_url
-        from lockcompare.infra.zookeeper_server import is_zookeeper_url
+        from lockcompare.infra.kinds import SessionKind
 
-        if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
+        kind = _nodes_kind(cluster)
+        if _zookeeper(kind):
             # At run time only: ZooKeeper's session expiry lives in faults/zookeeper.py (it should move
             # to infra, beside the client it drives; until then this is spec's one late import of faults).
             from lockcompare.faults.zookeeper import expire_holder_session
@@ -106,26 +79,22 @@ class SessionKill:
                 lease_znodes=self.lease_znodes,  # type: ignore[arg-type]  # checked by the backend loader
             )
             return detail, {"sessions_ended": sessions, **whose}  # ZooKeeper session ids (faults/zookeeper.py)
-        ended: list[int] = []
-        for index in nodes:
-            url = cluster.node_urls[index]
-            if not is_postgres_url(url):
-                return f"skipped: lock node {index} is not a PostgreSQL server", {"sessions_ended": ended}
-            try:
-                ended += end_holder_sessions(url, lock_key=self.lock_key)
-            except (SessionLost, QueryFailed) as exc:
-                return f"skipped: lock node {index} did not answer ({exc})", {"sessions_ended": ended}
-        if not ended:
-            return "skipped: no session held the lock", {"sessions_ended": []}
-        detail = f"pg_terminate_backend: ended the holder's session (backend pid {', '.join(map(str, ended))})"
-        return detail, {"sessions_ended": ended}
+        if isinstance(kind, SessionKind):  # the lock nodes' kind ends the holder's session itself
+            return kind.end_holder_sessions(cluster.node_urls, nodes=nodes, lock_key=self.lock_key)
+        if nodes:  # servers without sessions to end (the matrix leaves such cells out: a step run by hand)
+            return f"skipped: lock node {nodes[0]} is not a PostgreSQL server", {"sessions_ended": []}
+        return "skipped: no session held the lock", {"sessions_ended": []}
 
     def heal(self, cluster: Cluster, nodes: list[int]) -> str:
-        from lockcompare.infra.zookeeper_server import is_zookeeper_url
+        from lockcompare.infra.kinds import SessionKind
 
-        if cluster.node_urls and is_zookeeper_url(cluster.node_urls[0]):
+        kind = _nodes_kind(cluster)
+        if _zookeeper(kind):
             return "the session stays ended (kazoo opens a new one at its next reconnect)"
-        return "the session stays ended (the holder opens a new one at its next call)"
+        reopens = (
+            kind.session_reopens if isinstance(kind, SessionKind) else "the holder opens a new one at its next call"
+        )
+        return f"the session stays ended ({reopens})"
 
 
 class SessionKillKind(FaultKind):

@@ -1,0 +1,52 @@
+"""PostgreSQL's end of the session-kill fault: find the sessions holding a lock and end them.
+
+What an administrator's ``pg_terminate_backend``, ``idle_session_timeout`` or a connection pooler
+does to a client that still runs (spec/faultkinds/session_kill.py says why and when). Whose session:
+the one holding the trial's lock, read on the server at injection time — the ``pg_locks`` row of the
+lock's advisory key (``pg-advisory``), or the session recorded in the lease row (``pg-lease``: its
+lease survives, the row is not the session). Only that session is ended, so this is safe on a
+server lockcompare does not own (``--postgres URL``).
+"""
+
+from __future__ import annotations
+
+from lockcompare.infra.pg_client import PgSession, QueryFailed, advisory_key, split_advisory_key
+
+#: The sessions holding the lock ``$1`` (classid, objid of its advisory key) or its unexpired lease row.
+HOLDERS_ADVISORY = """
+select pid from pg_locks
+where locktype = 'advisory' and granted and classid = $1::oid and objid = $2::oid and objsubid = 1
+  and database = (select oid from pg_database where datname = current_database())
+"""
+HOLDERS_LEASE = (
+    "select pid from lockcompare_leases where key = $1 and expires_at > clock_timestamp() and pid is not null"
+)
+_UNDEFINED_TABLE = "42P01"
+
+
+def holder_pids(session: PgSession, *, lock_key: str) -> list[int]:
+    """The backend pids of the sessions holding ``lock_key`` on ``session``'s server."""
+    classid, objid = split_advisory_key(advisory_key(lock_key))
+    pids = {int(row[0]) for row in session.query(HOLDERS_ADVISORY, [classid, objid])}
+    try:
+        pids |= {int(row[0]) for row in session.query(HOLDERS_LEASE, [lock_key])}
+    except QueryFailed as exc:
+        if exc.sqlstate != _UNDEFINED_TABLE:  # no lease table: no pg-lease trial here
+            raise
+    return sorted(pids)
+
+
+def end_holder_sessions(url: str, *, lock_key: str, timeout_s: float = 2.0) -> list[int]:
+    """Find the sessions holding ``lock_key`` and ``pg_terminate_backend`` them, on one admin
+    session (a connect costs more than both statements); the pids that were ended."""
+    session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-fault")
+    try:
+        pids = holder_pids(session, lock_key=lock_key)
+        # With a timeout (PostgreSQL >= 14) the call returns only once the backend has exited, so the
+        # injection's t1 is never before the lock was free (PostgreSQL polls for the exit: t1 lands up
+        # to ~100 ms after the locks went, measured; the rival's grant in the history shows when).
+        wait_ms = round(timeout_s * 500)
+        ended = "select pg_terminate_backend($1::int, $2::bigint)"
+        return [pid for pid in pids if session.value(ended, [pid, wait_ms]) == "t"]
+    finally:
+        session.close()
