@@ -35,6 +35,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from lockcompare import protocols
 from lockcompare.errors import UnknownNameError
 
 if TYPE_CHECKING:
@@ -54,10 +55,11 @@ log = logging.getLogger("lockcompare")
 #: The protocols a backend's ``servers`` names (what its clients speak), for the callers that hold
 #: one as a value: a default, a CSV column, a fixture's key, a per-protocol option (``--postgres``).
 #: Which kind serves it is the run's choice (:func:`server_for`); what its servers can do, the kind's.
-REDIS_PROTOCOL = "redis"
-ETCD_PROTOCOL = "etcd"
-POSTGRES_PROTOCOL = "postgres"
-ZOOKEEPER_PROTOCOL = "zookeeper"
+#: (Defined in lockcompare/protocols.py, for the pure layers that cannot import infra.)
+REDIS_PROTOCOL = protocols.REDIS_PROTOCOL
+ETCD_PROTOCOL = protocols.ETCD_PROTOCOL
+POSTGRES_PROTOCOL = protocols.POSTGRES_PROTOCOL
+ZOOKEEPER_PROTOCOL = protocols.ZOOKEEPER_PROTOCOL
 
 #: Why a server without sessions cannot take session-kill (the Redis kinds, etcd).
 NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"

