@@ -1,4 +1,4 @@
-"""The protocols a backend's ``servers`` names, as values (what its clients speak: "redis", ...).
+"""The protocols a backend's ``servers`` names, as values (what its clients speak: ``redis``, ...).
 
 Only the values live here, with no behaviour: a default, a CSV column's value, a legacy row's value,
 a per-protocol schedule in the experiment catalogue. Which kind of server serves a protocol, and
