@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lockcompare.faults.targets import Resolution, resolve_role
-from lockcompare.infra.kinds import RoleKind, Roles, get_kind, kind_of_url
+from lockcompare.infra.kinds import RoleKind, Roles, get_kind
 from lockcompare.infra.proxy import port_of
 from lockcompare.infra.sockets import remote_ports
 from lockcompare.spec.schedule import HOLDER_MEMBER, NodeTarget
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 def kind_of(cluster: Cluster) -> ServerKind:
     if cluster.shape is not None:
         return get_kind(cluster.shape.lock_servers)
-    return kind_of_url(cluster.node_urls[0])
+    return cluster.kind_of(cluster.node_urls[0])
 
 
 def read_roles(cluster: Cluster) -> tuple[Roles | None, str]:

@@ -12,7 +12,7 @@ reads and writes its own keys there and never flushes anything.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from lockcompare.errors import ClusterError, ConfigError, InvalidURLError, InvalidValueError, NodeUnreachableError
@@ -91,7 +91,24 @@ class Cluster:
     #: and harness alike: they always reach the node's current master. Only the fault itself
     #: (kill, promote, cut the replication link) acts on the servers directly.
     replication: ReplicatedNodes | None = None
+    #: The kinds that started the lock nodes and the resource (None: external, known by URL). A
+    #: kind is asked about its own servers even when another kind owns their URL scheme (a plug-in
+    #: kind serving redis:// URLs is not the built-in redis kind).
+    node_kind: ServerKind | None = None
+    resource_kind: ServerKind | None = None
     _health: _Health = field(default_factory=_Health, repr=False, compare=False)
+
+    def kind_of(self, url: str) -> ServerKind:
+        """The kind that serves ``url`` here: the one that started it, else the one owning its scheme."""
+        if self.node_kind is not None and url in self.node_urls:
+            return self.node_kind
+        if self.resource_kind is not None and url == self.resource_url:
+            return self.resource_kind
+        return kind_of_url(url)
+
+    def delete_keys_containing(self, prefix: str) -> None:
+        """Delete a trial's keys (names containing ``prefix``) on every lock node and the resource."""
+        delete_keys_containing((*self.node_urls, self.resource_url), prefix, kind_of=self.kind_of)
 
     def node_server(self, index: int) -> Server:
         """The spawned server behind lock node ``index`` (for faults that crash or restart it)."""
@@ -135,7 +152,7 @@ class Cluster:
             if not server.is_running():
                 return f"{server.name} is not running"
         for url in (*self.node_urls, self.resource_url):
-            kind = kind_of_url(url)
+            kind = self.kind_of(url)
             if not kind.answers(url, timeout_s=0.5):
                 return f"{kind.name} server {redact(url)} does not answer"
         return ""
@@ -148,7 +165,7 @@ class Cluster:
         self.reset_clocks()
         # Lock nodes of the user's (--zookeeper: an embedded resource, no servers of ours) are never emptied.
         ours = (*self.node_urls, self.resource_url) if self.servers else (self.resource_url,)
-        for kind, urls in _by_kind(ours).items():
+        for kind, urls in _by_kind(ours, kind_of=self.kind_of).items():
             problem = kind.empty(urls)
             if problem:
                 self.mark_broken(problem)
@@ -177,11 +194,11 @@ class Cluster:
             clock.close()
 
 
-def _by_kind(urls: Sequence[str]) -> dict[ServerKind, list[str]]:
-    """``urls`` grouped by the kind that owns each (in order, each URL once)."""
+def _by_kind(urls: Sequence[str], *, kind_of: Callable[[str], ServerKind]) -> dict[ServerKind, list[str]]:
+    """``urls`` grouped by the kind that serves each (in order, each URL once)."""
     grouped: dict[ServerKind, list[str]] = {}
     for url in dict.fromkeys(urls):
-        grouped.setdefault(kind_of_url(url), []).append(url)
+        grouped.setdefault(kind_of(url), []).append(url)
     return grouped
 
 
@@ -232,11 +249,15 @@ def start_embedded(
             node_urls=tuple(s.url for s in nodes),
             resource_url=resource.url,
             embedded=True,
-            server_version=server_version(node_url=nodes[0].url, resource_url=resource.url),
+            server_version=server_version(
+                node_url=nodes[0].url, resource_url=resource.url, node_kind=node_kind, resource_kind=resource_kind
+            ),
             servers=tuple(nodes),
             resource_server=resource,
             shape=shape,
             clocks=tuple(clocks),
+            node_kind=node_kind,
+            resource_kind=resource_kind,
         )
     except BaseException:
         for server in (*nodes, resource):
@@ -262,9 +283,10 @@ def _on_user_nodes(
             node_urls=tuple(urls),
             resource_url=resource.url,
             embedded=True,
-            server_version=server_version(node_url=urls[0], resource_url=resource.url),
+            server_version=server_version(node_url=urls[0], resource_url=resource.url, resource_kind=resource_kind),
             resource_server=resource,
             shape=shape,
+            resource_kind=resource_kind,
         )
     except BaseException:
         resource.cleanup()
@@ -288,11 +310,15 @@ def _start_replicated(
             node_urls=nodes.urls,
             resource_url=resource.url,
             embedded=True,
-            server_version=server_version(node_url=nodes.pairs[0].url, resource_url=resource.url),
+            server_version=server_version(
+                node_url=nodes.pairs[0].url, resource_url=resource.url, node_kind=kind, resource_kind=resource_kind
+            ),
             servers=tuple(pair.master for pair in nodes.pairs),
             resource_server=resource,
             shape=shape,
             replication=nodes,
+            node_kind=kind,
+            resource_kind=resource_kind,
         )
     except BaseException:
         nodes.close()
@@ -374,15 +400,17 @@ def open_cluster(
             cluster.stop()
 
 
-def delete_keys_containing(urls: Sequence[str], prefix: str) -> None:
+def delete_keys_containing(
+    urls: Sequence[str], prefix: str, *, kind_of: Callable[[str], ServerKind] = kind_of_url
+) -> None:
     """Delete the keys whose names contain ``prefix`` (a run's own, whatever a library wraps them
     in) from every server in ``urls``; never FLUSH anything, a node that is down is skipped."""
-    for kind, owned in _by_kind(urls).items():
+    for kind, owned in _by_kind(urls, kind_of=kind_of).items():
         kind.delete_keys(owned, prefix)
 
 
 def describe(cluster: Cluster) -> str:
     where = "embedded" if cluster.embedded else "external"
     first = cluster.node_urls[0] if cluster.node_urls else cluster.resource_url
-    nodes = kind_of_url(first).name
+    nodes = cluster.kind_of(first).name
     return f"{where} cluster: {len(cluster.node_urls)} {nodes} lock nodes + 1 resource ({cluster.server_version})"

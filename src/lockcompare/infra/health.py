@@ -23,9 +23,11 @@ log = logging.getLogger("lockcompare")
 _PING_TIMEOUT_S = 0.5
 
 
-def answers(url: str) -> bool:
-    """Whether the server at ``url`` answers, as its kind asks it (PING, etcd's /health, a query)."""
-    return kind_of_url(url).answers(url, timeout_s=_PING_TIMEOUT_S)
+def answers(url: str, *, cluster: Cluster | None = None) -> bool:
+    """Whether the server at ``url`` answers, as its kind asks it (PING, etcd's /health, a query);
+    ``cluster``: the one it belongs to, whose kinds are asked about their own servers."""
+    kind = cluster.kind_of(url) if cluster is not None else kind_of_url(url)
+    return kind.answers(url, timeout_s=_PING_TIMEOUT_S)
 
 
 def used_nodes(cluster: Cluster, node_count: int | None) -> range:
@@ -43,11 +45,11 @@ def dead_nodes(
     ("lock node 1 died during the trial") in the holder-minority cells."""
     urls = {i: cluster.node_urls[i] for i in used_nodes(cluster, node_count) if i not in expected_down}
     urls[-1] = cluster.resource_url
-    silent = [i for i, url in urls.items() if not answers(url)]
+    silent = [i for i, url in urls.items() if not answers(url, cluster=cluster)]
     deadline = time.monotonic() + settle_s
     while silent and time.monotonic() < deadline:
         time.sleep(0.2)
-        silent = [i for i in silent if not answers(urls[i])]
+        silent = [i for i in silent if not answers(urls[i], cluster=cluster)]
     return sorted(i for i in silent if i >= 0) + ([-1] if -1 in silent else [])
 
 

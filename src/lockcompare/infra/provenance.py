@@ -21,6 +21,10 @@ import time
 from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lockcompare.infra.kinds import ServerKind
 
 log = logging.getLogger("lockcompare")
 
@@ -98,14 +102,17 @@ def host_facts() -> dict[str, object]:
     }
 
 
-def server_version(*, node_url: str, resource_url: str) -> str:
+def server_version(
+    *, node_url: str, resource_url: str, node_kind: ServerKind | None = None, resource_kind: ServerKind | None = None
+) -> str:
     """What the CSV's ``server_version`` records, as the servers' kinds read it from the servers
     themselves: "valkey 9.1.2", "postgresql 18.6", or "etcd 3.5.1 + redis 6.2.14" when the
-    resource is of another kind than the lock nodes."""
+    resource is of another kind than the lock nodes. ``node_kind``/``resource_kind``: the kinds that
+    started them (else the kind owning each URL's scheme)."""
     from lockcompare.infra.kinds import kind_of_url  # the server modules load only where servers run
 
-    nodes = kind_of_url(node_url).version(node_url)
-    resource = kind_of_url(resource_url).version(resource_url)
+    nodes = (node_kind or kind_of_url(node_url)).version(node_url)
+    resource = (resource_kind or kind_of_url(resource_url)).version(resource_url)
     if resource.split(" ", 1)[0] == nodes.split(" ", 1)[0]:
         return nodes
     return f"{nodes} + {resource}"

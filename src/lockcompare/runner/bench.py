@@ -179,9 +179,9 @@ def run_bench(
     finally:
         if links is not None:
             links.stop()
-        delete_keys_containing(cluster.node_urls, prefix)
+        delete_keys_containing(cluster.node_urls, prefix, kind_of=cluster.kind_of)
         for other in lock_clusters.values():
-            delete_keys_containing(other.node_urls, prefix)
+            delete_keys_containing(other.node_urls, prefix, kind_of=other.kind_of)
     return [_row(name, samples[name], refused[name], wall_ns[name], library[name]) for name in names]
 
 

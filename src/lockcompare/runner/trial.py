@@ -30,8 +30,8 @@ from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.holders import LockHolders, key_glob
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra import cgroup, health, provenance
-from lockcompare.infra.cluster import Cluster, delete_keys_containing
-from lockcompare.infra.kinds import Capability, kind_of_url, lacks
+from lockcompare.infra.cluster import Cluster
+from lockcompare.infra.kinds import Capability, lacks
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group
 from lockcompare.infra.pg_client import is_postgres_url, with_session_settings
 from lockcompare.infra.proxy import ProxySet
@@ -216,7 +216,7 @@ def _run_trial(
             isolation=isolation,
         )
     finally:
-        delete_keys_containing((*cluster.node_urls, cluster.resource_url), prefix)
+        cluster.delete_keys_containing(prefix)
         resource.close()
 
 
@@ -263,7 +263,7 @@ def _lock_holders(cluster: Cluster, *, lock_key: str, backend: type) -> LockHold
     own (pottery: ``redlock:``, python-redis-lock: ``lock:``).
     """
     # The kinds say whether their holders can be read (Capability.LEASE_HOLDERS), not URL schemes.
-    if not cluster.embedded or any(lacks(kind_of_url(url), Capability.LEASE_HOLDERS) for url in cluster.node_urls):
+    if not cluster.embedded or any(lacks(cluster.kind_of(url), Capability.LEASE_HOLDERS) for url in cluster.node_urls):
         return None
     traits = traits_of(backend)
     return LockHolders(

@@ -24,7 +24,7 @@ import redis
 from lockcompare.errors import ConfigError, InvalidValueError, RedisServerNotFoundError
 from lockcompare.infra.kinds import Capabilities, Capability, Server
 from lockcompare.infra.redisconn import connect
-from lockcompare.infra.server import RedisServer, describe_version
+from lockcompare.infra.server import RedisServer, delete_keys_naming, describe_version, flush_all
 from lockcompare.infra.valkey_server import find_valkey_server
 
 if TYPE_CHECKING:
@@ -100,30 +100,14 @@ class Valkey2Kind:
         return "" if self.answers(url, timeout_s=timeout_s) else f"valkey2 server {url} does not answer"
 
     def version(self, url: str) -> str:
-        return describe_version(url)
+        # Its own name in the CSV's server_version: the column says which kind was asked.
+        return "valkey2 " + describe_version(url).split(" ", 1)[-1]
 
     def empty(self, urls: Sequence[str]) -> str:
-        for url in dict.fromkeys(urls):
-            client = connect(url, timeout_s=1.0)
-            try:
-                client.flushall()
-            except redis.RedisError as exc:
-                return f"FLUSHALL failed on {url}: {exc}"
-            finally:
-                client.close()
-        return ""
+        return flush_all(urls)
 
     def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
-        for url in dict.fromkeys(urls):
-            client = connect(url, timeout_s=1.0)
-            try:
-                keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-                if keys:
-                    client.delete(*keys)
-            except redis.RedisError:
-                pass  # a node that is down has no keys left
-            finally:
-                client.close()
+        delete_keys_naming(urls, prefix)
 
 
 class _TracedServer(RedisServer):

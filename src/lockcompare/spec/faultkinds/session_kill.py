@@ -38,9 +38,7 @@ if TYPE_CHECKING:
 
 def _nodes_kind(cluster: Cluster) -> ServerKind | None:
     """The kind of the cluster's lock nodes (None: it has none)."""
-    from lockcompare.infra.kinds import kind_of_url
-
-    return kind_of_url(cluster.node_urls[0]) if cluster.node_urls else None
+    return cluster.kind_of(cluster.node_urls[0]) if cluster.node_urls else None
 
 
 def _zookeeper(kind: ServerKind | None) -> bool:
