@@ -97,6 +97,16 @@ def with_session_settings(url: str, settings: dict[str, str]) -> str:
     return address.to_url(query=_with_param(address.query, "options", options))
 
 
+def with_idle_session_timeout(urls: tuple[str, ...], *, timeout_ms: float) -> tuple[str, ...]:
+    """``urls`` whose PostgreSQL sessions end after ``timeout_ms`` idle (``idle_session_timeout``,
+    a session setting, so a pooled server stays as it is); other servers' URLs unchanged (no such
+    setting). 0: all unchanged."""
+    if not timeout_ms:
+        return urls
+    settings = {"idle_session_timeout": f"{max(1, round(timeout_ms))}ms"}
+    return tuple(with_session_settings(url, settings) if is_postgres_url(url) else url for url in urls)
+
+
 def _with_param(query: str, name: str, value: str) -> str:
     """``query`` with ``name=value`` (percent-encoded) in place of any earlier ``name``."""
     kept = [part for part in query.split("&") if part and unquote(part.partition("=")[0]) != name]

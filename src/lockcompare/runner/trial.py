@@ -33,7 +33,7 @@ from lockcompare.infra import cgroup, health, provenance
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.kinds import Capability, lacks
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group
-from lockcompare.infra.pg_client import is_postgres_url, with_session_settings
+from lockcompare.infra.pg_client import with_idle_session_timeout
 from lockcompare.infra.proxy import ProxySet
 from lockcompare.runner.crew import CrewSource, spawn_crew
 from lockcompare.runner.resource import Resource, ResourceCounters
@@ -274,12 +274,9 @@ def _lock_holders(cluster: Cluster, *, lock_key: str, backend: type) -> LockHold
 
 
 def session_urls(urls: tuple[str, ...], *, spec: TrialSpec) -> tuple[str, ...]:
-    """The lock nodes' URLs as workers use them: a PostgreSQL session carries the trial's
-    ``idle_session_timeout`` (a session setting, so the pooled server stays as it is)."""
-    if not spec.idle_session_timeout_ms:
-        return urls
-    settings = {"idle_session_timeout": f"{max(1, round(spec.idle_session_timeout_ms))}ms"}
-    return tuple(with_session_settings(url, settings) if is_postgres_url(url) else url for url in urls)
+    """The lock nodes' URLs as workers use them: sessions carry the trial's idle session timeout
+    where the servers have one (infra decides which)."""
+    return with_idle_session_timeout(urls, timeout_ms=spec.idle_session_timeout_ms)
 
 
 def fault_plan(spec: TrialSpec, *, lock_key: str = "") -> list[PlannedStep]:
