@@ -34,7 +34,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from lockcompare.spec.limits import DEFAULT_CPU_SHARE as CPU_SHARE  # the scheduler's budget
+from lockcompare.scenario.limits import DEFAULT_CPU_SHARE as CPU_SHARE  # the scheduler's budget
 
 HOSTS = (1, 4, 16)
 

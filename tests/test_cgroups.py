@@ -30,8 +30,8 @@ from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.procgroup import read_stat
 from lockcompare.runner.crew import WorkerPool
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 needs_cgroups = pytest.mark.skipif(
     cgroup.probe() == cgroup.PROCESS_GROUP, reason="needs writable cgroups (v1 freezer+pids, or v2 with pids): root"

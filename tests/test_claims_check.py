@@ -10,7 +10,7 @@ import pytest
 
 from lockcompare.analysis.claims_check import ABSENT, CONTRADICTED, HOLDS, check_claims
 from lockcompare.analysis.results import read_results
-from lockcompare.spec.claims import EXPECTATIONS, RULES, Expect
+from lockcompare.scenario.claims import EXPECTATIONS, RULES, Expect
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 

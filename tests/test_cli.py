@@ -13,7 +13,7 @@ from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.cli import app
 from lockcompare.infra.server import free_port
 from lockcompare.render.timeline import STEP_KINDS, load_history
-from lockcompare.spec.experiments import EXPERIMENTS
+from lockcompare.scenario.experiments import EXPERIMENTS
 
 runner = CliRunner()
 

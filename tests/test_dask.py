@@ -18,7 +18,7 @@ from lockcompare.analysis.results import inspect_results, read_results
 from lockcompare.cli import app
 from lockcompare.infra.procgroup import command_line, process_table
 from lockcompare.runner.matrix import run_matrix
-from lockcompare.spec.parsing import Overrides
+from lockcompare.scenario.parsing import Overrides
 
 distributed = pytest.importorskip("distributed", reason="Dask's distributed is not installed (the test extra has it)")
 

@@ -1,4 +1,4 @@
-"""The pure packages' docstring examples run as tests (issue 39): analysis/, render/ and spec/ show
+"""The pure packages' docstring examples run as tests (issue 39): analysis/, render/ and scenario/ show
 their functions on hand-built inputs, and an example that no longer holds fails here."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 
 import lockcompare.analysis
 import lockcompare.render
-import lockcompare.spec
+import lockcompare.scenario
 
-PURE_PACKAGES = (lockcompare.analysis, lockcompare.render, lockcompare.spec)
+PURE_PACKAGES = (lockcompare.analysis, lockcompare.render, lockcompare.scenario)
 
 
 def _modules() -> list[str]:

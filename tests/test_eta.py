@@ -13,8 +13,8 @@ from rich.console import Console
 from lockcompare.cli import eta as eta_module
 from lockcompare.cli.eta import Eta, remaining_text
 from lockcompare.cli.progress_bar import cell_of, progress_bar
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 
 class Clock:

@@ -28,7 +28,7 @@ from lockcompare.backends.etcd import EtcdFencedLock, EtcdLock, lease_seconds
 from lockcompare.infra.cluster import Cluster, embedded_redis_kind, open_cluster
 from lockcompare.infra.etcd_server import EXPIRY_LAG_MS
 from lockcompare.runner.matrix import ClusterOptions, cluster_shape, plan_matrix
-from lockcompare.spec.trialspec import Overrides
+from lockcompare.scenario.trialspec import Overrides
 from test_lifecycle import alive
 
 

@@ -28,9 +28,9 @@ from lockcompare.evaluation.evaluate import overrides_for, scales_for
 from lockcompare.evaluation.explore_trials import fitting_scale
 from lockcompare.evaluation.shrink import NO_FAULT
 from lockcompare.faults.targets import lease_nodes, never_resolves
-from lockcompare.spec.experiments import EXPERIMENTS
-from lockcompare.spec.schedule import parse_schedule
-from lockcompare.spec.trialspec import Overrides, custom_faults, make_spec
+from lockcompare.scenario.experiments import EXPERIMENTS
+from lockcompare.scenario.schedule import parse_schedule
+from lockcompare.scenario.trialspec import Overrides, custom_faults, make_spec
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"

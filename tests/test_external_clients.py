@@ -28,8 +28,8 @@ from lockcompare.errors import BackendLoadError, BackendNotViableError, External
 from lockcompare.faults.holders import LockHolders, key_glob
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 REFCLIENT = clients_dir() / "python" / "refclient.py"
 NODE_DIR = clients_dir() / "node"

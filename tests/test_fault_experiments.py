@@ -16,9 +16,9 @@ from lockcompare.infra.cluster import open_cluster
 from lockcompare.infra.health import answers
 from lockcompare.infra.redisconn import connect
 from lockcompare.runner.trial import new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.schedule import at_scale, parse_schedule
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.schedule import at_scale, parse_schedule
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 QUICK = dict(time_scale=0.5, rounds=3)  # the quick check the issue names: faults need ~10 ms restarts to fit in a hold
 

@@ -10,10 +10,10 @@ from lockcompare.analysis import sentinel
 from lockcompare.evaluation import schedules
 from lockcompare.faults.plan import planned_steps
 from lockcompare.render.docs import fault_kinds_table
-from lockcompare.spec import faultkinds
-from lockcompare.spec.faultkinds.base import Shape
-from lockcompare.spec.schedule import at_scale, parse_schedule
-from lockcompare.spec.settings import SETTINGS
+from lockcompare.scenario import faultkinds
+from lockcompare.scenario.faultkinds.base import Shape
+from lockcompare.scenario.schedule import at_scale, parse_schedule
+from lockcompare.scenario.settings import SETTINGS
 
 
 def test_every_module_with_a_kind_is_found_once_by_its_one_name() -> None:

@@ -14,10 +14,10 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.faults.plan import planned_steps, worker_pauses
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.faults.targets import current_owner, resolve_nodes, resolve_worker
-from lockcompare.spec.choices import PauseHow
-from lockcompare.spec.experiments import EXPERIMENTS
-from lockcompare.spec.schedule import NodeTarget, WorkerTarget, at_scale, parse_schedule, read_schedule_file
-from lockcompare.spec.trialspec import Overrides, legacy_faults, make_spec, trial_id_for
+from lockcompare.scenario.choices import PauseHow
+from lockcompare.scenario.experiments import EXPERIMENTS
+from lockcompare.scenario.schedule import NodeTarget, WorkerTarget, at_scale, parse_schedule, read_schedule_file
+from lockcompare.scenario.trialspec import Overrides, legacy_faults, make_spec, trial_id_for
 
 #: The common brief's examples: every one must parse and round-trip.
 CONTRACT = [
@@ -307,7 +307,7 @@ def test_link_trials_run_each_backend_with_its_own_client_timeout_unless_swept()
     """Timeouts belong to the backend (redis-py's 5 s default for the library adapters, 2 s for
     lockcompare's own); only trials with slow or cut links record one; --client-timeout-ms sweeps it."""
     from lockcompare.runner.matrix import plan_matrix
-    from lockcompare.spec.parsing import Sweep
+    from lockcompare.scenario.parsing import Sweep
 
     specs = plan_matrix(
         backends=["single", "pottery"], experiments=["partition", "slow-response", "baseline"], trials=1,

@@ -23,9 +23,9 @@ from lockcompare.faults.plan import planned_steps
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra.cluster import Cluster
 from lockcompare.runner.trial import new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.schedule import at_scale, parse_schedule
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.schedule import at_scale, parse_schedule
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 MS = 1_000_000
 REPO = Path(__file__).resolve().parents[1]

@@ -13,10 +13,10 @@ from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.schedule import FaultContext
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
-from lockcompare.spec.choices import PauseHow
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.faultkinds.starve import Strobe
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.choices import PauseHow
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.faultkinds.starve import Strobe
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 QUICK = dict(time_scale=0.5, rounds=8)
 

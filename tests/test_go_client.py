@@ -26,8 +26,8 @@ from lockcompare.infra.etcd_client import EtcdClient, b64
 from lockcompare.infra.etcd_server import find_etcd
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 GO_DIR = clients_dir() / "go"
 BINARY = GO_DIR / "build" / "etcd-lock-client"

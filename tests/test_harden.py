@@ -33,8 +33,8 @@ from lockcompare.infra.lifecycle import remove_orphaned_dirs
 from lockcompare.infra.redisconn import redact, with_env_password
 from lockcompare.runner.matrix import run_matrix
 from lockcompare.runner.outfile import prepare_out
-from lockcompare.spec.limits import check_count
-from lockcompare.spec.parsing import Overrides
+from lockcompare.scenario.limits import check_count
+from lockcompare.scenario.parsing import Overrides
 
 QUICK = Overrides(time_scale=0.1, rounds=3, call_timeout_ms=1500)
 

@@ -20,8 +20,8 @@ from lockcompare.errors import BackendLoadError, InvalidValueError, ResultsBusyE
 from lockcompare.files import lock_path_for, results_lock
 from lockcompare.redaction import redact
 from lockcompare.render.table import format_table, markdown_text, spreadsheet_text
-from lockcompare.spec.parsing import parse_number
-from lockcompare.spec.schedule import MAX_SCHEDULE_CHARS, parse_schedule
+from lockcompare.scenario.parsing import parse_number
+from lockcompare.scenario.schedule import MAX_SCHEDULE_CHARS, parse_schedule
 
 DATA = Path(__file__).parent / "data"
 TINY = DATA / "golden" / "tiny.csv"

@@ -32,8 +32,8 @@ from lockcompare.backends.external.shipped import clients_dir
 from lockcompare.errors import BackendLoadError, BackendNotViableError
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 JAVA_DIR = clients_dir() / "java"
 JAR = JAVA_DIR / "build" / "curator-mutex.jar"

@@ -1,5 +1,5 @@
 """The layers: analysis and render (what the offline commands table, report, compare and history
-compute with) import no redis and no runner, so results can be read and re-rendered anywhere; spec
+compute with) import no redis and no runner, so results can be read and re-rendered anywhere; scenario
 imports no faults; no package imports another that imports it back; `import lockcompare.cli` loads
 no server code; every lockcompare exception is drawn in errors.py's tree."""
 
@@ -28,9 +28,9 @@ class Block:
             raise ImportError(f"blocked: {name}")
 
 sys.meta_path.insert(0, Block())
-import lockcompare.analysis, lockcompare.render, lockcompare.spec
+import lockcompare.analysis, lockcompare.render, lockcompare.scenario
 failed = []
-for package in (lockcompare.analysis, lockcompare.render, lockcompare.spec):
+for package in (lockcompare.analysis, lockcompare.render, lockcompare.scenario):
     for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
         try:
             importlib.import_module(module.name)
@@ -101,20 +101,20 @@ def test_no_package_imports_one_that_imports_it_back() -> None:
         order = list(TopologicalSorter(graph).static_order())
     except CycleError as exc:
         pytest.fail(f"a package cycle: {' -> '.join(exc.args[1])}")
-    assert order.index("errors") < order.index("spec") < order.index("faults") < order.index("runner")
+    assert order.index("errors") < order.index("scenario") < order.index("faults") < order.index("runner")
 
 
 #: Late imports that cross a layer, each with its reason (none may be added without one).
 KNOWN_LATE = {
-    ("spec", "faults"): "session-kill on ZooKeeper calls faults/zookeeper.py's session expiry at run time; "
+    ("scenario", "faults"): "session-kill on ZooKeeper calls faults/zookeeper.py's session expiry at run time; "
     "that module belongs in infra, beside the client it drives",
 }
 
 
-def test_spec_imports_no_faults_and_analysis_no_runner_or_infra() -> None:
+def test_scenario_imports_no_faults_and_analysis_no_runner_or_infra() -> None:
     graph = package_graph()
-    graph["spec"] -= {b for a, b in KNOWN_LATE if a == "spec"}
-    assert not graph["spec"] & {"faults", "runner", "evaluation", "cli", "analysis", "render"}, graph["spec"]
+    graph["scenario"] -= {b for a, b in KNOWN_LATE if a == "scenario"}
+    assert not graph["scenario"] & {"faults", "runner", "evaluation", "cli", "analysis", "render"}, graph["scenario"]
     assert not graph["analysis"] & {"runner", "infra", "faults", "backends", "evaluation", "cli"}, graph["analysis"]
     assert not graph["render"] & {"runner", "infra", "faults", "backends", "evaluation", "cli"}, graph["render"]
 

@@ -19,8 +19,8 @@ from lockcompare.analysis.results import read_results
 from lockcompare.errors import InvalidValueError
 from lockcompare.faults.plan import worker_lost_replies, worker_pauses
 from lockcompare.runner.matrix import plan_matrix
-from lockcompare.spec.parsing import Overrides
-from lockcompare.spec.schedule import at_scale, parse_schedule
+from lockcompare.scenario.parsing import Overrides
+from lockcompare.scenario.schedule import at_scale, parse_schedule
 
 # --- pure: the schedule step and the count ------------------------------------------------------------
 

@@ -22,9 +22,9 @@ from lockcompare.infra.redisconn import connect
 from lockcompare.render.timeline import render_timeline
 from lockcompare.runner.matrix import Sweep, plan_matrix
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.schedule import at_scale, parse_schedule
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.schedule import at_scale, parse_schedule
+from lockcompare.scenario.trialspec import Overrides, make_spec
 from test_lifecycle import alive, descendants, interrupt_and_check, wait_for_rows
 
 QUICK = dict(time_scale=0.1, rounds=6)

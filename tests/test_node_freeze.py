@@ -9,9 +9,9 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.infra.cluster import open_cluster
 from lockcompare.infra.health import answers
 from lockcompare.runner.trial import new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.schedule import parse_schedule
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.schedule import parse_schedule
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 FREEZE_MS = 1500  # lesson scale: 750 ms at --time-scale 0.5, longer than the 500 ms TTL
 

@@ -15,8 +15,8 @@ from lockcompare.evaluation.conformance import Status, battery, check_property, 
 from lockcompare.evaluation.evaluate import judge_experiments
 from lockcompare.infra.cluster import Cluster
 from lockcompare.runner.trial import new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.trialspec import Overrides, make_spec
 from plugins.overstated import OVERSTATED_MS, OverstatedLock
 
 SPEC = "plugins.overstated:OverstatedLock"

@@ -16,8 +16,8 @@ from lockcompare.runner.crew import WorkerPool
 from lockcompare.runner.matrix import run_matrix
 from lockcompare.runner.scheduler import CpuBudget, Finished, run_scheduled
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.trialspec import Overrides, make_spec
 from test_lifecycle import alive, descendants
 
 QUICK = Overrides(time_scale=0.1, rounds=3)

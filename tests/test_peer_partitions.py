@@ -24,8 +24,8 @@ from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.kinds import RoleKind, Roles
 from lockcompare.infra.peerlinks import peer_links_of
 from lockcompare.infra.sockets import parse_line
-from lockcompare.spec.faultkinds.isolate import Partition
-from lockcompare.spec.schedule import NodeTarget, parse_schedule
+from lockcompare.scenario.faultkinds.isolate import Partition
+from lockcompare.scenario.schedule import NodeTarget, parse_schedule
 
 # --- pure ------------------------------------------------------------------------------------------
 
@@ -220,7 +220,7 @@ def test_a_minority_cut_off_and_healed(ensemble: tuple[RoleKind, Cluster]) -> No
 
 def test_cells_that_cannot_run_say_why_before_anything_starts() -> None:
     from lockcompare.runner.matrix import plan_matrix
-    from lockcompare.spec.parsing import Overrides
+    from lockcompare.scenario.parsing import Overrides
 
     def refusal(backend: str, experiment: str, **settings: object) -> str:
         with pytest.raises(InvalidValueError) as caught:

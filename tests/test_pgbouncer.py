@@ -29,7 +29,7 @@ from lockcompare.evaluation.conformance import Status, battery, check_property, 
 from lockcompare.evaluation.explore import TrialOutcome, judge
 from lockcompare.infra.postgres_server import PostgresServer, start_postgres
 from lockcompare.runner.matrix import ClusterOptions, run_matrix
-from lockcompare.spec.trialspec import Overrides
+from lockcompare.scenario.trialspec import Overrides
 
 ADVISORY = "pg-advisory"
 

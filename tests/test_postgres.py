@@ -51,10 +51,10 @@ from lockcompare.infra.postgres_server import PostgresServer, start_postgres
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.resource_pg import PgResource
 from lockcompare.runner.trial import run_trial
-from lockcompare.spec.choices import Check
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.faultkinds.session_kill import SessionKill
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.choices import Check
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.faultkinds.session_kill import SessionKill
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 ADVISORY = "lockcompare.backends.pg_advisory:PgAdvisoryLock"
 LEASE = "lockcompare.backends.pg_lease:PgLeaseLock"

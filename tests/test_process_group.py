@@ -40,9 +40,9 @@ from lockcompare.infra.procgroup import (
     read_stat,
 )
 from lockcompare.runner.trial import new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.faultkinds.starve import Strobe
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.faultkinds.starve import Strobe
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 IN_GROUP = "plugins.renewing_child:RenewingChildLock"
 ESCAPING = "plugins.renewing_child:EscapingChildLock"

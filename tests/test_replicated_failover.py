@@ -13,7 +13,7 @@ import pytest
 from lockcompare.infra.cluster import Cluster, ClusterShape, start_embedded
 from lockcompare.infra.kinds import RoleKind, get_kind
 from lockcompare.infra.sentinel import parse_sentinel_url, sentinel_url
-from lockcompare.spec.faultkinds.failover import Failover
+from lockcompare.scenario.faultkinds.failover import Failover
 
 
 def _alive(pid: int | None) -> bool:

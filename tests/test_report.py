@@ -21,7 +21,7 @@ from lockcompare.infra.kinds import get_kind
 from lockcompare.render.plots import MATRIX_HEIGHT_PX, WIDTH_PX, timeline_height_px
 from lockcompare.render.report import MANIFEST_NAME, REPORT_NAME, row_for_history, write_report
 from lockcompare.render.table import render
-from lockcompare.spec.settings import IDENTITY_SETTINGS
+from lockcompare.scenario.settings import IDENTITY_SETTINGS
 from png_header import png_size
 
 GOLDEN = Path(__file__).parent / "data" / "golden"

@@ -15,7 +15,7 @@ from lockcompare.infra.provenance import source_revision
 from lockcompare.render.table import REVISION_NOTE, render
 from lockcompare.runner.matrix import run_matrix
 from lockcompare.runner.outfile import prepare_out
-from lockcompare.spec.parsing import Overrides
+from lockcompare.scenario.parsing import Overrides
 
 QUICK = Overrides(time_scale=0.1, rounds=3, call_timeout_ms=1500)
 OTHER = "0123456789abcdef0123456789abcdef01234567"

@@ -1,4 +1,4 @@
-"""One time frame (issue 39.3): a trial's schedule is scaled once, at the door (spec/schedule.py
+"""One time frame (issue 39.3): a trial's schedule is scaled once, at the door (scenario/schedule.py
 ``at_scale``, via ``TrialSpec.schedule``), and what runs it reads milliseconds it never scales.
 
 The expected values are worked out by hand from the written times and the scale: they are the
@@ -12,9 +12,9 @@ import pytest
 
 from lockcompare.faults.plan import planned_steps, timing_extras, worker_pauses
 from lockcompare.faults.schedule import FaultScheduler
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.schedule import at_scale, parse_schedule
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.schedule import at_scale, parse_schedule
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 MS = 1_000_000  # ns
 

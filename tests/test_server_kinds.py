@@ -31,7 +31,7 @@ from lockcompare.infra.replication import FailoverPair
 from lockcompare.infra.server import RedisServer, describe_version
 from lockcompare.infra.valkey_server import find_valkey_server
 from lockcompare.runner.matrix import plan_matrix
-from lockcompare.spec.parsing import Overrides
+from lockcompare.scenario.parsing import Overrides
 
 DATA = Path(__file__).parent / "data"
 

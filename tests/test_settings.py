@@ -17,10 +17,10 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.infra.kinds import server_for
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.trial import TrialResult
-from lockcompare.spec.parsing import cli_text, from_cli, setting_for_flag
-from lockcompare.spec.setting import Setting
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
-from lockcompare.spec.trialspec import TrialSpec
+from lockcompare.scenario.parsing import cli_text, from_cli, setting_for_flag
+from lockcompare.scenario.setting import Setting
+from lockcompare.scenario.settings import CLI_SETTINGS, SETTINGS
+from lockcompare.scenario.trialspec import TrialSpec
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 

@@ -19,7 +19,7 @@ from lockcompare.analysis.results import read_results
 from lockcompare.backends import load_backend
 from lockcompare.errors import BackendNotViableError
 from lockcompare.runner.matrix import run_matrix
-from lockcompare.spec.parsing import Overrides
+from lockcompare.scenario.parsing import Overrides
 
 #: (backend, --server, time scale): etcd leases are whole seconds, so its trial runs at the lesson's scale.
 SMOKES = [

@@ -8,8 +8,8 @@ import pytest
 
 from lockcompare.analysis.stats import mean_ci, percentile
 from lockcompare.errors import InvalidValueError, UnknownNameError
-from lockcompare.spec.experiments import EXPERIMENTS, get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import EXPERIMENTS, get_experiment
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 
 def test_percentile_interpolates() -> None:

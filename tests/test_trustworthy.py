@@ -21,8 +21,8 @@ from lockcompare.infra.redisconn import connect
 from lockcompare.runner.matrix import run_matrix
 from lockcompare.runner.resource import Resource, ResourceCounters
 from lockcompare.runner.trial import new_run_id, run_trial
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.trialspec import Overrides, make_spec
 
 DATA = Path(__file__).parent / "data"
 QUICK = Overrides(time_scale=0.1, rounds=3, call_timeout_ms=1500)

@@ -18,7 +18,7 @@ from lockcompare.cli import app
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.redisconn import connect
 from lockcompare.runner.resource import Resource
-from lockcompare.spec.choices import Check
+from lockcompare.scenario.choices import Check
 
 #: Tokens a float cannot tell apart from their neighbours, and the largest a resource stores.
 WIDE = [2**53 - 1, 2**53, 2**53 + 1, (2**28 << 32) | 7, 2**63 - 2, 2**63 - 1]

@@ -47,10 +47,10 @@ from lockcompare.infra.zookeeper_server import (
 )
 from lockcompare.runner.matrix import ClusterOptions, cluster_shape
 from lockcompare.runner.trial import TrialResult, run_trial
-from lockcompare.spec.choices import Check
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.schedule import parse_schedule
-from lockcompare.spec.trialspec import Overrides, make_spec
+from lockcompare.scenario.choices import Check
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.schedule import parse_schedule
+from lockcompare.scenario.trialspec import Overrides, make_spec
 from test_lifecycle import alive
 
 

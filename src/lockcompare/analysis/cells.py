@@ -1,7 +1,7 @@
 """Cells of a results file: the trials that belong together in one table line, bar or report section.
 
 A cell is a backend × an experiment, split further by every setting of
-:data:`CONDITION_COLUMNS` (the identity settings of spec/settings.py) that varies inside one backend × experiment (a
+:data:`CONDITION_COLUMNS` (the identity settings of scenario/settings.py) that varies inside one backend × experiment (a
 pause-length sweep makes one cell per pause length). This is the same grouping as the summary
 table's, so a bar in a plot and a line in the table always cover the same trials.
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockcompare.analysis.order import cell_rank
-from lockcompare.spec.settings import CONDITION_SETTINGS
-from lockcompare.spec.trialspec import custom_faults
+from lockcompare.scenario.settings import CONDITION_SETTINGS
+from lockcompare.scenario.trialspec import custom_faults
 
 #: Settings that split cells when they vary within one experiment (backend and experiment always do).
 CONDITION_COLUMNS = CONDITION_SETTINGS

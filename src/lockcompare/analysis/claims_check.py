@@ -1,4 +1,4 @@
-"""Check the catalogue's claims (spec/claims.py) against the rows of a results file.
+"""Check the catalogue's claims (scenario/claims.py) against the rows of a results file.
 
 Pure: rows in, one :class:`ClaimOutcome` per (expectation, backend) out. A cell the file does not
 hold, or holds only with another schedule, is ``not in file`` — never a pass. Only rows that ran
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockcompare.spec.claims import EXPECTATIONS, RULES, Expect
-from lockcompare.spec.trialspec import custom_faults
+from lockcompare.scenario.claims import EXPECTATIONS, RULES, Expect
+from lockcompare.scenario.trialspec import custom_faults
 
 HOLDS, CONTRADICTED, ABSENT = "holds", "contradicted", "not in file"
 

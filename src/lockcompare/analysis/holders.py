@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lockcompare.spec import faultkinds
+from lockcompare.scenario import faultkinds
 
 #: Unknown: the node could not be read.
 UNREADABLE = "?"
@@ -32,7 +32,7 @@ def describe_holders(holders: Sequence[str | None], owners: dict[str, int]) -> s
 
 
 #: The node faults whose victims lose the lock keys they held (a jump of 2 x TTL expires them), by
-#: their names in the history, older histories' included (spec/faultkinds: ``loses_keys``).
+#: their names in the history, older histories' included (scenario/faultkinds: ``loses_keys``).
 NODE_LOSING_FAULTS = faultkinds.with_former_names(faultkinds.names_where("loses_keys"))
 
 

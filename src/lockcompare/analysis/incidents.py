@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lockcompare.analysis.history import Event
-from lockcompare.spec import faultkinds
+from lockcompare.scenario import faultkinds
 
 #: What a picture of an uneventful trial shows: its first 3 s (a few rounds at the lesson's scale).
 QUIET_WINDOW_MS = 3000.0

@@ -2,7 +2,7 @@
 
 Backends come in the order they are registered (``pyproject.toml``'s entry points, which
 ``tests/test_order.py`` checks against this list), then any other backend (a plug-in, a
-``package.module:Class``) by name; experiments in catalogue order (``spec/experiments.py``), then
+``package.module:Class``) by name; experiments in catalogue order (``scenario/experiments.py``), then
 unknown ones by name. Rows are appended to a CSV in the order trials *finish*, which with parallel
 trials is no order at all: a reader looking for ``fenced × baseline`` must find it in the same
 place in every table.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lockcompare.spec.experiments import EXPERIMENTS
+from lockcompare.scenario.experiments import EXPERIMENTS
 
 #: Built-in backends in registration order (pyproject.toml's ``lockcompare.backends`` entry points).
 BACKEND_ORDER = (

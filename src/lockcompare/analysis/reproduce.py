@@ -4,7 +4,7 @@ settings, and the exact trial (:func:`spec_from_row`) that ``lockcompare run --f
 The CSV stores times already multiplied by ``time_scale``; the command gives them at the lesson's
 scale (divided back) with the same ``--time-scale``, so a rerun writes rows whose every setting
 column, ``time_scale`` included, equals the original's. Every setting of the settings table
-(spec/settings.py) is written out, in the table's order, even where it equals today's default, so the
+(scenario/settings.py) is written out, in the table's order, even where it equals today's default, so the
 command still means the same when a default changes; a setting that does not apply to the trial (a
 pause point without a pause, fault settings without a fault) is left out.
 
@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
 from lockcompare.errors import UnknownNameError
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.parsing import cli_text
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
-from lockcompare.spec.trialspec import IDENTITY_SETTINGS, TrialSpec, catalogue_faults, trial_seed
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.parsing import cli_text
+from lockcompare.scenario.settings import CLI_SETTINGS, SETTINGS
+from lockcompare.scenario.trialspec import IDENTITY_SETTINGS, TrialSpec, catalogue_faults, trial_seed
 
 #: resource_check → the --fence value that produces it (the others come from the backend itself).
 FENCE_FOR_CHECK = {"fence-writes": "writes", "fence-all": "all", "token-cas": "token"}
@@ -122,7 +122,7 @@ def plugin_dir(backend: str) -> str | None:
 
 
 def _arguments(row: dict[str, Any]) -> list[str]:
-    """Every CLI setting of the row, in the settings table's order (spec/settings.py): times given
+    """Every CLI setting of the row, in the settings table's order (scenario/settings.py): times given
     at the lesson's scale, a setting that does not apply to the trial (a pause point without a
     pause) left out, the fence mode from the row's resource_check, the base seed when it is known."""
     try:
@@ -207,7 +207,7 @@ def find_row(rows: Sequence[dict[str, Any]], selector: str) -> dict[str, Any]:
     from lockcompare.errors import InvalidValueError
 
     if selector.isascii() and selector.isdigit():
-        from lockcompare.spec.parsing import parse_number
+        from lockcompare.scenario.parsing import parse_number
 
         number_ = int(parse_number(selector, what="the row number", whole=True))
         if not 1 <= number_ <= len(rows):

@@ -23,8 +23,8 @@ from lockcompare.analysis import sentinel
 from lockcompare.analysis.checker import TrialMetrics
 from lockcompare.errors import ResultsFileError
 from lockcompare.files import read_capped, replace_atomically, write_error
-from lockcompare.spec.settings import LEGACY_VALUES, SETTING_COLUMNS, SETTINGS
-from lockcompare.spec.trialspec import TrialSpec, canonical, legacy_client_timeout_ms, legacy_faults, trial_id_for
+from lockcompare.scenario.settings import LEGACY_VALUES, SETTING_COLUMNS, SETTINGS
+from lockcompare.scenario.trialspec import TrialSpec, canonical, legacy_client_timeout_ms, legacy_faults, trial_id_for
 
 
 class FinishedTrial(Protocol):
@@ -59,11 +59,11 @@ log = logging.getLogger("lockcompare")
 #: setting (redis, valkey) and ``server_version`` (was ``redis_version``: it held "postgresql 18.6"
 #: for a PostgreSQL resource, and "7.2.4" for Valkey); 9: ``isolation``, what held each client
 #: (cgroup-v1, cgroup-v2 or process-group: infra/cgroup.py; empty in older rows, which had process
-#: groups or less). The settings' legacy values come from spec/settings.py.
+#: groups or less). The settings' legacy values come from scenario/settings.py.
 SCHEMA_VERSION = 9
 
 #: What a row of an older schema meant for the columns it lacks: each setting's legacy value
-#: (spec/settings.py: until schema 3 the pause was an in-process sleep; schema 1: it landed right
+#: (scenario/settings.py: until schema 3 the pause was an in-process sleep; schema 1: it landed right
 #: after acquiring, no think time; until schema 4: no jitter), and these metrics. Provenance columns
 #: a row lacks stay empty: unknown, never guessed.
 _LEGACY_METRICS = {"extra_entries": "0", "reads_rejected": "0", "cs_retries": "0", "double_applications": "0"}

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockcompare.analysis.history import Event
-from lockcompare.spec import faultkinds
+from lockcompare.scenario import faultkinds
 
 #: The share of the margin a stall must reach for the trial to be marked (see the module docstring).
 MARK_SHARE = 0.5
@@ -67,7 +67,7 @@ _NS_PER_MS = 1e6
 #: reproduction's baseline trials), at most 48 ms (an etcd member's first HTTP request).
 CONNECT_ALLOWANCE_MS = 5.0
 #: Faults whose purpose is to delay the worker they target (``target_worker``; absent: every worker):
-#: the kinds that say ``excuses_worker`` (spec/faultkinds), by their names in the history, older
+#: the kinds that say ``excuses_worker`` (scenario/faultkinds), by their names in the history, older
 #: histories' included (``slow-link`` before it was ``slow``).
 _DELAYS_ITS_WORKER = faultkinds.with_former_names(faultkinds.names_where("excuses_worker"))
 #: Faults that keep a lock server away (``excuses_calls``): the workers' calls meanwhile wait on it.

@@ -55,7 +55,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from lockcompare.analysis.history import Event
-from lockcompare.spec import faultkinds
+from lockcompare.scenario import faultkinds
 
 #: The runner's fault injections that end lock sessions on the server (by the kinds' one names, and
 #: the names older histories gave their events: ``node-restart`` for ``restart``).
@@ -68,7 +68,7 @@ WORKER_FAULTS = faultkinds.with_former_names(("slow", "cut", "starve", "pause"))
 #: Of those, the ones that silence the worker completely for their whole stretch (a starved worker
 #: still runs part of each period; a slowed link still carries its pings).
 SILENCING_FAULTS = faultkinds.with_former_names(("cut", "pause"))
-#: The runner's faults that keep a lock server away from every client on it (spec/faultkinds:
+#: The runner's faults that keep a lock server away from every client on it (scenario/faultkinds:
 #: ``excuses_calls``): crash, restart, failover.
 SERVER_OUTAGE_FAULTS = faultkinds.with_former_names(faultkinds.names_where("excuses_calls"))
 

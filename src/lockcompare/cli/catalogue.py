@@ -36,8 +36,8 @@ from lockcompare.evaluation.defaults import (
     QUICK_ROUNDS,
     QUICK_TIME_SCALE,
 )
-from lockcompare.spec.experiments import EXPERIMENTS
-from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides, make_spec
+from lockcompare.scenario.experiments import EXPERIMENTS
+from lockcompare.scenario.trialspec import DEFAULT_ROUNDS, Overrides, make_spec
 
 
 @app.command()
@@ -58,7 +58,7 @@ def experiments(
         typer.Option(
             "--check",
             metavar="RESULTS.csv",
-            help="Instead of listing: test each experiment's claim (spec/claims.py) against the trials of this "
+            help="Instead of listing: test each experiment's claim (scenario/claims.py) against the trials of this "
             "results file; exit 1 when the run contradicts one.",
         ),
     ] = None,

@@ -27,10 +27,10 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.evaluation.defaults import DEFAULT_TIME_SCALE
 from lockcompare.evaluation.explore import DEFAULT_PROPERTY, PROPERTIES, TrialOutcome, TrialRequest
 from lockcompare.evaluation.schedules import DEFAULT_KINDS, KINDS, MAX_STEPS, parse_kinds
-from lockcompare.spec.choices import FENCE_MODES
-from lockcompare.spec.limits import check_count
-from lockcompare.spec.parsing import parse_number
-from lockcompare.spec.schedule import MAX_SCHEDULE_STEPS
+from lockcompare.scenario.choices import FENCE_MODES
+from lockcompare.scenario.limits import check_count
+from lockcompare.scenario.parsing import parse_number
+from lockcompare.scenario.schedule import MAX_SCHEDULE_STEPS
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 #: A week: a search longer than that is a typo (or 400 nines), not a plan.

@@ -41,9 +41,9 @@ from lockcompare.cli.options import (
 from lockcompare.errors import InvalidValueError, UnknownTrialsError
 from lockcompare.redaction import redact
 from lockcompare.render import table
-from lockcompare.spec.experiments import DEFAULT_EXPERIMENTS
-from lockcompare.spec.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, env_name
-from lockcompare.spec.settings import SETTING_COLUMNS
+from lockcompare.scenario.experiments import DEFAULT_EXPERIMENTS
+from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, env_name
+from lockcompare.scenario.settings import SETTING_COLUMNS
 
 if TYPE_CHECKING:  # the runner, servers and backends are imported by each command as it runs
     from lockcompare.runner.matrix import MatrixReport

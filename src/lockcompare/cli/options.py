@@ -17,11 +17,11 @@ from lockcompare.cli.progress_bar import progress_bar
 from lockcompare.errors import InvalidValueError
 from lockcompare.files import read_capped
 from lockcompare.infra.redisconn import PASSWORD_ENV, redact  # (no redis-py: it is imported when a client connects)
-from lockcompare.spec.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, usable_cpus
-from lockcompare.spec.parsing import Overrides, Sweep, check_value, cli_text, from_cli
-from lockcompare.spec.schedule import read_schedule_file
-from lockcompare.spec.setting import Setting
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
+from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, usable_cpus
+from lockcompare.scenario.parsing import Overrides, Sweep, check_value, cli_text, from_cli
+from lockcompare.scenario.schedule import read_schedule_file
+from lockcompare.scenario.setting import Setting
+from lockcompare.scenario.settings import CLI_SETTINGS, SETTINGS
 
 if TYPE_CHECKING:  # the runner is imported by the commands that run trials, when they run
     from lockcompare.runner.matrix import MatrixReport
@@ -197,7 +197,7 @@ SEARCH_SETTINGS = ("workers", "ttl_ms", "work_ms", "retry_delay_ms", "think_ms",
 def with_trial_settings(
     command: Callable[..., Any] | None = None, *, only: tuple[str, ...] | None = None
 ) -> Callable[..., Any]:
-    """Give ``command`` one option per CLI setting of the settings table (spec/settings.py), or per
+    """Give ``command`` one option per CLI setting of the settings table (scenario/settings.py), or per
     setting named in ``only``.
 
     Every option is taken as text (None: not given) and parsed by the table: comma lists where a

@@ -26,7 +26,7 @@ from lockcompare.cli.eta import Eta, remaining_text
 
 if TYPE_CHECKING:
     from lockcompare.runner.trial import TrialResult
-    from lockcompare.spec.trialspec import TrialSpec
+    from lockcompare.scenario.trialspec import TrialSpec
 
 #: The bar redraws this often; the estimate is recomputed at each redraw (cheap, but not free
 #: beside trials whose timing is measured).

@@ -60,11 +60,11 @@ from lockcompare.files import check_output_file, results_lock
 from lockcompare.infra.kinds import POSTGRES_PROTOCOL
 from lockcompare.runner.matrix import ProgressCallback, run_matrix
 from lockcompare.runner.plan import ClusterOptions
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.limits import check_count
-from lockcompare.spec.parsing import Sweep, cli_text
-from lockcompare.spec.settings import CLI_SETTINGS
-from lockcompare.spec.trialspec import DEFAULT_ROUNDS, Overrides
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.limits import check_count
+from lockcompare.scenario.parsing import Sweep, cli_text
+from lockcompare.scenario.settings import CLI_SETTINGS
+from lockcompare.scenario.trialspec import DEFAULT_ROUNDS, Overrides
 
 EXPERIMENTS = ("baseline", "client-pause", "short-ttl")
 #: Run for the backend alone, when its lock lives in a database session (its servers: PostgreSQL):

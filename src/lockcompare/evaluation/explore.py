@@ -52,7 +52,7 @@ from lockcompare.evaluation.schedules import (
     schedule_text,
 )
 from lockcompare.evaluation.shrink import NO_FAULT, Rate, shrink
-from lockcompare.spec.trialspec import trial_seed
+from lockcompare.scenario.trialspec import trial_seed
 
 #: Each property, the checker metrics that break it, and what it promises.
 PROPERTIES: dict[str, tuple[tuple[str, ...], str]] = {

@@ -25,7 +25,7 @@ from lockcompare.evaluation.explore_run import run_explore
 from lockcompare.evaluation.explore_trials import RealTrials, fitting_scale
 from lockcompare.evaluation.shrink import NO_FAULT
 from lockcompare.runner.plan import ClusterOptions
-from lockcompare.spec.parsing import Overrides
+from lockcompare.scenario.parsing import Overrides
 
 TITLE = "no counterexample in a budgeted search of fault schedules (explore)"
 #: Fault kinds the card searches (see the module docstring).

@@ -31,9 +31,9 @@ from lockcompare.evaluation.schedules import Shape
 from lockcompare.infra.kinds import kind_speaking
 from lockcompare.runner.matrix import run_planned
 from lockcompare.runner.plan import ClusterOptions, plan_matrix
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.settings import CLI_SETTINGS
-from lockcompare.spec.trialspec import Overrides, TrialSpec
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.settings import CLI_SETTINGS
+from lockcompare.scenario.trialspec import Overrides, TrialSpec
 
 log = logging.getLogger("lockcompare")
 

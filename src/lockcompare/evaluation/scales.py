@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from lockcompare.backends.base import traits_of
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec.experiments import get_experiment
+from lockcompare.scenario.experiments import get_experiment
 
 
 def expressible_scale(cls: type, *, ttl_ms: float, scales: Sequence[float]) -> float | None:

@@ -1,6 +1,6 @@
 """Fault schedules as ``explore`` draws and shrinks them: text in the ``--faults`` syntax.
 
-The schedule model itself (:mod:`lockcompare.spec.schedule`: ``FaultStep``, ``Schedule``,
+The schedule model itself (:mod:`lockcompare.scenario.schedule`: ``FaultStep``, ``Schedule``,
 ``parse_schedule``) belongs to spec; this module only needs the *text* contract
 (issue 17): steps separated by ``;``, each ``KIND key=value ... [every|once]``, e.g.::
 
@@ -10,7 +10,7 @@ So a step here is its kind plus its tokens, in order (:class:`Step`), and :func:
 the canonical text (the text that becomes the trial setting ``faults``). Working on text keeps the
 search independent of the model's Python shape: what the search generates is exactly what a user
 would type after ``--faults``. Each kind draws its own tokens (``draw`` in its module of
-:mod:`lockcompare.spec.faultkinds`); the vocabulary here is derived from them.
+:mod:`lockcompare.scenario.faultkinds`); the vocabulary here is derived from them.
 
 Times are lesson-scale milliseconds (``--time-scale`` multiplies them when the trial runs), drawn
 relative to the TTL and the work of the trial (:class:`Shape`): an offset lands inside the hold,
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec import faultkinds
-from lockcompare.spec.faultkinds.base import FLAGS, LINKS, NODES, Shape, count
-from lockcompare.spec.schedule import parse_schedule
+from lockcompare.scenario import faultkinds
+from lockcompare.scenario.faultkinds.base import FLAGS, LINKS, NODES, Shape, count
+from lockcompare.scenario.schedule import parse_schedule
 
 __all__ = ["DEFAULT_KINDS", "FLAGS", "KINDS", "MAX_STEPS", "NODE_KINDS", "Shape", "Step"]
 

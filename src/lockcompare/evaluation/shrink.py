@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from lockcompare.evaluation.schedules import Schedule, Shape, Step, schedule_text
-from lockcompare.spec import faultkinds
+from lockcompare.scenario import faultkinds
 
 #: Amounts that shrink, with the floor they shrink to (lesson-scale ms, the magnitude for ``by``):
-#: whom-and-when's, then every kind's parameters that declare a floor (spec/faultkinds).
+#: whom-and-when's, then every kind's parameters that declare a floor (scenario/faultkinds).
 AMOUNTS = {"for": 0.0} | {
     p.name: p.shrink_floor for k in faultkinds.KINDS.values() for p in k.params if p.shrink_floor is not None
 }

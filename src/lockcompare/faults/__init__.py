@@ -1,7 +1,7 @@
 """Faults at run time: how the runner lands a trial's fault schedule (Jepsen's nemesis and generator).
 
 What each kind of fault is — its name, parameters, targets, inject and heal — is one module of
-:mod:`lockcompare.spec.faultkinds`; the schedule's text is :mod:`lockcompare.spec.schedule`. Here:
+:mod:`lockcompare.scenario.faultkinds`; the schedule's text is :mod:`lockcompare.scenario.schedule`. Here:
 
 - :mod:`~lockcompare.faults.targets` — whom a step hits, resolved from the lease the nodes hold (pure);
 - :mod:`~lockcompare.faults.plan` — from a schedule to the runner's steps, the workers' pauses and

@@ -12,7 +12,7 @@ runner stops it, and a timer continues it after the pause. Every freeze is recor
 runner's own fault events (``pause`` inject / heal, with the time it was planned) and heals in
 :meth:`Freezer.thaw_all`, called from the runner's ``finally``.
 
-:class:`~lockcompare.spec.faultkinds.starve.Strobe` (``starve``) stops and continues one worker's
+:class:`~lockcompare.scenario.faultkinds.starve.Strobe` (``starve``) stops and continues one worker's
 group in a loop through :meth:`Freezer.hold` and :meth:`Freezer.release`: it may run ``duty`` of
 every ``period`` — a process starved of CPU, whose watchdog thread gets no time to renew.
 """

@@ -9,9 +9,9 @@ on the 2-core machine, a few per cent of a trial at ``--time-scale 0.1``, and a 
 carry a fault or a half-reset connection from one trial into the next.
 
 A link fault acts on the links of one worker (``worker``) to the lock nodes it is given: ``slow``
-(spec/faultkinds/slow.py) delays the replies, ``cut`` (spec/faultkinds/cut.py) blackholes them.
+(scenario/faultkinds/slow.py) delays the replies, ``cut`` (scenario/faultkinds/cut.py) blackholes them.
 Both have ``scope = "links"``: the schedule runner hands them the trial's FaultContext. The
-catalogue's link experiments (spec/experiments.py) and why they are shaped so:
+catalogue's link experiments (scenario/experiments.py) and why they are shaped so:
 
 - ``slow-response``: ``slow nodes=all worker=0 at=acquire delay=TTL+work/2`` — the replies to
   worker 0's acquire requests arrive after its lease has expired at the nodes, while the next

@@ -1,6 +1,6 @@
 """From a parsed schedule to what a trial runs: planned steps, worker pauses, servers it needs.
 
-Everything here reads a :class:`~lockcompare.spec.schedule.TrialSchedule`: a schedule whose times
+Everything here reads a :class:`~lockcompare.scenario.schedule.TrialSchedule`: a schedule whose times
 are already the trial's milliseconds (``TrialSpec.schedule``), so nothing here scales a time.
 A ``pause`` step is not the runner's to time: it lands at the worker's own pause point (right
 after its acquire, or between its read and its write), so it becomes part of that worker's plan
@@ -19,9 +19,9 @@ from typing import Any
 from lockcompare.backends.base import traits_of
 from lockcompare.errors import InvalidValueError
 from lockcompare.faults.schedule import PlannedStep
-from lockcompare.spec import faultkinds
-from lockcompare.spec.faultkinds.base import CLOCK_CONTROL, LINKS, NODES, REPLICATION
-from lockcompare.spec.schedule import Schedule, TrialSchedule, TrialStep
+from lockcompare.scenario import faultkinds
+from lockcompare.scenario.faultkinds.base import CLOCK_CONTROL, LINKS, NODES, REPLICATION
+from lockcompare.scenario.schedule import Schedule, TrialSchedule, TrialStep
 
 #: The kinds the worker lands itself, at its own pause point (pause): not the runner's steps.
 _IN_WORKER = faultkinds.names_where("in_worker")
@@ -103,7 +103,7 @@ def worker_pauses(schedule: TrialSchedule) -> dict[int, WorkerPause]:
 
 
 def worker_lost_replies(schedule: Schedule, *, rounds: int) -> dict[int, frozenset[int]]:
-    """The rounds whose increment's reply each worker loses (spec/faultkinds/lost_reply.py)."""
+    """The rounds whose increment's reply each worker loses (scenario/faultkinds/lost_reply.py)."""
     lost: dict[int, frozenset[int]] = {}
     for step in schedule.of_kind(*faultkinds.names_where("loses_replies")):
         assert step.worker is not None and step.worker.index is not None  # the kind's check

@@ -18,7 +18,7 @@ from lockcompare.faults.targets import Resolution, resolve_role
 from lockcompare.infra.kinds import RoleKind, Roles, get_kind
 from lockcompare.infra.proxy import port_of
 from lockcompare.infra.sockets import remote_ports
-from lockcompare.spec.schedule import HOLDER_MEMBER, NodeTarget
+from lockcompare.scenario.schedule import HOLDER_MEMBER, NodeTarget
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster

@@ -1,7 +1,7 @@
 """The schedule runner: injects and heals a trial's fault steps on time, and records every one.
 
 Jepsen's scheduled nemesis, kept small. Each :class:`PlannedStep` (built from a parsed
-:class:`~lockcompare.spec.schedule.FaultStep` by faults/plan.py, times already scaled) lands
+:class:`~lockcompare.scenario.schedule.FaultStep` by faults/plan.py, times already scaled) lands
 
 - ``at=start``: when the workers are released (before any round; its events have round -1);
 - ``after-acquire``: ``after_ns`` after an acquire of the worker it follows (workers report each
@@ -57,9 +57,9 @@ from lockcompare.faults.holders import LockHolders
 from lockcompare.faults.roles import aim_by_role, roles_now
 from lockcompare.faults.targets import Resolution, current_owner, resolve_nodes, resolve_worker
 from lockcompare.infra.cluster import Cluster
-from lockcompare.spec import faultkinds
-from lockcompare.spec.faultkinds.base import FaultAction
-from lockcompare.spec.schedule import FaultStep
+from lockcompare.scenario import faultkinds
+from lockcompare.scenario.faultkinds.base import FaultAction
+from lockcompare.scenario.schedule import FaultStep
 
 if TYPE_CHECKING:
     from lockcompare.faults.freeze import Freezer

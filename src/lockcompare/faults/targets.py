@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from lockcompare.analysis.holders import UNREADABLE
 from lockcompare.backends.base import traits_of
 from lockcompare.infra.kinds import Roles
-from lockcompare.spec.schedule import HOLDER_MEMBER, LEADER_WORDS, FaultStep, NodeTarget, WorkerTarget
+from lockcompare.scenario.schedule import HOLDER_MEMBER, LEADER_WORDS, FaultStep, NodeTarget, WorkerTarget
 
 
 @dataclass(frozen=True)

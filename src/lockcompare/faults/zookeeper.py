@@ -54,8 +54,8 @@ from typing import Any
 from lockcompare.errors import ClusterError
 from lockcompare.infra.zookeeper_client import admin_session, contenders
 from lockcompare.infra.zookeeper_server import hosts_of, lock_path
-from lockcompare.spec import faultkinds
-from lockcompare.spec.schedule import Schedule
+from lockcompare.scenario import faultkinds
+from lockcompare.scenario.schedule import Schedule
 
 #: ZooKeeperServer.superSecret: the session password is java.util.Random(id ^ this).nextBytes(16).
 _SUPER_SECRET = 0xB3415C00

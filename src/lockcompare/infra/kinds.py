@@ -244,7 +244,7 @@ class RoleKind(ServerKind, Protocol):
 class SessionKind(ServerKind, Protocol):
     """A kind offering :attr:`Capability.SESSION_CONTROL` from its own admin session: the server ends
     the session holding a lock under its holder (the session-kill fault asks it:
-    spec/faultkinds/session_kill.py)."""
+    scenario/faultkinds/session_kill.py)."""
 
     #: What the ended session's client does next, in the heal's words ("the holder opens a new one ...").
     session_reopens: str

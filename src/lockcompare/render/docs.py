@@ -49,7 +49,7 @@ prose outside a rendered block, a code span or fence, a link target or an HTML c
 short allow-list ``ALLOWED`` (settings of the lesson's lab, versions, names that carry a number)
 does not explain: a figure is rendered from a committed file or not written at all. The test suite
 checks the same (tests/test_docs_check.py, tests/test_docs_numbers.py).
-The fault kinds' table is rendered from their modules (spec/faultkinds), between
+The fault kinds' table is rendered from their modules (scenario/faultkinds), between
 ``<!-- faultkinds -->`` and ``<!-- /faultkinds -->``; the verdicts' table from analysis/verdicts.py,
 between ``<!-- verdicts -->`` and ``<!-- /verdicts -->``.
 """
@@ -101,8 +101,8 @@ VERDICTS_TABLE = re.compile(r"(<!-- verdicts -->\n)(?P<body>.*?)(<!-- /verdicts 
 
 
 def fault_kinds_table() -> str:
-    """docs/faults.md's table of kinds, one row per module of spec/faultkinds."""
-    from lockcompare.spec.faultkinds import KINDS, LINKS, NODES
+    """docs/faults.md's table of kinds, one row per module of scenario/faultkinds."""
+    from lockcompare.scenario.faultkinds import KINDS, LINKS, NODES
 
     whom = {NODES: "`nodes=`", LINKS: "`nodes=` and `worker=`"}
     lines = [

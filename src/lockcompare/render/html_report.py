@@ -38,7 +38,7 @@ from lockcompare.render.glance import EMPTY, OTHER_STYLE, VERDICT_STYLE, glance_
 from lockcompare.render.html_assets import key_values, page, table_html
 from lockcompare.render.svg_timeline import legend_html, render_svg, story_window
 from lockcompare.render.timeline import load_history, render_timeline
-from lockcompare.spec.settings import SETTING_COLUMNS
+from lockcompare.scenario.settings import SETTING_COLUMNS
 
 HTML_DIR = "html"
 #: Marks a folder this module wrote (a later rendering replaces only such a folder).

@@ -29,7 +29,7 @@ from html import escape
 from lockcompare.analysis import incidents
 from lockcompare.analysis.history import Event
 from lockcompare.analysis.holders import NODE_LOSING_FAULTS, UNREADABLE
-from lockcompare.spec import faultkinds
+from lockcompare.scenario import faultkinds
 
 WIDTH = 1000
 LEFT, RIGHT, TOP, BOTTOM = 84, 16, 34, 30

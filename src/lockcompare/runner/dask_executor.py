@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from lockcompare.runner.matrix import MatrixReport, ProgressCallback
     from lockcompare.runner.plan import ClusterOptions
     from lockcompare.runner.trial import TrialResult
-    from lockcompare.spec.trialspec import TrialSpec
+    from lockcompare.scenario.trialspec import TrialSpec
 
 log = logging.getLogger("lockcompare")
 

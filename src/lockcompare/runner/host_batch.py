@@ -25,7 +25,7 @@ from lockcompare.errors import LockcompareError, TrialError
 
 if TYPE_CHECKING:
     from lockcompare.runner.plan import ClusterOptions
-    from lockcompare.spec.trialspec import TrialSpec
+    from lockcompare.scenario.trialspec import TrialSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,7 +78,7 @@ def run_batch(batch: HostBatch) -> list[HostRow]:
 def main() -> int:
     from lockcompare.runner.matrix import run_planned
     from lockcompare.runner.scheduler import usable_cpus
-    from lockcompare.spec.limits import LIMITS
+    from lockcompare.scenario.limits import LIMITS
 
     out = Path(sys.argv[1])
     batch: HostBatch = pickle.loads(sys.stdin.buffer.read())  # the coordinator pickled it (as Dask does)

@@ -62,9 +62,9 @@ from lockcompare.runner.trial import (
     run_trial,
     save_history,
 )
-from lockcompare.spec.limits import DEFAULT_CPU_SHARE, check_count, usable_cpus
-from lockcompare.spec.parsing import Overrides, Sweep
-from lockcompare.spec.trialspec import TrialSpec
+from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, check_count, usable_cpus
+from lockcompare.scenario.parsing import Overrides, Sweep
+from lockcompare.scenario.trialspec import TrialSpec
 
 log = logging.getLogger("lockcompare")
 

@@ -36,12 +36,12 @@ from lockcompare.infra.kinds import (
     server_for,
 )
 from lockcompare.runner.sections import check_for
-from lockcompare.spec import faultkinds
-from lockcompare.spec.experiments import get_experiment
-from lockcompare.spec.limits import check_count
-from lockcompare.spec.parsing import Overrides, Sweep
-from lockcompare.spec.schedule import parse_schedule
-from lockcompare.spec.trialspec import TrialSpec, custom_faults, make_spec
+from lockcompare.scenario import faultkinds
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.limits import check_count
+from lockcompare.scenario.parsing import Overrides, Sweep
+from lockcompare.scenario.schedule import parse_schedule
+from lockcompare.scenario.trialspec import TrialSpec, custom_faults, make_spec
 
 log = logging.getLogger("lockcompare")
 
@@ -136,7 +136,7 @@ def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments
         )
 
 
-#: What a fault kind (spec/faultkinds) asks of the lock servers beyond start, crash and restart; a
+#: What a fault kind (scenario/faultkinds) asks of the lock servers beyond start, crash and restart; a
 #: kind of server that does not offer it (infra/kinds.py) cannot take the fault.
 FAULT_NEEDS = {
     kind.name: Capability(need)

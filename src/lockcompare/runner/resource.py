@@ -20,7 +20,7 @@ import redis
 
 from lockcompare.analysis.counters import ResourceCounters
 from lockcompare.infra.redisconn import connect
-from lockcompare.spec.choices import Check
+from lockcompare.scenario.choices import Check
 
 #: INCR occupancy; an entry that finds someone inside is a conflict, counted here, at the resource.
 ENTER_SCRIPT = """

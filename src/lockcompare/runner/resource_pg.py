@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from lockcompare.analysis.counters import ResourceCounters
 from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost
 from lockcompare.infra.postgres_server import POSTGRES
-from lockcompare.spec.choices import Check
+from lockcompare.scenario.choices import Check
 
 if TYPE_CHECKING:
     from lockcompare.runner.resource import Resource

@@ -45,7 +45,7 @@ from typing import Generic, Protocol, TypeVar
 
 from lockcompare.infra.cluster import Cluster, ClusterShape
 from lockcompare.runner.crew import cpu_meter, process_cpu_s
-from lockcompare.spec.limits import DEFAULT_CPU_SHARE, usable_cpus  # noqa: F401  (declared where the CLI reads them)
+from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, usable_cpus  # noqa: F401  (declared where the CLI reads them)
 
 S = TypeVar("S")
 R = TypeVar("R")

@@ -41,9 +41,9 @@ from lockcompare.runner.resource_pg import PgResource, ResourceError, open_resou
 from lockcompare.runner.stopwatch import STOPPED_GAP_S, StopWatch
 from lockcompare.runner.watch import CONSTRUCT_TIMEOUT_S, freezes_workers, run_workers
 from lockcompare.runner.worker import START_TIMEOUT_S, WorkerPlan
-from lockcompare.spec.choices import PauseHow, PausePoint
-from lockcompare.spec.schedule import Schedule, parse_schedule
-from lockcompare.spec.trialspec import TrialSpec
+from lockcompare.scenario.choices import PauseHow, PausePoint
+from lockcompare.scenario.schedule import Schedule, parse_schedule
+from lockcompare.scenario.trialspec import TrialSpec
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,7 @@ from lockcompare.infra.procgroup import GroupView, any_stopped, describe_escaped
 from lockcompare.runner.contend import DoneTracker
 from lockcompare.runner.crew import CrewSource, spawn_crew
 from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
-from lockcompare.spec.choices import PauseHow
+from lockcompare.scenario.choices import PauseHow
 
 _log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ from lockcompare.runner.contend import ANSWER_TIMEOUT_S, Inbox
 from lockcompare.runner.resource import Check
 from lockcompare.runner.resource_pg import open_resource
 from lockcompare.runner.sections import run_section
-from lockcompare.spec.choices import DEFAULT_WORKLOAD, PauseHow, PausePoint
+from lockcompare.scenario.choices import DEFAULT_WORKLOAD, PauseHow, PausePoint
 
 #: After this many rounds in a row without a lease the lock is taken to be gone (a crashed node
 #: that stays down): the remaining rounds are skipped and recorded as such, not waited out one by one.
@@ -301,7 +301,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
         )
         rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
         record_renewals(backend, rec)
-        # Give a waiting rival its turn (see think_ms in spec/settings.py), never in lockstep (jitter).
+        # Give a waiting rival its turn (see think_ms in scenario/settings.py), never in lockstep (jitter).
         time.sleep(jittered(plan.think_ms, spread=plan.jitter / 2, rng=rng) / 1000)
         return True
 

@@ -5,7 +5,7 @@ off from the rest of its cluster (the majority elects or keeps a leader; the hol
 on the side without a quorum). The side is any ``nodes=`` target (a role, indices); with three
 servers it is one server, with five up to two. The event names both sides (``sides``).
 
-The same peer-link blackhole as ``isolate`` (spec/faultkinds/isolate.py), healed after ``for``.
+The same peer-link blackhole as ``isolate`` (scenario/faultkinds/isolate.py), healed after ``for``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING
 
-from lockcompare.spec.faultkinds.base import NODES, PEER_LINKS, FaultKind, Runtime, Shape, ms, when
-from lockcompare.spec.faultkinds.isolate import Partition
+from lockcompare.scenario.faultkinds.base import NODES, PEER_LINKS, FaultKind, Runtime, Shape, ms, when
+from lockcompare.scenario.faultkinds.isolate import Partition
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import TrialStep
+    from lockcompare.scenario.schedule import TrialStep
 
 
 class Split(FaultKind):

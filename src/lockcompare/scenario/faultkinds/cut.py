@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from lockcompare.spec.faultkinds.base import (
+from lockcompare.scenario.faultkinds.base import (
     LINKS,
     PROXIED_LINKS,
     FaultKind,
@@ -24,7 +24,7 @@ from lockcompare.spec.faultkinds.base import (
 )
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import TrialStep
+    from lockcompare.scenario.schedule import TrialStep
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class Cut(FaultKind):
 
 
 def _index(worker: int | None) -> int:
-    assert worker is not None  # a link step names its worker (spec/schedule.py checks it)
+    assert worker is not None  # a link step names its worker (scenario/schedule.py checks it)
     return worker
 
 

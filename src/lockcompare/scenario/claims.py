@@ -1,6 +1,6 @@
 """What each catalogue experiment claims, as expectations a results file can contradict.
 
-An experiment's ``claim`` (spec/experiments.py) is prose for readers; the expectations here are the
+An experiment's ``claim`` (scenario/experiments.py) is prose for readers; the expectations here are the
 same claim in a form :mod:`lockcompare.analysis.claims_check` tests against a run, so that a claim
 the run contradicts fails ``lockcompare experiments --check FILE`` instead of living on in the
 docs (issue 42: the catalogue said redlock loses only with a majority restarted or jumped, while

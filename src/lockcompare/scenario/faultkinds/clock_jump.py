@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec.faultkinds.base import (
+from lockcompare.scenario.faultkinds.base import (
     CLOCK_CONTROL,
     MAX_JUMP_MS,
     NODES,
@@ -22,11 +22,11 @@ from lockcompare.spec.faultkinds.base import (
     when,
     whom_nodes,
 )
-from lockcompare.spec.faultkinds.crash import embedded
+from lockcompare.scenario.faultkinds.crash import embedded
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
-    from lockcompare.spec.schedule import FaultStep, TrialStep
+    from lockcompare.scenario.schedule import FaultStep, TrialStep
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ import random
 from typing import TYPE_CHECKING
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec.faultkinds.base import FLAGS, WORKER, FaultKind, Shape
+from lockcompare.scenario.faultkinds.base import FLAGS, WORKER, FaultKind, Shape
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.scenario.schedule import FaultStep
 
 
 class LostReply(FaultKind):

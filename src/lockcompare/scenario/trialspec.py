@@ -1,6 +1,6 @@
 """The trial spec: every setting one trial runs with (times already scaled), and its identity.
 
-The settings themselves are declared once, in spec/settings.py; this module turns a user's choices
+The settings themselves are declared once, in scenario/settings.py; this module turns a user's choices
 and an experiment into the :class:`TrialSpec` of one trial, and names the trial.
 """
 
@@ -15,11 +15,11 @@ from typing import Any
 
 from lockcompare.errors import InvalidValueError, UnknownNameError
 from lockcompare.protocols import REDIS_PROTOCOL
-from lockcompare.spec.choices import DEFAULT_WORKLOAD, Check, PauseHow, PausePoint
-from lockcompare.spec.experiments import Experiment, get_experiment, schedule_text
-from lockcompare.spec.parsing import Overrides, Sweep
-from lockcompare.spec.schedule import Schedule, TrialSchedule, at_scale, parse_schedule
-from lockcompare.spec.settings import IDENTITY_SETTINGS, SETTING_COLUMNS, SETTINGS, SETTINGS_LIST
+from lockcompare.scenario.choices import DEFAULT_WORKLOAD, Check, PauseHow, PausePoint
+from lockcompare.scenario.experiments import Experiment, get_experiment, schedule_text
+from lockcompare.scenario.parsing import Overrides, Sweep
+from lockcompare.scenario.schedule import Schedule, TrialSchedule, at_scale, parse_schedule
+from lockcompare.scenario.settings import IDENTITY_SETTINGS, SETTING_COLUMNS, SETTINGS, SETTINGS_LIST
 
 __all__ = [
     "DEFAULT_ACQUIRE_TIMEOUT_MS", "DEFAULT_ROUNDS", "IDENTITY_SETTINGS", "Overrides", "Sweep", "TrialSpec",
@@ -70,7 +70,7 @@ class TrialSpec:
     lock_servers: str = REDIS_PROTOCOL  # recorded: the backend's kind of lock servers (redis, etcd, postgres)
     #: A bound on each backend call, not a setting of the experiment (not part of the identity).
     call_timeout_ms: float = 5000.0
-    #: The fault schedule, canonical text (spec/schedule.py; lesson-scale ms, the trial's in
+    #: The fault schedule, canonical text (scenario/schedule.py; lesson-scale ms, the trial's in
     #: :attr:`schedule`), "" none.
     faults: str = ""
     #: The workers' client request timeout in a trial with slow or cut links (None: not such a trial).

@@ -1,8 +1,8 @@
 """The fault kinds: one module each, found here; every list of kinds is derived from them.
 
-A module of this package that defines ``KIND`` (a :class:`~lockcompare.spec.faultkinds.base.FaultKind`)
+A module of this package that defines ``KIND`` (a :class:`~lockcompare.scenario.faultkinds.base.FaultKind`)
 is a kind: adding one is adding its module (``node_freeze.py`` was added so). The schedule syntax
-(spec/schedule.py), the runner's plan (faults/plan.py), the timing sentinel's excused faults,
+(scenario/schedule.py), the runner's plan (faults/plan.py), the timing sentinel's excused faults,
 ``explore``'s vocabulary, the CLI's help and docs/faults.md's table all read :data:`KINDS`.
 
 Pure: importing a kind needs no server, no client library and nothing of the runner.
@@ -15,7 +15,7 @@ import pkgutil
 from collections.abc import Iterable
 
 from lockcompare.errors import UnknownNameError
-from lockcompare.spec.faultkinds.base import LINKS, NODES, WORKER, FaultKind
+from lockcompare.scenario.faultkinds.base import LINKS, NODES, WORKER, FaultKind
 
 
 def _discover() -> dict[str, FaultKind]:

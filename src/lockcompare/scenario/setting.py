@@ -1,5 +1,5 @@
 """What one trial setting is (:class:`Setting`) and the predicates the table uses to say when a
-setting applies; the table itself, every setting declared once, is spec/settings.py."""
+setting applies; the table itself, every setting declared once, is scenario/settings.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec import faultkinds
+from lockcompare.scenario import faultkinds
 
 #: A spec under construction: every setting's chosen value, by name (times still lesson-scale).
 Chosen = Mapping[str, Any]
@@ -86,13 +86,13 @@ def _pausing(chosen: Chosen) -> bool:
 
 
 def _fault_is(kind: str) -> Callable[[Chosen], bool]:
-    """Whether the experiment's own schedule has a step of ``kind`` (spec/faultkinds)."""
+    """Whether the experiment's own schedule has a step of ``kind`` (scenario/faultkinds)."""
     return lambda chosen: kind in chosen.get("fault_kinds", ())
 
 
 def _through_links(chosen: Chosen) -> bool:
     """Whether the trial's schedule slows or cuts links (its workers' client timeout then matters)."""
-    from lockcompare.spec.schedule import parse_schedule  # late: schedule reads the settings' choices
+    from lockcompare.scenario.schedule import parse_schedule  # late: schedule reads the settings' choices
 
     try:
         links = faultkinds.acting_on(faultkinds.LINKS)

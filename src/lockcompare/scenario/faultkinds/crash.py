@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.errors import ConfigError
-from lockcompare.spec.faultkinds.base import NODES, PROCESS_CONTROL, FaultKind, Runtime, Shape, ms, when, whom_nodes
+from lockcompare.scenario.faultkinds.base import NODES, PROCESS_CONTROL, FaultKind, Runtime, Shape, ms, when, whom_nodes
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
-    from lockcompare.spec.schedule import TrialStep
+    from lockcompare.scenario.schedule import TrialStep
 
 
 def embedded(cluster: Cluster, fault: str) -> None:

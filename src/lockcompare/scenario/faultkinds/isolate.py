@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.errors import ConfigError
-from lockcompare.spec.faultkinds.base import NODES, PEER_LINKS, FaultKind, Runtime, Shape, ms, when
+from lockcompare.scenario.faultkinds.base import NODES, PEER_LINKS, FaultKind, Runtime, Shape, ms, when
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.peerlinks import PeerLinks
-    from lockcompare.spec.schedule import TrialStep
+    from lockcompare.scenario.schedule import TrialStep
 
 
 def peer_links(cluster: Cluster, fault: str) -> PeerLinks:

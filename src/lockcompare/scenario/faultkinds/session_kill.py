@@ -28,12 +28,12 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from lockcompare.spec.faultkinds.base import SESSION_CONTROL, WORKER, FaultKind, Runtime, Shape, any_worker, when
+from lockcompare.scenario.faultkinds.base import SESSION_CONTROL, WORKER, FaultKind, Runtime, Shape, any_worker, when
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.kinds import ServerKind
-    from lockcompare.spec.schedule import TrialStep
+    from lockcompare.scenario.schedule import TrialStep
 
 
 def _nodes_kind(cluster: Cluster) -> ServerKind | None:

@@ -5,10 +5,10 @@ type and default, its unit and whether ``--time-scale`` multiplies it, its CLI f
 whether a comma list sweeps it, whether it is part of the trial identity, its CSV column, the schema
 version that added the column and the value older rows had, and the bounds a value must respect.
 The CLI options of ``run`` and ``matrix`` (cli/options.py), the parsed choices (``Overrides``,
-``Sweep`` in spec/parsing.py), the CSV's setting columns and their types (analysis/results.py), the trial
-identity (spec/trialspec.py), ``run --from`` and the report's reproduce commands
+``Sweep`` in scenario/parsing.py), the CSV's setting columns and their types (analysis/results.py), the trial
+identity (scenario/trialspec.py), ``run --from`` and the report's reproduce commands
 (analysis/reproduce.py) and the columns that split cells (analysis/cells.py) are all derived from
-:data:`SETTINGS`. Adding a knob is one entry here, a field of :class:`~lockcompare.spec.trialspec.TrialSpec`,
+:data:`SETTINGS`. Adding a knob is one entry here, a field of :class:`~lockcompare.scenario.trialspec.TrialSpec`,
 and the code that uses it.
 
 >>> SETTINGS["ttl_ms"].flag, SETTINGS["ttl_ms"].scaled
@@ -18,8 +18,8 @@ and the code that uses it.
 from __future__ import annotations
 
 from lockcompare.protocols import POSTGRES_PROTOCOL, REDIS_PROTOCOL
-from lockcompare.spec import faultkinds
-from lockcompare.spec.choices import (
+from lockcompare.scenario import faultkinds
+from lockcompare.scenario.choices import (
     DEFAULT_WORKLOAD,
     FENCE_MODES,
     RESOURCE_KINDS,
@@ -28,7 +28,7 @@ from lockcompare.spec.choices import (
     PauseHow,
     PausePoint,
 )
-from lockcompare.spec.setting import (
+from lockcompare.scenario.setting import (
     PG_MAX_TIMEOUT_MS,
     Setting,
     _choices_of,
@@ -401,7 +401,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         applies=_through_links,
         neutral=None,
     ),
-    # The fault schedule (spec/schedule.py), canonical text; None: the experiment's, filled from the
+    # The fault schedule (scenario/schedule.py), canonical text; None: the experiment's, filled from the
     # settings above (--fault-nodes, --restart-delay-ms, --persistence, the pause). Not swept: its
     # text has commas of its own. Rows from before schedules read back with their pause as their
     # schedule (analysis/results.py), and a pause-only schedule keeps a trial's old id (trialspec).

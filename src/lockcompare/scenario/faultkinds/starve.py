@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec.faultkinds.base import (
+from lockcompare.scenario.faultkinds.base import (
     WORKER,
     FaultKind,
     Param,
@@ -26,7 +26,7 @@ from lockcompare.spec.faultkinds.base import (
 )
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import FaultStep, TrialStep
+    from lockcompare.scenario.schedule import FaultStep, TrialStep
 
 
 @dataclass

@@ -6,7 +6,7 @@ or ``once`` (the default)::
     restart nodes=holders:1 after-acquire=50 every for=0 persistence=none
     cut nodes=3,4 worker=0 at=start; restart nodes=holders:1 after-acquire=50 every
 
-Kinds: one module each in :mod:`lockcompare.spec.faultkinds` (docs/faults.md's table lists them
+Kinds: one module each in :mod:`lockcompare.scenario.faultkinds` (docs/faults.md's table lists them
 with their parameters).
 
 Whom — ``nodes=``: fixed indices (``0,1``), ``holders:K`` (K of the nodes holding the current
@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lockcompare.errors import ConfigError, InvalidValueError
-from lockcompare.spec import faultkinds
-from lockcompare.spec.faultkinds.base import LINKS, MAX_STEP_MS, NODES, WORKER
-from lockcompare.spec.parsing import parse_number
+from lockcompare.scenario import faultkinds
+from lockcompare.scenario.faultkinds.base import LINKS, MAX_STEP_MS, NODES, WORKER
+from lockcompare.scenario.parsing import parse_number
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.errors import InvalidValueError, LockcompareError
-from lockcompare.spec.faultkinds.base import NODES, REPLICATION, FaultKind, Runtime, Shape, when, whom_nodes
+from lockcompare.scenario.faultkinds.base import NODES, REPLICATION, FaultKind, Runtime, Shape, when, whom_nodes
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
-    from lockcompare.spec.schedule import FaultStep, TrialStep
+    from lockcompare.scenario.schedule import FaultStep, TrialStep
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Defaults follow the lesson's lab: 2 workers x 40 rounds, 300 ms of work, TTL 1000 ms. Every time
 is given at the lesson's scale and multiplied by ``time_scale``, so a quick run keeps the ratios.
 
-Each experiment's faults are a schedule (spec/schedule.py) written as a template whose fields are
+Each experiment's faults are a schedule (scenario/schedule.py) written as a template whose fields are
 filled from the trial's settings (:func:`schedule_text`): ``{k}`` (``--fault-nodes``),
 ``{first_k}`` (nodes ``0..K-1``), ``{restart_delay_ms}``, ``{persistence}``, ``{jump_ms}`` (2 x TTL),
 ``{slow_ms}`` (TTL + work/2). A pause (``pause_ms`` > 0, or ``--pause-ms``) adds one ``pause`` step
@@ -43,7 +43,7 @@ class Experiment:
 
     @property
     def kinds(self) -> frozenset[str]:
-        """The fault kinds of its schedule (spec/faultkinds: the same names as in the steps)."""
+        """The fault kinds of its schedule (scenario/faultkinds: the same names as in the steps)."""
         return frozenset(words[0] for words in (part.split() for part in self.faults.split(";")) if words)
 
     def uses(self, setting: str) -> bool:

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec.faultkinds.base import NODES, PROCESS_CONTROL, FaultKind, Runtime, Shape, ms, when, whom_nodes
-from lockcompare.spec.faultkinds.crash import embedded
+from lockcompare.scenario.faultkinds.base import NODES, PROCESS_CONTROL, FaultKind, Runtime, Shape, ms, when, whom_nodes
+from lockcompare.scenario.faultkinds.crash import embedded
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
-    from lockcompare.spec.schedule import FaultStep, TrialStep
+    from lockcompare.scenario.schedule import FaultStep, TrialStep
 
 
 def process_state(pid: int) -> str:

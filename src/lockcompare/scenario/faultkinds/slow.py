@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec.faultkinds.base import (
+from lockcompare.scenario.faultkinds.base import (
     LINKS,
     PROXIED_LINKS,
     FaultKind,
@@ -24,10 +24,10 @@ from lockcompare.spec.faultkinds.base import (
     when,
     whom_nodes,
 )
-from lockcompare.spec.faultkinds.cut import heal_links
+from lockcompare.scenario.faultkinds.cut import heal_links
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import FaultStep, TrialStep
+    from lockcompare.scenario.schedule import FaultStep, TrialStep
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What a fault kind is: the interface every module of :mod:`lockcompare.spec.faultkinds` fills in.
+"""What a fault kind is: the interface every module of :mod:`lockcompare.scenario.faultkinds` fills in.
 
 A kind has ONE name — the word that starts its step (``crash nodes=holders:1 ...``), the ``fault``
 of its events in the history, and what the catalogue's experiments and ``explore`` call it. Its
@@ -25,7 +25,7 @@ from lockcompare.errors import InvalidValueError
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.proxy import ProxySet
-    from lockcompare.spec.schedule import FaultStep, TrialStep
+    from lockcompare.scenario.schedule import FaultStep, TrialStep
 
 #: What a kind can act on: lock nodes (``nodes=``), one worker (``worker=``), or the links from one
 #: worker to some nodes (both).
@@ -59,7 +59,7 @@ class Param:
     shrink_floor: float | None = None  # explore may shrink it down to this (None: it is not an amount)
     high: float = MAX_STEP_MS  # a number's bound either way
     #: A time (ms): written at the lesson's scale, converted to the trial's with the step's other
-    #: times (spec/schedule.py ``at_scale``); the kind reads it converted (``TrialStep.time``).
+    #: times (scenario/schedule.py ``at_scale``); the kind reads it converted (``TrialStep.time``).
     time: bool = False
     help: str = ""
 
@@ -68,7 +68,7 @@ class Param:
             if value not in self.choices:
                 raise InvalidValueError(f"{self.name}= takes {' or '.join(self.choices)}, got {value!r}")
             return value
-        from lockcompare.spec.parsing import parse_number  # late: parsing reads the settings, which name the kinds
+        from lockcompare.scenario.parsing import parse_number  # late: parsing reads the settings, which name the kinds
 
         number = parse_number(value, what=f"{self.name}=", low=-self.high, high=self.high)
         if self.signed:
@@ -160,7 +160,7 @@ class Shape:
 
 
 class FaultKind:
-    """One kind of fault; a module of :mod:`lockcompare.spec.faultkinds` defines one as ``KIND``."""
+    """One kind of fault; a module of :mod:`lockcompare.scenario.faultkinds` defines one as ``KIND``."""
 
     name: ClassVar[str]
     #: Where it comes in the docs' table and in error messages.

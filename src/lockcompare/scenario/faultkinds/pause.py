@@ -14,11 +14,11 @@ import random
 from typing import TYPE_CHECKING
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec.choices import PauseHow, PausePoint
-from lockcompare.spec.faultkinds.base import FLAGS, WORKER, FaultKind, Param, Shape, ms
+from lockcompare.scenario.choices import PauseHow, PausePoint
+from lockcompare.scenario.faultkinds.base import FLAGS, WORKER, FaultKind, Param, Shape, ms
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import FaultStep
+    from lockcompare.scenario.schedule import FaultStep
 
 
 class Pause(FaultKind):

@@ -9,7 +9,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from lockcompare.spec.faultkinds.base import (
+from lockcompare.scenario.faultkinds.base import (
     NODES,
     PROCESS_CONTROL,
     FaultKind,
@@ -20,10 +20,10 @@ from lockcompare.spec.faultkinds.base import (
     when,
     whom_nodes,
 )
-from lockcompare.spec.faultkinds.crash import NodeCrash
+from lockcompare.scenario.faultkinds.crash import NodeCrash
 
 if TYPE_CHECKING:
-    from lockcompare.spec.schedule import TrialStep
+    from lockcompare.scenario.schedule import TrialStep
 
 
 @dataclass(frozen=True)

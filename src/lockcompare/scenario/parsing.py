@@ -1,4 +1,4 @@
-"""Values given for the settings of spec/settings.py: parsed and checked against the table (one line
+"""Values given for the settings of scenario/settings.py: parsed and checked against the table (one line
 per bad value), a user's choices (:class:`Overrides`) and the settings a comma list sweeps (:class:`Sweep`)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from enum import StrEnum
 from typing import Any
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.spec.setting import Setting
-from lockcompare.spec.settings import CLI_SETTINGS, SETTINGS
+from lockcompare.scenario.setting import Setting
+from lockcompare.scenario.settings import CLI_SETTINGS, SETTINGS
 
 #: No number lockcompare takes needs more characters than this; a longer one (5 000 digits) is a
 #: mistake, refused before ``int()`` (which raises past 4 300 digits) or ``float()`` (inf) sees it.
@@ -75,7 +75,7 @@ def _convert(setting: Setting, text: str) -> Any:
 def _checked_text(setting: Setting, text: str) -> str:
     """A free-text setting in its canonical form (a schedule: parsed, one line on what is wrong)."""
     if setting.name == "faults":
-        from lockcompare.spec.schedule import parse_schedule  # late: it loads every fault kind
+        from lockcompare.scenario.schedule import parse_schedule  # late: it loads every fault kind
 
         return parse_schedule(text).text
     return text
