@@ -4,7 +4,8 @@
 
 For every row with a history: the verdict recorded beside the verdict today's checker gives the
 same history and the same resource counts (taken from the row). Only rows whose verdict changed
-are listed, with the evidence behind the change; then a count per file. Nothing is rewritten: a
+are listed, with the evidence behind the change; then a count per file, and every other field the
+checker computes that the row records (conflicts, lost updates, ...), compared the same way. Nothing is rewritten: a
 changed verdict is for a person to look at (and to re-run, if the rule that changed it is news).
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from lockcompare.analysis.checker import check
 from lockcompare.analysis.counters import ResourceCounters
-from lockcompare.analysis.results import read_results
+from lockcompare.analysis.results import _format, read_results
 from lockcompare.errors import ResultsFileError
 from lockcompare.render.timeline import load_history
 
@@ -50,18 +51,39 @@ def rejudge(csv_path: Path) -> tuple[int, int]:
         )
         metrics = check(events, counters, entries_planned=row["entries_planned"])
         judged += 1
+        now = metrics.as_row()
         if metrics.verdict != row["verdict"]:
             changed += 1
-            now = metrics.as_row()
             evidence = ", ".join(f"{k} {now[k]}" for k in EVIDENCE if now[k] not in (0, ""))
             print(f"{csv_path}: {row['trial_id']}: {row['verdict']} -> {metrics.verdict} ({evidence})")
+        # Every other field the checker computes that the row records: counted the same way today?
+        for field, value in now.items():
+            if field == "verdict" or field not in row:
+                continue
+            recorded, today = _format(row[field]), _format(value)
+            if recorded == "" and today != "":  # a column the row's run did not record yet (older schema)
+                not_recorded[field] = not_recorded.get(field, 0) + 1
+            elif recorded != today:
+                fields_changed[field] = fields_changed.get(field, 0) + 1
+                if fields_changed[field] <= 3:  # the first few, as evidence; then a count
+                    print(f"{csv_path}: {row['trial_id']}: {field} {recorded!r} -> {today!r}")
     return judged, changed
+
+
+#: Fields whose value changed, and on how many rows (all files of the run), as the CSV writes them.
+fields_changed: dict[str, int] = {}
+#: Fields the rows leave empty (their run predates the column) that today's checker computes.
+not_recorded: dict[str, int] = {}
 
 
 def main(paths: list[Path]) -> None:
     for path in paths:
         judged, changed = rejudge(path)
         print(f"{path}: {judged} trials judged again, {changed} verdicts changed")
+    counted = ", ".join(f"{field} on {n} rows" for field, n in sorted(fields_changed.items())) or "none"
+    print(f"other fields the checker computes that differ from the rows: {counted}")
+    older = ", ".join(f"{field} on {n} rows" for field, n in sorted(not_recorded.items())) or "none"
+    print(f"fields the rows' runs did not record yet (empty in the row): {older}")
 
 
 if __name__ == "__main__":
