@@ -105,10 +105,7 @@ def test_no_package_imports_one_that_imports_it_back() -> None:
 
 
 #: Late imports that cross a layer, each with its reason (none may be added without one).
-KNOWN_LATE = {
-    ("scenario", "faults"): "session-kill on ZooKeeper calls faults/zookeeper.py's session expiry at run time; "
-    "that module belongs in infra, beside the client it drives",
-}
+KNOWN_LATE: dict[tuple[str, str], str] = {}
 
 
 def test_scenario_imports_no_faults_and_analysis_no_runner_or_infra() -> None:

@@ -36,7 +36,7 @@ except BackendNotViableError as exc:
 from lockcompare.backends import BackendConfig, Lease, Refusal
 from lockcompare.backends.zk_lock import ZkFencedLock, ZkLock, ZkLockChecked
 from lockcompare.errors import InvalidValueError
-from lockcompare.faults.zookeeper import expire_holder_session, session_password, zookeeper_servers_for
+from lockcompare.faults.zookeeper import zookeeper_servers_for
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.zookeeper_server import (
     MIN_SESSION_MS,
@@ -45,6 +45,7 @@ from lockcompare.infra.zookeeper_server import (
     lock_path,
     start_servers,
 )
+from lockcompare.infra.zookeeper_sessions import expire_holder_session, session_password
 from lockcompare.runner.matrix import ClusterOptions, cluster_shape
 from lockcompare.runner.trial import TrialResult, run_trial
 from lockcompare.scenario.choices import Check

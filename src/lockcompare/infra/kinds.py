@@ -244,17 +244,20 @@ class RoleKind(ServerKind, Protocol):
 class SessionKind(ServerKind, Protocol):
     """A kind offering :attr:`Capability.SESSION_CONTROL` from its own admin session: the server ends
     the session holding a lock under its holder (the session-kill fault asks it:
-    scenario/faultkinds/session_kill.py)."""
+    scenario/faultkinds/session_kill.py; PostgreSQL's in infra/pg_sessions.py, ZooKeeper's in
+    infra/zookeeper_sessions.py)."""
 
     #: What the ended session's client does next, in the heal's words ("the holder opens a new one ...").
     session_reopens: str
 
     def end_holder_sessions(
-        self, urls: Sequence[str], *, nodes: Sequence[int], lock_key: str
+        self, urls: Sequence[str], *, nodes: Sequence[int], lock_key: str, lease_znodes: object = None
     ) -> tuple[str, dict[str, object]]:
         """End the sessions holding ``lock_key`` on the lock nodes ``nodes`` (indices into ``urls``):
         (detail, fields of the fault event), ``sessions_ended`` naming what was ended (empty, and the
-        detail saying "skipped: ..." and why, when nothing was)."""
+        detail saying "skipped: ..." and why, when nothing was). ``lease_znodes``: where the backend
+        declares its lease lives (its trait of that name, docs/plugins.md; None: the kind's own
+        lookup); a kind whose holder is found from the lock itself ignores it (PostgreSQL's)."""
         ...
 
 

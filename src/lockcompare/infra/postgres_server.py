@@ -349,9 +349,10 @@ class PostgresKind:
         return is_postgres_url(url)
 
     def end_holder_sessions(
-        self, urls: Sequence[str], *, nodes: Sequence[int], lock_key: str
+        self, urls: Sequence[str], *, nodes: Sequence[int], lock_key: str, lease_znodes: object = None
     ) -> tuple[str, dict[str, object]]:
-        """``pg_terminate_backend`` on the sessions holding the lock (infra/pg_sessions.py), node by node."""
+        """``pg_terminate_backend`` on the sessions holding the lock (infra/pg_sessions.py), node by node
+        (the holder is read from the lock itself: no declaration of where a lease lives applies)."""
         from lockcompare.infra.pg_sessions import end_holder_sessions
 
         ended: list[int] = []

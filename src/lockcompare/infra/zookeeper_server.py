@@ -358,10 +358,12 @@ def zookeeper_version(url: str) -> str:
 class ZooKeeperKind:
     """ZooKeeper: a standalone server or an ensemble (leader first), always persisting (a restarted
     server keeps its znodes and sessions), real clocks, replication by consensus only. It can end a
-    client's session from the server side (faults/zookeeper.py), so it takes session-kill."""
+    client's session from the server side (infra/zookeeper_sessions.py), so it takes session-kill
+    (:class:`~lockcompare.infra.kinds.SessionKind`)."""
 
     name: str = "zookeeper"
     speaks: str = ZOOKEEPER_PROTOCOL
+    session_reopens: str = "kazoo opens a new one at its next reconnect"
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
             offers=frozenset({Capability.SESSION_CONTROL, Capability.ROLES, Capability.PEER_LINKS}),
@@ -374,7 +376,7 @@ class ZooKeeperKind:
                 "(nodes=holders:K and others:K never resolve; name the servers, e.g. nodes=0)",
             },
             # A standalone server (restarted in place by the server restart), else an ensemble of three
-            # (faults/zookeeper.py: a leader crash, a partition that leaves the holder in the minority).
+            # (faults/zookeeper.py's rule: a leader crash, a partition that leaves the holder in the minority).
             lock_nodes=LockNodes(default=1, under_faults=3, restart_in_place=True),
         )
     )
@@ -402,6 +404,21 @@ class ZooKeeperKind:
 
     def new_server(self, *, name: str, binary: str | None = None) -> Server:
         raise ConfigError("a ZooKeeper server is started with its ensemble (start_nodes), never alone")
+
+    def end_holder_sessions(
+        self, urls: Sequence[str], *, nodes: Sequence[int], lock_key: str, lease_znodes: object = None
+    ) -> tuple[str, dict[str, object]]:
+        """Close the session holding ``lock_key`` (infra/zookeeper_sessions.py): a session is the
+        ensemble's, not one server's, so ``nodes`` does not narrow it (all of ``urls`` are its hosts).
+        ``sessions_ended``: ZooKeeper session ids; ``session_owner``: the holder's identifier."""
+        from lockcompare.infra.zookeeper_sessions import expire_holder_session
+
+        detail, sessions, whose = expire_holder_session(
+            list(urls),
+            lock_key=lock_key,
+            lease_znodes=lease_znodes,  # type: ignore[arg-type]  # checked by the backend loader
+        )
+        return detail, {"sessions_ended": sessions, **whose}
 
     def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
         """Each server's ``srvr`` Mode (leader, follower, standalone; "not serving" while it looks for a

@@ -1,4 +1,4 @@
-"""The session-ending fault: the database ends the lock holder's session while it holds the lock.
+"""The session-ending fault: the server ends the lock holder's session while it holds the lock.
 
 What an administrator's ``pg_terminate_backend``, ``idle_session_timeout`` or a connection pooler
 does to a client that still runs: the server process serving the session exits, and with it every
@@ -13,8 +13,9 @@ finds no holder says so and ends nothing.
 
 Whom: ``worker=holder`` names, in the history, whose lease that was; the session is found from the
 lock itself, on the one PostgreSQL lock node (node 0). The lock nodes' kind ends it
-(infra/kinds.py SessionKind: PostgreSQL's in infra/pg_sessions.py), asked when the fault runs, not
-when the fault kind is read (spec stays free of client libraries).
+(infra/kinds.py SessionKind: PostgreSQL's in infra/pg_sessions.py; ZooKeeper's, which attaches to
+the holder's session and closes it, in infra/zookeeper_sessions.py), asked when the fault runs, not
+when the fault kind is read (the scenario stays free of client libraries).
 
 The injection names what it ended: its event carries ``sessions_ended``, the backend pids of the
 sessions the server ended (empty when it ended none), beside ``target_worker``, the holder it was
@@ -41,21 +42,13 @@ def _nodes_kind(cluster: Cluster) -> ServerKind | None:
     return cluster.kind_of(cluster.node_urls[0]) if cluster.node_urls else None
 
 
-def _zookeeper(kind: ServerKind | None) -> bool:
-    """ZooKeeper's session expiry still lives in faults/zookeeper.py (it belongs in infra, beside the
-    client it drives, where its kind would answer :class:`~lockcompare.infra.kinds.SessionKind`)."""
-    from lockcompare.infra.kinds import ZOOKEEPER_PROTOCOL
-
-    return kind is not None and kind.speaks == ZOOKEEPER_PROTOCOL
-
-
 @dataclass(frozen=True)
 class SessionKill:
-    """End the session holding ``lock_key`` on the given PostgreSQL lock nodes (or ZooKeeper's).
+    """End the session holding ``lock_key`` on the given lock nodes (their kind ends it).
 
     ``lease_znodes``: where a ZooKeeper backend's lease lives, as the backend declares it (its class
     attribute of that name; None: kazoo's Lock recipe under the key's lock path). The runner fills it
-    in (runner/trial.py), so the spec stays free of backends."""
+    in (runner/trial.py), so the scenario stays free of backends."""
 
     lock_key: str
     lease_znodes: object = None
@@ -66,19 +59,10 @@ class SessionKill:
         from lockcompare.infra.kinds import SessionKind
 
         kind = _nodes_kind(cluster)
-        if _zookeeper(kind):
-            # At run time only: ZooKeeper's session expiry lives in faults/zookeeper.py (it should move
-            # to infra, beside the client it drives; until then this is spec's one late import of faults).
-            from lockcompare.faults.zookeeper import expire_holder_session
-
-            detail, sessions, whose = expire_holder_session(
-                list(cluster.node_urls),
-                lock_key=self.lock_key,
-                lease_znodes=self.lease_znodes,  # type: ignore[arg-type]  # checked by the backend loader
-            )
-            return detail, {"sessions_ended": sessions, **whose}  # ZooKeeper session ids (faults/zookeeper.py)
         if isinstance(kind, SessionKind):  # the lock nodes' kind ends the holder's session itself
-            return kind.end_holder_sessions(cluster.node_urls, nodes=nodes, lock_key=self.lock_key)
+            return kind.end_holder_sessions(
+                cluster.node_urls, nodes=nodes, lock_key=self.lock_key, lease_znodes=self.lease_znodes
+            )
         if nodes:  # servers without sessions to end (the matrix leaves such cells out: a step run by hand)
             return f"skipped: lock node {nodes[0]} is not a PostgreSQL server", {"sessions_ended": []}
         return "skipped: no session held the lock", {"sessions_ended": []}
@@ -87,8 +71,6 @@ class SessionKill:
         from lockcompare.infra.kinds import SessionKind
 
         kind = _nodes_kind(cluster)
-        if _zookeeper(kind):
-            return "the session stays ended (kazoo opens a new one at its next reconnect)"
         reopens = (
             kind.session_reopens if isinstance(kind, SessionKind) else "the holder opens a new one at its next call"
         )
