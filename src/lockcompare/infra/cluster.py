@@ -235,7 +235,7 @@ def start_embedded(
     if zookeeper and node_kind.speaks == "zookeeper":
         return _on_user_nodes(shape, urls=zookeeper, resource_kind=resource_kind, binary=resource_binary)
     # A kind whose nodes are always pairs (Sentinel-managed Redis) is replicated in every experiment.
-    if shape.replicas or getattr(node_kind, "always_replicated", False):
+    if shape.replicas or node_kind.capabilities.always_replicated:
         return _start_replicated(shape, kind=node_kind, resource_kind=resource_kind, binary=node_binary)
     resource = resource_kind.new_server(name="resource", binary=resource_binary)
     clocks = [FakeClock() for _ in range(shape.node_count)] if shape.fake_clocks else []

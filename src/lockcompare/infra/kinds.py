@@ -136,6 +136,10 @@ class Capabilities:
     reasons: Mapping[Capability, str] = field(default_factory=dict)
     #: How many lock nodes a trial gets (:class:`LockNodes`; default: the run's count).
     lock_nodes: LockNodes = LockNodes()
+    #: Its lock nodes are always replicated pairs (built with ``replicated_nodes``, the kind being a
+    #: :class:`ReplicatingKind`) in every experiment, not only when a fault asks for replicas:
+    #: Sentinel-managed Redis. Default False: nodes from ``start_nodes``.
+    always_replicated: bool = False
 
 
 @runtime_checkable

@@ -324,11 +324,11 @@ class SentinelKind:
 
     name: str = "sentinel"
     speaks: str = "sentinel"
-    #: Lock nodes are always pairs under sentinels (cluster.py builds them with replicated_nodes).
-    always_replicated: bool = True
     capabilities: Capabilities = field(
         default_factory=lambda: Capabilities(
             offers=frozenset({Capability.REPLICATION, Capability.LEASE_HOLDERS, Capability.ROLES}),
+            # Lock nodes are always pairs under sentinels (cluster.py builds them with replicated_nodes).
+            always_replicated=True,
             reasons={
                 Capability.CLOCK_CONTROL: "Sentinel-managed Redis nodes run with real clocks (clock jumps are "
                 "aimed at plain Redis nodes)",
