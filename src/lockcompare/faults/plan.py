@@ -53,7 +53,7 @@ def planned_steps(schedule: TrialSchedule, *, ttl_ms: float, lock_key: str = "")
 def with_lease_declaration(steps: list[PlannedStep], *, backend: type) -> list[PlannedStep]:
     """``steps`` whose faults look for the lease where ``backend`` declares it lives: a fault with a
     ``lease_znodes`` field (session-kill) gets the backend's class attribute of that name (a
-    ZooKeeper path with ``{key}``, or a callable returning the lease's znodes: faults/zookeeper.py).
+    ZooKeeper path with ``{key}``, or a callable returning the lease's znodes: infra/zookeeper_sessions.py).
     A backend that declares nothing leaves every step as it was."""
     declared = traits_of(backend).lease_znodes
     if declared is None:
