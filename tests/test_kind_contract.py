@@ -9,27 +9,16 @@ cleanup leaves no process of it running. A kind that cannot run here skips with 
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 
 from lockcompare.infra.kinds import ServerKind, registered
+from lockcompare.processes import process_alive
 
 ANSWER_TIMEOUT_S = 2.0
 #: How long a restarted server may take to answer (a JVM, PostgreSQL's recovery).
 RESTART_WITHIN_S = 30.0
-
-
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as fh:  # a zombie is not alive
-        return fh.read().split(") ", 1)[1][0] != "Z"
 
 
 def _answers_within(kind: ServerKind, url: str, seconds: float) -> bool:
@@ -69,4 +58,4 @@ def test_a_kind_starts_crashes_restarts_and_stops_one_node(name: str) -> None:
     finally:
         node.stop()
         node.cleanup()
-    assert not _alive(node.pid), f"{name}: a process of the node is left after cleanup"
+    assert node.pid is None or not process_alive(node.pid), f"{name}: a process of the node is left after cleanup"

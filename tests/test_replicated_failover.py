@@ -5,7 +5,8 @@ is left running and no data directory is left."""
 
 from __future__ import annotations
 
-import os
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,19 +14,8 @@ import pytest
 from lockcompare.infra.cluster import Cluster, ClusterShape, start_embedded
 from lockcompare.infra.kinds import RoleKind, get_kind
 from lockcompare.infra.sentinel import parse_sentinel_url, sentinel_url
+from lockcompare.processes import process_alive
 from lockcompare.scenario.faultkinds.failover import Failover
-
-
-def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is not running: PID 1 does not reap on these machines.
-    status = Path(f"/proc/{pid}/status")
-    return status.exists() and "State:\tZ" not in status.read_text()
 
 
 def _require(kind: str) -> None:
@@ -42,8 +32,18 @@ def _everything(cluster: Cluster) -> tuple[list[int | None], list[Path]]:
     return pids, [s.data_dir for s in servers]
 
 
-def _assert_gone(pids: list[int | None], dirs: list[Path]) -> None:
-    assert [p for p in pids if _alive(p)] == []
+@contextlib.contextmanager
+def _cluster_that_leaves_nothing(shape: ClusterShape) -> Iterator[Cluster]:
+    """A started cluster, stopped at the end; then no process it had (at the start or at the end: a
+    failover's heal starts new ones) is running and no data directory of it is left."""
+    cluster = start_embedded(shape)
+    pids, dirs = _everything(cluster)
+    try:
+        yield cluster
+    finally:
+        pids, dirs = pids + _everything(cluster)[0], dirs + _everything(cluster)[1]
+        cluster.stop()
+    assert [p for p in pids if p is not None and process_alive(p)] == []
     assert [d for d in dirs if d.exists()] == []
 
 
@@ -58,11 +58,10 @@ def test_postgres_failover_promotes_the_replica_and_loses_what_it_never_saw() ->
     _require("redis")
     from lockcompare.infra.pg_client import PgSession, SessionLost, with_session_settings
 
-    cluster = start_embedded(ClusterShape(node_count=1, replicas=1, lock_servers="postgres", resource_kind="redis"))
-    pids, dirs = _everything(cluster)
     kind = get_kind("postgres")
     assert isinstance(kind, RoleKind)
-    try:
+    shape = ClusterShape(node_count=1, replicas=1, lock_servers="postgres", resource_kind="redis")
+    with _cluster_that_leaves_nothing(shape) as cluster:
         assert kind.read_roles(cluster).modes == ("primary pg0-primary",)
         url = cluster.node_urls[0]
         session = PgSession(url, timeout_s=2.0)
@@ -88,10 +87,6 @@ def test_postgres_failover_promotes_the_replica_and_loses_what_it_never_saw() ->
         assert kind.read_roles(cluster).modes == ("primary pg0-replica1",)
         session.close()
         waiting.close()
-    finally:
-        pids, dirs = pids + _everything(cluster)[0], dirs + _everything(cluster)[1]
-        cluster.stop()
-    _assert_gone(pids, dirs)
 
 
 @pytest.mark.full  # real clusters: seconds each
@@ -99,11 +94,11 @@ def test_sentinels_elect_a_leader_promote_the_replica_and_the_lock_key_is_gone()
     _require("redis")
     from lockcompare.infra.redisconn import connect
 
-    cluster = start_embedded(ClusterShape(node_count=1, lock_servers="sentinel", resource_kind="redis"))
-    pids, dirs = _everything(cluster)
     kind = get_kind("sentinel")
     assert isinstance(kind, RoleKind)
-    try:
+    with _cluster_that_leaves_nothing(
+        ClusterShape(node_count=1, lock_servers="sentinel", resource_kind="redis")
+    ) as cluster:
         assert kind.read_roles(cluster).modes == ("master node0-a",)
         client = connect(cluster.node_urls[0], timeout_s=1.0)  # through the sentinels
         client.set("before", "1")
@@ -124,9 +119,6 @@ def test_sentinels_elect_a_leader_promote_the_replica_and_the_lock_key_is_gone()
         assert fault.heal(cluster, [0]) == "fresh replica in sync"
         assert cluster.problem() == ""
         client.close()
-    finally:
-        cluster.stop()
-    _assert_gone(pids, dirs)
 
 
 @pytest.mark.full  # real clusters: seconds each
@@ -135,24 +127,23 @@ def test_a_sentinel_lock_with_wait_refuses_while_held_back_and_follows_the_failo
     from lockcompare.backends.base import BackendConfig, Lease, Refusal
     from lockcompare.backends.sentinel import SentinelFenced
 
-    cluster = start_embedded(ClusterShape(node_count=1, lock_servers="sentinel", resource_kind="redis"))
-    pids, dirs = _everything(cluster)
-    lock = SentinelFenced(config=BackendConfig(node_urls=cluster.node_urls, request_timeout_s=0.5, wait_replicas=1))
-    try:
-        first = lock.acquire(key="k", ttl_ms=1000)
-        assert isinstance(first, Lease) and lock.release(first)
-        fault = Failover()
-        fault.prepare(cluster, [0])
-        assert lock.acquire(key="k", ttl_ms=1000) == Refusal("not-replicated")  # WAIT 1: nobody acknowledged
-        fault.inject(cluster, [0])
-        fault.heal(cluster, [0])
-        # redis-py's single connection would keep dialling the dead master; the backend takes a new one.
-        results = [lock.acquire(key="k", ttl_ms=1000) for _ in range(3)]
-        granted = [r for r in results if isinstance(r, Lease)]
-        # Token 1 replicated; the refused attempt's increment (2) died with the master, so 2 is issued again
-        # (harmless here: the lease that drew it first was never granted).
-        assert granted and granted[0].fencing_token == 2
-    finally:
-        lock.close()
-        cluster.stop()
-    _assert_gone(pids, dirs)
+    with _cluster_that_leaves_nothing(
+        ClusterShape(node_count=1, lock_servers="sentinel", resource_kind="redis")
+    ) as cluster:
+        lock = SentinelFenced(config=BackendConfig(node_urls=cluster.node_urls, request_timeout_s=0.5, wait_replicas=1))
+        try:
+            first = lock.acquire(key="k", ttl_ms=1000)
+            assert isinstance(first, Lease) and lock.release(first)
+            fault = Failover()
+            fault.prepare(cluster, [0])
+            assert lock.acquire(key="k", ttl_ms=1000) == Refusal("not-replicated")  # WAIT 1: nobody acknowledged
+            fault.inject(cluster, [0])
+            fault.heal(cluster, [0])
+            # redis-py's single connection would keep dialling the dead master; the backend takes a new one.
+            results = [lock.acquire(key="k", ttl_ms=1000) for _ in range(3)]
+            granted = [r for r in results if isinstance(r, Lease)]
+            # Token 1 replicated; the refused attempt's increment (2) died with the master, so 2 is issued again
+            # (harmless here: the lease that drew it first was never granted).
+            assert granted and granted[0].fencing_token == 2
+        finally:
+            lock.close()

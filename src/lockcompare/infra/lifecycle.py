@@ -26,6 +26,7 @@ from types import FrameType
 
 from lockcompare.errors import Terminated
 from lockcompare.infra.procgroup import kill_group, signal_group, sweep_group
+from lockcompare.processes import process_alive
 
 _PR_SET_PDEATHSIG = 1
 
@@ -282,20 +283,6 @@ def owned_tempdir(kind: str) -> Path:
         _swept = True
         remove_orphaned_dirs()
     return Path(tempfile.mkdtemp(prefix=f"lockcompare-p{os.getpid()}-{kind}-"))
-
-
-def process_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie has exited: /proc says so, PID 1 may not reap)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def remove_orphaned_dirs(directory: Path | None = None) -> list[Path]:

@@ -26,6 +26,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from lockcompare.processes import process_alive
+
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -147,20 +149,5 @@ def _remove_dead_stagings(out: Path) -> None:
             continue
         for entry in entries:
             match = pattern.match(entry.name)
-            if match and entry.is_dir() and not entry.is_symlink() and not _alive(int(match.group(1))):
+            if match and entry.is_dir() and not entry.is_symlink() and not process_alive(int(match.group(1))):
                 shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
