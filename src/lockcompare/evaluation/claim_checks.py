@@ -12,6 +12,7 @@ from lockcompare.evaluation.battery_base import (
     CannotCheck,
     NotClaimed,
     PropertyFailed,
+    RemoteBackend,
     _escaped_note,
     _expiry_margin_s,
     _lease,
@@ -28,6 +29,25 @@ def _claim_failed(claim: str, what: str) -> PropertyFailed:
     return PropertyFailed(f"the claim {claim} does not hold: {what}")
 
 
+def _refused_past_the_ttl(
+    ctx: BatteryContext, *, claim: str, rival: RemoteBackend, key: str, short_ms: int, started: float, if_granted: str
+) -> float:
+    """Wait :data:`CLAIM_TTLS` of a ``short_ms`` lease (plus the expiry margin), then have ``rival``
+    try ``key``: the claim fails if it is granted, its holder alive (``if_granted`` ends the message:
+    what that grant means). Returns how long the lease was held by then (ms since ``started``)."""
+    time.sleep(CLAIM_TTLS * short_ms / 1000 + _expiry_margin_s(ctx))
+    late = rival.acquire(key=key, ttl_ms=TTL_MS)
+    held_ms = (time.monotonic() - started) * 1000
+    if isinstance(late, Lease):
+        rival.release(late)
+        raise _claim_failed(
+            claim,
+            f"a second client was granted the lock {held_ms:.0f} ms after a {short_ms} ms lease began, its holder "
+            f"alive{if_granted}",
+        )
+    return held_ms
+
+
 def claim_no_ttl_holds_past_any_ttl(ctx: BatteryContext) -> str:
     """``has_ttl = False``: the holder keeps the lock past any TTL while it lives (and releases it)."""
     if ctx.claims.has_ttl is not False:
@@ -36,22 +56,20 @@ def claim_no_ttl_holds_past_any_ttl(ctx: BatteryContext) -> str:
     a, b = ctx.new(), ctx.new()
     key = ctx.key()
     short_ms = _short_ttl_ms(ctx)
-    wait_s = CLAIM_TTLS * short_ms / 1000 + _expiry_margin_s(ctx)
     lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
     started = time.monotonic()
     if isinstance(early := b.acquire(key=key, ttl_ms=TTL_MS), Lease):
         b.release(early)
         raise _claim_failed(claim, "a second client was granted the lock at once, while its holder held it")
-    time.sleep(wait_s)
-    late = b.acquire(key=key, ttl_ms=TTL_MS)
-    held_ms = (time.monotonic() - started) * 1000
-    if isinstance(late, Lease):
-        b.release(late)
-        raise _claim_failed(
-            claim,
-            f"a second client was granted the lock {held_ms:.0f} ms after a {short_ms} ms lease began, its holder "
-            "alive and the lease not released: the lock expires (declare its TTL instead)",
-        )
+    held_ms = _refused_past_the_ttl(
+        ctx,
+        claim=claim,
+        rival=b,
+        key=key,
+        short_ms=short_ms,
+        started=started,
+        if_granted=" and the lease not released: the lock expires (declare its TTL instead)",
+    )
     if a.release(lease) is not True:
         raise _claim_failed(
             claim, f"the holder's release returned False after {held_ms:.0f} ms: it did not keep the lock"
@@ -73,17 +91,15 @@ def claim_renewal_outlives_the_ttl(ctx: BatteryContext) -> str:
     key = ctx.key()
     short_ms = _short_ttl_ms(ctx)
     lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
-    started = time.monotonic()
-    time.sleep(CLAIM_TTLS * short_ms / 1000 + _expiry_margin_s(ctx))
-    late = b.acquire(key=key, ttl_ms=TTL_MS)
-    held_ms = (time.monotonic() - started) * 1000
-    if isinstance(late, Lease):
-        b.release(late)
-        raise _claim_failed(
-            claim,
-            f"a second client was granted the lock {held_ms:.0f} ms after a {short_ms} ms lease began, its holder "
-            "alive: nothing renewed it",
-        )
+    held_ms = _refused_past_the_ttl(
+        ctx,
+        claim=claim,
+        rival=b,
+        key=key,
+        short_ms=short_ms,
+        started=time.monotonic(),
+        if_granted=": nothing renewed it",
+    )
     if a.release(lease) is not True:
         raise _claim_failed(claim, f"the holder's release returned False {held_ms:.0f} ms into a {short_ms} ms lease")
     return f"a {short_ms} ms lease still held {held_ms:.0f} ms later (a second client refused), then released"
@@ -121,7 +137,9 @@ def claim_lease_check_learns_of_a_loss(ctx: BatteryContext) -> str:
     if answer.valid_until_ns is not None and answer.valid_until_ns <= timed.t0_ns:
         late_ms = (timed.t0_ns - answer.valid_until_ns) / 1e6
         return f"after a second client took the lock, before_write answered a lease expired {late_ms:.0f} ms before"
-    ahead = "with no deadline" if answer.valid_until_ns is None else (
-        f"valid {(answer.valid_until_ns - timed.t0_ns) / 1e6:.0f} ms more"
-    )  # fmt: skip
+    ahead = (
+        "with no deadline"
+        if answer.valid_until_ns is None
+        else (f"valid {(answer.valid_until_ns - timed.t0_ns) / 1e6:.0f} ms more")
+    )
     raise _claim_failed(claim, f"after a second client took the lock, before_write answered a lease {ahead}")
