@@ -10,20 +10,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from lockcompare.backends.no_lock import NoLock
-from lockcompare.infra.pg_client import check_postgres_viable
+from lockcompare.backends.pg_transaction import PgTransactionSection
 
 
-class PgForUpdate(NoLock):
+class PgForUpdate(PgTransactionSection):
     """Lock-free: the critical section is a transaction holding the resource row's lock."""
 
-    in_default_matrix: ClassVar[bool] = (
-        False  # the lock-free alternatives have their own comparison (docs/lock-free.md)
-    )
     summary: ClassVar[str] = "lock-free: a PostgreSQL transaction, SELECT ... FOR UPDATE on the resource row"
     resource_check: ClassVar[str] = "pg-for-update"
-    resource_kind: ClassVar[str] = "postgres"
-
-    @classmethod
-    def check_viable(cls) -> None:
-        check_postgres_viable()  # the resource is a PostgreSQL server (embedded, or --postgres)

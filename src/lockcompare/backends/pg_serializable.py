@@ -10,20 +10,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from lockcompare.backends.no_lock import NoLock
-from lockcompare.infra.pg_client import check_postgres_viable
+from lockcompare.backends.pg_transaction import PgTransactionSection
 
 
-class PgSerializable(NoLock):
+class PgSerializable(PgTransactionSection):
     """Lock-free: a SERIALIZABLE transaction per section, redone on serialization failure."""
 
-    in_default_matrix: ClassVar[bool] = (
-        False  # the lock-free alternatives have their own comparison (docs/lock-free.md)
-    )
     summary: ClassVar[str] = "lock-free: a SERIALIZABLE PostgreSQL transaction, retried on serialization failure"
     resource_check: ClassVar[str] = "pg-serializable"
-    resource_kind: ClassVar[str] = "postgres"
-
-    @classmethod
-    def check_viable(cls) -> None:
-        check_postgres_viable()  # the resource is a PostgreSQL server (embedded, or --postgres)
