@@ -274,5 +274,14 @@ def when(rng: random.Random, shape: Shape, *, start_ok: bool, acquire_ok: bool =
     return (f"after-acquire={offset}", rng.choice(FLAGS))
 
 
+def nodes_and_when(
+    rng: random.Random, shape: Shape, *, start_ok: bool, acquire_ok: bool = False
+) -> tuple[str, tuple[str, ...]]:
+    """A node step's ``nodes=`` token and its moment: the moment is drawn first (:func:`when`), and the
+    nodes may be relative to the lease (:func:`whom_nodes`) only when the step lands inside a hold."""
+    at = when(rng, shape, start_ok=start_ok, acquire_ok=acquire_ok)
+    return f"nodes={whom_nodes(rng, shape, lease=at[0].startswith('after-acquire'))}", at
+
+
 def any_worker(rng: random.Random, shape: Shape) -> str:
     return rng.choice(["holder", *map(str, range(shape.workers))])

@@ -19,8 +19,7 @@ from lockcompare.scenario.faultkinds.base import (
     Runtime,
     Shape,
     ms,
-    when,
-    whom_nodes,
+    nodes_and_when,
 )
 from lockcompare.scenario.faultkinds.crash import embedded
 
@@ -69,8 +68,7 @@ class Jump(FaultKind):
         return Runtime(build=lambda _w: ClockJump(jump_s=jump_s), heal_after_ms=0.0)
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
-        at = when(rng, shape, start_ok=False)
-        nodes = f"nodes={whom_nodes(rng, shape, lease=at[0].startswith('after-acquire'))}"
+        nodes, at = nodes_and_when(rng, shape, start_ok=False)
         sign = "+" if rng.random() < 0.8 else "-"  # forward expires keys early; backward keeps them
         return (nodes, *at, f"by={sign}{ms(rng.uniform(0.5, 3.0) * shape.ttl_ms)}")
 

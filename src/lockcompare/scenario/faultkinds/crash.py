@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.errors import ConfigError
-from lockcompare.scenario.faultkinds.base import NODES, PROCESS_CONTROL, FaultKind, Runtime, Shape, ms, when, whom_nodes
+from lockcompare.scenario.faultkinds.base import NODES, PROCESS_CONTROL, FaultKind, Runtime, Shape, ms, nodes_and_when
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
@@ -65,8 +65,7 @@ class Crash(FaultKind):
         return Runtime(build=lambda _w: NodeCrash(), heal_after_ms=self.heal_after_ms(step))
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
-        at = when(rng, shape, start_ok=True)
-        nodes = f"nodes={whom_nodes(rng, shape, lease=at[0].startswith('after-acquire'))}"
+        nodes, at = nodes_and_when(rng, shape, start_ok=True)
         down = () if at[0] == "at=start" or rng.random() < 0.5 else (f"for={ms(rng.uniform(0.5, 2.0) * shape.ttl_ms)}",)
         return (nodes, *at, *down)
 

@@ -19,8 +19,7 @@ from lockcompare.scenario.faultkinds.base import (
     Shape,
     World,
     ms,
-    when,
-    whom_nodes,
+    nodes_and_when,
 )
 
 if TYPE_CHECKING:
@@ -69,17 +68,17 @@ class Cut(FaultKind):
     former_event_names = ("link-cut",)
 
     def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
-        return Runtime(build=lambda w: LinkCut(worker=_index(w)), heal_after_ms=self.heal_after_ms(step))
+        return Runtime(build=lambda w: LinkCut(worker=link_worker(w)), heal_after_ms=self.heal_after_ms(step))
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
-        at = when(rng, shape, start_ok=True, acquire_ok=True)
-        nodes = f"nodes={whom_nodes(rng, shape, lease=at[0].startswith('after-acquire'))}"
+        nodes, at = nodes_and_when(rng, shape, start_ok=True, acquire_ok=True)
         link = f"worker={rng.randrange(shape.workers)}"
         for_ = (f"for={ms(rng.uniform(0.5, 2.0) * shape.ttl_ms)}",) if at[0].startswith("after-acquire") else ()
         return (nodes, link, *at, *for_)
 
 
-def _index(worker: int | None) -> int:
+def link_worker(worker: int | None) -> int:
+    """The worker a link step acts on (``cut``, ``slow``): a link step always names one."""
     assert worker is not None  # a link step names its worker (scenario/schedule.py checks it)
     return worker
 

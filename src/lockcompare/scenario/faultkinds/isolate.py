@@ -55,11 +55,13 @@ class Partition:
         return peer_links(cluster, "split" if self.split else "isolate").heal()
 
 
-class Isolate(FaultKind):
-    name = "isolate"
-    excuses_calls = True  # a member cut from its peers cannot commit: calls to it wait (sentinel, sessions)
-    order = 62
-    summary = "cut each node off from its peers (the other lock servers): a side of its own"
+class PeerPartitionKind(FaultKind):
+    """What ``isolate`` and ``split`` share: a :class:`Partition` of the peer links, until ``for`` or
+    the end; the kinds differ in how the sides are made (:attr:`split`) and whom explore aims at."""
+
+    #: True: the nodes are one side (split); False: each node is a side of its own (isolate).
+    split: ClassVar[bool]
+    excuses_calls = True  # a side cut from the quorum cannot commit: calls to it wait (sentinel, sessions)
     acts_on = NODES
     until_the_end = True
     without_for = "until the end"
@@ -68,11 +70,27 @@ class Isolate(FaultKind):
     explored_by_default = False  # only servers with peer links take it (etcd, ZooKeeper): --faults asks for it
 
     def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
-        return Runtime(build=lambda _w: Partition(split=False), heal_after_ms=self.heal_after_ms(step))
+        split = self.split
+        return Runtime(build=lambda _w: Partition(split=split), heal_after_ms=self.heal_after_ms(step))
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
         at = when(rng, shape, start_ok=False)
-        return ("nodes=leader", *at, f"for={ms(rng.uniform(0.5, 3.0) * shape.ttl_ms)}")
+        side = self.draw_side(rng)
+        return (f"nodes={side}", *at, f"for={ms(rng.uniform(0.5, 3.0) * shape.ttl_ms)}")
+
+    def draw_side(self, rng: random.Random) -> str:
+        """The ``nodes=`` target explore draws for this kind."""
+        raise NotImplementedError
+
+
+class Isolate(PeerPartitionKind):
+    name = "isolate"
+    split = False
+    order = 62
+    summary = "cut each node off from its peers (the other lock servers): a side of its own"
+
+    def draw_side(self, rng: random.Random) -> str:
+        return "leader"
 
 
 KIND = Isolate()

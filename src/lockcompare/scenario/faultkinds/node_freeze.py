@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from lockcompare.errors import InvalidValueError
-from lockcompare.scenario.faultkinds.base import NODES, PROCESS_CONTROL, FaultKind, Runtime, Shape, ms, when, whom_nodes
+from lockcompare.scenario.faultkinds.base import NODES, PROCESS_CONTROL, FaultKind, Runtime, Shape, ms, nodes_and_when
 from lockcompare.scenario.faultkinds.crash import embedded
 
 if TYPE_CHECKING:
@@ -91,8 +91,7 @@ class Freeze(FaultKind):
         return Runtime(build=lambda _w: NodeFreeze(), heal_after_ms=self.heal_after_ms(step))
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
-        at = when(rng, shape, start_ok=True)
-        nodes = f"nodes={whom_nodes(rng, shape, lease=at[0].startswith('after-acquire'))}"
+        nodes, at = nodes_and_when(rng, shape, start_ok=True)
         return (nodes, *at, f"for={ms(rng.uniform(0.5, 2.5) * shape.ttl_ms)}")
 
 

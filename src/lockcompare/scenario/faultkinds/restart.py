@@ -17,8 +17,7 @@ from lockcompare.scenario.faultkinds.base import (
     Runtime,
     Shape,
     ms,
-    when,
-    whom_nodes,
+    nodes_and_when,
 )
 from lockcompare.scenario.faultkinds.crash import NodeCrash
 
@@ -68,8 +67,7 @@ class Restart(FaultKind):
         )
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
-        at = when(rng, shape, start_ok=False)
-        nodes = f"nodes={whom_nodes(rng, shape, lease=at[0].startswith('after-acquire'))}"
+        nodes, at = nodes_and_when(rng, shape, start_ok=False)
         downtime = ms(rng.uniform(0, 1.5) * shape.ttl_ms) if rng.random() < 0.5 else "0"
         persistence = "aof-always" if rng.random() < 0.25 else "none"
         return (nodes, *at, f"for={downtime}", f"persistence={persistence}")

@@ -21,10 +21,9 @@ from lockcompare.scenario.faultkinds.base import (
     Shape,
     World,
     ms,
-    when,
-    whom_nodes,
+    nodes_and_when,
 )
-from lockcompare.scenario.faultkinds.cut import heal_links
+from lockcompare.scenario.faultkinds.cut import heal_links, link_worker
 
 if TYPE_CHECKING:
     from lockcompare.scenario.schedule import FaultStep, TrialStep
@@ -72,15 +71,13 @@ class Slow(FaultKind):
         delay_ms = step.time("delay")
         nulls = step.at != "acquire"
 
-        def build(worker: int | None) -> LinkDelay:
-            assert worker is not None  # a link step names its worker
-            return LinkDelay(worker=worker, ms=delay_ms, nulls=nulls)
-
-        return Runtime(build=build, heal_after_ms=self.heal_after_ms(step))
+        return Runtime(
+            build=lambda w: LinkDelay(worker=link_worker(w), ms=delay_ms, nulls=nulls),
+            heal_after_ms=self.heal_after_ms(step),
+        )
 
     def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
-        at = when(rng, shape, start_ok=True, acquire_ok=True)
-        nodes = f"nodes={whom_nodes(rng, shape, lease=at[0].startswith('after-acquire'))}"
+        nodes, at = nodes_and_when(rng, shape, start_ok=True, acquire_ok=True)
         link = f"worker={rng.randrange(shape.workers)}"
         return (nodes, link, *at, f"delay={ms(rng.uniform(0.5, 2.0) * shape.ttl_ms)}")
 

@@ -11,35 +11,19 @@ The same peer-link blackhole as ``isolate`` (scenario/faultkinds/isolate.py), he
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
 
-from lockcompare.scenario.faultkinds.base import NODES, PEER_LINKS, FaultKind, Runtime, Shape, ms, when
-from lockcompare.scenario.faultkinds.isolate import Partition
-
-if TYPE_CHECKING:
-    from lockcompare.scenario.schedule import TrialStep
+from lockcompare.scenario.faultkinds.isolate import PeerPartitionKind
 
 
-class Split(FaultKind):
+class Split(PeerPartitionKind):
     name = "split"
-    excuses_calls = True  # the minority side cannot commit: calls to it wait (sentinel, sessions)
+    split = True
     order = 63
     summary = "two sides of lock servers: the minority= nodes against the rest"
-    acts_on = NODES
     target_alias = "minority"
-    until_the_end = True
-    without_for = "until the end"
-    needs = frozenset({PEER_LINKS})
-    lasts = True
-    explored_by_default = False  # only servers with peer links take it (etcd, ZooKeeper): --faults asks for it
 
-    def runtime(self, step: TrialStep, *, ttl_ms: float, lock_key: str) -> Runtime:
-        return Runtime(build=lambda _w: Partition(split=True), heal_after_ms=self.heal_after_ms(step))
-
-    def draw(self, rng: random.Random, shape: Shape) -> tuple[str, ...]:
-        at = when(rng, shape, start_ok=False)
-        side = rng.choice(["holder-member", "leader", "followers:1"])
-        return (f"nodes={side}", *at, f"for={ms(rng.uniform(0.5, 3.0) * shape.ttl_ms)}")
+    def draw_side(self, rng: random.Random) -> str:
+        return rng.choice(["holder-member", "leader", "followers:1"])
 
 
 KIND = Split()
