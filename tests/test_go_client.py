@@ -11,13 +11,13 @@ installed; without them the real-server tests skip with one line.
 from __future__ import annotations
 
 import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from client_build import build_if_stale
 from lockcompare.backends import BackendConfig, Lease, load_backend
 from lockcompare.backends.external.shipped import clients_dir
 from lockcompare.errors import BackendNotViableError, InvalidValueError
@@ -53,10 +53,7 @@ needs_go = pytest.mark.skipif(bool(MISSING), reason=MISSING)
 @pytest.fixture(scope="module")
 def built() -> None:
     """Build the client once per session when its source is newer than the binary (the toolchain is there)."""
-    if BINARY.is_file() and BINARY.stat().st_mtime >= (GO_DIR / "main.go").stat().st_mtime:
-        return
-    done = subprocess.run(["bash", str(GO_DIR / "build.sh")], check=False, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    build_if_stale(script=GO_DIR / "build.sh", output=BINARY, sources=[GO_DIR / "main.go"], timeout_s=600)
 
 
 @pytest.fixture(scope="module")

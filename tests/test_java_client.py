@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from client_build import build_if_stale
 from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend
 from lockcompare.backends.external.manifest import parse_manifest
 from lockcompare.backends.external.shipped import clients_dir
@@ -62,12 +63,7 @@ needs_java = pytest.mark.skipif(bool(MISSING), reason=MISSING)
 @pytest.fixture(scope="module")
 def built() -> None:
     """Build the client (in place) once per session when a source is newer than the jar."""
-    if JAR.is_file() and JAR.stat().st_mtime >= max(p.stat().st_mtime for p in SOURCES):
-        return
-    done = subprocess.run(
-        ["bash", str(JAVA_DIR / "build.sh")], check=False, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+    build_if_stale(script=JAVA_DIR / "build.sh", output=JAR, sources=SOURCES, timeout_s=300)
 
 
 @pytest.fixture(scope="module")
