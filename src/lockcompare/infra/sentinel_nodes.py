@@ -19,7 +19,7 @@ import redis
 from lockcompare.errors import ConfigError, RedisServerNotFoundError, ReplicationError
 from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Roles, Server
 from lockcompare.infra.proxy import LinkProxy, ProxyHost
-from lockcompare.infra.replication import REPLICATION_ARGS, ReplicatedNodes
+from lockcompare.infra.replication import REPLICATION_ARGS, ReplicatedNodes, replication_info
 from lockcompare.infra.sentinel import (
     FAILOVER_TIMEOUT_MS,
     FAILOVER_WAIT_S,
@@ -45,14 +45,6 @@ from lockcompare.infra.spawned import free_port
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
     from lockcompare.infra.fakeclock import FakeClock
-
-
-def _info(port: int) -> dict[str, Any]:
-    client = admin_client(port, timeout_s=1.0)
-    try:
-        return dict(client.info("replication"))
-    finally:
-        client.close()
 
 
 class SentinelPair:
@@ -105,14 +97,29 @@ class SentinelPair:
 
     def _start_replica(self) -> None:
         """(Re)start the replica of the current master, its replication link through a new proxy link."""
+        self._new_link()
+        self._replica.start()
+        self.held_back = False
+
+    def _new_link(self) -> int:
+        """A new proxy link to the current master (the old one stopped) for the replica's replication,
+        named in its arguments for its next start; returns the link's port."""
         if self.link is not None:
             self.link.stop()
         self.link = LinkProxy(target_port=self.master_port, name=f"{self.name}-replication", host=self._host)
         self.link.start()
         assert self.link.port is not None
         self._replica.extra_args = [*REPLICATION_ARGS, "--replicaof", "127.0.0.1", str(self.link.port)]
-        self._replica.start()
-        self.held_back = False
+        return self.link.port
+
+    def _replicate_through(self, link_port: int) -> None:
+        """Point the running replica at the master through our link (REPLICAOF the link's port)."""
+        assert self._replica.port is not None
+        client = admin_client(self._replica.port)
+        try:
+            client.execute_command("REPLICAOF", "127.0.0.1", str(link_port))
+        finally:
+            client.close()
 
     def wait_in_sync(self, *, timeout_s: float = SYNC_TIMEOUT_S) -> None:
         """Until the replica is in sync and every sentinel knows the master, the replica and its peers
@@ -138,23 +145,11 @@ class SentinelPair:
         if found is None or found[1] == self.master_port or not self._replica.is_running() or self.held_back:
             return
         self._master, self._replica = self._replica, self._master
-        assert self._replica.port is not None
-        if self.link is not None:
-            self.link.stop()
-        self.link = LinkProxy(target_port=self.master_port, name=f"{self.name}-replication", host=self._host)
-        self.link.start()
-        assert self.link.port is not None
-        self._replica.extra_args = [*REPLICATION_ARGS, "--replicaof", "127.0.0.1", str(self.link.port)]
-        client = admin_client(self._replica.port)
-        try:
-            client.execute_command("REPLICAOF", "127.0.0.1", str(self.link.port))
-        finally:
-            client.close()
+        self._replicate_through(self._new_link())
 
     def _not_ready(self) -> str:
-        assert self._replica.port is not None
-        offset = int(_info(self.master_port)["master_repl_offset"])
-        replica = _info(self._replica.port)
+        offset = int(replication_info(self._master.url)["master_repl_offset"])
+        replica = replication_info(self._replica.url)
         if replica.get("master_link_status") != "up" or int(replica.get("slave_repl_offset", -1)) < offset:
             return "replica not in sync"
         for port in self._sentinel_ports:
@@ -178,12 +173,8 @@ class SentinelPair:
         """Cut the replica's link; first put it back on the link if a sentinel re-pointed it."""
         assert self._replica.port is not None and self.link is not None and self.link.port is not None
         self._set_failover_timeout(GUARD_TIMEOUT_MS)  # no sentinel re-points it from now on (sentinel.py)
-        if int(_info(self._replica.port).get("master_port", 0)) != self.link.port:
-            client = admin_client(self._replica.port)
-            try:
-                client.execute_command("REPLICAOF", "127.0.0.1", str(self.link.port))
-            finally:
-                client.close()
+        if int(replication_info(self._replica.url).get("master_port", 0)) != self.link.port:
+            self._replicate_through(self.link.port)
             self.wait_in_sync(timeout_s=5.0)
         self.link.blackhole()
         self.held_back = True
@@ -199,7 +190,9 @@ class SentinelPair:
         if self.failed_over:
             raise ReplicationError(f"{self.name}: already failed over")
         assert self._replica.port is not None
-        on_link = self.link is not None and int(_info(self._replica.port).get("master_port", 0)) == self.link.port
+        on_link = (
+            self.link is not None and int(replication_info(self._replica.url).get("master_port", 0)) == self.link.port
+        )
         self._set_failover_timeout(FAILOVER_TIMEOUT_MS)  # a failover may start now (see sentinel.py)
         listener = ElectionListener(ports=self._sentinel_ports, service=self.name)
         listener.start()
