@@ -15,6 +15,7 @@ from lockcompare.cli.core import app
 from lockcompare.cli.explore import parse_budget, print_trial
 from lockcompare.cli.options import (
     SEARCH_SETTINGS,
+    LockServersOption,
     Nodes,
     NodesFile,
     PostgresUrl,
@@ -137,6 +138,7 @@ def evaluate_command(
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
+    lock_servers: LockServersOption = None,
     search_budget: Annotated[
         str | None,
         typer.Option(
@@ -161,7 +163,7 @@ def evaluate_command(
         )
     settings = one_value_each(trial_settings or {})
     options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=None,
-                               nodes_file=nodes_file, postgres=postgres)  # fmt: skip
+                               nodes_file=nodes_file, postgres=postgres, lock_servers=lock_servers)  # fmt: skip
     scale = time_scale if time_scale is not None else (QUICK_TIME_SCALE if quick else 1.0)
     if search_budget is not None:
         search_s = parse_budget(search_budget, flag="--search-budget", zero_ok=True)
@@ -185,7 +187,12 @@ def evaluate_command(
             cluster_options=options,
             settings=settings,
             server_args=server_args(
-                nodes=nodes, nodes_file=nodes_file, resource=resource, postgres=postgres, redis_server=redis_server
+                nodes=nodes,
+                nodes_file=nodes_file,
+                resource=resource,
+                postgres=postgres,
+                redis_server=redis_server,
+                lock_servers=lock_servers,
             ),
             on_property=lambda r: print(f"battery: {r.status:<11} {r.prop.title}", file=sys.stderr, flush=True),
             progress=update,

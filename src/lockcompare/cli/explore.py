@@ -12,6 +12,7 @@ import typer
 from lockcompare.cli.core import app
 from lockcompare.cli.options import (
     SEARCH_SETTINGS,
+    LockServersOption,
     Nodes,
     NodesFile,
     PostgresUrl,
@@ -121,6 +122,7 @@ def explore_command(
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
+    lock_servers: LockServersOption = None,
     trial_settings: dict[str, str | None] | None = None,
 ) -> None:
     """Search random fault schedules for one that breaks a property, shrink it to the smallest that
@@ -147,7 +149,7 @@ def explore_command(
     seconds = parse_budget(budget)
     settings = one_value_each(trial_settings or {})
     options = _cluster_options(nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes,
-                               nodes_file=nodes_file, postgres=postgres)  # fmt: skip
+                               nodes_file=nodes_file, postgres=postgres, lock_servers=lock_servers)  # fmt: skip
     safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in backend)
     target = out_dir or Path("results") / f"explore-{safe}-{prop}"
     if resume and not target.is_dir():
@@ -157,7 +159,7 @@ def explore_command(
         backend=backend, out_dir=target, time_scale=scale, fence=fence, jobs=jobs, redlock_nodes=redlock_nodes,
         cluster_options=options, settings=settings,
         server_args=server_args(nodes=nodes, nodes_file=nodes_file, resource=resource, postgres=postgres,
-                                redis_server=redis_server),
+                                redis_server=redis_server, lock_servers=lock_servers),
     )  # fmt: skip
     result = run_explore(
         trials=trials, prop=prop, kinds=kinds, budget_s=seconds, rounds=rounds, seed=seed, reruns=reruns,

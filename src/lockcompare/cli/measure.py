@@ -22,6 +22,7 @@ from lockcompare.cli.options import (
     AllowMixedRevisions,
     DaskAddress,
     FaultsFile,
+    LockServersOption,
     Nodes,
     NodesFile,
     PostgresUrl,
@@ -95,6 +96,7 @@ def matrix(
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
     zookeeper: ZooKeeperHosts = None,
+    lock_servers: LockServersOption = None,
     faults_file: FaultsFile = None,
     jobs: Annotated[
         int,
@@ -104,9 +106,9 @@ def matrix(
             f"at most {LIMITS['jobs'][1]}); "
             f"fewer while the running trials would keep more than {DEFAULT_CPU_SHARE:.0%} of the CPUs busy "
             "(measured per trial); pause-free no-lock trials (none, atomic, optimistic) run alone, "
-            "their conflicts hang on millisecond timing. 1: one after another. With --nodes/--resource or "
-            "--postgres trials run one at a time: external servers are shared, and neighbours would distort each "
-            "other's timing.",
+            "their conflicts hang on millisecond timing. 1: one after another. With --lock-servers (or "
+            "--nodes/--resource, --postgres, --zookeeper) trials run one at a time: external servers are "
+            "shared, and neighbours would distort each other's timing.",
         ),
     ] = DEFAULT_JOBS,
     fresh_workers: Annotated[
@@ -139,6 +141,7 @@ def matrix(
         nodes_file=nodes_file,
         postgres=postgres,
         zookeeper=zookeeper,
+        lock_servers=lock_servers,
         faults_file=faults_file,
     )
     target = out_path or Path("results") / time.strftime("matrix-%Y%m%d-%H%M%S.csv")
@@ -211,6 +214,7 @@ def run(
     redis_server: RedisServer = None,
     postgres: PostgresUrl = None,
     zookeeper: ZooKeeperHosts = None,
+    lock_servers: LockServersOption = None,
     faults_file: FaultsFile = None,
     from_row: Annotated[
         str | None,
@@ -243,6 +247,7 @@ def run(
             nodes_file=nodes_file,
             postgres=postgres,
             zookeeper=zookeeper,
+            lock_servers=lock_servers,
         )
         _run_from(from_row, out_path=out_path, options=options)
         return
@@ -254,6 +259,7 @@ def run(
         nodes_file=nodes_file,
         postgres=postgres,
         zookeeper=zookeeper,
+        lock_servers=lock_servers,
         faults_file=faults_file,
     )
     if sweep.cells_per_trial() > 1:
@@ -284,6 +290,7 @@ _RERUN_OPTIONS = {
     "redis_server",
     "postgres",
     "zookeeper",
+    "lock_servers",
 }  # --faults-file: a setting
 
 
@@ -297,7 +304,7 @@ def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions) ->
         raise InvalidValueError(f"--from takes RESULTS.csv:ROW (a trial id or a row number), got {source!r}")
     original = find_row(read_results(Path(path_text)), selector)
     spec = spec_from_row(original)
-    if original.get("cluster") == "external" and options.nodes is None:
+    if original.get("cluster") == "external" and options.lock_servers.shared() is None:
         err.print("note: the row ran against external servers; this rerun uses the embedded cluster")
     with tempfile.TemporaryDirectory(prefix=f"lockcompare-p{os.getpid()}-run-") as scratch:
         target = out_path or Path(scratch) / "run.csv"
@@ -342,6 +349,7 @@ def bench(
     nodes_file: NodesFile = None,
     resource: ResourceUrl = None,
     redis_server: RedisServer = None,
+    lock_servers: LockServersOption = None,
 ) -> None:
     """Acquire+release latency per backend, beside the floor (bare SET NX PX + release script).
 
@@ -356,15 +364,19 @@ def bench(
     if not 1 <= ttl_ms <= BENCH_MAX_TTL_MS:
         raise InvalidValueError(f"--ttl-ms takes 1 to {BENCH_MAX_TTL_MS}, got {ttl_ms}")
     options = _cluster_options(
-        nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes, nodes_file=nodes_file
-    )
+        nodes=nodes, resource=resource, redis_server=redis_server, redlock_nodes=redlock_nodes, nodes_file=nodes_file,
+        lock_servers=lock_servers,
+    )  # fmt: skip
+    shared = options.lock_servers.shared()
+    if len(options.lock_servers.protocols()) > (0 if shared is None else 1):  # the others: embedded servers
+        raise InvalidValueError("bench measures the user's Redis-protocol lock servers only (with --resource)")
     names = _split(backends_list)
     proxied = _split(via_proxy)
     if not names:
         raise InvalidValueError("--backends: name at least one backend")
     for name in (*names, *proxied):
         load_backend(name)  # a bad name fails before any server starts
-    if proxied and options.nodes is not None:
+    if proxied and shared is not None:
         print(
             f"lockcompare: note: no {', '.join(f'{n}-via-proxy' for n in proxied)} row: --via-proxy measures "
             "the embedded cluster's links, not --nodes servers",
@@ -374,7 +386,7 @@ def bench(
     with contextlib.ExitStack() as stack:
         cluster = stack.enter_context(
             open_cluster(
-                nodes=options.nodes,
+                nodes=shared,
                 resource=options.resource,
                 node_count=options.node_count,
                 redis_server=options.redis_server,

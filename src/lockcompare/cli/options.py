@@ -17,7 +17,7 @@ from lockcompare.cli.progress_bar import progress_bar
 from lockcompare.errors import InvalidValueError
 from lockcompare.files import read_capped
 from lockcompare.infra.redisconn import PASSWORD_ENV, redact  # (no redis-py: it is imported when a client connects)
-from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, usable_cpus
+from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, LIMITS, usable_cpus
 from lockcompare.scenario.parsing import Overrides, Sweep, check_value, cli_text, from_cli
 from lockcompare.scenario.schedule import read_schedule_file
 from lockcompare.scenario.setting import Setting
@@ -78,6 +78,17 @@ ZooKeeperHosts = Annotated[
         help="An external ZooKeeper ensemble for the zk backends' locks instead of the embedded servers; "
         "lockcompare touches only its own znodes under /lockcompare there (never another run's), and takes "
         "no fault that crashes, restarts or cuts off its servers.",
+    ),
+]
+LockServersOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--lock-servers",
+        metavar="KIND=URL,...",
+        help="External lock servers of any kind: KIND is a server kind (e.g. redis or valkey, with --resource; "
+        "postgres, which also keeps the resource; zookeeper), each URL one of its servers; repeat the option "
+        "for a second kind. --nodes, --postgres and --zookeeper are its aliases (the same servers, the "
+        "same runs). lockcompare touches only its own keys, rows and znodes there.",
     ),
 ]
 FaultsFile = Annotated[
@@ -142,11 +153,16 @@ def _cluster_options(
     nodes_file: Path | None = None,
     postgres: str | None = None,
     zookeeper: str | None = None,
+    lock_servers: list[str] | None = None,
 ) -> ClusterOptions:
-    """Where the servers come from; the embedded cluster spawns enough nodes for --redlock-nodes."""
+    """Where the servers come from; the embedded cluster spawns enough nodes for --redlock-nodes.
+
+    ``--lock-servers`` and its aliases (--nodes / --nodes-file, --postgres, --zookeeper) make one
+    value (runner/lock_servers.py): the same servers given either way are the same options."""
     from lockcompare.infra.cluster import DEFAULT_NODES
-    from lockcompare.infra.redisconn import parse_url_list, validate_url, with_env_password
-    from lockcompare.infra.zookeeper_server import zookeeper_urls
+    from lockcompare.infra.kinds import REDIS_PROTOCOL
+    from lockcompare.infra.redisconn import validate_url, with_env_password
+    from lockcompare.runner.lock_servers import lock_servers_from
     from lockcompare.runner.plan import ClusterOptions
 
     if nodes_file is not None:
@@ -156,10 +172,9 @@ def _cluster_options(
         if from_file is not None and resource is not None:
             raise InvalidValueError("the resource is given twice: in --nodes-file and with --resource")
         resource = resource or from_file
-    node_urls = tuple(with_env_password(u) for u in parse_url_list(nodes)) if nodes is not None else None
+    servers = lock_servers_from(texts=lock_servers or (), nodes=nodes, postgres=postgres, zookeeper=zookeeper)
+    node_urls = servers.urls_for(REDIS_PROTOCOL)
     resource_url = with_env_password(validate_url(resource)) if resource is not None else None
-    if node_urls is not None:
-        check_count("nodes", len(node_urls), flag="--nodes (count)")
     if redlock_nodes is not None:
         check_value(SETTINGS["node_count"], redlock_nodes)
         if str(redlock_nodes) not in (SETTINGS["node_count"].choices or ()):
@@ -169,13 +184,8 @@ def _cluster_options(
     if node_urls is not None and redlock_nodes is not None and redlock_nodes > len(node_urls):
         raise InvalidValueError(f"--redlock-nodes {redlock_nodes} but only {len(node_urls)} --nodes given")
     count = max(redlock_nodes or DEFAULT_NODES, DEFAULT_NODES)
-    if postgres is not None:  # a URL or a libpq keyword string, parsed by the one parser (issue 38)
-        from lockcompare.infra.pg_client import postgres_url
-
-        postgres = postgres_url(postgres)
     return ClusterOptions(
-        nodes=node_urls, resource=resource_url, redis_server=redis_server, node_count=count, postgres=postgres,
-        zookeeper=zookeeper_urls(zookeeper) if zookeeper is not None else None,
+        lock_servers=servers, resource=resource_url, redis_server=redis_server, node_count=count
     )  # fmt: skip
 
 
@@ -241,12 +251,19 @@ def one_value_each(trial_settings: dict[str, str | None]) -> Overrides:
 
 
 def server_args(
-    *, nodes: str | None, nodes_file: Path | None, resource: str | None, postgres: str | None, redis_server: str | None
+    *,
+    nodes: str | None,
+    nodes_file: Path | None,
+    resource: str | None,
+    postgres: str | None,
+    redis_server: str | None,
+    lock_servers: list[str] | None = None,
 ) -> tuple[str, ...]:
     """The server options as given, for a printed command that reruns on the same servers (a password
     the user kept off the command line stays off it: the URLs are the ones typed, not completed)."""
     given = (("--nodes", nodes), ("--nodes-file", nodes_file and nodes_file.resolve()), ("--resource", resource),
-             ("--postgres", postgres), ("--redis-server", redis_server))  # fmt: skip
+             ("--postgres", postgres), ("--redis-server", redis_server),
+             *(("--lock-servers", text) for text in lock_servers or ()))  # fmt: skip
     # A password typed into a URL is not written into summaries: "***" (give it by environment instead).
     return tuple(
         a for flag, value in given if value is not None
@@ -269,6 +286,7 @@ def _trial_settings(
     postgres: str | None = None,
     zookeeper: str | None = None,
     faults_file: Path | None = None,
+    lock_servers: list[str] | None = None,
 ) -> tuple[Overrides, Sweep, ClusterOptions, int | None]:
     """The settings of ``run`` and ``matrix`` parsed by the table, and where the servers come from."""
     if faults_file is not None:
@@ -285,6 +303,7 @@ def _trial_settings(
         nodes_file=nodes_file,
         postgres=postgres,
         zookeeper=zookeeper,
+        lock_servers=lock_servers,
     )
     return overrides, sweep, options, redlock_nodes
 

@@ -67,7 +67,8 @@ from lockcompare.evaluation.claim_checks import (
     claim_renewal_outlives_the_ttl,
 )
 from lockcompare.infra.cluster import open_cluster
-from lockcompare.infra.kinds import POSTGRES_PROTOCOL, REDIS_PROTOCOL
+from lockcompare.infra.kinds import REDIS_PROTOCOL
+from lockcompare.runner.lock_servers import NO_LOCK_SERVERS, LockServers
 
 
 def _excused_without_a_ttl(ctx: BatteryContext, reason: str) -> None:
@@ -412,13 +413,19 @@ def battery(
 
 
 def run_battery(
-    *, spec: str, call_timeout_s: float = CALL_TIMEOUT_S, redis_server: str | None = None, postgres: str | None = None
+    *,
+    spec: str,
+    call_timeout_s: float = CALL_TIMEOUT_S,
+    redis_server: str | None = None,
+    lock_servers: LockServers = NO_LOCK_SERVERS,
 ) -> list[PropertyResult]:
     """Every property against ``spec``, on embedded clusters started (and stopped) here.
 
-    ``postgres``: the PostgreSQL server under evaluation (``--postgres URL``) for a backend whose
-    lock nodes are PostgreSQL — the deployment as it is, a pooler in front included; the node-loss
-    properties still crash servers of a private embedded cluster.
+    ``lock_servers``: the user's servers (``--lock-servers``, runner/lock_servers.py). Where they
+    include servers of the backend's own protocol (``--postgres URL``: a PostgreSQL server), the
+    battery runs on them — the deployment as it is, a pooler in front included; the node-loss
+    properties still crash servers of a private embedded cluster. The shared Redis-protocol nodes
+    (``--nodes``) are the experiments' cluster, not the battery's.
     """
     with (
         battery(spec=spec, node_urls=(), call_timeout_s=call_timeout_s) as ctx,
@@ -429,8 +436,9 @@ def run_battery(
             servers = REDIS_PROTOCOL  # the properties report why the backend cannot be used
         kind, node_count = battery_cluster(servers)
         ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)
-        if kind == POSTGRES_PROTOCOL and postgres is not None:  # --postgres: the user's server of that protocol
-            ctx.node_urls = (postgres,)
+        users = lock_servers.own(kind)  # the user's servers of that protocol, if given
+        if users is not None:
+            ctx.node_urls = users
             return [check_property(prop, ctx) for prop in PROPERTIES]
         with open_cluster(redis_server=redis_server, node_count=node_count, lock_servers=kind) as cluster:
             ctx.node_urls = cluster.node_urls

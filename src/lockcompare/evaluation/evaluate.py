@@ -225,7 +225,7 @@ def _evaluate_locked(
         log.warning("%s", notes[0])
     battery = []
     for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server,
-                              postgres=cluster_options.postgres):  # fmt: skip
+                              lock_servers=cluster_options.lock_servers):  # fmt: skip
         battery.append(result)
         if on_property:
             on_property(result)

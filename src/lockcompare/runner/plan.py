@@ -8,7 +8,7 @@ asked (:func:`check_faults`). The executor (runner/matrix.py, or the Dask one) r
 
 import itertools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,6 @@ from lockcompare.infra.cluster import (
 )
 from lockcompare.infra.kinds import (
     AUTO,
-    ETCD_PROTOCOL,
     POSTGRES_PROTOCOL,
     REDIS_PROTOCOL,
     ZOOKEEPER_PROTOCOL,
@@ -35,12 +34,12 @@ from lockcompare.infra.kinds import (
     lacks,
     server_for,
 )
+from lockcompare.runner.lock_servers import NO_LOCK_SERVERS, ROUTES, LockServers
 from lockcompare.runner.sections import check_for
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.limits import check_count
 from lockcompare.scenario.parsing import Overrides, Sweep
-from lockcompare.scenario.schedule import parse_schedule
 from lockcompare.scenario.trialspec import TrialSpec, custom_faults, make_spec
 
 log = logging.getLogger("lockcompare")
@@ -50,21 +49,39 @@ log = logging.getLogger("lockcompare")
 class ClusterOptions:
     """Where the servers come from: spawned (default) or the user's URLs."""
 
-    nodes: tuple[str, ...] | None = None
+    #: The user's lock servers by protocol (``--lock-servers KIND=URL,...``; runner/lock_servers.py):
+    #: every question about external servers asks this one value. Empty: lockcompare starts them all.
+    lock_servers: LockServers = NO_LOCK_SERVERS
+    #: The resource server that goes with the user's Redis-protocol lock nodes (``--resource``).
     resource: str | None = None
     redis_server: str | None = None
     node_count: int = 5
-    #: An external PostgreSQL server (``--postgres URL``) for the PostgreSQL backends' lock and
-    #: resource; lockcompare touches only its own per-trial rows there.
+    #: Aliases of ``lock_servers`` in the older options' words (``--nodes``, ``--postgres``,
+    #: ``--zookeeper``): folded into it when given, and kept equal to what it holds. Read ``lock_servers``.
+    nodes: tuple[str, ...] | None = None
     postgres: str | None = None
-    #: An external ZooKeeper ensemble (``--zookeeper``, zk:// URLs) for the zk backends' locks; the
-    #: resource stays an embedded server. lockcompare touches only its own znodes under /lockcompare.
     zookeeper: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        servers = self.lock_servers
+        aliases = (
+            (REDIS_PROTOCOL, self.nodes),
+            (POSTGRES_PROTOCOL, None if self.postgres is None else (self.postgres,)),
+            (ZOOKEEPER_PROTOCOL, self.zookeeper),
+        )
+        for protocol, urls in aliases:
+            if urls is not None and servers.urls_for(protocol) != tuple(urls):
+                servers = servers.adding(protocol, tuple(urls), given=ROUTES[protocol].alias)
+        postgres = servers.urls_for(POSTGRES_PROTOCOL)
+        object.__setattr__(self, "lock_servers", servers)
+        object.__setattr__(self, "nodes", servers.urls_for(REDIS_PROTOCOL))
+        object.__setattr__(self, "postgres", postgres[0] if postgres else None)
+        object.__setattr__(self, "zookeeper", servers.urls_for(ZOOKEEPER_PROTOCOL))
 
     @property
     def external(self) -> bool:
         """True when any server is the user's (shared by every trial, so trials run one at a time)."""
-        return self.nodes is not None or self.postgres is not None or self.zookeeper is not None
+        return bool(self.lock_servers)
 
 
 def plan_matrix(
@@ -126,7 +143,7 @@ def _client_timeout_ms(cls: type) -> float | None:
 
 def _warn_no_wait(classes: dict[str, type], *, asked: Sequence[int], experiments: Sequence[Any]) -> None:
     """Say once, up front, which backends run their failover trials without the asked-for WAIT."""
-    if not any(asked) or not any("failover" in e.kinds for e in experiments):
+    if not any(asked) or not any(_needs_replicas(e.kinds) for e in experiments):
         return
     without = [name for name, cls in classes.items() if not traits_of(cls).supports_wait_replicas]
     if without:
@@ -152,7 +169,7 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
     a fault step that can never reach its lock (faults/targets.py: never_resolves)."""
     servers = traits_of(cls).servers
     server_kind = server_for(servers, choice=spec.server)
-    schedule = parse_schedule(spec.faults)
+    schedule = spec.schedule.written  # parsed once with the spec (lesson-scale: only kinds and targets are read)
     for kind in sorted(schedule.kinds()):
         missing = lacks(server_kind, FAULT_NEEDS[kind]) if kind in FAULT_NEEDS else ""
         if missing:
@@ -231,7 +248,7 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
 
     The kind says how many (infra/kinds.py LockNodes): e.g. one etcd member, or three when a fault
     crashes or restarts members (``--redlock-nodes`` sets the count instead)."""
-    schedule = parse_schedule(spec.faults)
+    schedule = spec.schedule.written  # parsed once with the spec; its needs do not depend on times
     kind = lock_kind_of(spec)
     nodes = kind.name
     resource = server_for(spec.resource_kind, choice=spec.server).name
@@ -258,59 +275,59 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
 
 
 def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions) -> None:
-    """Refuse, before any server starts, fault trials that cannot run as asked."""
-    # The per-protocol external options (--postgres, --zookeeper) and what each allows.
-    on_etcd = [s for s in specs if lock_servers_of(s.backend) == ETCD_PROTOCOL]
-    if on_etcd and cluster_options.nodes is not None:
-        raise ConfigError(
-            f"backend {on_etcd[0].backend!r} runs on etcd members that lockcompare starts: drop --nodes/--resource"
-        )
-    on_zookeeper = [s for s in specs if lock_servers_of(s.backend) == ZOOKEEPER_PROTOCOL]
-    if on_zookeeper and cluster_options.nodes is not None:
-        raise ConfigError(
-            f"backend {on_zookeeper[0].backend!r} runs on ZooKeeper servers that lockcompare starts: "
-            "drop --nodes/--resource"
-        )
-    if cluster_options.zookeeper is not None:
-        for spec in on_zookeeper:
-            if fault_plan.touches_servers(parse_schedule(spec.faults)):
-                raise ConfigError(
-                    f"{spec.experiment} crashes, restarts or cuts off ZooKeeper servers: it needs the embedded "
-                    "ones, not --zookeeper (session-kill ends only the holder's session and runs there)"
-                )
-        specs = [s for s in specs if s not in on_zookeeper]
-    on_postgres = [s for s in specs if lock_servers_of(s.backend) == POSTGRES_PROTOCOL]
-    if on_postgres and cluster_options.nodes is not None and cluster_options.postgres is None:
-        raise ConfigError(
-            f"backend {on_postgres[0].backend!r} locks on PostgreSQL: with --nodes/--resource give --postgres URL too"
-        )
+    """Refuse, before any server starts, fault trials that cannot run as asked.
+
+    Which trials run on the user's servers is asked of the one option (``cluster_options.lock_servers``,
+    runner/lock_servers.py): a trial whose protocol the user gave servers for runs on them, and a
+    fault that crashes, restarts or cuts off servers needs ones lockcompare started."""
+    servers = cluster_options.lock_servers
+    shared = servers.shared() is not None  # the user's Redis-protocol nodes: every other trial's cluster too
+    for spec in specs:
+        protocol = lock_servers_of(spec.backend)
+        route = ROUTES.get(protocol)
+        if not shared or (route is not None and route.shared):
+            continue
+        if route is not None and route.beside_shared and servers.urls_for(protocol) is None:
+            raise ConfigError(
+                f"backend {spec.backend!r} locks on {protocol} servers: with --nodes/--resource give "
+                f"{route.alias} URL (or --lock-servers {protocol}=URL) too"
+            )
+        if route is None or not route.beside_shared:
+            raise ConfigError(
+                f"backend {spec.backend!r} runs on {protocol} servers that lockcompare starts: drop --nodes/--resource"
+            )
+    on_own = []  # trials on the user's servers of their own protocol (not the shared nodes)
+    for spec in specs:
+        protocol = lock_servers_of(spec.backend)
+        if servers.own(protocol) is None:
+            continue
+        route = ROUTES[protocol]
+        on_own.append(spec)
+        if fault_plan.touches_servers(spec.schedule.written):
+            raise ConfigError(
+                f"{spec.experiment} crashes, restarts or cuts off {protocol} servers: it needs the embedded ones, "
+                f"not {route.alias} (or --lock-servers {protocol}=...); session-kill ends only a holder's "
+                "session and runs there"
+            )
+        if route.holds_resource and spec.resource_kind != protocol:
+            raise ConfigError(
+                f"with {route.alias} the backends on {protocol} keep the resource there: --resource-kind {protocol}"
+            )
     for spec in specs:  # every step has a runtime, every worker one pause: said now, not mid-matrix
-        schedule = parse_schedule(spec.faults)
+        schedule = spec.schedule.written  # parsed once with the spec (its lesson-scale text, unscaled)
         fault_plan.planned_steps(spec.schedule, ttl_ms=spec.ttl_ms)
         fault_plan.worker_pauses(spec.schedule)
         if schedule and not fault_plan.touches_servers(schedule):
             fault_plan.check_schedule(schedule, lock_nodes=cluster_options.node_count, workers=spec.workers)
-    if cluster_options.postgres is not None:
-        for spec in on_postgres:
-            if fault_plan.touches_servers(parse_schedule(spec.faults)):
-                raise ConfigError(
-                    f"{spec.experiment} restarts or cuts off the PostgreSQL server: it needs the embedded one, "
-                    "not --postgres (session-kill ends only lockcompare's own sessions and runs there)"
-                )
-            if spec.resource_kind != POSTGRES_PROTOCOL:
-                raise ConfigError(
-                    "with --postgres the PostgreSQL backends keep the resource there: --resource-kind postgres"
-                )
-        specs = [s for s in specs if s not in on_postgres]
-    faulty = [s for s in specs if fault_plan.touches_servers(parse_schedule(s.faults))]
+    faulty = [s for s in specs if s not in on_own and fault_plan.touches_servers(s.schedule.written)]
     if not faulty:
         return
-    if cluster_options.nodes is not None and any("failover" in parse_schedule(s.faults).kinds() for s in faulty):
+    if shared and any(_needs_replicas(s.schedule.written.kinds()) for s in faulty):
         raise ConfigError(
             "failover needs lock nodes with replicas, which lockcompare builds only in its embedded cluster: "
             "not with --nodes/--resource"
         )
-    if cluster_options.nodes is not None:
+    if shared:
         raise ConfigError(
             f"{faulty[0].experiment} kills, restarts or re-clocks lock nodes, or proxies their links: "
             "it needs the embedded cluster, not --nodes/--resource"
@@ -321,4 +338,9 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
             used = cluster_shape(spec, cluster_options=cluster_options).node_count
         if spec.fault_nodes > used:
             raise InvalidValueError(f"--fault-nodes {spec.fault_nodes} but {spec.backend} uses {used} lock nodes")
-        fault_plan.check_schedule(parse_schedule(spec.faults), lock_nodes=used, workers=spec.workers)
+        fault_plan.check_schedule(spec.schedule.written, lock_nodes=used, workers=spec.workers)
+
+
+def _needs_replicas(kinds: Iterable[str]) -> bool:
+    """Whether a fault of one of ``kinds`` needs lock nodes with replicas (what failover asks of them)."""
+    return any(Capability.REPLICATION in faultkinds.KINDS[kind].needs for kind in kinds)
