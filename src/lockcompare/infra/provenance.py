@@ -23,6 +23,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lockcompare.processes import process_alive
+
 if TYPE_CHECKING:
     from lockcompare.infra.kinds import ServerKind
 
@@ -118,20 +120,6 @@ def server_version(
     return f"{nodes} + {resource}"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie has exited; /proc says so (PID 1 here does not always reap).
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def active_runs() -> list[dict[str, object]]:
     """The registered runs whose process is still alive, other than this process."""
     found = []
@@ -144,7 +132,7 @@ def active_runs() -> list[dict[str, object]]:
             continue
         if pid == os.getpid():
             continue
-        if _alive(pid):
+        if process_alive(pid):
             found.append(info)
         else:
             with contextlib.suppress(OSError):

@@ -30,7 +30,6 @@ from lockcompare.infra.sentinel import (
     SentinelServer,
     admin_client,
     master_address,
-    master_client,
     sentinel_url,
 )
 from lockcompare.infra.server import (
@@ -38,6 +37,7 @@ from lockcompare.infra.server import (
     delete_keys_naming,
     describe_version,
     flush_all,
+    pings,
     redis_protocol_binary,
 )
 from lockcompare.infra.spawned import free_port
@@ -356,13 +356,7 @@ class SentinelKind:
         return url.startswith("redis+sentinel://")
 
     def answers(self, url: str, *, timeout_s: float) -> bool:
-        client = master_client(url, timeout_s=timeout_s)
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
+        return pings(url, timeout_s=timeout_s)
 
     def unusable(self, url: str, *, timeout_s: float) -> str:
         return "" if self.answers(url, timeout_s=timeout_s) else f"no master answers behind {url}"

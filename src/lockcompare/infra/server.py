@@ -359,13 +359,7 @@ class RedisKind:
         return ""
 
     def answers(self, url: str, *, timeout_s: float) -> bool:
-        client = connect(url, timeout_s=timeout_s)
-        try:
-            return bool(client.ping())
-        except redis.RedisError:
-            return False
-        finally:
-            client.close()
+        return pings(url, timeout_s=timeout_s)
 
     def version(self, url: str) -> str:
         return describe_version(url)
@@ -375,6 +369,18 @@ class RedisKind:
 
     def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
         delete_keys_naming(urls, prefix)
+
+
+def pings(url: str, *, timeout_s: float) -> bool:
+    """Whether the Redis-protocol server at ``url`` answers PING (the master behind a
+    ``redis+sentinel://`` URL: :func:`~lockcompare.infra.redisconn.connect` follows it)."""
+    client = connect(url, timeout_s=timeout_s)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
 
 
 def flush_all(urls: Sequence[str]) -> str:
