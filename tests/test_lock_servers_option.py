@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -20,6 +21,7 @@ from lockcompare.infra.redisconn import connect
 from lockcompare.runner.lock_servers import lock_servers_from
 from lockcompare.runner.plan import ClusterOptions, check_faults, plan_matrix
 from lockcompare.scenario.parsing import Overrides
+from lockcompare.scenario.trialspec import TrialSpec
 
 NODES = "redis://127.0.0.1:7001/0,redis://127.0.0.1:7002/0,redis://127.0.0.1:7003/0"
 
@@ -93,11 +95,15 @@ def test_the_constructor_aliases_fold_into_the_one_value() -> None:
         ("redis= , ", "--lock-servers redis=: no URL given"),
         ("etcd=http://127.0.0.1:2379", "lockcompare starts etcd lock servers itself"),
         ("postgres=postgresql://a@h/d,postgresql://b@h/d", "one postgres server"),
+        ("zookeeper=zk://u:s3cret@127.0.0.1:1", "--lock-servers zookeeper takes HOST:PORT,... without a user"),
+        ("redis=postgresql://u:s3cret@127.0.0.1/db", "is not a redis server's URL"),
+        ("redis=redis://:s3cret@127.0.0.1:1,redis://:s3cret@127.0.0.1:1", "is listed twice"),
     ],
 )
 def test_bad_lock_servers_are_refused_in_one_line(value: str, fragment: str, tmp_path: Path) -> None:
     line = one_line_refusal(["matrix", "--backends", "single", "--lock-servers", value, "--out", str(tmp_path / "o")])
     assert fragment in line, line
+    assert "s3cret" not in line  # a password typed into a URL is never printed
     assert not (tmp_path / "o").exists()
 
 
@@ -119,10 +125,10 @@ def test_the_same_servers_given_twice_are_refused() -> None:
 # --- the plan asks the one option -----------------------------------------------------------------
 
 
-def plan(backend: str, experiment: str = "baseline", **overrides: object) -> list:
+def plan(backend: str, experiment: str = "baseline", **overrides: Any) -> list[TrialSpec]:
     return plan_matrix(
         backends=[backend], experiments=[experiment], trials=1, overrides=Overrides(**overrides), node_count=None
-    )  # type: ignore[arg-type]
+    )
 
 
 #: A server fault that every kind can take (node 0: no lease holders to read).
@@ -164,7 +170,7 @@ def test_check_faults_refuses_the_same_through_either_spelling(alias: bool) -> N
 def test_a_run_on_lock_servers_is_the_run_on_nodes(cluster: Cluster, tmp_path: Path) -> None:
     """The session cluster plays the user's servers; the same trial through either spelling: the
     same trial id, both recorded as external, only the trial's own keys touched."""
-    ids = []
+    ids: list[str] = []
     for servers in (
         ["--nodes", ",".join(cluster.node_urls)],
         ["--lock-servers", "redis=" + ",".join(cluster.node_urls)],
@@ -202,7 +208,7 @@ def postgres_url() -> Iterator[str]:
 
 
 def test_a_run_on_postgres_lock_servers_is_the_run_on_postgres(postgres_url: str, tmp_path: Path) -> None:
-    ids = []
+    ids: list[tuple[str, str, str]] = []
     for servers in (["--postgres", postgres_url], ["--lock-servers", f"postgres={postgres_url}"]):
         out = tmp_path / f"{len(ids)}.csv"
         result = CliRunner().invoke(

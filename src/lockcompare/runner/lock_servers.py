@@ -169,7 +169,14 @@ def _completed(kind: ServerKind, texts: Sequence[str], *, flag: str) -> tuple[st
     parser (a password from the environment, a libpq keyword string, HOST:PORT) and the kind."""
     if kind.speaks not in ROUTES:
         raise InvalidValueError(refusal(kind.speaks))
-    urls = _COMPLETE[kind.speaks](texts, flag)
+    alias = ROUTES[kind.speaks].alias
+    try:
+        urls = _COMPLETE[kind.speaks](texts, flag)
+    except InvalidValueError as exc:  # a protocol's parser names its older option: say the one given
+        said = str(exc)
+        if flag != alias and said.startswith(f"{alias} "):
+            raise InvalidValueError(flag + said.removeprefix(alias)) from None
+        raise
     most = ROUTES[kind.speaks].most
     if most is not None and len(urls) > most:
         raise InvalidValueError(f"{flag}: one {kind.name} server ({ROUTES[kind.speaks].use}), got {len(urls)}")
