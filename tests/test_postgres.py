@@ -357,8 +357,8 @@ def test_session_kill_cells_of_redis_backends_are_left_out_and_pg_keeps_its_reso
                      (ADVISORY, "baseline"): "postgres", (ADVISORY, "session-kill"): "postgres"}  # fmt: skip
     skipped = [r.getMessage() for r in caplog.records if r.getMessage().startswith("skipping")]
     assert skipped == [
-        "skipping single, fenced x session-kill: there is no database session to end: "
-        "session-kill applies to the PostgreSQL backends only"
+        "skipping single, fenced x session-kill: there is no session to end: "
+        "session-kill applies to the PostgreSQL and ZooKeeper backends only"
     ]
     redis_resource = plan_matrix(
         backends=[ADVISORY], experiments=["baseline"], trials=1, overrides=Overrides(resource_kind="redis"),

@@ -62,7 +62,7 @@ POSTGRES_PROTOCOL = protocols.POSTGRES_PROTOCOL
 ZOOKEEPER_PROTOCOL = protocols.ZOOKEEPER_PROTOCOL
 
 #: Why a server without sessions cannot take session-kill (the Redis kinds, etcd).
-NO_SESSION = "there is no database session to end: session-kill applies to the PostgreSQL backends only"
+NO_SESSION = "there is no session to end: session-kill applies to the PostgreSQL and ZooKeeper backends only"
 
 
 class Capability(StrEnum):

@@ -147,7 +147,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             claim="50 ms into each of worker 0's leases the database ends the session holding the lock "
             "(pg_terminate_backend, as an administrator, idle_session_timeout or a pooler would): pg-advisory "
             "releases the lock under a holder that still runs (conflicts); pg-lease's row outlives the session "
-            "(exclusive). PostgreSQL backends only",
+            "(exclusive); on ZooKeeper the holder's session is closed. PostgreSQL and ZooKeeper backends only",
         ),
         Experiment(
             name="cpu-starvation",
