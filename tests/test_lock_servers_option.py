@@ -224,3 +224,34 @@ def test_a_run_on_postgres_lock_servers_is_the_run_on_postgres(postgres_url: str
         ["run", "--backend", "pg-lease", "--faults", RESTART, "--lock-servers", f"postgres={postgres_url}"]
     )
     assert "needs the embedded ones, not --postgres" in line
+
+
+def test_a_run_on_zookeeper_lock_servers_is_the_run_on_zookeeper(tmp_path: Path) -> None:
+    try:
+        from lockcompare.infra.zookeeper_client import kazoo_client_class
+        from lockcompare.infra.zookeeper_server import find_zookeeper, start_servers
+
+        find_zookeeper()
+        kazoo_client_class()
+    except BackendNotViableError as exc:
+        pytest.skip(f"ZooKeeper not available: {exc}")
+    (server,) = start_servers(count=1)  # the user's server: this run did not start it
+    try:
+        host_port = server.url.removeprefix("zk://")
+        ids: list[tuple[str, str]] = []
+        for servers in (["--zookeeper", host_port], ["--lock-servers", f"zookeeper={server.url}"]):
+            out = tmp_path / f"{len(ids)}.csv"
+            result = CliRunner().invoke(
+                app,
+                ["run", "--backend", "zk-lock", "--rounds", "2", "--time-scale", "0.5", *servers, "--out", str(out)],
+            )
+            assert result.exit_code == 0, result.output
+            (row,) = read_results(out)
+            ids.append((row["trial_id"], row["lock_servers"]))
+        assert ids[0] == ids[1]
+        line = one_line_refusal(
+            ["run", "--backend", "zk-lock", "--experiment", "node-restart", "--lock-servers", f"zookeeper={server.url}"]
+        )
+        assert "needs the embedded ones, not --zookeeper" in line
+    finally:
+        server.cleanup()
