@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from expect import error_lines
 from lockcompare.analysis.results import read_results
 from lockcompare.cli import app
-from lockcompare.cli.options import _cluster_options
+from lockcompare.cli.options import _cluster_options, server_args
 from lockcompare.errors import BackendNotViableError, ConfigError, InvalidValueError
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.kinds import registered
@@ -77,6 +77,12 @@ def test_the_constructor_aliases_fold_into_the_one_value() -> None:
     assert ClusterOptions(postgres=url) == ClusterOptions(lock_servers=lock_servers_from(texts=[f"postgres={url}"]))
     folded = ClusterOptions(zookeeper=("zk://127.0.0.1:2181",))
     assert folded.lock_servers.urls_for("zookeeper") == ("zk://127.0.0.1:2181",) and folded.nodes is None
+
+
+def test_a_printed_command_carries_the_lock_servers_as_typed_without_a_password() -> None:
+    given = ["postgres=postgresql://u:s3cret@127.0.0.1/d", "zookeeper=zk://127.0.0.1:2181"]
+    args = server_args(nodes=None, nodes_file=None, resource=None, postgres=None, redis_server=None, lock_servers=given)
+    assert args == ("--lock-servers", "postgres=postgresql://u:***@127.0.0.1/d", "--lock-servers", given[1])
 
 
 # --- bad input: one line, exit 2 ------------------------------------------------------------------
