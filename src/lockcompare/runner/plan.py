@@ -31,6 +31,7 @@ from lockcompare.infra.kinds import (
     Capability,
     ServerKind,
     get_kind,
+    kinds_speaking,
     lacks,
     server_for,
 )
@@ -131,7 +132,10 @@ def plan_matrix(
 def _redis_protocol_server(choice: str, *, binary: str | None) -> str:
     """``--server`` resolved: the kind that runs this run's Redis-protocol servers ("auto": what is here)."""
     if choice != AUTO and get_kind(choice).speaks != REDIS_PROTOCOL:
-        raise InvalidValueError(f"--server {choice}: its servers do not speak the Redis protocol (e.g. redis, valkey)")
+        speaking = ", ".join(kind.name for kind in kinds_speaking(REDIS_PROTOCOL))
+        raise InvalidValueError(
+            f"--server {choice}: its servers do not speak the Redis protocol (those that do: {speaking})"
+        )
     return server_for(REDIS_PROTOCOL, choice=choice, binary=binary).name
 
 

