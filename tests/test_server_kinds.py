@@ -72,7 +72,7 @@ def test_what_a_kind_lacks_is_said_in_its_own_words() -> None:
     assert lacks(get_kind("valkey"), Capability.CLOCK_CONTROL) == ""
     assert lacks(get_kind("valkey"), Capability.REPLICATION) == ""
     assert "statically linked" in lacks(get_kind("etcd"), Capability.CLOCK_CONTROL)  # its own words: why not
-    assert "no database session" in lacks(get_kind("redis"), Capability.SESSION_CONTROL)
+    assert "no session to end" in lacks(get_kind("redis"), Capability.SESSION_CONTROL)
     assert get_kind("valkey").capabilities.persistence_modes == ("none", "aof-always")
     assert get_kind("postgres").capabilities.persistence_modes == ("none",)
 
