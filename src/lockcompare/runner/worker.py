@@ -15,6 +15,7 @@ CPU-busy neighbour pushed loopback PING from 0.14 ms to 16 ms p50 on the measuri
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import threading
@@ -370,8 +371,32 @@ def _one_line_thread_death(plan: WorkerPlan) -> Callable[[threading.ExceptHookAr
     return hook
 
 
+#: A directory here makes every worker profile its trial's rounds (cProfile, CPU time of the process)
+#: into ``worker-<pid>-<n>.prof`` there: where a worker's CPU-seconds go (issue 44.4).
+PROFILE_ENV = "LOCKCOMPARE_PROFILE_WORKERS"
+
+
 def worker_main(plan: WorkerPlan, conn: Connection, shared_slot: Any) -> None:
     """Process entry point: run the rounds, then send ``("ok"|"error", message, events)`` back."""
+    directory = os.environ.get(PROFILE_ENV)
+    if directory:
+        _profiled(directory, lambda: _worker_main(plan, conn, shared_slot))
+    else:
+        _worker_main(plan, conn, shared_slot)
+
+
+def _profiled(directory: str, step: Callable[[], None]) -> None:
+    import cProfile  # only when asked: a worker that does not profile never imports it
+
+    profile = cProfile.Profile(time.process_time)
+    try:
+        profile.runcall(step)
+    finally:
+        n = sum(1 for name in os.listdir(directory) if name.startswith(f"worker-{os.getpid()}-"))
+        profile.dump_stats(os.path.join(directory, f"worker-{os.getpid()}-{n}.prof"))
+
+
+def _worker_main(plan: WorkerPlan, conn: Connection, shared_slot: Any) -> None:
     die_with_parent()
     rec = Recorder(worker=plan.index)
     threading.excepthook = _one_line_thread_death(plan)
