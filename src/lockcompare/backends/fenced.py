@@ -59,7 +59,11 @@ class FencedLock(SingleNodeLock):
         owner = new_owner_token()
         started_ns = time.monotonic_ns()  # the TTL starts no earlier than the request is sent
         try:
-            token = self._acquire(keys=[key, fence_counter_key(key)], args=[owner, ttl_ms, FENCE_COUNTER_TTL_S])
+            keys, args = [key, fence_counter_key(key)], [owner, str(ttl_ms), str(FENCE_COUNTER_TTL_S)]
+            if self._direct is not None:  # see SingleNodeLock.__init__
+                token = self._direct.script(self._acquire, keys, args)
+            else:
+                token = self._acquire(keys=keys, args=args)
         except redis.RedisError:
             # The script may have run before the error (e.g. a reply that timed out): delete
             # what this owner may hold, so the key does not sit there for a whole TTL.

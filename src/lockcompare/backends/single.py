@@ -22,6 +22,7 @@ from typing import ClassVar
 import redis
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
+from lockcompare.backends.redis_direct import DirectCommands
 from lockcompare.infra.redisconn import connect
 
 #: Compare-and-delete: only the owner's token deletes the key.
@@ -68,12 +69,19 @@ class SingleNodeLock:
         # WAIT counts only its own connection's writes: with it, every command goes over one connection.
         self._client = client.client() if self._wait_replicas else client
         self._release = self._client.register_script(RELEASE_SCRIPT)
+        # Acquire and release on the worker's thread skip redis-py's per-call layers (a waiting
+        # worker retries every ~1 ms at --time-scale 0.1): same connection settings and errors
+        # (backends/redis_direct.py). Not with WAIT, whose one connection the client's lock guards.
+        self._direct = None if self._wait_replicas else DirectCommands(client)
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
         owner = new_owner_token()
         started_ns = time.monotonic_ns()  # the TTL starts no earlier than the request is sent
         try:
-            granted = self._client.set(key, owner, nx=True, px=ttl_ms)
+            if self._direct is not None:
+                granted = self._direct.call("SET", key, owner, "NX", "PX", ttl_ms) == b"OK"
+            else:
+                granted = self._client.set(key, owner, nx=True, px=ttl_ms)
         except redis.RedisError:
             return Refusal("error")
         if not granted:
@@ -98,10 +106,14 @@ class SingleNodeLock:
 
     def release(self, lease: Lease) -> bool:
         try:
+            if self._direct is not None:
+                return bool(self._direct.script(self._release, [lease.key], [lease.owner]))
             return bool(self._release(keys=[lease.key], args=[lease.owner]))
         except redis.RedisError:
             return False
 
     def close(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
         self._client.close()
         self._client.connection_pool.disconnect()
