@@ -23,8 +23,6 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockcompare.processes import process_alive
-
 if TYPE_CHECKING:
     from lockcompare.infra.kinds import ServerKind
 
@@ -122,6 +120,9 @@ def server_version(
 
 def active_runs() -> list[dict[str, object]]:
     """The registered runs whose process is still alive, other than this process."""
+    # Here, not at the top: setup.py loads this module alone (no lockcompare package) for the revision.
+    from lockcompare.processes import process_alive
+
     found = []
     directory = runs_dir()
     for path in directory.glob("*.json") if directory.is_dir() else ():
