@@ -328,7 +328,10 @@ def test_link_trials_run_each_backend_with_its_own_client_timeout_unless_swept()
 
 def test_schedules_that_cannot_run_are_refused_in_one_line_before_any_server(tmp_path: Path) -> None:
     for faults, fragment in [
-        ("session-kill worker=holder after-acquire=50 every", "session-kill applies to the PostgreSQL and ZooKeeper backends only"),
+        (
+            "session-kill worker=holder after-acquire=50 every",
+            "session-kill applies to the PostgreSQL and ZooKeeper backends only",
+        ),
         ("pause worker=3 after-acquire=0 every for=100", "worker 3 does not exist (2 workers)"),
         ("pause worker=0 after-acquire=0 for=100; pause worker=0 after-acquire=0 for=200", "two pause steps"),
         ("crash nodes=7 at=start", "this backend uses lock nodes 0..4 only"),
