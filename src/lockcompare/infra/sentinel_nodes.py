@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from lockcompare.errors import ConfigError, RedisServerNotFoundError, ReplicationError
-from lockcompare.infra.kinds import NO_SESSION, Capabilities, Capability, Roles, Server
+from lockcompare.errors import ConfigError, ReplicationError
+from lockcompare.infra.kinds import NO_SESSION, REDIS_PROTOCOL, Capabilities, Capability, Roles, Server, kinds_speaking
 from lockcompare.infra.proxy import LinkProxy, ProxyHost
 from lockcompare.infra.replication import REPLICATION_ARGS, ReplicatedNodes, replication_info
 from lockcompare.infra.sentinel import (
@@ -335,11 +335,10 @@ class SentinelKind:
     )
 
     def problem(self, *, binary: str | None = None) -> str:
-        try:
-            redis_protocol_binary(binary)
-        except RedisServerNotFoundError as exc:
-            return str(exc)
-        return ""
+        # A question with no side effect: asking it (the backends' viability asks every kind) must
+        # print nothing, so not redis_protocol_binary, whose choice of Valkey says so in a line.
+        problems = [kind.problem(binary=binary) for kind in kinds_speaking(REDIS_PROTOCOL)]
+        return "" if "" in problems else problems[0]
 
     def start_nodes(
         self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
