@@ -195,9 +195,18 @@ class PostgresServer(SpawnedServer):
     def _initdb(self) -> None:
         cmd = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust",
                "--encoding=UTF8", "--no-sync", "--no-instructions"]  # fmt: skip
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, check=False, timeout=60, user=self._uid, group=self._gid
-        )
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, text=True, check=False, timeout=60, user=self._uid, group=self._gid
+            )
+        except PermissionError as exc:
+            # As root the server runs as RUN_AS_USER, who must be able to reach the binaries: a
+            # venv under a private directory (mktemp -d makes it 0700) is out of its reach.
+            who = f"user {self._user.pw_name!r} (PostgreSQL refuses root)" if self._user is not None else "this user"
+            raise ServerStartError(
+                f"{self.name}: {who} cannot run {cmd[0]}: {exc.strerror}; every directory above it must be "
+                "searchable by that user (chmod o+x), or install lockcompare where that user can reach it"
+            ) from None
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             raise ServerStartError(f"{self.name}: initdb failed: {tail[0][:300]}")
