@@ -3,7 +3,7 @@
 Only the values live here, with no behaviour: a default, a CSV column's value, a legacy row's value,
 a per-protocol schedule in the experiment catalogue. Which kind of server serves a protocol, and
 everything its servers can do, is the kind's (infra/kinds.py, which exports these names too); the
-pure layers (spec, analysis) that cannot import infra take them from here. The kind named for a
+pure layers (scenario, analysis) that cannot import infra take them from here. The kind named for a
 protocol has its name (``--server redis``).
 """
 
