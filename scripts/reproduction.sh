@@ -5,8 +5,8 @@
 # the scripts' printed tables the docs quote (in results/derived/reproduction-*.txt).
 #
 # Run it from a clean clone at the revision to measure (.venv with '.[test]', `npm ci --prefix
-# clients/node`, Debian's zookeeper), with nothing else running on the machine: it takes about two
-# hours on 2 cores. Move the previous results/reproduction.* and results/contend.* to
+# clients/node`, Debian's zookeeper, clients/go/build.sh and clients/java/build.sh: every backend
+# viable), with nothing else running on the machine: it takes about two hours on 2 cores. Move the previous results/reproduction.* and results/contend.* to
 # results/archive/ first (it refuses to write over them). Then, in the working copy:
 #   python -m lockcompare.render.docs README.md docs/*.md
 # and read every prose claim against the new histories before committing.
@@ -30,7 +30,7 @@ for old in "${check[@]}" results/contend.csv results/contend.histories; do
     exit 1
   fi
 done
-experiments=baseline,short-ttl,client-pause,node-crash,node-restart,clock-jump,clock-jump-back,bare-majority,failover,renewal-pause,session-kill,cpu-starvation,slow-response,partition,partition-clock-jump
+experiments=baseline,short-ttl,client-pause,node-crash,node-restart,clock-jump,clock-jump-back,bare-majority,failover,renewal-pause,session-kill,cpu-starvation,slow-response,partition,partition-clock-jump,leader-crash,leader-freeze,leader-isolated,holder-minority,lost-reply
 timed() {  # name, command...: the command's wall and CPU time, appended to results/derived/<name>.time
   local name=$1
   shift
