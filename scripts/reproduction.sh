@@ -48,6 +48,9 @@ fi
 # The cells left out, as the run said before any trial started (docs/experiments.md quotes them).
 grep '^lockcompare: warning: skipping' "$log" | sed 's/^lockcompare: warning: //' \
   > results/derived/reproduction-skipped.txt || true
+# The run's own closing lines (runner/floor.py): its floor, both terms, and how far above it it went.
+grep -E '^[0-9]+ trials run, |^[0-9]+ trials in .* wall; floor|^trials at once on average|^where the wall went|^free job-slot seconds' \
+  "$log" > results/derived/reproduction-floor.txt || true
 rm -f "$log"
 .venv/bin/lockcompare report results/reproduction.csv
 timed contend .venv/bin/lockcompare matrix --backends none,single,fenced --experiments client-pause \

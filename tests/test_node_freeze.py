@@ -50,3 +50,22 @@ def test_a_frozen_node_is_stopped_for_the_stated_time_and_its_clients_wait_for_i
     ]
     assert waited, "no worker call waited for the frozen node"
     assert all(e["t1"] >= heal["t0"] for e in waited)
+
+
+def test_a_frozen_leader_is_continued_on_time_and_the_heal_reads_who_leads_after() -> None:
+    # Aimed by role, the heal records who leads as the fault ends. Read before the SIGCONT, the
+    # frozen leader answered no status request: the read waited its 0.5 s timeout, and the heal
+    # landed that late (every leader-freeze trial of a reproduction was timing-marked).
+    overrides = Overrides(
+        time_scale=0.5, rounds=3, faults=f"node-freeze nodes=leader after-acquire=50 once for={FREEZE_MS}"
+    )
+    spec = make_spec(backend="single", experiment=get_experiment("baseline"), trial=0, overrides=overrides)
+    with open_cluster(node_count=1) as cluster:
+        result = run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
+    inject, heal = [e for e in result.history if e["kind"] == "fault"]
+    assert (inject["action"], heal["action"], heal["detail"]) == ("inject", "heal", "SIGCONT (node 0 was T)")
+    frozen_ms = (heal["t0"] - inject["t1"]) / 1e6
+    stated_ms = FREEZE_MS * spec.time_scale
+    assert stated_ms <= frozen_ms < stated_ms + 250, frozen_ms  # under the read's 500 ms timeout
+    assert heal["late_ms"] < 250, heal["late_ms"]
+    assert heal["roles_before"]["leader"] == 0 and heal["roles"]["leader"] == 0  # read, continued: it answers

@@ -110,3 +110,12 @@ def test_progress_shows_when_a_holder_got_little_done() -> None:
     assert line[-1] == "1× conflicts-no-damage, 1× starved"
     healthy = [row(progress_by_worker="w0:40/40 w1:40/40", workers_starved=0)]
     assert "least progress (rounds, one worker)" not in summarize(healthy)[0]
+
+
+def test_a_resent_request_applied_twice_shows_in_the_wide_table_only_where_one_was() -> None:
+    rows = [row(backend="atomic", experiment="lost-reply", double_applications=n, verdict="double-applied")
+            for n in (20, 18)]  # fmt: skip
+    headers, (line,) = summarize(rows, wide=True)
+    assert line[headers.index("applied twice")] == "19 ±12.7"  # mean 19, t(1) 12.706 * sd 1.414 / sqrt(2)
+    idempotent = [row(backend="idempotent", experiment="lost-reply", double_applications=0)]
+    assert "applied twice" not in summarize(idempotent, wide=True)[0]

@@ -416,9 +416,9 @@ class FaultScheduler:
             extra["roles"] = resolution.roles  # who led as it struck (faults/roles.py)
         if action == "inject" and state.active is not None:
             state.active.extra = dict(extra)
-        if action == "heal" and state.planned.step.nodes is not None and state.planned.step.nodes.by_role:
+        by_role = state.planned.step.nodes is not None and state.planned.step.nodes.by_role
+        if action == "heal" and by_role:
             extra["roles_before"] = (carried or {}).get("roles")
-            extra["roles"] = roles_now(self.cluster)  # who leads as it ends, read before the heal acts
         t0 = now_ns()
         step_fn = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
         on_world = getattr(fault, "scope", "nodes") != "nodes"
@@ -431,6 +431,13 @@ class FaultScheduler:
         if isinstance(detail, tuple):  # (detail, fields): a fault naming what it struck (session-kill's sessions)
             detail, struck = detail
             extra.update(struck)
+        t1 = now_ns()
+        if action == "heal" and by_role:
+            # Who leads as the fault ends, read right after the heal acted. Read before it, a frozen
+            # leader answers no status request: the read waited its timeout (0.5 s) and the heal
+            # landed that late, the freeze lasting longer than its for= (every leader-freeze trial
+            # was timing-marked, and the matrix halved its parallelism for each).
+            extra["roles"] = roles_now(self.cluster)
         if action == "inject":
             # A fault that found nothing to act on says so by its detail ("skipped: ..."): not a strike.
             extra.setdefault("struck", not str(detail).startswith("skipped"))
@@ -445,7 +452,7 @@ class FaultScheduler:
                 "action": action,
                 "step": state.planned.index,
                 "t0": t0,
-                "t1": now_ns(),
+                "t1": t1,
                 "nodes": nodes,
                 "detail": detail,
                 **({"planned_ns": planned, "late_ms": (t0 - planned) / 1e6} if planned is not None else {}),

@@ -42,6 +42,7 @@ OPTIONAL_COLUMNS = {
     "grants_while_held": "granted while held", "foreign_releases": "released another's lock",
     "backwards_writes_accepted": "backwards-token writes accepted", "writes_skipped": "writes skipped (lease over)",
     "rounds_denied": "rounds denied (lease valid)", "workers_starved": "workers starved",
+    "double_applications": "applied twice",
 }  # fmt: skip
 
 

@@ -107,7 +107,7 @@ def _cpu_s() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def _idle_ticks() -> tuple[int, int] | None:
+def idle_ticks() -> tuple[int, int] | None:
     """(idle + iowait, total) jiffies of every CPU, or None where /proc/stat is not there."""
     try:
         with open("/proc/stat") as stat:
@@ -132,7 +132,7 @@ class RunMeter:
     _walls: list[float] = field(default_factory=list)
 
     def start(self) -> None:
-        self._start, self._cpu0, self._ticks0 = self.clock(), _cpu_s(), _idle_ticks()
+        self._start, self._cpu0, self._ticks0 = self.clock(), _cpu_s(), idle_ticks()
 
     def mark(self, name: str) -> None:
         """The phase ``name`` ended now (a phase is marked once: the first mark counts)."""
@@ -150,7 +150,7 @@ class RunMeter:
         held_slots: dict[str, float] | None = None,
         clusters_started: int = 0,
     ) -> RunFloor:
-        end, ticks = self.clock(), _idle_ticks()
+        end, ticks = self.clock(), idle_ticks()
         idle = None
         if self._ticks0 is not None and ticks is not None and ticks[1] > self._ticks0[1]:
             idle = (ticks[0] - self._ticks0[0]) / (ticks[1] - self._ticks0[1])

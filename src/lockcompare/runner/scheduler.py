@@ -45,6 +45,7 @@ from typing import Generic, Protocol, TypeVar
 
 from lockcompare.infra.cluster import Cluster, ClusterShape
 from lockcompare.runner.crew import cpu_meter, process_cpu_s
+from lockcompare.runner.floor import idle_ticks
 from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, usable_cpus  # noqa: F401  (declared where the CLI reads them)
 
 S = TypeVar("S")
@@ -108,6 +109,10 @@ class CpuBudget:
 BACK_OFF_SHARE = 0.5
 #: Calm trials in a row (stall under BACK_OFF_SHARE) before one more trial may run at once again.
 CALM_TO_GROW = 3
+#: The share of the machine's CPU time that stood idle over a stalled trial above which its stall
+#: does not lower the limit: the CPU budget keeps the running trials' own demand under 75% of the
+#: cores, so at a quarter idle the neighbours were not what held the trial up.
+IDLE_CLEARS = 0.25
 
 
 @dataclass(kw_only=True)
@@ -122,6 +127,10 @@ class StallGovernor:
     >>> for _ in range(3): gov.record(share=0.05, concurrent=2)
     >>> gov.limit
     3
+    >>> gov.record(share=0.9, concurrent=3, machine_idle=0.4); gov.limit   # idle CPUs: not the neighbours
+    3
+    >>> gov.record(share=0.9, concurrent=1); gov.limit   # it ran alone
+    3
     """
 
     jobs: int
@@ -134,11 +143,20 @@ class StallGovernor:
     def __post_init__(self) -> None:
         self.limit = self.limit or self.jobs
 
-    def record(self, *, share: float, concurrent: int) -> None:
+    def record(self, *, share: float, concurrent: int, machine_idle: float = 0.0) -> None:
         """A trial finished whose worst stall ate ``share`` of its margin, having run beside
-        ``concurrent - 1`` others at most (NaN share: not measured, changes nothing)."""
+        ``concurrent - 1`` others at most, while the machine's CPUs stood idle ``machine_idle`` of
+        its time (NaN share: not measured, changes nothing).
+
+        A stall while the CPUs stood idle (:data:`IDLE_CLEARS`) is not its neighbours' doing: the
+        trial's own fault made it (a frozen leader's clients wait; a fault step reads every node
+        first), or a trial that ran alone. Backing off then only slowed the run: a reproduction's
+        first round, with 24 leader-freeze trials marked, ran at 1-2 trials at once of 16 with the
+        CPUs two-thirds idle."""
         if math.isnan(share):
             return
+        if share >= self.back_off and (concurrent <= 1 or machine_idle >= IDLE_CLEARS):
+            return  # neither calm nor crowded: says nothing about how many may run at once
         if share >= self.back_off:
             lowered = max(1, math.ceil(concurrent / 2))  # half of what it ran beside: a trial from
             # before an earlier back-off (more beside it than the limit now) lowers nothing twice
@@ -220,7 +238,7 @@ def run_scheduled(
     shapes = [shape_for(spec) for spec in pending]  # once: a shape parses the trial's schedule
     shape_of = {id(spec): shape for spec, shape in zip(pending, shapes, strict=True)}
     governor = governor or StallGovernor(jobs=jobs)
-    running: dict[Future[tuple[R, float]], _InFlight[S]] = {}
+    running: dict[Future[tuple[R, float, float]], _InFlight[S]] = {}
     finished = 0
     executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="trial")
     try:
@@ -249,9 +267,9 @@ def run_scheduled(
             for future in done:
                 flight = running.pop(future)
                 clusters.release(flight.cluster)
-                result, busy = future.result()  # a failed trial stops the run, as a serial run does
+                result, busy, idle = future.result()  # a failed trial stops the run, as a serial run does
                 budget.record(kind=flight.kind, busy=busy)
-                governor.record(share=stall_of(result), concurrent=flight.peak)
+                governor.record(share=stall_of(result), concurrent=flight.peak, machine_idle=idle)
                 finished += 1
                 on_done(
                     Finished(
@@ -301,19 +319,25 @@ def _holder(
     return "CPU budget"
 
 
-def _measured(run_one: Callable[[S, Cluster], R], spec: S, cluster: Cluster) -> tuple[R, float]:
-    """Run one trial in this thread; also return its busy-CPU fraction (workers + servers)."""
+def _measured(run_one: Callable[[S, Cluster], R], spec: S, cluster: Cluster) -> tuple[R, float, float]:
+    """Run one trial in this thread; also return its busy-CPU fraction (workers + servers) and the
+    share of the machine's CPU time that stood idle meanwhile (every process: /proc/stat; 0 unread)."""
     pids = [server.pid for server in cluster.all_servers()]
     servers_before = sum(process_cpu_s(pid) for pid in pids)
     cpu_meter.take()  # the crew adds its workers' CPU to this thread's meter
+    ticks_before = idle_ticks()
     start = time.monotonic()
     result = run_one(spec, cluster)
     wall = time.monotonic() - start
+    ticks_after = idle_ticks()
     cpu = cpu_meter.take() + sum(process_cpu_s(pid) for pid in pids) - servers_before
-    return result, cpu / wall if wall > 0 else 0.0
+    idle = 0.0
+    if ticks_before is not None and ticks_after is not None and ticks_after[1] > ticks_before[1]:
+        idle = (ticks_after[0] - ticks_before[0]) / (ticks_after[1] - ticks_before[1])
+    return result, cpu / wall if wall > 0 else 0.0, idle
 
 
-def _drain(running: dict[Future[tuple[R, float]], _InFlight[S]]) -> None:
+def _drain(running: dict[Future[tuple[R, float, float]], _InFlight[S]]) -> None:
     """Wait for the runner threads (their workers were killed) so each deletes its keys; a second
     Ctrl-C while waiting does not stop the wait (the servers must outlive their trials)."""
     deadline = time.monotonic() + 30
