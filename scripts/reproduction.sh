@@ -31,6 +31,9 @@ for old in "${check[@]}" results/contend.csv results/contend.histories; do
   fi
 done
 experiments=baseline,short-ttl,client-pause,node-crash,node-restart,clock-jump,clock-jump-back,bare-majority,failover,renewal-pause,session-kill,cpu-starvation,slow-response,partition,partition-clock-jump,leader-crash,leader-freeze,leader-isolated,holder-minority,lost-reply
+# Every registered backend: the default selection leaves out those a quick run skips (Sentinel's, the
+# lock-free alternatives: their trait in_default_matrix), and the reproduction is every backend.
+backends=$(.venv/bin/python -c 'from lockcompare.backends import registered_names; print(",".join(registered_names()))')
 timed() {  # name, command...: the command's wall and CPU time, appended to results/derived/<name>.time
   local name=$1
   shift
@@ -38,7 +41,7 @@ timed() {  # name, command...: the command's wall and CPU time, appended to resu
 }
 log=$(mktemp)
 status=0
-timed reproduction .venv/bin/lockcompare matrix --experiments "$experiments" --trials 5 --jobs 16 \
+timed reproduction .venv/bin/lockcompare matrix --backends "$backends" --experiments "$experiments" --trials 5 --jobs 16 \
   --out results/reproduction.csv "${resume[@]}" 2>&1 | tee "$log" || status=$?
 # A trial the checker could not judge is a result (its row says why), not a broken run: the matrix
 # exits 1 after writing every row; the rest still runs, and --resume runs such a trial again.
