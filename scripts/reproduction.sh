@@ -15,6 +15,9 @@
 # same clone, same revision (matrix refuses rows of another), the time file gets one line per part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Written to a file, the CLI's messages wrap at 80 columns unless told the width: one line per
+# message, so the floor lines below can be picked out of the log.
+export COLUMNS=1000
 resume=()
 check=(results/reproduction.csv results/reproduction.histories)
 if [ "${1:-}" = --resume ]; then

@@ -73,8 +73,12 @@ EXPECTATIONS: tuple[Expect, ...] = (
     Expect(experiment="baseline", backends=("none",), rule="conflict-share-at-least", value=0.5,
            says="none lets most entries conflict (the lab's 41/80 is not reproduced: docs/lesson.md)"),
     # short-ttl
-    Expect(experiment="short-ttl", backends=PLAIN_LEASE_LOCKS, rule="all-but-first-conflict", value=1,
-           says="a textbook-correct lock with too short a TTL: every entry but the first conflicts"),
+    # Not quite every entry: the 8c7eb0e reproduction (12 trials at once on average) measured 77-79 of 80 in
+    # four trials of 100. Three were timing-marked; in the fourth (node-redlock t3, round 2) the waiter's
+    # retry came only after the holder had left, and it entered alone. Two entries more is the lock's
+    # retry timing or the machine; a lock that kept the TTL would give none at all.
+    Expect(experiment="short-ttl", backends=PLAIN_LEASE_LOCKS, rule="all-but-first-conflict", value=3,
+           says="a textbook-correct lock with too short a TTL: nearly every entry but the first conflicts"),
     Expect(experiment="short-ttl", backends=("single-renew", "pg-advisory"), rule="no-conflicts",
            says="a renewing lock or a session lock does not depend on the TTL"),
     # client-pause
