@@ -148,9 +148,9 @@ class StallGovernor:
         ``concurrent - 1`` others at most, while the machine's CPUs stood idle ``machine_idle`` of
         its time (NaN share: not measured, changes nothing).
 
-        A stall while the CPUs stood idle (:data:`IDLE_CLEARS`) is not its neighbours' doing: the
-        trial's own fault made it (a frozen leader's clients wait; a fault step reads every node
-        first), or a trial that ran alone. Backing off then only slowed the run: a reproduction's
+        A stall in a trial that ran alone, or while the CPUs stood idle (:data:`IDLE_CLEARS`), is
+        not its neighbours' doing: the trial's own fault made it (a frozen leader's clients wait; a
+        fault step reads every node first). Backing off then only slowed the run: a reproduction's
         first round, with 24 leader-freeze trials marked, ran at 1-2 trials at once of 16 with the
         CPUs two-thirds idle."""
         if math.isnan(share):
