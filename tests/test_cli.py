@@ -199,3 +199,50 @@ def test_backends_that_cannot_run_here_are_named_once_per_reason(monkeypatch, ca
         "lockcompare: skipping etcd, etcd-fenced: the etcd backends are not viable here: "
         "LOCKCOMPARE_ETCD=/nonexistent/etcd: not an executable file"
     ]
+
+
+def test_version_prints_the_package_version_and_revision() -> None:
+    from lockcompare.infra.provenance import lockcompare_version, source_revision
+
+    result = invoke("--version")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"lockcompare {lockcompare_version()} ({source_revision() or 'unknown revision'})"
+
+
+def test_plugin_path_is_accepted_after_the_subcommand(tmp_path: Path, monkeypatch) -> None:
+    """Typed where users type it: after the subcommand, as before it (issue 53.5); the directory
+    is then where plug-ins are imported from."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    result = invoke("backends", "--plugin-path", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert sys.path[0] == str(tmp_path)
+
+
+def test_hoisting_keeps_what_follows_a_double_dash() -> None:
+    from lockcompare.cli.core import hoist_global_options
+
+    assert hoist_global_options(["evaluate", "x", "--plugin-path", "d"]) == ["--plugin-path", "d", "evaluate", "x"]
+    assert hoist_global_options(["run", "--plugin-path=d", "--", "--plugin-path", "e"]) == [
+        "--plugin-path=d",
+        "run",
+        "--",
+        "--plugin-path",
+        "e",
+    ]
+
+
+def test_history_by_trial_id_finds_the_row_and_its_file() -> None:
+    """`history <trial-id>`: the id (or its unique start) looked up in the CSV named (issue 53.5)."""
+    lab = Path(__file__).resolve().parents[1] / "results" / "lab-loop.csv"
+    with lab.open() as f:
+        first = next(csv.DictReader(f))
+    by_file = invoke("history", str(lab.parent / first["history"]), "--kinds", "acquire")
+    by_id = invoke("history", first["trial_id"], "--results", str(lab), "--kinds", "acquire")
+    assert by_id.exit_code == 0, by_id.output
+    assert by_id.stdout == by_file.stdout and "acquire" in by_id.stdout
+    prefix = first["trial_id"].rsplit(".", 1)[0]  # without its hash: still one trial
+    assert invoke("history", prefix, "--results", str(lab), "--kinds", "acquire").stdout == by_file.stdout
+    assert_one_line_error(invoke("history", "none.", "--results", str(lab)), 2, "give more of the id")
+    assert_one_line_error(invoke("history", "no-such-trial", "--results", str(lab)), 2, "no trial 'no-such-trial'")

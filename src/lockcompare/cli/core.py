@@ -52,14 +52,52 @@ def _whole_command() -> Iterator[None]:
         yield
 
 
+#: The options of the whole program (the group's callback), accepted after the subcommand too, as
+#: users type them (``lockcompare evaluate x --plugin-path DIR``); each takes one value.
+GLOBAL_OPTIONS = ("--plugin-path",)
+
+
+def hoist_global_options(args: list[str]) -> list[str]:
+    """``args`` with every :data:`GLOBAL_OPTIONS` occurrence moved before the subcommand, where
+    click's group parses it; everything after a ``--`` stays where it is.
+
+    >>> hoist_global_options(["evaluate", "x", "--plugin-path", "d", "--quick"])
+    ['--plugin-path', 'd', 'evaluate', 'x', '--quick']
+    >>> hoist_global_options(["run", "--plugin-path=d"])
+    ['--plugin-path=d', 'run']
+    >>> hoist_global_options(["run", "--", "--plugin-path", "d"])
+    ['run', '--', '--plugin-path', 'd']
+    """
+    hoisted: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            rest.extend(args[i:])
+            break
+        if arg in GLOBAL_OPTIONS and i + 1 < len(args):
+            hoisted.extend(args[i : i + 2])
+            i += 2
+            continue
+        if arg.split("=", 1)[0] in GLOBAL_OPTIONS and "=" in arg:
+            hoisted.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    return hoisted + rest
+
+
 class OneLineErrors(TyperGroup):
     """Run the group in non-standalone mode and turn every failure into one line + exit code."""
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         _setup_logging()
         given = kwargs.get("args", args[0] if args else None)
+        argv = hoist_global_options(list(given if given is not None else sys.argv[1:]))
+        args, kwargs["args"] = (), argv
         remember_secrets(  # every password given, hidden in whatever line quotes it (issue 38)
-            list(given if given is not None else sys.argv[1:]),
+            argv,
             passwords=(os.environ.get("LOCKCOMPARE_REDIS_PASSWORD", ""), os.environ.get("PGPASSWORD", "")),
         )
         kwargs["standalone_mode"] = False  # whatever the caller asked: failures are ours to print
@@ -103,8 +141,29 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """``--version``: the package's version and the revision its code comes from (a row's
+    ``source_revision``), then exit."""
+    if not value:
+        return
+    from lockcompare.infra.provenance import lockcompare_version, source_revision
+
+    revision = source_revision() or "unknown revision"
+    print(f"lockcompare {lockcompare_version()} ({revision})")
+    raise typer.Exit(0)
+
+
 @app.callback()
 def _everywhere(
+    version: Annotated[  # noqa: ARG001  (eager: its callback prints and exits)
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the version and the code revision (as every row's source_revision records it), and exit.",
+        ),
+    ] = False,
     plugin_path: Annotated[
         str | None,
         typer.Option(

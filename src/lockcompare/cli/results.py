@@ -77,7 +77,17 @@ MAX_WINDOW_MS = 86_400_000
 
 @app.command()
 def history(
-    path: Annotated[Path, typer.Argument(help="A trial's history (results/<name>.histories/<trial>.jsonl.gz).")],
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="A trial's history (results/<name>.histories/<trial>.jsonl.gz), or a trial id (as `matrix` "
+            "prints it, or its unique start), looked up in --results or else in every CSV in . and results/."
+        ),
+    ],
+    results: Annotated[
+        Path | None,
+        typer.Option("--results", help="The results CSV (or a folder of them) to look a trial id up in."),
+    ] = None,
     from_ms: Annotated[
         float | None, typer.Option("--from-ms", help="Show events from this time (ms after the first).")
     ] = None,
@@ -116,6 +126,10 @@ def history(
             raise InvalidValueError("--kinds selects lines of the text timeline; --plot draws every step")
     if plot is not None:
         check_output_file(plot, flag="--plot")
+    if not path.exists() and not path.name.endswith(".jsonl.gz"):  # a trial id, not a file
+        from lockcompare.analysis.lookup import DEFAULT_PLACES, find_trial, results_files
+
+        path = find_trial(str(path), files=results_files([results] if results else DEFAULT_PLACES)).history
     events = load_history(path)
     if plot is None:
         typer.echo(render_timeline(events, from_ms=from_ms or 0, to_ms=to_ms, kinds=shown))
