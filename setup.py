@@ -5,6 +5,8 @@
   ``lockcompare/_clients``, without installed or built outputs (node_modules, build/).
   ``lockcompare clients install`` copies them into a per-user cache and installs or builds them there.
   The source tree keeps ``clients/`` at its root; an editable install reads it from there.
+- The documentation pages (``docs/*.md`` and their pictures) are copied as ``lockcompare/_docs``:
+  the CLI's help points at them, and ``lockcompare docs PAGE`` prints one from an installed wheel.
 - The source revision is written to ``lockcompare/_build_info.json``: an installed wheel is not in a
   git checkout, and its rows must still say which code measured them (``--resume`` compares it).
   The sdist carries the file (written from git when the sdist is made), so a wheel built from the
@@ -24,6 +26,7 @@ from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
 CLIENTS = HERE / "clients"
+DOCS = HERE / "docs"
 PACKAGE = HERE / "src" / "lockcompare"
 BUILD_INFO = "_build_info.json"
 #: Installed or built outputs: never shipped (they are made per machine by `lockcompare clients install`).
@@ -50,11 +53,11 @@ def _write_build_info(directory: Path) -> None:
     (directory / BUILD_INFO).write_text(json.dumps(_build_info(), indent=1) + "\n")
 
 
-def _copy_clients(target: Path) -> None:
+def _copy_tree(source: Path, target: Path) -> None:
     if target.exists():
-        shutil.rmtree(target)  # a stale build/lib must not ship a client file since removed
-    for path in sorted(CLIENTS.rglob("*")):
-        relative = path.relative_to(CLIENTS)
+        shutil.rmtree(target)  # a stale build/lib must not ship a file since removed
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source)
         if path.is_dir() or SKIPPED & set(relative.parts) or path.suffix == ".pyc":
             continue
         (target / relative).parent.mkdir(parents=True, exist_ok=True)
@@ -67,7 +70,8 @@ class BuildPy(build_py):
         if getattr(self, "editable_mode", False):
             return  # an editable install runs from the checkout: clients/ and git are there
         built = Path(self.build_lib) / "lockcompare"
-        _copy_clients(built / "_clients")
+        _copy_tree(CLIENTS, built / "_clients")
+        _copy_tree(DOCS, built / "_docs")
         _write_build_info(built)
 
 

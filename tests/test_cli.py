@@ -246,3 +246,11 @@ def test_history_by_trial_id_finds_the_row_and_its_file() -> None:
     assert invoke("history", prefix, "--results", str(lab), "--kinds", "acquire").stdout == by_file.stdout
     assert_one_line_error(invoke("history", "none.", "--results", str(lab)), 2, "give more of the id")
     assert_one_line_error(invoke("history", "no-such-trial", "--results", str(lab)), 2, "no trial 'no-such-trial'")
+
+
+def test_docs_lists_and_prints_the_pages_the_help_points_at() -> None:
+    listed = invoke("docs")
+    assert listed.exit_code == 0 and "verdicts" in listed.stdout, listed.output
+    shown = invoke("docs", "docs/verdicts.md")
+    assert shown.exit_code == 0 and shown.stdout.startswith("# Verdicts"), shown.output
+    assert_one_line_error(invoke("docs", "no-such-page"), 2, "no documentation page 'no-such-page'")

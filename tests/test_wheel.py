@@ -79,6 +79,7 @@ def test_the_wheel_carries_the_clients_sources_and_its_revision(dist: Path) -> N
                     "go/main.go", "go/build.sh", "java/CuratorMutexClient.java", "python/refclient.py"]:  # fmt: skip
         assert f"lockcompare/_clients/{shipped}" in names
     assert not [n for n in names if "node_modules" in n or "/build/" in n]  # installed per machine, never shipped
+    assert "lockcompare/_docs/verdicts.md" in names  # the pages the help texts name (lockcompare docs PAGE)
     info = json.loads(zipfile.ZipFile(wheel).read("lockcompare/_build_info.json"))
     assert len(info["revision"]) == 40 and isinstance(info["dirty"], bool), info
 

@@ -204,3 +204,25 @@ def evaluate_command(
         bar.stop()
     typer.echo(render_card(card, fmt=fmt))
     raise typer.Exit(card.exit_code)
+
+
+@app.command(name="docs")
+def docs_command(
+    page: Annotated[
+        str | None,
+        typer.Argument(help="A page (e.g. verdicts, or docs/verdicts.md as the help texts name it) to print."),
+    ] = None,
+) -> None:
+    """List the documentation pages (where they are installed), or print one: the pages the help
+    texts point at, from the checkout or the wheel."""
+    from lockcompare import docs_pages
+
+    if page is not None:
+        typer.echo(docs_pages.page(page).read_text(encoding="utf-8"), nl=False)
+        return
+    found = docs_pages.pages()
+    if not found:
+        raise InvalidValueError("this installation carries no documentation pages")
+    width = max(map(len, found))
+    for name, path in found.items():
+        typer.echo(f"{name:<{width}}  {path}")
