@@ -139,7 +139,7 @@ def test_a_sentinel_lock_with_wait_refuses_while_held_back_and_follows_the_failo
             assert lock.acquire(key="k", ttl_ms=1000) == Refusal("not-replicated")  # WAIT 1: nobody acknowledged
             fault.inject(cluster, [0])
             fault.heal(cluster, [0])
-            # redis-py's single connection would keep dialling the dead master; the backend takes a new one.
+            # The held connection failed with the master; the next one asks the sentinels (redis_direct.py).
             results = [lock.acquire(key="k", ttl_ms=1000) for _ in range(3)]
             granted = [r for r in results if isinstance(r, Lease)]
             # Token 1 replicated; the refused attempt's increment (2) died with the master, so 2 is issued again
