@@ -48,10 +48,16 @@ def test_a_dropped_connection_fails_one_call_and_the_next_reconnects(cluster: Cl
     direct = DirectCommands(client)
     try:
         direct.call("SET", key, "1")
+        port = client.connection_pool.connection_kwargs["port"]
+        assert direct.server == f"127.0.0.1:{port}"
         client.client_kill_filter(skipme=True, _type="normal")  # every other connection: the held one
         with pytest.raises(redis.ConnectionError):
             direct.call("GET", key)
+        # Dropped, not kept: the next call checks one out of the pool, which connects it through the
+        # connection's connect() (a Sentinel-managed one asks the sentinels: test_replicated_failover).
+        assert direct.server is None
         assert direct.call("GET", key) == b"1"
+        assert direct.server == f"127.0.0.1:{port}"
         client.delete(key)
     finally:
         direct.close()

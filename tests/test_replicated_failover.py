@@ -139,7 +139,7 @@ def test_a_sentinel_lock_with_wait_refuses_while_held_back_and_follows_the_failo
             assert lock.acquire(key="k", ttl_ms=1000) == Refusal("not-replicated")  # WAIT 1: nobody acknowledged
             fault.inject(cluster, [0])
             fault.heal(cluster, [0])
-            # redis-py's single connection would keep dialling the dead master; the backend takes a new one.
+            # The held connection failed with the master; the next one asks the sentinels (redis_direct.py).
             results = [lock.acquire(key="k", ttl_ms=1000) for _ in range(3)]
             granted = [r for r in results if isinstance(r, Lease)]
             # Token 1 replicated; the refused attempt's increment (2) died with the master, so 2 is issued again
@@ -147,3 +147,74 @@ def test_a_sentinel_lock_with_wait_refuses_while_held_back_and_follows_the_failo
             assert granted and granted[0].fencing_token == 2
         finally:
             lock.close()
+
+
+@pytest.mark.full  # real clusters: seconds each
+def test_a_held_connection_follows_the_sentinels_to_the_promoted_master() -> None:
+    """The lock's hot path (backends/redis_direct.py) holds one connection; after the master died
+    under it, the next connection asks the sentinels and lands on the promoted replica (issue 48.1:
+    it used to redial the dead master's port until the workers gave up)."""
+    _require("redis")
+    import redis
+
+    from lockcompare.backends.redis_direct import DirectCommands
+    from lockcompare.infra.redisconn import connect
+
+    with _cluster_that_leaves_nothing(
+        ClusterShape(node_count=1, lock_servers="sentinel", resource_kind="redis")
+    ) as cluster:
+        client = connect(cluster.node_urls[0], timeout_s=1.0)
+        direct = DirectCommands(client)
+        try:
+            pair = cluster.node_pair(0)
+            assert direct.call("SET", "before", "1") == b"OK"
+            master = f"127.0.0.1:{pair.master_port}"
+            assert direct.server == master
+            pair.wait_in_sync()
+            fault = Failover()
+            fault.prepare(cluster, [0])
+            _, fields = fault.inject(cluster, [0])
+            record = fields["failover"][0]  # type: ignore[index]
+            assert record["server_before"] == master
+            assert record["server_after"] == f"127.0.0.1:{pair.master_port}" != master  # the promoted replica
+            with pytest.raises(redis.ConnectionError):  # the held connection was on the dead master
+                direct.call("GET", "before")
+            assert direct.call("GET", "before") == b"1"  # a new one: the sentinels named the promoted replica
+            assert direct.server == record["server_after"]
+            assert fault.heal(cluster, [0]) == "fresh replica in sync"
+            assert direct.call("SET", "after", "1") == b"OK" and direct.server == record["server_after"]
+        finally:
+            direct.close()
+            client.close()
+
+
+@pytest.mark.full  # a real trial: ~10 s
+def test_a_sentinel_lock_keeps_granting_after_the_failover_and_on_the_promoted_server() -> None:
+    """A failover trial of sentinel-single enters most of its planned rounds, and the history shows
+    each grant before the promotion on the old master and each after it on the promoted replica."""
+    _require("redis")
+    from lockcompare.runner.trial import new_run_id, run_trial
+    from lockcompare.scenario.experiments import get_experiment
+    from lockcompare.scenario.trialspec import Overrides, make_spec
+
+    with _cluster_that_leaves_nothing(
+        ClusterShape(node_count=1, lock_servers="sentinel", resource_kind="redis")
+    ) as cluster:
+        spec = make_spec(
+            backend="sentinel-single",
+            experiment=get_experiment("failover"),
+            trial=0,
+            overrides=Overrides(rounds=10, time_scale=1.0),
+        )
+        result = run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
+    planned = spec.rounds * spec.workers
+    assert result.metrics.entries > planned / 2, f"{result.metrics.entries} of {planned} planned rounds entered"
+    inject = next(e for e in result.history if e["kind"] == "fault" and e["action"] == "inject")
+    record = inject["failover"][0]
+    grants = [e for e in result.history if e["kind"] == "acquire" and e["ok"]]
+    before = {e["server"] for e in grants if e["t1"] < inject["t0"]}
+    after = [e["server"] for e in grants if e["t0"] > inject["t1"]]
+    assert before == {record["server_before"]}
+    assert after and set(after) == {record["server_after"]}
+    # Every worker was granted again after the promotion: none was left dialling the dead master.
+    assert {e["worker"] for e in grants if e["t0"] > inject["t1"]} == set(range(spec.workers))

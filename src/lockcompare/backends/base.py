@@ -84,6 +84,10 @@ class Lease:
     #: The server session holding a session lock (PostgreSQL: the backend pid), when the backend
     #: knows it: the checker then ends the lease exactly at a session end that names it.
     session: str | None = None
+    #: The server (``host:port``) that granted it, when a replicated lock node has several and the
+    #: backend knows which answered (a Sentinel-managed node: the master the sentinels named); the
+    #: history records it, so a grant after a failover can be seen on the promoted server.
+    server: str | None = None
 
     def problem(self) -> str | None:
         """What makes this lease unusable (a plug-in's wrong field type or range), or None.

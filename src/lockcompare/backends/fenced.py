@@ -60,10 +60,7 @@ class FencedLock(SingleNodeLock):
         started_ns = time.monotonic_ns()  # the TTL starts no earlier than the request is sent
         try:
             keys, args = [key, fence_counter_key(key)], [owner, str(ttl_ms), str(FENCE_COUNTER_TTL_S)]
-            if self._direct is not None:  # see SingleNodeLock.__init__
-                token = self._direct.script(self._acquire, keys, args)
-            else:
-                token = self._acquire(keys=keys, args=args)
+            token = self._direct.script(self._acquire, keys, args)  # see SingleNodeLock.__init__
         except redis.RedisError:
             # The script may have run before the error (e.g. a reply that timed out): delete
             # what this owner may hold, so the key does not sit there for a whole TTL.

@@ -12,8 +12,16 @@ handshake, password, database and socket timeouts as every other call of that cl
 and reads it directly. What a caller sees is what redis-py gives: the raw reply (``decode_responses``
 is off everywhere in lockcompare), a :class:`redis.ResponseError` for an error reply (the connection
 stays in step), a :class:`redis.ConnectionError` / :class:`redis.TimeoutError` after which the
-connection is dropped (redis-py's connection does that itself) and reconnected by the next call —
-what redis-py with retries off (infra/redisconn.py) does. Not thread-safe: one per thread that calls.
+connection is handed back to the pool, closed, and the next call checks one out again — what
+redis-py with retries off (infra/redisconn.py) does. Not thread-safe: one per thread that calls.
+
+Why back to the pool rather than reconnecting the held one: the pool's check-out connects through
+the connection's own ``connect()``, and a Sentinel-managed connection's ``connect()`` asks the
+sentinels where the master is now. A held connection reconnected by its next command
+(``send_packed_command``) dials the address it had — after a failover the dead master's port, or the
+old master restarted as a replica (READONLY) — and a Sentinel lock on it was refused until its
+workers gave up (issue 48.1: 1-11 entries of 80 under ``failover``). The pool also drops a returned
+connection whose address is no longer the master's.
 """
 
 from __future__ import annotations
@@ -22,12 +30,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import hiredis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
     import redis
     from redis.commands.core import Script
-    from redis.connection import AbstractConnection
+    from redis.connection import Connection
 
 
 class DirectCommands:
@@ -35,7 +45,7 @@ class DirectCommands:
 
     def __init__(self, client: redis.Redis) -> None:
         self._pool = client.connection_pool
-        self._conn: AbstractConnection | None = None
+        self._conn: Connection | None = None
 
     def call(self, *command: str | bytes | int) -> Any:
         """Send ``command`` and return its raw reply (the first call checks a connection out of the
@@ -43,9 +53,29 @@ class DirectCommands:
         conn = self._conn
         if conn is None:
             conn = self._conn = self._pool.get_connection()
-        # hiredis's stub types the argument as a 1-tuple; it takes any tuple of str, bytes and numbers.
-        conn.send_packed_command([hiredis.pack_command(command)], check_health=False)  # type: ignore[arg-type]
-        return conn.read_response()
+        try:
+            # hiredis's stub types the argument as a 1-tuple; it takes any tuple of str, bytes and numbers.
+            conn.send_packed_command([hiredis.pack_command(command)], check_health=False)  # type: ignore[arg-type]
+            return conn.read_response()
+        except (RedisConnectionError, RedisTimeoutError):
+            self._drop()
+            raise
+
+    @property
+    def server(self) -> str | None:
+        """``host:port`` of the server the held connection is on (None before the first call and
+        after a dropped one): on a Sentinel-managed client, the master the sentinels named."""
+        conn = self._conn
+        host, port = getattr(conn, "host", None), getattr(conn, "port", None)
+        return f"{host}:{port}" if conn is not None and host and port else None
+
+    def _drop(self) -> None:
+        """Close the held connection and hand it back, so the next call checks out one that connects
+        afresh (a Sentinel-managed one asking the sentinels); the pool forgets one not on the master."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.disconnect()
+            self._pool.release(conn)
 
     def script(self, script: Script, keys: Sequence[str], args: Sequence[str | bytes | int] = ()) -> Any:
         """EVALSHA of a registered script, loaded first if the server does not know it (a node
@@ -59,5 +89,4 @@ class DirectCommands:
             return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.disconnect()
+        self._drop()

@@ -64,24 +64,20 @@ class SingleNodeLock:
     supports_wait_replicas: ClassVar[bool] = True
 
     def __init__(self, *, config: BackendConfig) -> None:
-        client = connect(first_node(config.node_urls), timeout_s=config.request_timeout_s)
+        self._client = connect(first_node(config.node_urls), timeout_s=config.request_timeout_s)
         self._wait_replicas = config.wait_replicas
-        # WAIT counts only its own connection's writes: with it, every command goes over one connection.
-        self._client = client.client() if self._wait_replicas else client
         self._release = self._client.register_script(RELEASE_SCRIPT)
-        # Acquire and release on the worker's thread skip redis-py's per-call layers (a waiting
-        # worker retries every ~1 ms at --time-scale 0.1): same connection settings and errors
-        # (backends/redis_direct.py). Not with WAIT, whose one connection the client's lock guards.
-        self._direct = None if self._wait_replicas else DirectCommands(client)
+        # Acquire, WAIT and release on the worker's thread go over one held connection without
+        # redis-py's per-call layers (a waiting worker retries every ~1 ms at --time-scale 0.1): same
+        # connection settings and errors (backends/redis_direct.py). One connection is also what WAIT
+        # needs: it counts only its own connection's writes.
+        self._direct = DirectCommands(self._client)
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
         owner = new_owner_token()
         started_ns = time.monotonic_ns()  # the TTL starts no earlier than the request is sent
         try:
-            if self._direct is not None:
-                granted = self._direct.call("SET", key, owner, "NX", "PX", ttl_ms) == b"OK"
-            else:
-                granted = self._client.set(key, owner, nx=True, px=ttl_ms)
+            granted = self._direct.call("SET", key, owner, "NX", "PX", ttl_ms) == b"OK"
         except redis.RedisError:
             return Refusal("error")
         if not granted:
@@ -95,7 +91,7 @@ class SingleNodeLock:
         if not self._wait_replicas:
             return lease
         try:
-            acknowledged = int(self._client.execute_command("WAIT", self._wait_replicas, wait_timeout_ms(ttl_ms)))
+            acknowledged = int(self._direct.call("WAIT", self._wait_replicas, wait_timeout_ms(ttl_ms)))
         except redis.RedisError:
             self.release(lease)
             return Refusal("error")
@@ -106,14 +102,11 @@ class SingleNodeLock:
 
     def release(self, lease: Lease) -> bool:
         try:
-            if self._direct is not None:
-                return bool(self._direct.script(self._release, [lease.key], [lease.owner]))
-            return bool(self._release(keys=[lease.key], args=[lease.owner]))
+            return bool(self._direct.script(self._release, [lease.key], [lease.owner]))
         except redis.RedisError:
             return False
 
     def close(self) -> None:
-        if self._direct is not None:
-            self._direct.close()
+        self._direct.close()
         self._client.close()
         self._client.connection_pool.disconnect()

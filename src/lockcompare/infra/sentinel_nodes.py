@@ -212,6 +212,9 @@ class SentinelPair:
         self._record = {
             "master_before": before.name,
             "master_after": after.name if switched_ms is not None else None,
+            # Where each listens: what a lock's lease names as the server that granted it (Lease.server).
+            "server_before": f"127.0.0.1:{before.port}",
+            "server_after": f"127.0.0.1:{after.port}" if switched_ms is not None else None,
             "promoted_by": _leader(events),
             "switch_ms": switched_ms,
             "replica_on_held_link": on_link,

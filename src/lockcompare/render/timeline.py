@@ -19,7 +19,7 @@ from lockcompare.render.table import format_table
 
 #: The fields worth showing per kind of step, in order.
 _DETAILS = {
-    "acquire": ("ok", "attempts", "fence", "granted_by", "refusals"),
+    "acquire": ("ok", "attempts", "fence", "granted_by", "server", "refusals"),
     "pause": ("how", "point"),
     "enter": ("inside",),
     "read": ("balance", "fence"),

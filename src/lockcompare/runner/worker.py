@@ -163,6 +163,7 @@ def acquire_until_deadline(
                 valid_until=lease.valid_until_ns,
                 **({} if lease.granted_by is None else {"granted_by": list(lease.granted_by)}),
                 **({} if lease.session is None else {"session": lease.session}),
+                **({} if lease.server is None else {"server": lease.server}),
                 # A lock without a TTL (pg-advisory: the session is the lease): nothing expires on the nodes.
                 **({} if traits_of(type(backend)).has_ttl else {"no_ttl": True}),
                 # ...and one whose server ends the session when it has not heard from the client for

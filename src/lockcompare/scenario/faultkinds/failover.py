@@ -66,7 +66,8 @@ class Failover:
             pair.fail_over()
             records.append({"node": i, **pair.failover_record()})
         said = "; ".join(
-            f"{r.get('master_before')} down, {r.get('master_after')} promoted by {r.get('promoted_by')}"
+            f"{r.get('master_before')}{_at(r, 'server_before')} down, "
+            f"{r.get('master_after')}{_at(r, 'server_after')} promoted by {r.get('promoted_by')}"
             for r in records
         )
         return f"master crashed; {said}", {"failover": records}
@@ -123,3 +124,9 @@ class FailoverKind(FaultKind):
 
 
 KIND = FailoverKind()
+
+
+def _at(record: dict[str, object], field: str) -> str:
+    """`` (host:port)`` of a server a failover record names (the Sentinel kind's do), else ""."""
+    server = record.get(field)
+    return f" ({server})" if server else ""
