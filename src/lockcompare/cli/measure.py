@@ -39,6 +39,7 @@ from lockcompare.cli.options import (
     given_flags,
     with_trial_settings,
 )
+from lockcompare.cli.settle import MaxTrials, SettleBelow, SettleBudget, UntilSettled, settle_plan
 from lockcompare.errors import InvalidValueError, UnknownTrialsError
 from lockcompare.redaction import redact
 from lockcompare.render import table
@@ -117,12 +118,17 @@ def matrix(
             "--fresh-workers", help="Spawn new worker processes for every trial instead of reusing warm ones."
         ),
     ] = False,
+    until_settled: UntilSettled = False,
+    max_trials: MaxTrials = None,
+    settle_below: SettleBelow = None,
+    settle_budget: SettleBudget = None,
     trial_settings: dict[str, str | None] | None = None,
 ) -> None:
     """Run every selected backend under every selected experiment; one CSV row per trial.
 
     Every trial setting is an option below (from the settings table); a comma list sweeps the
-    settings that say so, one cell per value."""
+    settings that say so, one cell per value. --until-settled adds trials to the cells whose answer
+    is still open (docs/cli.md)."""
     from lockcompare.runner.matrix import run_matrix
 
     if fmt not in table.FORMATS:
@@ -133,6 +139,10 @@ def matrix(
         raise InvalidValueError("--allow-mixed-revisions takes the reason, recorded in every new row")
     check_count("trials", trials)
     check_count("jobs", jobs)
+    settle = settle_plan(
+        until_settled=until_settled, trials=trials, max_trials=max_trials, settle_below=settle_below,
+        settle_budget=settle_budget,
+    )  # fmt: skip
     overrides, sweep, options, redlock_nodes = _trial_settings(
         trial_settings or {},
         nodes=nodes,
@@ -149,7 +159,8 @@ def matrix(
     backend_names = _split(backends) if backends is not None else _default_backends()
     experiment_names = _split(experiments) if experiments is not None else list(DEFAULT_EXPERIMENTS)
     try:
-        report = run_matrix(
+        run = run_matrix if settle is None else settle.runner(on_line=_say)
+        report = run(
             backends=backend_names,
             experiments=experiment_names,
             trials=trials,
@@ -178,7 +189,15 @@ def matrix(
             err.print(faults)
     for line in report.floor.lines() if report.floor is not None else ():  # the run's own floor (runner/floor.py)
         err.print(line)
+    if settle is not None:
+        for line in settle.closing_lines():
+            _say(line)
     _fail_on_unknown(report)
+
+
+def _say(line: str) -> None:
+    """A line on stderr as it is (rich would read ``[0–52.2%]``-like text as markup)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def timing_line(rows: list[dict[str, Any]]) -> str:
