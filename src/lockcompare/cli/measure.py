@@ -118,6 +118,15 @@ def matrix(
             "--fresh-workers", help="Spawn new worker processes for every trial instead of reusing warm ones."
         ),
     ] = False,
+    rerun_marked: Annotated[
+        int,
+        typer.Option(
+            "--rerun-marked",
+            help="Run again, at the end of the run and alone, up to this many of its trials the timing sentinel "
+            "marked (docs/sentinel.md): the rerun's row takes the marked row's place, which moves to "
+            "FILE.superseded.csv with its history. 0: none.",
+        ),
+    ] = 0,
     until_settled: UntilSettled = False,
     max_trials: MaxTrials = None,
     settle_below: SettleBelow = None,
@@ -139,6 +148,8 @@ def matrix(
         raise InvalidValueError("--allow-mixed-revisions takes the reason, recorded in every new row")
     check_count("trials", trials)
     check_count("jobs", jobs)
+    if rerun_marked:
+        check_count("trials", rerun_marked, flag="--rerun-marked")
     settle = settle_plan(
         until_settled=until_settled, trials=trials, max_trials=max_trials, settle_below=settle_below,
         settle_budget=settle_budget,
@@ -175,6 +186,7 @@ def matrix(
             progress=update,
             jobs=jobs,
             fresh_workers=fresh_workers,
+            rerun_marked=rerun_marked,
         )
     finally:
         bar.stop()
@@ -185,6 +197,8 @@ def matrix(
         rows = read_results(report.out)
         typer.echo(table.render(rows, fmt=fmt))
         err.print(timing_line(rows))
+        if report.reruns:
+            _say(rerun_line(report.reruns))
         if faults := strikes_line(rows):
             err.print(faults)
     for line in report.floor.lines() if report.floor is not None else ():  # the run's own floor (runner/floor.py)
@@ -198,6 +212,16 @@ def matrix(
 def _say(line: str) -> None:
     """A line on stderr as it is (rich would read ``[0–52.2%]``-like text as markup)."""
     print(line, file=sys.stderr, flush=True)
+
+
+def rerun_line(reruns: tuple[tuple[str, bool], ...]) -> str:
+    """How the timing-marked trials run again alone came out: unmarked now, or marked still."""
+    still = [trial_id for trial_id, marked in reruns if marked]
+    named = f": {', '.join(still)}" if still else ""
+    return (
+        f"timing: {len(reruns)} marked trial(s) run again alone: {len(reruns) - len(still)} no longer marked, "
+        f"{len(still)} marked again{named} (the marked rows are in the .superseded file with their histories)"
+    )
 
 
 def timing_line(rows: list[dict[str, Any]]) -> str:
