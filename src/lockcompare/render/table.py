@@ -3,10 +3,10 @@
 One line per cell (backend x experiment, plus any setting that varies inside the file, e.g. the
 pause length), backends in registration order and experiments in catalogue order (analysis/order.py
 via analysis/cells.py), whatever order the trials finished in. The default table is narrow (at most
-~8 columns, one more where faults strike): trials, the cell's answer as a rate (the share of its
-observed trials with a safety violation, with its exact 95% interval, and where its fault injections
-struck, lost updates per struck fault: analysis/rates.py), the lesson's reading beside it —
-conflicts per entries as a mean over trials with a 95% confidence interval —
+~8 columns, one more where faults strike or a worker lagged): trials, the cell's answer as a rate
+(the share of its observed trials with a safety violation, with its exact 95% interval, and where
+its fault injections struck, lost updates per struck fault: analysis/rates.py), the lesson's
+reading beside it — conflicts per entries as a mean over trials with a 95% confidence interval —
 rejected writes, lost updates, the least progress of one worker when some worker got little done,
 and how the trials were judged. ``wide`` adds the entries completed out of those planned, the most
 workers ever inside at once, overlap time, the optional counts, acquires given up with the refusal
