@@ -85,7 +85,7 @@ def test_damage_is_lost_updates_per_struck_fault_where_faults_struck() -> None:
     assert (damage.lost, damage.struck) == (4, 5)
     low, high = poisson_interval(4)
     assert (damage.low, damage.high) == (low / 5, high / 5)
-    assert damage_rate([row(lost_updates=3, fault_steps_struck=0)]) is None  # a pause is not an injection
+    assert damage_rate([row(lost_updates=3, fault_steps_struck=0)]) is None  # nothing struck
     assert damage_rate([row(lost_updates=3, fault_steps_struck=-1)]) is None  # older than the column
 
 
@@ -93,7 +93,7 @@ def test_the_table_shows_the_rate_beside_the_lessons_conflicts_and_damage_where_
     rows = [row(backend="single", experiment="client-pause", verdict="lost-updates", lost_updates=2)]
     rows += [row(backend="single", experiment="client-pause") for _ in range(4)]
     headers, lines = summarize(rows)
-    assert DAMAGE_HEADER not in headers  # pauses are not injections
+    assert DAMAGE_HEADER not in headers  # no cell's injections struck
     assert headers.index(VIOLATION_HEADER) + 1 == headers.index("conflicts / entries (mean ±95% CI)")
     assert lines[0][headers.index(VIOLATION_HEADER)] == "1/5 20% [0.5–71.6%]"
     assert "Clopper–Pearson" in render(rows)

@@ -10,8 +10,8 @@ damage each struck fault did.
   counted apart: nothing observed is never "clean".
 - *Damage per struck fault*: lost updates summed over the observed trials, divided by the fault
   injections that struck in them (analysis/strikes.py), with the exact Poisson interval of the
-  count divided likewise. Only where the experiment strikes: a pause is the worker's own and is
-  not an injection, and a file from before strikes were counted has none to divide by.
+  count divided likewise. Only where some injection struck (a client pause counts, one per round
+  it paused): a baseline has none, and a file from before strikes were counted none to divide by.
 
 >>> rows = [{"verdict": "lost-updates", "lost_updates": 3, "fault_steps_struck": 2}] + [
 ...     {"verdict": "exclusive", "lost_updates": 0, "fault_steps_struck": 2}] * 4 + [{"verdict": "unknown"}]
@@ -135,5 +135,5 @@ RATE_NOTE = (
 )
 DAMAGE_NOTE = (
     "lost / struck fault: lost updates per fault injection that struck, with the exact Poisson interval "
-    "(— where the experiment's faults are pauses, or none struck)."
+    "(— where no injection struck: no faults, or rows from before strikes were counted)."
 )
