@@ -47,8 +47,9 @@ for server in redis valkey; do
   "$LC" matrix "${DEFAULTS[@]}" "${extra[@]}" --server "$server" --out "$csv" "${resume[@]}" >&2
 done
 
-# The cells side by side: conflict rate and lost updates with 95% intervals, flagged where one
-# server's mean lies outside the other's interval. `server` is what differs by design: ignored.
+# The cells side by side: each server's violation rate with its exact interval and Fisher's test of
+# the two (a cell differs where p < 0.05), beside conflict rate and lost updates with 95% intervals
+# (noted where the means lie outside each other's intervals). `server` is what differs by design: ignored.
 status=0
 "$LC" compare --ignore server "$OUT/redis.csv" "$OUT/valkey.csv" | tee "$OUT/compare.md" || status=$?
 # The verdicts side by side (the same ones expected on both servers; a difference is to be explained

@@ -50,11 +50,11 @@ def test_the_grid_is_in_fixed_order_and_each_cell_takes_its_worst_verdict() -> N
     assert grid.columns == ("baseline", "client-pause", "node-crash")  # catalogue order
     pause = grid.cells[("fenced", "client-pause")]
     assert (pause.verdict, pause.lost_updates, pause.trials, pause.marked) == ("lost-updates", 1, 2, 1)
-    assert pause.label == "lost updates\n1 lost\n1 of 2 trials\ntiming-marked 1"
+    assert pause.label == "lost updates\n1/2 [1–99%]\n1 lost\n1 of 2 trials\ntiming-marked 1"
     single = grid.cells[("single", "client-pause")]
     assert (single.verdict, single.lost_updates, single.marked) == ("lost-updates", 78, 1)
     assert grid.cells[("single", "node-crash")].colour == VERDICT_STYLE["unavailable"][0]
-    assert grid.cells[("fenced", "baseline")].label == "exclusive\n0 lost\n1 trial"
+    assert grid.cells[("fenced", "baseline")].label == "exclusive\n0/1 [0–98%]\n0 lost\n1 trial"
     assert ("none", "client-pause") not in grid.cells  # not run: drawn empty
 
 

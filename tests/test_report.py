@@ -53,8 +53,8 @@ def test_report_of_the_golden_csv(golden_report: tuple[Path, list[Path]]) -> Non
     rows = read_results(TINY)
     assert render(rows, fmt="github", wide=True) in text  # the summary, as `lockcompare table --wide` prints it
     assert "![who survives what](glance.png)" in text
-    assert "| single    | client-pause | 1        | 3 / 6" in text
-    assert "| fenced    | client-pause | 1        | 2 / 6" in text
+    assert "| single    | client-pause | 1        | 1/1 100% [2.5–100%]       | 3 / 6" in text
+    assert "| fenced    | client-pause | 1        | 0/1 0% [0–97.5%]          | 2 / 6" in text
     assert "![matrix-client-pause](matrix-client-pause.png)" in text
     # the first (here: the only) trial that lost an update, with a link to its history
     assert "### single × client-pause" in text

@@ -72,12 +72,12 @@ def test_summary_groups_trials_and_gives_a_confidence_interval() -> None:
     rows = [row(conflicts=c, lost_updates=lost, verdict="lost-updates", backend="none")
             for c, lost in ((40, 40), (42, 38), (44, 40))]  # fmt: skip
     headers, lines = summarize(rows, wide=True)
-    assert headers[:3] == ["backend", "experiment", "trials"]
+    assert headers[:4] == ["backend", "experiment", "trials", "violation rate (95% CI)"]
     (line,) = lines
-    assert line[:3] == ["none", "baseline", "3"]
-    assert line[3] == "42 ±5 / 80"  # mean 42, t(2) 4.303 * sd 2 / sqrt(3) = 4.97
-    assert line[4] == "80 / 80" and line[5] == "1"  # entries out of planned, most workers inside at once
-    assert line[8] == "39.3 (38–40)" and line[9] == "3× lost-updates"
+    assert line[:4] == ["none", "baseline", "3", "3/3 100% [29.2–100%]"]
+    assert line[4] == "42 ±5 / 80"  # mean 42, t(2) 4.303 * sd 2 / sqrt(3) = 4.97
+    assert line[5] == "80 / 80" and line[6] == "1"  # entries out of planned, most workers inside at once
+    assert line[9] == "39.3 (38–40)" and line[10] == "3× lost-updates"
 
 
 def test_a_setting_that_varies_within_a_cell_becomes_a_column() -> None:
@@ -106,7 +106,8 @@ def test_progress_shows_when_a_holder_got_little_done() -> None:
     assert line[headers.index("workers starved")] == "0.5 ±6.4"
     narrow, (short,) = summarize(rows)  # the narrow table keeps the least progress, not the optional counts
     assert short[narrow.index("least progress (rounds, one worker)")] == "0.5 / 19"
-    assert "workers starved" not in narrow and len(narrow) <= 8
+    # ~8 columns, 9 with the violation rate (issue 52) and the least progress beside it
+    assert "workers starved" not in narrow and len(narrow) <= 9
     assert line[-1] == "1× conflicts-no-damage, 1× starved"
     healthy = [row(progress_by_worker="w0:40/40 w1:40/40", workers_starved=0)]
     assert "least progress (rounds, one worker)" not in summarize(healthy)[0]

@@ -38,8 +38,9 @@ def test_the_default_table_is_narrow_and_wide_has_the_rest() -> None:
     narrow, _ = summarize(rows)
     wide, _ = summarize(rows, wide=True)
     assert len(narrow) <= 8
-    assert narrow == ["backend", "experiment", "trials", "conflicts / entries (mean ±95% CI)", "rejected writes",
-                      "lost updates (range)", "verdicts"]  # fmt: skip
+    assert narrow == ["backend", "experiment", "trials", "violation rate (95% CI)",
+                      "conflicts / entries (mean ±95% CI)", "rejected writes", "lost updates (range)",
+                      "verdicts"]  # fmt: skip
     assert {"entries / planned", "max inside", "granted while held", "acquires given up (refusals)",
             "worst stall / margin ms"} <= set(wide)  # fmt: skip
 

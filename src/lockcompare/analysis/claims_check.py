@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lockcompare.analysis.rates import damage_rate, violation_rate
 from lockcompare.scenario.claims import EXPECTATIONS, RULES, Expect
 from lockcompare.scenario.trialspec import custom_faults
 
@@ -32,6 +33,8 @@ class ClaimOutcome:
     trials: int
     #: What the rows show, in numbers (e.g. "conflicts 0,0,1,0,0").
     seen: str
+    #: The cell's violation rate with its exact interval (analysis/rates.py), "" when not in the file.
+    rate: str = ""
 
 
 def check_claims(
@@ -56,7 +59,12 @@ def check_claims(
             status = HOLDS if ok else CONTRADICTED
             if ok is None:
                 status = ABSENT
-            outcomes.append(ClaimOutcome(expect=expect, backend=backend, status=status, trials=len(trials), seen=seen))
+            rate = violation_rate(trials).text()
+            damage = damage_rate(trials)
+            rate += f"; lost / struck fault {damage.text()}" if damage is not None else ""
+            outcomes.append(
+                ClaimOutcome(expect=expect, backend=backend, status=status, trials=len(trials), seen=seen, rate=rate)
+            )
     return outcomes
 
 

@@ -24,16 +24,22 @@ class Verdict:
     meaning: str
     #: A run says it on stderr with its meaning (a result a reader may not expect, not a failure).
     noted: bool = False
+    #: A safety violation: the trial counts toward its cell's violation rate (analysis/rates.py).
+    violation: bool = False
+    #: The trial observed the lock: it counts in the rate's denominator. A trial that could not be
+    #: judged, or in which the lock was never granted, says nothing about how often it breaks.
+    observed: bool = True
 
 
 #: Worst first: a cell shows its worst trial's verdict. Damage first, then a broken promise, then
 #: overlap that the resource absorbed, then what could not be judged or did not run.
 VERDICTS: tuple[Verdict, ...] = (
-    Verdict("lost-updates", "an increment a worker believed it made is missing from the final balance"),
+    Verdict("lost-updates", "an increment a worker believed it made is missing from the final balance", violation=True),
     Verdict(
         "double-applied",
         "an update a worker made once is in the final balance twice: a request retried after its reply was "
         "lost, which the resource did not recognise as a repeat (see double_applications)",
+        violation=True,
     ),
     Verdict(
         "lease-violated",
@@ -42,6 +48,7 @@ VERDICTS: tuple[Verdict, ...] = (
         "deadline, a write accepted under a fencing token that went backwards, or an unlock that released nothing "
         "while its holder's session lease was valid (exclusion held by luck)",
         noted=True,
+        violation=True,
     ),
     Verdict(
         "conflicts-no-damage",
@@ -58,11 +65,13 @@ VERDICTS: tuple[Verdict, ...] = (
         "the trial could not be judged (a worker failed, a backend call hung, a node died, "
         "the history is inconsistent, or its fault schedule never struck: no safety verdict without the fault); "
         "see the problem column",
+        observed=False,
     ),
     Verdict(
         "unavailable",
         "the lock was never granted (or nothing entered): nothing was observed, so nothing is claimed",
         noted=True,
+        observed=False,
     ),
     Verdict(
         "degraded",
@@ -82,6 +91,10 @@ BY_NAME = {v.name: v for v in VERDICTS}
 MEANINGS = {v.name: v.meaning for v in VERDICTS}
 #: Verdicts a run explains on stderr when it gives them.
 NOTED = tuple(v.name for v in VERDICTS if v.noted)
+#: Safety violations, worst first: a cell's violation rate counts the trials with one of these.
+VIOLATIONS = tuple(v.name for v in VERDICTS if v.violation)
+#: Verdicts of trials that did not observe the lock: left out of a rate, counted apart.
+UNOBSERVED = tuple(v.name for v in VERDICTS if not v.observed)
 #: Where a verdict this lockcompare does not know (a newer checker's word) ranks: just below the worst.
 UNKNOWN_WORD_RANK = 0.5
 
@@ -99,6 +112,12 @@ def worst_first(names: Iterable[str]) -> list[Verdict]:
 
 def markdown_table() -> str:
     """docs/verdicts.md's table, worst first (rendered by render.docs between ``<!-- verdicts -->``)."""
-    lines = ["| verdict | when | said on stderr |", "| --- | --- | --- |"]
-    lines += [f"| `{v.name}` | {v.meaning} | {'yes' if v.noted else ''} |" for v in VERDICTS]
+    lines = ["| verdict | when | said on stderr | in a cell's violation rate |", "| --- | --- | --- | --- |"]
+    lines += [f"| `{v.name}` | {v.meaning} | {'yes' if v.noted else ''} | {_in_rate(v)} |" for v in VERDICTS]
     return "\n".join(lines)
+
+
+def _in_rate(verdict: Verdict) -> str:
+    if verdict.violation:
+        return "a violation"
+    return "a clean trial" if verdict.observed else "left out, counted apart"

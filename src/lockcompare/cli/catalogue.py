@@ -86,6 +86,7 @@ def experiments(
 def _check_claims(path: Path) -> None:
     """Print every claim with what the file's trials show; exit 1 when one is contradicted."""
     from lockcompare.analysis.claims_check import CONTRADICTED, check_claims, summary
+    from lockcompare.analysis.rates import RATE_NOTE
     from lockcompare.analysis.results import read_results
 
     outcomes = check_claims(read_results(path))
@@ -94,7 +95,9 @@ def _check_claims(path: Path) -> None:
             continue
         mark = "ok  " if o.status != CONTRADICTED else "FAIL"
         typer.echo(f"{mark} {o.expect.experiment:<21} {o.backend:<26} {o.expect.says} [{o.expect.rule}: {o.seen}]")
+        typer.echo(f"{'':<5}{'':<22}{'':<27}violation rate {o.rate}")
     typer.echo(summary(outcomes))
+    typer.echo(f"violation rate: {RATE_NOTE.removeprefix('violation rate: ')}")
     if any(o.status == CONTRADICTED for o in outcomes):
         raise typer.Exit(1)
 

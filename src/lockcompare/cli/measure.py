@@ -39,6 +39,7 @@ from lockcompare.cli.options import (
     given_flags,
     with_trial_settings,
 )
+from lockcompare.cli.settle import MaxTrials, SettleBelow, SettleBudget, UntilSettled, settle_plan
 from lockcompare.errors import InvalidValueError, UnknownTrialsError
 from lockcompare.redaction import redact
 from lockcompare.render import table
@@ -117,12 +118,26 @@ def matrix(
             "--fresh-workers", help="Spawn new worker processes for every trial instead of reusing warm ones."
         ),
     ] = False,
+    rerun_marked: Annotated[
+        int,
+        typer.Option(
+            "--rerun-marked",
+            help="Run again, at the end of the run and alone, up to this many of its trials the timing sentinel "
+            "marked (docs/sentinel.md): the rerun's row takes the marked row's place, which moves to "
+            "FILE.superseded.csv with its history. 0: none.",
+        ),
+    ] = 0,
+    until_settled: UntilSettled = False,
+    max_trials: MaxTrials = None,
+    settle_below: SettleBelow = None,
+    settle_budget: SettleBudget = None,
     trial_settings: dict[str, str | None] | None = None,
 ) -> None:
     """Run every selected backend under every selected experiment; one CSV row per trial.
 
     Every trial setting is an option below (from the settings table); a comma list sweeps the
-    settings that say so, one cell per value."""
+    settings that say so, one cell per value. --until-settled adds trials to the cells whose answer
+    is still open (docs/cli.md)."""
     from lockcompare.runner.matrix import run_matrix
 
     if fmt not in table.FORMATS:
@@ -133,6 +148,12 @@ def matrix(
         raise InvalidValueError("--allow-mixed-revisions takes the reason, recorded in every new row")
     check_count("trials", trials)
     check_count("jobs", jobs)
+    if rerun_marked:
+        check_count("trials", rerun_marked, flag="--rerun-marked")
+    settle = settle_plan(
+        until_settled=until_settled, trials=trials, max_trials=max_trials, settle_below=settle_below,
+        settle_budget=settle_budget,
+    )  # fmt: skip
     overrides, sweep, options, redlock_nodes = _trial_settings(
         trial_settings or {},
         nodes=nodes,
@@ -149,7 +170,8 @@ def matrix(
     backend_names = _split(backends) if backends is not None else _default_backends()
     experiment_names = _split(experiments) if experiments is not None else list(DEFAULT_EXPERIMENTS)
     try:
-        report = run_matrix(
+        run = run_matrix if settle is None else settle.runner(on_line=_say)
+        report = run(
             backends=backend_names,
             experiments=experiment_names,
             trials=trials,
@@ -164,6 +186,7 @@ def matrix(
             progress=update,
             jobs=jobs,
             fresh_workers=fresh_workers,
+            rerun_marked=rerun_marked,
         )
     finally:
         bar.stop()
@@ -174,11 +197,31 @@ def matrix(
         rows = read_results(report.out)
         typer.echo(table.render(rows, fmt=fmt))
         err.print(timing_line(rows))
+        if report.reruns:
+            _say(rerun_line(report.reruns))
         if faults := strikes_line(rows):
             err.print(faults)
     for line in report.floor.lines() if report.floor is not None else ():  # the run's own floor (runner/floor.py)
         err.print(line)
+    if settle is not None:
+        for line in settle.closing_lines():
+            _say(line)
     _fail_on_unknown(report)
+
+
+def _say(line: str) -> None:
+    """A line on stderr as it is (rich would read ``[0–52.2%]``-like text as markup)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def rerun_line(reruns: tuple[tuple[str, bool], ...]) -> str:
+    """How the timing-marked trials run again alone came out: unmarked now, or marked still."""
+    still = [trial_id for trial_id, marked in reruns if marked]
+    named = f": {', '.join(still)}" if still else ""
+    return (
+        f"timing: {len(reruns)} marked trial(s) run again alone: {len(reruns) - len(still)} no longer marked, "
+        f"{len(still)} marked again{named} (the marked rows are in the .superseded file with their histories)"
+    )
 
 
 def timing_line(rows: list[dict[str, Any]]) -> str:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from lockcompare.analysis.compare import compare_rows, comparison_table, differs
+from lockcompare.analysis.compare import compare_rows, comparison_table, differs, summary_lines
 from lockcompare.analysis.results import (
     ResultsWriter,
     inspect_results,
@@ -37,18 +37,23 @@ def compare(
         str, typer.Option("--ignore", help="Settings that do not split cells here, comma-separated (e.g. jitter).")
     ] = "",
 ) -> None:
-    """Compare two results files cell by cell: conflict rate and lost updates with 95% intervals.
+    """Compare two results files cell by cell: each file's violation rate with its exact 95% interval
+    and Fisher's exact test of the two, beside the conflict rate and lost updates per trial.
 
-    A cell is flagged when either file's mean lies outside the other's interval; exit code 1 if
-    any cell differs or is in one file only (as diff does), 0 otherwise.
+    A cell differs only where Fisher's two-sided p < 0.05; the closing lines say how many cells were
+    tested (some differ by chance alone). Cells are matched across time scales (every time is
+    recorded at the lesson's scale); a cell in one file only says why. Exit code 1 if any cell
+    differs or is in one file only (as diff does), 0 otherwise.
     """
     table.check_format(fmt)
-    lines = compare_rows(read_results(path_a), read_results(path_b), ignore=_split(ignore))
+    rows_a, rows_b = read_results(path_a), read_results(path_b)
+    lines = compare_rows(rows_a, rows_b, ignore=_split(ignore))
     headers, cells = comparison_table(lines)
     typer.echo(table.format_table(headers, cells, fmt=fmt))
-    moved = [line for line in lines if differs(line)]
-    print(f"{len(moved)} of {len(lines)} cells differ between {path_a} and {path_b}", file=sys.stderr)
-    if moved:
+    print(f"{path_a} (A) against {path_b} (B), {len(lines)} cells:", file=sys.stderr)
+    for line in summary_lines(lines, rows_a=rows_a, rows_b=rows_b):
+        print(line, file=sys.stderr)
+    if any(differs(line) for line in lines):
         raise typer.Exit(1)
 
 

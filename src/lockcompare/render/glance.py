@@ -4,8 +4,10 @@ Backends are the rows (registration order), experiments the columns (catalogue o
 analysis/order.py). Each cell is coloured by the worst verdict among its trials (safety first: a
 lost update outweighs a conflict without damage, which outweighs a refusal to make progress) and
 shows the lost updates summed over its trials and how many trials it holds (when their verdicts
-differ: how many had the worst one). A cell holding a trial the timing sentinel marked (analysis/sentinel.py)
-gets a thick violet frame and says how many: its number is the machine's as much as the lock's.
+differ: how many had the worst one), and its violation rate: the trials with a safety violation
+out of those that observed the lock, with the exact 95% interval (analysis/rates.py). A cell
+holding a trial the timing sentinel marked (analysis/sentinel.py) gets a thick violet frame and
+says how many: its number is the machine's as much as the lock's.
 
 A backend run with a resource check of its own beside its default one (``--fence all`` beside
 ``writes``) is a row of its own (``fenced, fence-all``): it is another design. Any other setting
@@ -26,11 +28,13 @@ from typing import Any
 
 from lockcompare.analysis.cells import group_cells
 from lockcompare.analysis.order import backend_rank, experiment_rank
+from lockcompare.analysis.rates import ViolationRate, violation_rate
 from lockcompare.analysis.sentinel import is_marked
 from lockcompare.analysis.verdicts import VERDICTS, severity
 from lockcompare.errors import RenderError
 
 GLANCE_PNG = "glance.png"
+GLANCE_TITLE = "Who survives what: worst verdict, violations / observed trials [exact 95% CI], lost updates"
 
 #: The colour and the short word a cell shows, per verdict.
 _STYLE = {
@@ -55,7 +59,7 @@ DPI = 100
 #: Cell size, the least room left of the grid (backend names), above it (title, experiment names),
 #: right of it (the last experiment name's tail), in pixels; a backend name's characters at most
 #: LABEL_CHAR_PX wide each (the row labels' font), so the room left grows with the longest name.
-ROW_PX, COLUMN_PX, LABEL_PX, TOP_PX, RIGHT_PX = 64, 104, 170, 100, 90
+ROW_PX, COLUMN_PX, LABEL_PX, TOP_PX, RIGHT_PX = 76, 104, 170, 100, 90
 LABEL_CHAR_PX = 8
 LEGEND_ENTRY_PX, LEGEND_ROW_PX = 115, 18
 
@@ -67,10 +71,23 @@ class GlanceCell:
     trials: int
     lost_updates: int  # summed over the trials that could be judged
     marked: int  # timing-marked trials
+    #: The share of observed trials with a safety violation and its exact interval (analysis/rates.py).
+    rate: ViolationRate
 
     @property
     def colour(self) -> str:
         return VERDICT_STYLE.get(self.verdict, OTHER_STYLE)[0]
+
+    @property
+    def rate_line(self) -> str:
+        """``3/5 [14–95%]``: violations of observed trials and the 95% interval in whole percents (a
+        cell is narrow), rounded outwards (never narrower than computed); "0/0 observed" when no
+        trial observed the lock."""
+        rate = self.rate
+        if not rate.observed:
+            return "0/0 observed"
+        low, high = math.floor(rate.low * 100 + 1e-9), math.ceil(rate.high * 100 - 1e-9)
+        return f"{rate.violations}/{rate.observed} [{low}–{high}%]"
 
     @property
     def label(self) -> str:
@@ -81,7 +98,7 @@ class GlanceCell:
             if len(self.verdicts) > 1
             else f"{self.trials} trial{'s' * (self.trials != 1)}"
         )
-        lines = [word, f"{self.lost_updates} lost", mix]
+        lines = [word, self.rate_line, f"{self.lost_updates} lost", mix]
         if self.marked:
             lines.append(f"timing-marked {self.marked}")
         return "\n".join(lines)
@@ -123,6 +140,7 @@ def glance_grid(rows: Sequence[dict[str, Any]]) -> GlanceGrid:
             trials=len(cell.rows),
             lost_updates=sum(max(0, int(r["lost_updates"])) for r in judged),
             marked=sum(1 for r in cell.rows if is_marked(r)),
+            rate=violation_rate(cell.rows),
         )
     return GlanceGrid(
         rows=tuple(sorted(row_keys, key=lambda k: row_keys[k])),
@@ -200,6 +218,5 @@ def plot_glance(rows: Sequence[dict[str, Any]], *, out: Path) -> Path:
     handles.append(mpl.Patch(facecolor="white", edgecolor=MARKED_EDGE, lw=2.5, label="timing-marked"))
     per_row, _ = _legend_layout(width)
     fig.legend(handles=handles, loc="lower center", ncol=per_row, fontsize=7, frameon=False)
-    fig.text(0.01, 1 - 8 / height, "Who survives what: the worst verdict per cell, lost updates summed over its trials",
-             ha="left", va="top", fontsize=9)  # fmt: skip
+    fig.text(0.01, 1 - 8 / height, GLANCE_TITLE, ha="left", va="top", fontsize=9)
     return _save(fig, out)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from lockcompare.analysis.cells import Cell, group_cells, setting_text, slug
+from lockcompare.analysis.rates import DAMAGE_NOTE, RATE_NOTE, damage_rate, violation_rate
 from lockcompare.analysis.reproduce import matrix_command, settings_key
 from lockcompare.analysis.results import METRIC_COLUMNS, PROVENANCE_COLUMNS, TIMING_COLUMNS, history_file
 from lockcompare.analysis.sentinel import is_marked
@@ -114,13 +115,17 @@ def _index_page(rows: Sequence[dict[str, Any]], *, cells: Sequence[Cell], result
         f"<code>{escape(results.name)}</code> and the histories beside it; render again with "
         f"<code>lockcompare report {escape(results.name)}</code>.</p>",
         '<h2 id="grid">Who survives what</h2>',
-        '<p class="note">The worst verdict per cell (as in glance.png), lost updates summed over its trials. '
+        '<p class="note">The worst verdict per cell (as in glance.png), its violation rate (violations / observed '
+        "trials [exact 95% interval]) and lost updates summed over its trials. "
         "Click a cell for its trials; each trial has its timeline.</p>",
         _grid(rows, cells=cells),
         _verdict_legend(),
         '<h2 id="summary">Summary</h2>',
         '<p class="note">Click a column to sort. Conflicts: entries that found another worker inside, counted at '
         "the resource. Lost updates: increments the final balance does not contain.</p>",
+        f'<p class="note">{escape(RATE_NOTE)}'
+        + (f" {escape(DAMAGE_NOTE)}" if table.DAMAGE_HEADER in headers else "")
+        + "</p>",
         table_html(headers, _linked(lines, cells=cells), raw=True),
         '<h2 id="provenance">Provenance</h2>',
         _provenance(rows),
@@ -191,6 +196,18 @@ def _provenance(rows: Sequence[dict[str, Any]]) -> str:
 # a cell
 
 
+def _rates(cell: Cell) -> str:
+    """The cell's answer in words: its violation rate, and its damage per struck fault where it has one."""
+    rate = violation_rate(cell.rows)
+    text = f"Violation rate: {rate.text()} (violations / trials that observed the lock [exact 95% interval])"
+    if rate.unobserved:
+        text += f"; {rate.unobserved} trial(s) left out (unknown or unavailable)"
+    damage = damage_rate(cell.rows)
+    if damage is not None:
+        text += f". Lost updates per struck fault: {damage.text()}"
+    return text + "."
+
+
 def _cell_page(cell: Cell) -> str:
     lines = []
     for row in cell.rows:
@@ -220,6 +237,7 @@ def _cell_page(cell: Cell) -> str:
         '<nav><a href="../index.html">index</a></nav>',
         f"<h1>{escape(cell.title)}</h1>",
         f'<p class="note">{len(cell.rows)} trial(s). Click a trial for its timeline; click a column to sort.</p>',
+        f'<p class="rate">{escape(_rates(cell))}</p>',
         table_html(headers, lines, raw=True),
         "<h2>Reproduce</h2>",
         "<p class=\"note\">From the CSV's folder; times are given at the lesson's scale with the same "

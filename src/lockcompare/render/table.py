@@ -3,7 +3,10 @@
 One line per cell (backend x experiment, plus any setting that varies inside the file, e.g. the
 pause length), backends in registration order and experiments in catalogue order (analysis/order.py
 via analysis/cells.py), whatever order the trials finished in. The default table is narrow (at most
-~8 columns): trials, conflicts per entries as a mean over trials with a 95% confidence interval,
+~8 columns, one more where faults strike or a worker lagged): trials, the cell's answer as a rate
+(the share of its observed trials with a safety violation, with its exact 95% interval, and where
+its fault injections struck, lost updates per struck fault: analysis/rates.py), the lesson's
+reading beside it — conflicts per entries as a mean over trials with a 95% confidence interval —
 rejected writes, lost updates, the least progress of one worker when some worker got little done,
 and how the trials were judged. ``wide`` adds the entries completed out of those planned, the most
 workers ever inside at once, overlap time, the optional counts, acquires given up with the refusal
@@ -29,6 +32,7 @@ from tabulate import tabulate
 from lockcompare.analysis.cells import group_cells
 from lockcompare.analysis.checker import parse_refusals
 from lockcompare.analysis.progress import lagging, parse_progress
+from lockcompare.analysis.rates import DAMAGE_NOTE, RATE_NOTE, damage_rate, damage_text, violation_rate
 from lockcompare.analysis.results import latest_rows
 from lockcompare.analysis.sentinel import MARK_SHARE, is_marked
 from lockcompare.analysis.stats import mean_ci
@@ -123,6 +127,10 @@ REVISION_NOTE = (
 )
 
 
+#: The rate columns (analysis/rates.py), beside the lesson's mean conflicts per entries.
+VIOLATION_HEADER = "violation rate (95% CI)"
+DAMAGE_HEADER = "lost / struck fault (95% CI)"
+
 TIMING_NOTE = (
     f"timing-marked: the machine stalled the trial for at least {MARK_SHARE:.0%} of the timing margin its "
     "experiment rests on (columns stall_ms, stall_at, margin_ms; see docs/sentinel.md): read its numbers as "
@@ -156,8 +164,11 @@ def summarize(rows: Sequence[dict[str, Any]], *, wide: bool = False) -> tuple[li
     timing = wide and any(isinstance(r.get("margin_ms"), float) and not math.isnan(r["margin_ms"]) for r in rows)
     # Progress beside safety: shown when a worker somewhere held the lock but got little done.
     slow = any(lagging(parse_progress(r.get("progress_by_worker", ""))) for r in known_rows)
+    # Damage per struck fault: shown when some cell's faults are injections that struck (not pauses).
+    strikes = any(damage_rate(cell.rows) is not None for cell in cells)
     headers = [
-        "backend", "experiment", *varying, "trials", "conflicts / entries (mean ±95% CI)",
+        "backend", "experiment", *varying, "trials", VIOLATION_HEADER,
+        *([DAMAGE_HEADER] if strikes else []), "conflicts / entries (mean ±95% CI)",
         *(["entries / planned", "max inside", "overlap ms"] if wide else []),
         "rejected writes", *(OPTIONAL_COLUMNS[c] for c in optional),
         "lost updates (range)", *(["least progress (rounds, one worker)"] if slow else []),
@@ -171,8 +182,9 @@ def summarize(rows: Sequence[dict[str, Any]], *, wide: bool = False) -> tuple[li
         verdicts = Counter(r["verdict"] for r in group)
         trials = str(len(known)) + (f" (+{len(group) - len(known)} unknown)" if len(known) < len(group) else "")
         trials += timing_mark(group) + revision_mark(group)
+        rates = [violation_rate(group).text(), *([damage_text(group)] if strikes else [])]
         if not known:
-            lines.append([*key, trials, *["n/a"] * (len(headers) - len(key) - 2), _verdicts(verdicts)])
+            lines.append([*key, trials, *rates, *["n/a"] * (len(headers) - len(key) - 4), _verdicts(verdicts)])
             continue
         entries = mean_ci([r["entries"] for r in known]).mean
         planned = mean_ci([r["entries_planned"] for r in known]).mean
@@ -181,6 +193,7 @@ def summarize(rows: Sequence[dict[str, Any]], *, wide: bool = False) -> tuple[li
             [
                 *key,
                 trials,
+                *rates,
                 f"{_mean_with_ci([r['conflicts'] for r in known])} / {_num(entries)}",
                 *(
                     [
@@ -228,6 +241,8 @@ def render(rows: Sequence[dict[str, Any]], *, fmt: str = "github", wide: bool = 
         return "(no trials)"
     headers, lines = summarize(rows, wide=wide)
     text = format_table(headers, lines, fmt=fmt)
+    if fmt != "csv":
+        text += f"\n\n{RATE_NOTE}" + (f" {DAMAGE_NOTE}" if DAMAGE_HEADER in headers else "")
     if fmt != "csv" and marked_cells(rows):
         text += f"\n\n{TIMING_NOTE}"
     if fmt != "csv" and any(revision_mark(cell.rows) for cell in group_cells(latest_rows(list(rows)))):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lockcompare.analysis.results import ResultsWriter, make_row, supersede
+from lockcompare.analysis.sentinel import is_marked
 from lockcompare.analysis.verdicts import NOTED
 from lockcompare.backends import BackendConfig, load_backend, require_declarations, traits_of
 from lockcompare.errors import (
@@ -89,7 +90,13 @@ class MatrixReport:
     backed_off: int = 0
     #: The run's own floor and where its wall went (runner/floor.py); None when no trial ran here.
     floor: RunFloor | None = None
+    #: (trial_id, still marked) of every timing-marked trial run again alone (``rerun_marked``).
+    reruns: tuple[tuple[str, bool], ...] = ()
 
+
+#: The note of a row that replaced a timing-marked one (``rerun_marked``); the marked row is in the
+#: .superseded file with its history.
+RERUN_NOTE = "run again alone after a timing-marked run (its row is in the .superseded file)"
 
 #: Verdicts a run explains on stderr when it gives them: they are results, not failures, but a
 #: reader may not expect them (little or no progress; exclusion that held only by luck).
@@ -125,6 +132,7 @@ def run_matrix(
     jobs: int = 1,
     fresh_workers: bool = False,
     cpu_share: float = DEFAULT_CPU_SHARE,
+    rerun_marked: int = 0,
 ) -> MatrixReport:
     """Run the matrix, appending one row per trial to ``out``; see the module docstring.
 
@@ -151,7 +159,7 @@ def run_matrix(
     return run_planned(
         specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
         allow_mixed_revisions=allow_mixed_revisions, dask=dask,
-        fresh_workers=fresh_workers, cpu_share=cpu_share,
+        fresh_workers=fresh_workers, cpu_share=cpu_share, rerun_marked=rerun_marked,
     )  # fmt: skip
 
 
@@ -167,6 +175,7 @@ def run_planned(
     jobs: int = 1,
     fresh_workers: bool = False,
     cpu_share: float = DEFAULT_CPU_SHARE,
+    rerun_marked: int = 0,
 ) -> MatrixReport:
     """Run trials already planned (by :func:`plan_matrix`, or rebuilt from a results row by
     ``run --from``), appending one row per trial to ``out``; see :func:`run_matrix`."""
@@ -180,7 +189,7 @@ def run_planned(
         return _run_locked(
             specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
             allow_mixed_revisions=allow_mixed_revisions, dask=dask,
-            fresh_workers=fresh_workers, cpu_share=cpu_share,
+            fresh_workers=fresh_workers, cpu_share=cpu_share, rerun_marked=rerun_marked,
         )  # fmt: skip
 
 
@@ -196,6 +205,7 @@ def _run_locked(
     jobs: int,
     fresh_workers: bool,
     cpu_share: float,
+    rerun_marked: int = 0,
 ) -> MatrixReport:
     redlock_nodes = specs[0].node_count
     time_scale = min(spec.time_scale for spec in specs)
@@ -238,6 +248,8 @@ def _run_locked(
 
     saved: dict[str, Path] = {}  # trial_id -> history written in this run
     rowed: set[str] = set()  # trial_ids whose row this run appended
+    marked: list[TrialSpec] = []  # trials of this run the timing sentinel marked, in the order they ended
+    reruns: dict[str, bool] = {}  # trial_id -> still marked, for the marked trials run again alone
 
     def run_one(spec: TrialSpec, cluster: Cluster) -> tuple[TrialResult, dict[str, Any]]:
         result = run_trial(spec=spec, cluster=cluster, run_id=run_id, crews=crews)
@@ -265,6 +277,11 @@ def _run_locked(
         jobs_used = max(jobs_used, done.jobs_concurrent)
         # on_done runs in the main thread only: rows never interleave. A rerun takes its old row's
         # place (the old row moves to the .superseded file): one row per trial in the file.
+        if done.spec.trial_id in reruns:  # a marked trial run again alone: its first row is superseded
+            reruns[done.spec.trial_id] = is_marked(row)
+            row["note"] = "; ".join(filter(None, [row.get("note"), RERUN_NOTE]))
+        elif is_marked(row):
+            marked.append(done.spec)
         if done.spec.trial_id in pointed:
             supersede(out, row)
         else:
@@ -333,6 +350,18 @@ def _run_locked(
                 held=held,
             )
             meter.mark("trials")
+            again = marked[:rerun_marked]  # run again alone, at the end: nothing of this run beside them
+            if again:
+                reruns.update(dict.fromkeys((s.trial_id for s in again), True))
+                pointed.update(reruns)  # each takes its marked row's place; that row keeps its own history
+                rowed.difference_update(reruns)  # an interrupted rerun leaves no history without its row
+                run_scheduled(
+                    again, jobs=1, run_one=run_one, clusters=clusters,
+                    shape_for=lambda spec: cluster_shape(spec, cluster_options=cluster_options),
+                    kind_of=lambda spec: (spec.backend, spec.experiment), budget=budget, on_start=on_start,
+                    on_done=on_done, on_cancel=workers.kill_all, held=held,
+                )  # fmt: skip
+                meter.mark("timing-marked trials run again alone")
         finally:
             workers.close()
             remove_unpointed(saved, rowed=rowed, kept=set())  # a rerun's history has a name of its own
@@ -357,6 +386,7 @@ def _run_locked(
         jobs_floor=floor,
         backed_off=governor.backed_off,
         floor=floor_now,
+        reruns=tuple(reruns.items()),
     )
 
 

@@ -1,0 +1,51 @@
+"""matrix --rerun-marked with real servers: a timing-marked trial runs again alone at the end of the
+run, its row takes the marked row's place and the marked row moves to the .superseded file with its
+history. Which trials the sentinel marks is decided here by its threshold (the share of the margin a
+stall must eat), so the test does not hang on how loaded the machine happens to be."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from lockcompare.analysis import sentinel
+from lockcompare.analysis.results import history_file, read_results, superseded_path
+from lockcompare.runner import trial
+from lockcompare.runner.matrix import RERUN_NOTE, run_matrix
+from lockcompare.scenario.parsing import Overrides
+
+pytestmark = pytest.mark.full
+
+
+def test_a_marked_trial_runs_again_alone_and_its_row_moves_to_the_superseded_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = itertools.count()
+
+    def first_run_marked(events: list, plan: sentinel.TimingPlan) -> sentinel.TimingVerdict:
+        # The run's two trials: any stall marks them; their reruns: none does.
+        share = 0.0 if next(calls) < 2 else 1e9
+        return sentinel.judge_timing(events, plan, share=share)
+
+    monkeypatch.setattr(trial, "judge_timing", first_run_marked)
+    out = tmp_path / "r.csv"
+    report = run_matrix(
+        backends=["single"], experiments=["baseline"], trials=2, out=out, rerun_marked=1,
+        overrides=Overrides(time_scale=0.1, rounds=3),
+    )  # fmt: skip
+    assert report.trials_run == 2
+    [(again, still_marked)] = report.reruns  # the bound: one of the two marked trials
+    assert not still_marked
+    rows = read_results(out)
+    assert len(rows) == 2 and len({r["trial_id"] for r in rows}) == 2  # one row per trial
+    [rerun] = [r for r in rows if r["trial_id"] == again]
+    assert RERUN_NOTE in rerun["note"] and not sentinel.is_marked(rerun)
+    [other] = [r for r in rows if r["trial_id"] != again]
+    assert sentinel.is_marked(other) and RERUN_NOTE not in other["note"]  # beyond the bound: kept as it was
+    [old] = read_results(superseded_path(out))
+    assert old["trial_id"] == again and sentinel.is_marked(old)
+    old_history, new_history = history_file(old, results=out), history_file(rerun, results=out)
+    assert old_history is not None and new_history is not None and old_history != new_history
+    assert old_history.is_file() and new_history.is_file()  # each row keeps the history it was judged from
