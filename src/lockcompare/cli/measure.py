@@ -55,6 +55,12 @@ if TYPE_CHECKING:  # the runner, servers and backends are imported by each comma
 BENCH_MAX_TTL_MS = 86_400_000
 
 
+#: How many timing-marked trials ``matrix`` runs again alone at its end unless told otherwise
+#: (issue 52.3): a quiet machine marks a few of the main command's 54, and each rerun costs one trial
+#: of wall time, so the bound keeps a noisy machine from doubling a run.
+DEFAULT_RERUN_MARKED = 10
+
+
 @app.command()
 @with_trial_settings
 def matrix(
@@ -124,9 +130,10 @@ def matrix(
             "--rerun-marked",
             help="Run again, at the end of the run and alone, up to this many of its trials the timing sentinel "
             "marked (docs/sentinel.md): the rerun's row takes the marked row's place, which moves to "
-            "FILE.superseded.csv with its history. 0: none.",
+            "FILE.superseded.csv with its history. 0: none. Default: 10 (a finding that rests on a marked "
+            "trial is not a finding yet).",
         ),
-    ] = 0,
+    ] = DEFAULT_RERUN_MARKED,
     until_settled: UntilSettled = False,
     max_trials: MaxTrials = None,
     settle_below: SettleBelow = None,
