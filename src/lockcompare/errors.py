@@ -15,6 +15,7 @@ non-zero exit code (never a traceback)::
     ├── ClusterError                 the redis-server nodes could not be provided
     │   ├── RedisServerNotFoundError no redis-server binary anywhere we look
     │   ├── ServerStartError         a spawned redis-server did not come up
+    │   ├── ClusterStartFailed       a trial's cluster failed to start every time the pool tried
     │   ├── NodeUnreachableError     a node or the resource does not answer PING
     │   ├── ReplicationError         a master/replica pair would not sync or fail over
     │   ├── EtcdUnavailable          no etcd member answered in time
@@ -94,6 +95,11 @@ class RedisServerNotFoundError(ClusterError):
 
 class ServerStartError(ClusterError):
     """A redis-server process we spawned did not start."""
+
+
+class ClusterStartFailed(ClusterError):
+    """A cluster failed to start every time the pool tried (infra/pool.py START_ATTEMPTS): the
+    matrix skips its trial's cell with one line and goes on."""
 
 
 class NodeUnreachableError(ClusterError):

@@ -92,6 +92,9 @@ class MatrixReport:
     floor: RunFloor | None = None
     #: (trial_id, still marked) of every timing-marked trial run again alone (``rerun_marked``).
     reruns: tuple[tuple[str, bool], ...] = ()
+    #: (backend, experiment, trials, reason) of each cell skipped because its servers failed to start
+    #: every time the pool tried (infra/pool.py): no rows; ``--resume`` runs them later.
+    unstartable: tuple[tuple[str, str, int, str], ...] = ()
 
 
 #: The note of a row that replaced a timing-marked one (``rerun_marked``); the marked row is in the
@@ -245,6 +248,7 @@ def _run_locked(
     jobs_used = 0
     unknown: list[tuple[str, str]] = []
     no_progress: dict[str, int] = {}
+    unstartable: list[tuple[str, str, int, str]] = []
 
     saved: dict[str, Path] = {}  # trial_id -> history written in this run
     rowed: set[str] = set()  # trial_ids whose row this run appended
@@ -294,6 +298,12 @@ def _run_locked(
             no_progress[verdict] = no_progress.get(verdict, 0) + 1
         if progress:
             progress(done.spec, result, done.finished, len(todo))
+
+    def on_unstartable(skipped: list[TrialSpec], reason: str) -> None:
+        # One line, as a cell the servers cannot serve is skipped while planning; no rows (--resume runs them).
+        first = skipped[0]
+        unstartable.append((first.backend, first.experiment, len(skipped), reason))
+        log.warning("skipping %s x %s (%d trial(s) not run): %s", first.backend, first.experiment, len(skipped), reason)
 
     def on_start(spec: TrialSpec, finished: int) -> None:
         meter.mark("until the first trial")  # its start (before its cluster is handed over)
@@ -348,6 +358,8 @@ def _run_locked(
                 on_cancel=workers.kill_all,
                 order=costs,
                 held=held,
+                on_unstartable=on_unstartable,
+                cell_of=lambda spec: (spec.backend, spec.experiment),
             )
             meter.mark("trials")
             again = marked[:rerun_marked]  # run again alone, at the end: nothing of this run beside them
@@ -375,10 +387,11 @@ def _run_locked(
     )
     return MatrixReport(
         out=out,
-        trials_run=len(todo),
+        trials_run=len(todo) - sum(count for _, _, count, _ in unstartable),
         trials_skipped=len(specs) - len(todo),
         trial_ids=trial_ids,
         unknown=tuple(unknown),
+        unstartable=tuple(unstartable),
         no_progress=no_progress,
         jobs=jobs,
         jobs_used=jobs_used,
