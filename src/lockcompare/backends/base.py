@@ -113,9 +113,24 @@ class Refusal:
     lock reached too few nodes), ``validity`` (the quorum answered, but too late for the lease to
     be worth anything), ``error`` (a node failed to answer), ``not-replicated`` (fewer replicas
     than ``BackendConfig.wait_replicas`` acknowledged the lock key in time).
+
+    ``detail``: what failed, in one line (an ``error`` refusal's exception, as
+    :meth:`failed` writes it). The worker records the first of each distinct detail in the history
+    (the acquire event's ``errors``), so a reader can tell a harness fault from the lock's
+    behaviour; a refusal without one is counted all the same.
+
+    >>> Refusal.failed(ConnectionError("Error 111 connecting to 127.0.0.1:6379"))
+    Refusal(reason='error', detail='ConnectionError: Error 111 connecting to 127.0.0.1:6379')
     """
 
     reason: str = "held"
+    detail: str = ""
+
+    @classmethod
+    def failed(cls, exc: BaseException, *, reason: str = "error") -> Refusal:
+        """An ``error`` refusal that says which exception ended the attempt."""
+        text = str(exc).strip().splitlines()
+        return cls(reason, f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__)
 
     def __bool__(self) -> Literal[False]:  # so `if not result:` narrows Lease | Refusal for type checkers
         return False
@@ -150,7 +165,10 @@ class LockBackend(Protocol):
         ...
 
     def release(self, lease: Lease) -> bool:
-        """Release if still the owner; True if this call released it."""
+        """Release if still the owner; True if this call released it, False if the lock was not
+        held by this lease. A release whose request failed, so that it cannot tell either, may
+        raise :class:`~lockcompare.errors.ReleaseFailed` instead of returning False: the history
+        then says the unlock failed, which is no evidence of where the lock was (docs/verdicts.md)."""
         ...
 
     def close(self) -> None: ...

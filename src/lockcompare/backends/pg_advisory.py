@@ -65,8 +65,8 @@ class PgAdvisoryLock:
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
         try:
             got = self._session.value("select pg_try_advisory_lock($1::bigint)", [advisory_key(key)])
-        except (SessionLost, QueryFailed):
-            return Refusal("error")  # the next attempt opens a new session
+        except (SessionLost, QueryFailed) as exc:
+            return Refusal.failed(exc)  # the next attempt opens a new session
         if got != "t":
             return Refusal("held")
         pid = self._session.backend_pid

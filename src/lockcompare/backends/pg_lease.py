@@ -112,9 +112,9 @@ class PgLeaseLock:
         except QueryFailed as exc:
             if exc.sqlstate == _UNDEFINED_TABLE:
                 self._schema_ready = False  # made again on the next attempt
-            return Refusal("error")
-        except SessionLost:
-            return Refusal("error")
+            return Refusal.failed(exc)
+        except SessionLost as exc:
+            return Refusal.failed(exc)
         if token is None:
             return Refusal("held")
         return Lease(key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000, fencing_token=int(token))

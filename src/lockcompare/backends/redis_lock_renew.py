@@ -169,8 +169,8 @@ class RedisLockRenew:
         started_ns = time.monotonic_ns()  # the key's TTL starts no earlier than the request is sent
         try:
             granted = lock.acquire(blocking=False)
-        except redis.RedisError:
-            return Refusal("error")
+        except redis.RedisError as exc:
+            return Refusal.failed(exc)
         if not granted:
             return Refusal("held")
         lease = Lease(key=key, owner=lock.id, valid_until_ns=started_ns + expire * 1_000_000_000)

@@ -94,8 +94,8 @@ class RedisPyLock:
         started_ns = time.monotonic_ns()  # the key's TTL starts no earlier than the request is sent
         try:
             granted = lock.acquire(blocking=False)
-        except redis.RedisError:
-            return Refusal("error")
+        except redis.RedisError as exc:
+            return Refusal.failed(exc)
         if not granted:
             return Refusal("held")
         token = lock.local.token

@@ -82,8 +82,8 @@ class SingleNodeLock:
                 granted = self._direct.call("SET", key, owner, "NX", "PX", ttl_ms) == b"OK"
             else:
                 granted = self._client.set(key, owner, nx=True, px=ttl_ms)
-        except redis.RedisError:
-            return Refusal("error")
+        except redis.RedisError as exc:
+            return Refusal.failed(exc)
         if not granted:
             return Refusal("held")
         lease = Lease(key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000)
@@ -96,9 +96,9 @@ class SingleNodeLock:
             return lease
         try:
             acknowledged = int(self._client.execute_command("WAIT", self._wait_replicas, wait_timeout_ms(ttl_ms)))
-        except redis.RedisError:
+        except redis.RedisError as exc:
             self.release(lease)
-            return Refusal("error")
+            return Refusal.failed(exc)
         if acknowledged < self._wait_replicas:
             self.release(lease)
             return Refusal("not-replicated")

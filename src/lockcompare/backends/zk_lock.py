@@ -164,7 +164,8 @@ class ZkLock:
 
         client = self._session(ttl_ms)
         if client is None or not client.connected:
-            return Refusal("error")  # kazoo's recipe retries without end while disconnected
+            state = "no session" if client is None else f"the client is {str(client.state).lower()}"
+            return Refusal("error", f"ZooKeeper: {state}")  # kazoo's recipe retries without end while disconnected
         owner = new_owner_token()
         lock = client.Lock(lock_path(key), owner)
         attempt = _Attempt(lock, wait_s=ttl_ms / 1000)
@@ -172,12 +173,17 @@ class ZkLock:
         if isinstance(outcome, LockTimeout):
             return Refusal("held")
         if outcome is not True:
-            return Refusal("error")  # kazoo gave up (the connection was lost meanwhile), or it is still waiting
+            # kazoo gave up (the connection was lost meanwhile), or it is still waiting
+            return (
+                Refusal.failed(outcome)
+                if isinstance(outcome, BaseException)
+                else Refusal("error", "ZooKeeper: no answer in time")
+            )
         try:
             token = self._token(client, lock, timeout_s=self._request_timeout_s) if self.issues_fencing_tokens else None
-        except KazooException:
+        except KazooException as exc:
             self._delete(lock)
-            return Refusal("error")
+            return Refusal.failed(exc)
         # The session the znode belongs to: read after the grant (kazoo re-creates the znode in a new
         # session when the old one expired during the attempt).
         session = client.client_id[0]
