@@ -228,6 +228,11 @@ class Traits:
     external: bool = False
     #: A lock-free design's workload skew: the share (0..1) of updates that fall on another worker's key.
     skew: float = 0.0
+    #: The fault kinds (their one names, e.g. ``("crash",)``) that leave this design without a server
+    #: by its nature: a single-node lock whose only node crashed, a PostgreSQL primary with no
+    #: failover. A trial in which it stops granting after one of them, refused with errors only, keeps
+    #: its verdict; without the declaration it is ``unknown`` (analysis/exercised.py, docs/verdicts.md).
+    unavailable_under: tuple[str, ...] = ()
     #: Run by ``matrix`` when no ``--backends`` is given. False for a design with a comparison of its
     #: own (the lock-free alternatives' table) or whose every trial builds a topology of its own (a
     #: Sentinel set): the README's main command stays the lesson's comparison, within a minute.
@@ -264,6 +269,10 @@ TRAIT_KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "key_type": ("a str", _is_str),
     "lease_znodes": ("a str, a callable or None", lambda v: v is None or isinstance(v, str) or callable(v)),
     "check_ttl": ("a classmethod or None", lambda v: v is None or callable(v)),
+    "unavailable_under": (
+        "a tuple of fault kind names",
+        lambda v: isinstance(v, tuple) and all(isinstance(k, str) for k in v),
+    ),
     "skew": ("a number in 0..1", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1),
 } | {f.name: ("a bool", _is_bool) for f in fields(Traits) if f.type == "bool"}
 

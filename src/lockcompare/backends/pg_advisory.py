@@ -44,6 +44,8 @@ class PgAdvisoryLock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
+    unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
     #: No lease deadline: held while the session lives (checked by the battery; the TTL properties
     #: are then NOT CLAIMED).
     has_ttl: ClassVar[bool] = False

@@ -73,6 +73,8 @@ class PgLeaseLock:
     summary: ClassVar[str] = "PostgreSQL lease row (insert on conflict where expired), token from a sequence"
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = True
+    #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
+    unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
     servers: ClassVar[str] = "postgres"
     resource_kind: ClassVar[str] = "postgres"
     supports_wait_replicas: ClassVar[bool] = True  # as synchronous_commit=remote_apply

@@ -132,6 +132,8 @@ class RedisLockRenew:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
+    unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
     #: The library's shortest expiry (whole seconds, at least 1): the battery's short lease uses it.
     min_ttl_ms: ClassVar[int] = 1000
     #: Where the lease lives (faults/holders.py): python-redis-lock keeps the owner under
