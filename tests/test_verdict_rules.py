@@ -197,3 +197,35 @@ def test_an_unlock_whose_request_failed_is_no_evidence() -> None:
     history = _zk_unlock(client_reports_sessions=False, release={"error": "ConnectionLoss: no answer"})
     history[-1] = history[-1] | {"t0": 2000 * MS, "t1": 2001 * MS}  # outside the outage: only the error excuses it
     assert releases_of_nothing(history) == 0
+
+
+# --- the run's closing lines name the cells hardly exercised -------------------------------------
+
+
+def test_every_thin_cell_is_named_with_its_reason() -> None:
+    from lockcompare.analysis.thin_cells import thin_cell_lines
+
+    def row(backend: str, entries: int, verdict: str, refusals: str, problem: str = "") -> dict:
+        return {"backend": backend, "experiment": "failover", "entries": entries, "entries_planned": 80,
+                "verdict": verdict, "refusals": refusals, "problem": problem}  # fmt: skip
+
+    stopped = check(_stopped(fault="failover", heal_at_ms=300), _counters(2), entries_planned=80)
+    declared = check(
+        _stopped(fault="crash", heal_at_ms=900), _counters(2), entries_planned=80, unavailable_under=("crash",)
+    )
+    rows = [
+        row("sentinel-single", 2, stopped.verdict, stopped.refusals, stopped.problem),
+        row("single", 2, declared.verdict, declared.refusals, declared.problem),
+        row("node-redlock", 0, "unavailable", "late:6"),
+        row("redlock", 41, "degraded", "no-quorum:3"),  # over half: not named
+    ]
+    lines = thin_cell_lines(rows)
+    assert lines[0] == "cells that made under half their planned entries: 3"
+    named = {line.split(" × ")[0].strip(): line for line in lines[1:]}  # cells come in registration order
+    assert set(named) == {"sentinel-single", "single", "node-redlock"}  # redlock made over half: not named
+    assert "2 of 80 entries: unknown in 1 of 1 trials: the lock stopped being exercised" in named["sentinel-single"]
+    assert "ConnectionError" in named["sentinel-single"]
+    assert named["single"].endswith(
+        "2 of 80 entries: the backend's declared unavailability (unavailable after the crash)"
+    )
+    assert named["node-redlock"].endswith("0 of 80 entries: refused late:6")
