@@ -229,3 +229,16 @@ def test_every_thin_cell_is_named_with_its_reason() -> None:
         "2 of 80 entries: the backend's declared unavailability (unavailable after the crash)"
     )
     assert named["node-redlock"].endswith("0 of 80 entries: refused late:6")
+
+
+def test_a_violation_before_the_lock_stopped_keeps_its_verdict_and_the_row_says_it_stopped() -> None:
+    from lockcompare.analysis.thin_cells import thin_cell_lines
+
+    lost = ResourceCounters(entries=2, conflicts=0, writes_accepted=2, writes_rejected=0, final_balance=1, occupancy=0)
+    metrics = check(_stopped(fault="failover", heal_at_ms=300), lost, entries_planned=80)
+    assert metrics.verdict == "lost-updates"
+    assert "the lock stopped being exercised" in metrics.problem and "the violation was seen before" in metrics.problem
+    row = {"backend": "sentinel-single", "experiment": "failover", "entries": 2, "entries_planned": 80,
+           "verdict": metrics.verdict, "refusals": metrics.refusals, "problem": metrics.problem}  # fmt: skip
+    [_, line] = thin_cell_lines([row])
+    assert "in 1 of 1 trials the lock stopped being exercised" in line and "ConnectionError" in line

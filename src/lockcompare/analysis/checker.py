@@ -390,13 +390,16 @@ def _check(
     elif strikes.struck < strikes.planned:
         notes.append(strikes.summary())
     stop = stopped_after_fault(history)
-    if stop is not None and verdict in (*SAFE_VERDICTS, "unavailable"):
+    if stop is not None:
         # What ran after the fault was requests failing, not the lock: no verdict about the lock,
         # unless the backend declares that unavailability its own (and the fault was not healed).
+        # A violation seen before it stands, and the row still says the lock stopped being exercised.
         if stop.fault in unavailable_under and not stop.healed:
             notes.append(stop.declared_note())
-        else:
+        elif verdict in (*SAFE_VERDICTS, "unavailable"):
             problems.append(stop.problem(origin_ns=min(int(e["t0"]) for e in history)))
+        else:
+            notes.append(stop.problem(origin_ns=min(int(e["t0"]) for e in history), violation=True))
     return TrialMetrics(
         entries=entries,
         entries_planned=entries_planned,

@@ -56,14 +56,15 @@ class Stopped:
     healed: bool  # the fault was healed before the stretch's last refusal
     healed_t1: int | None = None
 
-    def problem(self, *, origin_ns: int) -> str:
-        """The ``problem`` of a trial judged ``unknown`` by this rule (times after ``origin_ns``)."""
+    def problem(self, *, origin_ns: int, violation: bool = False) -> str:
+        """The ``problem`` of a trial judged ``unknown`` by this rule (times after ``origin_ns``); with
+        ``violation``, the note of a trial whose violation, seen before, keeps its verdict."""
         healed = f" (healed at {(self.healed_t1 - origin_ns) / 1e6:.1f} ms)" if self.healed_t1 is not None else ""
         said = "; ".join(self.messages[:QUOTED]) or "the history records no message"
         return (
             f"the lock stopped being exercised: never granted again after the {self.fault} at "
             f"{(self.fault_t0 - origin_ns) / 1e6:.1f} ms{healed}; {self.refused} acquire(s) refused with errors only "
-            f"({said}): no verdict about the lock"
+            f"({said}): {'the violation was seen before' if violation else 'no verdict about the lock'}"
         )
 
     def declared_note(self) -> str:

@@ -10,6 +10,8 @@ which is which without opening a history. The reason given, first that applies:
   stopped being exercised: … ConnectionError …", analysis/exercised.py);
 - *declared*: the backend declares that unavailability its own (``unavailable_under``; the
   trials' ``problem`` says "as the backend declares");
+- *stopped*: a violation came first, so the verdict stands, but the lock then stopped being
+  exercised (the trials' ``problem`` says so, with the error);
 - otherwise the cell's refusals by kind (``error:5656;held:49``), the lock's own answers.
 
 >>> rows = [
@@ -41,6 +43,8 @@ Row = dict[str, Any]
 QUOTED_CHARS = 240
 #: What the checker's note says when a backend declares its unavailability (analysis/exercised.py).
 DECLARED_MARK = ", as the backend declares (unavailable_under: "
+#: ...and when a lock stopped being exercised after a violation (its verdict stands).
+STOPPED_MARK = "the lock stopped being exercised"
 
 
 def _count(value: object) -> int:
@@ -69,17 +73,24 @@ def refusals_by_kind(rows: Sequence[Row]) -> str:
     return ";".join(f"{k}:{v}" for k, v in sorted(totals.items(), key=lambda kv: (-kv[1], kv[0]))) or "nothing"
 
 
+def _quoted(text: str) -> str:
+    return text if len(text) <= QUOTED_CHARS else text[: QUOTED_CHARS - 1] + "…"
+
+
 def thin_reason(cell: Cell) -> str:
     """Why ``cell`` made under half its planned entries (module docstring)."""
     unknown = [r for r in cell.rows if r.get("verdict") == "unknown"]
     if unknown:
         problem = str(unknown[0].get("problem") or "no problem recorded")
-        quoted = problem if len(problem) <= QUOTED_CHARS else problem[: QUOTED_CHARS - 1] + "…"
-        return f"unknown in {len(unknown)} of {len(cell.rows)} trials: {quoted}"
+        return f"unknown in {len(unknown)} of {len(cell.rows)} trials: {_quoted(problem)}"
     declared = [str(r.get("problem") or "") for r in cell.rows if DECLARED_MARK in str(r.get("problem") or "")]
     if declared:
         note = next(p for p in declared[0].split("; ") if DECLARED_MARK in p)
         return f"the backend's declared unavailability ({note.split(DECLARED_MARK)[0]})"
+    stopped = [str(r.get("problem") or "") for r in cell.rows if STOPPED_MARK in str(r.get("problem") or "")]
+    if stopped:  # a violation came first, so the verdict stands: the lock still stopped being exercised
+        note = _quoted(stopped[0][stopped[0].index(STOPPED_MARK) :])
+        return f"in {len(stopped)} of {len(cell.rows)} trials {note}"
     return f"refused {refusals_by_kind(cell.rows)}"
 
 
