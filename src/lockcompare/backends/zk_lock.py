@@ -58,7 +58,7 @@ from typing import Any, ClassVar
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.single import new_owner_token
-from lockcompare.errors import BackendNotViableError, InvalidValueError
+from lockcompare.errors import BackendNotViableError, InvalidValueError, ReleaseFailed
 from lockcompare.infra.zookeeper_client import kazoo_client_class
 from lockcompare.infra.zookeeper_server import (
     EXPIRY_LAG_MS,
@@ -204,22 +204,30 @@ class ZkLock:
             raise NoNodeError(f"{lock.path}/{lock.node} went before its czxid was read")
         return int(stat.czxid)  # a 64-bit zxid, (epoch << 32) | counter: an exact int, never a float
 
-    def _delete(self, lock: Any) -> bool:
-        """The recipe's release (delete our znode), awaited for the request timeout: True if deleted now."""
-        from kazoo.exceptions import KazooException
+    def _delete(self, lock: Any, *, unanswered_raises: bool = False) -> bool:
+        """The recipe's release (delete our znode), awaited for the request timeout: True if deleted
+        now, False if it was gone with its session. A request that got no answer (the connection
+        lost, still queued behind a reconnect) is False too, or with ``unanswered_raises`` a
+        :class:`~lockcompare.errors.ReleaseFailed`: deleted or not, it cannot tell."""
+        from kazoo.exceptions import KazooException, NoNodeError, SessionExpiredError
 
         try:
             lock.client.delete_async(f"{lock.path}/{lock.node}").get(timeout=self._request_timeout_s)
-        except (KazooException, lock.client.handler.timeout_exception):
-            return False  # gone with its session (NoNodeError), or still queued behind a reconnect
+        except (NoNodeError, SessionExpiredError):
+            return False  # gone with its session
+        except (KazooException, lock.client.handler.timeout_exception) as exc:
+            if unanswered_raises:
+                raise ReleaseFailed(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+            return False
         lock.is_acquired = False
         return True
 
     def release(self, lease: Lease) -> bool:
-        """True if this call deleted our znode (False: the session had ended, or no answer in time)."""
+        """True if this call deleted our znode, False if the session had ended; ReleaseFailed when
+        the delete got no answer in time (the history then says the unlock failed, not "not held")."""
         self._granted_ns.pop(lease.owner, None)
         lock = self._held.pop(lease.owner, None)
-        return False if lock is None else self._delete(lock)
+        return False if lock is None else self._delete(lock, unanswered_raises=True)
 
     def _close_client(self) -> None:
         client, self._client = self._client, None
