@@ -149,6 +149,18 @@ def test_refusals_other_than_errors_are_the_locks_answers() -> None:
         assert check(history, _counters(2), entries_planned=80).verdict == "degraded"
 
 
+def test_a_workers_first_acquire_may_straddle_the_moment_the_fault_took_effect() -> None:
+    # Measured on sentinel-single x failover: the injection lasts 2 s, the master crashes inside it;
+    # the first acquire after it began was refused "held" 7 times, then "error" 99 times.
+    history = _stopped(fault="failover", heal_at_ms=300)
+    first = next(e for e in history if e["kind"] == "acquire" and not e["ok"] and e["worker"] == 0)
+    first["refusals"] = {"held": 7, "error": 99}
+    assert stopped_after_fault(history) is not None
+    later = [e for e in history if e["kind"] == "acquire" and not e["ok"] and e["worker"] == 0][1]
+    later["refusals"] = {"held": 7, "error": 99}  # after the first: the lock answered again
+    assert stopped_after_fault(history) is None
+
+
 def test_workers_that_did_not_give_up_were_still_exercising_the_lock() -> None:
     history = [e for e in _stopped(fault="failover", heal_at_ms=300) if e["kind"] != "gave-up"]
     assert stopped_after_fault(history) is None

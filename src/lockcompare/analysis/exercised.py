@@ -8,7 +8,10 @@ rightly stays down. Pure functions over the history.
 The stretch judged: every acquire that began after the lock's last grant and after the first
 fault injection. The rule applies when a worker gave up (``gave-up``: the lock was taken to be
 gone), the stretch holds at least one acquire, and every one of them was refused for ``error``
-only. Its fault is the latest injection in play when the stretch's first acquire ended.
+only — except that each worker's first acquire of the stretch may also hold other refusals, as
+long as it met an error: it straddles the moment the fault took effect (a failover's injection
+lasts seconds; the master crashes somewhere inside it, and until then the lock answered ``held``).
+Its fault is the latest injection in play when the stretch's first acquire ended.
 
 A backend may declare that such unavailability is its behaviour (``unavailable_under``: the fault
 kinds that leave it without a server, e.g. a single-node lock's one node crashed, a PostgreSQL
@@ -76,6 +79,20 @@ def _is_injection(event: Event) -> bool:
     return event.get("worker") == -1 and event.get("kind") == "fault" and event.get("action") == "inject"
 
 
+def _first_of(worker: int, stretch: Sequence[Event]) -> Event:
+    return next(e for e in stretch if e["worker"] == worker)
+
+
+def _errors_only(acquire: Event, *, straddles: bool) -> bool:
+    """Refused for ``error`` only; a worker's first acquire of the stretch may straddle the moment
+    the fault took effect (a failover's crash comes somewhere inside its injection): refused ``held``
+    before it and ``error`` after, so it needs some ``error`` but may hold other refusals."""
+    reasons = set((acquire.get("refusals") or {}).keys())
+    if acquire.get("ok") or "error" not in reasons:
+        return False
+    return straddles or reasons == {"error"}
+
+
 @implements("stopped-being-exercised")
 def stopped_after_fault(history: Sequence[Event]) -> Stopped | None:
     """The stretch in which the lock, after a fault, refused with errors only until its workers
@@ -91,7 +108,7 @@ def stopped_after_fault(history: Sequence[Event]) -> Stopped | None:
     last_grant = max((int(e["t1"]) for e in acquires if e.get("ok")), default=None)
     start = max(int(injections[0]["t0"]), last_grant if last_grant is not None else int(injections[0]["t0"]))
     stretch = [e for e in acquires if e["t0"] >= start]
-    if not stretch or any(e.get("ok") or set((e.get("refusals") or {}).keys()) != {"error"} for e in stretch):
+    if not stretch or not all(_errors_only(e, straddles=e is _first_of(e["worker"], stretch)) for e in stretch):
         return None
     in_play = [e for e in injections if e["t0"] <= stretch[0]["t1"]]
     if not in_play:
