@@ -254,3 +254,17 @@ def test_a_violation_before_the_lock_stopped_keeps_its_verdict_and_the_row_says_
            "verdict": metrics.verdict, "refusals": metrics.refusals, "problem": metrics.problem}  # fmt: skip
     [_, line] = thin_cell_lines([row])
     assert "in 1 of 1 trials the lock stopped being exercised" in line and "ConnectionError" in line
+
+
+def test_the_backends_the_doc_names_declare_their_unavailability_and_sentinels_do_not() -> None:
+    from lockcompare.backends import load_backend, traits_of
+
+    def declared(name: str) -> tuple[str, ...]:
+        return traits_of(load_backend(name, check_viable=False)).unavailable_under
+
+    one_server = ["single", "fenced", "single-renew", "redis-py", "redis-lock-renew", "redis-lock-renew-checked"]
+    for name in [*one_server, "pg-advisory", "pg-lease"]:
+        assert declared(name) == ("crash",), name
+        assert f"`{name.removesuffix('-checked')}" in DOC.read_text(encoding="utf-8")
+    for name in ["sentinel-single", "sentinel-fenced", "sentinel-redis-py", "redlock", "zk-lock", "etcd"]:
+        assert declared(name) == (), name  # a failover, a quorum: a crashed server is no reason to stay down
