@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from lockcompare.errors import BackendLoadError
@@ -124,7 +124,8 @@ class Refusal:
     """
 
     reason: str = "held"
-    detail: str = ""
+    #: Commentary, not identity: ``Refusal("error", "…") == Refusal("error")`` (plug-ins' tests compare reasons).
+    detail: str = field(default="", compare=False)
 
     @classmethod
     def failed(cls, exc: BaseException, *, reason: str = "error") -> Refusal:
