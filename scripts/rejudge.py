@@ -17,13 +17,23 @@ from pathlib import Path
 from lockcompare.analysis.checker import check
 from lockcompare.analysis.counters import ResourceCounters
 from lockcompare.analysis.results import _format, read_results
-from lockcompare.errors import ResultsFileError
+from lockcompare.backends import load_backend, traits_of
+from lockcompare.errors import LockcompareError, ResultsFileError
 from lockcompare.render.timeline import load_history
 
 EVIDENCE = (
     "grants_while_held", "stale_writes_accepted", "backwards_writes_accepted", "rounds_denied", "workers_starved",
     "progress_by_worker",
 )  # fmt: skip
+
+
+def declared_unavailable(backend: str) -> tuple[str, ...]:
+    """The fault kinds the row's backend declares leave it unavailable (its ``unavailable_under``);
+    () when the backend does not load here (a plug-in not installed): judged without the declaration."""
+    try:
+        return traits_of(load_backend(backend, check_viable=False)).unavailable_under
+    except LockcompareError:
+        return ()
 
 
 def rejudge(csv_path: Path) -> tuple[int, int]:
@@ -49,7 +59,12 @@ def rejudge(csv_path: Path) -> tuple[int, int]:
             occupancy=0,
             reads_rejected=max(row["reads_rejected"], 0),
         )
-        metrics = check(events, counters, entries_planned=row["entries_planned"])
+        metrics = check(
+            events,
+            counters,
+            entries_planned=row["entries_planned"],
+            unavailable_under=declared_unavailable(row["backend"]),
+        )
         judged += 1
         now = metrics.as_row()
         if metrics.verdict != row["verdict"]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lockcompare.analysis.history import Event
+from lockcompare.analysis.rules import implements
 from lockcompare.analysis.sessions import first_releases, is_session_lease, lease_deadlines, releases_of_nothing
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
 LEASE_TOLERANCE_MS = 5.0
 
 
+@implements("stale-write-accepted")
 def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
     """(accepted, rejected) writes made after the writer's own lease had expired, by the deadline
     the writer last believed (its acquire's, a renewal's reported right before the write, or the
@@ -58,6 +60,7 @@ def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
     return accepted, rejected
 
 
+@implements("grant-over-valid-lease", "lease-tolerance")
 def grants_while_held(history: Sequence[Event]) -> int:
     """Leases granted while another worker held a lease still valid by its own deadline and not
     yet released: two valid leases at once, which no correct lease lock allows, whether or not
@@ -173,6 +176,7 @@ def tokens_backwards(granted: Sequence[Event]) -> int:
     return backwards
 
 
+@implements("backwards-token-write")
 def backwards_writes_accepted(history: Sequence[Event]) -> int:
     """Writes the resource accepted from a holder whose fencing token was not above one granted
     before it (see :func:`tokens_backwards`): two holders the resource could not tell apart, and it

@@ -102,8 +102,8 @@ class PotteryRedlock:
         started_ns = time.monotonic_ns()
         try:
             granted = redlock.acquire(blocking=False, raise_on_redis_errors=True)
-        except (QuorumIsImpossible, redis.RedisError):
-            return Refusal("error")
+        except (QuorumIsImpossible, redis.RedisError) as exc:
+            return Refusal.failed(exc)
         if not granted:
             elapsed_ns = time.monotonic_ns() - started_ns
             return Refusal("validity" if elapsed_ns >= ttl_ms * 1_000_000 - drift_ns else "held")

@@ -16,6 +16,7 @@ from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.analysis.results import METRIC_COLUMNS, TIMING_COLUMNS, read_results
 from lockcompare.analysis.sentinel import MARK_SHARE
 from lockcompare.analysis.strikes import strikes_line
+from lockcompare.analysis.thin_cells import thin_cell_lines
 from lockcompare.cli.core import app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
@@ -208,6 +209,8 @@ def matrix(
             _say(rerun_line(report.reruns))
         if faults := strikes_line(rows):
             err.print(faults)
+        for line in thin_cell_lines(rows):  # cells hardly exercised, and why (analysis/thin_cells.py)
+            err.print(redact(line), markup=False, highlight=False)  # a problem may quote a URL, or [brackets]
     for line in report.floor.lines() if report.floor is not None else ():  # the run's own floor (runner/floor.py)
         err.print(line)
     if settle is not None:

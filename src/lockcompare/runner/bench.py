@@ -41,6 +41,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 import time
@@ -53,7 +54,7 @@ from lockcompare.analysis.stats import percentile
 from lockcompare.backends import BackendConfig, load_backend, traits_of
 from lockcompare.backends.redis_direct import DirectCommands
 from lockcompare.backends.single import RELEASE_SCRIPT
-from lockcompare.errors import InvalidValueError, TrialError
+from lockcompare.errors import InvalidValueError, ReleaseFailed, TrialError
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.kinds import get_kind
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, reap_group, start_worker_process
@@ -285,7 +286,8 @@ def _backend_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None], C
         lease = backend.acquire(key=job.key, ttl_ms=job.ttl_ms)
         if not lease:
             return False
-        backend.release(lease)
+        with contextlib.suppress(ReleaseFailed):  # the unlock got no answer: the cycle still ran
+            backend.release(lease)
         return True
 
     return cycle, backend.close, (take if callable(take) else _no_library)

@@ -230,12 +230,14 @@ class ExternalBackend:
         t0 = time.monotonic_ns()
         reply = self._call("acquire", key=key, ttl_ms=ttl_ms)
         if isinstance(reply, ReplyProblem):
-            return Refusal("client-exited" if reply.kind == "exited" else reply.kind)
+            if reply.kind == "exited":
+                return Refusal("client-exited", str(reply.detail))
+            return Refusal(reply.kind)  # late, malformed: their detail is a client-reply event already
         self._count_library(reply)
         ok = reply.get("ok")
         if ok is False:
             reason = reply.get("reason") or ("error" if reply.get("error") else "held")
-            return Refusal(str(reason))
+            return Refusal(str(reason), str(reply.get("error") or ""))  # the client's own message, if any
         owner = reply.get("owner")
         if ok is not True or not isinstance(owner, str) or not owner:
             if isinstance(owner, str) and owner:  # a grant we cannot use: do not leave it behind
