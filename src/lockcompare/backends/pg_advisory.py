@@ -44,6 +44,7 @@ class PgAdvisoryLock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    libraries: ClassVar[tuple[str, ...]] = ("psycopg",)  # recorded with their versions in every row
     #: No lease deadline: held while the session lives (checked by the battery; the TTL properties
     #: are then NOT CLAIMED).
     has_ttl: ClassVar[bool] = False

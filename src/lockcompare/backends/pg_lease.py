@@ -73,6 +73,7 @@ class PgLeaseLock:
     summary: ClassVar[str] = "PostgreSQL lease row (insert on conflict where expired), token from a sequence"
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = True
+    libraries: ClassVar[tuple[str, ...]] = ("psycopg",)  # recorded with their versions in every row
     servers: ClassVar[str] = "postgres"
     resource_kind: ClassVar[str] = "postgres"
     supports_wait_replicas: ClassVar[bool] = True  # as synchronous_commit=remote_apply

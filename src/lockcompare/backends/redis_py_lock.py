@@ -84,6 +84,7 @@ class RedisPyLock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    libraries: ClassVar[tuple[str, ...]] = ("redis",)  # recorded with their versions in every row
 
     def __init__(self, *, config: BackendConfig) -> None:
         self._client = connect(first_node(config.node_urls), timeout_s=config.request_timeout_s)

@@ -61,6 +61,7 @@ class SingleNodeLock:
     client_timeout_s: ClassVar[float] = 2.0
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    libraries: ClassVar[tuple[str, ...]] = ("redis",)  # recorded with their versions in every row
     supports_wait_replicas: ClassVar[bool] = True
 
     def __init__(self, *, config: BackendConfig) -> None:
