@@ -18,6 +18,7 @@ from typing import Any
 from lockcompare.analysis.results import ResultsWriter, inspect_results, make_row, supersede
 from lockcompare.analysis.verdicts import NOTED
 from lockcompare.backends import BackendConfig, load_backend, require_declarations, traits_of
+from lockcompare.backends.external.named import remember
 from lockcompare.backends.versions import client_versions, python_version
 from lockcompare.errors import (
     BackendLoadError,
@@ -174,6 +175,9 @@ def run_planned(
     ``run --from``), appending one row per trial to ``out``; see :func:`run_matrix`."""
     if not specs:
         raise InvalidValueError("no trial to run")
+    for spec in specs:  # a manifest known by its name (run --from, a Dask host): this run knows it again
+        if spec.backend_source:
+            remember(spec.backend_source, expect=spec.backend)
     for backend in dict.fromkeys(spec.backend for spec in specs):  # before any file or server is touched
         require_declarations(load_backend(backend), name=backend)
     out = real_path(out)  # through a symlink: the lock, the rows and the histories beside the real file
