@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lockcompare.analysis.results import ResultsWriter, inspect_results, make_row, supersede
+from lockcompare.analysis.results import ResultsWriter, make_row, supersede
 from lockcompare.analysis.verdicts import NOTED
 from lockcompare.backends import BackendConfig, load_backend, require_declarations, traits_of
 from lockcompare.backends.external.named import remember
@@ -211,7 +211,7 @@ def _run_locked(
     trial_ids = tuple(s.trial_id for s in specs)
     if not todo:
         return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=trial_ids)
-    versions = FileVersions.of(out, inspect_results(out).rows if out.exists() else [], allow=allow_mixed_revisions)
+    versions = FileVersions.read(out, allow=allow_mixed_revisions)
     versions.check_before(s.backend for s in todo)  # an external client's: at its first row (on_done)
     check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
     plan = getattr(progress, "plan", None)  # the terminal bar weighs the trials left by cell (cli/progress_bar.py)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lockcompare.analysis.results import inspect_results
 from lockcompare.backends import load_backend, traits_of
 from lockcompare.backends.versions import client_versions, python_version
 from lockcompare.errors import ResultsFileError
@@ -44,6 +45,11 @@ class FileVersions:
     allow: str | None = None
     #: Backends whose new rows were found to agree already (checked once each).
     _agreed: set[str] = field(default_factory=set)
+
+    @classmethod
+    def read(cls, out: Path, *, allow: str | None) -> FileVersions:
+        """What the rows of ``out`` ran (nothing when it does not exist yet)."""
+        return cls.of(out, inspect_results(out).rows if out.exists() else [], allow=allow)
 
     @classmethod
     def of(cls, out: Path, rows: Iterable[Mapping[str, Any]], *, allow: str | None) -> FileVersions:
