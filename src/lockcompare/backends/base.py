@@ -242,6 +242,10 @@ class Traits:
     #: own (the lock-free alternatives' table) or whose every trial builds a topology of its own (a
     #: Sentinel set): the README's main command stays the lesson's comparison, within a minute.
     in_default_matrix: bool = True
+    #: The Python distributions the lock runs (importlib.metadata names: ``("pottery", "redis")``), whose
+    #: versions every row records (``client_versions``, backends/versions.py); an external client
+    #: reports its own in ``hello`` instead.
+    libraries: tuple[str, ...] = ()
 
 
 def _is_bool(value: object) -> bool:
@@ -277,6 +281,10 @@ TRAIT_KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "unavailable_under": (
         "a tuple of fault kind names",
         lambda v: isinstance(v, tuple) and all(isinstance(k, str) for k in v),
+    ),
+    "libraries": (
+        "a tuple of distribution names (str)",
+        lambda v: isinstance(v, tuple) and all(isinstance(name, str) and name.strip() for name in v),
     ),
     "skew": ("a number in 0..1", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1),
 } | {f.name: ("a bool", _is_bool) for f in fields(Traits) if f.type == "bool"}

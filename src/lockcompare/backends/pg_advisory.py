@@ -46,6 +46,7 @@ class PgAdvisoryLock:
     issues_fencing_tokens: ClassVar[bool] = False
     #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
     unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
+    libraries: ClassVar[tuple[str, ...]] = ("psycopg",)  # recorded with their versions in every row
     #: No lease deadline: held while the session lives (checked by the battery; the TTL properties
     #: are then NOT CLAIMED).
     has_ttl: ClassVar[bool] = False

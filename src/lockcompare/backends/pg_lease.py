@@ -75,6 +75,7 @@ class PgLeaseLock:
     issues_fencing_tokens: ClassVar[bool] = True
     #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
     unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
+    libraries: ClassVar[tuple[str, ...]] = ("psycopg",)  # recorded with their versions in every row
     servers: ClassVar[str] = "postgres"
     resource_kind: ClassVar[str] = "postgres"
     supports_wait_replicas: ClassVar[bool] = True  # as synchronous_commit=remote_apply

@@ -67,6 +67,7 @@ class PotteryRedlock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    libraries: ClassVar[tuple[str, ...]] = ("pottery", "redis")  # recorded with their versions in every row
     #: A majority quorum: keeps granting (and stays exclusive) with a minority of its nodes down.
     survives_minority_loss: ClassVar[bool] = True
 

@@ -134,6 +134,7 @@ class RedisLockRenew:
     issues_fencing_tokens: ClassVar[bool] = False
     #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
     unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
+    libraries: ClassVar[tuple[str, ...]] = ("python-redis-lock", "redis")  # recorded with their versions in every row
     #: The library's shortest expiry (whole seconds, at least 1): the battery's short lease uses it.
     min_ttl_ms: ClassVar[int] = 1000
     #: Where the lease lives (faults/holders.py): python-redis-lock keeps the owner under

@@ -86,6 +86,7 @@ class RedisPyLock:
     issues_fencing_tokens: ClassVar[bool] = False
     #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
     unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
+    libraries: ClassVar[tuple[str, ...]] = ("redis",)  # recorded with their versions in every row
 
     def __init__(self, *, config: BackendConfig) -> None:
         self._client = connect(first_node(config.node_urls), timeout_s=config.request_timeout_s)

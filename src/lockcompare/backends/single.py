@@ -63,6 +63,7 @@ class SingleNodeLock:
     issues_fencing_tokens: ClassVar[bool] = False
     #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
     unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
+    libraries: ClassVar[tuple[str, ...]] = ("redis",)  # recorded with their versions in every row
     supports_wait_replicas: ClassVar[bool] = True
 
     def __init__(self, *, config: BackendConfig) -> None:

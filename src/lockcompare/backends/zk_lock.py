@@ -79,6 +79,7 @@ class ZkLock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    libraries: ClassVar[tuple[str, ...]] = ("kazoo",)  # recorded with their versions in every row
     survives_minority_loss: ClassVar[bool] = True
     #: No lease deadline: the session is the lease (the battery's TTL properties are NOT CLAIMED).
     has_ttl: ClassVar[bool] = False
