@@ -80,7 +80,7 @@ def timed_matrix(*args: str) -> float:
 def batch_worker(pids: set[int]) -> int | None:
     """The Dask worker (of ``pids``) whose child runs a host batch right now, if any."""
     for proc in process_table().values():
-        if proc.ppid in pids and "lockcompare.runner.host_batch" in command_line(proc.pid):
+        if proc.ppid in pids and "lockcompare.runner.host_child" in command_line(proc.pid):
             return proc.ppid
     return None
 

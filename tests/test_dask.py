@@ -68,7 +68,7 @@ def test_a_dask_cluster_gives_the_local_executors_verdicts_and_one_row_per_trial
 def _batch_child_of(pids: set[int]) -> int | None:
     """The worker pid (of ``pids``) whose child is running a host batch, if any."""
     for proc in process_table().values():
-        if proc.ppid in pids and "lockcompare.runner.host_batch" in command_line(proc.pid):
+        if proc.ppid in pids and "lockcompare.runner.host_child" in command_line(proc.pid):
             return proc.ppid
     return None
 

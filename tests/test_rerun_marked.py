@@ -13,7 +13,8 @@ import pytest
 from lockcompare.analysis import sentinel
 from lockcompare.analysis.results import history_file, read_results, superseded_path
 from lockcompare.runner import trial
-from lockcompare.runner.matrix import RERUN_NOTE, run_matrix
+from lockcompare.runner.local_executor import RERUN_NOTE
+from lockcompare.runner.matrix import run_matrix
 from lockcompare.scenario.parsing import Overrides
 
 pytestmark = pytest.mark.full

@@ -32,10 +32,12 @@ from typing import TYPE_CHECKING, Any
 from lockcompare.errors import ConfigError, WriteError
 from lockcompare.redaction import redact
 from lockcompare.runner.host_batch import HostBatch, HostRow, run_batch
+from lockcompare.runner.run_report import MatrixReport
 
 if TYPE_CHECKING:
-    from lockcompare.runner.matrix import MatrixReport, ProgressCallback
+    from lockcompare.runner.executor import Execution
     from lockcompare.runner.plan import ClusterOptions
+    from lockcompare.runner.run_report import ProgressCallback
     from lockcompare.runner.trial import TrialResult
     from lockcompare.scenario.trialspec import TrialSpec
 
@@ -179,7 +181,6 @@ def run_matrix_on_dask(
     """The matrix's trials ``todo`` on the Dask cluster at ``address``: ``jobs`` trials at once per
     host; this process writes every row and history."""
     from lockcompare.analysis.results import ResultsWriter, supersede
-    from lockcompare.runner.matrix import MatrixReport
     from lockcompare.runner.outfile import claim_history_dir, history_ids
     from lockcompare.runner.trial import new_run_id
 
@@ -210,6 +211,21 @@ def run_matrix_on_dask(
         out=out, trials_run=outcome.rows, trials_skipped=skipped, trial_ids=trial_ids, jobs=jobs, jobs_used=jobs,
         unknown=tuple((t, "its batch failed on its host: no row (--resume runs it)") for t in outcome.failed),
     )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaskExecutor:
+    """The executor (runner/executor.py) that runs each cell's trials on a host of the Dask cluster
+    at ``address``, ``jobs`` trials at once per host."""
+
+    address: str
+
+    def run(self, execution: Execution) -> MatrixReport:
+        return run_matrix_on_dask(
+            execution.todo, address=self.address, out=execution.out, cluster_options=execution.cluster_options,
+            jobs=execution.jobs, fresh_workers=execution.fresh_workers, progress=execution.progress,
+            skipped=execution.skipped, trial_ids=execution.trial_ids,
+        )  # fmt: skip
 
 
 def result_of_row(spec: TrialSpec, row: dict[str, Any]) -> TrialResult:

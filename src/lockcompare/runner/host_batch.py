@@ -1,6 +1,6 @@
 """A batch of trials run whole on one host: the task the Dask executor sends (runner/dask_executor.py).
 
-The batch runs as ``python -m lockcompare.runner.host_batch OUT.csv`` in a child process of the
+The batch runs as ``python -m lockcompare.runner.host_child OUT.csv`` in a child process of the
 Dask worker, so on that host it is an ordinary lockcompare run: its own servers, warm worker
 processes and faults, this host's timing sentinel and CPU governor, its own main thread for
 signals. The child asks the kernel for SIGTERM when its parent dies, so a Dask worker killed
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lockcompare.errors import LockcompareError, TrialError
+from lockcompare.errors import TrialError
 
 if TYPE_CHECKING:
     from lockcompare.runner.plan import ClusterOptions
@@ -47,6 +47,9 @@ class HostRow:
     history: bytes
 
 
+#: The module the child runs (runner/host_child.py: the batch as a local run of the matrix).
+CHILD_MODULE = "lockcompare.runner.host_child"
+
 #: How much of the child's stderr a failed batch reports (its last lines say what went wrong).
 _STDERR_TAIL = 2000
 
@@ -62,7 +65,7 @@ def run_batch(batch: HostBatch) -> list[HostRow]:
     with tempfile.TemporaryDirectory(prefix="lockcompare-batch-") as scratch:
         out = Path(scratch) / "batch.csv"
         child = subprocess.run(
-            [sys.executable, "-m", "lockcompare.runner.host_batch", str(out)],
+            [sys.executable, "-m", CHILD_MODULE, str(out)],
             input=pickle.dumps(batch),
             capture_output=True,
             preexec_fn=functools.partial(die_with_parent, signal.SIGTERM),
@@ -73,28 +76,3 @@ def run_batch(batch: HostBatch) -> list[HostRow]:
             said = child.stderr.decode(errors="replace").strip()[-_STDERR_TAIL:]
             raise TrialError(f"the batch failed on its host (exit {child.returncode}): {said}")
         return [HostRow(row=row, history=(out.parent / str(row["history"])).read_bytes()) for row in rows]
-
-
-def main() -> int:
-    from lockcompare.runner.matrix import run_planned
-    from lockcompare.runner.scheduler import usable_cpus
-    from lockcompare.scenario.limits import LIMITS
-
-    out = Path(sys.argv[1])
-    batch: HostBatch = pickle.loads(sys.stdin.buffer.read())  # the coordinator pickled it (as Dask does)
-    jobs = batch.jobs if batch.jobs is not None else min(4 * usable_cpus(), LIMITS["jobs"][1])
-    try:
-        run_planned(
-            list(batch.specs), out=out, cluster_options=batch.cluster_options, jobs=jobs,
-            fresh_workers=batch.fresh_workers,
-        )  # fmt: skip
-    except LockcompareError as exc:
-        print(f"lockcompare: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

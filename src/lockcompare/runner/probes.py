@@ -1,7 +1,7 @@
 """Every backend of a run probed at once, while the main thread warms the workers.
 
 Before any trial the matrix constructs and closes each backend once in a child process
-(matrix.probe_backends: a plug-in that cannot be constructed is one load error, not a matrix of
+(a plug-in that cannot be constructed is one load error, not a matrix of
 ``unknown`` rows). One after the other, on a cluster of each kind of lock servers started one after
 the other, then the warm workers: on the issue-44 slice (zk-lock, node-redlock, single) that was
 4.3 s of probes and 3.8 s of workers before the first trial, with the CPUs mostly idle (a Node

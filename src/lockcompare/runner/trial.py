@@ -24,7 +24,7 @@ from lockcompare.analysis import history as history_io
 from lockcompare.analysis.checker import TrialMetrics, check, unknown
 from lockcompare.analysis.history import Event
 from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
-from lockcompare.backends import BackendConfig, load_backend, traits_of
+from lockcompare.backends import BackendConfig, LockBackend, Traits, load_backend, traits_of
 from lockcompare.faults import network, plan
 from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.holders import LockHolders, key_glob
@@ -44,6 +44,23 @@ from lockcompare.runner.worker import START_TIMEOUT_S, WorkerPlan
 from lockcompare.scenario.choices import PauseHow, PausePoint
 from lockcompare.scenario.schedule import Schedule, parse_schedule
 from lockcompare.scenario.trialspec import TrialSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedTrial:
+    """A trial's spec with what it names looked up once, then passed on: the backend class, its
+    traits and the fault schedule."""
+
+    spec: TrialSpec
+    backend: type[LockBackend]
+    traits: Traits
+    schedule: Schedule
+
+    @classmethod
+    def of(cls, spec: TrialSpec, *, check_viable: bool = True) -> ResolvedTrial:
+        """``spec`` resolved; ``check_viable=False`` for judging, which runs nothing (load_backend)."""
+        backend = load_backend(spec.backend, check_viable=check_viable)
+        return cls(spec=spec, backend=backend, traits=traits_of(backend), schedule=parse_schedule(spec.faults))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,17 +103,15 @@ def run_trial(
     In a link experiment (faults/network.py) each worker reaches each lock node through a proxied
     link of its own, started here and stopped whatever happens; the runner's own connections go direct.
     """
-    load_backend(spec.backend)  # fail here, once, rather than in every worker
-    schedule = parse_schedule(spec.faults)
+    trial = ResolvedTrial.of(spec)  # fail here, once, rather than in every worker
     links = (
         network.start_links(cluster=cluster, workers=spec.workers, name=f"links-{spec.trial_id}")
-        if plan.needs_links(schedule)
+        if plan.needs_links(trial.schedule)
         else None
     )
     try:
         return _run_trial(
-            spec=spec, cluster=cluster, run_id=run_id, request_timeout_s=request_timeout_s, crews=crews, links=links,
-            schedule=schedule,
+            trial=trial, cluster=cluster, run_id=run_id, request_timeout_s=request_timeout_s, crews=crews, links=links,
         )  # fmt: skip
     finally:
         if links is not None:
@@ -105,14 +120,14 @@ def run_trial(
 
 def _run_trial(
     *,
-    spec: TrialSpec,
+    trial: ResolvedTrial,
     cluster: Cluster,
     run_id: str,
     request_timeout_s: float,
     crews: CrewSource,
     links: ProxySet | None,
-    schedule: Schedule,
 ) -> TrialResult:
+    spec, schedule = trial.spec, trial.schedule
     reachable = health.prepare(cluster, node_count=spec.node_count)
     prefix = f"lockcompare:{run_id}:{spec.trial_id}"
     config = BackendConfig(
@@ -154,7 +169,7 @@ def _run_trial(
         )
         for w in range(spec.workers)
     ]
-    steps = plan.with_lease_declaration(fault_plan(spec, lock_key=f"{prefix}:lock"), backend=load_backend(spec.backend))
+    steps = plan.with_lease_declaration(fault_plan(spec, lock_key=f"{prefix}:lock"), backend=trial.backend)
     faults = (
         FaultScheduler(
             steps=steps,
@@ -162,7 +177,7 @@ def _run_trial(
             node_count=len(cluster.node_urls),
             workers=spec.workers,
             links=links,
-            holders=_lock_holders(cluster, lock_key=f"{prefix}:lock", backend=load_backend(spec.backend)),
+            holders=_lock_holders(cluster, lock_key=f"{prefix}:lock", traits=trial.traits),
         )
         if steps
         else None
@@ -205,7 +220,7 @@ def _run_trial(
                 events,
                 counters,
                 entries_planned=spec.entries_planned,
-                unavailable_under=traits_of(load_backend(spec.backend, check_viable=False)).unavailable_under,
+                unavailable_under=trial.traits.unavailable_under,
             )
         )
         return TrialResult(
@@ -217,7 +232,7 @@ def _run_trial(
             lock_nodes_reachable=reachable,
             load_avg_1m=load_avg,
             concurrent_runs=others,
-            timing=_judge_timing(spec, events),
+            timing=_judge_timing(trial, events),
             isolation=isolation,
         )
     finally:
@@ -225,23 +240,22 @@ def _run_trial(
         resource.close()
 
 
-def timing_plan(spec: TrialSpec) -> TimingPlan:
+def timing_plan(trial: ResolvedTrial) -> TimingPlan:
     """What the trial's timing rests on, for the sentinel: its settings, the earliest offset of a
     schedule step that follows a lease, and a slow link's delay past the TTL."""
+    spec = trial.spec
     extra = plan.timing_extras(spec.schedule, ttl_ms=spec.ttl_ms)  # the trial's ms, the kinds' margins
     # A lock-free design has no lease: a TTL margin is not its margin (nor is a slow acquire's).
-    cls = load_backend(spec.backend, check_viable=False)  # judging is not running
-    leased = traits_of(cls).exclusive
+    leased = trial.traits.exclusive
     if not leased:
         extra.pop("extra_margins", None)
-    acquire_waits = traits_of(cls).acquire_waits
-    return plan_from_settings(spec.settings(), leased=leased, acquire_waits=acquire_waits, **extra)
+    return plan_from_settings(spec.settings(), leased=leased, acquire_waits=trial.traits.acquire_waits, **extra)
 
 
-def _judge_timing(spec: TrialSpec, events: list[Event]) -> TimingVerdict | None:
+def _judge_timing(trial: ResolvedTrial, events: list[Event]) -> TimingVerdict | None:
     """The sentinel's verdict; None (empty columns) for a history it cannot read: it never fails a trial."""
     try:
-        return judge_timing(events, timing_plan(spec))
+        return judge_timing(events, timing_plan(trial))
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -260,7 +274,7 @@ def _read_counters(resource: Resource | PgResource) -> tuple[ResourceCounters | 
         return None, f"cannot read the resource's counters: {exc}"
 
 
-def _lock_holders(cluster: Cluster, *, lock_key: str, backend: type) -> LockHolders | None:
+def _lock_holders(cluster: Cluster, *, lock_key: str, traits: Traits) -> LockHolders | None:
     """What reads the lock's holders before a node fault: embedded Redis nodes only (faults/holders.py).
 
     Where the backend says its key lives (``key_pattern``, ``key_type``: an external client's
@@ -270,7 +284,6 @@ def _lock_holders(cluster: Cluster, *, lock_key: str, backend: type) -> LockHold
     # The kinds say whether their holders can be read (Capability.LEASE_HOLDERS), not URL schemes.
     if not cluster.embedded or any(lacks(cluster.kind_of(url), Capability.LEASE_HOLDERS) for url in cluster.node_urls):
         return None
-    traits = traits_of(backend)
     return LockHolders(
         node_urls=cluster.node_urls,
         key_pattern=key_glob(lock_key, pattern=traits.key_pattern),
