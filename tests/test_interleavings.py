@@ -13,21 +13,22 @@ from collections.abc import Iterator
 import pytest
 
 from lockcompare.infra.cluster import Cluster
-from lockcompare.runner.resource import Check, Resource
+from lockcompare.runner.resource import Check
+from lockcompare.runner.resource_redis import RedisResource
 
 ZOMBIE = {"fencing_token": 1, "owner": "zombie"}
 HOLDER = {"fencing_token": 2, "owner": "holder"}
 
 
 @pytest.fixture
-def resource(cluster: Cluster) -> Iterator[Resource]:
-    r = Resource(url=cluster.resource_url, prefix=f"lockcompare-test:{uuid.uuid4().hex}")
+def resource(cluster: Cluster) -> Iterator[RedisResource]:
+    r = RedisResource(url=cluster.resource_url, prefix=f"lockcompare-test:{uuid.uuid4().hex}")
     yield r
     r.reset()
     r.close()
 
 
-def rmw_step(resource: Resource, check: Check, who: dict, kind: str, state: dict) -> None:
+def rmw_step(resource: RedisResource, check: Check, who: dict, kind: str, state: dict) -> None:
     """One step of a read-modify-write section: 'read' remembers the value, 'write' writes it + 1."""
     if kind == "read":
         state[who["owner"]] = resource.read_balance(check=check, **who)
@@ -35,7 +36,7 @@ def rmw_step(resource: Resource, check: Check, who: dict, kind: str, state: dict
         resource.write_balance(state[who["owner"]] + 1, check=check, **who)
 
 
-def play(resource: Resource, check: Check, script: list[tuple[dict, str]]) -> tuple[int, int, int]:
+def play(resource: RedisResource, check: Check, script: list[tuple[dict, str]]) -> tuple[int, int, int]:
     """Run the script; return (lost updates, rejected writes, rejected reads)."""
     state: dict = {}
     for who, kind in script:
@@ -77,11 +78,11 @@ READ_AFTER = [(HOLDER, "read"), (ZOMBIE, "read"), (HOLDER, "write"), (ZOMBIE, "w
         (Check.TOKEN_CAS, READ_AFTER, (0, 1, 0)),
     ],
 )
-def test_interleaving(resource: Resource, check: Check, script: list, expected: tuple[int, int, int]) -> None:
+def test_interleaving(resource: RedisResource, check: Check, script: list, expected: tuple[int, int, int]) -> None:
     assert play(resource, check, script) == expected
 
 
-def test_token_cas_refuses_the_legitimate_holder_when_the_zombie_read_last(resource: Resource) -> None:
+def test_token_cas_refuses_the_legitimate_holder_when_the_zombie_read_last(resource: RedisResource) -> None:
     # No update is lost, but the write that survives is the zombie's: check-and-set orders by
     # who read last, not by who holds the lock.
     state: dict = {}
@@ -92,7 +93,7 @@ def test_token_cas_refuses_the_legitimate_holder_when_the_zombie_read_last(resou
     assert resource.write_balance(5, check=Check.TOKEN_CAS, owner="holder") is False
 
 
-def test_optimistic_update_detects_the_concurrent_write(resource: Resource) -> None:
+def test_optimistic_update_detects_the_concurrent_write(resource: RedisResource) -> None:
     pipe_a, seen_a = resource.watch_balance()
     pipe_b, seen_b = resource.watch_balance()
     assert resource.commit_balance(pipe_a, seen_a + 1) is True
@@ -103,14 +104,14 @@ def test_optimistic_update_detects_the_concurrent_write(resource: Resource) -> N
     assert (c.final_balance, c.writes_accepted) == (2, 2)
 
 
-def test_atomic_increments_cannot_be_lost(resource: Resource) -> None:
+def test_atomic_increments_cannot_be_lost(resource: RedisResource) -> None:
     for _ in range(5):
         assert resource.increment() is True
     c = resource.counters()
     assert (c.final_balance, c.writes_accepted) == (5, 5)
 
 
-def test_enter_counts_conflicts_at_the_resource(resource: Resource) -> None:
+def test_enter_counts_conflicts_at_the_resource(resource: RedisResource) -> None:
     assert resource.enter() == 1
     assert resource.enter() == 2
     resource.exit()

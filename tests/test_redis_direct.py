@@ -11,7 +11,8 @@ from lockcompare.backends.redis_direct import DirectCommands
 from lockcompare.backends.single import SingleNodeLock
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.redisconn import connect
-from lockcompare.runner.resource import Check, Resource
+from lockcompare.runner.resource import Check
+from lockcompare.runner.resource_redis import RedisResource
 
 
 def test_replies_as_redis_py_gives_them(cluster: Cluster, key: str) -> None:
@@ -66,7 +67,7 @@ def test_a_dropped_connection_fails_one_call_and_the_next_reconnects(cluster: Cl
 
 def test_the_resource_and_the_locks_on_the_direct_path(cluster: Cluster, key: str) -> None:
     config = BackendConfig(node_urls=cluster.node_urls, request_timeout_s=0.5)
-    resource = Resource(url=cluster.resource_url, prefix=key)
+    resource = RedisResource(url=cluster.resource_url, prefix=key)
     fenced, single = FencedLock(config=config), SingleNodeLock(config=config)
     try:
         resource.prepare(expire_s=60)

@@ -19,7 +19,8 @@ from lockcompare.cli import app
 from lockcompare.infra.cluster import open_cluster
 from lockcompare.infra.redisconn import connect
 from lockcompare.runner.matrix import run_matrix
-from lockcompare.runner.resource import Resource, ResourceCounters
+from lockcompare.runner.resource import ResourceCounters
+from lockcompare.runner.resource_redis import RedisResource
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.trialspec import Overrides, make_spec
@@ -236,7 +237,7 @@ def test_rows_carry_provenance_and_a_concurrent_run_is_warned_about(tmp_path: Pa
 
 def test_resource_keys_expire_on_their_own_and_scripts_keep_the_ttl(cluster) -> None:
     prefix = f"lockcompare-test:{new_run_id()}"
-    resource = Resource(url=cluster.resource_url, prefix=prefix)
+    resource = RedisResource(url=cluster.resource_url, prefix=prefix)
     client = connect(cluster.resource_url)
     try:
         resource.prepare(expire_s=600)

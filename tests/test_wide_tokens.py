@@ -17,15 +17,15 @@ from lockcompare.backends.fenced import FencedLock, fence_counter_key
 from lockcompare.cli import app
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.redisconn import connect
-from lockcompare.runner.resource import Resource
+from lockcompare.runner.resource_redis import RedisResource
 from lockcompare.scenario.choices import Check
 
 #: Tokens a float cannot tell apart from their neighbours, and the largest a resource stores.
 WIDE = [2**53 - 1, 2**53, 2**53 + 1, (2**28 << 32) | 7, 2**63 - 2, 2**63 - 1]
 
 
-def _resource(cluster: Cluster) -> Resource:
-    r = Resource(url=cluster.resource_url, prefix=f"lockcompare-test:{uuid.uuid4().hex}")
+def _resource(cluster: Cluster) -> RedisResource:
+    r = RedisResource(url=cluster.resource_url, prefix=f"lockcompare-test:{uuid.uuid4().hex}")
     r.prepare(expire_s=60)
     return r
 

@@ -1,7 +1,7 @@
 """``partitioned`` and ``partitioned-skew``: no lock — each worker owns its own key.
 
 The lesson's third lock-free alternative. The balance is split into one partition per worker
-(``balance:p<worker>`` on the resource, the balance kept as their sum: runner/resource.py); a
+(``balance:p<worker>`` on the resource, the balance kept as their sum: runner/resource_redis.py); a
 worker read-modify-writes only its own partition, so no two workers share a key and there is
 nothing to lock. Contention does not vanish, it moves to skew: in ``partitioned-skew`` a share
 (:attr:`PartitionedSkew.skew`) of each worker's updates falls on another worker's key, done as

@@ -26,6 +26,15 @@ _SCHEMES = ("redis", "rediss", "unix")
 DEFAULT_TIMEOUT_S = 2.0
 
 
+def is_redis_url(url: str) -> bool:
+    """Whether ``url`` names a Redis-protocol server by its scheme (what the redis kind owns).
+
+    >>> is_redis_url("redis://127.0.0.1:7000/0"), is_redis_url("unix:///tmp/r.sock"), is_redis_url("postgresql://x/y")
+    (True, True, False)
+    """
+    return url.startswith(tuple(f"{scheme}://" for scheme in _SCHEMES))
+
+
 def validate_url(url: str) -> str:
     """Return ``url`` if it is a usable redis URL, else raise :class:`InvalidURLError`.
 

@@ -36,7 +36,7 @@ from lockcompare.errors import (
     ServerStartError,
 )
 from lockcompare.infra.kinds import NO_SESSION, REDIS_PROTOCOL, Capabilities, Capability, Roles, Server
-from lockcompare.infra.redisconn import connect, ping
+from lockcompare.infra.redisconn import connect, is_redis_url, ping
 from lockcompare.infra.spawned import (  # re-exported: the port and process helpers lived here first
     SpawnedServer,
     free_port,
@@ -349,7 +349,7 @@ class RedisKind:
         return ReplicatedNodes(count=count, binary=self.find_binary(binary))
 
     def owns(self, url: str) -> bool:
-        return url.startswith(("redis://", "rediss://", "unix://"))
+        return is_redis_url(url)
 
     def unusable(self, url: str, *, timeout_s: float) -> str:
         try:

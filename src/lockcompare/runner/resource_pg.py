@@ -1,7 +1,8 @@
 """The protected resource on PostgreSQL: the balance in a table, every check in the statement itself.
 
-The same interface and counters as :class:`lockcompare.runner.resource.Resource` (the Redis one),
-so a worker's critical section does not know which it talks to. One row per trial in the table
+The same interface and counters as :class:`lockcompare.runner.resource_redis.RedisResource` (the
+:class:`~lockcompare.runner.resource.Resource` protocol), so a worker's critical section does not
+know which it talks to. One row per trial in the table
 ``lockcompare_resource`` (created on first use), keyed by the trial's prefix — on a server
 lockcompare does not own (``--postgres URL``) nothing else is touched, and the row carries an
 ``expires_at`` after which any later trial deletes it (a killed run leaves nothing for good).
@@ -21,15 +22,11 @@ READ COMMITTED re-checks the WHERE clause on the newest row version):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import ClassVar
 
 from lockcompare.analysis.counters import ResourceCounters
-from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost
-from lockcompare.infra.postgres_server import POSTGRES
+from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, is_postgres_url
 from lockcompare.scenario.choices import Check
-
-if TYPE_CHECKING:
-    from lockcompare.runner.resource import Resource
 
 TABLE = "lockcompare_resource"
 
@@ -71,6 +68,13 @@ class PendingUpdate:
 
 class PgResource:
     """A worker's (or the runner's) handle on one trial's row of the resource table."""
+
+    #: What a call raises when the resource's server fails under it (every call translates its own).
+    failures: ClassVar[tuple[type[Exception], ...]] = (ResourceError,)
+
+    @classmethod
+    def owns(cls, url: str) -> bool:
+        return is_postgres_url(url)
 
     def __init__(self, *, url: str, prefix: str, timeout_s: float = 2.0) -> None:
         self.prefix = prefix
@@ -229,13 +233,3 @@ class PgResource:
 
     def close(self) -> None:
         self._session.close()
-
-
-def open_resource(*, url: str, prefix: str, timeout_s: float = 2.0) -> Resource:
-    """The resource at ``url``: :class:`PgResource` on a server the PostgreSQL kind owns, else the Redis one."""
-    if POSTGRES.owns(url):
-        # Resource's interface, duck-typed (its optimistic "pipeline" is a PendingUpdate).
-        return PgResource(url=url, prefix=prefix, timeout_s=timeout_s)  # type: ignore[return-value]
-    from lockcompare.runner.resource import Resource
-
-    return Resource(url=url, prefix=prefix, timeout_s=timeout_s)

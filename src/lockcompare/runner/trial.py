@@ -18,8 +18,6 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-import redis
-
 from lockcompare.analysis import history as history_io
 from lockcompare.analysis.checker import TrialMetrics, check, unknown
 from lockcompare.analysis.history import Event
@@ -36,8 +34,7 @@ from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_gr
 from lockcompare.infra.pg_client import with_idle_session_timeout
 from lockcompare.infra.proxy import ProxySet
 from lockcompare.runner.crew import CrewSource, spawn_crew
-from lockcompare.runner.resource import Resource, ResourceCounters
-from lockcompare.runner.resource_pg import PgResource, ResourceError, open_resource
+from lockcompare.runner.resource import Resource, ResourceCounters, open_resource
 from lockcompare.runner.stopwatch import STOPPED_GAP_S, StopWatch
 from lockcompare.runner.watch import CONSTRUCT_TIMEOUT_S, freezes_workers, run_workers
 from lockcompare.runner.worker import START_TIMEOUT_S, WorkerPlan
@@ -265,12 +262,13 @@ def _judge_timing(trial: ResolvedTrial, events: list[Event]) -> TimingVerdict | 
 REJOIN_S = 10.0
 
 
-def _read_counters(resource: Resource | PgResource) -> tuple[ResourceCounters | None, str]:
-    """The resource's counters, or None and why not: a resource that died is an unknown trial, as a
-    dead lock node is, and the matrix goes on (an unusable one is refused by the next health check)."""
+def _read_counters(resource: Resource) -> tuple[ResourceCounters | None, str]:
+    """The resource's counters, or None and why not: a resource that died (its kind says what a
+    failure is) is an unknown trial, as a dead lock node is, and the matrix goes on (an unusable
+    one is refused by the next health check)."""
     try:
         return resource.counters(), ""
-    except (redis.RedisError, ResourceError) as exc:
+    except resource.failures as exc:
         return None, f"cannot read the resource's counters: {exc}"
 
 

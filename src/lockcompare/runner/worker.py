@@ -39,8 +39,7 @@ from lockcompare.backends import (
 from lockcompare.errors import ReleaseFailed
 from lockcompare.infra.lifecycle import die_with_parent
 from lockcompare.runner.contend import ANSWER_TIMEOUT_S, Inbox
-from lockcompare.runner.resource import Check
-from lockcompare.runner.resource_pg import open_resource
+from lockcompare.runner.resource import Check, open_resource
 from lockcompare.runner.sections import run_section
 from lockcompare.scenario.choices import DEFAULT_WORKLOAD, PauseHow, PausePoint
 
