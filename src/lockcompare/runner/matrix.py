@@ -23,13 +23,17 @@ from lockcompare.runner.executor import Execution, Executor
 from lockcompare.runner.local_executor import LocalExecutor
 from lockcompare.runner.mixed_versions import FileVersions
 from lockcompare.runner.outfile import prepare_out
-from lockcompare.runner.plan import ClusterOptions, check_faults, plan_matrix
+from lockcompare.runner.plan import ClusterOptions, check_faults, cluster_shape, plan_matrix
 from lockcompare.runner.run_report import MatrixReport, ProgressCallback
 from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, check_count
 from lockcompare.scenario.parsing import Overrides, Sweep
 from lockcompare.scenario.trialspec import TrialSpec
 
-__all__ = ["MatrixReport", "ProgressCallback", "run_matrix", "run_planned"]
+#: What callers import from the matrix: running it, and the plan's names it hands on.
+__all__ = [
+    "ClusterOptions", "MatrixReport", "ProgressCallback", "Sweep", "cluster_shape", "plan_matrix", "run_matrix",
+    "run_planned",
+]  # fmt: skip
 
 
 def run_matrix(
