@@ -5,12 +5,13 @@ no server code; every lockcompare exception is drawn in errors.py's tree."""
 
 from __future__ import annotations
 
-import ast
+import importlib.util
 import subprocess
 import sys
 from collections import defaultdict
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -55,42 +56,61 @@ def test_the_blocker_would_notice_an_import_of_redis() -> None:
 # --- the package graph, from the source -----------------------------------------------------------
 
 
-class _Imports(ast.NodeVisitor):
-    """Every ``lockcompare.*`` import a module runs, at its top or inside a function (what is imported
-    only for the type checker, under ``if TYPE_CHECKING:``, is not a dependency at run time)."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def visit_If(self, node: ast.If) -> None:
-        if "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                self.visit(child)
-            return
-        self.generic_visit(node)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        if node.module and node.level == 0 and node.module.startswith("lockcompare."):
-            self.names.append(node.module)
-
-    def visit_Import(self, node: ast.Import) -> None:
-        self.names += [a.name for a in node.names if a.name.startswith("lockcompare.")]
+def _load_import_graph() -> ModuleType:
+    """scripts/import_graph.py: the module graph from the source, every import form (its docstring)."""
+    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "scripts" / "import_graph.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and annotations look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
-def _package(module: str) -> str:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 else "lockcompare"
+import_graph = _load_import_graph()
+_package = import_graph.package_of
 
 
 def package_graph() -> dict[str, set[str]]:
     """Package -> the packages its modules import (``errors`` and ``files`` count as packages)."""
     graph: dict[str, set[str]] = defaultdict(set)
-    for path in SOURCE.rglob("*.py"):
-        module = ".".join(path.relative_to(SOURCE.parent).with_suffix("").parts).removesuffix(".__init__")
-        found = _Imports()
-        found.visit(ast.parse(path.read_text()))
-        graph[_package(module)] |= {_package(name) for name in found.names} - {_package(module)}
+    for module, targets in import_graph.module_graph(SOURCE).items():
+        graph[_package(module)] |= {_package(name) for name in targets} - {_package(module)}
     return graph
+
+
+def test_the_graph_sees_every_import_form(tmp_path: Path) -> None:
+    """``from lockcompare import X``, ``import lockcompare.x.y``, relative imports (from a module and
+    from a package's __init__), imports inside functions; not what only the type checker imports."""
+    source = tmp_path / "lockcompare"
+    for name in ("a", "b", "c", "d", "e", "f", "pkg/__init__", "pkg/inner", "pkg/sub", "g"):
+        (source / f"{name}.py").parent.mkdir(parents=True, exist_ok=True)
+        (source / f"{name}.py").write_text("")
+    (source / "__init__.py").write_text("")
+    (source / "g.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from lockcompare import a\n"
+        "import lockcompare.pkg.inner\n"
+        "from lockcompare.b import something\n"
+        "from . import c\n"
+        "def late():\n    from lockcompare import d\n"
+        "if TYPE_CHECKING:\n    from lockcompare import e\n"
+    )
+    (source / "pkg" / "inner.py").write_text("from .sub import x\nfrom .. import f\n")
+    (source / "pkg" / "__init__.py").write_text("from . import sub\n")
+    graph = import_graph.module_graph(source)
+    assert graph["lockcompare.g"] == {f"lockcompare.{m}" for m in ("a", "pkg.inner", "b", "c", "d")}
+    assert graph["lockcompare.pkg.inner"] == {"lockcompare.pkg.sub", "lockcompare.f"}
+    assert graph["lockcompare.pkg"] == {"lockcompare.pkg.sub"}
+
+
+def test_no_module_circle_in_the_runner() -> None:
+    """Plan, then execute: matrix -> executors -> trial, and nothing climbs back (issue 50)."""
+    circles = [c for c in import_graph.cycles(import_graph.module_graph(SOURCE)) if _package(c[0]) == "runner"]
+    assert circles == []
+
+
+def test_the_circle_check_would_notice_a_circle() -> None:
+    assert import_graph.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_no_package_imports_one_that_imports_it_back() -> None:
@@ -211,6 +231,7 @@ def test_docs_render_with_redis_and_psycopg_blocked(tmp_path: Path) -> None:
     assert "| single " in doc.read_text() and "| `node-freeze` |" in doc.read_text()
 
 
+@pytest.mark.needs("plot")
 def test_report_and_the_history_plot_run_with_redis_and_psycopg_blocked(few_rows: Path, tmp_path: Path) -> None:
     report = _offline("report", str(few_rows), "--out", str(tmp_path / "report"))
     assert report.returncode == 0, report.stderr
