@@ -1,17 +1,23 @@
-"""Shared fixtures: one embedded cluster of real redis-server processes for the whole session."""
+"""Shared fixtures: one embedded cluster of real redis-server processes for the whole session, the
+etcd and ZooKeeper clusters of the modules that use them, a private temp directory; and the
+``needs`` marker, which skips a test whose server kind or extra is missing here, naming the install."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from doctest_count import RAN
 from lockcompare.backends import BackendConfig
 from lockcompare.infra import provenance
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.kinds import server_for
+from needs import missing
 
 #: The full tier (issue 44): modules of real-server trials, clusters and browsers, run by
 #: ``python -m pytest --full`` (CI runs it on every Python). The README's test command runs the
@@ -33,6 +39,22 @@ FULL_TIER_MODULES = frozenset({
 
 def _full_tier(item: pytest.Item) -> bool:
     return item.get_closest_marker("full") is not None or item.path.stem in FULL_TIER_MODULES
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "needs(*names): server kinds (the registry's names) or extras (plot, dask, yaml) the test needs; "
+        "where one is missing the test skips, naming the install",
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs"):
+        for name in mark.args:
+            problem = missing(name)
+            if problem:
+                pytest.skip(problem)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,6 +81,11 @@ _LEFT_OUT = pytest.StashKey[int]()
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    ran = config.stash.get(RAN, [])
+    if ran:
+        terminalreporter.write_line(
+            f"doctests: {sum(n for _, n in ran)} docstring examples in {len(ran)} modules ran (tests/test_doctests.py)"
+        )
     left_out = config.stash.get(_LEFT_OUT, 0)
     if left_out:
         terminalreporter.write_line(
@@ -115,3 +142,36 @@ def backend_config(cluster: Cluster) -> BackendConfig:
 def key() -> str:
     """A lock key no other test uses."""
     return f"lockcompare-test:{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Every temp dir lockcompare makes in the test lands here, and none may be left behind."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    yield tmp
+    assert sorted(p.name for p in tmp.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def etcd_cluster() -> Iterator[Cluster]:
+    """One embedded etcd member + the resource, for the module."""
+    with open_cluster(node_count=1, lock_servers="etcd") as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def zk_cluster() -> Iterator[Cluster]:
+    """A standalone ZooKeeper server + the resource, for the module; afterwards every java process it
+    started and every data directory must be gone."""
+    from lockcompare.infra.zookeeper_server import ZooKeeperServer
+    from test_lifecycle import alive
+
+    with open_cluster(node_count=1, lock_servers="zookeeper") as cluster:
+        servers = [s for s in cluster.servers if isinstance(s, ZooKeeperServer)]
+        pids = [s.pid for s in servers]
+        dirs = [s.data_dir for s in servers]
+        yield cluster
+    assert pids and not [pid for pid in pids if pid is not None and alive(pid)], "a java process survived"
+    assert not [d for d in dirs if d.exists()], "a data directory survived"

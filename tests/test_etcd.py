@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,12 +29,6 @@ from lockcompare.infra.etcd_server import EXPIRY_LAG_MS
 from lockcompare.runner.matrix import ClusterOptions, cluster_shape, plan_matrix
 from lockcompare.scenario.trialspec import Overrides
 from test_lifecycle import alive
-
-
-@pytest.fixture(scope="module")
-def etcd_cluster() -> Iterator[Cluster]:
-    with open_cluster(node_count=1, lock_servers="etcd") as cluster:
-        yield cluster
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import yaml
+import pytest
 from typer.testing import CliRunner
 
 from lockcompare.cli import app
@@ -34,7 +34,10 @@ def test_external_servers_keep_their_data(cluster: Cluster, tmp_path: Path) -> N
         client.delete("someone-elses-key")
 
 
+@pytest.mark.needs("yaml")
 def test_docker_compose_matches_the_documented_command() -> None:
+    import yaml
+
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
     assert set(services) == {"resource", "node1", "node2", "node3", "node4", "node5"}

@@ -3,7 +3,6 @@ the replication link held back in a real proxy, a real SIGKILL and a real promot
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,16 +35,6 @@ def replicated() -> Iterator[Cluster]:
     (each trial heals its failover with a fresh replica, so the next one starts from a sound pair)."""
     with open_cluster(replicas=1) as cluster:
         yield cluster
-
-
-@pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Every temp dir lockcompare makes in the test lands here, and none may be left behind."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    yield tmp
-    assert sorted(p.name for p in tmp.iterdir()) == []
 
 
 def test_a_held_back_link_keeps_the_replica_behind_and_the_address_follows_the_promotion() -> None:

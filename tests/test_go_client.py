@@ -13,7 +13,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from client_build import build_if_stale
 from lockcompare.backends import BackendConfig, Lease, load_backend
 from lockcompare.backends.external.shipped import clients_dir
 from lockcompare.errors import BackendNotViableError, InvalidValueError
-from lockcompare.infra.cluster import Cluster, open_cluster
+from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.etcd_client import EtcdClient, b64
 from lockcompare.infra.etcd_server import find_etcd
 from lockcompare.runner.matrix import plan_matrix
@@ -58,9 +57,9 @@ def built() -> None:
 
 
 @pytest.fixture(scope="module")
-def etcd_cluster(built: None) -> Iterator[Cluster]:
-    with open_cluster(node_count=1, lock_servers="etcd") as cluster:
-        yield cluster
+def etcd_cluster(built: None, etcd_cluster: Cluster) -> Cluster:
+    """The shared etcd cluster (conftest.py), once the client is built."""
+    return etcd_cluster
 
 
 def _trial(backend: str, experiment: str, cluster: Cluster, **settings: object) -> TrialResult:

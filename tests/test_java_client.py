@@ -20,7 +20,6 @@ import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend
 from lockcompare.backends.external.manifest import parse_manifest
 from lockcompare.backends.external.shipped import clients_dir
 from lockcompare.errors import BackendLoadError, BackendNotViableError
-from lockcompare.infra.cluster import Cluster, open_cluster
+from lockcompare.infra.cluster import Cluster
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.trialspec import Overrides, make_spec
@@ -67,9 +66,9 @@ def built() -> None:
 
 
 @pytest.fixture(scope="module")
-def zk_cluster(built: None) -> Iterator[Cluster]:
-    with open_cluster(node_count=1, lock_servers="zookeeper") as cluster:
-        yield cluster
+def zk_cluster(built: None, zk_cluster: Cluster) -> Cluster:
+    """The shared ZooKeeper server (conftest.py), once the client is built."""
+    return zk_cluster
 
 
 def _trial(backend: str, experiment: str, cluster: Cluster, **settings: object) -> TrialResult:

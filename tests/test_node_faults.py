@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,15 +29,8 @@ from lockcompare.infra.redisconn import connect
 from lockcompare.infra.server import RedisServer, redis_protocol_binary
 from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
-
-@pytest.fixture(autouse=True)
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Every temp dir lockcompare makes in a test lands here, and none may be left behind."""
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
-    yield tmp
-    assert sorted(p.name for p in tmp.iterdir()) == []
+#: Every temp dir lockcompare makes in a test lands in a private one, and none may be left behind.
+pytestmark = pytest.mark.usefixtures("private_tmp")
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import sys
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,10 +36,9 @@ from lockcompare.backends import BackendConfig, Lease, Refusal
 from lockcompare.backends.zk_lock import ZkFencedLock, ZkLock, ZkLockChecked
 from lockcompare.errors import InvalidValueError, ReleaseFailed
 from lockcompare.faults.zookeeper import zookeeper_servers_for
-from lockcompare.infra.cluster import Cluster, open_cluster
+from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.zookeeper_server import (
     MIN_SESSION_MS,
-    ZooKeeperServer,
     hosts_of,
     lock_path,
     start_servers,
@@ -53,18 +51,6 @@ from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.schedule import parse_schedule
 from lockcompare.scenario.trialspec import Overrides, make_spec
 from test_lifecycle import alive
-
-
-@pytest.fixture(scope="module")
-def zk_cluster() -> Iterator[Cluster]:
-    """A standalone server + the resource; afterwards every java process it started must be gone."""
-    with open_cluster(node_count=1, lock_servers="zookeeper") as cluster:
-        servers = [s for s in cluster.servers if isinstance(s, ZooKeeperServer)]
-        pids = [s.pid for s in servers]
-        dirs = [s.data_dir for s in servers]
-        yield cluster
-    assert pids and not [pid for pid in pids if pid is not None and alive(pid)], "a java process survived"
-    assert not [d for d in dirs if d.exists()], "a data directory survived"
 
 
 @pytest.fixture
