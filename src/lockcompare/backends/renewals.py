@@ -27,11 +27,11 @@ Example (pure, no Redis)::
     >>> log.renewed(owner="o", t0=500, t1=600, valid_until_ns=1_500)
     >>> log.believe(lease, now_ns=1_200).valid_until_ns
     1500
-    >>> log.believe(lease, now_ns=1_500)        # the last renewal's deadline has passed
-    Refusal(reason='expired')
+    >>> log.believe(lease, now_ns=1_500).reason        # the last renewal's deadline has passed
+    'expired'
     >>> log.failed(owner="o", t0=1_000, t1=1_100, reason="lost")
-    >>> log.believe(lease, now_ns=1_200)
-    Refusal(reason='lost')
+    >>> log.believe(lease, now_ns=1_200).reason
+    'lost'
     >>> [r["ok"] for r in log.drain()], log.drain()
     ([True, False], [])
 """
