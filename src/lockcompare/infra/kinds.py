@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib.metadata import entry_points
@@ -124,6 +124,30 @@ class LockNodes:
         return asked or self.default
 
 
+@dataclass(frozen=True, kw_only=True)
+class UserServers:
+    """How the runner uses the user's servers of a kind's protocol (``--lock-servers KIND=URL,...``),
+    declared by the kind (its protocol's namesake answers; runner/lock_servers.py asks). A kind that
+    declares none runs only on servers lockcompare starts."""
+
+    #: The older option that names them (an alias of ``--lock-servers KIND=...``).
+    alias: str
+    #: What they are used for, in ``--help``'s and the refusals' words.
+    use: str
+    #: The protocol's own parser of its servers' addresses as typed (a password from the
+    #: environment, a libpq keyword string, HOST:PORT): (texts, the flag that gave them) -> URLs.
+    parse: Callable[[Sequence[str], str], tuple[str, ...]]
+    #: They are every trial's cluster (with ``--resource``), not only the trials on this protocol;
+    #: their count is bounded as the embedded lock nodes' is.
+    shared: bool = False
+    #: Trials on them run beside a shared cluster (infra/pool.py WithPostgres hands them out).
+    beside_shared: bool = False
+    #: The resource lives on them too (the trials' ``--resource-kind`` must be their protocol).
+    holds_resource: bool = False
+    #: How many servers one run takes (None: any number).
+    most: int | None = None
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Capabilities:
     offers: frozenset[Capability] = frozenset()
@@ -140,6 +164,9 @@ class Capabilities:
     #: :class:`ReplicatingKind`) in every experiment, not only when a fault asks for replicas:
     #: Sentinel-managed Redis. Default False: nodes from ``start_nodes``.
     always_replicated: bool = False
+    #: How the user's own servers of this protocol are used (:class:`UserServers`); None: the kind
+    #: runs only on servers lockcompare starts.
+    user_servers: UserServers | None = None
 
 
 @runtime_checkable

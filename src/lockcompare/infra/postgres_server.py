@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockcompare.errors import BackendNotViableError, ConfigError, ServerStartError
-from lockcompare.infra.kinds import POSTGRES_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server
+from lockcompare.infra.kinds import POSTGRES_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server, UserServers
 from lockcompare.infra.pg_client import (
     PgSession,
     QueryFailed,
@@ -50,6 +50,7 @@ from lockcompare.infra.pg_client import (
     delete_own_rows,
     is_postgres_url,
     pg_server_version,
+    postgres_url,
     require_psycopg,
     reset_database,
 )
@@ -317,6 +318,14 @@ class PostgresKind:
             },
             # One server (a failover makes it a primary + streaming replica).
             lock_nodes=LockNodes(default=1),
+            user_servers=UserServers(
+                alias="--postgres",
+                use="the lock and the resource of the backends on it",
+                parse=lambda texts, _flag: tuple(postgres_url(text) for text in texts),  # a URL or libpq keywords
+                beside_shared=True,
+                holds_resource=True,
+                most=1,
+            ),
         )
     )
 

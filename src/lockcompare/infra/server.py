@@ -35,8 +35,8 @@ from lockcompare.errors import (
     RedisServerNotFoundError,
     ServerStartError,
 )
-from lockcompare.infra.kinds import NO_SESSION, REDIS_PROTOCOL, Capabilities, Capability, Roles, Server
-from lockcompare.infra.redisconn import connect, is_redis_url, ping
+from lockcompare.infra.kinds import NO_SESSION, REDIS_PROTOCOL, Capabilities, Capability, Roles, Server, UserServers
+from lockcompare.infra.redisconn import connect, is_redis_url, parse_url_list, ping, with_env_password
 from lockcompare.infra.spawned import (  # re-exported: the port and process helpers lived here first
     SpawnedServer,
     free_port,
@@ -275,6 +275,11 @@ def describe_version(url: str) -> str:
     return f"redis {info['redis_version']}" if "redis_version" in info else "unknown"
 
 
+def _user_urls(texts: Sequence[str], _flag: str) -> tuple[str, ...]:
+    """The user's Redis-protocol nodes as typed (``--nodes``): each URL checked, a password from the environment."""
+    return tuple(with_env_password(url) for url in parse_url_list(",".join(texts)))
+
+
 @dataclass(frozen=True, kw_only=True)
 class RedisKind:
     """A kind of server that speaks the Redis protocol, run from ``find_binary``'s binary.
@@ -297,6 +302,9 @@ class RedisKind:
                 Capability.PEER_LINKS: "Redis lock nodes are independent servers (a Redlock's nodes never talk to "
                 "each other): there are no peer links to cut",
             },
+            user_servers=UserServers(
+                alias="--nodes", use="every trial's lock nodes, with --resource", parse=_user_urls, shared=True
+            ),
         )
     )
 

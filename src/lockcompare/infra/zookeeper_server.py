@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError, InvalidValueError, ServerStartError
-from lockcompare.infra.kinds import ZOOKEEPER_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server
+from lockcompare.infra.kinds import ZOOKEEPER_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server, UserServers
 from lockcompare.infra.peerlinks import PeerLinks
 from lockcompare.infra.spawned import SpawnedServer, free_port
 from lockcompare.redaction import redact
@@ -378,6 +378,12 @@ class ZooKeeperKind:
             # A standalone server (restarted in place by the server restart), else an ensemble of three
             # (faults/zookeeper.py's rule: a leader crash, a partition that leaves the holder in the minority).
             lock_nodes=LockNodes(default=1, under_faults=3, restart_in_place=True),
+            # zk://HOST:PORT, or HOST:PORT as --zookeeper takes it
+            user_servers=UserServers(
+                alias="--zookeeper",
+                use="the lock nodes of the backends on it",
+                parse=lambda texts, _flag: zookeeper_urls(",".join(texts)),
+            ),
         )
     )
 

@@ -3,7 +3,7 @@
 Whose servers a trial gets is asked of the one option (``options.lock_servers``): the user's
 Redis-protocol nodes are every trial's cluster; the user's PostgreSQL server serves the trials on it
 beside them; the user's ZooKeeper ensemble is the lock nodes of the pool's clusters of that kind
-(runner/lock_servers.py ROUTES says so).
+(the kinds declare it: runner/lock_servers.py routes()).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from lockcompare.infra.kinds import (
     lacks,
     server_for,
 )
-from lockcompare.runner.lock_servers import NO_LOCK_SERVERS, ROUTES, LockServers
+from lockcompare.runner.lock_servers import NO_LOCK_SERVERS, LockServers, routes
 from lockcompare.runner.sections import check_for
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.experiments import get_experiment
@@ -73,7 +73,7 @@ class ClusterOptions:
         )
         for protocol, urls in aliases:
             if urls is not None and servers.urls_for(protocol) != tuple(urls):
-                servers = servers.adding(protocol, tuple(urls), given=ROUTES[protocol].alias)
+                servers = servers.adding(protocol, tuple(urls), given=routes()[protocol].alias)
         postgres = servers.urls_for(POSTGRES_PROTOCOL)
         object.__setattr__(self, "lock_servers", servers)
         object.__setattr__(self, "nodes", servers.urls_for(REDIS_PROTOCOL))
@@ -300,7 +300,7 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
     shared = servers.shared() is not None  # the user's Redis-protocol nodes: every other trial's cluster too
     for spec in specs:
         protocol = lock_servers_of(spec.backend)
-        route = ROUTES.get(protocol)
+        route = routes().get(protocol)
         if not shared or (route is not None and route.shared):
             continue
         if route is not None and route.beside_shared and servers.urls_for(protocol) is None:
@@ -317,7 +317,7 @@ def check_faults(specs: Sequence[TrialSpec], *, cluster_options: ClusterOptions)
         protocol = lock_servers_of(spec.backend)
         if servers.own(protocol) is None:
             continue
-        route = ROUTES[protocol]
+        route = routes()[protocol]
         on_own.append(spec)
         if fault_plan.touches_servers(spec.schedule.written):
             raise ConfigError(
