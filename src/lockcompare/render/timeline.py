@@ -19,7 +19,7 @@ from lockcompare.render.table import format_table
 
 #: The fields worth showing per kind of step, in order.
 _DETAILS = {
-    "acquire": ("ok", "attempts", "fence", "granted_by", "refusals"),
+    "acquire": ("ok", "attempts", "fence", "granted_by", "refusals", "ttl_ms"),  # ttl_ms: a battery check's
     "pause": ("how", "point"),
     "enter": ("inside",),
     "read": ("balance", "fence"),
@@ -39,6 +39,7 @@ _DETAILS = {
     "renew": ("ok", "reason"),
     "gave-up": ("rounds_skipped",),
     "escaped": ("target_worker", "helper"),  # a helper process outside its worker's group (runner, worker -1)
+    "check": ("property", "title", "status", "evidence"),  # a battery check opening and closing (worker -1)
 }
 
 
