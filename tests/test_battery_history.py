@@ -151,3 +151,29 @@ def test_the_contract_skips_in_one_line_where_the_declared_kind_is_not_installed
     (message,) = messages
     assert "zookeeper servers cannot run here" in message and "no.jar is missing" in message
     assert "\n" not in message
+
+
+class _Flaky:
+    """A fresh client whose first attempts are refused 'error' (still connecting), then granted."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.calls = 0
+
+    def acquire(self, *, key: str, ttl_ms: int) -> object:
+        from lockcompare.backends import Lease, Refusal
+
+        self.calls += 1
+        return Refusal("error") if self.calls <= self.refusals else Lease(key=key, owner="o", valid_until_ns=None)
+
+
+def test_a_fresh_clients_first_acquire_waits_for_its_connect_only_where_the_kind_says_it_takes_time() -> None:
+    from lockcompare.evaluation.battery_base import PropertyFailed, _first_lease
+
+    connecting = _Flaky(refusals=2)
+    lease = _first_lease(_ctx("zookeeper"), connecting, key="k", ttl_ms=500, doing="first acquire")  # type: ignore[arg-type]
+    assert lease.owner == "o" and connecting.calls == 3
+    once = _Flaky(refusals=1)
+    with pytest.raises(PropertyFailed, match=r"^first acquire: refused \(error\), expected a lease$"):
+        _first_lease(_ctx("redis"), once, key="k", ttl_ms=500, doing="first acquire")  # type: ignore[arg-type]
+    assert once.calls == 1  # a kind that connects at once: one attempt, as before

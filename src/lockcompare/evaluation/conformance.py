@@ -55,6 +55,7 @@ from lockcompare.evaluation.battery_base import (
     _crash,
     _escaped_note,
     _expiry_margin_s,
+    _first_lease,
     _lease,
     _lease_within,
     _need,
@@ -138,7 +139,7 @@ def refuses_while_held(ctx: BatteryContext) -> str:
     _need(ctx.claims.exclusive, "a non-exclusive backend grants everyone")
     a, b = ctx.new(), ctx.new()
     key = ctx.key()
-    lease = _lease(a.acquire(key=key, ttl_ms=TTL_MS), "first acquire")
+    lease = _first_lease(ctx, a, key=key, ttl_ms=TTL_MS, doing="first acquire")
     refusal = _refused(b.acquire(key=key, ttl_ms=TTL_MS), "a second client's acquire while the lock is held")
     if a.release(lease) is not True:
         raise PropertyFailed("the holder's release returned False")
@@ -156,7 +157,7 @@ def free_again_after_the_ttl(ctx: BatteryContext) -> str:
     (a, holder), b = ctx.new_client_process(), ctx.new()
     key = ctx.key()
     short_ms, margin_s = _short_ttl_ms(ctx), _expiry_margin_s(ctx)
-    _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
+    _first_lease(ctx, a, key=key, ttl_ms=short_ms, doing="first acquire")
     with holder.frozen() as escaped:
         _refused(b.acquire(key=key, ttl_ms=TTL_MS), "acquire while the first lease is valid")
         time.sleep(short_ms / 1000 + margin_s)
@@ -174,7 +175,7 @@ def expired_release_spares_the_successor(ctx: BatteryContext) -> str:
     _excused_without_a_ttl(ctx, "no TTL, so no expired holder (its session ends, and its release with it)")
     (a, holder), b, c = ctx.new_client_process(), ctx.new(), ctx.new()
     key = ctx.key()
-    old = _lease(a.acquire(key=key, ttl_ms=_short_ttl_ms(ctx)), "first acquire")
+    old = _first_lease(ctx, a, key=key, ttl_ms=_short_ttl_ms(ctx), doing="first acquire")
     with holder.frozen() as escaped:
         time.sleep(_short_ttl_ms(ctx) / 1000 + _expiry_margin_s(ctx))
         outcome = b.acquire(key=key, ttl_ms=TTL_MS)
@@ -220,7 +221,7 @@ def a_paused_client_is_paused(ctx: BatteryContext) -> str:
     freeze_s = max(FREEZE_TTLS * ttl_ms / 1000, ttl_ms / 1000 + 2 * _expiry_margin_s(ctx))
     (holder, client), rival = ctx.new_client_process(), ctx.new()
     key = ctx.key()
-    _lease(holder.acquire(key=key, ttl_ms=ttl_ms), "the holder's acquire")
+    _first_lease(ctx, holder, key=key, ttl_ms=ttl_ms, doing="the holder's acquire")
     free_after_s: float | None = None
     with client.frozen() as escaped:
         started = time.monotonic()
