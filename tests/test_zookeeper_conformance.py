@@ -40,7 +40,8 @@ class TestCuratorMutexContract(BackendContract):
 def test_losing_a_minority_with_the_leader_waits_for_the_election_and_the_history_shows_it(tmp_path: Path) -> None:
     """Two of five servers crash, the leader among them (node 0 leads a fresh ensemble): the client
     connected before is refused while no leader serves, then granted within the kind's allowance;
-    the check's history holds the crash and, after it, the grant."""
+    the check's history holds the crash, who led after it (so a FAIL says whether no server led or
+    the client did not come back) and, after it, the grant."""
     with battery(spec="zk-lock", node_urls=()) as ctx:
         ctx.private_cluster = private_cluster_for("zookeeper")
         ctx.history_dir = tmp_path
@@ -56,4 +57,7 @@ def test_losing_a_minority_with_the_leader_waits_for_the_election_and_the_histor
     after_crash = [e for e in before if e["t0"] > crash["t1"]]
     assert after_crash[-1]["ok"] is True  # granted again, by the same client...
     assert all(e["refusals"] != {"held": 1} for e in after_crash if not e["ok"])  # ...never told "held" meanwhile
+    roles = [e for e in events if e["kind"] == "fault" and e.get("fault") == "roles"]
+    assert roles and roles[0]["t0"] >= crash["t1"]  # who led, read through the kind right after the crash...
+    assert roles[0]["roles"]["modes"][:2] == ["down", "down"]  # ...and again whenever it changed meanwhile
     assert events[-1]["kind"] == "check" and events[-1]["status"] == "PASS"

@@ -23,7 +23,7 @@ from lockcompare.evaluation.backend_host import (
 )
 from lockcompare.evaluation.battery_log import BatteryLog
 from lockcompare.infra.cluster import Cluster, open_cluster
-from lockcompare.infra.kinds import REDIS_PROTOCOL, kind_speaking
+from lockcompare.infra.kinds import REDIS_PROTOCOL, RoleKind, Roles, kind_speaking
 
 TTL_MS = 1000
 SHORT_TTL_MS = 150
@@ -208,14 +208,66 @@ def _first_lease(ctx: BatteryContext, instance: RemoteBackend, *, key: str, ttl_
     return _lease_within(instance, key=key, within_s=within_s, doing=doing, ttl_ms=ttl_ms)
 
 
-def _lease_within(instance: RemoteBackend, *, key: str, within_s: float, doing: str, ttl_ms: int = TTL_MS) -> Lease:
-    """Acquire, retrying refusals that are not ``held`` for up to ``within_s`` (a leader election)."""
+def _lease_within(
+    instance: RemoteBackend,
+    *,
+    key: str,
+    within_s: float,
+    doing: str,
+    ttl_ms: int = TTL_MS,
+    on_refused: Callable[[], None] | None = None,
+) -> Lease:
+    """Acquire, retrying refusals that are not ``held`` for up to ``within_s`` (a leader election);
+    ``on_refused`` runs after each refusal that is retried."""
     deadline = time.monotonic() + within_s
     while True:
         outcome = instance.acquire(key=key, ttl_ms=ttl_ms)
         if isinstance(outcome, Lease) or outcome.reason == "held" or time.monotonic() > deadline:
             return _lease(outcome, f"{doing} (retried for {within_s:g} s)" if within_s else doing)
+        if on_refused is not None:
+            on_refused()
         time.sleep(0.05)
+
+
+#: How often a node-loss check reads who leads while its client is refused.
+ROLES_EVERY_S = 1.0
+
+
+class RoleWatch:
+    """Who leads the lock nodes, read through their kind (a :class:`~lockcompare.infra.kinds.RoleKind`)
+    at most every :data:`ROLES_EVERY_S` while a node-loss check waits, and recorded in the check's
+    history when it changed (a ``fault`` step ``roles``): a FAIL then says whether no leader served or
+    a leader served and the client did not come back. A kind that reads no roles: nothing is read."""
+
+    def __init__(self, ctx: BatteryContext, cluster: Cluster) -> None:
+        kind = kind_speaking(str(ctx.claims.servers))
+        self._read = (lambda: kind.read_roles(cluster)) if isinstance(kind, RoleKind) else None
+        self._log = ctx.log
+        self._last: Roles | None = None
+        self._read_at = 0.0
+
+    def read(self, *, force: bool = False) -> Roles | None:
+        if self._read is None or (not force and time.monotonic() - self._read_at < ROLES_EVERY_S):
+            return self._last
+        t0 = time.monotonic_ns()
+        self._read_at = time.monotonic()
+        roles = self._read()
+        if roles != self._last:
+            self._log.step(t0=t0, fault="roles", action="read", roles=roles.as_event())
+        self._last = roles
+        return roles
+
+    def note(self) -> None:
+        """:meth:`read`, for a retry loop (what it read is in the history)."""
+        self.read()
+
+    def said(self) -> str:
+        """The latest reading, for a failure's evidence ("" when none)."""
+        roles = self.read(force=True)
+        if roles is None:
+            return ""
+        who = "no server led" if roles.leader is None else f"node {roles.leader} led"
+        return f"; when it gave up, {who} ({', '.join(roles.modes)})"
 
 
 def _need(claimed: object, reason: str) -> None:

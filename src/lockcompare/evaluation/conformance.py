@@ -51,6 +51,7 @@ from lockcompare.evaluation.battery_base import (
     Property,
     PropertyFailed,
     PropertyResult,
+    RoleWatch,
     Status,
     _crash,
     _escaped_note,
@@ -312,9 +313,13 @@ def survives_the_loss_of_a_minority(ctx: BatteryContext) -> str:
         after = ctx.new(node_urls=cluster.node_urls, request_timeout_s=timeout_s)
         key = ctx.key()
         allowed = f"{election_s:g} s for an election" + (f" + {reconnect_s:g} s to reconnect" if reconnect_s else "")
-        lease = _lease_within(
-            before, key=key, within_s=within_s, doing="acquire by a client connected before the crash"
-        )
+        roles = RoleWatch(ctx, cluster)
+        roles.read(force=True)
+        try:
+            lease = _lease_within(before, key=key, within_s=within_s, on_refused=roles.note,
+                                  doing="acquire by a client connected before the crash")  # fmt: skip
+        except PropertyFailed as exc:
+            raise PropertyFailed(f"{exc}{roles.said()}") from None
         granted_ms = (time.monotonic() - crashed) * 1000
         _refused(after.acquire(key=key, ttl_ms=TTL_MS), "a second client's acquire while the lock is held")
         if before.release(lease) is not True:
