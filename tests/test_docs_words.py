@@ -33,9 +33,9 @@ def test_a_cell_pools_its_familys_trials_and_names_the_worst_damage() -> None:
     # two backends and two experiments in one cell: 2 of the 3 observed trials violated safety
     assert (
         lines[2]
-        == "| quorum locks | **loses updates** 2/3 66.7% [9.4–99.2%] (+1 unknown) | **held** 0/2 0% [0–84.2%] |"
+        == "| quorum locks | **loses updates**<br>2/3 66.7% [9.4–99.2%] (+1 unknown) | **held**<br>0/2 0% [0–84.2%] |"
     )
-    assert lines[3] == "| lock-free | **applies updates twice** 1/1 100% [2.5–100%] | *not run* |"
+    assert lines[3] == "| lock-free | **applies updates twice**<br>1/1 100% [2.5–100%] | *not run* |"
 
 
 def test_a_cell_no_trial_observed_is_unknown_never_held() -> None:
@@ -74,7 +74,7 @@ def test_a_words_block_renders_from_its_csv_and_check_names_it_when_stale(tmp_pa
         writer.writerow({**first, "backend": "redlock", "experiment": "client-pause", "verdict": "exclusive",
                          "trial": "1", "trial_id": "other"})  # fmt: skip
     text = rendered_blocks("<!-- words: r.csv -->\n<!-- /words -->\n", base=tmp_path)
-    assert "| Redlock and its libraries | *not run* | **loses updates** 1/2 50% [1.3–98.7%] |" in text
+    assert "| Redlock and its libraries | *not run* | **loses updates**<br>1/2 50% [1.3–98.7%] |" in text
     assert "- Redlock and its libraries: `redlock`, `pottery`, `node-redlock`" in text  # the members, rendered
     assert stale_blocks(text, base=tmp_path) == []
     stale = stale_blocks(text.replace("1/2 50%", "2/2 100%"), base=tmp_path)

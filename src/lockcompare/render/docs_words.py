@@ -12,7 +12,7 @@ never observed the lock (``unknown``, ``unavailable``) are "unknown", never "hel
 ...         {"backend": "b", "experiment": "x", "verdict": "unknown"}]
 >>> locks, faults = (Family(name="A and B", members=("a", "b")),), (Family(name="X", members=("x", "y")),)
 >>> print(words_table(rows, locks=locks, faults=faults).splitlines()[2])
-| A and B | **loses updates** 1/2 50% [1.3–98.7%] (+1 unknown) |
+| A and B | **loses updates**<br>1/2 50% [1.3–98.7%] (+1 unknown) |
 """
 
 from __future__ import annotations
@@ -35,16 +35,16 @@ VIOLATION_WORDS = (
 
 
 def cell_words(rows: Sequence[Row]) -> str:
-    """One cell: its word and its violation rate ("**held** 0/10 0% [0–30.8%]").
+    """One cell: its word and, on a line of its own (a narrow column), its violation rate.
 
     >>> cell_words([])
     '*not run*'
     >>> cell_words([{"verdict": "unavailable"}] * 2)
     '*unknown* (2 trials, none observed the lock)'
     >>> cell_words([{"verdict": "exclusive"}, {"verdict": "lease-violated"}, {"verdict": "degraded"}])
-    '**breaks its lease** 1/3 33.3% [0.8–90.6%]'
+    '**breaks its lease**<br>1/3 33.3% [0.8–90.6%]'
     >>> cell_words([{"verdict": "conflicts-no-damage"}] * 5)
-    '**held** 0/5 0% [0–52.2%]'
+    '**held**<br>0/5 0% [0–52.2%]'
     """
     if not rows:
         return "*not run*"
@@ -54,7 +54,7 @@ def cell_words(rows: Sequence[Row]) -> str:
     seen = {str(row.get("verdict")) for row in rows if violated(row)}
     word = next((text for verdict, text in VIOLATION_WORDS if verdict in seen), "held")
     unknown = f" (+{rate.unobserved} unknown)" if rate.unobserved else ""
-    return f"**{word}** {rate.text()}{unknown}"
+    return f"**{word}**<br>{rate.text()}{unknown}"
 
 
 def _family_of(name: str, families: Sequence[Family], *, what: str) -> Family:
@@ -85,24 +85,30 @@ def words_table(
 
 
 def families_text(*, locks: Sequence[Family] = LOCK_FAMILIES, faults: Sequence[Family] = FAULT_FAMILIES) -> str:
-    """Which backends and experiments each family holds, one line per family, as a list.
+    """Which backends and experiments each family holds, one list item per family (wrapped).
 
     >>> print(families_text(locks=(Family(name="A", members=("a", "b")),), faults=()))
     - A: `a`, `b`
     """
-    return "\n".join(f"- {f.name}: " + ", ".join(f"`{m}`" for m in f.members) for f in (*locks, *faults))
+    items = (f"- {f.name}: " + ", ".join(f"`{m}`" for m in f.members) for f in (*locks, *faults))
+    return "\n".join(_wrapped(item, indent="  ") for item in items)
+
+
+def _wrapped(text: str, *, indent: str = "") -> str:
+    """``text`` in lines of at most 100 characters, never breaking a word or a code span."""
+    import textwrap
+
+    return textwrap.fill(text, width=100, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
 
 
 def words_block(rows: Sequence[Row]) -> str:
     """What a ``words`` block holds: the table, how to read a cell, and the families' members."""
-    return (
-        words_table(rows)
-        + "\n"
-        + "Each cell pools the family's trials: its word names the worst damage any of them saw, then "
+    note = (
+        "Each cell pools the family's trials: its word names the worst damage any of them saw, then "
         "violating trials / trials that observed the lock, and the exact 95% interval of that share "
         "(Clopper–Pearson, for the pool, not for any one lock in it). *held*: no trial violated "
         "safety (the interval says how much that rules out); *unknown*: trials that never observed "
-        "the lock; *not run*: no backend of the family can take those faults. The families:\n\n"
-        + families_text()
-        + "\n"
+        "the lock; *not run*: no trial, the family's backends cannot take those faults (such cells are left "
+        "out before a run starts, each with its reason). The families:"
     )
+    return f"{words_table(rows)}\n{_wrapped(note)}\n\n{families_text()}\n"
