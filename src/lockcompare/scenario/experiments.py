@@ -40,6 +40,11 @@ class Experiment:
     acquire_timeout_ms: float | None = None
     #: Whether --fault-nodes K says how many nodes the fault hits (False: the experiment fixes them).
     takes_fault_nodes: bool = True
+    #: Work longer than the TTL, so its claim is about a renewing lock's watchdog: a backend that does
+    #: not renew loses every lease to its own TTL, fault or not, and the plan leaves it out.
+    rests_on_renewal: bool = False
+    #: What the resource checks for a fencing backend when ``--fence`` is not given (None: the table's).
+    fence: str | None = None
 
     @property
     def kinds(self) -> frozenset[str]:
@@ -133,6 +138,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="renewal-pause",
+            rests_on_renewal=True,
             work_ms=3000,
             pause_ms=1500,
             rounds=5,
@@ -151,6 +157,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="cpu-starvation",
+            rests_on_renewal=True,
             work_ms=3000,
             rounds=5,
             takes_fault_nodes=False,
