@@ -31,6 +31,14 @@ RENEWING_LOCKS = (
     "single-renew", "redis-lock-renew", "redis-lock-renew-checked", "node-sesame-using",
     "node-sesame-using-checked", "node-semaphore-mutex", "node-semaphore-redlock",
 )  # fmt: skip
+#: Renewing locks by what their client does with a lease it may have lost: checks it before the write
+#: (skips a stale write), or writes anyway (the lesson's client; fenced ones leave it to the resource).
+CHECKING_RENEWING_LOCKS = (
+    "single-renew", "redis-lock-renew-checked", "node-sesame-using-checked", "node-semaphore-mutex",
+    "node-semaphore-redlock", "zk-lock-checked", "curator-mutex-checked",
+)  # fmt: skip
+TRUSTING_RENEWING_LOCKS = ("redis-lock-renew", "node-sesame-using", "etcd", "etcd-go-mutex", "zk-lock", "curator-mutex")
+FENCED_RENEWING_LOCKS = ("etcd-fenced", "etcd-go-fenced", "zk-fenced")
 #: Designs that take no lock at all.
 LOCK_FREE = ("none", "atomic", "optimistic")
 
@@ -117,6 +125,23 @@ EXPECTATIONS: tuple[Expect, ...] = (
     # renewal-pause
     Expect(experiment="renewal-pause", backends=RENEWING_LOCKS, rule="conflicts",
            says="renewal does not survive sigstop (the watchdog freezes too)"),
+    # renewal-cut
+    Expect(experiment="renewal-cut",
+           backends=(*CHECKING_RENEWING_LOCKS, *TRUSTING_RENEWING_LOCKS, *FENCED_RENEWING_LOCKS),
+           rule="conflicts", says="its lease lapses while it works and a rival is granted (conflicts)"),
+    Expect(experiment="renewal-cut", backends=CHECKING_RENEWING_LOCKS, rule="no-lost-updates",
+           says="a lock that checks its lease before the write skips it (no loss)"),
+    Expect(experiment="renewal-cut", backends=TRUSTING_RENEWING_LOCKS, rule="lost-updates",
+           says="the others lose updates"),
+    # antirez's token check (--fence token) under Kleppmann's two scenarios
+    Expect(experiment="client-pause-token", backends=("single", "redlock"), rule="conflicts",
+           says="the second worker gets in"),
+    Expect(experiment="client-pause-token", backends=("single", "redlock", "fenced"), rule="no-lost-updates",
+           says="neither colliding write is lost"),
+    Expect(experiment="partition-clock-jump-token", backends=("single", "redlock"), rule="conflicts",
+           says="both workers hold a majority at once (conflicts)"),
+    Expect(experiment="partition-clock-jump-token", backends=("single", "redlock", "fenced"),
+           rule="no-lost-updates", says="no update is lost"),
     # session-kill
     Expect(experiment="session-kill", backends=("pg-advisory",), rule="conflicts",
            says="pg-advisory releases the lock under a holder that still runs"),

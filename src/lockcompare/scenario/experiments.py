@@ -166,6 +166,43 @@ EXPERIMENTS: dict[str, Experiment] = {
             "1500 (SIGSTOP/SIGCONT strobe) while it works: its watchdog renews only when the process runs, "
             "and the key expires in the stopped stretches",
         ),
+        # The cut-off renewing holder (issue 51): a lock service cannot tell a paused holder from one
+        # cut off from it. The holder keeps working (and can still reach the resource) while its
+        # renewals stop reaching every lock node; 2 x TTL outlasts its lease.
+        Experiment(
+            name="renewal-cut",
+            work_ms=3000,
+            rounds=5,
+            takes_fault_nodes=False,
+            rests_on_renewal=True,
+            faults="cut nodes=all worker=holder after-acquire=500 every for={jump_ms}",
+            claim="work 3000 > TTL 1000 with a renewing lock; 500 ms into each of worker 0's leases the holder is "
+            "cut off from "
+            "every lock node (not from the resource) for 2 x TTL: its renewals fail, its lease lapses while it "
+            "works and a rival is granted (conflicts); a lock that checks its lease before the write skips it "
+            "(no loss); the others lose updates, fenced ones with the token checked on the write only too (the "
+            "cut holder writes before its successor's first write raised the mark); --fence all loses none",
+        ),
+        # Antirez's answer to Kleppmann ("Is Redlock safe?"): the resource compares-and-sets on the lease's
+        # random token, no fencing counter needed. The same faults as client-pause and partition-clock-jump.
+        Experiment(
+            name="client-pause-token",
+            pause_ms=1200,
+            fence="token",
+            claim="client-pause with antirez's token check (--fence token: the resource compares-and-sets on the "
+            "lease's random token): the second worker gets in, but neither colliding write is lost: the "
+            "resource refuses the write whose token is no longer the one it holds",
+        ),
+        Experiment(
+            name="partition-clock-jump-token",
+            acquire_timeout_ms=2000,
+            takes_fault_nodes=False,
+            fence="token",
+            faults="cut nodes=3,4 worker=0 at=start; cut nodes=1,2 worker=1 at=start; "
+            "clock-jump nodes=0 after-acquire=50 every by=+{jump_ms}",
+            claim="partition-clock-jump (Kleppmann's A,B,C / C,D,E) with antirez's token check (--fence token): "
+            "both workers hold a majority at once (conflicts), but no update is lost",
+        ),
         # Link experiments (faults/network.py): each worker reaches each lock node through a proxy.
         Experiment(
             name="slow-response",
@@ -239,6 +276,36 @@ EXPERIMENTS: dict[str, Experiment] = {
             claim="the leading lock server is cut off from its peers (not from its clients) for 3 x TTL, 50 ms "
             "into worker 0's first lease: the majority elects a new leader; clients still attached to the old "
             "one wait or fail; Redis nodes have no peers to be cut from",
+        ),
+        # The same leader faults while renewing holders work past the TTL, every round (issue 51): a strike
+        # once, 50 ms into a 300 ms section, ends before any lease could lapse and says nothing about it.
+        Experiment(
+            name="leader-freeze-renewing",
+            acquire_timeout_ms=4000,
+            work_ms=3000,
+            rounds=5,
+            takes_fault_nodes=False,
+            rests_on_renewal=True,
+            faults="node-freeze nodes=leader after-acquire=500 every for={jump_ms}",
+            claim="work 3000 > TTL 1000 with a renewing lock; 500 ms into each of worker 0's leases the leading "
+            "lock server is "
+            "stopped (SIGSTOP) for 2 x TTL: the holder's renewals reach a frozen leader; a consensus lock's "
+            "followers elect a new leader, and the lease the holder still works under may lapse (etcd) or "
+            "survive the election; the lock is judged on what follows",
+        ),
+        Experiment(
+            name="leader-isolated-renewing",
+            acquire_timeout_ms=4000,
+            work_ms=3000,
+            rounds=5,
+            takes_fault_nodes=False,
+            rests_on_renewal=True,
+            faults="isolate nodes=leader after-acquire=500 every for={jump_ms}",
+            claim="work 3000 > TTL 1000 with a renewing lock; 500 ms into each of worker 0's leases the leading "
+            "lock server is "
+            "cut off from its peers (not from its clients) for 2 x TTL: a holder attached to it renews against "
+            "a leader that cannot commit, the majority elects another and the lease may lapse under the "
+            "holder; Redis nodes have no peers to be cut from",
         ),
         Experiment(
             name="holder-minority",
