@@ -3,6 +3,8 @@ description says, read from the history (full tier)."""
 
 from __future__ import annotations
 
+import itertools
+import time
 from typing import Any
 
 from lockcompare.backends import load_backend
@@ -88,3 +90,61 @@ def test_the_token_check_refuses_the_paused_holders_write_and_loses_nothing() ->
     # holder's own read overwrote it, may be refused too (antirez's price: both colliding writes refused).
     assert any(e["worker"] == 0 and e["round"] in {p["round"] for p in pauses} for e in refused), refused
     assert result.metrics.conflicts > 0 and result.metrics.lost_updates == 0
+
+
+def test_leader_freeze_renewing_freezes_the_leader_the_holders_keepalives_fail_and_another_leads() -> None:
+    # etcd's whole-second leases: the lesson's scale. The holder's keepalive to the frozen leader gets no
+    # answer (its request times out); the other members elect a leader of their own meanwhile.
+    result = _run(_spec("etcd", "leader-freeze-renewing", rounds=2))
+    injects, heals = _faults(result, "inject"), _faults(result, "heal")
+    assert injects and len(injects) == len(heals)
+    for inject, heal in zip(injects, heals, strict=True):
+        assert inject["fault"] == "node-freeze" and inject["nodes"] == [inject["roles"]["leader"]]
+        assert heal["roles_before"]["leader"] == inject["nodes"][0]
+        assert heal["roles"]["leader"] != heal["roles_before"]["leader"]  # elected while the old one was frozen
+    frozen = [(i["t1"], h["t0"]) for i, h in zip(injects, heals, strict=True)]
+    failed = [
+        e
+        for e in result.history
+        if e["kind"] == "renew" and e["worker"] == 0 and not e["ok"]
+        and any(e["t0"] < until and e["t1"] > since for since, until in frozen)
+    ]  # fmt: skip
+    assert failed, "no keepalive of the holder's met the frozen leader"
+
+
+def test_a_drifting_clock_expires_a_key_early_by_its_rate() -> None:
+    from lockcompare.infra.redisconn import connect
+    from lockcompare.scenario.faultkinds.clock_drift import Drift
+
+    with open_cluster(node_count=1, fake_clocks=True) as cluster:
+        client = connect(cluster.node_urls[0])
+        drift = Drift(rate=1.25)
+        try:
+            assert drift.inject(cluster, [0]) == "wall clock runs x1.25 (moved every 5 ms)"
+            start = time.monotonic()
+            client.set("lockcompare-test:drift", b"1", px=1000)
+            while client.exists("lockcompare-test:drift"):
+                time.sleep(0.002)
+            lived_ms = (time.monotonic() - start) * 1000
+        finally:
+            detail = drift.heal(cluster, [0])
+            client.close()
+    # PX 1000 on a clock 25 % fast lasts 800 real ms: well short of the TTL (the checks are loose; the
+    # drift thread shares a loaded machine)
+    assert 700 < lived_ms < 950, lived_ms
+    assert detail.startswith("drift stopped +") and drift.drifted_s > 0.15
+
+
+def test_clock_drift_rows_show_the_drift_and_the_rivals_early_grant() -> None:
+    spec = _spec("single", "clock-drift", rounds=2)
+    result = _run(spec)
+    [inject] = _faults(result, "inject")
+    [heal] = _faults(result, "heal")
+    assert (inject["fault"], inject["detail"]) == ("clock-drift", "wall clock runs x1.4 (moved every 5 ms)")
+    ran_s = (heal["t0"] - inject["t1"]) / 1e9
+    drifted_ms = float(heal["detail"].split()[2].removesuffix("ms").strip())
+    assert 0.35 * ran_s * 1000 < drifted_ms <= 0.4 * ran_s * 1000 + 5  # the offset grew at the rate
+    grants = sorted((e for e in result.history if e["kind"] == "acquire" and e["ok"]), key=lambda e: e["t1"])
+    # Some grant comes before the previous holder's TTL (1000 ms) has run: its key expired early.
+    early = [b for a, b in itertools.pairwise(grants) if b["worker"] != a["worker"] and b["t1"] < a["valid_until"]]
+    assert early

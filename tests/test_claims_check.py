@@ -51,6 +51,25 @@ def test_each_rule_on_a_hand_built_cell(
     assert outcome.status == (HOLDS if holds else CONTRADICTED), outcome
 
 
+@pytest.mark.parametrize(
+    ("verdicts", "holds"),
+    [
+        (["lease-violated", "lost-updates"], True),
+        (["conflicts", "lease-violated"], True),
+        (["lease-violated", "exclusive"], False),
+        (["lost-updates", "conflicts-no-damage"], True),  # fenced: two inside, the resource saved the balance
+        (["lease-violated", "degraded"], False),
+        (["lease-violated", "unknown"], False),  # a trial without a verdict is no evidence of a break
+    ],
+)
+def test_lock_broken_asks_every_trial_for_a_broken_promise(verdicts: list[str], holds: bool) -> None:
+    rows = [_row("etcd", conflicts=0, verdict=v) for v in verdicts]
+    [outcome] = check_claims(
+        rows, expectations=[Expect(experiment="x", backends=("etcd",), rule="lock-broken", says="")]
+    )
+    assert outcome.status == (HOLDS if holds else CONTRADICTED), outcome
+
+
 def test_a_comparison_and_a_missing_cell() -> None:
     rows = [_row("single", conflicts=40, lost=39), _row("redlock", conflicts=1, lost=1)]
     fewer = Expect(

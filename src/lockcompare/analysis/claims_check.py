@@ -60,6 +60,11 @@ def check_claims(
     return outcomes
 
 
+#: Verdicts of a trial in which the lock broke its promise: damage, two inside (whether or not fencing
+#: at the resource saved the balance), or a lease granted over a live one (analysis/checker.py).
+BROKEN_VERDICTS = frozenset({"lost-updates", "conflicts", "conflicts-no-damage", "lease-violated"})
+
+
 def _default_schedule(row: dict[str, Any]) -> bool:
     """A row that ran its experiment's own schedule at the default number of faulted nodes."""
     fault_nodes = row.get("fault_nodes")
@@ -96,6 +101,8 @@ def _judge(
         return value <= mean <= value + 0.3, f"mean conflict share {mean:.2f} ({show_c})"
     if rule == "all-but-first-conflict":
         return all(c >= e - value for c, e in zip(conflicts, entries, strict=True)), show_c
+    if rule == "lock-broken":
+        return all(v in BROKEN_VERDICTS for v in verdicts), "verdicts " + ",".join(verdicts)
     if rule == "no-progress-loss":
         return all(v in ("degraded", "unavailable") for v in verdicts), "verdicts " + ",".join(verdicts)
     if rule == "exclusive-mostly":

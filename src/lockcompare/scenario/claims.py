@@ -39,6 +39,8 @@ CHECKING_RENEWING_LOCKS = (
 )  # fmt: skip
 TRUSTING_RENEWING_LOCKS = ("redis-lock-renew", "node-sesame-using", "etcd", "etcd-go-mutex", "zk-lock", "curator-mutex")
 FENCED_RENEWING_LOCKS = ("etcd-fenced", "etcd-go-fenced", "zk-fenced")
+#: The locks on etcd: Python's (etcdctl lock's recipe) and Go's clientv3 concurrency.Mutex, each bare and fenced.
+ETCD_LOCKS = ("etcd", "etcd-fenced", "etcd-go-mutex", "etcd-go-fenced")
 #: Designs that take no lock at all.
 LOCK_FREE = ("none", "atomic", "optimistic")
 
@@ -69,6 +71,8 @@ RULES = {
     "conflict-share-between": "the mean of conflicts / entries within [value, value + 0.3]",
     "all-but-first-conflict": "every trial: conflicts >= entries - value",
     "no-progress-loss": "every trial: verdict degraded or unavailable (it stopped granting, it did not conflict)",
+    "lock-broken": "every trial: verdict lost-updates, conflicts, conflicts-no-damage or lease-violated (the lock "
+    "broke its promise, whatever the resource saved)",
     "fewer-lost-than": "mean lost updates at most value x the mean of backend `than`",
     "exclusive-mostly": "at least value of the trials exclusive, the others lost at most 1 update each",
 }
@@ -142,6 +146,16 @@ EXPECTATIONS: tuple[Expect, ...] = (
            says="both workers hold a majority at once (conflicts)"),
     Expect(experiment="partition-clock-jump-token", backends=("single", "redlock", "fenced"),
            rule="no-lost-updates", says="no update is lost"),
+    # leader faults under renewing work
+    Expect(experiment="leader-freeze-renewing", backends=ETCD_LOCKS, rule="lock-broken",
+           says="the lease lapses under its live holder and a rival is granted"),
+    Expect(experiment="leader-isolated-renewing", backends=ETCD_LOCKS, rule="lock-broken",
+           says="the lease lapses under its live holder and a rival is granted"),
+    # clock drift as a rate
+    Expect(experiment="clock-drift-covered", backends=("single", "redlock", "pottery"), rule="no-conflicts",
+           says="the drift allowance covers a 1 % fast clock: 0 conflicts"),
+    Expect(experiment="clock-drift", backends=("single", "redlock", "pottery"), rule="conflicts",
+           says="a rival is granted while the holder works under a lease it was told is valid"),
     # session-kill
     Expect(experiment="session-kill", backends=("pg-advisory",), rule="conflicts",
            says="pg-advisory releases the lock under a holder that still runs"),
