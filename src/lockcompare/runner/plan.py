@@ -182,6 +182,8 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
         missing = lacks(server_kind, FAULT_NEEDS[kind]) if kind in FAULT_NEEDS else ""
         if missing:
             return missing
+        if faultkinds.KINDS[kind].on_resource_link and spec.resource_kind != REDIS_PROTOCOL:
+            return f"{kind} acts on the link to a Redis resource, not to a {spec.resource_kind} one"
         only = faultkinds.KINDS[kind].acts_on_checks  # lost-reply: the increments only
         if only and spec.resource_check.value not in only:
             return f"{kind} acts on {', '.join(only)} critical sections only, not on {spec.resource_check.value}"

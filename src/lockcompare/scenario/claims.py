@@ -156,6 +156,13 @@ EXPECTATIONS: tuple[Expect, ...] = (
            says="the drift allowance covers a 1 % fast clock: 0 conflicts"),
     Expect(experiment="clock-drift", backends=("single", "redlock", "pottery"), rule="conflicts",
            says="a rival is granted while the holder works under a lease it was told is valid"),
+    # Kleppmann's delayed write
+    Expect(experiment="delayed-write", backends=("single", "redlock"), rule="lost-updates",
+           says="the late write lands over its successor's: single and redlock lose updates"),
+    Expect(experiment="delayed-write", backends=("fenced",), rule="fewer-lost-than", value=0.5, than="single",
+           says="fenced refuses the late writes (checked on the write only, some still lost)"),
+    Expect(experiment="delayed-write", backends=("single-renew",), rule="no-conflicts",
+           says="a renewing lock keeps its lease while the holder waits for the write's reply"),
     # session-kill
     Expect(experiment="session-kill", backends=("pg-advisory",), rule="conflicts",
            says="pg-advisory releases the lock under a holder that still runs"),

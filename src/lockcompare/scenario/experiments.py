@@ -230,6 +230,19 @@ EXPERIMENTS: dict[str, Experiment] = {
             "granted while the holder works under a lease it was told is valid; the quorum does not help when "
             "every node drifts",
         ),
+        # Kleppmann's delayed write (issue 51): the holder's write leaves while its lease is valid and is
+        # held on the wire to the resource past the lease's end and past its successor's write. 100 ms
+        # into the lease the read is done; the write, sent ~300 ms in, lands TTL + work/2 later.
+        Experiment(
+            name="delayed-write",
+            takes_fault_nodes=False,
+            faults="resource-delay worker=holder after-acquire=100 every for=400 delay={slow_ms}",
+            claim="worker 0's requests to the resource (not to the lock) are held TTL + work/2 on the wire from "
+            "100 ms into each lease, for 400 ms: its write, sent inside the lease, lands after the lease ended "
+            "and after its successor's write: single and redlock lose updates; fenced refuses the late writes "
+            "(checked on the write only, one landing between its successor's read and write is still lost); "
+            "a renewing lock keeps its lease while the holder waits for the write's reply: exclusive",
+        ),
         # Link experiments (faults/network.py): each worker reaches each lock node through a proxy.
         Experiment(
             name="slow-response",

@@ -89,6 +89,7 @@ class ClockDrift(FaultKind):
     needs = frozenset({CLOCK_CONTROL})
     loses_keys = True
     lasts = True
+    explored_by_default = False  # opt-in (explore --faults): a new kind leaves the default search as it was
 
     def check(self, step: FaultStep) -> None:
         rate = step.number("rate")
