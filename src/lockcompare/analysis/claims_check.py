@@ -40,7 +40,9 @@ def check_claims(
     """Every expectation judged on ``rows`` (one row per trial, as read_results gives them)."""
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for row in rows:
-        if _default_schedule(row):
+        # A trial the checker could not judge (a client that never started, a node that died) is
+        # evidence of nothing: neither for a claim nor against it (Jepsen's :info).
+        if _default_schedule(row) and str(row.get("verdict")) != "unknown":
             cells.setdefault((str(row["backend"]), str(row["experiment"])), []).append(row)
     outcomes = []
     for expect in expectations:
