@@ -259,6 +259,8 @@ def fencing_tokens_strictly_increase(ctx: BatteryContext) -> str:
     for instance in (a, b, a):
         take(instance, TTL_MS)
     take(a, _short_ttl_ms(ctx), release=False)  # expires unreleased: the successor's token must still be higher
+    if ctx.claims.renews is True:
+        a.close()  # a renewing holder's lease expires only once its client is gone (as a crashed holder's)
     time.sleep(_short_ttl_ms(ctx) / 1000 + _expiry_margin_s(ctx))
     take(b, TTL_MS)
     numbers = [t for t in tokens if isinstance(t, int) and not isinstance(t, bool)]
