@@ -35,23 +35,18 @@ from __future__ import annotations
 
 from lockcompare.errors import ConfigError
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.proxy import LinkProxy, ProxySet, port_of
+from lockcompare.infra.proxy import ProxySet, port_of
 
 
 def start_links(*, cluster: Cluster, workers: int, name: str, resource: bool = False) -> ProxySet:
     """A started :class:`ProxySet`: one link per worker and lock node, and with ``resource`` one per
-    worker to the resource too, as the set's last "node" (:func:`resource_link`)."""
+    worker to the resource too, as the set's last "node" (:meth:`ProxySet.resource_link`)."""
     if not cluster.embedded:
         raise ConfigError("a link fault proxies the workers' links to the servers: it needs the embedded cluster")
     urls = (*cluster.node_urls, cluster.resource_url) if resource else tuple(cluster.node_urls)
     links = ProxySet(node_ports=[port_of(url) for url in urls], workers=workers, name=name, node_urls=urls)
     links.start()  # stops what it started if it fails
     return links
-
-
-def resource_link(links: ProxySet, *, worker: int) -> LinkProxy:
-    """Worker ``worker``'s link to the resource, in a set started with ``resource=True``."""
-    return links.proxy(worker=worker, node=len(links.node_ports) - 1)
 
 
 def worker_urls(links: ProxySet, *, worker: int, lock_nodes: int) -> tuple[tuple[str, ...], str | None]:

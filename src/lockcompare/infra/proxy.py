@@ -286,6 +286,11 @@ class ProxySet:
     def proxy(self, *, worker: int, node: int) -> LinkProxy:
         return self._links[(worker, node)]
 
+    def resource_link(self, *, worker: int) -> LinkProxy:
+        """Worker ``worker``'s link to the resource, in a set started with one (faults/network.py's
+        ``start_links(resource=True)`` adds it as the last "node")."""
+        return self.proxy(worker=worker, node=len(self.node_ports) - 1)
+
     def node_urls(self, *, worker: int) -> tuple[str, ...]:
         links = [self._links[(worker, n)] for n in range(len(self.node_ports))]
         if not self._node_urls:

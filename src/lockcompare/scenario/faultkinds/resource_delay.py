@@ -40,17 +40,13 @@ class ResourceDelay:
     scope: ClassVar[str] = "links"
 
     def inject(self, world: World, nodes: list[int]) -> str:
-        from lockcompare.faults.network import resource_link  # late: the kinds import nothing of the runner
-
-        resource_link(world.require_links(), worker=self.worker).delay_requests(ms=self.ms)
+        world.require_links().resource_link(worker=self.worker).delay_requests(ms=self.ms)
         return f"worker {self.worker}: requests to the resource {self.ms:g} ms late"
 
     def heal(self, world: World, nodes: list[int]) -> str:
         if not world.links_running():
             return f"worker {self.worker}: links already gone"
-        from lockcompare.faults.network import resource_link
-
-        resource_link(world.require_links(), worker=self.worker).heal()
+        world.require_links().resource_link(worker=self.worker).heal()
         return f"worker {self.worker}: requests to the resource on time again (those held still land late)"
 
 
