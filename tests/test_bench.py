@@ -5,11 +5,17 @@ from __future__ import annotations
 import math
 
 import pytest
+import redis
 
+from lockcompare.backends import BackendConfig
+from lockcompare.backends.redis_direct import DirectCommands
+from lockcompare.backends.single import RELEASE_SCRIPT, SingleNodeLock
 from lockcompare.errors import InvalidValueError, UnknownNameError
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.redisconn import connect
+from lockcompare.runner import bench
 from lockcompare.runner.bench import BenchRow, render_bench, run_bench
+from wire_recorder import WireRecorder
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +74,53 @@ def test_unknown_backend_fails_before_any_worker(cluster: Cluster) -> None:
 def test_iterations_must_be_positive(cluster: Cluster) -> None:
     with pytest.raises(InvalidValueError):
         run_bench(cluster=cluster, backends=["single"], iterations=0)
+
+
+def _shapes(commands: list[list[bytes]], key: str) -> list[list[bytes]]:
+    """Commands with each cycle's random owner token replaced by ``T`` (the rest must be equal)."""
+    tokens = {c[2] for c in commands if c[0] == b"SET"}
+    return [[b"T" if arg in tokens else arg for arg in command] for command in commands]
+
+
+def test_the_floor_sends_singles_commands_over_singles_direct_path(
+    cluster: Cluster, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The floor is the least a lock can cost only if it takes the fastest path a lock takes: the
+    same requests on node 0 as ``single`` (recorded on the wire), through DirectCommands, never
+    through redis-py's per-call layers (which ``single`` skips: a floor through them measured slower
+    than the lock it is the floor of)."""
+    connect(cluster.node_urls[0]).script_load(RELEASE_SCRIPT)  # EVALSHA finds it: no NOSCRIPT detour
+    direct_calls = []
+    original = DirectCommands.call
+
+    def counted(self: DirectCommands, *command: object) -> object:
+        direct_calls.append(command[0])
+        return original(self, *command)  # type: ignore[arg-type]
+
+    def layered(*_args: object, **_kw: object) -> object:
+        raise AssertionError("the floor went through redis-py's per-call layers")
+
+    with WireRecorder(cluster.node_urls[:1]) as wire:
+        config = BackendConfig(node_urls=wire.urls, request_timeout_s=1.0)
+        job = bench._Job(backend=bench.FLOOR, config=config, key=key, iterations=3, warmup=0, ttl_ms=10_000)
+        cycle, close, _ = bench._floor_cycle(job)
+        monkeypatch.setattr(DirectCommands, "call", counted)
+        monkeypatch.setattr(redis.Redis, "execute_command", layered)
+        try:
+            assert [cycle() for _ in range(3)] == [True] * 3
+        finally:
+            close()
+        floor_commands = wire.commands(0)
+        monkeypatch.undo()
+        wire.clear()
+        single = SingleNodeLock(config=config)
+        try:
+            for _ in range(3):
+                single.release(single.acquire(key=key, ttl_ms=10_000))  # type: ignore[arg-type]
+        finally:
+            single.close()
+        single_commands = wire.commands(0)
+    assert direct_calls == ["SET", "EVALSHA"] * 3
+    # The connect's handshake (the same client settings: the same HELLO and SETINFO), then the cycles.
+    assert [c[0] for c in floor_commands[-6:]] == [b"SET", b"EVALSHA"] * 3
+    assert _shapes(floor_commands, key) == _shapes(single_commands, key)

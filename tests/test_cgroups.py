@@ -235,6 +235,31 @@ def test_under_process_groups_a_double_forked_helper_goes_unseen(
     assert _marked(marked), "the helper was ended after all: the contrast shows nothing"
 
 
+def test_without_cgroups_an_escaped_helper_ends_with_its_trial_and_is_not_blamed_on_the_next(
+    cluster: Cluster, marked: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 48.5: under process groups a helper that called setsid() and ignores the end of its input
+    outlived its trial, and the next trial on the same warm workers was judged unknown in its name.
+    Now it is named in its own trial, ended at that trial's end, and the next trial names nothing."""
+    monkeypatch.setattr(cgroup, "new_client_cgroup", lambda: None)
+    pool = WorkerPool()
+    try:
+        first = _trial("plugins.hostile_helpers:EofIgnoringHelperLock", cluster, crews=pool.start, rounds=4)
+        assert first.isolation == cgroup.PROCESS_GROUP
+        escaped = [e for e in first.history if e["kind"] == "escaped"]
+        assert sorted(e["target_worker"] for e in escaped) == [0, 1], escaped  # named in its own trial
+        assert first.metrics.verdict == "unknown" and "left its worker's process group" in first.metrics.problem
+        assert [e["pid"] for e in escaped if _alive(e["pid"])] == [], "a helper outlived its trial"
+        second = _trial("single", cluster, crews=pool.start, rounds=4)
+        assert pool.spawned == 2  # the same two warm workers ran both trials
+        assert [e for e in second.history if e["kind"] == "escaped"] == []
+        assert second.metrics.verdict != "unknown", second.metrics.problem
+    finally:
+        pool.close()
+    time.sleep(0.5)
+    assert _marked(marked) == []
+
+
 # --- a fork loop: bounded by pids.max, the trial unknown with the reason, nothing left -----------
 
 

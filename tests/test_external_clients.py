@@ -10,6 +10,8 @@ otherwise.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -20,13 +22,17 @@ from pathlib import Path
 
 import pytest
 
+from lockcompare.analysis.results import read_results
 from lockcompare.backends import BackendConfig, Lease, Refusal, describe_backends, load_backend
 from lockcompare.backends.external.backend import ExternalBackend
 from lockcompare.backends.external.manifest import parse_manifest
+from lockcompare.backends.external.named import ENV as NAMED_MANIFESTS
 from lockcompare.backends.external.shipped import clients_dir
+from lockcompare.backends.versions import client_versions
 from lockcompare.errors import BackendLoadError, BackendNotViableError, ExternalClientError
 from lockcompare.faults.holders import LockHolders, key_glob
 from lockcompare.infra.cluster import Cluster, open_cluster
+from lockcompare.runner.matrix import run_matrix
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.trialspec import Overrides, make_spec
@@ -234,6 +240,34 @@ def test_the_cli_runs_a_manifest_and_a_broken_one_without_a_traceback(tmp_path: 
     assert "CLOCK_MONOTONIC" in out.stderr
 
 
+def test_a_manifest_run_by_its_path_is_shown_by_its_name_records_its_versions_and_reruns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 53: rows, trial ids and history names say the manifest's name; the row keeps the path
+    (``backend_source``) that ``--resume`` and ``run --from`` load it from, and what its hello said."""
+    monkeypatch.setenv(NAMED_MANIFESTS, "{}")
+    (tmp_path / "some" / "where").mkdir(parents=True)
+    spec = manifest(tmp_path / "some" / "where", name="ref-named")
+    out = tmp_path / "r.csv"
+    quick = Overrides(time_scale=0.1, rounds=3, call_timeout_ms=1500)
+    run_matrix(backends=[spec], experiments=["baseline"], trials=1, overrides=quick, out=out)
+    (row,) = read_results(out)
+    assert row["backend"] == "ref-named" and row["backend_source"] == str(Path(spec).resolve())
+    assert row["trial_id"].startswith("ref-named.baseline.") and "where" not in row["trial_id"]
+    assert Path(row["history"]).name.startswith("ref-named.baseline.")
+    # the reference client's hello: library "refclient", version "1", runtime "python X.Y.Z"
+    assert row["client_versions"] == f"refclient 1; python {sys.version.split()[0]}"
+    resumed = run_matrix(backends=[spec], experiments=["baseline"], trials=1, overrides=quick, out=out, resume=True)
+    assert resumed.trials_run == 0 and resumed.trials_skipped == 1
+    fresh = {k: v for k, v in os.environ.items() if k != NAMED_MANIFESTS}  # a new shell: only the row says where
+    rerun = subprocess.run(
+        [sys.executable, "-m", "lockcompare", "run", "--from", f"{out}:{row['trial_id']}"],
+        capture_output=True, text=True, timeout=120, check=False, env=fresh,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"trial_id: {row['trial_id']}" in rerun.stdout
+
+
 # --- where the key lives: fault targeting --------------------------------------------------------
 
 
@@ -286,6 +320,11 @@ def test_node_redlock_runs_a_short_trial_exclusive(cluster: Cluster) -> None:
     assert result.metrics.acquires == 8
     starts = [e for e in result.history if e["kind"] == "client"]
     assert len(starts) == 2 and all(e["library"] == "redlock" and e["version"] == "4.2.0" for e in starts)
+    # what its row records (issue 53): the packages as installed, and the runtime, from its hello
+    ioredis = json.loads((NODE_DIR / "node_modules" / "ioredis" / "package.json").read_text())["version"]
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    recorded = client_versions(libraries=(), external=True, history=result.history)
+    assert recorded == f"redlock 4.2.0; ioredis {ioredis}; node {node}"
     grants = [e for e in result.history if e["kind"] == "acquire" and e["ok"]]
     assert all(len(e["granted_by"]) >= 3 for e in grants)
 

@@ -11,6 +11,7 @@ installed; without them the real-server tests skip with one line.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,6 +89,12 @@ def test_a_baseline_trial_is_exclusive(etcd_cluster: Cluster) -> None:
     assert result.metrics.acquires == 6
     starts = [e for e in result.history if e["kind"] == "client"]
     assert len(starts) == 2 and all(e["version"].startswith("3.4") and e["runtime"].startswith("go") for e in starts)
+    # build.sh stamps the etcd client's version (Debian's package version where it came from there)
+    stamped = subprocess.run(
+        ["dpkg-query", "-W", "-f=${Version}", "golang-etcd-server-dev"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    assert all(e["versions"] == {"go.etcd.io/etcd/clientv3": e["version"]} for e in starts)
+    assert not stamped or all(e["version"] == stamped for e in starts)
 
 
 @needs_go

@@ -148,6 +148,8 @@ def test_the_handshake_is_on_clock_monotonic_and_names_curator(zk_cluster: Clust
         assert sent <= reply["monotonic_ns"] <= received  # System.nanoTime() is CLOCK_MONOTONIC
         assert reply["library"] == "curator-recipes InterProcessMutex"
         assert reply["version"].startswith("5.4.0 (zookeeper 3.8") and reply["runtime"].startswith("java ")
+        # what each row records (issue 53): read from the jars, not typed
+        assert reply["versions"]["curator-recipes"] == "5.4.0" and reply["versions"]["zookeeper"].startswith("3.8")
         assert _exchange(process, {"id": 3, "op": "frobnicate"})["ok"] is False
         assert _exchange(process, {"id": 4, "op": "close"}) == {"id": 4, "ok": True}
         assert process.wait(timeout=10) == 0

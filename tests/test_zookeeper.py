@@ -35,7 +35,7 @@ except BackendNotViableError as exc:
 
 from lockcompare.backends import BackendConfig, Lease, Refusal
 from lockcompare.backends.zk_lock import ZkFencedLock, ZkLock, ZkLockChecked
-from lockcompare.errors import InvalidValueError
+from lockcompare.errors import InvalidValueError, ReleaseFailed
 from lockcompare.faults.zookeeper import zookeeper_servers_for
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.zookeeper_server import (
@@ -132,6 +132,23 @@ def test_ensemble_is_handed_out_leader_first_and_survives_a_leader_crash(key: st
         for server in servers:
             server.cleanup()
     assert not [s.pid for s in servers if s.pid is not None]
+
+
+def test_an_unlock_that_gets_no_answer_says_so_rather_than_not_held(key: str) -> None:
+    """Issue 48.4: zk-lock's release while its only server is down cannot tell whether it deleted
+    its znode: ReleaseFailed (recorded as a failed unlock), never False ("this lease did not hold it")."""
+    [server] = start_servers(count=1)
+    try:
+        lock = ZkLock(config=BackendConfig(node_urls=(server.url,), request_timeout_s=0.5))
+        try:
+            lease = granted(lock.acquire(key=key, ttl_ms=4000))
+            server.crash()
+            with pytest.raises(ReleaseFailed):
+                lock.release(lease)
+        finally:
+            lock.close()
+    finally:
+        server.cleanup()
 
 
 def test_ctrl_c_stops_the_server_and_removes_its_directory() -> None:

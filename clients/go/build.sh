@@ -18,6 +18,13 @@ mkdir -p "$here/build"
 # A private build cache beside the binary: HOME may not be writable, and nothing lands outside the tree.
 export GOPATH="$gocode" GO111MODULE=off GOCACHE="$here/build/.gocache" GOPROXY=off CGO_ENABLED=0
 cd "$here"
-go build -o build/etcd-lock-client.tmp main.go
+# The etcd client's version, stamped into the binary (its hello says it; every row records it): the
+# Debian package's version when it is installed that way, else what the sources' version.go says.
+etcd_version="$(dpkg-query -W -f='${Version}' golang-etcd-server-dev 2>/dev/null || true)"
+if [ -z "$etcd_version" ]; then
+  etcd_version="$(sed -n 's/^[[:space:]]*Version[[:space:]]*=[[:space:]]*"\([^"]*\)".*/\1/p' \
+    "$gocode/src/go.etcd.io/etcd/version/version.go" | head -n 1)"
+fi
+go build -ldflags "-X main.etcdVersion=${etcd_version}" -o build/etcd-lock-client.tmp main.go
 mv build/etcd-lock-client.tmp build/etcd-lock-client
 echo "built $here/build/etcd-lock-client"

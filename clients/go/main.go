@@ -42,6 +42,18 @@ import (
 
 const protocolVersion = 1
 
+// etcdVersion is the etcd client's version, stamped by build.sh (-ldflags -X main.etcdVersion=...):
+// Debian's package version of the sources it was built from (3.4.23-4: the upstream release and the
+// distribution's patches), else the sources' own version.go. Unstamped: version.Version.
+var etcdVersion = ""
+
+func clientVersion() string {
+	if etcdVersion != "" {
+		return etcdVersion
+	}
+	return version.Version
+}
+
 func monotonicNs() int64 {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
@@ -185,7 +197,8 @@ func (c *client) hello(req request) reply {
 		"ok":           true,
 		"protocol":     protocolVersion,
 		"library":      "go.etcd.io/etcd/clientv3/concurrency.Mutex",
-		"version":      version.Version,
+		"version":      clientVersion(),
+		"versions":     map[string]string{"go.etcd.io/etcd/clientv3": clientVersion()}, // what each row records
 		"runtime":      runtime.Version(),
 		"monotonic_ns": monotonicNs(),
 	}

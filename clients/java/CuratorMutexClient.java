@@ -282,16 +282,25 @@ public final class CuratorMutexClient {
         }
         reply.put("protocol", PROTOCOL);
         reply.put("library", "curator-recipes InterProcessMutex");
-        reply.put("version", mavenVersion("curator-recipes") + " (zookeeper " + org.apache.zookeeper.Version.getFullVersion().split("[- ]")[0] + ")");
+        String curator = mavenVersion("curator-recipes");
+        String zookeeper = org.apache.zookeeper.Version.getFullVersion().split("[- ]")[0];
+        reply.put("version", curator + " (zookeeper " + zookeeper + ")");
+        // What each row records (docs/clients.md): the recipe's jar and the ZooKeeper client under it.
+        Map<String, Object> versions = new LinkedHashMap<>();
+        versions.put("curator-recipes", curator);
+        versions.put("zookeeper", zookeeper);
+        reply.put("versions", versions);
         reply.put("runtime", "java " + System.getProperty("java.version"));
         reply.put("monotonic_ns", System.nanoTime());
     }
 
+    /** The jar's own version: its Maven pom.properties, else its manifest's Implementation-Version, else "unknown". */
     private static String mavenVersion(String artifact) {
         String resource = "/META-INF/maven/org.apache.curator/" + artifact + "/pom.properties";
         try (InputStream in = CuratorFramework.class.getResourceAsStream(resource)) {
             if (in == null) {
-                return "unknown";
+                String implementation = InterProcessMutex.class.getPackage().getImplementationVersion();
+                return implementation != null ? implementation : "unknown";
             }
             Properties props = new Properties();
             props.load(in);

@@ -45,6 +45,9 @@ function serve(adapter) {
         protocol: 1,
         library: adapter.library,
         version: adapter.version,
+        // What each row records (docs/clients.md): the lock's npm package and the Redis client under
+        // it, each from its installed package.json.
+        versions: { [adapter.library]: adapter.version, ioredis: require('ioredis/package.json').version },
         runtime: `node ${process.version}`,
         monotonic_ns: mono().toString(),
       };

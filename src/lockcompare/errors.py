@@ -15,6 +15,7 @@ non-zero exit code (never a traceback)::
     ├── ClusterError                 the redis-server nodes could not be provided
     │   ├── RedisServerNotFoundError no redis-server binary anywhere we look
     │   ├── ServerStartError         a spawned redis-server did not come up
+    │   ├── ClusterStartFailed       a trial's cluster failed to start every time the pool tried
     │   ├── NodeUnreachableError     a node or the resource does not answer PING
     │   ├── ReplicationError         a master/replica pair would not sync or fail over
     │   ├── EtcdUnavailable          no etcd member answered in time
@@ -30,6 +31,7 @@ non-zero exit code (never a traceback)::
     ├── FaultNotSupportedError       a fault needs a tool this machine lacks (says what to install)
     ├── ProxyError                   a link proxy did not start or answer its control pipe
     ├── TrialError                   a trial could not complete (a worker died, a timeout)
+    ├── ReleaseFailed                a backend's unlock request failed: released or not, it cannot tell
     ├── UnknownTrialsError           some trials were judged unknown (their problems printed first)
     ├── RenderError                  plots or a report could not be produced
     │   └── PlotDependencyError      matplotlib is not installed (says what to install)
@@ -96,6 +98,11 @@ class ServerStartError(ClusterError):
     """A redis-server process we spawned did not start."""
 
 
+class ClusterStartFailed(ClusterError):
+    """A cluster failed to start every time the pool tried (infra/pool.py START_ATTEMPTS): the
+    matrix skips its trial's cell with one line and goes on."""
+
+
 class NodeUnreachableError(ClusterError):
     """A Redis server does not answer."""
 
@@ -158,6 +165,14 @@ class ProxyError(LockcompareError):
 
 class TrialError(LockcompareError):
     """A trial could not run to the end."""
+
+
+class ReleaseFailed(LockcompareError):
+    """Raised by a backend's ``release`` whose request failed (no answer, a dropped connection):
+    it cannot tell whether the lock was released, which ``False`` ("this lease did not hold the
+    lock") would claim. The worker records the release as failed with this message (``error``);
+    the checker never takes such an unlock as evidence that the lock was elsewhere. Never reaches
+    the user: a plug-in raises it, the worker records it."""
 
 
 class UnknownTrialsError(LockcompareError):

@@ -26,7 +26,7 @@ without extra events is judged exactly as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 
 from lockcompare.analysis.counters import ResourceCounters
@@ -40,6 +40,7 @@ from lockcompare.analysis.evidence import (
     stale_writes,
     tokens_backwards,
 )
+from lockcompare.analysis.exercised import stopped_after_fault
 from lockcompare.analysis.history import Event
 from lockcompare.analysis.progress import (
     format_progress,
@@ -49,6 +50,7 @@ from lockcompare.analysis.progress import (
     worker_progress,
     writes_skipped,
 )
+from lockcompare.analysis.rules import implements
 from lockcompare.analysis.stats import percentile
 from lockcompare.analysis.strikes import FaultStrikes, fault_strikes
 from lockcompare.analysis.verdicts import MEANINGS
@@ -176,6 +178,7 @@ def midpoint(event: Event) -> float:
     return (int(event["t0"]) + int(event["t1"])) / 2
 
 
+@implements("history-usable")
 def sections(history: Sequence[Event]) -> list[tuple[Event, Event]]:
     """Each worker's critical sections as (``enter``, matching ``exit``) events, by start.
 
@@ -219,6 +222,7 @@ def overlap_conflicts(intervals: Sequence[Interval]) -> int:
     )
 
 
+@implements("conflicts", "planned-rounds")
 def entry_conflicts(history: Sequence[Event]) -> int:
     """Entries the resource saw with another worker inside (``inside`` > 1), when planned work is
     involved: a planned entry always counts; an extra entry only if another worker's planned
@@ -250,6 +254,7 @@ def concurrency_profile(intervals: Sequence[Interval]) -> tuple[int, float]:
     return peak, overlap_ns / 1e6
 
 
+@implements("lost-updates", "double-applied", "conflicts", "unavailable", "starved", "degraded")
 def verdict_for(
     *,
     conflicts: int,
@@ -313,15 +318,28 @@ def parse_refusals(text: str) -> dict[str, int]:
     return counts
 
 
-def check(history: Sequence[Event], counters: ResourceCounters, *, entries_planned: int) -> TrialMetrics:
-    """Compute every metric of a trial; any inconsistency makes the verdict ``unknown``."""
+def check(
+    history: Sequence[Event],
+    counters: ResourceCounters,
+    *,
+    entries_planned: int,
+    unavailable_under: Collection[str] = (),
+) -> TrialMetrics:
+    """Compute every metric of a trial; any inconsistency makes the verdict ``unknown``.
+
+    ``unavailable_under``: the fault kinds the backend declares leave it unavailable (its trait of
+    that name): a lock that stops being exercised after one of them keeps its verdict
+    (analysis/exercised.py)."""
     try:
-        return _check(history, counters, entries_planned=entries_planned)
+        return _check(history, counters, entries_planned=entries_planned, unavailable_under=unavailable_under)
     except (ValueError, KeyError, TypeError) as exc:
         return unknown(counters, problem=f"history unusable: {exc}", entries_planned=entries_planned)
 
 
-def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_planned: int) -> TrialMetrics:
+@implements("counts-agree", "no-verdict-without-fault", "planned-rounds")
+def _check(
+    history: Sequence[Event], counters: ResourceCounters, *, entries_planned: int, unavailable_under: Collection[str]
+) -> TrialMetrics:
     problems = []
     errors = [e for e in history if e["kind"] == "error"]
     if errors:
@@ -371,6 +389,17 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
             notes.append(f"{strikes.summary()}: the violation happened without the fault")
     elif strikes.struck < strikes.planned:
         notes.append(strikes.summary())
+    stop = stopped_after_fault(history)
+    if stop is not None:
+        # What ran after the fault was requests failing, not the lock: no verdict about the lock,
+        # unless the backend declares that unavailability its own (and the fault was not healed).
+        # A violation seen before it stands, and the row still says the lock stopped being exercised.
+        if stop.fault in unavailable_under and not stop.healed:
+            notes.append(stop.declared_note())
+        elif verdict in (*SAFE_VERDICTS, "unavailable"):
+            problems.append(stop.problem(origin_ns=min(int(e["t0"]) for e in history)))
+        else:
+            notes.append(stop.problem(origin_ns=min(int(e["t0"]) for e in history), violation=True))
     return TrialMetrics(
         entries=entries,
         entries_planned=entries_planned,
@@ -415,6 +444,7 @@ def _check(history: Sequence[Event], counters: ResourceCounters, *, entries_plan
     )
 
 
+@implements("trial-failed")
 def unknown(counters: ResourceCounters | None, *, problem: str, entries_planned: int) -> TrialMetrics:
     """Metrics for a trial whose history cannot be judged: counters kept, verdict ``unknown``."""
     c = counters or ResourceCounters(

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lockcompare.analysis.history import Event
+from lockcompare.analysis.rules import implements
 from lockcompare.analysis.sessions import first_releases, is_session_lease, lease_deadlines, releases_of_nothing
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
 LEASE_TOLERANCE_MS = 5.0
 
 
+@implements("stale-write-accepted")
 def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
     """(accepted, rejected) writes made after the writer's own lease had expired, by the deadline
     the writer last believed (its acquire's, a renewal's reported right before the write, or the
@@ -65,6 +67,7 @@ def stale_write_events(history: Sequence[Event]) -> list[tuple[Event, int]]:
     return found
 
 
+@implements("grant-over-valid-lease", "lease-tolerance")
 def grants_while_held(history: Sequence[Event]) -> int:
     """Leases granted while another worker held a lease still valid by its own deadline and not
     yet released: two valid leases at once, which no correct lease lock allows, whether or not
@@ -196,6 +199,7 @@ def tokens_backwards(granted: Sequence[Event]) -> int:
     return backwards
 
 
+@implements("backwards-token-write")
 def backwards_writes_accepted(history: Sequence[Event]) -> int:
     """Writes the resource accepted from a holder whose fencing token was not above one granted
     before it (see :func:`tokens_backwards`): two holders the resource could not tell apart, and it

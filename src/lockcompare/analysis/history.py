@@ -12,11 +12,14 @@ Kinds (the extra fields each carries):
 
 - ``acquire``: ``ok``, ``attempts``, ``refusals`` ({reason: count}), ``t_attempt`` (start of the
   successful attempt), ``owner``, ``fence`` (fencing token or null), ``valid_until`` (ns or null),
-  ``granted_by`` (the lock nodes that granted it, when a multi-node backend says so)
+  ``granted_by`` (the lock nodes that granted it, when a multi-node backend says so), ``errors``
+  (``reason: detail`` of the refusals met here that this worker had not recorded before: the
+  first of each distinct one, e.g. ``error: ConnectionError: Error 111 connecting to ...``)
 - ``pause``: ``how`` (``sleep``)
 - ``enter``: ``inside`` (workers inside, counted by the resource, including this one)
 - ``read``: ``balance``;  ``write``: ``value``, ``accepted``, ``fence``
-- ``exit``;  ``release``: ``released``;  ``error``: ``message``
+- ``exit``;  ``release``: ``released`` (and ``error`` when its request failed: released or not,
+  unknown);  ``error``: ``message``
 """
 
 from __future__ import annotations

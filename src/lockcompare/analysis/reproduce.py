@@ -68,7 +68,8 @@ def matrix_command(rows: Sequence[dict[str, Any]]) -> str:
     row = rows[0]
     directory = plugin_dir(str(row["backend"]))
     head = ["lockcompare", *(["--plugin-path", directory] if directory else []), "matrix"]
-    head += ["--backends", row["backend"], "--experiments", row["experiment"]]
+    # A backend known by its manifest's name loads from its manifest (backend_source); others by their name.
+    head += ["--backends", str(row.get("backend_source") or row["backend"]), "--experiments", row["experiment"]]
     command = " ".join(shlex.quote(a) for a in [*head, "--trials", str(trials), *_arguments(row)])
     notes = []
     if not _seed_is(row, base=1):
@@ -178,7 +179,8 @@ def spec_from_row(row: dict[str, Any]) -> TrialSpec:
         empty_is_none = name == "faults" and not row.get(name)  # "" is no schedule, not a missing cell
         values[name] = "" if empty_is_none else _setting(name, row.get(name), hints[name])
     get_experiment(str(row["experiment"]))  # a row of an experiment this version lacks is refused
-    spec = TrialSpec(**values)
+    # Not identity, but what loads a backend known by its manifest's name (backends/external/named.py).
+    spec = TrialSpec(**values, backend_source=str(row.get("backend_source") or ""))
     if spec.trial_id != row.get("trial_id"):
         raise InvalidValueError(
             f"cannot rebuild trial {row.get('trial_id')} exactly (rebuilt {spec.trial_id}): it was written by "

@@ -59,8 +59,10 @@ log = logging.getLogger("lockcompare")
 #: setting (redis, valkey) and ``server_version`` (was ``redis_version``: it held "postgresql 18.6"
 #: for a PostgreSQL resource, and "7.2.4" for Valkey); 9: ``isolation``, what held each client
 #: (cgroup-v1, cgroup-v2 or process-group: infra/cgroup.py; empty in older rows, which had process
-#: groups or less). The settings' legacy values come from scenario/settings.py.
-SCHEMA_VERSION = 9
+#: groups or less); 10: ``python_version`` and ``client_versions``, the versions of Python and of the
+#: lock's libraries and clients the trial ran (backends/versions.py; empty in older rows: unknown).
+#: The settings' legacy values come from scenario/settings.py.
+SCHEMA_VERSION = 10
 
 #: What a row of an older schema meant for the columns it lacks: each setting's legacy value
 #: (scenario/settings.py: until schema 3 the pause was an in-process sleep; schema 1: it landed right
@@ -73,6 +75,7 @@ _LEGACY = {name: value for name, (_, value) in LEGACY_VALUES.items()} | _LEGACY_
 PROVENANCE_COLUMNS = (
     "lockcompare_version", "source_revision", "host", "cpu_count", "load_avg_1m", "concurrent_runs",
     "jobs_concurrent", "cluster", "server_version", "lock_nodes_reachable", "isolation", "note",
+    "python_version", "client_versions",
 )  # fmt: skip
 METRIC_COLUMNS = tuple(f.name for f in fields(TrialMetrics))
 #: How late the machine ran the trial against its experiment's margin (analysis/sentinel.py); empty
@@ -105,7 +108,11 @@ def make_row(
     history_path: str,
     jobs_concurrent: int = 1,
     note: str = "",
+    python_version: str = "",
+    client_versions: str = "",
 ) -> dict[str, Any]:
+    """One trial's row. ``python_version`` and ``client_versions`` are what the trial ran
+    (backends/versions.py); "" records them as unknown."""
     spec = result.spec
     row: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
@@ -122,6 +129,8 @@ def make_row(
         "lock_nodes_reachable": result.lock_nodes_reachable,
         "isolation": result.isolation,
         "note": note,
+        "python_version": python_version,
+        "client_versions": client_versions,
         **result.metrics.as_row(),
         **(result.timing.as_row() if result.timing is not None else {}),
         "wall_s": round(result.wall_s, 3),

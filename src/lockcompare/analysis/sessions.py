@@ -33,6 +33,10 @@ an outage longer than the session timeout ends the session at the outage's start
 (the last contact was no later than the inject), and an unlock the holder sent during the outage
 is not a violation — the server was not there to take it (issue 42: three ``zk-fenced ×
 node-restart`` trials were ``lease-violated`` for an unlock sent while their server restarted).
+That unlock rule asks only the runner's own events (issue 48.4): an unlock that failed while any
+lock server was kept away — every fault kind that ``excuses_calls``: crash, restart, failover,
+node-freeze, isolate, split — is not counted, whether or not the client reported its connection
+dropping; nor is one whose request failed (``ReleaseFailed``).
 
 What is not seen here cannot end a lease: a session that timed out on the client's side, or that
 ``idle_session_timeout`` ended, leaves no event, so a grant after it is a grant over a valid lease —
@@ -55,6 +59,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from lockcompare.analysis.history import Event
+from lockcompare.analysis.rules import implements
 from lockcompare.scenario import faultkinds
 
 #: The runner's fault injections that end lock sessions on the server (by the kinds' one names, and
@@ -69,7 +74,7 @@ WORKER_FAULTS = faultkinds.with_former_names(("slow", "cut", "starve", "pause"))
 #: still runs part of each period; a slowed link still carries its pings).
 SILENCING_FAULTS = faultkinds.with_former_names(("cut", "pause"))
 #: The runner's faults that keep a lock server away from every client on it (scenario/faultkinds:
-#: ``excuses_calls``): crash, restart, failover.
+#: ``excuses_calls``): crash, restart, failover, node-freeze, isolate, split.
 SERVER_OUTAGE_FAULTS = faultkinds.with_former_names(faultkinds.names_where("excuses_calls"))
 
 LeaseKey = tuple[int, int]
@@ -116,6 +121,7 @@ def silence_ends(acquire: Event, silenced: Sequence[tuple[int, float]]) -> int |
     return None
 
 
+@implements("session-lease-end")
 def lease_deadlines(history: Sequence[Event]) -> dict[LeaseKey, int | None]:
     """Per granted lease (worker, round): when it stops being valid, its release aside — its own
     deadline, or for a session lease the first session end seen after its grant (None: none seen,
@@ -190,17 +196,15 @@ def first_releases(history: Sequence[Event]) -> dict[LeaseKey, int]:
     return released_at
 
 
-def outages_cutting_off(history: Sequence[Event]) -> dict[int, list[tuple[int, float]]]:
-    """Per worker, the server outages (:data:`SERVER_OUTAGE_FAULTS`, inject ``t0`` to heal ``t1``;
-    no heal: to the end) during which its client saw its connection drop (a ``renew`` event with
-    ``ok`` false): the stretches in which that worker could not reach its lock server.
+def server_outages(history: Sequence[Event]) -> list[tuple[int, float]]:
+    """The stretches in which the runner kept a lock server away (:data:`SERVER_OUTAGE_FAULTS`):
+    each injection's ``t0`` to its heal's ``t1`` (no heal: to the end).
 
-    >>> fault = {"worker": -1, "kind": "fault", "fault": "restart", "step": 0}
-    >>> outage = [{**fault, "action": "inject", "t0": 100, "t1": 110},
-    ...           {**fault, "action": "heal", "t0": 110, "t1": 900}]
-    >>> dropped = [{"worker": 0, "kind": "renew", "ok": False, "t0": 120, "t1": 120}]
-    >>> outages_cutting_off(outage + dropped)
-    {0: [(100, 900.0)]}
+    >>> fault = {"worker": -1, "kind": "fault", "fault": "node-freeze", "step": 0}
+    >>> inject, heal = {"action": "inject", "t0": 100, "t1": 110}, {"action": "heal", "t0": 700, "t1": 710}
+    >>> events = [{**fault, **inject}, {**fault, **heal}]
+    >>> server_outages(events)
+    [(100, 710.0)]
     """
     windows: list[tuple[int, float]] = []
     opened: dict[tuple[object, object], int] = {}
@@ -214,7 +218,22 @@ def outages_cutting_off(history: Sequence[Event]) -> dict[int, list[tuple[int, f
             opened[key] = int(event["t0"])
         elif event.get("action") == "heal" and key in opened:
             windows.append((opened.pop(key), float(event["t1"])))
-    windows += [(start, float("inf")) for start in opened.values()]
+    return windows + [(start, float("inf")) for start in opened.values()]
+
+
+def outages_cutting_off(history: Sequence[Event]) -> dict[int, list[tuple[int, float]]]:
+    """Per worker, the server outages (:data:`SERVER_OUTAGE_FAULTS`, inject ``t0`` to heal ``t1``;
+    no heal: to the end) during which its client saw its connection drop (a ``renew`` event with
+    ``ok`` false): the stretches in which that worker could not reach its lock server.
+
+    >>> fault = {"worker": -1, "kind": "fault", "fault": "restart", "step": 0}
+    >>> outage = [{**fault, "action": "inject", "t0": 100, "t1": 110},
+    ...           {**fault, "action": "heal", "t0": 110, "t1": 900}]
+    >>> dropped = [{"worker": 0, "kind": "renew", "ok": False, "t0": 120, "t1": 120}]
+    >>> outages_cutting_off(outage + dropped)
+    {0: [(100, 900.0)]}
+    """
+    windows = server_outages(history)
     cut_off: dict[int, list[tuple[int, float]]] = {}
     for event in history:
         if event.get("kind") != "renew" or event.get("ok") is not False or event.get("worker", -1) < 0:
@@ -253,6 +272,7 @@ def faults_on_workers(
     return spans
 
 
+@implements("released-nothing", "unlock-failed", "unlock-during-worker-fault", "unlock-during-server-outage")
 def releases_of_nothing(history: Sequence[Event]) -> int:
     """Releases that released nothing (``released`` false) while the holder's session lease was
     still valid: the holder believed it held the lock, the server says its session did not. Nothing
@@ -260,24 +280,31 @@ def releases_of_nothing(history: Sequence[Event]) -> int:
     (PgBouncer ``pool_mode = transaction``) runs the unlock on another server session than the lock —
     or the lock let go of it by itself (a key that expired under a lock that claims no TTL).
 
-    A release that failed while a fault acted on its worker proves nothing of the kind (the unlock
-    may never have reached the server through a cut link; a starved client's call times out), nor
-    one sent while the worker's lock server was away (:func:`outages_cutting_off`): not counted."""
+    Not counted, because they prove nothing of the kind:
+
+    - a release whose request failed (its event carries ``error``: the backend raised
+      :class:`~lockcompare.errors.ReleaseFailed`): released or not, it could not tell;
+    - one that failed while a fault acted on its worker (the unlock may never have reached the
+      server through a cut link; a starved client's call times out);
+    - one that failed while the runner kept a lock server away (:func:`server_outages`: a crash,
+      restart, failover, node freeze, isolation or split, from its injection to its heal), whatever
+      the client reported of its session: a plug-in that reports no session events is judged as
+      one that does (issue 48.4)."""
     leases = {(e["worker"], e["round"]) for e in history if e.get("kind") == "acquire" and is_session_lease(e)}
     if not leases:
         return 0
     deadlines = lease_deadlines(history)
     faulted = faults_on_workers(history)
-    for worker, spans in outages_cutting_off(history).items():  # the server was not there to take it
-        faulted.setdefault(worker, []).extend(spans)
+    outages = server_outages(history)  # the server was not there to take it (or not for sure)
     count = 0
     for event in history:
-        if event["kind"] != "release" or event.get("released"):
+        if event["kind"] != "release" or event.get("released") or event.get("error"):
             continue
         key = (event["worker"], event["round"])
         if key not in leases:
             continue
-        if any(start <= event["t1"] and event["t0"] <= end for start, end in faulted.get(event["worker"], ())):
+        spans = [*faulted.get(event["worker"], ()), *outages]
+        if any(start <= event["t1"] and event["t0"] <= end for start, end in spans):
             continue
         end = deadlines.get(key)
         count += end is None or event["t0"] < end

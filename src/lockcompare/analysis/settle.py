@@ -2,9 +2,13 @@
 
 A cell is *settled* when either
 
-- *unsafe here*: one of its observed trials has a safety violation (analysis/rates.py). One is
-  enough: the lock broke under these settings, which no number of clean trials after it undoes; how
-  often is what its interval says, and more trials would narrow it, not change the answer;
+- *unsafe here*: one of its observed trials that the timing sentinel did not mark has a safety
+  violation (analysis/rates.py). One is enough: the lock broke under these settings, which no
+  number of clean trials after it undoes; how often is what its interval says, and more trials would
+  narrow it, not change the answer. A violation seen only in timing-marked trials settles nothing
+  (a finding that rests on a marked trial is not a finding yet: the machine, not only the lock, may
+  have made it); the cell stays open until a trial the machine did not disturb shows one, or its
+  marked trials are run again (``--rerun-marked``);
 - *clean*: none of its observed trials has one, and the exact 95% upper bound of its violation rate
   is at or below the target (``--settle-below``, default :data:`DEFAULT_TARGET`).
 
@@ -18,6 +22,9 @@ toward its answer. Pure: rows in, a state out.
 >>> state = cell_state("single × baseline", rows, target=0.2)
 >>> (state.status, state.needed)
 ('open', 12)
+>>> marked = cell_state("single × pause", [{"verdict": "lost-updates", "timing_marked": True}] * 3, target=0.2)
+>>> (marked.status, marked.text())
+('open', 'single × pause: 3/3 100% [29.2–100%], every violation in a timing-marked trial')
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockcompare.analysis.intervals import clopper_pearson
-from lockcompare.analysis.rates import ViolationRate, percent, violation_rate
+from lockcompare.analysis.rates import ViolationRate, observed, percent, violated, violation_rate
+from lockcompare.analysis.sentinel import is_marked
 
 DEFAULT_TARGET = 0.2
 UNSAFE, CLEAN, OPEN = "unsafe here", "clean", "open"
@@ -61,6 +69,8 @@ class CellState:
     status: str  # UNSAFE, CLEAN or OPEN
     #: More observed trials this cell needs, all clean, to settle clean (0 unless open).
     needed: int
+    #: Violations seen, every one of them in a timing-marked trial: not yet a finding.
+    marked_only: bool = False
 
     @property
     def settled(self) -> bool:
@@ -68,7 +78,10 @@ class CellState:
 
     def text(self) -> str:
         """``fenced × client-pause: 0/5 0% [0–52.2%]`` and, for an open cell, how many more it needs."""
-        more = f", {self.needed} more clean to settle" if self.status == OPEN else ""
+        if self.marked_only:
+            more = ", every violation in a timing-marked trial"
+        else:
+            more = f", {self.needed} more clean to settle" if self.status == OPEN else ""
         unobserved = f" (+{self.rate.unobserved} not observed)" if self.rate.unobserved else ""
         return f"{self.name}: {self.rate.text()}{unobserved}{more}"
 
@@ -76,8 +89,11 @@ class CellState:
 def cell_state(name: str, rows: Sequence[Mapping[str, Any]], *, target: float) -> CellState:
     """Where one cell's answer stands (module docstring)."""
     rate = violation_rate(rows)
-    if rate.violations:
+    unmarked_violations = sum(1 for r in rows if observed(r) and violated(r) and not is_marked(r))
+    if unmarked_violations:
         status, needed = UNSAFE, 0
+    elif rate.violations:  # only in marked trials: open until an undisturbed trial shows one
+        return CellState(name=name, rate=rate, trials=len(rows), status=OPEN, needed=1, marked_only=True)
     elif rate.observed and rate.high <= target:
         status, needed = CLEAN, 0
     else:

@@ -156,11 +156,18 @@ def load_backend(spec: str, *, check_viable: bool = True) -> type[LockBackend]:
     elif ":" in spec:
         cls = _import_target(spec)
     else:
+        from lockcompare.backends.external import manifest_backend
+        from lockcompare.backends.external.named import manifest_path
+
         matches = [ep for ep in _registered() if ep.name == spec]
-        if not matches:
+        path = None if matches else manifest_path(spec)  # a manifest this run knows by its name
+        if matches:
+            cls = _import_target(matches[0].value, name=spec)
+        elif path is not None:
+            cls = manifest_backend(path)
+        else:
             known = ", ".join(registered_names()) or "none registered"
             raise UnknownNameError(f"unknown backend {spec!r} (known: {known}; or give package.module:Class)")
-        cls = _import_target(matches[0].value, name=spec)
     missing = [attr for attr in _REQUIRED if not callable(getattr(cls, attr, None))]
     if missing:
         raise BackendLoadError(f"{spec}: {cls!r} is not a lock backend (missing {', '.join(missing)})")
@@ -170,6 +177,34 @@ def load_backend(spec: str, *, check_viable: bool = True) -> type[LockBackend]:
     if check_viable:
         _check_servers(cls)
     return cls
+
+
+def backend_name(spec: str) -> tuple[str, str]:
+    """The name a backend is shown and identified by (rows, tables, trial ids, history files), and
+    where it loads from when the name alone does not say ("" when it does).
+
+    A manifest given by its path is its manifest's ``name`` (backends/external/named.py), remembered
+    for this run; a registered name or a ``module:Class`` is itself. A manifest whose name is not a
+    plain name (letters, digits, ``.-_``) keeps its path, as does every backend before schema 10.
+    """
+    spec = spec.strip()
+    if not spec.endswith(".toml"):
+        return spec, ""
+    from lockcompare.backends.external import manifest_backend
+    from lockcompare.backends.external.named import plain_name, remember
+
+    manifest = manifest_backend(spec).manifest
+    if not plain_name(manifest.name):
+        return spec, ""
+    if manifest.name in registered_names():
+        shipped = getattr(load_backend(manifest.name, check_viable=False), "manifest", None)
+        if shipped is not None and shipped.path == manifest.path:
+            return manifest.name, ""  # the shipped client's own manifest: the registered backend itself
+        raise BackendLoadError(
+            f"client manifest {manifest.path} is named {manifest.name!r}, a registered backend's name: rows could "
+            "not tell them apart; give it a name of its own"
+        )
+    return remember(spec)
 
 
 def _check_servers(cls: type[LockBackend]) -> None:
@@ -331,6 +366,7 @@ __all__ = [
     "Refusal",
     "Traits",
     "add_plugin_paths",
+    "backend_name",
     "declaration_problems",
     "describe_backends",
     "load_backend",

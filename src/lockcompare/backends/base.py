@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from lockcompare.errors import BackendLoadError
@@ -117,9 +117,25 @@ class Refusal:
     lock reached too few nodes), ``validity`` (the quorum answered, but too late for the lease to
     be worth anything), ``error`` (a node failed to answer), ``not-replicated`` (fewer replicas
     than ``BackendConfig.wait_replicas`` acknowledged the lock key in time).
+
+    ``detail``: what failed, in one line (an ``error`` refusal's exception, as
+    :meth:`failed` writes it). The worker records the first of each distinct detail in the history
+    (the acquire event's ``errors``), so a reader can tell a harness fault from the lock's
+    behaviour; a refusal without one is counted all the same.
+
+    >>> Refusal.failed(ConnectionError("Error 111 connecting to 127.0.0.1:6379"))
+    Refusal(reason='error', detail='ConnectionError: Error 111 connecting to 127.0.0.1:6379')
     """
 
     reason: str = "held"
+    #: Commentary, not identity: ``Refusal("error", "…") == Refusal("error")`` (plug-ins' tests compare reasons).
+    detail: str = field(default="", compare=False)
+
+    @classmethod
+    def failed(cls, exc: BaseException, *, reason: str = "error") -> Refusal:
+        """An ``error`` refusal that says which exception ended the attempt."""
+        text = str(exc).strip().splitlines()
+        return cls(reason, f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__)
 
     def __bool__(self) -> Literal[False]:  # so `if not result:` narrows Lease | Refusal for type checkers
         return False
@@ -154,7 +170,10 @@ class LockBackend(Protocol):
         ...
 
     def release(self, lease: Lease) -> bool:
-        """Release if still the owner; True if this call released it."""
+        """Release if still the owner; True if this call released it, False if the lock was not
+        held by this lease. A release whose request failed, so that it cannot tell either, may
+        raise :class:`~lockcompare.errors.ReleaseFailed` instead of returning False: the history
+        then says the unlock failed, which is no evidence of where the lock was (docs/verdicts.md)."""
         ...
 
     def close(self) -> None: ...
@@ -214,10 +233,19 @@ class Traits:
     external: bool = False
     #: A lock-free design's workload skew: the share (0..1) of updates that fall on another worker's key.
     skew: float = 0.0
+    #: The fault kinds (their one names, e.g. ``("crash",)``) that leave this design without a server
+    #: by its nature: a single-node lock whose only node crashed, a PostgreSQL primary with no
+    #: failover. A trial in which it stops granting after one of them, refused with errors only, keeps
+    #: its verdict; without the declaration it is ``unknown`` (analysis/exercised.py, docs/verdicts.md).
+    unavailable_under: tuple[str, ...] = ()
     #: Run by ``matrix`` when no ``--backends`` is given. False for a design with a comparison of its
     #: own (the lock-free alternatives' table) or whose every trial builds a topology of its own (a
     #: Sentinel set): the README's main command stays the lesson's comparison, within a minute.
     in_default_matrix: bool = True
+    #: The Python distributions the lock runs (importlib.metadata names: ``("pottery", "redis")``), whose
+    #: versions every row records (``client_versions``, backends/versions.py); an external client
+    #: reports its own in ``hello`` instead.
+    libraries: tuple[str, ...] = ()
 
 
 def _is_bool(value: object) -> bool:
@@ -250,6 +278,14 @@ TRAIT_KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "key_type": ("a str", _is_str),
     "lease_znodes": ("a str, a callable or None", lambda v: v is None or isinstance(v, str) or callable(v)),
     "check_ttl": ("a classmethod or None", lambda v: v is None or callable(v)),
+    "unavailable_under": (
+        "a tuple of fault kind names",
+        lambda v: isinstance(v, tuple) and all(isinstance(k, str) for k in v),
+    ),
+    "libraries": (
+        "a tuple of distribution names (str)",
+        lambda v: isinstance(v, tuple) and all(isinstance(name, str) and name.strip() for name in v),
+    ),
     "skew": ("a number in 0..1", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1),
 } | {f.name: ("a bool", _is_bool) for f in fields(Traits) if f.type == "bool"}
 

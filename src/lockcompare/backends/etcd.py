@@ -105,10 +105,10 @@ class EtcdLock:
                 "compare": [{"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
                 "success": [{"request_put": {"key": b64(key), "value": b64(owner), "lease": lease_id}}],
             })  # fmt: skip
-        except (EtcdUnavailable, EtcdRequestError):
+        except (EtcdUnavailable, EtcdRequestError) as exc:
             if lease_id is not None:
                 self._revoke(lease_id)  # whatever the txn did, the lease (and a key on it) goes
-            return Refusal("error")
+            return Refusal.failed(exc)
         if not txn.get("succeeded"):
             self._revoke(lease_id)
             return Refusal("held")

@@ -61,11 +61,11 @@ class FencedLock(SingleNodeLock):
         try:
             keys, args = [key, fence_counter_key(key)], [owner, str(ttl_ms), str(FENCE_COUNTER_TTL_S)]
             token = self._direct.script(self._acquire, keys, args)  # see SingleNodeLock.__init__
-        except redis.RedisError:
+        except redis.RedisError as exc:
             # The script may have run before the error (e.g. a reply that timed out): delete
             # what this owner may hold, so the key does not sit there for a whole TTL.
             self.release(Lease(key=key, owner=owner))
-            return Refusal("error")
+            return Refusal.failed(exc)
         if token is None:
             return Refusal("held")
         lease = Lease(key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000, fencing_token=int(token))

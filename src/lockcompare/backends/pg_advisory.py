@@ -44,6 +44,9 @@ class PgAdvisoryLock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
+    unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
+    libraries: ClassVar[tuple[str, ...]] = ("psycopg",)  # recorded with their versions in every row
     #: No lease deadline: held while the session lives (checked by the battery; the TTL properties
     #: are then NOT CLAIMED).
     has_ttl: ClassVar[bool] = False
@@ -65,8 +68,8 @@ class PgAdvisoryLock:
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
         try:
             got = self._session.value("select pg_try_advisory_lock($1::bigint)", [advisory_key(key)])
-        except (SessionLost, QueryFailed):
-            return Refusal("error")  # the next attempt opens a new session
+        except (SessionLost, QueryFailed) as exc:
+            return Refusal.failed(exc)  # the next attempt opens a new session
         if got != "t":
             return Refusal("held")
         pid = self._session.backend_pid

@@ -73,6 +73,9 @@ class PgLeaseLock:
     summary: ClassVar[str] = "PostgreSQL lease row (insert on conflict where expired), token from a sequence"
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = True
+    #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
+    unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
+    libraries: ClassVar[tuple[str, ...]] = ("psycopg",)  # recorded with their versions in every row
     servers: ClassVar[str] = "postgres"
     resource_kind: ClassVar[str] = "postgres"
     supports_wait_replicas: ClassVar[bool] = True  # as synchronous_commit=remote_apply
@@ -112,9 +115,9 @@ class PgLeaseLock:
         except QueryFailed as exc:
             if exc.sqlstate == _UNDEFINED_TABLE:
                 self._schema_ready = False  # made again on the next attempt
-            return Refusal("error")
-        except SessionLost:
-            return Refusal("error")
+            return Refusal.failed(exc)
+        except SessionLost as exc:
+            return Refusal.failed(exc)
         if token is None:
             return Refusal("held")
         return Lease(key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000, fencing_token=int(token))

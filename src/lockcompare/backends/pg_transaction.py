@@ -20,6 +20,7 @@ class PgTransactionSection(NoLock):
         False  # the lock-free alternatives have their own comparison (docs/lock-free.md)
     )
     resource_kind: ClassVar[str] = "postgres"
+    libraries: ClassVar[tuple[str, ...]] = ("psycopg",)  # recorded with their versions in every row
 
     @classmethod
     def check_viable(cls) -> None:

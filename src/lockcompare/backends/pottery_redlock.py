@@ -67,6 +67,7 @@ class PotteryRedlock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    libraries: ClassVar[tuple[str, ...]] = ("pottery", "redis")  # recorded with their versions in every row
     #: A majority quorum: keeps granting (and stays exclusive) with a minority of its nodes down.
     survives_minority_loss: ClassVar[bool] = True
 
@@ -102,8 +103,8 @@ class PotteryRedlock:
         started_ns = time.monotonic_ns()
         try:
             granted = redlock.acquire(blocking=False, raise_on_redis_errors=True)
-        except (QuorumIsImpossible, redis.RedisError):
-            return Refusal("error")
+        except (QuorumIsImpossible, redis.RedisError) as exc:
+            return Refusal.failed(exc)
         if not granted:
             elapsed_ns = time.monotonic_ns() - started_ns
             return Refusal("validity" if elapsed_ns >= ttl_ms * 1_000_000 - drift_ns else "held")

@@ -94,16 +94,15 @@ def _handshake_free_connection(client: redis.Redis) -> AbstractConnection:
 
 
 def pack(command: Sequence[object]) -> bytes:
-    """``command`` as one RESP request (what redis-py's ``pack_command`` sends, for str, bytes and int).
+    """``command`` as one RESP request: the bytes redis-py's ``pack_command`` and the workers' direct
+    path (backends/redis_direct.py) send for str, bytes and int, packed by hiredis in C (a Python
+    loop over the arguments was a tenth of the fan-out's own cost).
 
     >>> pack(("SET", "k", "v", "PX", 10))
     b'*5\\r\\n$3\\r\\nSET\\r\\n$1\\r\\nk\\r\\n$1\\r\\nv\\r\\n$2\\r\\nPX\\r\\n$2\\r\\n10\\r\\n'
     """
-    parts = [b"*%d\r\n" % len(command)]
-    for arg in command:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
+    # hiredis's stub types the argument as a 1-tuple; it takes any tuple of str, bytes and numbers.
+    return hiredis.pack_command(tuple(command))  # type: ignore[arg-type]
 
 
 class Node:
@@ -242,7 +241,8 @@ class Node:
             return NO_REPLY
 
     def _read_raw(self, sock: socket.socket, *, deadline_ns: int) -> object:
-        reply = self._reader.gets()
+        reader = self._reader
+        reply = reader.gets()
         while reply is False:  # hiredis: no whole reply buffered yet
             try:
                 data = sock.recv(65536)
@@ -259,9 +259,9 @@ class Node:
             if not data:  # closed, broken, or no reply in time
                 self.discard()  # a late reply must never be read as the answer to the next command
                 return NO_REPLY
-            self._reader.feed(data)
+            reader.feed(data)
             try:
-                reply = self._reader.gets()
+                reply = reader.gets()
             except hiredis.ProtocolError:  # not RESP: nothing after it can be trusted either
                 self.discard()
                 return NO_REPLY
@@ -281,23 +281,44 @@ def fan_out(nodes: Sequence[Node], command: Sequence[object], *, timeout_s: floa
     ``timeout_s`` counted from when its request was written.
     """
     packed = pack(command)  # the same bytes for every node: pack once
+    size = len(packed)
+    clock = time.monotonic_ns
     timeout_ns = int(timeout_s * 1e9)
     deadlines: list[int | None] = [None] * len(nodes)  # None: the request was not sent
     connecting: dict[socket.socket, int] = {}
     for index, node in enumerate(nodes):
+        raw = node._sock
+        if raw is not None:
+            # The hot path, inline (Node.send's raw branch): one send on a connected raw socket.
+            # Five nodes, two fan-outs per acquire + release: each layer of calls here is paid 10x.
+            try:
+                sent = raw.send(packed)
+            except OSError:  # broken, or (never seen: a request is ~100 bytes) a full send buffer
+                sent = -1
+            if sent == size:
+                deadlines[index] = clock() + timeout_ns
+            else:
+                node.discard()  # a partial request would put the connection out of step
+            continue
         if not node.connected:
             sock = node.begin_connect(timeout_s=timeout_s)
             if sock is not None:
                 connecting[sock] = index
                 continue
         if node.send(packed):
-            deadlines[index] = time.monotonic_ns() + timeout_ns
+            deadlines[index] = clock() + timeout_ns
     if connecting:
         _finish_connects(nodes, connecting, packed=packed, deadlines=deadlines, timeout_ns=timeout_ns)
     replies: list[Reply] = []
     for node, deadline_ns in zip(nodes, deadlines, strict=True):
-        reply = node.read(deadline_ns=deadline_ns) if deadline_ns is not None else NOT_SENT
-        replies.append((reply, time.monotonic_ns()))
+        raw = node._sock
+        if deadline_ns is None:
+            reply: object = NOT_SENT
+        elif raw is not None:
+            reply = node._read_raw(raw, deadline_ns=deadline_ns)  # Node.read's raw branch, inline
+        else:
+            reply = node.read(deadline_ns=deadline_ns)
+        replies.append((reply, clock()))
     return replies
 
 

@@ -132,6 +132,9 @@ class RedisLockRenew:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
+    unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
+    libraries: ClassVar[tuple[str, ...]] = ("python-redis-lock", "redis")  # recorded with their versions in every row
     #: The library's shortest expiry (whole seconds, at least 1): the battery's short lease uses it.
     min_ttl_ms: ClassVar[int] = 1000
     #: Where the lease lives (faults/holders.py): python-redis-lock keeps the owner under
@@ -169,8 +172,8 @@ class RedisLockRenew:
         started_ns = time.monotonic_ns()  # the key's TTL starts no earlier than the request is sent
         try:
             granted = lock.acquire(blocking=False)
-        except redis.RedisError:
-            return Refusal("error")
+        except redis.RedisError as exc:
+            return Refusal.failed(exc)
         if not granted:
             return Refusal("held")
         lease = Lease(key=key, owner=lock.id, valid_until_ns=started_ns + expire * 1_000_000_000)

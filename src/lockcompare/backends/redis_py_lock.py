@@ -84,6 +84,9 @@ class RedisPyLock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
+    unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
+    libraries: ClassVar[tuple[str, ...]] = ("redis",)  # recorded with their versions in every row
 
     def __init__(self, *, config: BackendConfig) -> None:
         self._client = connect(first_node(config.node_urls), timeout_s=config.request_timeout_s)
@@ -94,8 +97,8 @@ class RedisPyLock:
         started_ns = time.monotonic_ns()  # the key's TTL starts no earlier than the request is sent
         try:
             granted = lock.acquire(blocking=False)
-        except redis.RedisError:
-            return Refusal("error")
+        except redis.RedisError as exc:
+            return Refusal.failed(exc)
         if not granted:
             return Refusal("held")
         token = lock.local.token

@@ -130,6 +130,7 @@ class Redlock:
     client_timeout_s: ClassVar[float] = 2.0
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    libraries: ClassVar[tuple[str, ...]] = ("redis",)  # recorded with their versions in every row
     #: A majority quorum: keeps granting (and stays exclusive) with a minority of its nodes down.
     survives_minority_loss: ClassVar[bool] = True
 

@@ -30,6 +30,7 @@ class SentinelSingle(SingleNodeLock):
 
     summary: ClassVar[str] = "single (SET NX PX, compare-and-delete) on the master Sentinel names"
     in_default_matrix: ClassVar[bool] = False  # each trial builds a Sentinel set: run it by name
+    unavailable_under: ClassVar[tuple[str, ...]] = ()  # Sentinel promotes a replica: no reason to stay down
     servers: ClassVar[str] = "sentinel"
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
@@ -47,4 +48,5 @@ class SentinelFenced(SentinelSingle, FencedLock):
 class SentinelRedisPy(RedisPyLock):
     summary: ClassVar[str] = "redis.lock.Lock on the master Sentinel names (redis.sentinel.Sentinel.master_for)"
     in_default_matrix: ClassVar[bool] = False  # each trial builds a Sentinel set: run it by name
+    unavailable_under: ClassVar[tuple[str, ...]] = ()  # Sentinel promotes a replica: no reason to stay down
     servers: ClassVar[str] = "sentinel"

@@ -61,6 +61,9 @@ class SingleNodeLock:
     client_timeout_s: ClassVar[float] = 2.0
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    #: One server and no failover: when it crashes the lock has none left (analysis/exercised.py).
+    unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
+    libraries: ClassVar[tuple[str, ...]] = ("redis",)  # recorded with their versions in every row
     supports_wait_replicas: ClassVar[bool] = True
 
     def __init__(self, *, config: BackendConfig) -> None:
@@ -78,8 +81,8 @@ class SingleNodeLock:
         started_ns = time.monotonic_ns()  # the TTL starts no earlier than the request is sent
         try:
             granted = self._direct.call("SET", key, owner, "NX", "PX", ttl_ms) == b"OK"
-        except redis.RedisError:
-            return Refusal("error")
+        except redis.RedisError as exc:
+            return Refusal.failed(exc)
         if not granted:
             return Refusal("held")
         lease = Lease(key=key, owner=owner, valid_until_ns=started_ns + ttl_ms * 1_000_000)
@@ -92,9 +95,9 @@ class SingleNodeLock:
             return lease
         try:
             acknowledged = int(self._direct.call("WAIT", self._wait_replicas, wait_timeout_ms(ttl_ms)))
-        except redis.RedisError:
+        except redis.RedisError as exc:
             self.release(lease)
-            return Refusal("error")
+            return Refusal.failed(exc)
         if acknowledged < self._wait_replicas:
             self.release(lease)
             return Refusal("not-replicated")

@@ -58,7 +58,7 @@ from typing import Any, ClassVar
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.single import new_owner_token
-from lockcompare.errors import BackendNotViableError, InvalidValueError
+from lockcompare.errors import BackendNotViableError, InvalidValueError, ReleaseFailed
 from lockcompare.infra.zookeeper_client import kazoo_client_class
 from lockcompare.infra.zookeeper_server import (
     EXPIRY_LAG_MS,
@@ -79,6 +79,7 @@ class ZkLock:
     )
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
+    libraries: ClassVar[tuple[str, ...]] = ("kazoo",)  # recorded with their versions in every row
     survives_minority_loss: ClassVar[bool] = True
     #: No lease deadline: the session is the lease (the battery's TTL properties are NOT CLAIMED).
     has_ttl: ClassVar[bool] = False
@@ -164,7 +165,8 @@ class ZkLock:
 
         client = self._session(ttl_ms)
         if client is None or not client.connected:
-            return Refusal("error")  # kazoo's recipe retries without end while disconnected
+            state = "no session" if client is None else f"the client is {str(client.state).lower()}"
+            return Refusal("error", f"ZooKeeper: {state}")  # kazoo's recipe retries without end while disconnected
         owner = new_owner_token()
         lock = client.Lock(lock_path(key), owner)
         attempt = _Attempt(lock, wait_s=ttl_ms / 1000)
@@ -172,12 +174,17 @@ class ZkLock:
         if isinstance(outcome, LockTimeout):
             return Refusal("held")
         if outcome is not True:
-            return Refusal("error")  # kazoo gave up (the connection was lost meanwhile), or it is still waiting
+            # kazoo gave up (the connection was lost meanwhile), or it is still waiting
+            return (
+                Refusal.failed(outcome)
+                if isinstance(outcome, BaseException)
+                else Refusal("error", "ZooKeeper: no answer in time")
+            )
         try:
             token = self._token(client, lock, timeout_s=self._request_timeout_s) if self.issues_fencing_tokens else None
-        except KazooException:
+        except KazooException as exc:
             self._delete(lock)
-            return Refusal("error")
+            return Refusal.failed(exc)
         # The session the znode belongs to: read after the grant (kazoo re-creates the znode in a new
         # session when the old one expired during the attempt).
         session = client.client_id[0]
@@ -198,22 +205,30 @@ class ZkLock:
             raise NoNodeError(f"{lock.path}/{lock.node} went before its czxid was read")
         return int(stat.czxid)  # a 64-bit zxid, (epoch << 32) | counter: an exact int, never a float
 
-    def _delete(self, lock: Any) -> bool:
-        """The recipe's release (delete our znode), awaited for the request timeout: True if deleted now."""
-        from kazoo.exceptions import KazooException
+    def _delete(self, lock: Any, *, unanswered_raises: bool = False) -> bool:
+        """The recipe's release (delete our znode), awaited for the request timeout: True if deleted
+        now, False if it was gone with its session. A request that got no answer (the connection
+        lost, still queued behind a reconnect) is False too, or with ``unanswered_raises`` a
+        :class:`~lockcompare.errors.ReleaseFailed`: deleted or not, it cannot tell."""
+        from kazoo.exceptions import KazooException, NoNodeError, SessionExpiredError
 
         try:
             lock.client.delete_async(f"{lock.path}/{lock.node}").get(timeout=self._request_timeout_s)
-        except (KazooException, lock.client.handler.timeout_exception):
-            return False  # gone with its session (NoNodeError), or still queued behind a reconnect
+        except (NoNodeError, SessionExpiredError):
+            return False  # gone with its session
+        except (KazooException, lock.client.handler.timeout_exception) as exc:
+            if unanswered_raises:
+                raise ReleaseFailed(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+            return False
         lock.is_acquired = False
         return True
 
     def release(self, lease: Lease) -> bool:
-        """True if this call deleted our znode (False: the session had ended, or no answer in time)."""
+        """True if this call deleted our znode, False if the session had ended; ReleaseFailed when
+        the delete got no answer in time (the history then says the unlock failed, not "not held")."""
         self._granted_ns.pop(lease.owner, None)
         lock = self._held.pop(lease.owner, None)
-        return False if lock is None else self._delete(lock)
+        return False if lock is None else self._delete(lock, unanswered_raises=True)
 
     def _close_client(self) -> None:
         client, self._client = self._client, None

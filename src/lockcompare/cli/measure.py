@@ -16,6 +16,7 @@ from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.analysis.results import METRIC_COLUMNS, TIMING_COLUMNS, read_results
 from lockcompare.analysis.sentinel import MARK_SHARE
 from lockcompare.analysis.strikes import strikes_line
+from lockcompare.analysis.thin_cells import thin_cell_lines
 from lockcompare.cli.core import app, err
 from lockcompare.cli.options import (
     DEFAULT_JOBS,
@@ -53,6 +54,12 @@ if TYPE_CHECKING:  # the runner, servers and backends are imported by each comma
 
 #: bench: a lease longer than this outlives any cycle many times over (a day).
 BENCH_MAX_TTL_MS = 86_400_000
+
+
+#: How many timing-marked trials ``matrix`` runs again alone at its end unless told otherwise
+#: (issue 52.3): a quiet machine marks a few of the main command's 54, and each rerun costs one trial
+#: of wall time, so the bound keeps a noisy machine from doubling a run.
+DEFAULT_RERUN_MARKED = 10
 
 
 @app.command()
@@ -124,9 +131,10 @@ def matrix(
             "--rerun-marked",
             help="Run again, at the end of the run and alone, up to this many of its trials the timing sentinel "
             "marked (docs/sentinel.md): the rerun's row takes the marked row's place, which moves to "
-            "FILE.superseded.csv with its history. 0: none.",
+            "FILE.superseded.csv with its history. 0: none. Default: 10 (a finding that rests on a marked "
+            "trial is not a finding yet).",
         ),
-    ] = 0,
+    ] = DEFAULT_RERUN_MARKED,
     until_settled: UntilSettled = False,
     max_trials: MaxTrials = None,
     settle_below: SettleBelow = None,
@@ -201,6 +209,8 @@ def matrix(
             _say(rerun_line(report.reruns))
         if faults := strikes_line(rows):
             err.print(faults)
+        for line in thin_cell_lines(rows):  # cells hardly exercised, and why (analysis/thin_cells.py)
+            err.print(redact(line), markup=False, highlight=False)  # a problem may quote a URL, or [brackets]
     for line in report.floor.lines() if report.floor is not None else ():  # the run's own floor (runner/floor.py)
         err.print(line)
     if settle is not None:

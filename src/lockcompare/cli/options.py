@@ -104,9 +104,9 @@ AllowMixedRevisions = Annotated[
     typer.Option(
         "--allow-mixed-revisions",
         metavar="REASON",
-        help="With --resume: continue a file whose trials another code revision measured (refused otherwise: "
-        "its cells would average two instruments). The reason is recorded in every new row; tables mark "
-        "the mixed cells.",
+        help="With --resume: continue a file whose trials another code revision, another Python or other "
+        "versions of a backend's libraries or client measured (refused otherwise: its cells would average two "
+        "instruments). The reason is recorded in every new row; tables mark the mixed-revision cells.",
     ),
 ]
 DaskAddress = Annotated[

@@ -52,6 +52,7 @@ from lockcompare.errors import (
     BackendHostDied,
     BackendLoadError,
     LockcompareError,
+    ReleaseFailed,
 )
 from lockcompare.infra import cgroup
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group, reap_group
@@ -136,7 +137,10 @@ def _serve(conn: Connection) -> None:
             elif op == "acquire":
                 value = _as_outcome(instances[args["handle"]].acquire(key=args["key"], ttl_ms=args["ttl_ms"]))
             elif op == "release":
-                value = _as_bool(instances[args["handle"]].release(args["lease"]))
+                try:
+                    value = _as_bool(instances[args["handle"]].release(args["lease"]))
+                except ReleaseFailed:  # the unlock's request failed: for the battery, a release that did not happen
+                    value = False
             elif op == "before_write":  # the lease check of a backend that has one (claims.checks_lease)
                 value = _as_outcome(instances[args["handle"]].before_write(args["lease"]))  # type: ignore[attr-defined]
             elif op == "close":
@@ -215,7 +219,7 @@ def _as_outcome(outcome: object) -> Lease | Refusal | _BadReturn:
             fencing_token=outcome.fencing_token,
         )
     if isinstance(outcome, Refusal):
-        return Refusal(str(outcome.reason))
+        return Refusal(str(outcome.reason), str(outcome.detail))
     return _BadReturn(repr(outcome)[:200])
 
 

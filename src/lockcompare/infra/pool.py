@@ -9,6 +9,12 @@ lockcompare's tables; our own embedded servers only), and handed to the next tri
 cluster are never swapped). A cluster that fails the
 check is stopped and a fresh one is built the next time one is needed.
 
+A cluster that fails to *start* is replaced the same way: a server that exits during start-up (a
+Sentinel did, and stopped a whole reproduction) is a broken cluster, not a broken run. The pool
+starts a fresh one, up to :data:`START_ATTEMPTS` times (:func:`start_retrying`), and only then
+raises :class:`~lockcompare.errors.ClusterStartFailed`, after which the matrix skips that trial's
+cell with one line (runner/scheduler.py). A missing binary is not retried: no attempt can succeed.
+
 Clusters are built lazily by a ``build(shape)`` callable, so new shapes (persistence, fake clocks,
 replicas) need a new builder, not a pool change. An external cluster is handed to every trial at
 once: lockcompare never flushes, stops or replaces the user's servers, and trials there are kept
@@ -25,15 +31,56 @@ server dies with the thread that spawned it (PR_SET_PDEATHSIG follows the thread
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from lockcompare.errors import ClusterError, ClusterStartFailed, RedisServerNotFoundError
 from lockcompare.infra.cluster import Cluster, ClusterShape
 from lockcompare.infra.kinds import get_kind
 
 if TYPE_CHECKING:
     from lockcompare.infra.warm_pool import WarmPool
+
+
+log = logging.getLogger("lockcompare")
+
+#: How many times a cluster that fails to start is started afresh for one trial before it is given up.
+START_ATTEMPTS = 3
+#: The pause before the next attempt, times the attempts so far: a start-up that failed under a
+#: burst of load (JVMs starting beside running trials) gets a moment for the burst to pass.
+RETRY_PAUSE_S = 0.5
+
+
+def start_retrying(
+    build: Callable[[ClusterShape], Cluster],
+    shape: ClusterShape,
+    *,
+    failures: list[str],
+    attempts: int = START_ATTEMPTS,
+) -> Cluster:
+    """``build(shape)``, started afresh after each failure to start, ``attempts`` times in all.
+
+    Each failure is appended to ``failures`` (the pool's ``replaced``) and said in one warning
+    line. A failure no new start can cure (no server binary) is raised at once; after the last
+    attempt, :class:`ClusterStartFailed` names the attempts and the last error.
+    """
+    for attempt in range(1, attempts + 1):
+        try:
+            return build(shape)
+        except RedisServerNotFoundError:
+            raise
+        except ClusterError as exc:
+            failures.append(f"could not start: {exc}")
+            if attempt == attempts:
+                raise ClusterStartFailed(f"its servers failed to start {attempts} times; the last time: {exc}") from exc
+            log.warning(
+                "a cluster failed to start (%s); starting a fresh one (attempt %d of %d)", exc, attempt + 1, attempts
+            )
+            time.sleep(RETRY_PAUSE_S * attempt)
+    raise AssertionError("unreachable: attempts >= 1")
 
 
 class ClusterPool:
@@ -56,7 +103,7 @@ class ClusterPool:
         else:
             if self._limit is not None and self._alive() >= self._limit:
                 self._evict_one()
-            cluster = self._build(shape)
+            cluster = start_retrying(self._build, shape, failures=self.replaced)
             self.built += 1
         self._busy.append(cluster)
         return cluster

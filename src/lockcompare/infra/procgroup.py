@@ -14,6 +14,14 @@ unlike ``/proc/PID/task/TID/children`` (an optional kernel feature) it also find
 parent exited. A helper that double-forked away from its parent and left the group is no
 descendant any more and is not found.
 
+Without cgroups nothing kills a helper that left the group when its worker's group is signalled, so
+the runner ends the helpers it named at their trial's end (:meth:`GroupView.end_escaped`; a reused
+warm worker's whole subtree but itself, :func:`end_descendants`), and a process belongs to the trial
+during which it started: a view made for a trial on a reused worker names only processes started
+since that trial began (``since_ticks``, against each process's start time in /proc), never a
+previous trial's (issue 48.5: a helper that outlived its trial had the next trial on the same worker
+judged ``unknown`` in its name).
+
 Example (pure, a hand-built table)::
 
     >>> table = {10: Proc(pid=10, ppid=1, pgid=10, state="S", comm="python"),
@@ -27,6 +35,7 @@ Example (pure, a hand-built table)::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -46,6 +55,7 @@ class Proc:
     pgid: int
     state: str  # R, S, D, T (stopped), t (traced), Z (zombie), ...
     comm: str
+    start_ticks: int = 0  # when it started, in clock ticks since boot (field 22): with the pid, who it is
 
 
 def read_stat(pid: int) -> Proc | None:
@@ -60,10 +70,21 @@ def read_stat(pid: int) -> Proc | None:
         return None
     head, _, tail = raw.rpartition(b")")
     fields = tail.split()
-    if len(fields) < 3:
+    if len(fields) < 20:
         return None
     comm = head.partition(b"(")[2].decode(errors="replace")
-    return Proc(pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), state=fields[0].decode(), comm=comm)
+    return Proc(
+        pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), state=fields[0].decode(), comm=comm,
+        start_ticks=int(fields[19]),
+    )  # fmt: skip
+
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def boot_ticks() -> int:
+    """Now, in the unit and on the clock of a process's start time in /proc (ticks since boot)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS_PER_S)
 
 
 def process_table() -> dict[int, Proc]:
@@ -100,10 +121,40 @@ def descendants(pid: int, table: dict[int, Proc]) -> list[Proc]:
     return sorted(found, key=lambda p: p.pid)
 
 
-def escaped_helpers(pid: int, table: dict[int, Proc]) -> list[Proc]:
+def escaped_helpers(pid: int, table: dict[int, Proc], *, since_ticks: int = 0) -> list[Proc]:
     """Live descendants of group leader ``pid`` that are not in its group (they called setsid or
-    setpgid, or a descendant of theirs did): a signal to the group does not reach them."""
-    return [p for p in descendants(pid, table) if p.pgid != pid and p.state != "Z"]
+    setpgid, or a descendant of theirs did): a signal to the group does not reach them. Only those
+    started at ``since_ticks`` or later (:func:`boot_ticks`): an older one is an earlier trial's."""
+    return [p for p in descendants(pid, table) if p.pgid != pid and p.state != "Z" and p.start_ticks >= since_ticks]
+
+
+def end_processes(procs: list[Proc]) -> list[int]:
+    """SIGKILL each of ``procs`` that is still the process it was (same pid, same start time: a pid
+    reused since is another process, never touched); the pids signalled."""
+    killed = []
+    for proc in procs:
+        now = read_stat(proc.pid)
+        if now is None or now.start_ticks != proc.start_ticks or now.state in ("Z", "X"):
+            continue
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        killed.append(proc.pid)
+    return killed
+
+
+def end_descendants(pid: int, *, escaped_only: bool = False) -> list[int]:
+    """SIGKILL every live process below ``pid`` (only those outside its group with ``escaped_only``),
+    ``pid`` itself spared: what a trial started, ended at the trial's end. Stopped first, all of
+    them, so none forks a replacement while the others are killed; the pids signalled."""
+    table = process_table()
+    found = escaped_helpers(pid, table) if escaped_only else descendants(pid, table)
+    found = [p for p in found if p.state not in ("Z", "X")]
+    for proc in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGSTOP)
+    return end_processes(found)
 
 
 def command_line(pid: int) -> str:
@@ -184,15 +235,18 @@ class GroupView:
         leaders: list[int],
         max_age_s: float = 1.0,
         cgroup_members: Callable[[int], list[int] | None] | None = None,
+        since_ticks: int = 0,
     ) -> None:
         self.leaders = list(leaders)
         self.max_age_s = max_age_s
+        #: Processes started before this (:func:`boot_ticks`) are an earlier trial's: never named here.
+        self.since_ticks = since_ticks
         #: A leader's cgroup members (None: it has no cgroup): then they are what a stop reaches, and
         #: a helper has escaped only if it left the cgroup — leaving the group no longer matters.
         self._cgroup_members = cgroup_members
         self._members: dict[int, list[int]] = {pid: [pid] for pid in self.leaders}
         self._escaped: dict[int, list[Proc]] = {pid: [] for pid in self.leaders}
-        self._seen: set[int] = set()
+        self._named: dict[int, Proc] = {}  # every helper returned by newly_escaped, by pid
         self._read_at: float | None = None
 
     def refresh(self, *, force: bool = False) -> None:
@@ -206,10 +260,14 @@ class GroupView:
             in_cgroup = members_of(leader) if members_of is not None else None
             if in_cgroup is None:
                 self._members[leader] = group_members(leader, table) or [leader]
-                self._escaped[leader] = escaped_helpers(leader, table)
+                self._escaped[leader] = escaped_helpers(leader, table, since_ticks=self.since_ticks)
                 continue
             self._members[leader] = in_cgroup or [leader]
-            outside = [p for p in descendants(leader, table) if p.pid not in set(in_cgroup) and p.state != "Z"]
+            outside = [
+                p
+                for p in descendants(leader, table)
+                if p.pid not in set(in_cgroup) and p.state != "Z" and p.start_ticks >= self.since_ticks
+            ]
             if outside:  # read again: one that exited between the two reads has not escaped
                 inside = set(members_of(leader) or []) if members_of is not None else set()
                 outside = [p for p in outside if p.pid not in inside and (read_stat(p.pid) or p).state not in "ZX"]
@@ -220,12 +278,19 @@ class GroupView:
         """True if any process of ``leader``'s group is stopped (SIGSTOP, Ctrl-Z of a helper...)."""
         return any_stopped(self._members.get(leader, [leader]))
 
+    def end_escaped(self) -> list[int]:
+        """SIGKILL every helper this view saw outside its leader's group that is still running (the
+        trial's end: a leader that exited left its helpers to init, where no scan finds them)."""
+        seen = {p.pid: p for escaped in self._escaped.values() for p in escaped}
+        seen.update(self._named)
+        return end_processes(list(seen.values()))
+
     def newly_escaped(self) -> list[tuple[int, Proc]]:
         """(leader, helper) for each helper outside its leader's group not returned before."""
         fresh = []
         for leader in self.leaders:
             for proc in self._escaped.get(leader, []):
-                if proc.pid not in self._seen:
-                    self._seen.add(proc.pid)
+                if proc.pid not in self._named:
+                    self._named[proc.pid] = proc
                     fresh.append((leader, proc))
         return fresh

@@ -16,7 +16,10 @@ at once out of 16 in the ZooKeeper cells). Here:
   (its memory goes to the JVMs of the shapes to come);
 - a cluster given back is checked and emptied on a starter thread (``Cluster.reset``: FLUSHALL,
   every etcd key and lease, every znode under lockcompare's path, lockcompare's tables) before any
-  trial sees it; one that fails is stopped and counted in ``replaced``, as in ClusterPool.
+  trial sees it; one that fails is stopped and counted in ``replaced``, as in ClusterPool;
+- a cluster a trial waits for that fails to start is started afresh, as in ClusterPool
+  (:func:`~lockcompare.infra.pool.start_retrying`, bounded); a spare that fails is tried once and
+  its shape is then built on demand only, so a shape that cannot start is no loop of failing spares.
 
 ``acquire`` may block (when nothing of its shape is ready it waits for one being built or reset),
 so call it from the thread that runs the trial or from the main thread; every method is thread-safe.
@@ -35,7 +38,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import TracebackType
 
+from lockcompare.errors import ClusterError, ClusterStartFailed
 from lockcompare.infra.cluster import Cluster, ClusterShape
+from lockcompare.infra.pool import START_ATTEMPTS, start_retrying
 
 log = logging.getLogger("lockcompare")
 
@@ -102,12 +107,19 @@ class WarmPool:
                 self.warm_hits += 1
             else:
                 self._make_room()
-                pending = self._submit_build(shape)
+                pending = self._submit_build(shape, attempts=START_ATTEMPTS)
             pending.claimed = True
             self._top_up()
         started = time.monotonic()
         try:
             ready = pending.future.result()
+        except ClusterStartFailed:
+            raise  # an on-demand build: it was started afresh START_ATTEMPTS times already
+        except ClusterError as exc:  # a spare that failed to start: replaced like a broken one
+            with self._lock:
+                self.replaced.append(f"could not start: {exc}")
+            log.warning("a cluster failed to start (%s); starting a fresh one", exc)
+            ready = None
         finally:
             with self._lock:
                 self.waited_s += time.monotonic() - started
@@ -118,10 +130,11 @@ class WarmPool:
         return ready
 
     def acquire_new(self, shape: ClusterShape) -> Cluster:
-        """A newly built cluster of ``shape`` (after a reset found the promised one broken)."""
+        """A newly built cluster of ``shape`` (after a reset found the promised one broken, or a
+        spare failed to start), started afresh if it fails to start (bounded)."""
         with self._lock:
             self._make_room()
-            pending = self._submit_build(shape)
+            pending = self._submit_build(shape, attempts=START_ATTEMPTS)
             pending.claimed = True
         started = time.monotonic()
         cluster = pending.future.result()
@@ -224,12 +237,17 @@ class WarmPool:
         self._run_stop(self._idle[victim].pop())
         return True
 
-    def _submit_build(self, shape: ClusterShape) -> _Pending:
+    def _submit_build(self, shape: ClusterShape, *, attempts: int = 1) -> _Pending:
+        """Start building a cluster of ``shape`` on a starter thread: a spare once (``attempts=1``),
+        one a caller waits for up to ``attempts`` times (start_retrying)."""
         pending = _Pending(shape=shape)
         self._pending.append(pending)
         self.built += 1
         pending.future.add_done_callback(lambda _f: self._arrived(pending))
-        self._run(pending, lambda: self._build(shape))
+        if attempts == 1:
+            self._run(pending, lambda: self._build(shape))
+        else:
+            self._run(pending, lambda: start_retrying(self._build, shape, failures=self.replaced, attempts=attempts))
         return pending
 
     def _run(self, pending: _Pending, work: Callable[[], Cluster | None]) -> None:

@@ -155,7 +155,8 @@ def _undeclared(admin: Any, lock_key: str, lease_znodes: LeaseZnodes) -> str:
         return ""
     return (
         f" ({len(children)} znode(s) under the key's path, none a kazoo Lock contender: a backend whose lease "
-        "lives elsewhere declares lease_znodes, docs/plugins.md)"
+        "lives elsewhere declares lease_znodes: a class attribute, docs/plugins.md; a manifest field, "
+        "docs/clients.md)"
     )
 
 

@@ -19,14 +19,15 @@ from lockcompare.render.table import format_table
 
 #: The fields worth showing per kind of step, in order.
 _DETAILS = {
-    "acquire": ("ok", "attempts", "fence", "granted_by", "server", "refusals"),
+    # ``errors``: the refusal details this worker met here for the first time (runner/worker.py).
+    "acquire": ("ok", "attempts", "fence", "granted_by", "server", "refusals", "errors"),
     "pause": ("how", "point"),
     "enter": ("inside",),
     "read": ("balance", "fence"),
     "write": ("value", "accepted", "fence"),
     "write-skipped": ("reason",),  # the lease was past its deadline or lost: no write
     "exit": (),
-    "release": ("released",),
+    "release": ("released", "error"),  # error: the unlock request failed (ReleaseFailed)
     "retry": ("attempt",),
     "error": ("message",),
     # The runner's own events (worker -1); a role-aimed step's reading of who led (issue 40); what a

@@ -36,7 +36,7 @@ from lockcompare.infra.lifecycle import (
     reap_group,
     terminate_group,
 )
-from lockcompare.infra.procgroup import kill_group
+from lockcompare.infra.procgroup import boot_ticks, end_descendants, kill_group
 from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan, worker_main
 
 #: How long a worker that sent its final message may take to say it is idle again.
@@ -136,6 +136,8 @@ class SpawnedCrew:
     def close(self) -> None:
         cpu_meter.add(sum(process_cpu_s(proc.pid) for proc in self._procs))
         for proc in self._procs:
+            _end_escaped_without_cgroup(started_pid(proc))  # while they are still its descendants
+        for proc in self._procs:
             terminate_group(proc)  # the worker and every helper process in its group
         for proc in self._procs:
             reap_group(proc)
@@ -146,6 +148,15 @@ class SpawnedCrew:
 
 def spawn_crew(plans: list[WorkerPlan]) -> Crew:
     return SpawnedCrew(plans)
+
+
+def _end_escaped_without_cgroup(pid: int, *, everything: bool = False) -> None:
+    """Without a cgroup (process-group isolation) nothing ends a helper that left worker ``pid``'s
+    group when the group is signalled: SIGKILL those below it now (``everything``: every process
+    below it, a reused warm worker's leftovers in its group too). With a cgroup, cgroup.release and
+    cgroup.end_leftovers end them; nothing to do here."""
+    if cgroup.of(pid) is None:
+        end_descendants(pid, escaped_only=not everything)
 
 
 # --- warm workers: processes reused across trials -----------------------------------------------
@@ -235,6 +246,8 @@ class _WarmWorker:
             kill_group(self.proc.pid)  # SIGKILL, helpers too: also ends a worker that a fault left SIGSTOPped
 
     def stop(self) -> None:
+        if self.proc.is_alive():
+            _end_escaped_without_cgroup(started_pid(self.proc))
         kill_and_reap_group(self.proc)
         cgroup.release(self.proc.pid)
         self.conn.close()
@@ -247,6 +260,9 @@ class WarmCrew:
         self._pool = pool
         self._workers = workers
         self._went = False
+        #: This trial began now: a process below these workers that started earlier is an earlier
+        #: trial's (procgroup.GroupView names only this trial's escaped helpers).
+        self.since_ticks = boot_ticks()
         self._cpu_start = [process_cpu_s(w.proc.pid) for w in workers]
         self.conns = [w.conn for w in workers]
         self.pids = {w.conn: started_pid(w.proc) for w in workers}
@@ -270,6 +286,7 @@ class WarmCrew:
             reusable = self._went and worker.is_idle_again()
             if reusable:  # the process stays for the next trial; what its trial started does not
                 cgroup.end_leftovers(started_pid(worker.proc))
+                _end_escaped_without_cgroup(started_pid(worker.proc), everything=True)
             self._pool._give_back(worker, reusable=reusable)
 
 

@@ -19,6 +19,8 @@ from lockcompare.analysis.results import ResultsWriter, make_row, supersede
 from lockcompare.analysis.sentinel import is_marked
 from lockcompare.analysis.verdicts import NOTED
 from lockcompare.backends import BackendConfig, load_backend, require_declarations, traits_of
+from lockcompare.backends.external.named import remember
+from lockcompare.backends.versions import client_versions, python_version
 from lockcompare.errors import (
     BackendLoadError,
     ConfigError,
@@ -40,6 +42,7 @@ from lockcompare.infra.warm_pool import WarmPool
 from lockcompare.runner.cost_order import CostOrder
 from lockcompare.runner.crew import WorkerPool, spawn_crew
 from lockcompare.runner.floor import RunFloor, RunMeter
+from lockcompare.runner.mixed_versions import FileVersions
 from lockcompare.runner.outfile import claim_history_dir, history_dir, history_ids, prepare_out, remove_unpointed
 from lockcompare.runner.plan import (
     ClusterOptions,
@@ -92,6 +95,9 @@ class MatrixReport:
     floor: RunFloor | None = None
     #: (trial_id, still marked) of every timing-marked trial run again alone (``rerun_marked``).
     reruns: tuple[tuple[str, bool], ...] = ()
+    #: (backend, experiment, trials, reason) of each cell skipped because its servers failed to start
+    #: every time the pool tried (infra/pool.py): no rows; ``--resume`` runs them later.
+    unstartable: tuple[tuple[str, str, int, str], ...] = ()
 
 
 #: The note of a row that replaced a timing-marked one (``rerun_marked``); the marked row is in the
@@ -181,6 +187,9 @@ def run_planned(
     ``run --from``), appending one row per trial to ``out``; see :func:`run_matrix`."""
     if not specs:
         raise InvalidValueError("no trial to run")
+    for spec in specs:  # a manifest known by its name (run --from, a Dask host): this run knows it again
+        if spec.backend_source:
+            remember(spec.backend_source, expect=spec.backend)
     for backend in dict.fromkeys(spec.backend for spec in specs):  # before any file or server is touched
         require_declarations(load_backend(backend), name=backend)
     out = real_path(out)  # through a symlink: the lock, the rows and the histories beside the real file
@@ -215,6 +224,8 @@ def _run_locked(
     trial_ids = tuple(s.trial_id for s in specs)
     if not todo:
         return MatrixReport(out=out, trials_run=0, trials_skipped=len(specs), trial_ids=trial_ids)
+    versions = FileVersions.read(out, allow=allow_mixed_revisions)
+    versions.check_before(s.backend for s in todo)  # an external client's: at its first row (on_done)
     check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
     plan = getattr(progress, "plan", None)  # the terminal bar weighs the trials left by cell (cli/progress_bar.py)
     if plan is not None:
@@ -245,6 +256,7 @@ def _run_locked(
     jobs_used = 0
     unknown: list[tuple[str, str]] = []
     no_progress: dict[str, int] = {}
+    unstartable: list[tuple[str, str, int, str]] = []
 
     saved: dict[str, Path] = {}  # trial_id -> history written in this run
     rowed: set[str] = set()  # trial_ids whose row this run appended
@@ -256,6 +268,7 @@ def _run_locked(
         # A rerun (the file holds the trial's unknown row) keeps that row's history: a name of its own.
         path = save_history(result, histories, attempt=run_id if spec.trial_id in pointed else "")
         saved[spec.trial_id] = path
+        traits = traits_of(load_backend(spec.backend, check_viable=False))
         row = make_row(
             result,
             host=host_facts(),
@@ -264,6 +277,10 @@ def _run_locked(
             server_version=cluster.server_version,
             history_path=str(path.relative_to(out.parent)),  # the CSV and its histories move together
             note=f"resumed over another revision: {allow_mixed_revisions}" if allow_mixed_revisions else "",
+            python_version=python_version(),
+            client_versions=client_versions(
+                libraries=traits.libraries, external=traits.external, history=result.history
+            ),
         )
         return result, row
 
@@ -274,6 +291,7 @@ def _run_locked(
         meter.trial(result.wall_s)
         costs.record(done.spec, wall_s=result.wall_s)
         row["jobs_concurrent"] = done.jobs_concurrent
+        versions.check_row(row)  # before it is written: a refusal leaves no row (and no history) of it
         jobs_used = max(jobs_used, done.jobs_concurrent)
         # on_done runs in the main thread only: rows never interleave. A rerun takes its old row's
         # place (the old row moves to the .superseded file): one row per trial in the file.
@@ -294,6 +312,12 @@ def _run_locked(
             no_progress[verdict] = no_progress.get(verdict, 0) + 1
         if progress:
             progress(done.spec, result, done.finished, len(todo))
+
+    def on_unstartable(skipped: list[TrialSpec], reason: str) -> None:
+        # One line, as a cell the servers cannot serve is skipped while planning; no rows (--resume runs them).
+        first = skipped[0]
+        unstartable.append((first.backend, first.experiment, len(skipped), reason))
+        log.warning("skipping %s x %s (%d trial(s) not run): %s", first.backend, first.experiment, len(skipped), reason)
 
     def on_start(spec: TrialSpec, finished: int) -> None:
         meter.mark("until the first trial")  # its start (before its cluster is handed over)
@@ -348,6 +372,8 @@ def _run_locked(
                 on_cancel=workers.kill_all,
                 order=costs,
                 held=held,
+                on_unstartable=on_unstartable,
+                cell_of=lambda spec: (spec.backend, spec.experiment),
             )
             meter.mark("trials")
             again = marked[:rerun_marked]  # run again alone, at the end: nothing of this run beside them
@@ -375,10 +401,11 @@ def _run_locked(
     )
     return MatrixReport(
         out=out,
-        trials_run=len(todo),
+        trials_run=len(todo) - sum(count for _, _, count, _ in unstartable),
         trials_skipped=len(specs) - len(todo),
         trial_ids=trial_ids,
         unknown=tuple(unknown),
+        unstartable=tuple(unstartable),
         no_progress=no_progress,
         jobs=jobs,
         jobs_used=jobs_used,

@@ -12,8 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockcompare.backends import load_backend, traits_of
+from lockcompare.backends import backend_name, load_backend, traits_of
 from lockcompare.errors import (
+    BackendLoadError,
     ConfigError,
     InvalidValueError,
 )
@@ -104,6 +105,16 @@ def plan_matrix(
     check_count("trials", trials)
     if not backends or not experiments:
         raise InvalidValueError("select at least one backend and one experiment")
+    # Where a backend's spec becomes its name, once: a manifest's path is its manifest's name from here
+    # on (progress, rows, tables, trial ids, histories), the path recorded beside it (backend_source).
+    sources: dict[str, str] = {}
+    for name, source in map(backend_name, backends):
+        if sources.setdefault(name, source) != source:
+            raise BackendLoadError(
+                f"--backends: {sources[name] or name} and {source or name} are both named {name!r}: their rows "
+                "could not be told apart; rename one"
+            )
+    backends = list(sources)
     classes = {backend: load_backend(backend, check_viable=False) for backend in backends}
     exps = [get_experiment(name) for name in experiments]
     overrides = overrides.replace(server=_redis_protocol_server(overrides.server, binary=redis_server))
@@ -124,6 +135,7 @@ def plan_matrix(
             lock_servers=traits_of(cls).servers,
             backend_resource_kind=traits_of(cls).resource_kind,
             backend_timeout_ms=_client_timeout_ms(cls),
+            backend_source=sources[backend],
         )
         specs.setdefault(spec.trial_id, spec)
     return _fitting(classes, list(specs.values()), skip_unfit=skip_unfit)

@@ -43,6 +43,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
+from lockcompare.errors import ClusterStartFailed
 from lockcompare.infra.cluster import Cluster, ClusterShape
 from lockcompare.runner.crew import cpu_meter, process_cpu_s
 from lockcompare.runner.floor import idle_ticks
@@ -215,6 +216,8 @@ def run_scheduled(
     on_cancel: Callable[[], None],
     order: Callable[[list[S]], list[S]] | None = None,
     held: dict[str, float] | None = None,
+    on_unstartable: Callable[[list[S], str], None] | None = None,
+    cell_of: Callable[[S], Hashable] | None = None,
 ) -> None:
     """Run every spec with ``run_one(spec, cluster)``, at most ``jobs`` at once within ``budget``
     and the ``governor``'s limit (fed with ``stall_of(result)``: the share of its margin a finished
@@ -230,6 +233,11 @@ def run_scheduled(
     is told the shapes of the trials still to start, so it can start their clusters ahead.
     ``held`` collects the seconds a job slot stood free while trials waited, by what held them
     (:func:`_holder`: the stall governor, a solo trial, the CPU budget); runner/floor.py prints it.
+
+    A trial whose cluster could not be started (:class:`ClusterStartFailed`: the pool already
+    started it afresh, infra/pool.py) is handed to ``on_unstartable`` with every pending trial of
+    its cell (``cell_of``, by default ``kind_of``) and the reason, and the run goes on without them;
+    without ``on_unstartable`` the error stops the run.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
@@ -238,6 +246,7 @@ def run_scheduled(
     shapes = [shape_for(spec) for spec in pending]  # once: a shape parses the trial's schedule
     shape_of = {id(spec): shape for spec, shape in zip(pending, shapes, strict=True)}
     governor = governor or StallGovernor(jobs=jobs)
+    cell_key = cell_of or kind_of
     running: dict[Future[tuple[R, float, float]], _InFlight[S]] = {}
     finished = 0
     executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="trial")
@@ -252,7 +261,15 @@ def run_scheduled(
                     break
                 spec = pending.pop(index)
                 on_start(spec, finished)
-                cluster = clusters.acquire(shape_of[id(spec)])
+                try:
+                    cluster = clusters.acquire(shape_of[id(spec)])
+                except ClusterStartFailed as exc:
+                    if on_unstartable is None:
+                        raise
+                    cell = cell_key(spec)
+                    on_unstartable([spec, *(other for other in pending if cell_key(other) == cell)], str(exc))
+                    pending = [other for other in pending if cell_key(other) != cell]
+                    continue
                 flight = _InFlight(
                     spec=spec, cluster=cluster, kind=kind_of(spec), solo=solo(spec), peak=len(running) + 1
                 )

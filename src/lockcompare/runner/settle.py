@@ -70,6 +70,8 @@ def _merged(total: MatrixReport | None, report: MatrixReport) -> MatrixReport:
         jobs_floor=min(total.jobs_floor, report.jobs_floor),
         backed_off=total.backed_off + report.backed_off,
         floor=report.floor if report.floor is not None else total.floor,
+        reruns=total.reruns + report.reruns,
+        unstartable=total.unstartable + report.unstartable,
     )
 
 

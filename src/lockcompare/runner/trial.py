@@ -201,7 +201,12 @@ def _run_trial(
         metrics = (
             unknown(counters, problem=failure, entries_planned=spec.entries_planned)
             if failure or counters is None
-            else check(events, counters, entries_planned=spec.entries_planned)
+            else check(
+                events,
+                counters,
+                entries_planned=spec.entries_planned,
+                unavailable_under=traits_of(load_backend(spec.backend, check_viable=False)).unavailable_under,
+            )
         )
         return TrialResult(
             spec=spec,

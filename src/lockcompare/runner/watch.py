@@ -59,13 +59,15 @@ def run_workers(
     freezer = freezer or Freezer()
     crew = crews(plans)
     isolation = getattr(crew, "isolation", cgroup.PROCESS_GROUP)
+    pids = [crew.pids[c] for c in crew.conns]
+    # A reused warm worker's crew says when its trial began: what started below it before is not this trial's.
+    groups = GroupView(leaders=pids, cgroup_members=cgroup.cgroup_members, since_ticks=getattr(crew, "since_ticks", 0))
     if faults is not None:
-        faults.attach_workers(pids=tuple(crew.pids[c] for c in crew.conns), freezer=freezer)
+        faults.attach_workers(pids=tuple(pids), freezer=freezer)
     try:
-        pids = [crew.pids[c] for c in crew.conns]
         watch = _Watch(
             conns=crew.conns, slots=crew.slots, freezer=freezer, pids=pids, call_timeout_s=call_timeout_s,
-            backend=backend, faults=faults, groups=GroupView(leaders=pids, cgroup_members=cgroup.cgroup_members),
+            backend=backend, faults=faults, groups=groups,
         )  # fmt: skip
         ready, problem = watch.collect(timeout_s=START_TIMEOUT_S, what="start")
         if problem or any(status != "ready" for status, _, _ in ready):
@@ -90,7 +92,10 @@ def run_workers(
             try:
                 freezer.thaw_all()  # before the crew stops or reuses its processes: a stopped one ignores SIGTERM
             finally:
-                crew.close()
+                try:
+                    groups.end_escaped()  # the helpers named in this trial end with it (even left to init)
+                finally:
+                    crew.close()
 
 
 #: How often the runner looks at the workers' call slots while it waits for them.

@@ -36,6 +36,7 @@ from lockcompare.backends import (
     load_backend,
     traits_of,
 )
+from lockcompare.errors import ReleaseFailed
 from lockcompare.infra.lifecycle import die_with_parent
 from lockcompare.runner.contend import ANSWER_TIMEOUT_S, Inbox
 from lockcompare.runner.resource import Check
@@ -132,15 +133,20 @@ def acquire_until_deadline(
     slot: CallSlot,
     rng: random.Random,
     abandon: Callable[[], bool] | None = None,
+    messages: RefusalMessages | None = None,
 ) -> Lease | None:
     """Try to acquire until the acquire deadline; record one ``acquire`` event either way.
 
     ``abandon`` (an extra round's): asked between attempts; True ends the wait at once, recorded
     as an acquire with ``abandoned`` set (not a timeout: nobody is left to contend with).
+    ``messages``: the worker's record of the refusal details it has written down already; the
+    acquire event carries (``errors``) those its attempts met first.
     """
     t0 = now_ns()
     deadline = t0 + int(plan.acquire_timeout_ms * 1e6)
     refusals: Counter[str] = Counter()
+    messages = messages if messages is not None else RefusalMessages()
+    new_messages: list[str] = []
     attempts = 0
     while True:
         attempts += 1
@@ -169,16 +175,70 @@ def acquire_until_deadline(
                 # ...and one whose server ends the session when it has not heard from the client for
                 # the TTL (ZooKeeper): the checker ends the lease after that much silence.
                 **({"session_timeout_ms": plan.ttl_ms} if traits_of(type(backend)).session_timeout_is_ttl else {}),
+                **({"errors": new_messages} if new_messages else {}),
             )
             return lease
         refusals[outcome.reason] += 1
+        if (first := messages.first_time(outcome)) is not None:
+            new_messages.append(first)
+        failed = {"errors": new_messages} if new_messages else {}
         if abandon is not None and abandon():
-            rec.add("acquire", t0=t0, t1=now_ns(), ok=False, attempts=attempts, refusals=dict(refusals), abandoned=True)
+            rec.add(
+                "acquire", t0=t0, t1=now_ns(), ok=False, attempts=attempts, refusals=dict(refusals), abandoned=True,
+                **failed,
+            )  # fmt: skip
             return None
         if now_ns() >= deadline:
-            rec.add("acquire", t0=t0, t1=now_ns(), ok=False, attempts=attempts, refusals=dict(refusals))
+            rec.add("acquire", t0=t0, t1=now_ns(), ok=False, attempts=attempts, refusals=dict(refusals), **failed)
             return None
         time.sleep(jittered(plan.retry_delay_ms, spread=plan.jitter, rng=rng) / 1000)
+
+
+class RefusalMessages:
+    """The refusal details one worker has recorded: the first of each distinct one, and at most
+    :attr:`MOST` (a lock that fails the same way a thousand times needs one line, not a thousand).
+
+    A refusal for ``error`` without a detail is written down once as such, so the history still
+    says the backend gave no message.
+
+    >>> seen = RefusalMessages()
+    >>> refused = Refusal("error", "ConnectionError: refused")
+    >>> seen.first_time(refused), seen.first_time(refused)
+    ('error: ConnectionError: refused', None)
+    >>> seen.first_time(Refusal("held")), seen.first_time(Refusal("error"))
+    (None, 'error: (the backend gave no message)')
+    """
+
+    MOST = 8
+    #: How much of one detail is kept.
+    LONGEST = 300
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+
+    def first_time(self, refusal: Refusal) -> str | None:
+        """``reason: detail`` the first time this worker meets it (None: seen, or nothing to say)."""
+        detail = str(refusal.detail or "").strip()
+        if not detail and refusal.reason != "error":
+            return None
+        text = f"{refusal.reason}: {detail[: self.LONGEST] or '(the backend gave no message)'}"
+        if text in self._seen or len(self._seen) >= self.MOST:
+            return None
+        self._seen.add(text)
+        return text
+
+
+def release_recorded(backend: LockBackend, lease: Lease, rec: Recorder, slot: CallSlot) -> None:
+    """Release ``lease`` and record it: ``released`` as the backend says; a release that raised
+    :class:`~lockcompare.errors.ReleaseFailed` (its request failed: it cannot tell) is recorded
+    as not released, with the ``error`` that says so."""
+    t0 = now_ns()
+    try:
+        released = slot.call("release", lambda: backend.release(lease))
+    except ReleaseFailed as exc:
+        rec.add("release", t0=t0, t1=now_ns(), released=False, error=str(exc)[: RefusalMessages.LONGEST] or "failed")
+        return
+    rec.add("release", t0=t0, t1=now_ns(), released=released)
 
 
 def jittered(ms: float, *, spread: float, rng: random.Random) -> float:
@@ -251,6 +311,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
         return rng.choice(others) if skew and others and rng.random() < skew else plan.index
 
     inbox = Inbox(conn)
+    messages = RefusalMessages()  # the first of each distinct refusal detail, over all rounds
 
     def freeze() -> None:
         conn.send(("freeze", str(plan.pause_ms / 1000), [rec.round]))  # the runner SIGSTOPs us...
@@ -268,13 +329,13 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
         abandon = inbox.stop_requested if extra else None
         if plan.acquire_handshake:
             handshake(inbox, conn, "acquiring", round_)
-        lease = acquire_until_deadline(backend, plan, rec, slot=slot, rng=rng, abandon=abandon)
+        lease = acquire_until_deadline(backend, plan, rec, slot=slot, rng=rng, abandon=abandon, messages=messages)
         if plan.acquire_handshake:
             handshake(inbox, conn, "acquire-done", round_)
         if lease is None:
             return False
         if extra and inbox.stop_requested():  # every planned round is over: nothing left to contend with
-            rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
+            release_recorded(backend, lease, rec, slot)
             return True
         if plan.report_acquires:
             # No reply awaited: the runner acts on its own. The owner lets it tell whose lease a node holds.
@@ -303,7 +364,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             request_id=f"w{plan.index}r{round_}",
             lose_reply=round_ % plan.rounds in plan.lost_reply_rounds,
         )
-        rec.timed("release", lambda: slot.call("release", lambda: backend.release(lease)), result_as="released")
+        release_recorded(backend, lease, rec, slot)
         record_renewals(backend, rec)
         # Give a waiting rival its turn (see think_ms in scenario/settings.py), never in lockstep (jitter).
         time.sleep(jittered(plan.think_ms, spread=plan.jitter / 2, rng=rng) / 1000)

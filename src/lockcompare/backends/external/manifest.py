@@ -18,6 +18,8 @@ in the Python worker; only the lock calls cross the pipe. A complete manifest::
     # ttl_step_ms = 1000                  # TTLs must be multiples of this (etcd leases: whole seconds)
     # expiry_lag_ms = 600                 # how late after its TTL the server may end a lease
     # session_timeout_is_ttl = false      # a session lock whose server ends it after a TTL of silence
+    # lease_znodes = "{path}"             # ZooKeeper: where the lease's znodes are ({path}: /lockcompare/<key>)
+    # unavailable_under = ["crash"]       # fault kinds that leave the lock without a server by design
 
     [claims]
     exclusive = true
@@ -106,6 +108,12 @@ class Manifest:
     #: A session lock (``has_ttl = false``) whose client sets its session timeout to the TTL: the server
     #: ends the session, and the lock, once it has not heard from the client for that long (ZooKeeper).
     session_timeout_is_ttl: bool = False
+    #: ZooKeeper: the path whose ephemeral children are the lease's znodes, with ``{key}`` or ``{path}``
+    #: (``lock_path(key)``: ``/lockcompare/<key>``), as a Python backend's ``lease_znodes``; None: kazoo's
+    #: Lock layout (``<path>/…__lock__<seq>``), which Curator's InterProcessMutex shares.
+    lease_znodes: str | None = None
+    #: The fault kinds that leave the lock without a server by design (the trait of that name).
+    unavailable_under: tuple[str, ...] = ()
 
     def traits(self) -> Traits:
         """Everything the manifest declares about the lock, as the record a Python backend's class gives."""
@@ -120,6 +128,8 @@ class Manifest:
             key_pattern=self.key.pattern,
             key_type=self.key.type,
             session_timeout_is_ttl=self.session_timeout_is_ttl,
+            lease_znodes=self.lease_znodes,
+            unavailable_under=self.unavailable_under,
             external=True,
         )
 
@@ -143,6 +153,8 @@ _TOP = {
     "ttl_step_ms": int,
     "expiry_lag_ms": int,
     "session_timeout_is_ttl": bool,
+    "lease_znodes": str,
+    "unavailable_under": list,
     "claims": dict,
     "key": dict,
 }
@@ -206,6 +218,16 @@ def parse_manifest(text: str, *, source: Path) -> Manifest:
         raise BackendLoadError(
             f"{where}: session_timeout_is_ttl is for a session lock: it needs [claims] has_ttl = false"
         )
+    lease_znodes = raw.get("lease_znodes")
+    if lease_znodes is not None and servers != "zookeeper":
+        raise BackendLoadError(f'{where}: lease_znodes is for a ZooKeeper lock: it needs servers = "zookeeper"')
+    if lease_znodes is not None and not (lease_znodes.startswith("/") or lease_znodes.startswith("{path}")):
+        raise BackendLoadError(
+            f"{where}: lease_znodes {lease_znodes!r} must be a znode path (/…, with {{key}}) or begin with {{path}}"
+        )
+    unavailable_under = raw.get("unavailable_under", [])
+    if not all(isinstance(kind, str) and kind for kind in unavailable_under):
+        raise BackendLoadError(f"{where}: unavailable_under must be a list of fault kind names (strings)")
     if not raw["name"].strip() or not raw["summary"].strip():
         raise BackendLoadError(f"{where}: name and summary must not be empty")
     return Manifest(
@@ -225,6 +247,8 @@ def parse_manifest(text: str, *, source: Path) -> Manifest:
         ttl_step_ms=raw.get("ttl_step_ms", 0),
         expiry_lag_ms=raw.get("expiry_lag_ms", 0),
         session_timeout_is_ttl=raw.get("session_timeout_is_ttl", False),
+        lease_znodes=lease_znodes,
+        unavailable_under=tuple(unavailable_under),
     )
 
 
