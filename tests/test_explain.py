@@ -4,6 +4,8 @@ lists every step overlapping a window (render/timeline.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from lockcompare.analysis import explain, incidents
 from lockcompare.analysis.evidence import grants_while_held, stale_writes
 from lockcompare.render.timeline import render_timeline
@@ -132,3 +134,18 @@ def test_a_clean_history_has_no_finding() -> None:
                _event(0, 0, "write", 3, value=1, accepted=True), _event(0, 0, "exit", 4)]  # fmt: skip
     assert explain.findings(history) == [] and explain.findings([]) == []
     assert incidents.first_incident(history) is None
+
+
+def test_every_rule_a_page_names_is_one_of_the_checker_s_rules() -> None:
+    from lockcompare.analysis.rules import RULES
+    from lockcompare.render import html_trial
+
+    named = [*explain.EXPLAINED, *(rule for _, rule in html_trial._UNKNOWN_RULES), *html_trial._ROW_RULES.values()]
+    assert {rule for rule in named if rule} - set(RULES) == set()
+    assert {RULES[rule].verdict for rule in explain.EXPLAINED} == {
+        "lease-violated",
+        "lost-updates",
+        "conflicts-no-damage",
+    }
+    with pytest.raises(KeyError, match=r"not in analysis/rules\.py"):
+        explain.Finding("a-rule-no-doc-lists", "text", 0.0, 1.0)

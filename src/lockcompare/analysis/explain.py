@@ -20,9 +20,14 @@ from lockcompare.analysis import incidents
 from lockcompare.analysis.evidence import grants_inside_leases, stale_write_events
 from lockcompare.analysis.history import Event
 from lockcompare.analysis.holders import describe_holders, worker_of_owner
+from lockcompare.analysis.rules import RULES
 
 #: A finding names at most this many faults that struck between its cause and its effect.
 FAULTS_NAMED = 3
+
+
+#: The rules a finding can name: each applies to events of the history, one by one.
+EXPLAINED = ("grant-over-valid-lease", "backwards-token-write", "stale-write-accepted", "lost-updates", "conflicts")
 
 
 @dataclass(frozen=True)
@@ -30,10 +35,18 @@ class Finding:
     """One rule that fired, its first instance: ``text`` says it, ``from_ms``..``to_ms`` spans its events."""
 
     rule: str  # an id of analysis/rules.py
-    verdict: str  # the verdict the rule gives
     text: str
     from_ms: float
     to_ms: float
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:  # a rule no doc lists cannot be argued with (analysis/rules.py)
+            raise KeyError(f"rule {self.rule!r} is not in analysis/rules.py's table")
+
+    @property
+    def verdict(self) -> str:
+        """The verdict the rule gives."""
+        return RULES[self.rule].verdict
 
 
 def findings(history: Sequence[Event], *, nodes: int | None = None) -> list[Finding]:
@@ -121,7 +134,6 @@ def _grant_over_valid_lease(history: Sequence[Event], *, origin: int, nodes: int
     )
     return Finding(
         rule="grant-over-valid-lease",
-        verdict="lease-violated",
         text=f"{text} while {lease} — {until}{verdict}.",
         from_ms=_ms(holder["t1"], origin),
         to_ms=_ms(rival["t1"], origin),
@@ -153,9 +165,7 @@ def _backwards_token_write(history: Sequence[Event], *, origin: int) -> Finding 
         f"went back){between}; the resource accepted w{write['worker']}'s write under token {token} at "
         f"{_ms(write['t0'], origin):.1f} ms: two holders it could not tell apart."
     )
-    return Finding(
-        "backwards-token-write", "lease-violated", text, _ms(earlier["t0"], origin), _ms(write["t1"], origin)
-    )
+    return Finding("backwards-token-write", text, _ms(earlier["t0"], origin), _ms(write["t1"], origin))
 
 
 def _stale_write_accepted(history: Sequence[Event], *, origin: int) -> Finding | None:
@@ -168,7 +178,7 @@ def _stale_write_accepted(history: Sequence[Event], *, origin: int) -> Finding |
         f"{late:.1f} ms after its own lease ended ({_ms(deadline, origin):.1f} ms): a lease is permission to write "
         "only until its deadline."
     )
-    return Finding("stale-write-accepted", "lease-violated", text, _ms(deadline, origin), _ms(write["t1"], origin))
+    return Finding("stale-write-accepted", text, _ms(deadline, origin), _ms(write["t1"], origin))
 
 
 def _lost_update(history: Sequence[Event], *, origin: int) -> Finding | None:
@@ -197,7 +207,7 @@ def _lost_update(history: Sequence[Event], *, origin: int) -> Finding | None:
     )
     text = f"w{write['worker']} wrote {write.get('value')} at {_ms(write['t0'], origin):.1f} ms{source}{over}."
     starts = [e["t0"] for e in (write, read, erased) if e is not None]
-    return Finding("lost-updates", "lost-updates", text, _ms(min(starts), origin), _ms(write["t1"], origin))
+    return Finding("lost-updates", text, _ms(min(starts), origin), _ms(write["t1"], origin))
 
 
 def _conflict(history: Sequence[Event], *, origin: int) -> Finding | None:
@@ -217,7 +227,7 @@ def _conflict(history: Sequence[Event], *, origin: int) -> Finding | None:
         + "."
     )
     start = min([at, *(s.start_ms for s in inside)])
-    return Finding("conflicts", "conflicts-no-damage", text, start, at)
+    return Finding("conflicts", text, start, at)
 
 
 def covering_window(history: Sequence[Event], found: Sequence[Finding]) -> incidents.Window | None:

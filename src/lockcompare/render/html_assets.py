@@ -30,7 +30,8 @@ details.verdicts{font-size:12px;margin:.2em 0 .6em}details.verdicts dl{display:g
 grid-template-columns:max-content auto;gap:2px 1em;margin:.4em 0}details.verdicts dd{margin:0}
 abbr.verdict{text-decoration:none;cursor:help}
 .caption{background:#fff7ec;border-left:4px solid #d94801;padding:.5em .8em;margin:.6em 0}
-.caption .rule{font-family:monospace;font-size:.92em;color:#7f2704}.caption p{margin:.3em 0}
+.caption .rule{font-family:monospace;font-size:.92em;color:#7f2704;text-decoration:none;cursor:help}
+.caption p{margin:.3em 0}
 td{overflow-wrap:break-word}
 .verdict{display:inline-block;padding:1px 8px;border-radius:3px;font-weight:bold}
 .legend .key{display:inline-block;margin-right:1em;font-size:12px}

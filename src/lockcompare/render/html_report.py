@@ -45,6 +45,7 @@ from lockcompare.render.html_trial import (
     best_finding,
     cell_page_name,
     read_story,
+    rule_label,
     rule_of_row,
     trial_page,
     trial_page_name,
@@ -282,9 +283,7 @@ def _mechanism(cell: Cell, *, stories: dict[str, Story]) -> str:
     if best is not None:
         row, finding = best
         link = f'<a href="../trials/{escape(trial_page_name(row))}">{escape(str(row["trial_id"]))}</a>'
-        text.append(
-            f'<p>Shown best by {link}: <span class="rule">{escape(finding.rule)}</span> {escape(finding.text)}</p>'
-        )
+        text.append(f"<p>Shown best by {link}: {rule_label(finding.rule)} {escape(finding.text)}</p>")
     return '<div class="caption">' + "".join(text) + "</div>"
 
 

@@ -22,6 +22,7 @@ from lockcompare.analysis.cells import Cell, setting_text, slug
 from lockcompare.analysis.history import Event
 from lockcompare.analysis.reproduce import matrix_command
 from lockcompare.analysis.results import METRIC_COLUMNS, PROVENANCE_COLUMNS, TIMING_COLUMNS, history_file
+from lockcompare.analysis.rules import RULES
 from lockcompare.analysis.sentinel import is_marked
 from lockcompare.analysis.verdicts import MEANINGS, VIOLATIONS, severity
 from lockcompare.errors import LockcompareError
@@ -102,6 +103,12 @@ def _lock_nodes(row: dict[str, Any], history: Sequence[Event]) -> int | None:
     return int(count) if isinstance(count, int | float) and not math.isnan(count) and count > 0 else None
 
 
+def rule_label(rule: str) -> str:
+    """A rule's id, its statement on hover (analysis/rules.py; docs/verdicts.md lists them all)."""
+    statement = RULES[rule].statement if rule in RULES else "a rule this version of lockcompare does not know"
+    return f'<abbr class="rule" title="rule {escape(rule)}: {escape(statement)}">{escape(rule)}</abbr>'
+
+
 def rule_of_row(row: dict[str, Any]) -> str:
     """The rule behind a verdict that no event of the history shows (its id, or "")."""
     verdict = str(row.get("verdict"))
@@ -118,11 +125,11 @@ def caption(row: dict[str, Any], story: Story) -> str:
     verdict = str(row["verdict"])
     parts = [f"<p>{badge(verdict)} {escape(MEANINGS.get(verdict, ''))}.</p>"]
     for finding in story.findings:
-        parts.append(f'<p><span class="rule">{escape(finding.rule)}</span> {escape(finding.text)}</p>')
+        parts.append(f"<p>{rule_label(finding.rule)} {escape(finding.text)}</p>")
     shown = {f.verdict for f in story.findings}
     rule = rule_of_row(row)
     if rule and (verdict not in shown or verdict == "unknown"):
-        parts.append(f'<p><span class="rule">{escape(rule)}</span> {escape(_row_evidence(row))}</p>')
+        parts.append(f"<p>{rule_label(rule)} {escape(_row_evidence(row))}</p>")
     if verdict in VIOLATIONS and not story.findings and story.missing:
         parts.append(f"<p>{escape(story.missing)} The counts above are the evidence.</p>")
     return '<div class="caption">' + "".join(parts) + "</div>"
