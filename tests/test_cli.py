@@ -125,7 +125,9 @@ def test_small_real_matrix_writes_complete_rows_and_a_table(tmp_path: Path) -> N
     with out.open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 6
-    assert all(row["verdict"] in {"exclusive", "conflicts-no-damage", "lost-updates"} for row in rows)
+    assert all(row["verdict"] in {"exclusive", "conflicts-no-damage", "lost-updates"} for row in rows), [
+        (r["backend"], r["experiment"], r["verdict"], r["problem"]) for r in rows
+    ]
     by_cell = {(r["backend"], r["experiment"]): r for r in rows}
     assert_lock_held_up(by_cell[("single", "baseline")])
     # Fencing's guarantee, whatever the interleaving: no write is accepted with a token below one the

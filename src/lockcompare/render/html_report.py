@@ -207,7 +207,7 @@ def _absent(absent: Sequence[str], *, results: Path) -> str:
 
 
 #: A provenance cell names at most this many distinct texts; numbers are given as their range.
-PROVENANCE_VALUES_SHOWN = 4
+PROVENANCE_VALUES_SHOWN = 8
 
 
 def provenance_value(values: Sequence[object]) -> str:
@@ -215,8 +215,8 @@ def provenance_value(values: Sequence[object]) -> str:
     (``0.4–7.9``: ~100 load averages are one range, and sort as numbers), or the distinct texts,
     at most :data:`PROVENANCE_VALUES_SHOWN` and how many more.
 
-    >>> provenance_value([1, 12, 3, 2]), provenance_value(["a", "b", "a"]), provenance_value(list("abcdef"))
-    ('1–12', 'a, b', 'a, b, c, d and 2 more')
+    >>> provenance_value([1, 12, 3, 2]), provenance_value(["a", "b", "a"]), provenance_value(list("abcdefghij"))
+    ('1–12', 'a, b', 'a, b, c, d, e, f, g, h and 2 more')
     """
     present = [v for v in values if v not in (None, "") and not (isinstance(v, float) and math.isnan(v))]
     try:
