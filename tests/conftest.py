@@ -27,7 +27,7 @@ FULL_TIER_MODULES = frozenset({
     "test_failover", "test_fair_workload", "test_fault_experiments", "test_fault_targeting", "test_go_client",
     "test_html_report", "test_java_client", "test_network_faults", "test_parallel", "test_peer_partitions",
     "test_pgbouncer", "test_postgres", "test_postgres_conformance", "test_process_group", "test_renewing",
-    "test_replicated_failover", "test_trustworthy", "test_wheel", "test_zookeeper",
+    "test_replicated_failover", "test_trustworthy", "test_wheel", "test_zookeeper", "test_zookeeper_conformance",
 })  # fmt: skip
 
 

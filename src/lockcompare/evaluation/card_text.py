@@ -31,9 +31,12 @@ def render_card(card: ReportCard, *, fmt: str = "text") -> str:
         + (f", {' '.join(card.settings)}" if card.settings else "")
         + f"; results: {card.results_csv}"
     ) + "".join(f"; {note}" for note in card.notes)
+    if card.battery_histories is not None:
+        setting += f"; the battery's histories, one per check: {card.battery_histories}/ (lockcompare history FILE)"
     if fmt == "markdown":
         body = tabulate(
-            [(line.title, f"**{line.status}**" if line.status is Status.FAIL else str(line.status), line.evidence)
+            [(line.title, f"**{line.status}**" if line.status is Status.FAIL else str(line.status),
+              line.evidence + (f" (history: `{line.history}`)" if line.history and line.status is Status.FAIL else ""))
              for line in card.lines],
             headers=("property", "result", "evidence"),
             tablefmt="github",
@@ -44,7 +47,11 @@ def render_card(card: ReportCard, *, fmt: str = "text") -> str:
             "", f"**Recommendation:** {recommendation(card)}.",
         ])  # fmt: skip
     width = max(len(str(s)) for s in Status) + 2
-    body = "\n".join(f"{line.status!s:<{width}}{line.title}\n{'':<{width}}{line.evidence}" for line in card.lines)
+    body = "\n".join(
+        f"{line.status!s:<{width}}{line.title}\n{'':<{width}}{line.evidence}"
+        + (f"\n{'':<{width}}history: {line.history}" if line.history is not None and line.status is Status.FAIL else "")
+        for line in card.lines
+    )
     return "\n".join([
         f"Report card: {card.backend}", f"  {card.summary}", "", body, "", f"Verdict: {verdict}.", "",
         f"Evidence: {setting}.", "", table.render(list(card.rows), fmt="simple"), "",

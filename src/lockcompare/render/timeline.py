@@ -19,8 +19,9 @@ from lockcompare.render.table import format_table
 
 #: The fields worth showing per kind of step, in order.
 _DETAILS = {
-    # ``errors``: the refusal details this worker met here for the first time (runner/worker.py).
-    "acquire": ("ok", "attempts", "fence", "granted_by", "server", "refusals", "errors"),
+    # ``errors``: the refusal details this worker met here for the first time (runner/worker.py);
+    # ``ttl_ms``: a battery check's.
+    "acquire": ("ok", "attempts", "fence", "granted_by", "server", "refusals", "errors", "ttl_ms"),
     "pause": ("how", "point"),
     "enter": ("inside",),
     "read": ("balance", "fence"),
@@ -40,6 +41,7 @@ _DETAILS = {
     "renew": ("ok", "reason"),
     "gave-up": ("rounds_skipped",),
     "escaped": ("target_worker", "helper"),  # a helper process outside its worker's group (runner, worker -1)
+    "check": ("property", "title", "status", "evidence"),  # a battery check opening and closing (worker -1)
 }
 
 
