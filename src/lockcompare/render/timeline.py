@@ -94,16 +94,17 @@ STEP_KINDS = tuple(_DETAILS)
 def render_timeline(
     events: list[Event], *, from_ms: float = 0, to_ms: float | None = None, kinds: set[str] | None = None
 ) -> str:
-    """One line per step from ``from_ms`` to ``to_ms`` (times from the first event of the whole
-    history, whatever is shown); only steps of ``kinds`` when given."""
+    """One line per step that overlaps ``from_ms``..``to_ms`` (times from the first event of the
+    whole history, whatever is shown); only steps of ``kinds`` when given. Overlap, not start: an
+    acquire that waited from before the window and was granted inside it is a step of the window."""
     if not events:
         return "(empty history)"
     origin = min(e["t0"] for e in events)
     owners = worker_of_owner(events)
     lines = []
     for event in sorted(events, key=lambda e: e["t0"]):
-        start_ms = (event["t0"] - origin) / 1e6
-        if start_ms < from_ms or (to_ms is not None and start_ms > to_ms):
+        start_ms, end_ms = (event["t0"] - origin) / 1e6, (event["t1"] - origin) / 1e6
+        if end_ms < from_ms or (to_ms is not None and start_ms > to_ms):
             continue
         if kinds is not None and event["kind"] not in kinds:
             continue
