@@ -24,7 +24,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 
-from lockcompare.errors import Terminated
+from lockcompare import interrupts
 from lockcompare.infra.procgroup import kill_group, signal_group, sweep_group
 from lockcompare.processes import process_alive
 
@@ -66,10 +66,8 @@ def _unwind(signum: int, frame: FrameType | None) -> None:
         timer.daemon = True
         timer.start()
         return
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    name = signal.Signals(signum).name
-    raise Terminated(f"terminated by {name}; servers and workers stopped", exit_code=128 + signum)
+    interrupts.note(signum)  # even if some library swallows what is raised here (issue 49)
+    raise interrupts.exception_for(signum)
 
 
 @contextlib.contextmanager
@@ -78,6 +76,7 @@ def sigterm_unwinds() -> Iterator[None]:
     SIGINT into KeyboardInterrupt for the duration (main thread only), all raised only where
     unwinding is safe (see :func:`_unwind`). Left to their defaults, SIGHUP and SIGQUIT ended a
     matrix with no message and 3-12 temporary directories behind (issue 38)."""
+    interrupts.clear()
     try:
         previous = {sig: signal.signal(sig, _unwind) for sig in UNWINDING_SIGNALS}
     except ValueError:  # not the main thread: leave the handlers alone

@@ -1,0 +1,176 @@
+"""The fourth abuse battery's defects (issue 49), each as a test: a malformed server list's pieces
+still secret, DNS's limits in the one address parser, redaction in linear time, a Ctrl-C before the
+command runs, a signal some library swallowed still ending the command, ..."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+
+import pytest
+from typer.testing import CliRunner
+
+from lockcompare import interrupts
+from lockcompare.cli import app
+from lockcompare.errors import PlotDependencyError, Terminated
+from lockcompare.redaction import redact, remember_secrets, url_starts
+from lockcompare.urls import parse_url
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def one_line(result) -> str:
+    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit), result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lockcompare: "), result.stderr
+    return lines[0]
+
+
+# --- 1. a malformed server list is still secret -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "pieces"),
+    [
+        (["--lock-servers", "redis://:k1Aq=k1Bq@127.0.0.1:1/0"], ("k1Aq", "k1Bq")),
+        (["--lock-servers", "redis=redis://:k2Aq,k2Bq@127.0.0.1:1/0", "--resource", "redis://127.0.0.1:1/1"],
+         ("k2Aq", "k2Bq")),
+        (["--nodes", "redis://:k3Aq,k3Bq@127.0.0.1:1/0", "--resource", "redis://127.0.0.1:1/1"], ("k3Aq", "k3Bq")),
+    ],
+)  # fmt: skip
+def test_no_piece_of_a_password_cut_by_a_list_parser_is_printed(args: list[str], pieces: tuple[str, ...]) -> None:
+    result = invoke("run", *args)
+    line = one_line(result)
+    assert result.exit_code == 2 and line.startswith("lockcompare: error: ")
+    assert not any(piece in result.output for piece in pieces), line
+    assert "***" in line  # hidden where it stood, not dropped from the message
+
+
+def test_the_pieces_of_a_remembered_password_are_hidden_wherever_they_appear() -> None:
+    remember_secrets(["--nodes", "redis://:p4Aq=p4Bq,p4Cq@h:1/0"])
+    assert redact("unknown kind 'redis://:p4Aq'") == "unknown kind 'redis://:***'"
+    assert redact("not a URL: 'p4Bq,p4Cq@h:1/0'") == "not a URL: '***,***@h:1/0'"
+
+
+def test_a_url_cut_after_its_empty_user_hides_the_rest_but_not_a_port() -> None:
+    assert redact("'redis://:ab' refused") == "'redis://:***' refused"
+    assert redact("'redis://:6379/0' refused") == "'redis://:6379/0' refused"
+
+
+# --- 2. DNS's limits in the one address parser ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "problem"),
+    [
+        ("a" * 64, "a host name label longer than 63 characters"),
+        ("a" * 100_000, "a host name longer than 253 characters"),
+        ("a." * 127 + "bb", "a host name longer than 253 characters"),
+        ("db..example", "bad host name (an empty label)"),
+    ],
+)
+def test_a_name_getaddrinfo_cannot_encode_is_a_problem_of_the_address(host: str, problem: str) -> None:
+    assert parse_url(f"redis://:p@{host}:1/0").problem == problem
+    assert parse_url(f"redis://:p@{'a' * 63}.{'b' * 63}.example.:1/0").problem == ""  # at the limits: fine
+
+
+def test_a_host_label_over_63_characters_is_one_line_and_exit_2() -> None:
+    result = invoke(
+        "run", "--lock-servers", f"redis=redis://:p@{'a' * 100_000}:1/0", "--resource", "redis://127.0.0.1:1/1"
+    )
+    line = one_line(result)
+    assert result.exit_code == 2 and "longer than 253 characters" in line
+    assert len(line) < 400  # the 100 KB address is not echoed whole
+
+
+# --- 3. redaction in linear time, a Ctrl-C before the command runs ----------------------------------
+
+
+def _growth(function: Callable[[str], object], make: Callable[[int], str]) -> float:
+    """How much longer ``function`` takes on an input 10 times longer (best of three each): about
+    10 when it is linear, about 100 when quadratic."""
+
+    def best(n: int) -> float:
+        text = make(n)
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            function(text)
+            times.append(time.perf_counter() - start)
+        return max(min(times), 1e-4)
+
+    return best(200_000) / best(20_000)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda n: "a" * n,  # a scheme searched from every letter: quadratic before issue 49
+        lambda n: "redis://" + "@" * n,  # an @ with no host after it, looked for from each @
+        lambda n: "a://" * (n // 4),
+        lambda n: "redis://:pw@" + "h" * n + " and " + "x" * n,
+    ],
+    ids=["letters", "ats", "schemes", "long-host"],
+)
+def test_redaction_grows_linearly_with_its_input(make: Callable[[int], str]) -> None:
+    assert _growth(redact, make) < 35
+
+
+def test_remembering_the_secrets_of_a_long_argument_grows_linearly() -> None:
+    assert _growth(lambda text: remember_secrets([text]), lambda n: "," * n + "redis://:pw@h:1/0") < 35
+    assert _growth(lambda text: remember_secrets([text]), lambda n: "a" * n + "=redis://h:1/0") < 35
+
+
+def test_url_starts_finds_what_the_scheme_pattern_found() -> None:
+    import re
+
+    pattern = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+    for text in ("x redis://a http://b", "1a://b", "a+b.c-d://e", "://x", "a:://b", "é http://x", "ab://cd://e"):
+        assert url_starts(text) == [m.start() for m in pattern.finditer(text)], text
+
+
+def test_a_ctrl_c_while_the_arguments_are_read_is_one_line_and_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("lockcompare.cli.core.remember_secrets", interrupted)
+    result = invoke("backends")
+    assert result.exit_code == 130 and one_line(result) == "lockcompare: interrupted; servers and workers stopped"
+
+
+# --- 5. a signal some library swallowed still ends the command ----------------------------------------
+
+
+def test_a_swallowed_signal_ends_the_command_with_its_exit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command itself returns normally (the exception was caught below it): the signal noted
+    by the handler decides the exit."""
+
+    def swallowed(**_kwargs: object) -> None:
+        interrupts.note(signal.SIGTERM)
+
+    monkeypatch.setattr("lockcompare.backends.add_plugin_paths", swallowed)
+    result = invoke("backends")
+    assert result.exit_code == 143
+    assert (
+        result.stderr.strip().splitlines()[-1]
+        == "lockcompare: error: terminated by SIGTERM; servers and workers stopped"
+    )
+
+
+def test_an_import_cut_by_a_signal_is_not_a_missing_matplotlib(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lockcompare.render.plots import require_matplotlib
+
+    monkeypatch.setitem(__import__("sys").modules, "matplotlib.figure", None)  # the import fails
+    interrupts.clear()
+    with pytest.raises(PlotDependencyError):
+        require_matplotlib()  # no signal came: matplotlib is missing, and the line says so
+    interrupts.note(signal.SIGHUP)
+    try:
+        with pytest.raises(Terminated) as raised:
+            require_matplotlib()
+        assert raised.value.exit_code == 129
+    finally:
+        interrupts.clear()
