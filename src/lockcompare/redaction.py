@@ -52,8 +52,9 @@ _URL_END = re.compile(r"[\s'\"<>`]")
 _SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
 #: ``@`` and the characters NFKC turns into it (a full-width ``＠`` is an ``@`` to some parsers).
 _ATS = "@\uff20\ufe6b"
-#: The host after a userinfo's ``@``: a name, an address or a bracketed IPv6 address.
-_HOST_AFTER = re.compile(r"(?:\[[0-9A-Fa-f:.%\w]*\]|[\w.\-]+)")
+#: A userinfo's ``@`` and the host after it (a name, an address or a bracketed IPv6 address), as
+#: read in the reversed text: the first match there is the last ``@`` of the original.
+_AT_BEFORE_HOST_REVERSED = re.compile(r"(?:[\w.\-]|\][0-9A-Fa-f:.%\w]*\[)[@\uff20\ufe6b]")
 #: A secret given as key=value (a URL's query, a libpq keyword string, its value maybe quoted).
 _SECRET_VALUE = re.compile(
     r"((?<![A-Za-z0-9_])(?:password|passwd|pwd|pass|sslpassword|secret|token|auth)\s*[=\uff1d]\s*)"
@@ -90,7 +91,7 @@ def shown(text: str, *, most: int = 160) -> str:
     (a 100 KB argument is not echoed whole).
 
     >>> shown("redis://:pw@" + "a" * 300 + ":1/0", most=40)
-    'redis://:***@aaaaaaaaaaaaaaa... (316 characters)'
+    'redis://:***@aaaaaaaaaaaaa... (317 characters)'
     """
     text = redact(text)
     return text if len(text) <= most else f"{text[: most * 2 // 3]}... ({len(text)} characters)"
@@ -159,6 +160,8 @@ def _redact_urls(text: str) -> str:
     """Every URL's password hidden. A URL's userinfo runs to the last ``@`` (or full-width ``＠``)
     before the line ends or the next URL starts, when a host follows it: a password with a space or
     a quote in it is hidden whole (over-redacting is the safe side)."""
+    if "://:" not in text and not any(c in text for c in _ATS):
+        return text  # no userinfo anywhere: nothing to hide (and nothing to walk through)
     starts = url_starts(text)
     if not starts:
         return text
@@ -173,10 +176,7 @@ def _redact_urls(text: str) -> str:
 
 def _redact_segment(segment: str) -> str:
     scheme, _, rest = segment.partition("://")
-    ats = [i for i, c in enumerate(rest) if c in _ATS]  # once: a loop of rfind was quadratic in "@@@..."
-    while ats and not _HOST_AFTER.match(rest, ats[-1] + 1):
-        ats.pop()
-    at = ats[-1] if ats else -1
+    at = _last_at_before_a_host(rest)
     if at <= 0:  # no userinfo: the URL alone, up to a space or a quote
         end = _URL_END.search(segment)
         cut = end.start() if end else len(segment)
@@ -188,6 +188,13 @@ def _redact_segment(segment: str) -> str:
     if any(c.isspace() or c in "'\"/" for c in user):
         user = ""
     return f"{scheme}://{user}:***@{host}"
+
+
+def _last_at_before_a_host(text: str) -> int:
+    """The index of the last ``@`` (or full-width ``＠``) that a host follows, -1 if none: one search
+    of the reversed text (a loop over the ``@`` from the end was quadratic in ``@@@...``)."""
+    found = _AT_BEFORE_HOST_REVERSED.search(text[::-1])
+    return len(text) - found.end() if found else -1
 
 
 def _password_pieces(url: str) -> set[str]:
