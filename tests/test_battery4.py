@@ -4,6 +4,7 @@ command runs, a signal some library swallowed still ending the command, ..."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -16,6 +17,8 @@ from typer.testing import CliRunner
 from lockcompare import interrupts
 from lockcompare.cli import app
 from lockcompare.errors import OutputPathError, PlotDependencyError, ResultsFileError, Terminated
+from lockcompare.infra import cgroup, lifecycle
+from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.redaction import redact, remember_secrets, url_starts
 from lockcompare.render.plots import require_matplotlib
 from lockcompare.runner import outfile
@@ -217,3 +220,45 @@ def test_a_file_without_a_suffix_after_one_with_is_refused(tmp_path: Path) -> No
     (tmp_path / "z.tsv").write_text("schema_version,history\n9,z.histories/t0.jsonl.gz\n")
     with pytest.raises(OutputPathError, match=r"z\.csv\.bak, z\.tsv"):
         history_dir(tmp_path / "z.csv")  # both of its names are another file's
+
+
+# --- 6. a worker's cgroup lives as long as the worker -------------------------------------------------
+
+
+def test_a_worker_whose_cgroup_is_gone_ends_quietly_without_running(tmp_path: Path) -> None:
+    ran: list[int] = []
+    with pytest.raises(SystemExit) as ended:
+        cgroup.enter_and_run((str(tmp_path / "removed"),), ran.append, 1)
+    assert ended.value.code == 1 and ran == []
+
+
+@pytest.mark.skipif(cgroup.probe() == cgroup.PROCESS_GROUP, reason="needs writable cgroups (root)")
+def test_a_ctrl_c_during_a_workers_start_leaves_its_cgroup_to_end_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Ctrl-C arrives while the spawn holds signals back, and unwinds the caller once they come
+    down: the worker is then on record in its cgroup, which is still there for it, and ends with it."""
+    real_adopt, real_spawn = cgroup.adopt, lifecycle.SPAWN
+    adopted: list[int] = []
+
+    def adopt_and_note(pid: int | None, group: cgroup.ClientCgroup | None) -> None:
+        real_adopt(pid, group)
+        adopted.append(int(pid or 0))
+
+    real_start = real_spawn.Process.start
+
+    def start_interrupted(self: object) -> None:
+        real_start(self)
+        os.kill(os.getpid(), signal.SIGINT)  # a Ctrl-C while start() runs: held back until it is done
+
+    monkeypatch.setattr(cgroup, "adopt", adopt_and_note)
+    monkeypatch.setattr(real_spawn.Process, "start", start_interrupted)
+    try:
+        with sigterm_unwinds(), pytest.raises(KeyboardInterrupt):
+            cgroup.start_in_cgroup(target=time.sleep, args=(30,))
+            time.sleep(1)  # (a signal still pending is delivered here at the latest)
+    finally:
+        interrupts.clear()
+    (pid,) = adopted
+    group = cgroup.of(pid)
+    assert group is not None and all(d.is_dir() for d in group.dirs)  # not removed under the starting worker
+    assert pid in cgroup.release(pid)  # killed with its cgroup, which is then removed
+    assert not any(d.exists() for d in group.dirs)

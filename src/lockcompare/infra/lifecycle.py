@@ -125,9 +125,16 @@ def _child_main(target: Callable[..., None], parent_pid: int, args: tuple[object
         raise
 
 
-def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...]) -> BaseProcess:
+def start_worker_process(
+    *,
+    target: Callable[..., None],
+    args: tuple[object, ...],
+    started: Callable[[BaseProcess], None] | None = None,
+) -> BaseProcess:
     """Start ``target(*args)`` in a spawned process born with SIGINT blocked, which then leads a
     process group of its own (stop and kill it with :mod:`lockcompare.infra.procgroup`).
+    ``started(proc)`` runs right after the spawn with signals still held back: what must be
+    recorded about a live child (its cgroup) is recorded before a Ctrl-C can unwind the caller.
 
     The mask survives fork and exec. Ctrl-C goes to the terminal's process group, which the child
     belongs to until its ``setpgid``, and a worker hit by it while still importing would print a
@@ -140,8 +147,12 @@ def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...
         with _signals_deferred(), _STARTING, _cwd_that_exists():
             proc = SPAWN.Process(target=_child_main, args=(target, os.getpid(), args), daemon=True)
             proc.start()
-        if proc.pid is not None:
-            _groups_started.add(proc.pid)
+            # Inside the deferral: a signal held back during start() is delivered when it ends,
+            # and the child it then unwinds past must already be on record (issue 49).
+            if proc.pid is not None:
+                _groups_started.add(proc.pid)
+            if started is not None:
+                started(proc)
         return proc
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
