@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -262,3 +263,70 @@ def test_a_ctrl_c_during_a_workers_start_leaves_its_cgroup_to_end_with_it(monkey
     assert group is not None and all(d.is_dir() for d in group.dirs)  # not removed under the starting worker
     assert pid in cgroup.release(pid)  # killed with its cgroup, which is then removed
     assert not any(d.exists() for d in group.dirs)
+
+
+# --- 4 and 8. `clients install`: signals end its toolchain child; a full disk names the destination --
+
+
+LC = [sys.executable, "-m", "lockcompare"]
+FAKE_NPM = '#!/bin/sh\nsleep 300 &\necho "$$ $!" > "$NPM_MARKER"\nwait\n'  # npm ci that never ends, with a helper
+
+
+def _install_env(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "npm").write_text(FAKE_NPM)
+    (bin_dir / "node").write_text("#!/bin/sh\nexit 0\n")
+    for tool in ("npm", "node"):
+        (bin_dir / tool).chmod(0o755)
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "LOCKCOMPARE_CLIENTS_DIR": str(tmp_path / "clients"),
+        "NPM_MARKER": str(tmp_path / "marker"),
+    }
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_ends_clients_install_and_its_toolchain_group(tmp_path: Path, sig: signal.Signals) -> None:
+    env = _install_env(tmp_path)
+    marker = tmp_path / "marker"
+    proc = subprocess.Popen([*LC, "clients", "install", "node"], env=env, stderr=subprocess.PIPE, text=True,
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (marker.exists() and marker.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        npm, helper = (int(p) for p in marker.read_text().split())
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=20)  # the step's limit is 900 s: it did not wait for it
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+    assert _gone(npm) and _gone(helper)  # the toolchain's whole group ended with the command
+
+
+def test_clients_install_into_a_full_disk_names_the_destination_and_leaves_no_part(tmp_path: Path) -> None:
+    """RLIMIT_FSIZE stands for the full disk (EFBIG where ENOSPC would be): no tmpfs or root needed."""
+    env = _install_env(tmp_path)
+    limited = (
+        "import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1])); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'lockcompare', 'clients', 'install', 'python'])"
+    )
+    done = subprocess.run([sys.executable, "-c", limited], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)  # fmt: skip
+    clients = tmp_path / "clients"
+    (line,) = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and line.startswith(f"lockcompare: error: cannot install {clients}/"), line
+    failed = Path(line.split("cannot install ", 1)[1].rsplit(":", 1)[0])
+    assert not failed.exists()  # no half-copied file under the destination's name
+    assert not [p for p in clients.rglob("*") if ".part" in p.name]
