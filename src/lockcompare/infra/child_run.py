@@ -1,4 +1,4 @@
-"""A child process a command waits on (a toolchain's build, npm ci), ended with the command.
+"""A child process a command waits on (a toolchain's build, npm ci, initdb), ended with the command.
 
 ``subprocess.run`` waits inside the subprocess module, which lifecycle's signal handler must not
 unwind (it may hold a lock there, see ``_UNSAFE_MODULES``): a Ctrl-C, SIGTERM or SIGHUP was held
@@ -36,14 +36,23 @@ class Finished:
     stderr: str
 
 
-def run_child(command: Sequence[str], *, cwd: Path, timeout_s: float) -> Finished:
-    """Run ``command`` in ``cwd`` to its end, its output captured; :class:`subprocess.TimeoutExpired`
-    after ``timeout_s`` (its group ended). Any exception while it runs — the signal handler's
-    KeyboardInterrupt or Terminated — ends its group first and then goes on."""
+def run_child(
+    command: Sequence[str],
+    *,
+    timeout_s: float,
+    cwd: Path | None = None,
+    user: int | None = None,
+    group: int | None = None,
+) -> Finished:
+    """Run ``command`` (in ``cwd``, as ``user``:``group`` if given) to its end, its output captured;
+    :class:`subprocess.TimeoutExpired` after ``timeout_s`` (its group ended). Any exception while
+    it runs — the signal handler's KeyboardInterrupt or Terminated — ends its group first and then
+    goes on."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(
-            list(command), cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True
-        )
+            list(command), cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
+            user=user, group=group,
+        )  # fmt: skip
         try:
             deadline = time.monotonic() + timeout_s
             while proc.poll() is None:
