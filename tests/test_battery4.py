@@ -330,3 +330,18 @@ def test_clients_install_into_a_full_disk_names_the_destination_and_leaves_no_pa
     failed = Path(line.split("cannot install ", 1)[1].rsplit(":", 1)[0])
     assert not failed.exists()  # no half-copied file under the destination's name
     assert not [p for p in clients.rglob("*") if ".part" in p.name]
+
+
+# --- 10. a lost Dask scheduler is no host's failure ---------------------------------------------------
+
+
+def test_a_batch_cancelled_for_a_lost_scheduler_is_no_hosts_failure() -> None:
+    from types import SimpleNamespace
+
+    from lockcompare.runner.dask_executor import _scheduler_lost
+
+    running = SimpleNamespace(status="running")
+    cancelled = "run_batch-bb3f0c4a cancelled for reason: scheduler-connection-lost."  # as Dask 2026.8 says
+    assert _scheduler_lost(running, RuntimeError(cancelled))
+    assert not _scheduler_lost(running, RuntimeError("Attempted to run task run_batch-x on 4 workers, all died"))
+    assert _scheduler_lost(SimpleNamespace(status="connecting"), RuntimeError("Attempted to run task"))

@@ -30,6 +30,7 @@ non-zero exit code (never a traceback)::
     ├── FaultNotSupportedError       a fault needs a tool this machine lacks (says what to install)
     ├── ProxyError                   a link proxy did not start or answer its control pipe
     ├── TrialError                   a trial could not complete (a worker died, a timeout)
+    ├── SchedulerLostError           the Dask scheduler went away mid-matrix (says how to resume)
     ├── UnknownTrialsError           some trials were judged unknown (their problems printed first)
     ├── RenderError                  plots or a report could not be produced
     │   └── PlotDependencyError      matplotlib is not installed (says what to install)
@@ -158,6 +159,11 @@ class ProxyError(LockcompareError):
 
 class TrialError(LockcompareError):
     """A trial could not run to the end."""
+
+
+class SchedulerLostError(LockcompareError):
+    """The Dask scheduler of a ``--dask`` matrix went away: the rows that came back are written, the
+    other trials never ran here (no verdict of theirs to report); ``--resume`` runs them."""
 
 
 class UnknownTrialsError(LockcompareError):
