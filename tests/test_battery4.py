@@ -346,3 +346,19 @@ def test_a_batch_cancelled_for_a_lost_scheduler_is_no_hosts_failure() -> None:
     assert _scheduler_lost(running, RuntimeError(cancelled))
     assert not _scheduler_lost(running, RuntimeError("Attempted to run task run_batch-x on 4 workers, all died"))
     assert _scheduler_lost(SimpleNamespace(status="connecting"), RuntimeError("Attempted to run task"))
+
+
+# --- a child whose parent died before it asked to die with it --------------------------------------
+
+
+def test_a_child_whose_parent_is_already_gone_exits_instead_of_waiting_for_a_signal() -> None:
+    """What a server's pre-exec function does after its prctl: a parent SIGKILLed between the fork
+    and the request sends no signal, so the child checks who its parent is now."""
+    code = "from lockcompare.infra.lifecycle import die_with_parent as d; d(parent_pid={}); print('ran on')"
+    gone = subprocess.run(
+        [sys.executable, "-c", code.format(1)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert gone.returncode == 1 and gone.stdout == ""  # its parent is not pid 1: "re-parented"
+    here = subprocess.run([sys.executable, "-c", code.format(os.getpid())], capture_output=True, text=True, timeout=60,
+                          check=False)  # fmt: skip
+    assert here.returncode == 0 and here.stdout.strip() == "ran on"
