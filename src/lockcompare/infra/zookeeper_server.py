@@ -41,7 +41,7 @@ from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError,
 from lockcompare.infra.kinds import ZOOKEEPER_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server
 from lockcompare.infra.peerlinks import PeerLinks
 from lockcompare.infra.spawned import SpawnedServer, free_port
-from lockcompare.redaction import redact
+from lockcompare.redaction import shown as quoted
 from lockcompare.urls import parse_url
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def zookeeper_urls(hosts: str) -> tuple[str, ...]:
     urls = []
     for part in (p.strip() for p in hosts.split(",")):
         address = parse_url("zk://" + part.removeprefix("zk://"))  # never raises (issue 38)
-        shown = redact("zk://" + part.removeprefix("zk://")).removeprefix("zk://")
+        shown = quoted("zk://" + part.removeprefix("zk://")).removeprefix("zk://")
         if address.has_userinfo or any(c in part for c in "@\uff20\ufe6b"):
             raise InvalidValueError(f"--zookeeper takes HOST:PORT,... without a user or password, got {shown!r}")
         if address.problem or address.port is None or address.path.strip("/") or address.query:
