@@ -18,7 +18,11 @@ import pytest
 
 from lockcompare.analysis.checker import check, released_nothing_note
 from lockcompare.analysis.counters import ResourceCounters
-from lockcompare.analysis.strikes import fault_strikes, strikes_line
+from lockcompare.analysis.strikes import FaultStrikes, fault_strikes, strikes_line
+from lockcompare.faults.aim import Aim, Lease, SessionGuard
+from lockcompare.faults.leases import RING as LEASE_RING
+from lockcompare.faults.leases import WORDS as LEASE_WORDS
+from lockcompare.faults.leases import LeaseSlot
 from lockcompare.faults.plan import planned_steps
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra.cluster import Cluster
@@ -123,19 +127,20 @@ def test_the_unlock_hint_names_the_schedules_own_session_end() -> None:
     assert "transaction-pooling proxy?" in released_nothing_note([], n=1, total=9)
 
 
-# -- the scheduler: aimed when it lands -----------------------------------------------------------
+# -- the scheduler: read ahead, confirmed when it lands (faults/aim.py) ---------------------------
 
 
 class _Reads:
-    """Scripted holder reads; ``slow_first``: the first read takes 30 ms (a stalled machine)."""
+    """Scripted holder reads, each recording when it ran; ``slow``: each read takes that long (s)."""
 
-    def __init__(self, reads: list[list[str | None]], *, slow_first: bool = False) -> None:
-        self.reads, self.slow, self.pattern = reads, slow_first, "*t:lock"
+    def __init__(self, reads: list[list[str | None]], *, slow: float = 0.0) -> None:
+        self.reads, self.slow, self.pattern = reads, slow, "*t:lock"
+        self.ran_at: list[int] = []
 
     def read(self) -> list[str | None]:
+        self.ran_at.append(time.monotonic_ns())
         if self.slow:
-            self.slow = False
-            time.sleep(0.03)
+            time.sleep(self.slow)
         return self.reads.pop(0)
 
     def close(self) -> None:
@@ -143,11 +148,16 @@ class _Reads:
 
 
 class _Fault:
-    def __init__(self) -> None:
+    """Records the nodes it struck; ``during``: called as it acts (a lease that ends meanwhile)."""
+
+    def __init__(self, during: Any = None) -> None:
         self.hits: list[list[int]] = []
+        self.during = during
 
     def inject(self, _cluster: object, nodes: list[int]) -> str:
         self.hits.append(nodes)
+        if self.during is not None:
+            self.during()
         return "hit"
 
     def heal(self, _cluster: object, nodes: list[int]) -> str:
@@ -159,81 +169,197 @@ class _Cluster:
         pass
 
 
-def _landing(reads: list[list[str | None]], *, slow_first: bool = False) -> tuple[dict[str, Any], _Fault, _Reads]:
-    """One ``restart nodes=holders:1`` step triggered by worker 0's acquire of lease A, landing on ``reads``."""
-    fault = _Fault()
+def _slots(n: int = 2) -> list[LeaseSlot]:
+    """Two workers' lease slots, as the workers write them (plain lists stand for the shared memory)."""
+    return [LeaseSlot([0] * LEASE_WORDS, offset=0) for _ in range(n)]
+
+
+def _scheduler(schedule: str, *, fault: _Fault, reads: _Reads | None, slots: list[LeaseSlot] | None) -> FaultScheduler:
     steps = [
         PlannedStep(index=p.index, step=p.step, build=lambda _w: fault, heal_after_ns=p.heal_after_ns)
-        for p in planned_steps(
-            at_scale(parse_schedule("restart nodes=holders:1 after-acquire=0 once"), scale=1), ttl_ms=1000
-        )
+        for p in planned_steps(at_scale(parse_schedule(schedule), scale=1), ttl_ms=1000)
     ]
-    holders = _Reads(reads, slow_first=slow_first)
-    scheduler = FaultScheduler(steps=steps, cluster=_Cluster(), node_count=5, workers=2, holders=holders)  # type: ignore[arg-type]
-    scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A)
-    scheduler.run_due()
-    return scheduler.events[0], fault, holders
-
-
-def test_a_fault_landing_on_the_lease_it_was_aimed_at_struck_it() -> None:
-    event, fault, _ = _landing([[A, None, None, None, None]])
-    assert fault.hits == [[0]] and event["aim"] == "struck" and event["aimed_owner"] == A and event["struck"]
-
-
-def test_a_fault_landing_after_its_lease_ended_with_none_held_is_missed_and_not_injected() -> None:
-    # Some read saw a lease before (so the key pattern matches): this one sees none.
-    event, _, _ = _landing([[None] * 5])
-    assert event["action"] == "skipped" and "no lease" in event["reason"] and event.get("aim") is None  # never seen
-    fault_seen = _Fault()
-    steps = [
-        PlannedStep(index=p.index, step=p.step, build=lambda _w: fault_seen, heal_after_ns=p.heal_after_ns)
-        for p in planned_steps(
-            at_scale(parse_schedule("restart nodes=holders:1 after-acquire=0 every"), scale=1), ttl_ms=1000
-        )
-    ]
-    reads = _Reads([[A, None, None, None, None], [None] * 5])
     scheduler = FaultScheduler(steps=steps, cluster=_Cluster(), node_count=5, workers=2, holders=reads)  # type: ignore[arg-type]
+    if slots is not None:
+        scheduler.attach_workers(pids=(), freezer=None, leases=slots)  # type: ignore[arg-type]
+    return scheduler
+
+
+def _landing(
+    reads: list[list[str | None]],
+    *,
+    hold: bool = True,
+    fault: _Fault | None = None,
+    slow: float = 0.0,
+    slots: list[LeaseSlot] | None = None,
+) -> tuple[dict[str, Any], _Fault, _Reads, list[LeaseSlot]]:
+    """One ``restart nodes=holders:1`` step triggered by worker 0's acquire of lease A (round 0),
+    landing with worker 0 still holding it (``hold``) or having begun its release."""
+    fault = fault or _Fault()
+    holders, slots = _Reads(reads, slow=slow), slots or _slots()
+    scheduler = _scheduler("restart nodes=holders:1 after-acquire=0 once", fault=fault, reads=holders, slots=slots)
+    slots[0].hold(round_=0, valid_until_ns=None)
     scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A)
+    if not hold:
+        slots[0].end(round_=0)
+    landing = time.monotonic_ns()
     scheduler.run_due()
     scheduler.heal_all()
-    scheduler.on_acquired(worker=0, round_=1, t_ns=0, owner="owner-a2")
+    assert all(t < landing for t in holders.ran_at), "the servers were read at the planned moment"
+    return scheduler.events[0], fault, holders, slots
+
+
+def test_a_fault_landing_on_the_lease_it_was_aimed_at_struck_it_from_a_read_made_ahead() -> None:
+    event, fault, holders, _ = _landing([[A, None, A, None, None]])
+    assert fault.hits == [[0]] and len(holders.ran_at) == 1  # one read, made when the acquire was reported
+    assert (event["aim"], event["aimed_owner"], event["lease_owner"]) == ("struck", A, A)
+    assert (event["lease_worker"], event["lease_round"], event["lease_held"], event["struck"]) == (0, 0, True, True)
+    assert event["holders"] == [A, None, A, None, None] and event["aim_age_ms"] >= 0
+    assert fault_strikes([event]).struck == 1
+
+
+def test_a_fault_whose_lease_ended_before_it_landed_is_missed_though_the_read_saw_it_held() -> None:
+    """The read ahead saw lease A on node 0; by the planned moment worker 0 had begun releasing it
+    (its slot says so): nothing is injected — the old aim trusted the read and struck."""
+    event, fault, _, _ = _landing([[A, None, None, None, None]], hold=False)
+    assert fault.hits == [] and event["action"] == "skipped" and event["aim"] == "missed"
+    assert event["reason"].startswith("missed: the lease it was aimed at had ended when it landed")
+    assert fault_strikes([event]) == FaultStrikes(
+        planned=1, struck=0, missed=1, retargeted=0, reasons=(event["reason"],)
+    )
+
+
+def test_a_lease_that_ended_between_its_confirm_and_the_action_is_raced_and_not_counted_struck() -> None:
+    """The confirm saw lease A held; it ended before the fault acted (the check after the action reads
+    its end time in the slot): ``raced``, not struck. One that ends after the action began was struck."""
+    fault, slots = _Fault(), _slots()
+    reads = _Reads([[A, None, None, None, None]])
+    scheduler = _scheduler("restart nodes=holders:1 after-acquire=0 once", fault=fault, reads=reads, slots=slots)
+    slots[0].hold(round_=0, valid_until_ns=None)
+    scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A)
+    slots[0].end(round_=0)
+    scheduler._aim.holds = lambda lease: True  # type: ignore[method-assign]  # the confirm, an instant before
     scheduler.run_due()
-    missed = scheduler.events[-1]
-    assert fault_seen.hits == [[0]]  # the second injection was not made
-    assert missed["action"] == "skipped" and missed["aim"] == "missed" and missed["aimed_owner"] == "owner-a2"
-    assert missed["reason"].startswith("missed: the lease it was aimed at had ended when it landed")
-    assert fault_strikes(scheduler.events).missed == 1
+    scheduler.heal_all()
+    event = scheduler.events[0]
+    assert fault.hits == [[0]]  # it acted (a node restarted) on a lease that had ended
+    assert event["aim"] == "raced" and event["lease_held"] is False
+    strikes = fault_strikes([event])
+    assert (strikes.struck, strikes.reasons) == (0, ("raced: the lease it struck ended while the fault acted",))
+    ended_after = _Fault(during=lambda: late_slots[0].end(round_=0))
+    late_slots = _slots()
+    event, _, _, _ = _landing([[A, None, None, None, None]], fault=ended_after, slots=late_slots)
+    assert (event["aim"], event["lease_held"]) == ("struck", True)
 
 
-def test_a_fault_landing_after_its_lease_ended_on_another_lease_is_retargeted() -> None:
-    event, fault, _ = _landing([[None, B, None, None, None]])
-    assert fault.hits == [[1]] and event["aim"] == "retargeted"
-    assert (event["aimed_owner"], event["lease_owner"]) == (A, B)
+def test_a_slow_read_ahead_is_waited_for_and_the_wait_is_recorded() -> None:
+    event, fault, _, _ = _landing([[A, None, None, None, None]], slow=0.03)
+    assert fault.hits == [[0]] and event["aim"] == "struck"
+    assert event["read_wait_ms"] > 0 and event["aim_age_ms"] >= 30  # the read started 30 ms before it acted
 
 
-def test_a_slow_read_is_read_again_when_the_fault_lands() -> None:
-    # The first read took 30 ms and saw lease A; by the second (at landing) A had gone and B was held.
-    event, fault, holders = _landing([[A, None, None, None, None], [None, B, None, None, None]], slow_first=True)
-    assert holders.reads == [] and fault.hits == [[1]]  # both reads made: the fault struck what the second saw
-    assert event["aim"] == "retargeted" and event["holders"] == [None, B, None, None, None]
-    assert event["aim_age_ms"] < 30  # the age of the read it landed on, not of the slow one
+def test_a_fault_retargets_only_a_current_lease_whose_nodes_were_read_since_it_was_granted() -> None:
+    """Worker 0's lease A ended; worker 1 holds B. Read after B's acquire: the fault strikes B's
+    node (retargeted). Without such a read it is missed, not aimed at nodes nobody read."""
+    for read_after_b, expected in ((True, "retargeted"), (False, "missed")):
+        fault, slots = _Fault(), _slots()
+        reads = _Reads([[A, None, None, None, None], [None, B, None, None, None]])
+        scheduler = _scheduler(
+            "restart nodes=holders:1 after-acquire=0 once", fault=fault, reads=reads, slots=slots
+        )  # fmt: skip
+        slots[0].hold(round_=0, valid_until_ns=None)
+        scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A)
+        slots[0].end(round_=0)
+        slots[1].hold(round_=0, valid_until_ns=None)
+        if read_after_b:  # a pending step reads ahead again at every acquire reported
+            scheduler.on_acquired(worker=1, round_=0, t_ns=0, owner=B)
+        else:
+            scheduler._aim.reported(Lease(owner=B, worker=1, round=0, reported_ns=time.monotonic_ns()))
+        scheduler.run_due()
+        scheduler.heal_all()
+        (event,) = [e for e in scheduler.events if e["action"] in ("inject", "skipped")]
+        assert event["aim"] == expected, event
+        if read_after_b:
+            assert fault.hits == [[1]] and (event["lease_owner"], event["lease_worker"]) == (B, 1)
+            assert event["lease_held"] is True and fault_strikes([event]).retargeted == 1
+        else:
+            assert fault.hits == [] and "was granted after the servers were read" in event["reason"]
 
 
-def test_a_session_kill_names_whose_session_it_ended() -> None:
-    """The kill reports the identifier stored in the holder's znode (``session_owner``); the runner names
-    that worker, and says retargeted when it is not the worker the step was aimed at."""
-    scheduler = FaultScheduler(steps=[], cluster=_Cluster(), node_count=1, workers=2)  # type: ignore[arg-type]
-    scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner="aaa.10001.n0")
-    scheduler.on_acquired(worker=1, round_=0, t_ns=0, owner="bbb.10002.n1")
-    assert scheduler._session_aim({"session_owner": "bbb", "target_worker": 0}) == {
-        "session_worker": 1,
-        "aim": "retargeted",
-    }
-    assert scheduler._session_aim({"session_owner": "aaa", "target_worker": 0}) == {"session_worker": 0}
-    # PostgreSQL: the backend pid a lease reported as its session.
-    scheduler.on_acquired(worker=1, round_=1, t_ns=0, owner="ccc", session="4242")
-    assert scheduler._session_aim({"sessions_ended": [4242], "target_worker": 1}) == {"session_worker": 1}
-    assert scheduler._session_aim({"sessions_ended": [999], "target_worker": 1}) == {"session_worker": None}
+def test_a_lease_past_its_deadline_is_not_held() -> None:
+    slot = _slots(1)[0]
+    slot.hold(round_=3, valid_until_ns=time.monotonic_ns() - 1)
+    assert slot.holding() is None and slot.of_round(3).held is False
+    slot.hold(round_=4, valid_until_ns=time.monotonic_ns() + 10**9)
+    assert slot.holding() is not None and slot.of_round(4).held
+    before = time.monotonic_ns()
+    slot.end(round_=4)
+    assert slot.of_round(4).held_at(before) is True and slot.of_round(4).held_at(time.monotonic_ns()) is False
+    slot.hold(round_=5, valid_until_ns=None)
+    assert slot.of_round(4).held_at(before) is True  # still known: the ring keeps the last rounds' ends
+    assert slot.of_round(4 - LEASE_RING).held_at(before) is None  # too long ago to tell
+
+
+def test_a_session_kill_ends_only_a_session_that_is_a_current_lease_at_kill_time() -> None:
+    """The guard a session kill asks right before ending a session: a PostgreSQL backend pid a lease
+    reported as its session, or a ZooKeeper holder's identifier (which starts its owner token) — held
+    now by its worker, as its slot says; a waiting worker's session is refused."""
+    aim, slots = Aim(), _slots()
+    aim.slots = slots
+    aim.reported(Lease(owner="aaa.10001.n0", worker=0, round=0, reported_ns=1))
+    aim.reported(Lease(owner="ccc", worker=1, round=0, reported_ns=2, session="4242"))
+    slots[0].hold(round_=0, valid_until_ns=None)
+    guard = SessionGuard(aim=aim)
+    assert guard("aaa") and guard.lease is not None and guard.lease.worker == 0 and guard.confirmed_ns
+    assert not guard(4242)  # worker 1's lease was reported, but worker 1 does not hold it now
+    slots[1].hold(round_=0, valid_until_ns=None)
+    assert guard(4242) and guard.lease is not None and guard.lease.worker == 1
+    slots[1].end(round_=0)  # it began releasing: its session is about to be a waiter's
+    assert not guard(4242) and not guard("unknown") and guard.asked == ["aaa", "4242", "4242", "4242", "unknown"]
+
+
+def test_a_session_kill_names_the_lease_whose_session_it_ended_and_the_guard_it_asked() -> None:
+    """A session-kill fault that takes the guard: the event names the lease the guard confirmed;
+    one whose every session was refused ended nothing and is missed."""
+
+    class _Kill:
+        takes_guard = True
+
+        def __init__(self, slot: LeaseSlot, *, released: bool) -> None:
+            self.slot, self.released = slot, released
+
+        def inject(self, _cluster: object, nodes: list[int], *, guard: Any) -> tuple[str, dict[str, object]]:
+            if self.released:  # the holder began releasing between the step's confirm and the kill's lookup
+                self.slot.end(round_=0)
+            if guard("4242"):
+                return "ended", {"sessions_ended": [4242]}
+            return "skipped: not a current lease", {"sessions_ended": []}
+
+        def heal(self, _cluster: object, nodes: list[int]) -> str:
+            return "stays ended"
+
+    for released in (False, True):
+        slots = _slots()
+        kill = _Kill(slots[0], released=released)
+        schedule = parse_schedule("session-kill worker=holder after-acquire=0 every")
+        steps = [
+            PlannedStep(index=p.index, step=p.step, build=lambda _w, kill=kill: kill, heal_after_ns=0)
+            for p in planned_steps(at_scale(schedule, scale=1), ttl_ms=1000)
+        ]
+        scheduler = FaultScheduler(steps=steps, cluster=_Cluster(), node_count=1, workers=2)  # type: ignore[arg-type]
+        scheduler.attach_workers(pids=(), freezer=None, leases=slots)  # type: ignore[arg-type]
+        slots[0].hold(round_=0, valid_until_ns=None)
+        scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A, session="4242")
+        scheduler.run_due()
+        (event,) = [e for e in scheduler.events if e["action"] == "inject"]
+        if not released:
+            assert (event["aim"], event["session_worker"], event["lease_held"], event["struck"]) == (
+                "struck", 0, True, True,
+            )  # fmt: skip
+            assert fault_strikes([event]).struck == 1
+        else:
+            assert (event["aim"], event["struck"], event["sessions_refused"]) == ("missed", False, ["4242"])
+            assert fault_strikes([event]).struck == 0
 
 
 # -- real trials -----------------------------------------------------------------------------------

@@ -89,12 +89,12 @@ def test_a_step_whose_target_cannot_be_resolved_is_skipped_in_a_real_trial(clust
     result = _trial("single", "baseline", cluster, rounds=3, faults="crash nodes=holders:3 after-acquire=0 once")  # type: ignore[arg-type]
     faults = [e for e in result.history if e["kind"] == "fault"]
     assert faults and {e["action"] for e in faults} == {"skipped"}, faults
-    assert all("only 1 node(s) holding the current lease" in e["reason"] for e in faults)
+    assert all("only 1 node(s) holding the lease it was aimed at" in e["reason"] for e in faults)
     assert all(e["holders"][0] is not None and e["holders"][1:] == [None] * 4 for e in faults)
     # No safety verdict without the fault (issue 38): every step skipped, so not "exclusive".
     m = result.metrics
     assert m.verdict == "unknown" and m.problem.startswith("no safety verdict without the fault: the fault struck 0 of")
-    assert "only 1 node(s) holding the current lease" in m.problem
+    assert "only 1 node(s) holding the lease it was aimed at" in m.problem
     assert (m.fault_steps_planned, m.fault_steps_struck) == (len(faults), 0)
 
 

@@ -11,9 +11,10 @@ Jepsen's scheduled nemesis, kept small. Each :class:`PlannedStep` (built from a 
   after it: WorkerPlan.acquire_handshake), from the worker's second round.
 
 It heals ``for`` after the injection (``heal_after_ns``; None: when the trial ends). Targets given
-relative to the lease (``holders:K``, ``others:K``, ``worker=holder``) are resolved at injection
-from the lock key read on every node just before (faults/holders.py, faults/targets.py); one that
-cannot be resolved is recorded as ``skipped`` with the reason and aimed nowhere else. Every
+relative to the lease (``holders:K``, ``others:K``, ``worker=holder``, ``holder-member``) are
+resolved from what was read ahead of the step (faults/aim.py, faults/holders.py, faults/targets.py)
+and confirmed when it lands; one that cannot be resolved is recorded as ``skipped`` with the reason
+and aimed nowhere else. Every
 injection, heal and skip is an event of the runner's own (``worker == -1``) in the history::
 
     {"worker": -1, "round": R, "kind": "fault", "fault": "restart", "action": "inject",
@@ -23,16 +24,22 @@ injection, heal and skip is an event of the runner's own (``worker == -1``) in t
 (``planned_ns``: when the step was due; ``late_ms``: how much later it landed — what the timing
 sentinel reads.)
 
-**Aimed when it lands.** A lease-aimed step (``holders:K``, ``others:K``, ``worker=holder``)
-triggered by an acquire is aimed at *that* acquire's lease (``aimed_owner``). Its target is read
-when it lands, not when it was due: a read slower than :data:`AIM_FRESH_MS` (a stalled machine) is
-read again before the fault acts, and the event says how old the read was (``aim_age_ms``). The
-event's ``aim`` then says what the fault met: ``struck`` (the lease it was aimed at, still held),
-``retargeted`` (that lease had ended, another was held: the fault struck the current one) or
-``missed`` (that lease had ended and none was held: nothing is injected; the event is a
-``skipped`` one with ``aim: missed``). analysis/strikes.py counts them; a trial whose schedule
-struck nothing has no safety verdict. An inject event also says ``struck``: false when its fault
-acted on nothing (a session-kill that found no session).
+**Aimed when it lands** (faults/aim.py). A lease-aimed step (``holders:K``, ``others:K``,
+``worker=holder``, ``holder-member``) triggered by an acquire is aimed at *that* acquire's lease
+(``aimed_owner``). What it needs of the servers (the nodes holding the lease, the holder's member)
+is read *ahead*, from the moment the acquire is reported; at its planned moment the step confirms
+from the worker's lease slot (faults/leases.py, shared memory: no server read) that the lease is
+still held, acts at once, and checks the slot again once the fault has acted. The event's ``aim``
+says what the fault met: ``struck`` (the lease it was aimed at, held when it acted),
+``retargeted`` (that lease had ended, another was held and the servers had been read since it was
+granted: the fault struck that one), ``missed`` (that lease had ended and nothing else could be
+aimed at without a read: nothing is injected; the event is a ``skipped`` one) or ``raced`` (the
+lease ended while the fault acted: which came first is not known). The event names what the step
+hit: ``lease_owner``, ``lease_worker``, ``lease_round`` and ``lease_held`` (the lease was held at
+the moment the fault acted, as the worker's slot says). analysis/strikes.py counts them; a trial
+whose schedule struck nothing has no safety verdict. An inject event also says ``struck``: false
+when its fault acted on nothing (a session-kill that found no session, or whose session was no
+worker's current lease at kill time).
 
 :meth:`FaultScheduler.heal_all` runs in the runner's ``finally`` (Ctrl-C included): no node stays
 down, no clock stays moved, no link stays cut, no worker stays stopped.
@@ -46,20 +53,22 @@ from the start, when no acquire triggered it sooner (failover: its master dies e
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockcompare.analysis.history import Event, now_ns
 from lockcompare.analysis.holders import UNREADABLE
 from lockcompare.errors import ConfigError
+from lockcompare.faults.aim import Aim, Fetched, Lease, SessionGuard, missed
 from lockcompare.faults.holders import LockHolders
+from lockcompare.faults.leases import LeaseSlot
 from lockcompare.faults.roles import aim_by_role, roles_now
-from lockcompare.faults.targets import Resolution, current_owner, resolve_nodes, resolve_worker
+from lockcompare.faults.targets import Resolution, resolve_lease_nodes, resolve_nodes, resolve_worker
 from lockcompare.infra.cluster import Cluster
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.faultkinds.base import FaultAction
-from lockcompare.scenario.schedule import FaultStep
+from lockcompare.scenario.schedule import HOLDER_MEMBER, FaultStep, NodeTarget
 
 if TYPE_CHECKING:
     from lockcompare.faults.freeze import Freezer
@@ -108,18 +117,16 @@ class _Active:
     extra: dict[str, Any]
 
 
-#: How old (ms) the holders read may be when a lease-aimed fault lands before it is read again: a
-#: loopback read takes ~1 ms; one slower than this ran on a stalled machine, and the lease it saw may
-#: have ended meanwhile (measured: faults that struck 300-606 ms after their read, on a lease released
-#: 40-106 ms before they landed).
-AIM_FRESH_MS = 20.0
+#: The key of the lock-holders read in the aim's reads (faults/aim.py); a role's is ("roles", text, worker).
+_HOLDERS = "holders"
 
 
 @dataclass
 class _State:
     planned: PlannedStep
     pending: tuple[int, int] | None = None  # (due ns, round)
-    aimed: str | None = None  # the owner whose acquire made the pending injection due (its lease)
+    aimed: Lease | None = None  # the lease whose acquire made the pending injection due
+    trigger_ns: int | None = None  # when that acquire was reported (reads since then serve the step)
     active: _Active | None = None
     injected: int = 0
     prepared: tuple[FaultAction, list[int]] | None = None  # (fault, nodes) of a prepare not yet injected
@@ -132,27 +139,27 @@ class FaultScheduler:
     node_count: int
     workers: int
     links: ProxySet | None = None
-    #: Reads which node holds the lock before each injection (faults/holders.py); None: not read
-    #: (external servers, etcd members). Closed by :meth:`heal_all`.
+    #: Reads which node holds the lock, ahead of each lease-aimed injection (faults/holders.py);
+    #: None: not read (external servers, etcd members). Closed by :meth:`heal_all`.
     holders: LockHolders | None = None
     events: list[Event] = field(default_factory=list)
     pids: tuple[int, ...] = ()
     freezer: Freezer | None = None
     _states: list[_State] = field(default_factory=list)
-    _owners: dict[str, int] = field(default_factory=dict)  # owner token -> worker
-    _latest_owner: dict[int, str] = field(default_factory=dict)  # worker -> its latest owner token
+    _aim: Aim = field(default_factory=Aim)
     _latest_round: dict[int, int] = field(default_factory=dict)
     _last_acquirer: int | None = None
-    _session_workers: dict[str, int] = field(default_factory=dict)  # server session of a lease -> worker
-    _last_holders: list[str | None] | None = None  # what the latest _resolve read
     _seen_lease: bool = False  # some read of this trial found a lease (the key pattern matches the backend's)
+    _last_holders: list[str | None] | None = None  # the holders read the injection being made uses
 
     def __post_init__(self) -> None:
         self._states = [_State(planned=p) for p in self.steps]
 
-    def attach_workers(self, *, pids: tuple[int, ...], freezer: Freezer) -> None:
-        """The worker processes a ``starve`` step acts on (known once the crew is spawned)."""
+    def attach_workers(self, *, pids: tuple[int, ...], freezer: Freezer, leases: Sequence[LeaseSlot] = ()) -> None:
+        """The worker processes a ``starve`` step acts on, and their lease slots (faults/leases.py) a
+        lease-aimed step confirms its lease against (known once the crew is spawned)."""
         self.pids, self.freezer = pids, freezer
+        self._aim.slots = tuple(leases)
 
     def freezes_workers(self) -> bool:
         """Whether a step stops worker processes from outside (its kind says so: ``freezes_worker``)."""
@@ -186,14 +193,17 @@ class FaultScheduler:
     def on_acquired(
         self, *, worker: int, round_: int, t_ns: int, owner: str | None = None, session: str | None = None
     ) -> None:
+        """An acquire a worker reported: the steps it makes due, and the reads they need, started now."""
+        reported = now_ns()
+        lease = None
         if owner:
-            self._owners[owner] = worker
-            self._latest_owner[worker] = owner
-        if session is not None:
-            self._session_workers[str(session)] = worker
+            lease = Lease(
+                owner=owner, worker=worker, round=round_, reported_ns=reported,
+                session=None if session is None else str(session),
+            )  # fmt: skip
+            self._aim.reported(lease)
         self._latest_round[worker] = round_
         self._last_acquirer = worker
-        confirm = False
         for state in self._states:
             step = state.planned.step
             if step.at != "after-acquire" or faultkinds.KINDS[step.kind].in_worker or step.follow != worker:
@@ -203,12 +213,25 @@ class FaultScheduler:
             due = t_ns + state.planned.after_ns
             if state.pending is None or due < state.pending[0]:  # a pending injection is never put off
                 state.pending = (due, round_)
-                state.aimed = owner
-                confirm = confirm or (state.planned.after_ns > AIM_FRESH_MS * 1e6 and self._lease_relative(step))
-        if confirm and not self._seen_lease and self.holders is not None:
-            # Until a read has seen this backend's lease, read once now, while the acquire just reported
-            # holds it: a landing that then finds none missed a lease that ended, not one it cannot see.
-            self._seen_lease = any(v not in (None, UNREADABLE) for v in self.holders.read())
+                state.aimed, state.trigger_ns = lease, reported
+        self._read_ahead(worker)
+
+    def _read_ahead(self, worker: int) -> None:
+        """Start the reads the pending steps will need, now that ``worker`` reported a lease: every
+        node's holders (``holders:K``, ``others:K``), a role (who leads; the member ``worker``'s client
+        is attached to). Never at the planned moment: the step would land that much late."""
+        holders_needed = False
+        for state in self._states:
+            target = state.planned.step.nodes
+            if state.pending is None or target is None:
+                continue
+            if target.by_role:
+                member_of = worker if target.mode == HOLDER_MEMBER else None
+                self._aim.read_ahead(("roles", target.text, member_of), self._role_reader(target, member_of))
+            elif target.from_lease:
+                holders_needed = True
+        if holders_needed and self.holders is not None:
+            self._aim.read_ahead(_HOLDERS, self.holders.read)
 
     def seconds_to_next(self) -> float | None:
         due = [s.pending[0] for s in self._states if s.pending is not None]
@@ -245,6 +268,7 @@ class FaultScheduler:
         try:
             self.cluster.reset_clocks()
         finally:
+            self._aim.close()  # first: a read still running uses the holders' connections
             if self.holders is not None:
                 self.holders.close()
         if first is not None:
@@ -253,8 +277,7 @@ class FaultScheduler:
     # -- what -----------------------------------------------------------------------------------
 
     def _prepare(self, state: _State, *, planned: int) -> None:
-        step = state.planned.step
-        resolution = self._resolve(step, read=False)
+        resolution, _ = self._resolve(state.planned.step, lease=None, since_ns=None)
         if resolution.reason:
             self._skip(state, round_=-1, planned=planned, resolution=resolution, action="prepare")
             return
@@ -264,28 +287,62 @@ class FaultScheduler:
 
     def _inject(self, state: _State, *, round_: int, planned: int) -> None:
         step = state.planned.step
+        self._last_holders = None
         aimed, state.aimed = state.aimed, None
-        read_at = now_ns()
-        resolution = self._resolve(step, read=True)
-        if self._last_holders is not None and (now_ns() - read_at) / 1e6 > AIM_FRESH_MS:
-            read_at = now_ns()  # a slow read: what it saw first may have ended, so read when landing
-            resolution = self._resolve(step, read=True)
-        aim = self._aim(step, aimed=aimed, resolution=resolution)
-        if aim:
-            aim["aim_age_ms"] = round((now_ns() - read_at) / 1e6, 3)
-        if resolution.reason:
-            if aim.get("aim") == "missed":
-                resolution = Resolution(
-                    reason=f"missed: the lease it was aimed at had ended when it landed ({resolution.reason})"
-                )
-            elif self._last_holders is not None and not self._seen_lease:
-                pattern = getattr(self.holders, "pattern", "?")
-                resolution = Resolution(
-                    reason=f"{resolution.reason} (no read in this trial found a lease under the key pattern "
-                    f"{pattern!r}: a backend whose key lies elsewhere declares key_pattern, docs/plugins.md)"
-                )
-            self._skip(state, round_=round_, planned=planned, resolution=resolution, extra=aim)
+        if aimed is not None and self._lease_relative(step):
+            self._inject_aimed(state, aimed, round_=round_, planned=planned)
             return
+        since = state.trigger_ns if step.at == "after-acquire" else None
+        resolution, fetched = self._resolve(step, lease=None, since_ns=since)
+        if resolution.reason:
+            self._skip(state, round_=round_, planned=planned, resolution=self._hinted(resolution))
+            return
+        self._strike(state, resolution, round_=round_, planned=planned, fetched=fetched)
+
+    def _inject_aimed(self, state: _State, aimed: Lease, *, round_: int, planned: int) -> None:
+        """A lease-aimed step at its planned moment: confirm its lease (faults/aim.py), resolve its
+        targets from what was read ahead, act (module docstring)."""
+        step = state.planned.step
+        aim: dict[str, Any] = {"aimed_owner": aimed.owner}
+        if not self._aim.can_confirm():
+            reason = "the workers' lease slots are not attached: the lease it was aimed at cannot be confirmed"
+            self._skip(state, round_=round_, planned=planned, resolution=Resolution(reason=reason), extra=aim)
+            return
+        target, met = aimed, "struck"
+        if not self._aim.holds(aimed):
+            current = self._aim.current()
+            if current is None or not self._read_covers(step, current):
+                why = "the lease it was aimed at had ended when it landed (released, or past its deadline)"
+                if current is not None:
+                    why += f"; worker {current.worker}'s lease, held now, was granted after the servers were read"
+                self._skip(
+                    state, round_=round_, planned=planned, resolution=missed(why), extra={**aim, "aim": "missed"}
+                )
+                return
+            target, met = current, "retargeted"
+        resolution, fetched = self._resolve(step, lease=target, since_ns=target.reported_ns)
+        if resolution.reason:
+            self._skip(state, round_=round_, planned=planned, resolution=self._hinted(resolution), extra=aim)
+            return
+        if not self._aim.holds(target):  # it ended while the step waited for what was read ahead
+            why = "the lease it was aimed at ended while the step waited for its read ahead"
+            self._skip(state, round_=round_, planned=planned, resolution=missed(why), extra={**aim, "aim": "missed"})
+            return
+        aim |= {"aim": met, "lease_worker": target.worker, "lease_round": target.round}
+        self._strike(state, resolution, round_=round_, planned=planned, fetched=fetched, aim=aim, lease=target)
+
+    def _strike(
+        self,
+        state: _State,
+        resolution: Resolution,
+        *,
+        round_: int,
+        planned: int,
+        fetched: Fetched | None,
+        aim: dict[str, Any] | None = None,
+        lease: Lease | None = None,
+    ) -> None:
+        step = state.planned.step
         if state.prepared is not None:
             fault, nodes = state.prepared
             state.prepared = None
@@ -295,7 +352,10 @@ class FaultScheduler:
         heal_after = state.planned.heal_after_ns
         state.active = _Active(fault=fault, nodes=nodes, round=round_, heal_due=None, extra={})
         state.injected += 1
-        self._act(state, fault, "inject", nodes, round_=round_, planned=planned, resolution=resolution, aim=aim)
+        self._act(
+            state, fault, "inject", nodes, round_=round_, planned=planned, resolution=resolution, aim=aim,
+            lease=lease, fetched=fetched,
+        )  # fmt: skip
         if heal_after is not None and step.at != "acquire":
             state.active.heal_due = now_ns() + heal_after
 
@@ -305,57 +365,90 @@ class FaultScheduler:
         state.active = None  # first: a heal that raises is not retried forever
         self._act(state, active.fault, "heal", active.nodes, round_=active.round, planned=planned, carried=active.extra)
 
-    def _resolve(self, step: FaultStep, *, read: bool) -> Resolution:
-        if step.nodes is not None and step.nodes.by_role:  # asked of the servers' kind (faults/roles.py)
-            return aim_by_role(
-                step.nodes, cluster=self.cluster, worker=self._last_acquirer, pids=self.pids, links=self.links
-            )
-        lease_relative = (step.nodes is not None and step.nodes.from_lease) or (
-            step.worker is not None and step.worker.index is None
-        )
-        holders = self.holders.read() if read and self.holders is not None and step.at != "acquire" else None
-        self._last_holders = holders
-        self._seen_lease = self._seen_lease or any(v not in (None, UNREADABLE) for v in holders or ())
-        preferred = self._latest_owner.get(step.follow)
+    def _role_reader(self, target: NodeTarget, worker: int | None) -> Callable[[], Resolution]:
+        return lambda: aim_by_role(target, cluster=self.cluster, worker=worker, pids=self.pids, links=self.links)
+
+    def _read_covers(self, step: FaultStep, lease: Lease) -> bool:
+        """Were the servers read, for what ``step`` needs, since ``lease`` was reported?"""
+        target = step.nodes
+        if target is None or not (target.from_lease or target.mode == HOLDER_MEMBER):
+            return True
+        key: object = _HOLDERS if target.from_lease else ("roles", target.text, lease.worker)
+        return self._aim.has_read_since(key, lease.reported_ns)
+
+    def _resolve(
+        self, step: FaultStep, *, lease: Lease | None, since_ns: int | None
+    ) -> tuple[Resolution, Fetched | None]:
+        """The step's targets: for ``lease`` (the one it strikes, confirmed held), else the lease the
+        nodes hold; from the reads made since ``since_ns`` (ahead of the step), else read now."""
+        target = step.nodes
+        if target is not None and target.by_role:  # asked of the servers' kind (faults/roles.py)
+            member_of = (lease.worker if lease else self._last_acquirer) if target.mode == HOLDER_MEMBER else None
+            roles = self._fetch(("roles", target.text, member_of), self._role_reader(target, member_of), since_ns)
+            return roles.value, roles
+        lease_relative = self._lease_relative(step)
+        fetched: Fetched | None = None
+        holders = None
+        if (
+            self.holders is not None
+            and step.at != "acquire"
+            and ((target is not None and target.from_lease) or (lease is None and lease_relative))
+        ):
+            fetched = self._fetch(_HOLDERS, self.holders.read, since_ns)
+            holders = self._last_holders = fetched.value
+            self._seen_lease = self._seen_lease or any(v not in (None, UNREADABLE) for v in holders)
+        preferred = lease.owner if lease is not None else self._latest_owner(step.follow)
         nodes: tuple[int, ...] = ()
         owner = None
-        if step.nodes is not None:
-            r = resolve_nodes(step.nodes, node_count=self.node_count, holders=holders, preferred_owner=preferred)
+        if target is not None:
+            r = (
+                resolve_lease_nodes(target, holders=holders, owner=lease.owner)
+                if lease is not None and target.from_lease
+                else resolve_nodes(target, node_count=self.node_count, holders=holders, preferred_owner=preferred)
+            )
             if r.reason:
-                return r
+                return r, fetched
             nodes, owner = r.nodes, r.lease_owner
         worker = None
         if step.worker is not None:
-            r = resolve_worker(
-                step.worker, workers=self.workers, holders=holders, owners=self._owners,
-                preferred_owner=preferred, last_acquirer=self._last_acquirer,
-            )  # fmt: skip
-            if r.reason:
-                return r
-            worker, owner = r.worker, owner or r.lease_owner
+            if lease is not None and step.worker.index is None:
+                worker, owner = lease.worker, owner or lease.owner
+            else:
+                r = resolve_worker(
+                    step.worker, workers=self.workers, holders=holders, owners=self._aim.owners(),
+                    preferred_owner=preferred, last_acquirer=self._last_acquirer,
+                )  # fmt: skip
+                if r.reason:
+                    return r, fetched
+                worker, owner = r.worker, owner or r.lease_owner
         if not lease_relative:
             owner = None
-        return Resolution(nodes=nodes, worker=worker, lease_owner=owner)
+        return Resolution(nodes=nodes, worker=worker, lease_owner=owner), fetched
+
+    def _fetch(self, key: object, read: Callable[[], Any], since_ns: int | None) -> Fetched:
+        ahead = self._aim.read_since(key, since_ns) if since_ns is not None else None
+        return ahead if ahead is not None else self._aim.read_now(key, read)
+
+    def _latest_owner(self, worker: int) -> str | None:
+        lease = self._aim.latest(worker)
+        return lease.owner if lease is not None else None
+
+    def _hinted(self, resolution: Resolution) -> Resolution:
+        """A lease-relative step that found no lease, in a trial where no read ever found one: the
+        backend's key is probably not where the harness looks."""
+        if self.holders is None or self._seen_lease or "no lease on any node" not in resolution.reason:
+            return resolution
+        pattern = getattr(self.holders, "pattern", "?")
+        return Resolution(
+            reason=f"{resolution.reason} (no read in this trial found a lease under the key pattern "
+            f"{pattern!r}: a backend whose key lies elsewhere declares key_pattern, docs/plugins.md)"
+        )
 
     @staticmethod
     def _lease_relative(step: FaultStep) -> bool:
-        return (step.nodes is not None and step.nodes.from_lease) or (
+        return (step.nodes is not None and (step.nodes.from_lease or step.nodes.mode == HOLDER_MEMBER)) or (
             step.worker is not None and step.worker.index is None
         )
-
-    def _aim(self, step: FaultStep, *, aimed: str | None, resolution: Resolution) -> dict[str, Any]:
-        """What a lease-aimed step triggered by an acquire met when it landed (module docstring);
-        {} for a step aimed at fixed targets, or where the holders cannot be read."""
-        if not self._lease_relative(step) or aimed is None or self._last_holders is None:
-            return {}
-        current = current_owner(self._last_holders, preferred=aimed)
-        if current is None and not self._seen_lease:
-            return {}  # no read has ever found this backend's lease: not known to have ended
-        if current == aimed:
-            met = "struck" if not resolution.reason else ""
-        else:
-            met = "missed" if current is None else "retargeted"
-        return {"aimed_owner": aimed, **({"aim": met} if met else {})}
 
     def _skip(
         self,
@@ -385,7 +478,7 @@ class FaultScheduler:
                 **({"roles": resolution.roles} if resolution.roles is not None else {}),  # what a role step read
                 "skipped": action,
                 **self._target_fields(state.planned.step),
-                **({"holders": self._last_holders} if self._last_holders is not None else {}),
+                **({"holders": self._last_holders} if self._last_holders is not None else {}),  # what was read
                 **(extra or {}),
             }
         )
@@ -402,10 +495,12 @@ class FaultScheduler:
         resolution: Resolution | None = None,
         carried: dict[str, Any] | None = None,
         aim: dict[str, Any] | None = None,
+        lease: Lease | None = None,
+        fetched: Fetched | None = None,
     ) -> None:
         extra: dict[str, Any] = dict(aim or {})
-        if action == "inject" and self._last_holders is not None:
-            extra["holders"] = self._last_holders  # read before the step (and its t0): what it struck
+        if action == "inject" and fetched is not None and isinstance(fetched.value, list):
+            extra["holders"] = fetched.value  # read ahead of the step: the nodes that held what it struck
         if resolution is not None and resolution.lease_owner is not None:
             extra["lease_owner"] = resolution.lease_owner
         if resolution is not None and resolution.worker is not None:
@@ -414,20 +509,26 @@ class FaultScheduler:
             extra["target_worker"] = carried["target_worker"]  # a heal names whom its injection hit
         if resolution is not None and resolution.roles is not None:
             extra["roles"] = resolution.roles  # who led as it struck (faults/roles.py)
-        if action == "inject" and state.active is not None:
-            state.active.extra = dict(extra)
         by_role = state.planned.step.nodes is not None and state.planned.step.nodes.by_role
         if action == "heal" and by_role:
             extra["roles_before"] = (carried or {}).get("roles")
-        t0 = now_ns()
-        step_fn = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
+        takes_guard = action == "inject" and getattr(fault, "takes_guard", False)
+        guard = SessionGuard(aim=self._aim, fallback=lease) if takes_guard else None
         on_world = getattr(fault, "scope", "nodes") != "nodes"
         target = (
             FaultContext(cluster=self.cluster, links=self.links, pids=self.pids, freezer=self.freezer)
             if on_world
             else self.cluster
         )
-        detail = step_fn(target, nodes)
+        t0 = now_ns()
+        if action == "inject" and fetched is not None:
+            extra["aim_age_ms"] = round((t0 - fetched.started_ns) / 1e6, 3)  # how old the read ahead was
+            extra["read_wait_ms"] = fetched.wait_ms  # what the step waited for it at its planned moment
+        if guard is not None:
+            detail = fault.inject(target, nodes, guard=guard)  # type: ignore[call-arg]
+        else:
+            step_fn = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
+            detail = step_fn(target, nodes)
         if isinstance(detail, tuple):  # (detail, fields): a fault naming what it struck (session-kill's sessions)
             detail, struck = detail
             extra.update(struck)
@@ -441,8 +542,12 @@ class FaultScheduler:
         if action == "inject":
             # A fault that found nothing to act on says so by its detail ("skipped: ..."): not a strike.
             extra.setdefault("struck", not str(detail).startswith("skipped"))
-            if extra.get("session_owner") is not None or extra.get("sessions_ended"):
-                extra |= self._session_aim(extra)
+            if guard is not None or extra.get("session_owner") is not None or extra.get("sessions_ended"):
+                extra |= self._session_hit(extra, guard=guard, aimed=lease)
+            elif lease is not None:
+                extra |= {"acted_ns": t0, **self._lease_hit(lease, acted_ns=t0)}
+        if action == "inject" and state.active is not None:
+            state.active.extra = dict(extra)
         self.events.append(
             {
                 "worker": -1,
@@ -461,25 +566,38 @@ class FaultScheduler:
             }
         )
 
-    def _session_aim(self, extra: dict[str, Any]) -> dict[str, Any]:
-        """Whose session a session-kill ended: ``session_worker``, from ``session_owner`` (ZooKeeper:
-        the identifier the lock's holder stored, which starts the owner token its acquire returned) or
-        from the first of ``sessions_ended`` (PostgreSQL: a backend pid a lease reported as its session);
-        and — when that is not the worker it was aimed at — ``aim: retargeted`` (the lease it was aimed
-        at had ended and the lock's holder at kill time was another worker)."""
-        session_owner = extra.get("session_owner")
-        if session_owner is not None:
-            ident = str(session_owner)
-            worker = next(
-                (w for owner, w in self._owners.items() if owner == ident or owner.startswith(ident + ".")), None
-            )
-        else:
-            worker = self._session_workers.get(str(extra["sessions_ended"][0]))
-        fields: dict[str, Any] = {"session_worker": worker}
-        aimed = extra.get("target_worker")
-        if worker is not None and isinstance(aimed, int) and worker != aimed:
+    def _lease_hit(self, lease: Lease, *, acted_ns: int) -> dict[str, Any]:
+        """Was the lease the fault struck still held when it acted (the worker's slot, checked now)?
+        A lease that ended meanwhile is ``raced``: which came first is not known, so it is not struck."""
+        held = self._aim.held_at(lease, acted_ns)
+        return {"lease_held": held, **({} if held else {"aim": "raced"})}
+
+    def _session_hit(self, extra: dict[str, Any], *, guard: SessionGuard | None, aimed: Lease | None) -> dict[str, Any]:
+        """Whose session a session-kill ended, and whether it was a current lease when it did.
+
+        ``session_worker``: the worker whose lease the ended session was — the one the kill's
+        ``guard`` confirmed at kill time (faults/aim.py), else found from ``session_owner`` (ZooKeeper:
+        the identifier the holder stored, which starts its owner token) or the first of
+        ``sessions_ended`` (PostgreSQL: a backend pid a lease reported as its session). ``aim``:
+        ``retargeted`` when that was not the lease the step was aimed at; ``missed`` when the guard
+        turned every session it was asked about down (the holder had begun releasing)."""
+        ended = bool(extra.get("sessions_ended"))
+        hit = guard.lease if guard is not None and guard.lease is not None else None
+        if hit is None and ended:
+            first = extra.get("session_owner") or extra["sessions_ended"][0]
+            hit = self._aim.session_lease(first)
+        fields: dict[str, Any] = {"session_worker": hit.worker if hit is not None else None}
+        if guard is not None and guard.asked and not ended:
+            return fields | {"aim": "missed", "sessions_refused": guard.asked}
+        if not ended:
+            return fields
+        if hit is None:
+            return fields | {"lease_held": None}  # a session no reported lease names: not known to be the lock's
+        acted = guard.confirmed_ns if guard is not None and guard.confirmed_ns is not None else now_ns()
+        fields |= {"lease_owner": hit.owner, "lease_worker": hit.worker, "lease_round": hit.round, "acted_ns": acted}
+        if aimed is not None and hit.owner != aimed.owner:
             fields["aim"] = "retargeted"
-        return fields
+        return fields | self._lease_hit(hit, acted_ns=acted)
 
     @staticmethod
     def _target_fields(step: FaultStep) -> dict[str, str]:

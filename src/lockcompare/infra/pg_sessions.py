@@ -10,6 +10,8 @@ server lockcompare does not own (``--postgres URL``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from lockcompare.infra.pg_client import PgSession, QueryFailed, advisory_key, split_advisory_key
 
 #: The sessions holding the lock ``$1`` (classid, objid of its advisory key) or its unexpired lease row.
@@ -36,17 +38,23 @@ def holder_pids(session: PgSession, *, lock_key: str) -> list[int]:
     return sorted(pids)
 
 
-def end_holder_sessions(url: str, *, lock_key: str, timeout_s: float = 2.0) -> list[int]:
+def end_holder_sessions(
+    url: str, *, lock_key: str, timeout_s: float = 2.0, holds: Callable[[object], bool] | None = None
+) -> tuple[list[int], list[int]]:
     """Find the sessions holding ``lock_key`` and ``pg_terminate_backend`` them, on one admin
-    session (a connect costs more than both statements); the pids that were ended."""
+    session (a connect costs more than both statements): (the pids ended, the pids found but left
+    alone). ``holds`` (the runner's, faults/aim.py): asked right before each termination whether that
+    session is still a worker's current lease — the holder may have released between the lookup and
+    the kill, and ending its session then would end a *waiting* worker's; one it denies is left alone."""
     session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-fault")
     try:
-        pids = holder_pids(session, lock_key=lock_key)
+        found = holder_pids(session, lock_key=lock_key)
+        pids = [pid for pid in found if holds is None or holds(pid)]
         # With a timeout (PostgreSQL >= 14) the call returns only once the backend has exited, so the
         # injection's t1 is never before the lock was free (PostgreSQL polls for the exit: t1 lands up
         # to ~100 ms after the locks went, measured; the rival's grant in the history shows when).
         wait_ms = round(timeout_s * 500)
         ended = "select pg_terminate_backend($1::int, $2::bigint)"
-        return [pid for pid in pids if session.value(ended, [pid, wait_ms]) == "t"]
+        return [pid for pid in pids if session.value(ended, [pid, wait_ms]) == "t"], sorted(set(found) - set(pids))
     finally:
         session.close()

@@ -60,7 +60,11 @@ def run_workers(
     crew = crews(plans)
     isolation = getattr(crew, "isolation", cgroup.PROCESS_GROUP)
     if faults is not None:
-        faults.attach_workers(pids=tuple(crew.pids[c] for c in crew.conns), freezer=freezer)
+        faults.attach_workers(
+            pids=tuple(crew.pids[c] for c in crew.conns),
+            freezer=freezer,
+            leases=tuple(slot.lease for slot in crew.slots),  # what a lease-aimed step confirms (faults/leases.py)
+        )
     try:
         pids = [crew.pids[c] for c in crew.conns]
         watch = _Watch(
