@@ -26,6 +26,7 @@ from lockcompare.faults.leases import LeaseSlot
 from lockcompare.faults.plan import planned_steps
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra.cluster import Cluster
+from lockcompare.render.timeline import load_history
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.schedule import at_scale, parse_schedule
@@ -252,6 +253,18 @@ def test_a_lease_that_ended_between_its_confirm_and_the_action_is_raced_and_not_
     assert (event["aim"], event["lease_held"]) == ("struck", True)
 
 
+def test_a_lease_naming_the_nodes_that_granted_it_is_struck_there_without_a_read() -> None:
+    fault, slots, reads = _Fault(), _slots(), _Reads([])
+    scheduler = _scheduler("restart nodes=holders:1 after-acquire=0 once", fault=fault, reads=reads, slots=slots)
+    slots[0].hold(round_=0, valid_until_ns=None)
+    scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A, granted_by=[1, 3, 4])
+    scheduler.run_due()
+    scheduler.heal_all()
+    event = scheduler.events[0]
+    assert fault.hits == [[1]] and reads.ran_at == []  # the lowest granting node; nothing read
+    assert (event["aim"], event["granted_by"], event["lease_held"]) == ("struck", [1, 3, 4], True)
+
+
 def test_a_slow_read_ahead_is_waited_for_and_the_wait_is_recorded() -> None:
     event, fault, _, _ = _landing([[A, None, None, None, None]], slow=0.03)
     assert fault.hits == [[0]] and event["aim"] == "struck"
@@ -446,3 +459,42 @@ def test_a_step_that_lands_when_no_lease_is_held_is_missed_in_the_event_and_the_
     m = result.metrics
     assert (m.fault_steps_planned, m.fault_steps_struck, m.fault_steps_missed) == (len(landed), 0, len(landed))
     assert m.verdict == "unknown" and f"{len(landed)} missed (the lease it was aimed at had ended)" in m.problem
+
+
+def _audit(csv_path: Path) -> subprocess.CompletedProcess[str]:
+    """scripts/audit_strikes.py: an independent reading of the histories (its own parser)."""
+    cmd = [sys.executable, str(REPO / "scripts" / "audit_strikes.py"), str(csv_path)]
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.full  # real servers and worker processes (conftest's full tier)
+def test_every_strike_of_a_real_redlock_trial_acted_on_the_lease_current_then(tmp_path: Path) -> None:
+    """bare-majority at x0.1: each restart of a node of worker 0's lease, 5 ms into it. Every
+    injection names the lease it hit and whether it was held when the fault acted (the worker's lease
+    slot), used a read started ahead of it, and the independent audit finds every one the history
+    calls struck on a lease that was current then (granted, not released, not expired) and on nodes
+    that granted it."""
+    out = tmp_path / "bare.csv"
+    cmd = [
+        sys.executable, "-m", "lockcompare", "matrix", "--backends", "redlock", "--experiments", "bare-majority",
+        "--trials", "1", "--rounds", "10", "--time-scale", "0.1", "--out", str(out),
+    ]  # fmt: skip
+    run = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in run.stderr, run.stderr
+    (row,) = list(csv.DictReader(out.open()))
+    events = load_history(out.parent / row["history"])
+    landed = [e for e in events if e["kind"] == "fault" and e.get("target") == "holders:1" and e["action"] != "heal"]
+    injects = [e for e in landed if e["action"] == "inject"]
+    assert injects, landed
+    for event in injects:
+        assert event["aim"] in ("struck", "retargeted", "raced") and isinstance(event["lease_held"], bool), event
+        assert event["acted_ns"] == event["t0"]
+        # Redlock names the nodes that granted a lease: the step aims there, and reads no server at all.
+        assert "holders" not in event and event["nodes"][0] in event["granted_by"], event
+        granted = next(e for e in events if e["kind"] == "acquire" and e.get("owner") == event["lease_owner"])
+        assert granted["granted_by"] == event["granted_by"] and granted["t1"] <= event["t0"]
+    cuts = [e for e in events if e["kind"] == "fault" and e["fault"] == "cut" and e["action"] == "inject"]
+    held = sum(e["aim"] != "raced" and e["lease_held"] for e in injects)
+    assert int(row["fault_steps_struck"]) == held + len(cuts)  # the standing cut of nodes 3,4 struck too
+    audit = _audit(out)
+    assert audit.returncode == 0 and ", 0 not" in audit.stdout, audit.stdout

@@ -43,6 +43,9 @@ class Lease:
     round: int
     reported_ns: int
     session: str | None = None
+    #: The lock nodes that granted it, where the backend says (Redlock): they hold it until its
+    #: deadline, so a step aimed at its nodes needs no read.
+    granted_by: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -155,6 +158,41 @@ class Aim:
 
         found = [x for x in self._by_owner.values() if names(x)]
         return max(found, key=lambda x: x.reported_ns) if found else None
+
+    # -- what a fault hit ------------------------------------------------------------------------
+
+    def lease_hit(self, lease: Lease, *, acted_ns: int) -> dict[str, Any]:
+        """Was the lease the fault struck still held when it acted (the worker's slot, checked now)?
+        A lease that ended meanwhile is ``raced``: which came first is not known, so it is not struck."""
+        held = self.held_at(lease, acted_ns)
+        return {"lease_held": held, **({} if held else {"aim": "raced"})}
+
+    def session_hit(self, extra: dict[str, Any], *, guard: SessionGuard | None, aimed: Lease | None) -> dict[str, Any]:
+        """Whose session a session-kill ended, and whether it was a current lease when it did.
+
+        ``session_worker``: the worker whose lease the ended session was — the one the kill's
+        ``guard`` confirmed at kill time (faults/aim.py), else found from ``session_owner`` (ZooKeeper:
+        the identifier the holder stored, which starts its owner token) or the first of
+        ``sessions_ended`` (PostgreSQL: a backend pid a lease reported as its session). ``aim``:
+        ``retargeted`` when that was not the lease the step was aimed at; ``missed`` when the guard
+        turned every session it was asked about down (the holder had begun releasing)."""
+        ended = bool(extra.get("sessions_ended"))
+        hit = guard.lease if guard is not None and guard.lease is not None else None
+        if hit is None and ended:
+            first = extra.get("session_owner") or extra["sessions_ended"][0]
+            hit = self.session_lease(first)
+        fields: dict[str, Any] = {"session_worker": hit.worker if hit is not None else None}
+        if guard is not None and guard.asked and not ended:
+            return fields | {"aim": "missed", "sessions_refused": guard.asked}
+        if not ended:
+            return fields
+        if hit is None:
+            return fields | {"lease_held": None}  # a session no reported lease names: not known to be the lock's
+        acted = guard.confirmed_ns if guard is not None and guard.confirmed_ns is not None else now_ns()
+        fields |= {"lease_owner": hit.owner, "lease_worker": hit.worker, "lease_round": hit.round, "acted_ns": acted}
+        if aimed is not None and hit.owner != aimed.owner:
+            fields["aim"] = "retargeted"
+        return fields | self.lease_hit(hit, acted_ns=acted)
 
     # -- read ahead ---------------------------------------------------------------------------
 

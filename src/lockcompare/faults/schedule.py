@@ -191,7 +191,14 @@ class FaultScheduler:
                 self._heal(state, planned=now_ns())
 
     def on_acquired(
-        self, *, worker: int, round_: int, t_ns: int, owner: str | None = None, session: str | None = None
+        self,
+        *,
+        worker: int,
+        round_: int,
+        t_ns: int,
+        owner: str | None = None,
+        session: str | None = None,
+        granted_by: list[int] | None = None,
     ) -> None:
         """An acquire a worker reported: the steps it makes due, and the reads they need, started now."""
         reported = now_ns()
@@ -200,6 +207,7 @@ class FaultScheduler:
             lease = Lease(
                 owner=owner, worker=worker, round=round_, reported_ns=reported,
                 session=None if session is None else str(session),
+                granted_by=None if granted_by is None else tuple(granted_by),
             )  # fmt: skip
             self._aim.reported(lease)
         self._latest_round[worker] = round_
@@ -214,12 +222,13 @@ class FaultScheduler:
             if state.pending is None or due < state.pending[0]:  # a pending injection is never put off
                 state.pending = (due, round_)
                 state.aimed, state.trigger_ns = lease, reported
-        self._read_ahead(worker)
+        self._read_ahead(worker, granted=lease is not None and lease.granted_by is not None)
 
-    def _read_ahead(self, worker: int) -> None:
+    def _read_ahead(self, worker: int, *, granted: bool = False) -> None:
         """Start the reads the pending steps will need, now that ``worker`` reported a lease: every
         node's holders (``holders:K``, ``others:K``), a role (who leads; the member ``worker``'s client
-        is attached to). Never at the planned moment: the step would land that much late."""
+        is attached to). Never at the planned moment: the step would land that much late. ``granted``:
+        the lease names the nodes that granted it, which is all ``holders:K`` needs."""
         holders_needed = False
         for state in self._states:
             target = state.planned.step.nodes
@@ -228,7 +237,7 @@ class FaultScheduler:
             if target.by_role:
                 member_of = worker if target.mode == HOLDER_MEMBER else None
                 self._aim.read_ahead(("roles", target.text, member_of), self._role_reader(target, member_of))
-            elif target.from_lease:
+            elif target.from_lease and not (granted and target.mode == "holders"):
                 holders_needed = True
         if holders_needed and self.holders is not None:
             self._aim.read_ahead(_HOLDERS, self.holders.read)
@@ -373,6 +382,8 @@ class FaultScheduler:
         target = step.nodes
         if target is None or not (target.from_lease or target.mode == HOLDER_MEMBER):
             return True
+        if target.mode == "holders" and lease.granted_by is not None:
+            return True
         key: object = _HOLDERS if target.from_lease else ("roles", target.text, lease.worker)
         return self._aim.has_read_since(key, lease.reported_ns)
 
@@ -389,7 +400,10 @@ class FaultScheduler:
         lease_relative = self._lease_relative(step)
         fetched: Fetched | None = None
         holders = None
-        if (
+        if lease is not None and lease.granted_by is not None and target is not None and target.mode == "holders":
+            # The nodes that granted it hold it until its deadline (confirmed by its worker's slot): no read.
+            holders = [lease.owner if i in lease.granted_by else None for i in range(self.node_count)]
+        elif (
             self.holders is not None
             and step.at != "acquire"
             and ((target is not None and target.from_lease) or (lease is None and lease_relative))
@@ -501,6 +515,8 @@ class FaultScheduler:
         extra: dict[str, Any] = dict(aim or {})
         if action == "inject" and fetched is not None and isinstance(fetched.value, list):
             extra["holders"] = fetched.value  # read ahead of the step: the nodes that held what it struck
+        elif action == "inject" and lease is not None and lease.granted_by is not None:
+            extra["granted_by"] = list(lease.granted_by)  # the nodes that granted what it struck (no read)
         if resolution is not None and resolution.lease_owner is not None:
             extra["lease_owner"] = resolution.lease_owner
         if resolution is not None and resolution.worker is not None:
@@ -543,9 +559,9 @@ class FaultScheduler:
             # A fault that found nothing to act on says so by its detail ("skipped: ..."): not a strike.
             extra.setdefault("struck", not str(detail).startswith("skipped"))
             if guard is not None or extra.get("session_owner") is not None or extra.get("sessions_ended"):
-                extra |= self._session_hit(extra, guard=guard, aimed=lease)
+                extra |= self._aim.session_hit(extra, guard=guard, aimed=lease)
             elif lease is not None:
-                extra |= {"acted_ns": t0, **self._lease_hit(lease, acted_ns=t0)}
+                extra |= {"acted_ns": t0, **self._aim.lease_hit(lease, acted_ns=t0)}
         if action == "inject" and state.active is not None:
             state.active.extra = dict(extra)
         self.events.append(
@@ -565,39 +581,6 @@ class FaultScheduler:
                 **extra,
             }
         )
-
-    def _lease_hit(self, lease: Lease, *, acted_ns: int) -> dict[str, Any]:
-        """Was the lease the fault struck still held when it acted (the worker's slot, checked now)?
-        A lease that ended meanwhile is ``raced``: which came first is not known, so it is not struck."""
-        held = self._aim.held_at(lease, acted_ns)
-        return {"lease_held": held, **({} if held else {"aim": "raced"})}
-
-    def _session_hit(self, extra: dict[str, Any], *, guard: SessionGuard | None, aimed: Lease | None) -> dict[str, Any]:
-        """Whose session a session-kill ended, and whether it was a current lease when it did.
-
-        ``session_worker``: the worker whose lease the ended session was — the one the kill's
-        ``guard`` confirmed at kill time (faults/aim.py), else found from ``session_owner`` (ZooKeeper:
-        the identifier the holder stored, which starts its owner token) or the first of
-        ``sessions_ended`` (PostgreSQL: a backend pid a lease reported as its session). ``aim``:
-        ``retargeted`` when that was not the lease the step was aimed at; ``missed`` when the guard
-        turned every session it was asked about down (the holder had begun releasing)."""
-        ended = bool(extra.get("sessions_ended"))
-        hit = guard.lease if guard is not None and guard.lease is not None else None
-        if hit is None and ended:
-            first = extra.get("session_owner") or extra["sessions_ended"][0]
-            hit = self._aim.session_lease(first)
-        fields: dict[str, Any] = {"session_worker": hit.worker if hit is not None else None}
-        if guard is not None and guard.asked and not ended:
-            return fields | {"aim": "missed", "sessions_refused": guard.asked}
-        if not ended:
-            return fields
-        if hit is None:
-            return fields | {"lease_held": None}  # a session no reported lease names: not known to be the lock's
-        acted = guard.confirmed_ns if guard is not None and guard.confirmed_ns is not None else now_ns()
-        fields |= {"lease_owner": hit.owner, "lease_worker": hit.worker, "lease_round": hit.round, "acted_ns": acted}
-        if aimed is not None and hit.owner != aimed.owner:
-            fields["aim"] = "retargeted"
-        return fields | self._lease_hit(hit, acted_ns=acted)
 
     @staticmethod
     def _target_fields(step: FaultStep) -> dict[str, str]:

@@ -167,6 +167,7 @@ class _Watch:
                             worker=self.conns.index(conn), round_=int(message[1]), t_ns=payload[0],
                             owner=payload[1] if len(payload) > 1 else None,
                             session=payload[2] if len(payload) > 2 else None,
+                            granted_by=payload[3] if len(payload) > 3 else None,
                         )  # fmt: skip
                         self.faults.run_due()  # a fault due at once lands before anything else is read
                     continue

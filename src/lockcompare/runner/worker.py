@@ -292,7 +292,9 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
         if plan.report_acquires:
             # No reply awaited: the runner acts on its own. The owner lets it tell whose lease a node holds.
             # ...and its server session (PostgreSQL's backend pid), so a session-kill names whose it ended.
-            conn.send(("acquired", str(round_), [now_ns(), lease.owner, getattr(lease, "session", None)]))
+            # ...and the nodes that granted it, where the backend says (Redlock): no read needed to aim at them.
+            granted = None if lease.granted_by is None else list(lease.granted_by)
+            conn.send(("acquired", str(round_), [now_ns(), lease.owner, getattr(lease, "session", None), granted]))
         pausing = round_ % plan.rounds in plan.pause_rounds
         if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
             pause()
