@@ -58,17 +58,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockcompare.analysis.history import Event, now_ns
-from lockcompare.analysis.holders import UNREADABLE
 from lockcompare.errors import ConfigError
 from lockcompare.faults.aim import Aim, Fetched, Lease, SessionGuard, missed
 from lockcompare.faults.holders import LockHolders
 from lockcompare.faults.leases import LeaseSlot
-from lockcompare.faults.roles import aim_by_role, roles_now
-from lockcompare.faults.targets import Resolution, resolve_lease_nodes, resolve_nodes, resolve_worker
+from lockcompare.faults.resolve import Targets, lease_relative
+from lockcompare.faults.roles import roles_now
+from lockcompare.faults.targets import Resolution
 from lockcompare.infra.cluster import Cluster
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.faultkinds.base import FaultAction
-from lockcompare.scenario.schedule import HOLDER_MEMBER, FaultStep, NodeTarget
+from lockcompare.scenario.schedule import FaultStep
 
 if TYPE_CHECKING:
     from lockcompare.faults.freeze import Freezer
@@ -117,10 +117,6 @@ class _Active:
     extra: dict[str, Any]
 
 
-#: The key of the lock-holders read in the aim's reads (faults/aim.py); a role's is ("roles", text, worker).
-_HOLDERS = "holders"
-
-
 @dataclass
 class _State:
     planned: PlannedStep
@@ -148,17 +144,20 @@ class FaultScheduler:
     _states: list[_State] = field(default_factory=list)
     _aim: Aim = field(default_factory=Aim)
     _latest_round: dict[int, int] = field(default_factory=dict)
-    _last_acquirer: int | None = None
-    _seen_lease: bool = False  # some read of this trial found a lease (the key pattern matches the backend's)
-    _last_holders: list[str | None] | None = None  # the holders read the injection being made uses
+    _targets: Targets = field(init=False)
 
     def __post_init__(self) -> None:
         self._states = [_State(planned=p) for p in self.steps]
+        self._targets = Targets(
+            cluster=self.cluster, node_count=self.node_count, workers=self.workers, aim=self._aim,
+            links=self.links, holders=self.holders,
+        )  # fmt: skip
 
     def attach_workers(self, *, pids: tuple[int, ...], freezer: Freezer, leases: Sequence[LeaseSlot] = ()) -> None:
         """The worker processes a ``starve`` step acts on, and their lease slots (faults/leases.py) a
         lease-aimed step confirms its lease against (known once the crew is spawned)."""
         self.pids, self.freezer = pids, freezer
+        self._targets.pids = pids
         self._aim.slots = tuple(leases)
 
     def freezes_workers(self) -> bool:
@@ -211,7 +210,7 @@ class FaultScheduler:
             )  # fmt: skip
             self._aim.reported(lease)
         self._latest_round[worker] = round_
-        self._last_acquirer = worker
+        self._targets.last_acquirer = worker
         for state in self._states:
             step = state.planned.step
             if step.at != "after-acquire" or faultkinds.KINDS[step.kind].in_worker or step.follow != worker:
@@ -222,25 +221,8 @@ class FaultScheduler:
             if state.pending is None or due < state.pending[0]:  # a pending injection is never put off
                 state.pending = (due, round_)
                 state.aimed, state.trigger_ns = lease, reported
-        self._read_ahead(worker, granted=lease is not None and lease.granted_by is not None)
-
-    def _read_ahead(self, worker: int, *, granted: bool = False) -> None:
-        """Start the reads the pending steps will need, now that ``worker`` reported a lease: every
-        node's holders (``holders:K``, ``others:K``), a role (who leads; the member ``worker``'s client
-        is attached to). Never at the planned moment: the step would land that much late. ``granted``:
-        the lease names the nodes that granted it, which is all ``holders:K`` needs."""
-        holders_needed = False
-        for state in self._states:
-            target = state.planned.step.nodes
-            if state.pending is None or target is None:
-                continue
-            if target.by_role:
-                member_of = worker if target.mode == HOLDER_MEMBER else None
-                self._aim.read_ahead(("roles", target.text, member_of), self._role_reader(target, member_of))
-            elif target.from_lease and not (granted and target.mode == "holders"):
-                holders_needed = True
-        if holders_needed and self.holders is not None:
-            self._aim.read_ahead(_HOLDERS, self.holders.read)
+        pending = [s.planned.step.nodes for s in self._states if s.pending is not None and s.planned.step.nodes]
+        self._targets.read_ahead(worker, pending=pending, granted=lease is not None and lease.granted_by is not None)
 
     def seconds_to_next(self) -> float | None:
         due = [s.pending[0] for s in self._states if s.pending is not None]
@@ -286,7 +268,7 @@ class FaultScheduler:
     # -- what -----------------------------------------------------------------------------------
 
     def _prepare(self, state: _State, *, planned: int) -> None:
-        resolution, _ = self._resolve(state.planned.step, lease=None, since_ns=None)
+        resolution, _ = self._targets.resolve(state.planned.step, lease=None, since_ns=None)
         if resolution.reason:
             self._skip(state, round_=-1, planned=planned, resolution=resolution, action="prepare")
             return
@@ -296,15 +278,15 @@ class FaultScheduler:
 
     def _inject(self, state: _State, *, round_: int, planned: int) -> None:
         step = state.planned.step
-        self._last_holders = None
+        self._targets.last_holders = None
         aimed, state.aimed = state.aimed, None
-        if aimed is not None and self._lease_relative(step):
+        if aimed is not None and lease_relative(step):
             self._inject_aimed(state, aimed, round_=round_, planned=planned)
             return
         since = state.trigger_ns if step.at == "after-acquire" else None
-        resolution, fetched = self._resolve(step, lease=None, since_ns=since)
+        resolution, fetched = self._targets.resolve(step, lease=None, since_ns=since)
         if resolution.reason:
-            self._skip(state, round_=round_, planned=planned, resolution=self._hinted(resolution))
+            self._skip(state, round_=round_, planned=planned, resolution=self._targets.hinted(resolution))
             return
         self._strike(state, resolution, round_=round_, planned=planned, fetched=fetched)
 
@@ -320,7 +302,7 @@ class FaultScheduler:
         target, met = aimed, "struck"
         if not self._aim.holds(aimed):
             current = self._aim.current()
-            if current is None or not self._read_covers(step, current):
+            if current is None or not self._targets.read_covers(step, current):
                 why = "the lease it was aimed at had ended when it landed (released, or past its deadline)"
                 if current is not None:
                     why += f"; worker {current.worker}'s lease, held now, was granted after the servers were read"
@@ -329,9 +311,9 @@ class FaultScheduler:
                 )
                 return
             target, met = current, "retargeted"
-        resolution, fetched = self._resolve(step, lease=target, since_ns=target.reported_ns)
+        resolution, fetched = self._targets.resolve(step, lease=target, since_ns=target.reported_ns)
         if resolution.reason:
-            self._skip(state, round_=round_, planned=planned, resolution=self._hinted(resolution), extra=aim)
+            self._skip(state, round_=round_, planned=planned, resolution=self._targets.hinted(resolution), extra=aim)
             return
         if not self._aim.holds(target):  # it ended while the step waited for what was read ahead
             why = "the lease it was aimed at ended while the step waited for its read ahead"
@@ -374,96 +356,6 @@ class FaultScheduler:
         state.active = None  # first: a heal that raises is not retried forever
         self._act(state, active.fault, "heal", active.nodes, round_=active.round, planned=planned, carried=active.extra)
 
-    def _role_reader(self, target: NodeTarget, worker: int | None) -> Callable[[], Resolution]:
-        return lambda: aim_by_role(target, cluster=self.cluster, worker=worker, pids=self.pids, links=self.links)
-
-    def _read_covers(self, step: FaultStep, lease: Lease) -> bool:
-        """Were the servers read, for what ``step`` needs, since ``lease`` was reported?"""
-        target = step.nodes
-        if target is None or not (target.from_lease or target.mode == HOLDER_MEMBER):
-            return True
-        if target.mode == "holders" and lease.granted_by is not None:
-            return True
-        key: object = _HOLDERS if target.from_lease else ("roles", target.text, lease.worker)
-        return self._aim.has_read_since(key, lease.reported_ns)
-
-    def _resolve(
-        self, step: FaultStep, *, lease: Lease | None, since_ns: int | None
-    ) -> tuple[Resolution, Fetched | None]:
-        """The step's targets: for ``lease`` (the one it strikes, confirmed held), else the lease the
-        nodes hold; from the reads made since ``since_ns`` (ahead of the step), else read now."""
-        target = step.nodes
-        if target is not None and target.by_role:  # asked of the servers' kind (faults/roles.py)
-            member_of = (lease.worker if lease else self._last_acquirer) if target.mode == HOLDER_MEMBER else None
-            roles = self._fetch(("roles", target.text, member_of), self._role_reader(target, member_of), since_ns)
-            return roles.value, roles
-        lease_relative = self._lease_relative(step)
-        fetched: Fetched | None = None
-        holders = None
-        if lease is not None and lease.granted_by is not None and target is not None and target.mode == "holders":
-            # The nodes that granted it hold it until its deadline (confirmed by its worker's slot): no read.
-            holders = [lease.owner if i in lease.granted_by else None for i in range(self.node_count)]
-        elif (
-            self.holders is not None
-            and step.at != "acquire"
-            and ((target is not None and target.from_lease) or (lease is None and lease_relative))
-        ):
-            fetched = self._fetch(_HOLDERS, self.holders.read, since_ns)
-            holders = self._last_holders = fetched.value
-            self._seen_lease = self._seen_lease or any(v not in (None, UNREADABLE) for v in holders)
-        preferred = lease.owner if lease is not None else self._latest_owner(step.follow)
-        nodes: tuple[int, ...] = ()
-        owner = None
-        if target is not None:
-            r = (
-                resolve_lease_nodes(target, holders=holders, owner=lease.owner)
-                if lease is not None and target.from_lease
-                else resolve_nodes(target, node_count=self.node_count, holders=holders, preferred_owner=preferred)
-            )
-            if r.reason:
-                return r, fetched
-            nodes, owner = r.nodes, r.lease_owner
-        worker = None
-        if step.worker is not None:
-            if lease is not None and step.worker.index is None:
-                worker, owner = lease.worker, owner or lease.owner
-            else:
-                r = resolve_worker(
-                    step.worker, workers=self.workers, holders=holders, owners=self._aim.owners(),
-                    preferred_owner=preferred, last_acquirer=self._last_acquirer,
-                )  # fmt: skip
-                if r.reason:
-                    return r, fetched
-                worker, owner = r.worker, owner or r.lease_owner
-        if not lease_relative:
-            owner = None
-        return Resolution(nodes=nodes, worker=worker, lease_owner=owner), fetched
-
-    def _fetch(self, key: object, read: Callable[[], Any], since_ns: int | None) -> Fetched:
-        ahead = self._aim.read_since(key, since_ns) if since_ns is not None else None
-        return ahead if ahead is not None else self._aim.read_now(key, read)
-
-    def _latest_owner(self, worker: int) -> str | None:
-        lease = self._aim.latest(worker)
-        return lease.owner if lease is not None else None
-
-    def _hinted(self, resolution: Resolution) -> Resolution:
-        """A lease-relative step that found no lease, in a trial where no read ever found one: the
-        backend's key is probably not where the harness looks."""
-        if self.holders is None or self._seen_lease or "no lease on any node" not in resolution.reason:
-            return resolution
-        pattern = getattr(self.holders, "pattern", "?")
-        return Resolution(
-            reason=f"{resolution.reason} (no read in this trial found a lease under the key pattern "
-            f"{pattern!r}: a backend whose key lies elsewhere declares key_pattern, docs/plugins.md)"
-        )
-
-    @staticmethod
-    def _lease_relative(step: FaultStep) -> bool:
-        return (step.nodes is not None and (step.nodes.from_lease or step.nodes.mode == HOLDER_MEMBER)) or (
-            step.worker is not None and step.worker.index is None
-        )
-
     def _skip(
         self,
         state: _State,
@@ -492,7 +384,9 @@ class FaultScheduler:
                 **({"roles": resolution.roles} if resolution.roles is not None else {}),  # what a role step read
                 "skipped": action,
                 **self._target_fields(state.planned.step),
-                **({"holders": self._last_holders} if self._last_holders is not None else {}),  # what was read
+                **(
+                    {"holders": self._targets.last_holders} if self._targets.last_holders is not None else {}
+                ),  # what was read
                 **(extra or {}),
             }
         )
