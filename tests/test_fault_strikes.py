@@ -329,6 +329,9 @@ def test_a_session_kill_ends_only_a_session_that_is_a_current_lease_at_kill_time
     assert guard(4242) and guard.lease is not None and guard.lease.worker == 1
     slots[1].end(round_=0)  # it began releasing: its session is about to be a waiter's
     assert not guard(4242) and not guard("unknown") and guard.asked == ["aaa", "4242", "4242", "4242", "unknown"]
+    # Its next lease on the same session, granted but not yet reported (the runner was busy with the kill).
+    slots[1].hold(round_=1, valid_until_ns=None)
+    assert guard(4242) and guard.lease is not None and (guard.lease.worker, guard.lease.round) == (1, 1)
 
 
 def test_a_session_kill_names_the_lease_whose_session_it_ended_and_the_guard_it_asked() -> None:

@@ -81,8 +81,13 @@ class SessionGuard:
         lease = self.aim.session_lease(session)
         if lease is None and not self.aim.names_sessions():
             lease = self.fallback
-        if lease is None or not self.aim.holds(lease):
+        held = self.aim.held_lease_of(lease.worker) if lease is not None else None
+        if lease is None or held is None:
             return False
+        if held != lease.round:
+            # A later lease of the same worker (its session's), granted but not yet reported to the
+            # runner, which was busy with this very step: held now all the same.
+            lease = Lease(owner="", worker=lease.worker, round=held, reported_ns=now_ns(), session=lease.session)
         self.lease, self.confirmed_ns = lease, now_ns()
         return True
 
@@ -123,6 +128,13 @@ class Aim:
             return False
         now = self.slots[lease.worker].holding()
         return now is not None and now[0] == lease.round
+
+    def held_lease_of(self, worker: int) -> int | None:
+        """The round whose lease ``worker`` holds now (its slot), or None."""
+        if worker >= len(self.slots):
+            return None
+        now = self.slots[worker].holding()
+        return None if now is None else now[0]
 
     def current(self) -> Lease | None:
         """A lease some worker holds now (the lowest such worker's), as its slot says; None: none."""
@@ -189,7 +201,9 @@ class Aim:
         if hit is None:
             return fields | {"lease_held": None}  # a session no reported lease names: not known to be the lock's
         acted = guard.confirmed_ns if guard is not None and guard.confirmed_ns is not None else now_ns()
-        fields |= {"lease_owner": hit.owner, "lease_worker": hit.worker, "lease_round": hit.round, "acted_ns": acted}
+        fields |= {"lease_worker": hit.worker, "lease_round": hit.round, "acted_ns": acted}
+        if hit.owner:
+            fields["lease_owner"] = hit.owner
         if aimed is not None and hit.owner != aimed.owner:
             fields["aim"] = "retargeted"
         return fields | self.lease_hit(hit, acted_ns=acted)

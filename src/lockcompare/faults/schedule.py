@@ -456,6 +456,8 @@ class FaultScheduler:
                 extra |= self._aim.session_hit(extra, guard=guard, aimed=lease)
             elif lease is not None:
                 extra |= {"acted_ns": t0, **self._aim.lease_hit(lease, acted_ns=t0)}
+            if not extra["struck"] and extra.get("aim") in ("struck", "retargeted"):
+                extra["aim"] = "missed"  # it acted on nothing (a session kill that found no session)
         if action == "inject" and state.active is not None:
             state.active.extra = dict(extra)
         self.events.append(
