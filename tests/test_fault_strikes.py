@@ -119,6 +119,22 @@ def test_missed_and_retargeted_injections_are_counted() -> None:
     )
 
 
+def test_struck_is_counted_only_where_the_history_shows_the_lease_held_when_the_fault_acted() -> None:
+    """Events that name the lease they hit (``lease_held``) count as struck only when it was held then;
+    older events without the field are counted by their ``aim`` as before."""
+    events = [
+        _fault("inject", 0, aim="struck", lease_held=True),
+        _fault("inject", 1, aim="retargeted", lease_held=True, aimed_owner=A, lease_owner=B),
+        _fault("inject", 2, aim="struck", lease_held=None),  # not known to be held: not shown struck
+        _fault("inject", 3, aim="raced", lease_held=False),
+        _fault("inject", 4, aim="missed", struck=False, detail="skipped: the session ... not ended"),
+        _fault("inject", 5, aim="struck"),  # a history from before lease_held
+    ]
+    strikes = fault_strikes(events)
+    assert (strikes.planned, strikes.struck, strikes.missed, strikes.retargeted) == (6, 3, 1, 1)
+    assert strikes.reasons[0] == "raced: the lease it struck ended while the fault acted"
+
+
 def test_the_unlock_hint_names_the_schedules_own_session_end() -> None:
     kill = _fault("inject", 4, fault="session-kill", sessions_ended=[0x10001001A370001], session_worker=1)
     assert released_nothing_note([kill], n=2, total=9) == (
