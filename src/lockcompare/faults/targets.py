@@ -1,4 +1,4 @@
-"""Whom a fault step hits, resolved at injection time from the lease the nodes actually hold.
+"""Whom a fault step hits, resolved from the lease the nodes actually hold (read ahead of the step).
 
 Pure: given what the runner just read on every lock node (faults/holders.py: per node the owner
 token of the trial's lock key, ``None`` free, ``"?"`` unreadable) and which worker's acquire
