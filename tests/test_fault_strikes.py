@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -517,3 +518,20 @@ def test_every_strike_of_a_real_redlock_trial_acted_on_the_lease_current_then(tm
     assert int(row["fault_steps_struck"]) == held + len(cuts)  # the standing cut of nodes 3,4 struck too
     audit = _audit(out)
     assert audit.returncode == 0 and ", 0 not" in audit.stdout, audit.stdout
+
+
+def test_a_role_step_uses_a_finished_older_read_rather_than_wait_for_a_running_one() -> None:
+    """Who leads and which member a worker's client is attached to seldom change between two of its
+    acquires: a role step does not wait for the read started at its own acquire when an older one has
+    finished (the event's aim_age_ms says how old); a holders read is always the lease's own."""
+    aim, release = Aim(), threading.Event()
+    aim.read_ahead("roles", lambda: "older")
+    assert aim.read_since("roles", 0) is not None  # finished
+    since = time.monotonic_ns()
+    aim.read_ahead("roles", lambda: release.wait(5) and "newer")
+    fetched = aim.read_since("roles", since, older_if_running=True)
+    assert fetched is not None and fetched.value == "older" and fetched.started_ns < since
+    release.set()
+    fetched = aim.read_since("roles", since)
+    assert fetched is not None and fetched.value == "newer"
+    aim.close()

@@ -217,13 +217,19 @@ class Aim:
         self._reads.setdefault(key, []).append(_Read(started_ns=now_ns(), future=self._pool.submit(read)))
         del self._reads[key][:-2]  # the last two: one may still run while the newer is queued
 
-    def read_since(self, key: object, since_ns: int) -> Fetched | None:
-        """The newest read of ``key`` started at or after ``since_ns``, waited for if still running;
-        None when no such read was started."""
+    def read_since(self, key: object, since_ns: int, *, older_if_running: bool = False) -> Fetched | None:
+        """The newest read of ``key`` started at or after ``since_ns``, waited for if still running —
+        unless ``older_if_running`` and an older read of ``key`` has finished: then that one (a role
+        read: who leads, the member a worker's client is attached to, seldom change between two of
+        its acquires; the event's ``aim_age_ms`` says how old it was). None when no read was started
+        since ``since_ns``."""
         reads = [r for r in self._reads.get(key, ()) if r.started_ns >= since_ns]
         if not reads:
             return None
         read = reads[-1]
+        if older_if_running and not read.future.done():
+            done = [r for r in self._reads.get(key, ()) if r.future.done() and r.future.exception() is None]
+            read = done[-1] if done else read
         waiting = now_ns()
         value = read.future.result()
         return Fetched(value=value, started_ns=read.started_ns, wait_ms=round((now_ns() - waiting) / 1e6, 3))

@@ -89,7 +89,8 @@ class Targets:
         target = step.nodes
         if target is not None and target.by_role:  # asked of the servers' kind (faults/roles.py)
             member_of = (lease.worker if lease else self.last_acquirer) if target.mode == HOLDER_MEMBER else None
-            roles = self.fetch(("roles", target.text, member_of), self.role_reader(target, member_of), since_ns)
+            key, reader = ("roles", target.text, member_of), self.role_reader(target, member_of)
+            roles = self.fetch(key, reader, since_ns, older_if_running=True)
             return roles.value, roles
         relative = lease_relative(step)
         fetched: Fetched | None = None
@@ -133,8 +134,10 @@ class Targets:
             owner = None
         return Resolution(nodes=nodes, worker=worker, lease_owner=owner), fetched
 
-    def fetch(self, key: object, read: Callable[[], Any], since_ns: int | None) -> Fetched:
-        ahead = self.aim.read_since(key, since_ns) if since_ns is not None else None
+    def fetch(
+        self, key: object, read: Callable[[], Any], since_ns: int | None, *, older_if_running: bool = False
+    ) -> Fetched:
+        ahead = self.aim.read_since(key, since_ns, older_if_running=older_if_running) if since_ns is not None else None
         return ahead if ahead is not None else self.aim.read_now(key, read)
 
     def latest_owner(self, worker: int) -> str | None:

@@ -10,6 +10,7 @@ server lockcompare does not own (``--postgres URL``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from lockcompare.infra.pg_client import PgSession, QueryFailed, advisory_key, split_advisory_key
@@ -50,11 +51,24 @@ def end_holder_sessions(
     try:
         found = holder_pids(session, lock_key=lock_key)
         pids = [pid for pid in found if holds is None or holds(pid)]
-        # With a timeout (PostgreSQL >= 14) the call returns only once the backend has exited, so the
-        # injection's t1 is never before the lock was free (PostgreSQL polls for the exit: t1 lands up
-        # to ~100 ms after the locks went, measured; the rival's grant in the history shows when).
-        wait_ms = round(timeout_s * 500)
-        ended = "select pg_terminate_backend($1::int, $2::bigint)"
-        return [pid for pid in pids if session.value(ended, [pid, wait_ms]) == "t"], sorted(set(found) - set(pids))
+        ended = [pid for pid in pids if session.value("select pg_terminate_backend($1::int)", [pid]) == "t"]
+        _wait_for_exit(session, ended, timeout_s=timeout_s / 2)
+        return ended, sorted(set(found) - set(pids))
     finally:
         session.close()
+
+
+#: A terminated backend that still holds a lock or still runs.
+_STILL_THERE = "select 1 from pg_locks where pid = $1::int union all select 1 from pg_stat_activity where pid = $1::int"
+
+
+def _wait_for_exit(session: PgSession, pids: list[int], *, timeout_s: float) -> None:
+    """Return once every backend of ``pids`` has let go of its locks and exited (or ``timeout_s``
+    passed), so the injection's t1 is never before the lock was free. Polled every millisecond here:
+    ``pg_terminate_backend(pid, timeout)`` polls every 100 ms, so the kill ended up to ~100 ms after
+    the locks went — and the runner, which lands every step from one thread, landed the next round's
+    step that much late, after its lease had ended (half of a session-kill trial's steps missed)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while session.query(_STILL_THERE, [pid]) and time.monotonic() < deadline:
+            time.sleep(0.001)
