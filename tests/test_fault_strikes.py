@@ -535,3 +535,40 @@ def test_a_role_step_uses_a_finished_older_read_rather_than_wait_for_a_running_o
     fetched = aim.read_since("roles", since)
     assert fetched is not None and fetched.value == "newer"
     aim.close()
+
+
+def test_a_session_kill_of_a_rivals_lease_not_yet_reported_names_that_lease_not_the_aimed_one() -> None:
+    """Aimed at worker 0's lease; at kill time the server's holder is worker 1's session, whose next
+    lease the runner has not read the report of yet: retargeted, and the event names worker 1's round,
+    with no owner token — never the aimed lease's (the audit would take it for what was struck)."""
+
+    class _Kill:
+        takes_guard = True
+
+        def inject(self, _cluster: object, nodes: list[int], *, guard: Any) -> tuple[str, dict[str, object]]:
+            return ("ended", {"sessions_ended": [4242]}) if guard("4242") else ("skipped: no", {"sessions_ended": []})
+
+        def heal(self, _cluster: object, nodes: list[int]) -> str:
+            return "stays ended"
+
+    slots, kill = _slots(), _Kill()
+    schedule = parse_schedule("session-kill worker=holder after-acquire=0 every")
+    steps = [
+        PlannedStep(index=p.index, step=p.step, build=lambda _w: kill, heal_after_ns=0)
+        for p in planned_steps(at_scale(schedule, scale=1), ttl_ms=1000)
+    ]
+    scheduler = FaultScheduler(steps=steps, cluster=_Cluster(), node_count=1, workers=2)  # type: ignore[arg-type]
+    scheduler.attach_workers(pids=(), freezer=None, leases=slots)  # type: ignore[arg-type]
+    scheduler._aim.reported(Lease(owner=B, worker=1, round=0, reported_ns=1, session="4242"))
+    slots[1].hold(round_=1, valid_until_ns=None)  # its round 1, granted, not yet reported
+    slots[0].hold(round_=0, valid_until_ns=None)
+    scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A, session="7")
+    scheduler.run_due()
+    (event,) = [e for e in scheduler.events if e["action"] == "inject"]
+    assert (event["aim"], event["lease_worker"], event["lease_round"], event["lease_owner"]) == (
+        "retargeted",
+        1,
+        1,
+        None,
+    )
+    assert event["lease_held"] is True and event["session_worker"] == 1 and fault_strikes([event]).struck == 1

@@ -201,9 +201,13 @@ class Aim:
         if hit is None:
             return fields | {"lease_held": None}  # a session no reported lease names: not known to be the lock's
         acted = guard.confirmed_ns if guard is not None and guard.confirmed_ns is not None else now_ns()
-        fields |= {"lease_worker": hit.worker, "lease_round": hit.round, "acted_ns": acted}
-        if hit.owner:
-            fields["lease_owner"] = hit.owner
+        # A lease not yet reported has no owner token here: the event then names none (not the aimed one's).
+        fields |= {
+            "lease_worker": hit.worker,
+            "lease_round": hit.round,
+            "acted_ns": acted,
+            "lease_owner": hit.owner or None,
+        }
         if aimed is not None and hit.owner != aimed.owner:
             fields["aim"] = "retargeted"
         return fields | self.lease_hit(hit, acted_ns=acted)
