@@ -238,6 +238,13 @@ class Aim:
         value = read.future.result()
         return Fetched(value=value, started_ns=read.started_ns, wait_ms=round((now_ns() - waiting) / 1e6, 3))
 
+    def finished_since(self, key: object, since_ns: int) -> Fetched | None:
+        """The newest read of ``key`` started since ``since_ns`` that has finished (never waited for)."""
+        done = [r for r in self._reads.get(key, ()) if r.started_ns >= since_ns and r.future.done()]
+        if not done or done[-1].future.exception() is not None:
+            return None
+        return Fetched(value=done[-1].future.result(), started_ns=done[-1].started_ns, wait_ms=0.0)
+
     def has_read_since(self, key: object, since_ns: int) -> bool:
         return any(r.started_ns >= since_ns for r in self._reads.get(key, ()))
 

@@ -57,14 +57,14 @@ class Targets:
         ``worker`` reported a lease: every node's holders (``holders:K``, ``others:K``), a role (who
         leads; the member ``worker``'s client is attached to). Never at the planned moment: the step
         would land that much late. ``granted``: the lease names the nodes that granted it, which is
-        all ``holders:K`` needs."""
+        all ``holders:K`` needs to aim (the holders read is then evidence only)."""
         holders_needed = False
         for target in pending:
             if target.by_role:
                 member_of = worker if target.mode == HOLDER_MEMBER else None
                 self.aim.read_ahead(("roles", target.text, member_of), self.role_reader(target, member_of))
-            elif target.from_lease and not (granted and target.mode == "holders"):
-                holders_needed = True
+            elif target.from_lease:
+                holders_needed = True  # a granted lease's too: the event's evidence, never waited for
         if holders_needed and self.holders is not None:
             self.aim.read_ahead(HOLDERS, self.holders.read)
 
@@ -96,8 +96,11 @@ class Targets:
         fetched: Fetched | None = None
         holders = None
         if lease is not None and lease.granted_by is not None and target is not None and target.mode == "holders":
-            # The nodes that granted it hold it until its deadline (confirmed by its worker's slot): no read.
+            # The nodes that granted it hold it until its deadline (confirmed by its worker's slot): no
+            # read is waited for. The holders read ahead, if it has finished, goes into the event.
             holders = [lease.owner if i in lease.granted_by else None for i in range(self.node_count)]
+            fetched = self.aim.finished_since(HOLDERS, lease.reported_ns)
+            self.last_holders = fetched.value if fetched is not None else None
         elif (
             self.holders is not None
             and step.at != "acquire"

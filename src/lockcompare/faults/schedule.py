@@ -409,8 +409,12 @@ class FaultScheduler:
         extra: dict[str, Any] = dict(aim or {})
         if action == "inject" and fetched is not None and isinstance(fetched.value, list):
             extra["holders"] = fetched.value  # read ahead of the step: the nodes that held what it struck
-        elif action == "inject" and lease is not None and lease.granted_by is not None:
-            extra["granted_by"] = list(lease.granted_by)  # the nodes that granted what it struck (no read)
+        if action == "inject" and lease is not None and lease.granted_by is not None:
+            extra["granted_by"] = list(lease.granted_by)  # the nodes that granted what it struck: its aim
+            if "holders" not in extra:  # the read ahead had not finished: what the grant says the nodes hold
+                granted = lease.granted_by
+                extra["holders"] = [lease.owner if i in granted else None for i in range(self.node_count)]
+                extra["holders_from"] = "granted_by"
         if resolution is not None and resolution.lease_owner is not None:
             extra["lease_owner"] = resolution.lease_owner
         if resolution is not None and resolution.worker is not None:
