@@ -50,8 +50,9 @@ class Lease:
 
 @dataclass
 class _Read:
-    started_ns: int
-    future: Future[Any]
+    started_ns: int  # when it was asked for
+    future: Future[Any] | None = None
+    ran_ns: int | None = None  # when it actually began (it may queue behind another)
 
 
 @dataclass
@@ -218,8 +219,31 @@ class Aim:
         """Start ``read`` now, on the aim's own thread (one read at a time, in order)."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fault-aim")
-        self._reads.setdefault(key, []).append(_Read(started_ns=now_ns(), future=self._pool.submit(read)))
+        entry = _Read(started_ns=now_ns())
+
+        def run() -> Any:
+            entry.ran_ns = now_ns()
+            return read()
+
+        entry.future = self._pool.submit(run)
+        self._reads.setdefault(key, []).append(entry)
         del self._reads[key][:-2]  # the last two: one may still run while the newer is queued
+
+    def evidence_since(self, key: object, since_ns: int, *, before_ns: int) -> Fetched | None:
+        """After a fault acted at ``before_ns``: the newest read of ``key`` asked for since ``since_ns``
+        (waited for now — the action is done), if it began before the action; None otherwise. What the
+        nodes held as the fault struck, read ahead of it, recorded without delaying it."""
+        reads = [r for r in self._reads.get(key, ()) if r.started_ns >= since_ns]
+        if not reads:
+            return None
+        read = reads[-1]
+        try:
+            value = _future(read).result()
+        except Exception:  # noqa: BLE001 - evidence only: a failed read is recorded as none
+            return None
+        if read.ran_ns is None or read.ran_ns > before_ns:
+            return None
+        return Fetched(value=value, started_ns=read.ran_ns, wait_ms=0.0)
 
     def read_since(self, key: object, since_ns: int, *, older_if_running: bool = False) -> Fetched | None:
         """The newest read of ``key`` started at or after ``since_ns``, waited for if still running —
@@ -231,19 +255,19 @@ class Aim:
         if not reads:
             return None
         read = reads[-1]
-        if older_if_running and not read.future.done():
-            done = [r for r in self._reads.get(key, ()) if r.future.done() and r.future.exception() is None]
+        if older_if_running and not _future(read).done():
+            done = [r for r in self._reads.get(key, ()) if _future(r).done() and _future(r).exception() is None]
             read = done[-1] if done else read
         waiting = now_ns()
-        value = read.future.result()
+        value = _future(read).result()
         return Fetched(value=value, started_ns=read.started_ns, wait_ms=round((now_ns() - waiting) / 1e6, 3))
 
     def finished_since(self, key: object, since_ns: int) -> Fetched | None:
         """The newest read of ``key`` started since ``since_ns`` that has finished (never waited for)."""
-        done = [r for r in self._reads.get(key, ()) if r.started_ns >= since_ns and r.future.done()]
-        if not done or done[-1].future.exception() is not None:
+        done = [r for r in self._reads.get(key, ()) if r.started_ns >= since_ns and _future(r).done()]
+        if not done or _future(done[-1]).exception() is not None:
             return None
-        return Fetched(value=done[-1].future.result(), started_ns=done[-1].started_ns, wait_ms=0.0)
+        return Fetched(value=_future(done[-1]).result(), started_ns=done[-1].started_ns, wait_ms=0.0)
 
     def has_read_since(self, key: object, since_ns: int) -> bool:
         return any(r.started_ns >= since_ns for r in self._reads.get(key, ()))
@@ -261,6 +285,11 @@ class Aim:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         self._reads.clear()
+
+
+def _future(read: _Read) -> Future[Any]:
+    assert read.future is not None, "a read is submitted as it is recorded"
+    return read.future
 
 
 def missed(reason: str) -> Resolution:

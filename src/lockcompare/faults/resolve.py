@@ -63,8 +63,8 @@ class Targets:
             if target.by_role:
                 member_of = worker if target.mode == HOLDER_MEMBER else None
                 self.aim.read_ahead(("roles", target.text, member_of), self.role_reader(target, member_of))
-            elif target.from_lease:
-                holders_needed = True  # a granted lease's too: the event's evidence, never waited for
+            else:  # a granted lease's, a fixed node's too: the event's evidence, never waited for
+                holders_needed = True
         if holders_needed and self.holders is not None:
             self.aim.read_ahead(HOLDERS, self.holders.read)
 

@@ -62,7 +62,7 @@ from lockcompare.errors import ConfigError
 from lockcompare.faults.aim import Aim, Fetched, Lease, SessionGuard, missed
 from lockcompare.faults.holders import LockHolders
 from lockcompare.faults.leases import LeaseSlot
-from lockcompare.faults.resolve import Targets, lease_relative
+from lockcompare.faults.resolve import HOLDERS, Targets, lease_relative
 from lockcompare.faults.roles import roles_now
 from lockcompare.faults.targets import Resolution
 from lockcompare.infra.cluster import Cluster
@@ -288,7 +288,7 @@ class FaultScheduler:
         if resolution.reason:
             self._skip(state, round_=round_, planned=planned, resolution=self._targets.hinted(resolution))
             return
-        self._strike(state, resolution, round_=round_, planned=planned, fetched=fetched)
+        self._strike(state, resolution, round_=round_, planned=planned, fetched=fetched, since=since)
 
     def _inject_aimed(self, state: _State, aimed: Lease, *, round_: int, planned: int) -> None:
         """A lease-aimed step at its planned moment: confirm its lease (faults/aim.py), resolve its
@@ -320,7 +320,10 @@ class FaultScheduler:
             self._skip(state, round_=round_, planned=planned, resolution=missed(why), extra={**aim, "aim": "missed"})
             return
         aim |= {"aim": met, "lease_worker": target.worker, "lease_round": target.round}
-        self._strike(state, resolution, round_=round_, planned=planned, fetched=fetched, aim=aim, lease=target)
+        self._strike(
+            state, resolution, round_=round_, planned=planned, fetched=fetched, aim=aim, lease=target,
+            since=target.reported_ns,
+        )  # fmt: skip
 
     def _strike(
         self,
@@ -332,6 +335,7 @@ class FaultScheduler:
         fetched: Fetched | None,
         aim: dict[str, Any] | None = None,
         lease: Lease | None = None,
+        since: int | None = None,
     ) -> None:
         step = state.planned.step
         if state.prepared is not None:
@@ -345,7 +349,7 @@ class FaultScheduler:
         state.injected += 1
         self._act(
             state, fault, "inject", nodes, round_=round_, planned=planned, resolution=resolution, aim=aim,
-            lease=lease, fetched=fetched,
+            lease=lease, fetched=fetched, since=since,
         )  # fmt: skip
         if heal_after is not None and step.at != "acquire":
             state.active.heal_due = now_ns() + heal_after
@@ -405,16 +409,15 @@ class FaultScheduler:
         aim: dict[str, Any] | None = None,
         lease: Lease | None = None,
         fetched: Fetched | None = None,
+        since: int | None = None,
     ) -> None:
+        """Run one action of a step and record it. ``since``: when the acquire that made an injection
+        due was reported (the holders read ahead since then is its evidence)."""
         extra: dict[str, Any] = dict(aim or {})
         if action == "inject" and fetched is not None and isinstance(fetched.value, list):
             extra["holders"] = fetched.value  # read ahead of the step: the nodes that held what it struck
         if action == "inject" and lease is not None and lease.granted_by is not None:
             extra["granted_by"] = list(lease.granted_by)  # the nodes that granted what it struck: its aim
-            if "holders" not in extra:  # the read ahead had not finished: what the grant says the nodes hold
-                granted = lease.granted_by
-                extra["holders"] = [lease.owner if i in granted else None for i in range(self.node_count)]
-                extra["holders_from"] = "granted_by"
         if resolution is not None and resolution.lease_owner is not None:
             extra["lease_owner"] = resolution.lease_owner
         if resolution is not None and resolution.worker is not None:
@@ -447,6 +450,15 @@ class FaultScheduler:
             detail, struck = detail
             extra.update(struck)
         t1 = now_ns()
+        if action == "inject" and "holders" not in extra and nodes and self.holders is not None and since is not None:
+            # What the nodes held as it struck: the read made ahead of it, collected now it has acted.
+            evidence = self._aim.evidence_since(HOLDERS, since, before_ns=t0)
+            if evidence is not None:
+                extra |= {"holders": evidence.value, "holders_age_ms": round((t0 - evidence.started_ns) / 1e6, 3)}
+            elif lease is not None and lease.granted_by is not None:  # none began before it: what the grant says
+                granted = lease.granted_by
+                extra["holders"] = [lease.owner if i in granted else None for i in range(self.node_count)]
+                extra["holders_from"] = "granted_by"
         if action == "heal" and by_role:
             # Who leads as the fault ends, read right after the heal acted. Read before it, a frozen
             # leader answers no status request: the read waited its timeout (0.5 s) and the heal
