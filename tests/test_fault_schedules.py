@@ -11,6 +11,8 @@ from typer.testing import CliRunner
 
 from lockcompare.cli import app
 from lockcompare.errors import InvalidValueError
+from lockcompare.faults.leases import WORDS as LEASE_WORDS
+from lockcompare.faults.leases import LeaseSlot
 from lockcompare.faults.plan import planned_steps, worker_pauses
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.faults.targets import current_owner, resolve_nodes, resolve_worker
@@ -226,12 +228,20 @@ def _scheduler(text: str, reads: list[list[str | None]]) -> tuple[FaultScheduler
         workers=2,
         holders=_Holders(reads),  # type: ignore[arg-type]
     )
+    # The workers' lease slots (faults/leases.py; plain lists for the shared memory): _acquired holds them.
+    scheduler.attach_workers(pids=(), freezer=None, leases=[LeaseSlot([0] * LEASE_WORDS, offset=0) for _ in range(2)])  # type: ignore[arg-type]
     return scheduler, fault
+
+
+def _acquired(scheduler: FaultScheduler, *, worker: int, round_: int, t_ns: int, owner: str) -> None:
+    """A worker's acquire as the runner sees it: its lease slot says held, then it reports the lease."""
+    scheduler._aim.slots[worker].hold(round_=round_, valid_until_ns=None)
+    scheduler.on_acquired(worker=worker, round_=round_, t_ns=t_ns, owner=owner)
 
 
 def test_the_runner_aims_at_the_nodes_read_and_records_holders_and_lateness() -> None:
     scheduler, fault = _scheduler("restart nodes=holders:1 after-acquire=0 every", [[None, A, A, A, None]])
-    scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A)
+    _acquired(scheduler, worker=0, round_=0, t_ns=0, owner=A)
     scheduler.run_due()
     assert fault.hits == [("inject", [1]), ("heal", [1])]  # node 1: node 0 does not hold the lease
     inject, heal = scheduler.events
@@ -243,13 +253,13 @@ def test_the_runner_aims_at_the_nodes_read_and_records_holders_and_lateness() ->
 
 def test_a_step_without_a_lease_is_recorded_as_skipped_and_aimed_nowhere() -> None:
     scheduler, fault = _scheduler("crash nodes=holders:2 after-acquire=0 once", [[None] * 5, [A, None, None, A, None]])
-    scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A)
+    _acquired(scheduler, worker=0, round_=0, t_ns=0, owner=A)
     scheduler.run_due()
     assert fault.hits == []
     (skipped,) = scheduler.events
     assert skipped["action"] == "skipped" and "no lease on any node" in skipped["reason"] and skipped["nodes"] == []
     # "once" means one injection: a skipped step tries again at the next acquire.
-    scheduler.on_acquired(worker=0, round_=1, t_ns=0, owner=A)
+    _acquired(scheduler, worker=0, round_=1, t_ns=0, owner=A)
     scheduler.run_due()
     assert fault.hits == [("inject", [0, 3])]
     scheduler.heal_all()  # a crash heals when the trial ends
@@ -267,7 +277,7 @@ def test_heal_all_heals_every_step_even_when_one_heal_raises() -> None:
         raise RuntimeError("heal failed")
 
     fault.heal = heal  # type: ignore[method-assign]
-    scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A)
+    _acquired(scheduler, worker=0, round_=0, t_ns=0, owner=A)
     scheduler.run_due()
     with pytest.raises(RuntimeError, match="heal failed"):
         scheduler.heal_all()
@@ -290,17 +300,22 @@ def test_rows_from_before_schedules_read_back_with_what_they_ran_and_keep_their_
     assert pause.trial_id == trial_id_for(pause.settings() | {"faults": ""})
 
 
-def test_worker_holder_is_the_worker_whose_lease_the_nodes_hold_and_its_heal_names_it() -> None:
-    scheduler, _ = _scheduler("starve worker=holder after-acquire=0 once for=0.001 duty=0.5", [[B, B, B, None, A]])
-    scheduler.on_acquired(worker=0, round_=0, t_ns=0, owner=A)
-    scheduler.on_acquired(worker=1, round_=0, t_ns=0, owner=B)  # worker 1 holds the lease now
-    scheduler.on_acquired(worker=0, round_=1, t_ns=0, owner="a2")  # the step follows worker 0
-    scheduler.run_due()
-    while scheduler.seconds_to_next() is not None:
+def test_worker_holder_is_the_worker_whose_lease_is_held_when_it_lands_and_its_heal_names_it() -> None:
+    """``worker=holder`` needs no server read: the lease that triggered it, if its worker still holds
+    it (its lease slot), else the lease another worker holds now (retargeted)."""
+    for worker_0_still_holds, expected in ((True, (0, "a2", "struck")), (False, (1, B, "retargeted"))):
+        scheduler, _ = _scheduler("starve worker=holder after-acquire=0 once for=0.001 duty=0.5", [])
+        _acquired(scheduler, worker=1, round_=0, t_ns=0, owner=B)
+        _acquired(scheduler, worker=0, round_=1, t_ns=0, owner="a2")  # the step follows worker 0
+        if not worker_0_still_holds:
+            scheduler._aim.slots[0].end(round_=1)
         scheduler.run_due()
-    inject, heal = scheduler.events
-    assert (inject["target_worker"], inject["lease_owner"], inject["target_worker_spec"]) == (1, B, "holder")
-    assert heal["action"] == "heal" and heal["target_worker"] == 1
+        while scheduler.seconds_to_next() is not None:
+            scheduler.run_due()
+        inject, heal = scheduler.events
+        assert (inject["target_worker"], inject["lease_owner"], inject["aim"]) == expected
+        assert inject["target_worker_spec"] == "holder" and inject["lease_held"] is True
+        assert heal["action"] == "heal" and heal["target_worker"] == expected[0]
 
 
 def test_link_trials_run_each_backend_with_its_own_client_timeout_unless_swept() -> None:

@@ -8,13 +8,19 @@ schedule planned and those that struck (faults/schedule.py writes them):
 
 - *planned*: every injection the runner attempted — an ``inject`` event, or a ``skipped`` one
   (a ``prepare`` that was skipped is not an injection: the step may still inject later);
-- *struck*: an ``inject`` whose fault acted on its target: not one whose fault reports it did
-  nothing (``struck: false``, or before that field a ``detail`` beginning "skipped"), and not one
-  whose aim ``missed``;
-- *missed*: aimed at the lease of the acquire that triggered it, and that lease had ended, with no
-  other lease held, when it landed (``"aim": "missed"``): the fault is not injected;
-- *retargeted*: that lease had ended, but another was held when it landed: the fault struck the
-  current lease instead (``"aim": "retargeted"``), which counts as struck.
+- *struck*: an ``inject`` whose fault acted on its target, as the history shows it: not one whose
+  fault reports it did nothing (``struck: false``, or before that field a ``detail`` beginning
+  "skipped"), not one whose aim ``missed`` or ``raced``, and — for a lease-aimed step, whose event
+  names the lease it hit (faults/aim.py) — only one whose ``lease_held`` says that lease was still
+  held, by its worker's own account, at the moment the fault acted;
+- *missed*: aimed at the lease of the acquire that triggered it, and that lease had ended when it
+  landed, with nothing else it could be aimed at (``"aim": "missed"``): the fault is not injected
+  (or, for a session kill, the session it found was no worker's current lease: nothing was ended);
+- *retargeted*: that lease had ended, but another was held when it landed, and the servers had been
+  read since it was granted: the fault struck the current lease instead (``"aim": "retargeted"``),
+  which counts as struck when ``lease_held`` says so;
+- *raced*: the lease it struck ended while the fault acted (``"aim": "raced"``, ``lease_held``
+  false or unknown): which came first is not known, so it is not counted as struck.
 
 Pauses are the workers' own (``pause`` events), always taken: they are not counted here.
 
@@ -69,8 +75,10 @@ def is_injection(event: Event) -> bool:
 
 def struck(event: Event) -> bool:
     """Did this injection act on its target? (See the module docstring.)"""
-    if event.get("action") != "inject" or event.get("aim") == "missed":
+    if event.get("action") != "inject" or event.get("aim") in ("missed", "raced"):
         return False
+    if "lease_held" in event and event["lease_held"] is not True:
+        return False  # the lease it was aimed at is not shown held when it acted
     if "struck" in event:
         return bool(event["struck"])
     return not str(event.get("detail") or "").startswith("skipped")
@@ -79,6 +87,8 @@ def struck(event: Event) -> bool:
 def why_not(event: Event) -> str:
     if event.get("action") == "skipped":
         return str(event.get("reason") or "skipped")
+    if event.get("aim") == "raced" or ("lease_held" in event and event["lease_held"] is not True):
+        return "raced: the lease it struck ended while the fault acted"
     detail = str(event.get("detail") or "")
     return detail.removeprefix("skipped: ") or "did not strike"
 

@@ -4,8 +4,9 @@ A Redlock survives a minority of its nodes restarting only when the holder's key
 bare majority (the Redlock specification says so itself: 3 of 5, one restarts empty, and 3 nodes
 are free again). Whether a lost update under a minority fault is that case or a bug cannot be told
 from the workers' side: most backends do not say which nodes granted them (pottery does not).
-So just before it injects a node fault the runner reads the lock key on every lock node, over its
-own admin connections, and the inject event carries ``holders``: one entry per node —
+So ahead of a node fault aimed at a lease (from when the acquire that makes it due is reported:
+faults/aim.py) the runner reads the lock key on every lock node, over its own admin connections,
+and the inject event carries ``holders``: one entry per node —
 
 * the owner token the node holds for the trial's lock key (what the backend stored as the value;
   :func:`~lockcompare.render.timeline.render_timeline` names the worker whose acquire returned it),

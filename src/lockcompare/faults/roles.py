@@ -1,8 +1,9 @@
-"""Role-aimed steps at injection time: ask the servers' kind who leads, and find the holder's member.
+"""Role-aimed steps: ask the servers' kind who leads, and find the holder's member.
 
 ``nodes=leader`` / ``followers:K`` read the roles from the lock servers' kind (infra/kinds.py
 ``RoleKind.read_roles``: etcd's member status, ZooKeeper's ``srvr``, a replicated server's
-primary) just before the step lands, and again just before its heal — so the history says who led
+primary) ahead of the step, from when the acquire that makes it due is reported (faults/aim.py),
+and again right after its heal — so the history says who led
 when the fault struck and who leads when it ends (faults/schedule.py puts both in the events as
 ``roles``). ``holder-member`` is the node the current holder's client is connected to: the
 remote ports of the holder worker's established connections (infra/sockets.py), matched against

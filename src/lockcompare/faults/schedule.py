@@ -11,9 +11,10 @@ Jepsen's scheduled nemesis, kept small. Each :class:`PlannedStep` (built from a 
   after it: WorkerPlan.acquire_handshake), from the worker's second round.
 
 It heals ``for`` after the injection (``heal_after_ns``; None: when the trial ends). Targets given
-relative to the lease (``holders:K``, ``others:K``, ``worker=holder``) are resolved at injection
-from the lock key read on every node just before (faults/holders.py, faults/targets.py); one that
-cannot be resolved is recorded as ``skipped`` with the reason and aimed nowhere else. Every
+relative to the lease (``holders:K``, ``others:K``, ``worker=holder``, ``holder-member``) are
+resolved from what was read ahead of the step (faults/aim.py, faults/holders.py, faults/targets.py)
+and confirmed when it lands; one that cannot be resolved is recorded as ``skipped`` with the reason
+and aimed nowhere else. Every
 injection, heal and skip is an event of the runner's own (``worker == -1``) in the history::
 
     {"worker": -1, "round": R, "kind": "fault", "fault": "restart", "action": "inject",
@@ -23,16 +24,22 @@ injection, heal and skip is an event of the runner's own (``worker == -1``) in t
 (``planned_ns``: when the step was due; ``late_ms``: how much later it landed — what the timing
 sentinel reads.)
 
-**Aimed when it lands.** A lease-aimed step (``holders:K``, ``others:K``, ``worker=holder``)
-triggered by an acquire is aimed at *that* acquire's lease (``aimed_owner``). Its target is read
-when it lands, not when it was due: a read slower than :data:`AIM_FRESH_MS` (a stalled machine) is
-read again before the fault acts, and the event says how old the read was (``aim_age_ms``). The
-event's ``aim`` then says what the fault met: ``struck`` (the lease it was aimed at, still held),
-``retargeted`` (that lease had ended, another was held: the fault struck the current one) or
-``missed`` (that lease had ended and none was held: nothing is injected; the event is a
-``skipped`` one with ``aim: missed``). analysis/strikes.py counts them; a trial whose schedule
-struck nothing has no safety verdict. An inject event also says ``struck``: false when its fault
-acted on nothing (a session-kill that found no session).
+**Aimed when it lands** (faults/aim.py). A lease-aimed step (``holders:K``, ``others:K``,
+``worker=holder``, ``holder-member``) triggered by an acquire is aimed at *that* acquire's lease
+(``aimed_owner``). What it needs of the servers (the nodes holding the lease, the holder's member)
+is read *ahead*, from the moment the acquire is reported; at its planned moment the step confirms
+from the worker's lease slot (faults/leases.py, shared memory: no server read) that the lease is
+still held, acts at once, and checks the slot again once the fault has acted. The event's ``aim``
+says what the fault met: ``struck`` (the lease it was aimed at, held when it acted),
+``retargeted`` (that lease had ended, another was held and the servers had been read since it was
+granted: the fault struck that one), ``missed`` (that lease had ended and nothing else could be
+aimed at without a read: nothing is injected; the event is a ``skipped`` one) or ``raced`` (the
+lease ended while the fault acted: which came first is not known). The event names what the step
+hit: ``lease_owner``, ``lease_worker``, ``lease_round`` and ``lease_held`` (the lease was held at
+the moment the fault acted, as the worker's slot says). analysis/strikes.py counts them; a trial
+whose schedule struck nothing has no safety verdict. An inject event also says ``struck``: false
+when its fault acted on nothing (a session-kill that found no session, or whose session was no
+worker's current lease at kill time).
 
 :meth:`FaultScheduler.heal_all` runs in the runner's ``finally`` (Ctrl-C included): no node stays
 down, no clock stays moved, no link stays cut, no worker stays stopped.
@@ -46,16 +53,18 @@ from the start, when no acquire triggered it sooner (failover: its master dies e
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockcompare.analysis.history import Event, now_ns
-from lockcompare.analysis.holders import UNREADABLE
 from lockcompare.errors import ConfigError
+from lockcompare.faults.aim import Aim, Fetched, Lease, SessionGuard, missed
 from lockcompare.faults.holders import LockHolders
-from lockcompare.faults.roles import aim_by_role, roles_now
-from lockcompare.faults.targets import Resolution, current_owner, resolve_nodes, resolve_worker
+from lockcompare.faults.leases import LeaseSlot
+from lockcompare.faults.resolve import HOLDERS, Targets, lease_relative
+from lockcompare.faults.roles import roles_now
+from lockcompare.faults.targets import Resolution
 from lockcompare.infra.cluster import Cluster
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.faultkinds.base import FaultAction
@@ -108,18 +117,12 @@ class _Active:
     extra: dict[str, Any]
 
 
-#: How old (ms) the holders read may be when a lease-aimed fault lands before it is read again: a
-#: loopback read takes ~1 ms; one slower than this ran on a stalled machine, and the lease it saw may
-#: have ended meanwhile (measured: faults that struck 300-606 ms after their read, on a lease released
-#: 40-106 ms before they landed).
-AIM_FRESH_MS = 20.0
-
-
 @dataclass
 class _State:
     planned: PlannedStep
     pending: tuple[int, int] | None = None  # (due ns, round)
-    aimed: str | None = None  # the owner whose acquire made the pending injection due (its lease)
+    aimed: Lease | None = None  # the lease whose acquire made the pending injection due
+    trigger_ns: int | None = None  # when that acquire was reported (reads since then serve the step)
     active: _Active | None = None
     injected: int = 0
     prepared: tuple[FaultAction, list[int]] | None = None  # (fault, nodes) of a prepare not yet injected
@@ -132,27 +135,30 @@ class FaultScheduler:
     node_count: int
     workers: int
     links: ProxySet | None = None
-    #: Reads which node holds the lock before each injection (faults/holders.py); None: not read
-    #: (external servers, etcd members). Closed by :meth:`heal_all`.
+    #: Reads which node holds the lock, ahead of each lease-aimed injection (faults/holders.py);
+    #: None: not read (external servers, etcd members). Closed by :meth:`heal_all`.
     holders: LockHolders | None = None
     events: list[Event] = field(default_factory=list)
     pids: tuple[int, ...] = ()
     freezer: Freezer | None = None
     _states: list[_State] = field(default_factory=list)
-    _owners: dict[str, int] = field(default_factory=dict)  # owner token -> worker
-    _latest_owner: dict[int, str] = field(default_factory=dict)  # worker -> its latest owner token
+    _aim: Aim = field(default_factory=Aim)
     _latest_round: dict[int, int] = field(default_factory=dict)
-    _last_acquirer: int | None = None
-    _session_workers: dict[str, int] = field(default_factory=dict)  # server session of a lease -> worker
-    _last_holders: list[str | None] | None = None  # what the latest _resolve read
-    _seen_lease: bool = False  # some read of this trial found a lease (the key pattern matches the backend's)
+    _targets: Targets = field(init=False)
 
     def __post_init__(self) -> None:
         self._states = [_State(planned=p) for p in self.steps]
+        self._targets = Targets(
+            cluster=self.cluster, node_count=self.node_count, workers=self.workers, aim=self._aim,
+            links=self.links, holders=self.holders,
+        )  # fmt: skip
 
-    def attach_workers(self, *, pids: tuple[int, ...], freezer: Freezer) -> None:
-        """The worker processes a ``starve`` step acts on (known once the crew is spawned)."""
+    def attach_workers(self, *, pids: tuple[int, ...], freezer: Freezer, leases: Sequence[LeaseSlot] = ()) -> None:
+        """The worker processes a ``starve`` step acts on, and their lease slots (faults/leases.py) a
+        lease-aimed step confirms its lease against (known once the crew is spawned)."""
         self.pids, self.freezer = pids, freezer
+        self._targets.pids = pids
+        self._aim.slots = tuple(leases)
 
     def freezes_workers(self) -> bool:
         """Whether a step stops worker processes from outside (its kind says so: ``freezes_worker``)."""
@@ -184,16 +190,27 @@ class FaultScheduler:
                 self._heal(state, planned=now_ns())
 
     def on_acquired(
-        self, *, worker: int, round_: int, t_ns: int, owner: str | None = None, session: str | None = None
+        self,
+        *,
+        worker: int,
+        round_: int,
+        t_ns: int,
+        owner: str | None = None,
+        session: str | None = None,
+        granted_by: list[int] | None = None,
     ) -> None:
+        """An acquire a worker reported: the steps it makes due, and the reads they need, started now."""
+        reported = now_ns()
+        lease = None
         if owner:
-            self._owners[owner] = worker
-            self._latest_owner[worker] = owner
-        if session is not None:
-            self._session_workers[str(session)] = worker
+            lease = Lease(
+                owner=owner, worker=worker, round=round_, reported_ns=reported,
+                session=None if session is None else str(session),
+                granted_by=None if granted_by is None else tuple(granted_by),
+            )  # fmt: skip
+            self._aim.reported(lease)
         self._latest_round[worker] = round_
-        self._last_acquirer = worker
-        confirm = False
+        self._targets.last_acquirer = worker
         for state in self._states:
             step = state.planned.step
             if step.at != "after-acquire" or faultkinds.KINDS[step.kind].in_worker or step.follow != worker:
@@ -203,12 +220,9 @@ class FaultScheduler:
             due = t_ns + state.planned.after_ns
             if state.pending is None or due < state.pending[0]:  # a pending injection is never put off
                 state.pending = (due, round_)
-                state.aimed = owner
-                confirm = confirm or (state.planned.after_ns > AIM_FRESH_MS * 1e6 and self._lease_relative(step))
-        if confirm and not self._seen_lease and self.holders is not None:
-            # Until a read has seen this backend's lease, read once now, while the acquire just reported
-            # holds it: a landing that then finds none missed a lease that ended, not one it cannot see.
-            self._seen_lease = any(v not in (None, UNREADABLE) for v in self.holders.read())
+                state.aimed, state.trigger_ns = lease, reported
+        pending = [s.planned.step.nodes for s in self._states if s.pending is not None and s.planned.step.nodes]
+        self._targets.read_ahead(worker, pending=pending, granted=lease is not None and lease.granted_by is not None)
 
     def seconds_to_next(self) -> float | None:
         due = [s.pending[0] for s in self._states if s.pending is not None]
@@ -245,6 +259,7 @@ class FaultScheduler:
         try:
             self.cluster.reset_clocks()
         finally:
+            self._aim.close()  # first: a read still running uses the holders' connections
             if self.holders is not None:
                 self.holders.close()
         if first is not None:
@@ -253,8 +268,7 @@ class FaultScheduler:
     # -- what -----------------------------------------------------------------------------------
 
     def _prepare(self, state: _State, *, planned: int) -> None:
-        step = state.planned.step
-        resolution = self._resolve(step, read=False)
+        resolution, _ = self._targets.resolve(state.planned.step, lease=None, since_ns=None)
         if resolution.reason:
             self._skip(state, round_=-1, planned=planned, resolution=resolution, action="prepare")
             return
@@ -264,28 +278,66 @@ class FaultScheduler:
 
     def _inject(self, state: _State, *, round_: int, planned: int) -> None:
         step = state.planned.step
+        self._targets.last_holders = None
         aimed, state.aimed = state.aimed, None
-        read_at = now_ns()
-        resolution = self._resolve(step, read=True)
-        if self._last_holders is not None and (now_ns() - read_at) / 1e6 > AIM_FRESH_MS:
-            read_at = now_ns()  # a slow read: what it saw first may have ended, so read when landing
-            resolution = self._resolve(step, read=True)
-        aim = self._aim(step, aimed=aimed, resolution=resolution)
-        if aim:
-            aim["aim_age_ms"] = round((now_ns() - read_at) / 1e6, 3)
-        if resolution.reason:
-            if aim.get("aim") == "missed":
-                resolution = Resolution(
-                    reason=f"missed: the lease it was aimed at had ended when it landed ({resolution.reason})"
-                )
-            elif self._last_holders is not None and not self._seen_lease:
-                pattern = getattr(self.holders, "pattern", "?")
-                resolution = Resolution(
-                    reason=f"{resolution.reason} (no read in this trial found a lease under the key pattern "
-                    f"{pattern!r}: a backend whose key lies elsewhere declares key_pattern, docs/plugins.md)"
-                )
-            self._skip(state, round_=round_, planned=planned, resolution=resolution, extra=aim)
+        if aimed is not None and lease_relative(step):
+            self._inject_aimed(state, aimed, round_=round_, planned=planned)
             return
+        since = state.trigger_ns if step.at == "after-acquire" else None
+        resolution, fetched = self._targets.resolve(step, lease=None, since_ns=since)
+        if resolution.reason:
+            self._skip(state, round_=round_, planned=planned, resolution=self._targets.hinted(resolution))
+            return
+        self._strike(state, resolution, round_=round_, planned=planned, fetched=fetched, since=since)
+
+    def _inject_aimed(self, state: _State, aimed: Lease, *, round_: int, planned: int) -> None:
+        """A lease-aimed step at its planned moment: confirm its lease (faults/aim.py), resolve its
+        targets from what was read ahead, act (module docstring)."""
+        step = state.planned.step
+        aim: dict[str, Any] = {"aimed_owner": aimed.owner}
+        if not self._aim.can_confirm():
+            reason = "the workers' lease slots are not attached: the lease it was aimed at cannot be confirmed"
+            self._skip(state, round_=round_, planned=planned, resolution=Resolution(reason=reason), extra=aim)
+            return
+        target, met = aimed, "struck"
+        if not self._aim.holds(aimed):
+            current = self._aim.current()
+            if current is None or not self._targets.read_covers(step, current):
+                why = "the lease it was aimed at had ended when it landed (released, or past its deadline)"
+                if current is not None:
+                    why += f"; worker {current.worker}'s lease, held now, was granted after the servers were read"
+                self._skip(
+                    state, round_=round_, planned=planned, resolution=missed(why), extra={**aim, "aim": "missed"}
+                )
+                return
+            target, met = current, "retargeted"
+        resolution, fetched = self._targets.resolve(step, lease=target, since_ns=target.reported_ns)
+        if resolution.reason:
+            self._skip(state, round_=round_, planned=planned, resolution=self._targets.hinted(resolution), extra=aim)
+            return
+        if not self._aim.holds(target):  # it ended while the step waited for what was read ahead
+            why = "the lease it was aimed at ended while the step waited for its read ahead"
+            self._skip(state, round_=round_, planned=planned, resolution=missed(why), extra={**aim, "aim": "missed"})
+            return
+        aim |= {"aim": met, "lease_worker": target.worker, "lease_round": target.round}
+        self._strike(
+            state, resolution, round_=round_, planned=planned, fetched=fetched, aim=aim, lease=target,
+            since=target.reported_ns,
+        )  # fmt: skip
+
+    def _strike(
+        self,
+        state: _State,
+        resolution: Resolution,
+        *,
+        round_: int,
+        planned: int,
+        fetched: Fetched | None,
+        aim: dict[str, Any] | None = None,
+        lease: Lease | None = None,
+        since: int | None = None,
+    ) -> None:
+        step = state.planned.step
         if state.prepared is not None:
             fault, nodes = state.prepared
             state.prepared = None
@@ -295,7 +347,10 @@ class FaultScheduler:
         heal_after = state.planned.heal_after_ns
         state.active = _Active(fault=fault, nodes=nodes, round=round_, heal_due=None, extra={})
         state.injected += 1
-        self._act(state, fault, "inject", nodes, round_=round_, planned=planned, resolution=resolution, aim=aim)
+        self._act(
+            state, fault, "inject", nodes, round_=round_, planned=planned, resolution=resolution, aim=aim,
+            lease=lease, fetched=fetched, since=since,
+        )  # fmt: skip
         if heal_after is not None and step.at != "acquire":
             state.active.heal_due = now_ns() + heal_after
 
@@ -304,58 +359,6 @@ class FaultScheduler:
         assert active is not None
         state.active = None  # first: a heal that raises is not retried forever
         self._act(state, active.fault, "heal", active.nodes, round_=active.round, planned=planned, carried=active.extra)
-
-    def _resolve(self, step: FaultStep, *, read: bool) -> Resolution:
-        if step.nodes is not None and step.nodes.by_role:  # asked of the servers' kind (faults/roles.py)
-            return aim_by_role(
-                step.nodes, cluster=self.cluster, worker=self._last_acquirer, pids=self.pids, links=self.links
-            )
-        lease_relative = (step.nodes is not None and step.nodes.from_lease) or (
-            step.worker is not None and step.worker.index is None
-        )
-        holders = self.holders.read() if read and self.holders is not None and step.at != "acquire" else None
-        self._last_holders = holders
-        self._seen_lease = self._seen_lease or any(v not in (None, UNREADABLE) for v in holders or ())
-        preferred = self._latest_owner.get(step.follow)
-        nodes: tuple[int, ...] = ()
-        owner = None
-        if step.nodes is not None:
-            r = resolve_nodes(step.nodes, node_count=self.node_count, holders=holders, preferred_owner=preferred)
-            if r.reason:
-                return r
-            nodes, owner = r.nodes, r.lease_owner
-        worker = None
-        if step.worker is not None:
-            r = resolve_worker(
-                step.worker, workers=self.workers, holders=holders, owners=self._owners,
-                preferred_owner=preferred, last_acquirer=self._last_acquirer,
-            )  # fmt: skip
-            if r.reason:
-                return r
-            worker, owner = r.worker, owner or r.lease_owner
-        if not lease_relative:
-            owner = None
-        return Resolution(nodes=nodes, worker=worker, lease_owner=owner)
-
-    @staticmethod
-    def _lease_relative(step: FaultStep) -> bool:
-        return (step.nodes is not None and step.nodes.from_lease) or (
-            step.worker is not None and step.worker.index is None
-        )
-
-    def _aim(self, step: FaultStep, *, aimed: str | None, resolution: Resolution) -> dict[str, Any]:
-        """What a lease-aimed step triggered by an acquire met when it landed (module docstring);
-        {} for a step aimed at fixed targets, or where the holders cannot be read."""
-        if not self._lease_relative(step) or aimed is None or self._last_holders is None:
-            return {}
-        current = current_owner(self._last_holders, preferred=aimed)
-        if current is None and not self._seen_lease:
-            return {}  # no read has ever found this backend's lease: not known to have ended
-        if current == aimed:
-            met = "struck" if not resolution.reason else ""
-        else:
-            met = "missed" if current is None else "retargeted"
-        return {"aimed_owner": aimed, **({"aim": met} if met else {})}
 
     def _skip(
         self,
@@ -385,7 +388,9 @@ class FaultScheduler:
                 **({"roles": resolution.roles} if resolution.roles is not None else {}),  # what a role step read
                 "skipped": action,
                 **self._target_fields(state.planned.step),
-                **({"holders": self._last_holders} if self._last_holders is not None else {}),
+                **(
+                    {"holders": self._targets.last_holders} if self._targets.last_holders is not None else {}
+                ),  # what was read
                 **(extra or {}),
             }
         )
@@ -402,10 +407,17 @@ class FaultScheduler:
         resolution: Resolution | None = None,
         carried: dict[str, Any] | None = None,
         aim: dict[str, Any] | None = None,
+        lease: Lease | None = None,
+        fetched: Fetched | None = None,
+        since: int | None = None,
     ) -> None:
+        """Run one action of a step and record it. ``since``: when the acquire that made an injection
+        due was reported (the holders read ahead since then is its evidence)."""
         extra: dict[str, Any] = dict(aim or {})
-        if action == "inject" and self._last_holders is not None:
-            extra["holders"] = self._last_holders  # read before the step (and its t0): what it struck
+        if action == "inject" and fetched is not None and isinstance(fetched.value, list):
+            extra["holders"] = fetched.value  # read ahead of the step: the nodes that held what it struck
+        if action == "inject" and lease is not None and lease.granted_by is not None:
+            extra["granted_by"] = list(lease.granted_by)  # the nodes that granted what it struck: its aim
         if resolution is not None and resolution.lease_owner is not None:
             extra["lease_owner"] = resolution.lease_owner
         if resolution is not None and resolution.worker is not None:
@@ -414,24 +426,39 @@ class FaultScheduler:
             extra["target_worker"] = carried["target_worker"]  # a heal names whom its injection hit
         if resolution is not None and resolution.roles is not None:
             extra["roles"] = resolution.roles  # who led as it struck (faults/roles.py)
-        if action == "inject" and state.active is not None:
-            state.active.extra = dict(extra)
         by_role = state.planned.step.nodes is not None and state.planned.step.nodes.by_role
         if action == "heal" and by_role:
             extra["roles_before"] = (carried or {}).get("roles")
-        t0 = now_ns()
-        step_fn = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
+        takes_guard = action == "inject" and getattr(fault, "takes_guard", False)
+        guard = SessionGuard(aim=self._aim, fallback=lease) if takes_guard else None
         on_world = getattr(fault, "scope", "nodes") != "nodes"
         target = (
             FaultContext(cluster=self.cluster, links=self.links, pids=self.pids, freezer=self.freezer)
             if on_world
             else self.cluster
         )
-        detail = step_fn(target, nodes)
+        t0 = now_ns()
+        if action == "inject" and fetched is not None:
+            extra["aim_age_ms"] = round((t0 - fetched.started_ns) / 1e6, 3)  # how old the read ahead was
+            extra["read_wait_ms"] = fetched.wait_ms  # what the step waited for it at its planned moment
+        if guard is not None:
+            detail = fault.inject(target, nodes, guard=guard)  # type: ignore[call-arg]
+        else:
+            step_fn = {"inject": fault.inject, "heal": fault.heal}.get(action) or getattr(fault, action)
+            detail = step_fn(target, nodes)
         if isinstance(detail, tuple):  # (detail, fields): a fault naming what it struck (session-kill's sessions)
             detail, struck = detail
             extra.update(struck)
         t1 = now_ns()
+        if action == "inject" and "holders" not in extra and nodes and self.holders is not None and since is not None:
+            # What the nodes held as it struck: the read made ahead of it, collected now it has acted.
+            evidence = self._aim.evidence_since(HOLDERS, since, before_ns=t0)
+            if evidence is not None:
+                extra |= {"holders": evidence.value, "holders_age_ms": round((t0 - evidence.started_ns) / 1e6, 3)}
+            elif lease is not None and lease.granted_by is not None:  # none began before it: what the grant says
+                granted = lease.granted_by
+                extra["holders"] = [lease.owner if i in granted else None for i in range(self.node_count)]
+                extra["holders_from"] = "granted_by"
         if action == "heal" and by_role:
             # Who leads as the fault ends, read right after the heal acted. Read before it, a frozen
             # leader answers no status request: the read waited its timeout (0.5 s) and the heal
@@ -441,8 +468,14 @@ class FaultScheduler:
         if action == "inject":
             # A fault that found nothing to act on says so by its detail ("skipped: ..."): not a strike.
             extra.setdefault("struck", not str(detail).startswith("skipped"))
-            if extra.get("session_owner") is not None or extra.get("sessions_ended"):
-                extra |= self._session_aim(extra)
+            if guard is not None or extra.get("session_owner") is not None or extra.get("sessions_ended"):
+                extra |= self._aim.session_hit(extra, guard=guard, aimed=lease)
+            elif lease is not None:
+                extra |= {"acted_ns": t0, **self._aim.lease_hit(lease, acted_ns=t0)}
+            if not extra["struck"] and extra.get("aim") in ("struck", "retargeted"):
+                extra["aim"] = "missed"  # it acted on nothing (a session kill that found no session)
+        if action == "inject" and state.active is not None:
+            state.active.extra = dict(extra)
         self.events.append(
             {
                 "worker": -1,
@@ -460,26 +493,6 @@ class FaultScheduler:
                 **extra,
             }
         )
-
-    def _session_aim(self, extra: dict[str, Any]) -> dict[str, Any]:
-        """Whose session a session-kill ended: ``session_worker``, from ``session_owner`` (ZooKeeper:
-        the identifier the lock's holder stored, which starts the owner token its acquire returned) or
-        from the first of ``sessions_ended`` (PostgreSQL: a backend pid a lease reported as its session);
-        and — when that is not the worker it was aimed at — ``aim: retargeted`` (the lease it was aimed
-        at had ended and the lock's holder at kill time was another worker)."""
-        session_owner = extra.get("session_owner")
-        if session_owner is not None:
-            ident = str(session_owner)
-            worker = next(
-                (w for owner, w in self._owners.items() if owner == ident or owner.startswith(ident + ".")), None
-            )
-        else:
-            worker = self._session_workers.get(str(extra["sessions_ended"][0]))
-        fields: dict[str, Any] = {"session_worker": worker}
-        aimed = extra.get("target_worker")
-        if worker is not None and isinstance(aimed, int) and worker != aimed:
-            fields["aim"] = "retargeted"
-        return fields
 
     @staticmethod
     def _target_fields(step: FaultStep) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Whom a fault step hits, resolved at injection time from the lease the nodes actually hold.
+"""Whom a fault step hits, resolved from the lease the nodes actually hold (read ahead of the step).
 
 Pure: given what the runner just read on every lock node (faults/holders.py: per node the owner
 token of the trial's lock key, ``None`` free, ``"?"`` unreadable) and which worker's acquire
@@ -74,6 +74,30 @@ def resolve_nodes(
     else:
         matching = [i for i, v in enumerate(holders) if v not in (owner, UNREADABLE)]
         what = "readable and not holding the current lease"
+    if len(matching) < target.count:
+        return Resolution(lease_owner=owner, reason=f"nodes={target.text}: only {len(matching)} node(s) {what}")
+    return Resolution(nodes=tuple(matching[: target.count]), lease_owner=owner)
+
+
+def resolve_lease_nodes(target: NodeTarget, *, holders: Sequence[str | None] | None, owner: str) -> Resolution:
+    """The nodes ``holders:K`` / ``others:K`` mean for the lease ``owner`` (the one a step is aimed at,
+    confirmed held by its worker), from a read of every node made since that lease was granted.
+
+    >>> resolve_lease_nodes(NodeTarget("holders", count=1), holders=["b", "a", "a"], owner="a").nodes
+    (1,)
+    >>> resolve_lease_nodes(NodeTarget("others", count=1), holders=["b", "a", "?"], owner="a").nodes
+    (0,)
+    """
+    if holders is None:
+        return Resolution(reason=f"nodes={target.text}: the lock nodes cannot be read here")
+    if current_owner(holders) is None:
+        return Resolution(reason=f"nodes={target.text}: no lease on any node")
+    if target.mode == "holders":
+        matching = [i for i, v in enumerate(holders) if v == owner]
+        what = "holding the lease it was aimed at"
+    else:
+        matching = [i for i, v in enumerate(holders) if v not in (owner, UNREADABLE)]
+        what = "readable and not holding the lease it was aimed at"
     if len(matching) < target.count:
         return Resolution(lease_owner=owner, reason=f"nodes={target.text}: only {len(matching)} node(s) {what}")
     return Resolution(nodes=tuple(matching[: target.count]), lease_owner=owner)

@@ -291,13 +291,22 @@ class SessionKind(ServerKind, Protocol):
     session_reopens: str
 
     def end_holder_sessions(
-        self, urls: Sequence[str], *, nodes: Sequence[int], lock_key: str, lease_znodes: object = None
+        self,
+        urls: Sequence[str],
+        *,
+        nodes: Sequence[int],
+        lock_key: str,
+        lease_znodes: object = None,
+        holds: Callable[[object], bool] | None = None,
     ) -> tuple[str, dict[str, object]]:
         """End the sessions holding ``lock_key`` on the lock nodes ``nodes`` (indices into ``urls``):
         (detail, fields of the fault event), ``sessions_ended`` naming what was ended (empty, and the
         detail saying "skipped: ..." and why, when nothing was). ``lease_znodes``: where the backend
         declares its lease lives (its trait of that name, docs/plugins.md; None: the kind's own
-        lookup); a kind whose holder is found from the lock itself ignores it (PostgreSQL's)."""
+        lookup); a kind whose holder is found from the lock itself ignores it (PostgreSQL's).
+        ``holds`` (the runner's): call it with the session found (a PostgreSQL backend pid, a ZooKeeper
+        session id in hex) right before ending it; end none it answers False for — the holder had
+        begun releasing, and its session would be a waiting worker's (faults/aim.py)."""
         ...
 
 

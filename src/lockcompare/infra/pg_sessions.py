@@ -10,6 +10,9 @@ server lockcompare does not own (``--postgres URL``).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from lockcompare.infra.pg_client import PgSession, QueryFailed, advisory_key, split_advisory_key
 
 #: The sessions holding the lock ``$1`` (classid, objid of its advisory key) or its unexpired lease row.
@@ -36,17 +39,36 @@ def holder_pids(session: PgSession, *, lock_key: str) -> list[int]:
     return sorted(pids)
 
 
-def end_holder_sessions(url: str, *, lock_key: str, timeout_s: float = 2.0) -> list[int]:
+def end_holder_sessions(
+    url: str, *, lock_key: str, timeout_s: float = 2.0, holds: Callable[[object], bool] | None = None
+) -> tuple[list[int], list[int]]:
     """Find the sessions holding ``lock_key`` and ``pg_terminate_backend`` them, on one admin
-    session (a connect costs more than both statements); the pids that were ended."""
+    session (a connect costs more than both statements): (the pids ended, the pids found but left
+    alone). ``holds`` (the runner's, faults/aim.py): asked right before each termination whether that
+    session is still a worker's current lease — the holder may have released between the lookup and
+    the kill, and ending its session then would end a *waiting* worker's; one it denies is left alone."""
     session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-fault")
     try:
-        pids = holder_pids(session, lock_key=lock_key)
-        # With a timeout (PostgreSQL >= 14) the call returns only once the backend has exited, so the
-        # injection's t1 is never before the lock was free (PostgreSQL polls for the exit: t1 lands up
-        # to ~100 ms after the locks went, measured; the rival's grant in the history shows when).
-        wait_ms = round(timeout_s * 500)
-        ended = "select pg_terminate_backend($1::int, $2::bigint)"
-        return [pid for pid in pids if session.value(ended, [pid, wait_ms]) == "t"]
+        found = holder_pids(session, lock_key=lock_key)
+        pids = [pid for pid in found if holds is None or holds(pid)]
+        ended = [pid for pid in pids if session.value("select pg_terminate_backend($1::int)", [pid]) == "t"]
+        _wait_for_exit(session, ended, timeout_s=timeout_s / 2)
+        return ended, sorted(set(found) - set(pids))
     finally:
         session.close()
+
+
+#: A terminated backend that still holds a lock or still runs.
+_STILL_THERE = "select 1 from pg_locks where pid = $1::int union all select 1 from pg_stat_activity where pid = $1::int"
+
+
+def _wait_for_exit(session: PgSession, pids: list[int], *, timeout_s: float) -> None:
+    """Return once every backend of ``pids`` has let go of its locks and exited (or ``timeout_s``
+    passed), so the injection's t1 is never before the lock was free. Polled every millisecond here:
+    ``pg_terminate_backend(pid, timeout)`` polls every 100 ms, so the kill ended up to ~100 ms after
+    the locks went — and the runner, which lands every step from one thread, landed the next round's
+    step that much late, after its lease had ended (half of a session-kill trial's steps missed)."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        while session.query(_STILL_THERE, [pid]) and time.monotonic() < deadline:
+            time.sleep(0.001)

@@ -35,7 +35,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -366,21 +366,37 @@ class PostgresKind:
         return is_postgres_url(url)
 
     def end_holder_sessions(
-        self, urls: Sequence[str], *, nodes: Sequence[int], lock_key: str, lease_znodes: object = None
+        self,
+        urls: Sequence[str],
+        *,
+        nodes: Sequence[int],
+        lock_key: str,
+        lease_znodes: object = None,
+        holds: Callable[[object], bool] | None = None,
     ) -> tuple[str, dict[str, object]]:
         """``pg_terminate_backend`` on the sessions holding the lock (infra/pg_sessions.py), node by node
-        (the holder is read from the lock itself: no declaration of where a lease lives applies)."""
+        (the holder is read from the lock itself: no declaration of where a lease lives applies);
+        ``holds`` confirms each session against the workers' current leases at kill time."""
         from lockcompare.infra.pg_sessions import end_holder_sessions
 
         ended: list[int] = []
+        spared: list[int] = []
         for index in nodes:
             url = urls[index]
             if not self.owns(url):
                 return f"skipped: lock node {index} is not a PostgreSQL server", {"sessions_ended": ended}
             try:
-                ended += end_holder_sessions(url, lock_key=lock_key)
+                done, left = end_holder_sessions(url, lock_key=lock_key, holds=holds)
             except (SessionLost, QueryFailed) as exc:
                 return f"skipped: lock node {index} did not answer ({exc})", {"sessions_ended": ended}
+            ended, spared = ended + done, spared + left
+        if not ended and spared:
+            pids = ", ".join(map(str, spared))
+            return (
+                f"skipped: the session holding the lock (backend pid {pids}) was no worker's current lease at kill "
+                "time (its holder had begun releasing it); not ended",
+                {"sessions_ended": [], "sessions_spared": spared},
+            )
         if not ended:
             return "skipped: no session held the lock", {"sessions_ended": []}
         detail = f"pg_terminate_backend: ended the holder's session (backend pid {', '.join(map(str, ended))})"

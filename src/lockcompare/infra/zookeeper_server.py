@@ -32,7 +32,7 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -430,17 +430,25 @@ class ZooKeeperKind:
         raise ConfigError("a ZooKeeper server is started with its ensemble (start_nodes), never alone")
 
     def end_holder_sessions(
-        self, urls: Sequence[str], *, nodes: Sequence[int], lock_key: str, lease_znodes: object = None
+        self,
+        urls: Sequence[str],
+        *,
+        nodes: Sequence[int],
+        lock_key: str,
+        lease_znodes: object = None,
+        holds: Callable[[object], bool] | None = None,
     ) -> tuple[str, dict[str, object]]:
         """Close the session holding ``lock_key`` (infra/zookeeper_sessions.py): a session is the
         ensemble's, not one server's, so ``nodes`` does not narrow it (all of ``urls`` are its hosts).
-        ``sessions_ended``: ZooKeeper session ids; ``session_owner``: the holder's identifier."""
+        ``sessions_ended``: ZooKeeper session ids; ``session_owner``: the holder's identifier;
+        ``holds`` confirms the holder's identifier against the workers' current leases at kill time."""
         from lockcompare.infra.zookeeper_sessions import expire_holder_session
 
         detail, sessions, whose = expire_holder_session(
             list(urls),
             lock_key=lock_key,
             lease_znodes=lease_znodes,  # type: ignore[arg-type]  # checked by the backend loader
+            holds=holds,
         )
         return detail, {"sessions_ended": sessions, **whose}
 

@@ -110,12 +110,20 @@ def lease_holder(client: Any, *, lock_key: str, lease_znodes: LeaseZnodes = None
 
 
 def expire_holder_session(
-    urls: list[str], *, lock_key: str, lease_znodes: LeaseZnodes = None
+    urls: list[str],
+    *,
+    lock_key: str,
+    lease_znodes: LeaseZnodes = None,
+    holds: Callable[[object], bool] | None = None,
 ) -> tuple[str, list[int], dict[str, Any]]:
     """End the session holding ``lock_key``, checked against the lock at kill time: (what was done,
     for the history — "skipped: ..." if nothing —, the session ids ended: the event's
     ``sessions_ended``, which tells the checker that the server ended that session lease then, and
-    the event's other fields: ``session_owner``, the identifier of the holder whose session it was)."""
+    the event's other fields: ``session_owner``, the identifier of the holder whose session it was).
+    ``holds`` (the runner's, faults/aim.py): asked with the session id (hex, as the lock's owner
+    tokens carry it) right before the close — is it still a worker's current lease, by the worker's
+    own account? One it denies is left alone (the holder had begun releasing: its session is about
+    to be a waiter's)."""
     try:
         with admin_session(urls) as admin:
             found = lease_holder(admin, lock_key=lock_key, lease_znodes=lease_znodes)
@@ -129,6 +137,13 @@ def expire_holder_session(
                     whose = "no one" if now is None else f"session {now[1]:#x}"
                     return (
                         f"skipped: session {session:#x} no longer held the lock at kill time (now {whose}); not ended",
+                        [],
+                        {"session_owner": identifier},
+                    )
+                if holds is not None and not holds(f"{session:x}"):
+                    return (
+                        f"skipped: session {session:#x} (identifier {identifier}) was no worker's current lease "
+                        "at kill time (its holder had begun releasing it); not ended",
                         [],
                         {"session_owner": identifier},
                     )

@@ -37,7 +37,7 @@ from lockcompare.infra.lifecycle import (
     terminate_group,
 )
 from lockcompare.infra.procgroup import boot_ticks, end_descendants, kill_group
-from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan, worker_main
+from lockcompare.runner.worker import SHARED_WORDS, START_TIMEOUT_S, CallSlot, WorkerPlan, worker_main
 
 #: How long a worker that sent its final message may take to say it is idle again.
 _IDLE_TIMEOUT_S = 2.0
@@ -119,7 +119,7 @@ class SpawnedCrew:
         try:
             for plan in plans:
                 parent_end, child_end = SPAWN.Pipe(duplex=True)  # duplex: go, freeze requests and thaws
-                shared = SPAWN.Array("q", 2, lock=False)
+                shared = SPAWN.Array("q", SHARED_WORDS, lock=False)
                 self._procs.append(start_in_cgroup(target=worker_main, args=(plan, child_end, shared)))
                 child_end.close()
                 self.conns.append(parent_end)
@@ -215,7 +215,7 @@ class _WarmWorker:
         # tracker first, so that start_worker_process's mask holds.
         resource_tracker.ensure_running()
         parent_end, child_end = SPAWN.Pipe(duplex=True)
-        shared = SPAWN.Array("q", 2, lock=False)
+        shared = SPAWN.Array("q", SHARED_WORDS, lock=False)
         self.proc = start_in_cgroup(target=serve, args=(child_end, shared))
         child_end.close()
         self.conn = parent_end

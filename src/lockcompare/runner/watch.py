@@ -63,7 +63,11 @@ def run_workers(
     # A reused warm worker's crew says when its trial began: what started below it before is not this trial's.
     groups = GroupView(leaders=pids, cgroup_members=cgroup.cgroup_members, since_ticks=getattr(crew, "since_ticks", 0))
     if faults is not None:
-        faults.attach_workers(pids=tuple(pids), freezer=freezer)
+        faults.attach_workers(
+            pids=tuple(pids),
+            freezer=freezer,
+            leases=tuple(slot.lease for slot in crew.slots),  # what a lease-aimed step confirms (faults/leases.py)
+        )
     try:
         watch = _Watch(
             conns=crew.conns, slots=crew.slots, freezer=freezer, pids=pids, call_timeout_s=call_timeout_s,
@@ -168,6 +172,7 @@ class _Watch:
                             worker=self.conns.index(conn), round_=int(message[1]), t_ns=payload[0],
                             owner=payload[1] if len(payload) > 1 else None,
                             session=payload[2] if len(payload) > 2 else None,
+                            granted_by=payload[3] if len(payload) > 3 else None,
                         )  # fmt: skip
                         self.faults.run_due()  # a fault due at once lands before anything else is read
                     continue

@@ -37,6 +37,7 @@ from lockcompare.backends import (
     traits_of,
 )
 from lockcompare.errors import ReleaseFailed
+from lockcompare.faults import leases
 from lockcompare.infra.lifecycle import die_with_parent
 from lockcompare.runner.contend import ANSWER_TIMEOUT_S, Inbox
 from lockcompare.runner.resource import Check, open_resource
@@ -56,6 +57,10 @@ T = TypeVar("T")
 #: slot to enforce the per-call deadline: a worker stuck in one call is stopped from outside.
 CALLS = ("", "construct", "acquire", "release", "close", "before_write")
 
+#: The int64 words a worker shares with the runner: its call slot (2), then its lease slot
+#: (faults/leases.py: which round's lease it holds, read by the runner when a fault acts).
+SHARED_WORDS = 2 + leases.WORDS
+
 
 class CallSlot:
     """Shared memory of two int64s: the backend call in progress and when it started (monotonic ns).
@@ -67,6 +72,8 @@ class CallSlot:
 
     def __init__(self, shared: Any) -> None:
         self._shared = shared
+        #: The lease words after the call's (faults/leases.py), when the array has them.
+        self.lease = leases.LeaseSlot(shared, offset=2)
 
     def call(self, name: str, step: Callable[[], T]) -> T:
         self._shared[1] = time.monotonic_ns()
@@ -311,6 +318,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
 
     inbox = Inbox(conn)
     messages = RefusalMessages()  # the first of each distinct refusal detail, over all rounds
+    slot.lease.reset()  # a reused worker process: the last trial's rounds are not this one's
 
     def freeze() -> None:
         conn.send(("freeze", str(plan.pause_ms / 1000), [rec.round]))  # the runner SIGSTOPs us...
@@ -320,6 +328,10 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
         # The holder freezes without knowing it: a GC pause, a migrated VM, swapping.
         how = freeze if plan.pause_how is PauseHow.SIGSTOP else lambda: time.sleep(plan.pause_ms / 1000)
         rec.timed("pause", how, how=plan.pause_how.value, point=plan.pause_point.value)
+
+    def release(lease: Lease, round_: int) -> None:
+        slot.lease.end(round_=round_)  # before the release event's t0: from here the lease is not struck
+        release_recorded(backend, lease, rec, slot)
 
     def play(round_: int, *, extra: bool) -> bool:
         """One round; False when no lease was obtained. An extra round pauses like the planned
@@ -333,13 +345,17 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             handshake(inbox, conn, "acquire-done", round_)
         if lease is None:
             return False
+        # What the runner confirms a lease-aimed fault against when it acts (faults/leases.py).
+        slot.lease.hold(round_=round_, valid_until_ns=lease.valid_until_ns)
         if extra and inbox.stop_requested():  # every planned round is over: nothing left to contend with
-            release_recorded(backend, lease, rec, slot)
+            release(lease, round_)
             return True
         if plan.report_acquires:
             # No reply awaited: the runner acts on its own. The owner lets it tell whose lease a node holds.
             # ...and its server session (PostgreSQL's backend pid), so a session-kill names whose it ended.
-            conn.send(("acquired", str(round_), [now_ns(), lease.owner, getattr(lease, "session", None)]))
+            # ...and the nodes that granted it, where the backend says (Redlock): no read needed to aim at them.
+            granted = None if lease.granted_by is None else list(lease.granted_by)
+            conn.send(("acquired", str(round_), [now_ns(), lease.owner, getattr(lease, "session", None), granted]))
         pausing = round_ % plan.rounds in plan.pause_rounds
         if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
             pause()
@@ -363,7 +379,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             request_id=f"w{plan.index}r{round_}",
             lose_reply=round_ % plan.rounds in plan.lost_reply_rounds,
         )
-        release_recorded(backend, lease, rec, slot)
+        release(lease, round_)
         record_renewals(backend, rec)
         # Give a waiting rival its turn (see think_ms in scenario/settings.py), never in lockstep (jitter).
         time.sleep(jittered(plan.think_ms, spread=plan.jitter / 2, rng=rng) / 1000)

@@ -11,6 +11,10 @@ lease row (``pg-lease``: its lease survives, the row is not the session). Only t
 ended, so the fault is safe on a server lockcompare does not own (``--postgres URL``); a step that
 finds no holder says so and ends nothing.
 
+At kill time: right before it ends a session, the kind asks the runner's guard (faults/aim.py)
+whether that session is a worker's current lease by the worker's own account; one that is not (its
+holder had begun releasing, and would wait on it as the next round's waiter) is left alone.
+
 Whom: ``worker=holder`` names, in the history, whose lease that was; the session is found from the
 lock itself, on the one PostgreSQL lock node (node 0). The lock nodes' kind ends it
 (infra/kinds.py SessionKind: PostgreSQL's in infra/pg_sessions.py; ZooKeeper's, which attaches to
@@ -26,6 +30,7 @@ aimed at. That is how the checker knows a session lock's lease ended by the serv
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -53,15 +58,20 @@ class SessionKill:
     lock_key: str
     lease_znodes: object = None
     scope: ClassVar[str] = "nodes"
+    #: The runner hands inject its ``guard`` (faults/aim.py): asked at kill time whether the session
+    #: found is a worker's current lease.
+    takes_guard: ClassVar[bool] = True
 
-    def inject(self, cluster: Cluster, nodes: list[int]) -> tuple[str, dict[str, object]]:
+    def inject(
+        self, cluster: Cluster, nodes: list[int], *, guard: Callable[[object], bool] | None = None
+    ) -> tuple[str, dict[str, object]]:
         """(detail, fields of the event): the sessions ended, by backend pid (see the module docstring)."""
         from lockcompare.infra.kinds import SessionKind
 
         kind = _nodes_kind(cluster)
         if isinstance(kind, SessionKind):  # the lock nodes' kind ends the holder's session itself
             return kind.end_holder_sessions(
-                cluster.node_urls, nodes=nodes, lock_key=self.lock_key, lease_znodes=self.lease_znodes
+                cluster.node_urls, nodes=nodes, lock_key=self.lock_key, lease_znodes=self.lease_znodes, holds=guard
             )
         if nodes:  # servers without sessions to end (the matrix leaves such cells out: a step run by hand)
             return f"skipped: lock node {nodes[0]} is not a PostgreSQL server", {"sessions_ended": []}
