@@ -6,10 +6,10 @@
 #   scripts/abuse.sh              every case (see the summary for how long; it loads the machine)
 #   scripts/abuse.sh CASE...      only the cases whose names contain one of the words
 #
-# Runs from a repository checkout (PYTHONPATH=src) with the interpreter in $PYTHON, by default the
-# project's own: the checkout's .venv/bin/python, else the python beside the `lockcompare` on PATH; a
-# bare python3 only if it imports lockcompare's dependencies (else the script says so and stops: a
-# python3 without them turned every case into an ImportError). Cases that need a read-only or a
+# Runs from a repository checkout (PYTHONPATH=src) with the project's own venv by default: the
+# checkout's .venv/bin/lockcompare (and its python), else the interpreter in $PYTHON, else the python
+# beside the `lockcompare` on PATH; a bare python3 only if it imports lockcompare's dependencies
+# (else the script says so and stops: a python3 without them turned every case into an ImportError). Cases that need a read-only or a
 # full file system mount a small tmpfs and are skipped without root. Everything happens under one
 # temporary directory, with TMPDIR and the run registry pointed into it, so leftovers are this
 # script's own.
@@ -27,7 +27,10 @@ if [ -z "$PY" ] || ! PYTHONPATH="$ROOT/src" "$PY" -c 'import typer, redis' >/dev
     echo "abuse.sh: no interpreter with lockcompare's dependencies (set PYTHON=/path/to/venv/bin/python)" >&2
     exit 2
 fi
-echo "== interpreter: $PY"
+# The command itself: the checkout's venv entry point when there is one and no $PYTHON was asked for.
+LC_CMD=("$PY" -m lockcompare)
+[ -z "${PYTHON:-}" ] && [ -x "$ROOT/.venv/bin/lockcompare" ] && LC_CMD=("$ROOT/.venv/bin/lockcompare")
+echo "== interpreter: $PY; lockcompare: ${LC_CMD[*]}"
 WORK=$(mktemp -d /tmp/abuse.XXXXXX)
 export TMPDIR=$WORK/tmp LOCKCOMPARE_RUNS_DIR=$WORK/runs PYTHONPATH=$ROOT/src
 mkdir -p "$TMPDIR" "$LOCKCOMPARE_RUNS_DIR" "$WORK/input"
@@ -37,7 +40,7 @@ TOTAL_TB=0 TOTAL_LEFT=0 TOTAL_DUP=0 TOTAL_PW=0 CASES=0 MOUNTS=() BG=()
 
 # An executable, not a shell function: a run started in the background is then the python process
 # itself (its pid is the one signals go to and the registry names).
-mkdir -p "$WORK/bin" && printf '#!/bin/sh\nexec "%s" -m lockcompare "$@"\n' "$PY" >"$WORK/bin/lc" && chmod +x "$WORK/bin/lc"
+mkdir -p "$WORK/bin" && printf '#!/bin/sh\nexec %s "$@"\n' "$(printf '"%s" ' "${LC_CMD[@]}")" >"$WORK/bin/lc" && chmod +x "$WORK/bin/lc"
 lc() { "$WORK/bin/lc" "$@"; }
 LC=$WORK/bin/lc
 wanted() { [ ${#ONLY[@]} -eq 0 ] && return 0; for w in "${ONLY[@]}"; do [[ $1 == *"$w"* ]] && return 0; done; return 1; }
@@ -102,8 +105,12 @@ case_() {  # NAME CMD...: run CMD in the case's directory, marked, and report it
     wanted "$name" || return 0
     mkdir -p "$WORK/$name"
     [ "$1" = lc ] && set -- "$LC" "${@:2}"
+    local t0 rc
+    t0=$(date +%s%N)
     (cd "$WORK/$name" && ABUSE_CASE=$name "$@" >"$WORK/$name/stdout" 2>"$WORK/$name/stderr")
-    report "$name" $?
+    rc=$?
+    CASE_S=$(awk -v ns=$(($(date +%s%N) - t0)) 'BEGIN { printf "%.2f s", ns / 1e9 }')  # the command alone
+    report "$name" $rc
 }
 
 start_bg() {  # NAME CMD...: start CMD in the background, marked; its pid in BG_PID
@@ -585,6 +592,146 @@ echo "== durations bounded by what their server takes"
 case_ idle-session-timeout-3e9 lc run --backend pg-advisory --idle-session-timeout-ms 3e9
 case_ idle-session-timeout-scaled lc run --backend pg-advisory --idle-session-timeout-ms 2000000000 --time-scale 2
 case_ client-timeout-1e308 lc run --client-timeout-ms 1e308
+
+# ---- issue 49: the fourth battery ------------------------------------------------------------------
+echo "== a malformed server list is still secret"
+case_ pw-equals-in-lock-servers lc run --lock-servers "redis://:s3cret=abuse@127.0.0.1:1/0"
+case_ pw-comma-in-lock-servers lc run --lock-servers "redis=redis://:abuse,s3cret@127.0.0.1:1/0" --resource "redis://127.0.0.1:1/1"
+case_ pw-comma-in-nodes lc run --nodes "redis://:s3cret,abuse@127.0.0.1:1/0" --resource "redis://127.0.0.1:1/1"
+
+echo "== DNS's limits in the address parser; a 100 KB argument in linear time"
+BIG=$(printf 'a%.0s' $(seq 100000))
+case_ host-label-64 lc run --lock-servers "redis=redis://:p@$(printf 'a%.0s' $(seq 64)):1/0" --resource "redis://127.0.0.1:1/1"
+case_ host-100KB lc run --lock-servers "redis=redis://:abuse-s3cret@$BIG:1/0" --resource "redis://127.0.0.1:1/1"
+if wanted kind-name-100KB; then
+    case_ kind-name-100KB lc run --lock-servers "$BIG=redis://127.0.0.1:1/0"
+    echo "    -> input to exit: $CASE_S (the whole command, interpreter start included)"
+fi
+if wanted sigINT-early; then
+    n=sigINT-early; seen=""
+    for delay in 0.05 0.15 0.3 0.5; do  # while the command is importing, reading its arguments, sweeping
+        start_bg $n lc run --lock-servers "$BIG=redis://127.0.0.1:1/0"
+        sleep $delay; kill -s INT -- -"$BG_PID" 2>/dev/null
+        { wait "$BG_PID"; } 2>/dev/null; rc=$?; seen+="${delay}s: exit $rc; "
+    done
+    report $n "$rc"
+    echo "    -> $seen"
+fi
+
+echo "== clients install: signals end its toolchain; a full cache names the destination"
+mkdir -p "$WORK/fakebin"
+printf '#!/bin/sh\nsleep 300 &\necho "$$ $!" > "$NPM_MARKER"\nwait\n' >"$WORK/fakebin/npm"
+printf '#!/bin/sh\nexit 0\n' >"$WORK/fakebin/node"
+chmod +x "$WORK/fakebin/npm" "$WORK/fakebin/node"
+for sig in INT TERM HUP; do
+    n=clients-install-sig$sig
+    wanted "$n" || continue
+    rm -f "$WORK/npm-marker"
+    PATH="$WORK/fakebin:$PATH" LOCKCOMPARE_CLIENTS_DIR="$WORK/$n/clients" NPM_MARKER="$WORK/npm-marker" \
+        start_bg $n lc clients install node
+    for _ in $(seq 1 600); do [ -s "$WORK/npm-marker" ] && break; sleep 0.05; done
+    t0=$(date +%s.%N)
+    if [ "$sig" = INT ]; then kill -s INT -- -"$BG_PID" 2>/dev/null; else kill -s "$sig" "$BG_PID" 2>/dev/null; fi
+    { wait "$BG_PID"; } 2>/dev/null; rc=$?
+    took=$("$PY" -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f} s')" "$t0" "$(date +%s.%N)")
+    npm_left=0
+    for pid in $(cat "$WORK/npm-marker" 2>/dev/null); do
+        [ -e "/proc/$pid" ] && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] && npm_left=$((npm_left + 1)) && kill -9 "$pid"
+    done
+    [ "$npm_left" != 0 ] && echo "toolchain processes left: $npm_left" >>"$WORK/$n/stderr"
+    report $n $rc
+    echo "    -> signal to exit: $took; the toolchain's processes left: $npm_left"
+done
+if wanted clients-install-full; then
+    n=clients-install-full; mkdir -p "$WORK/$n"
+    # RLIMIT_FSIZE stands for the full disk (EFBIG where ENOSPC would be): no tmpfs, no root needed.
+    case_ $n env LOCKCOMPARE_CLIENTS_DIR="$WORK/$n/clients" "$PY" -c "import os, resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+os.execv(sys.argv[1], sys.argv[1:])" "$LC" clients install python
+    named=$(grep -o "cannot install [^:]*" "$WORK/$n/stderr" | cut -d' ' -f3)
+    wanted $n && echo "    -> the file named: ${named:-none}, there now: $([ -n "$named" ] && [ -e "$named" ] && echo yes || echo no)"
+fi
+
+echo "== report: a SIGTERM while matplotlib is imported"
+if wanted report-sigTERM-import; then
+    n=report-sigTERM-import; seen="" wrong=0
+    for delay in 0.05 0.1 0.2 0.3 0.4 0.5; do
+        rm -rf "$WORK/$n/rep"
+        start_bg $n lc report "$WORK/input/good.csv" --out rep
+        sleep $delay; kill -s TERM "$BG_PID" 2>/dev/null
+        { wait "$BG_PID"; } 2>/dev/null; rc=$?
+        seen+="${delay}s: exit $rc; "
+        [ "$rc" != 143 ] && wrong=$((wrong + 1))
+    done
+    grep -q 'need matplotlib' "$WORK/$n/stderr" && echo "said plots need matplotlib" >>"$WORK/$n/stderr"
+    report $n "$rc"
+    echo "    -> $seen""not 143: $wrong"
+fi
+
+echo "== an early Ctrl-C of matrix (a worker's cgroup outlives its start)"
+for stage in 0.3 0.5 0.9 1.1; do
+    n=sigINT-early-matrix-at-${stage}s
+    wanted "$n" || continue
+    start_bg $n lc matrix --backends single,redlock --experiments baseline --trials 2 --rounds 8 --time-scale 0.1 --out x.csv
+    sleep "$stage"; kill -s INT -- -"$BG_PID" 2>/dev/null
+    { wait "$BG_PID"; } 2>/dev/null; rc=$?
+    report "$n" "$rc"
+done
+
+echo "== one histories folder per results file, with and without a suffix"
+if wanted histories-bare-then-csv; then
+    n=histories-bare-then-csv; mkdir -p "$WORK/$n"
+    (cd "$WORK/$n" && lc run --rounds 2 --time-scale 0.1 --out x >/dev/null 2>&1)
+    case_ $n lc run --rounds 2 --time-scale 0.1 --out x.csv
+    col() { "$PY" -c "import csv, sys; print(' '.join(sorted({r['history'].split('/')[0] for r in csv.DictReader(open(sys.argv[1]))})))" "$1" 2>/dev/null; }
+    wanted $n && echo "    -> x's rows point into: $(col "$WORK/$n/x"); x.csv's into: $(col "$WORK/$n/x.csv")"
+fi
+if wanted histories-bare-after-csv; then
+    n=histories-bare-after-csv; mkdir -p "$WORK/$n"
+    (cd "$WORK/$n" && lc run --rounds 2 --time-scale 0.1 --out y.csv >/dev/null 2>&1)
+    case_ $n lc run --rounds 2 --time-scale 0.1 --out y
+fi
+
+echo "== revisions shown whole"
+if wanted mixed-revision-whole; then
+    n=mixed-revision-whole; mkdir -p "$WORK/$n"
+    rev=$("$PY" -c "from lockcompare.infra.provenance import source_revision; print(source_revision())")
+    other=$([ "${rev%+dirty}" = "$rev" ] && echo "$rev+dirty" || echo "${rev%+dirty}")
+    "$PY" - "$WORK/input/good.csv" "$WORK/$n/x.csv" "$other" <<'EOF2'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1], newline="")))
+w = csv.DictWriter(open(sys.argv[2], "w", newline=""), fieldnames=list(rows[0]), lineterminator="\n")
+w.writeheader(); w.writerows(dict(r, source_revision=sys.argv[3]) for r in rows)
+EOF2
+    case_ $n lc matrix "${Q[@]}" --trials 2 --out "$WORK/$n/x.csv" --resume
+fi
+
+echo "== the Dask scheduler killed mid-matrix"
+if wanted dask-scheduler-killed && "$PY" -c 'import distributed' 2>/dev/null; then
+    n=dask-scheduler-killed; mkdir -p "$WORK/$n"
+    DPORT=$("$PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+    export DASK_TEMPORARY_DIRECTORY=$WORK/$n/dask  # Dask's own scratch, not in the TMPDIR counted here
+    (cd "$WORK/$n" && exec "$PY" -m distributed.cli.dask_scheduler --host 127.0.0.1 --port "$DPORT" \
+        --dashboard-address :0 >sched.log 2>&1) &
+    DSCHED=$!
+    sleep 3
+    (cd "$WORK/$n" && exec "$PY" -m distributed.cli.dask_worker "tcp://127.0.0.1:$DPORT" --nthreads 1 --no-dashboard \
+        >worker.log 2>&1) &
+    DWORKER=$!
+    sleep 3
+    start_bg $n lc matrix --backends single,fenced,none,atomic --experiments baseline --trials 2 --rounds 20 \
+        --time-scale 0.2 --jobs 1 --dask "tcp://127.0.0.1:$DPORT" --out x.csv
+    for _ in $(seq 1 1200); do [ "$(cat "$WORK/$n/x.csv" 2>/dev/null | wc -l)" -ge 2 ] && break; sleep 0.1; done
+    kill -9 "$DSCHED"
+    { wait "$BG_PID"; } 2>/dev/null; rc=$?
+    kill "$DWORKER" 2>/dev/null; wait "$DWORKER" 2>/dev/null; wait "$DSCHED" 2>/dev/null
+    # The worker, ended here, could not remove its batch's scratch folder: the next command does.
+    lc table "$WORK/input/good.csv" >/dev/null 2>&1
+    unset DASK_TEMPORARY_DIRECTORY
+    report $n $rc
+    echo "    -> stderr lines other than progress: $(grep -v '^\[' "$WORK/$n/stderr" | grep -c .); rows kept: $(($(wc -l <"$WORK/$n/x.csv") - 1)) of 8"
+fi
 
 echo "== summary: $CASES cases, $TOTAL_TB tracebacks, $TOTAL_LEFT leftovers (processes + dirs + .part files), $TOTAL_DUP duplicate rows, $TOTAL_PW passwords printed"
 [ "$TOTAL_TB" = 0 ] && [ "$TOTAL_LEFT" = 0 ] && [ "$TOTAL_DUP" = 0 ] && [ "$TOTAL_PW" = 0 ]

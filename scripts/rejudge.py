@@ -1,12 +1,18 @@
 """Judge recorded trials again with today's checker, from their saved histories and counters.
 
-    python scripts/rejudge.py results/*.csv
+    python scripts/rejudge.py results/*.csv            # report what changed
+    python scripts/rejudge.py --write results/*.csv    # and rewrite each file with today's judgment
 
 For every row with a history: the verdict recorded beside the verdict today's checker gives the
 same history and the same resource counts (taken from the row). Only rows whose verdict changed
 are listed, with the evidence behind the change; then a count per file, and every other field the
-checker computes that the row records (conflicts, lost updates, ...), compared the same way. Nothing is rewritten: a
-changed verdict is for a person to look at (and to re-run, if the rule that changed it is news).
+checker computes that the row records (conflicts, lost updates, ...), compared the same way. Without
+``--write`` nothing is rewritten: a changed verdict is for a person to look at (and to re-run, if the
+rule that changed it is news). With ``--write`` each file is rewritten atomically in the current
+schema with every checker-computed field as today's checker gives it; a row whose verdict changed
+says so in its ``note`` ("re-judged at <revision>: was <verdict>"), so a committed file never keeps a
+verdict the current rules refuse, and never hides that it was re-judged. A file that is not a
+results CSV is passed over with one line.
 """
 
 from __future__ import annotations
@@ -16,9 +22,10 @@ from pathlib import Path
 
 from lockcompare.analysis.checker import check
 from lockcompare.analysis.counters import ResourceCounters
-from lockcompare.analysis.results import _format, read_results
+from lockcompare.analysis.results import _format, read_results, rewrite
 from lockcompare.backends import load_backend, traits_of
 from lockcompare.errors import LockcompareError, ResultsFileError
+from lockcompare.infra.provenance import source_revision
 from lockcompare.render.timeline import load_history
 
 EVIDENCE = (
@@ -36,10 +43,12 @@ def declared_unavailable(backend: str) -> tuple[str, ...]:
         return ()
 
 
-def rejudge(csv_path: Path) -> tuple[int, int]:
-    """(rows judged, rows whose verdict changed), printing each change."""
+def rejudge(csv_path: Path, *, write: bool = False) -> tuple[int, int]:
+    """(rows judged, rows whose verdict changed), printing each change; ``write``: rewrite the file
+    with today's judgment (module docstring)."""
     judged = changed = 0
-    for row in read_results(csv_path):
+    rows = read_results(csv_path)
+    for row in rows:
         if not row.get("history") or row["verdict"] == "unknown":
             continue
         try:
@@ -67,10 +76,11 @@ def rejudge(csv_path: Path) -> tuple[int, int]:
         )
         judged += 1
         now = metrics.as_row()
-        if metrics.verdict != row["verdict"]:
+        was = row["verdict"]
+        if metrics.verdict != was:
             changed += 1
             evidence = ", ".join(f"{k} {now[k]}" for k in EVIDENCE if now[k] not in (0, ""))
-            print(f"{csv_path}: {row['trial_id']}: {row['verdict']} -> {metrics.verdict} ({evidence})")
+            print(f"{csv_path}: {row['trial_id']}: {was} -> {metrics.verdict} ({evidence})")
         # Every other field the checker computes that the row records: counted the same way today?
         for field, value in now.items():
             if field == "verdict" or field not in row:
@@ -82,6 +92,13 @@ def rejudge(csv_path: Path) -> tuple[int, int]:
                 fields_changed[field] = fields_changed.get(field, 0) + 1
                 if fields_changed[field] <= 3:  # the first few, as evidence; then a count
                     print(f"{csv_path}: {row['trial_id']}: {field} {recorded!r} -> {today!r}")
+        if write:
+            row.update({field: value for field, value in now.items() if field in row})
+            if metrics.verdict != was:
+                said = f"re-judged at {source_revision()[:12]}: was {was}"
+                row["note"] = f"{row['note']}; {said}" if row.get("note") else said
+    if write:
+        rewrite(csv_path, rows)
     return judged, changed
 
 
@@ -91,10 +108,15 @@ fields_changed: dict[str, int] = {}
 not_recorded: dict[str, int] = {}
 
 
-def main(paths: list[Path]) -> None:
+def main(paths: list[Path], *, write: bool = False) -> None:
     for path in paths:
-        judged, changed = rejudge(path)
-        print(f"{path}: {judged} trials judged again, {changed} verdicts changed")
+        try:
+            judged, changed = rejudge(path, write=write)
+        except ResultsFileError as exc:
+            print(f"{path}: not a results file, passed over ({exc})")
+            continue
+        rewritten = " (file rewritten)" if write else ""
+        print(f"{path}: {judged} trials judged again, {changed} verdicts changed{rewritten}")
     counted = ", ".join(f"{field} on {n} rows" for field, n in sorted(fields_changed.items())) or "none"
     print(f"other fields the checker computes that differ from the rows: {counted}")
     older = ", ".join(f"{field} on {n} rows" for field, n in sorted(not_recorded.items())) or "none"
@@ -102,6 +124,12 @@ def main(paths: list[Path]) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
-        sys.exit("usage: python scripts/rejudge.py RESULTS.csv ...")
-    main([Path(p) for p in sys.argv[1:]])
+    arguments = sys.argv[1:]
+    write = "--write" in arguments
+    files = [Path(p) for p in arguments if p != "--write"]
+    if not files:
+        sys.exit("usage: python scripts/rejudge.py [--write] RESULTS.csv ...")
+    if write and (not source_revision() or source_revision().endswith("+dirty")):
+        # A committed file's judgment names the code that made it: that code must be committed.
+        sys.exit(f"rejudge: --write needs a clean checkout (this code is {source_revision() or 'outside git'})")
+    main(files, write=write)

@@ -12,7 +12,7 @@
 # checkout: run this in a clean clone (without `npm ci` or a client build) to leave those out too.
 set -euo pipefail
 
-# The optional parts, by where they are found (README: "Without them those backends are skipped").
+# The optional parts, by where they are found (docs/reproduction.md: "Without them those backends are skipped").
 OPTIONAL_FILES=(
   /usr/share/java/zookeeper.jar          # Debian's zookeeper (the zk-* backends' servers)
   /usr/sbin/pgbouncer /usr/bin/pgbouncer  # Debian's pgbouncer (the transaction-pooler test)

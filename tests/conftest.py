@@ -22,12 +22,13 @@ FULL_OPTION = "--full"
 #: (or marks its heavy tests ``@pytest.mark.full``); the fast tier keeps pure logic, doctests, the
 #: CLI's refusals and test_smoke.py's one trial per kind of server.
 FULL_TIER_MODULES = frozenset({
-    "test_async_example", "test_bench_proxy", "test_cgroups", "test_check_then_act", "test_claims",
+    "test_async_example", "test_bench_proxy", "test_catalogue_experiments", "test_cgroups", "test_check_then_act",
+    "test_claims",
     "test_conformance", "test_dask", "test_etcd_conformance", "test_explore_real", "test_external_clients",
     "test_failover", "test_fair_workload", "test_fault_experiments", "test_fault_targeting", "test_go_client",
     "test_html_report", "test_java_client", "test_network_faults", "test_parallel", "test_peer_partitions",
     "test_pgbouncer", "test_postgres", "test_postgres_conformance", "test_process_group", "test_renewing",
-    "test_replicated_failover", "test_trustworthy", "test_wheel", "test_zookeeper",
+    "test_replicated_failover", "test_trustworthy", "test_wheel", "test_zookeeper", "test_zookeeper_conformance",
 })  # fmt: skip
 
 

@@ -51,6 +51,38 @@ def test_each_rule_on_a_hand_built_cell(
     assert outcome.status == (HOLDS if holds else CONTRADICTED), outcome
 
 
+@pytest.mark.parametrize(
+    ("verdicts", "holds"),
+    [
+        (["lease-violated", "lost-updates"], True),
+        (["conflicts", "lease-violated"], True),
+        (["lease-violated", "exclusive"], False),
+        (["lost-updates", "conflicts-no-damage"], True),  # fenced: two inside, the resource saved the balance
+        (["lease-violated", "degraded"], False),
+    ],
+)
+def test_lock_broken_asks_every_trial_for_a_broken_promise(verdicts: list[str], holds: bool) -> None:
+    rows = [_row("etcd", conflicts=0, verdict=v) for v in verdicts]
+    [outcome] = check_claims(
+        rows, expectations=[Expect(experiment="x", backends=("etcd",), rule="lock-broken", says="")]
+    )
+    assert outcome.status == (HOLDS if holds else CONTRADICTED), outcome
+
+
+def test_a_trial_without_a_verdict_is_no_evidence_either_way() -> None:
+    # A client that never said hello (0 entries, verdict unknown) neither contradicts "conflicts"...
+    rows = [
+        _row("zk-lock", conflicts=0, entries=0, verdict="unknown"),
+        _row("zk-lock", conflicts=4, verdict="conflicts"),
+    ]
+    conflicts = Expect(experiment="x", backends=("zk-lock",), rule="conflicts", says="")
+    [outcome] = check_claims(rows, expectations=[conflicts])
+    assert (outcome.status, outcome.trials) == (HOLDS, 1)
+    # ...nor stands in for a cell that has no judged trial at all.
+    [outcome] = check_claims(rows[:1], expectations=[conflicts])
+    assert outcome.status == ABSENT
+
+
 def test_a_comparison_and_a_missing_cell() -> None:
     rows = [_row("single", conflicts=40, lost=39), _row("redlock", conflicts=1, lost=1)]
     fewer = Expect(

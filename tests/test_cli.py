@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from expect import assert_lock_held_up, error_lines
 from lockcompare.analysis.checker import VERDICT_MEANINGS
+from lockcompare.analysis.verdicts import VIOLATIONS
 from lockcompare.cli import app
 from lockcompare.infra.server import free_port
 from lockcompare.render.timeline import STEP_KINDS, load_history
@@ -125,7 +126,9 @@ def test_small_real_matrix_writes_complete_rows_and_a_table(tmp_path: Path) -> N
     with out.open() as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 6
-    assert all(row["verdict"] in {"exclusive", "conflicts-no-damage", "lost-updates"} for row in rows)
+    assert all(row["verdict"] in {"exclusive", "conflicts-no-damage", "lost-updates"} for row in rows), [
+        (r["backend"], r["experiment"], r["verdict"], r["problem"]) for r in rows
+    ]
     by_cell = {(r["backend"], r["experiment"]): r for r in rows}
     assert_lock_held_up(by_cell[("single", "baseline")])
     # Fencing's guarantee, whatever the interleaving: no write is accepted with a token below one the
@@ -141,6 +144,11 @@ def test_small_real_matrix_writes_complete_rows_and_a_table(tmp_path: Path) -> N
     assert all(a["fence"] <= b["fence"] for a in accepted for b in accepted if a["t1"] < b["t0"]), accepted
     assert all((tmp_path / r["history"]).is_file() for r in rows)
     assert "| single    | baseline" in result.stdout
+    # the run ends naming every trial with a safety violation, with its verdict (none here: no line)
+    violating = [r for r in rows if r["verdict"] in VIOLATIONS]
+    closing = result.stderr.rstrip().splitlines()
+    assert all(f"  {r['trial_id']}  {r['verdict']}" in closing for r in violating), closing
+    assert (f"safety violations in {len(violating)} trial(s) (trial id, verdict):" in closing) == bool(violating)
 
     again = invoke("matrix", "--backends", "single", "--experiments", "baseline", "--out", str(out))
     assert_one_line_error(again, 2, "exists: pass --resume")

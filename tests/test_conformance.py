@@ -31,6 +31,7 @@ from lockcompare.evaluation.conformance import (
     property_named,
 )
 from lockcompare.infra.cluster import Cluster
+from lockcompare.render.timeline import load_history
 from lockcompare.testing import BackendContract
 from misbehaving_backends import PID_FILE_ENV
 
@@ -197,3 +198,33 @@ def test_the_guides_example_backend_passes_every_property_it_claims(cluster, tmp
     claims = {name: results.pop(name) for name in list(results) if name.startswith("claim_")}
     assert set(claims.values()) == {Status.NOT_CLAIMED}, claims  # it has a TTL, no renewal, no lease check
     assert set(results.values()) == {Status.PASS}, results
+
+
+def test_a_checks_history_records_every_clients_calls_and_the_battery_steps(cluster, tmp_path) -> None:
+    """The history behind a card line (issue 48.3): one worker per client, its calls as the host
+    timed them, and the battery's own steps (the holder's process frozen and continued) as worker -1."""
+    with battery(spec="single", node_urls=cluster.node_urls) as ctx:
+        ctx.history_dir = tmp_path
+        refused = check_property(property_named("second_acquire_is_refused_while_held"), ctx)
+        freed = check_property(property_named("lock_is_free_again_after_the_ttl"), ctx)
+    assert refused.status is freed.status is Status.PASS
+    steps = [
+        (e["worker"], e["round"], e["kind"], e.get("ok", e.get("released")), e.get("refusals"))
+        for e in load_history(refused.history)
+        if e["kind"] != "check"
+    ]
+    assert steps == [
+        (0, 0, "acquire", True, None),
+        (1, 0, "acquire", False, {"held": 1}),
+        (0, 0, "release", True, None),
+        (1, 1, "acquire", True, None),
+        (1, 1, "release", True, None),
+    ]
+    events = load_history(freed.history)
+    pause = [(e["action"], e["target"]) for e in events if e["kind"] == "fault"]
+    assert pause == [("inject", "worker 0"), ("heal", "worker 0")]
+    inject, heal = [e for e in events if e["kind"] == "fault"]
+    inside = [e for e in events if e["kind"] == "acquire" and inject["t1"] <= e["t0"] and e["t1"] <= heal["t0"]]
+    assert [(e["worker"], e["ok"]) for e in inside] == [(1, False), (1, True)]  # refused, then free after the TTL
+    assert {e["ttl_ms"] for e in events if e["kind"] == "acquire" and e["worker"] == 0} == {150}
+    assert (events[0]["kind"], events[-1]["kind"], events[-1]["status"]) == ("check", "check", "PASS")

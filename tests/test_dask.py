@@ -110,3 +110,46 @@ def test_an_unreachable_scheduler_is_one_line_and_exit_2(tmp_path: Path) -> None
                                       "--out", str(tmp_path / "x.csv"), "--dask", "tcp://127.0.0.1:9"])  # fmt: skip
     assert result.exit_code == 2 and "cannot reach a Dask scheduler" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.csv").exists()
+
+
+def test_a_lost_scheduler_is_one_line_with_the_resume_command_and_no_verdict_for_trials_never_run(
+    tmp_path: Path,
+) -> None:
+    """Issue 49: the scheduler's process SIGKILLed mid-matrix, its workers left to it: no per-host
+    warning, no Dask traceback, no "unknown verdict" line for a trial that never ran — one line."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    dask = [sys.executable, "-m", "distributed.cli.dask_scheduler"]
+    scheduler = subprocess.Popen([*dask, "--host", "127.0.0.1", "--port", str(port), "--dashboard-address", ":0"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1",
+         "--no-dashboard"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    out = tmp_path / "x.csv"
+    try:
+        matrix = subprocess.Popen(
+            [sys.executable, "-m", "lockcompare", "matrix", "--backends", "single,fenced,none", "--experiments",
+             "baseline", "--trials", "2", "--rounds", "20", "--time-scale", "0.2", "--jobs", "1",
+             "--dask", f"tcp://127.0.0.1:{port}", "--out", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not (out.exists() and len(out.read_text().splitlines()) > 1) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        scheduler.kill()
+        _, stderr = matrix.communicate(timeout=120)
+    finally:
+        for proc in (scheduler, worker):
+            proc.kill()
+            proc.wait()
+    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("[")]
+    assert matrix.returncode == 1 and len(lines) == 1, stderr
+    assert "the Dask scheduler went away" in lines[0] and f"--out {out} --resume" in lines[0]
+    assert "Traceback" not in stderr and "unknown verdict" not in stderr and "its host" not in stderr
+    assert len(read_results(out)) >= 1  # what came back is kept

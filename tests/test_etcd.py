@@ -92,6 +92,7 @@ def test_lease_ends_after_its_ttl_and_not_before(config: BackendConfig, key: str
         t0 = time.monotonic()
         lease = granted(a.acquire(key=key, ttl_ms=1000))
         assert lease.valid_until_ns is not None
+        a.stop_renewal(lease)  # a holder whose keepalives stopped (frozen, cut off): only the TTL is left
         time.sleep(0.5)  # (freed_after below is what proves "not before": it cannot pass early by luck)
         assert b.acquire(key=key, ttl_ms=1000) == Refusal("held")  # half-way: still held
         while not isinstance(outcome := b.acquire(key=key, ttl_ms=1000), Lease):
@@ -109,6 +110,7 @@ def test_release_by_an_expired_holder_spares_the_successors_key(config: BackendC
     a, b, c = (EtcdLock(config=config) for _ in range(3))
     try:
         old = granted(a.acquire(key=key, ttl_ms=1000))
+        a.stop_renewal(old)
         deadline = time.monotonic() + 3
         while not isinstance(new := b.acquire(key=key, ttl_ms=1000), Lease):
             assert time.monotonic() < deadline
@@ -119,6 +121,43 @@ def test_release_by_an_expired_holder_spares_the_successors_key(config: BackendC
     finally:
         for lock in (a, b, c):
             lock.close()
+
+
+def test_a_living_holder_keeps_its_lease_past_the_ttl_by_keepalives(config: BackendConfig, key: str) -> None:
+    # etcdctl lock's session keeps its lease alive: work longer than the TTL keeps the lock.
+    a, b = EtcdLock(config=config), EtcdLock(config=config)
+    try:
+        lease = granted(a.acquire(key=key, ttl_ms=1000))
+        time.sleep(2.5 + EXPIRY_LAG_MS / 1000)  # two and a half TTLs and etcd's lessor lag
+        assert b.acquire(key=key, ttl_ms=1000) == Refusal("held")
+        renewals = a.drain_renewals()
+        assert len(renewals) >= 5 and all(r["ok"] and r["owner"] == lease.owner for r in renewals)
+        assert all(r["valid_until"] == r["t0"] + 1_000_000_000 for r in renewals)
+        a.stop_renewal(lease)  # the watchdog's end is what lets the lease lapse, within TTL + lag
+        deadline = time.monotonic() + 1.0 + EXPIRY_LAG_MS / 1000 + 0.5
+        while not isinstance(outcome := b.acquire(key=key, ttl_ms=1000), Lease):
+            assert time.monotonic() < deadline, "the lease outlived its stopped watchdog"
+            time.sleep(0.01)
+        assert a.release(lease) is False  # the successor's key is spared
+        b.release(outcome)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_keepalive_of_a_revoked_lease_is_recorded_as_lost(config: BackendConfig, key: str) -> None:
+    lock = EtcdLock(config=config)
+    try:
+        lease = granted(lock.acquire(key=key, ttl_ms=1000))
+        _, lease_id, _ = lease.owner.rsplit(".", 2)
+        lock._client.call("/v3/lease/revoke", {"ID": lease_id})  # as an expiry would: lease and key gone
+        deadline = time.monotonic() + 2
+        while not (records := lock.drain_renewals()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert records[0]["ok"] is False and records[0]["reason"] == "lost"
+    finally:
+        lock.close()
 
 
 @pytest.mark.parametrize("ttl_ms", [200, 100, 1500, 999, 0])

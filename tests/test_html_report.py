@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lockcompare.analysis.results import latest_rows, read_results
+from lockcompare.analysis.verdicts import MEANINGS
 from lockcompare.render.html_report import MARKER, write_html_report
 from test_svg_timeline import RESULTS, Dom
 
@@ -66,11 +67,16 @@ def test_chromium_follows_a_cell_to_a_trial_page(report: Path, tmp_path: Path) -
 
     cell = Dom(_browse(report / links[1], "--dump-dom", profile=profile))
     trials = [e[1]["href"] for e in cell.having("a") if e[1].get("href", "").startswith("../trials/")]
-    assert len(trials) == 5 and all("single.client-pause" in t for t in trials)
+    assert len(set(trials)) == 5 and all(
+        "single.client-pause" in t for t in trials
+    )  # (one linked twice: "shown best by")
     page = (report / "cells" / trials[0]).resolve()
 
     trial = Dom(_browse(page, "--dump-dom", profile=profile))
-    assert "".join(trial.having("span", "verdict")[0][2]) == "lost-updates"
+    (verdict,) = [e for e in trial.having("abbr", "verdict") if "".join(e[2]) == "lost-updates"][:1]
+    assert verdict[1]["title"] == MEANINGS["lost-updates"]  # the verdict defined where it appears
+    caption = "".join(trial.having("div", "caption")[0][2])
+    assert "lost-updates w" in caption and " ms" in caption  # the rule that fired, with the history's times
     assert len(trial.having("svg", "timeline")) == 1
     assert [e[1]["data-worker"] for e in trial.having("g", "lane")] == ["0", "1"]
     assert trial.having("rect", "cs") and trial.having("rect", "lease") and trial.having("rect", "server-lease")
@@ -80,8 +86,8 @@ def test_chromium_follows_a_cell_to_a_trial_page(report: Path, tmp_path: Path) -
 
     for name, where in (("index", report / "index.html"), ("trial", page)):
         shot = tmp_path / f"{name}.png"
-        _browse(where, f"--screenshot={shot}", "--window-size=1280,1000", profile=profile)
-        assert _png_size(shot) == (1280, 1000)
+        _browse(where, f"--screenshot={shot}", "--window-size=1400,1000", profile=profile)
+        assert _png_size(shot) == (1400, 1000)
 
 
 @needs_chromium

@@ -91,6 +91,35 @@ def test_delay_holds_each_reply_back_by_the_configured_time(proxy: LinkProxy) ->
     assert undelayed < DELAY_MS / 4 and after < DELAY_MS / 4, (undelayed, after)
 
 
+def test_a_request_delay_holds_the_request_itself_back(server: RedisServer, proxy: LinkProxy) -> None:
+    # A write delayed on the wire takes effect late (a reply delay would let it land at once).
+    via_proxy, direct = connect(proxy.url, timeout_s=2), connect(server.url, timeout_s=1)
+    try:
+        via_proxy.ping()  # connected before the delay: only the request's bytes are held
+        proxy.delay_requests(ms=DELAY_MS)
+        t0 = time.monotonic()
+        # Send without waiting for the reply, then watch the target directly.
+        conn = via_proxy.connection_pool.get_connection("SET")
+        conn.send_command("SET", "proxy-test:late", b"v")
+        landed = None
+        while landed is None and time.monotonic() - t0 < 2:
+            if direct.get("proxy-test:late") == b"v":
+                landed = (time.monotonic() - t0) * 1000
+            time.sleep(0.005)
+        assert conn.read_response() == b"OK"
+        via_proxy.connection_pool.release(conn)
+        proxy.heal()
+        t1 = time.monotonic()
+        via_proxy.ping()
+        after_ms = (time.monotonic() - t1) * 1000
+    finally:
+        direct.delete("proxy-test:late")
+        via_proxy.close()
+        direct.close()
+    assert landed is not None and DELAY_MS <= landed < DELAY_MS * 2, landed  # not before the delay
+    assert after_ms < DELAY_MS / 2, after_ms  # healed: requests go at once again
+
+
 def test_delay_is_per_chunk_not_cumulative(proxy: LinkProxy) -> None:
     """Five PINGs 10 ms apart: each reply waits DELAY_MS from its own arrival, in order."""
     with socket.create_connection(("127.0.0.1", proxy.port), timeout=2) as sock:  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""The README's result tables are renderings of committed CSVs, and its commands match CI."""
+"""The README is summary-first (issue 53): one run's words table, five linked findings and two commands,
+every figure rendered from a committed CSV, every relative link a committed file, its commands CI's."""
 
 from __future__ import annotations
 
@@ -7,18 +8,53 @@ from pathlib import Path
 
 import pytest
 
-from lockcompare.render.docs import BLOCK, VALUE, rendered_blocks, statistic
+from lockcompare.render.docs import BLOCK, EXCERPT, OUTPUT, VALUE, WORDS, rendered_blocks, statistic
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
 
 def test_readme_tables_are_rendered_from_committed_csvs() -> None:
-    blocks = list(BLOCK.finditer(README))
-    assert blocks, "the README shows at least one table rendered from results/"
-    for block in blocks:
-        assert (ROOT / block["csv"]).is_file(), block["csv"]
+    assert WORDS.search(README), "the README's who-survives-what table is a words block"
     assert rendered_blocks(README, base=ROOT) == README, "run: python -m lockcompare.render.docs README.md"
+
+
+def test_every_figure_in_the_readme_reads_one_committed_run() -> None:
+    sources = {m["csv"] for pattern in (VALUE, BLOCK, WORDS, EXCERPT) for m in pattern.finditer(README)}
+    assert sources == {"results/reproduction.csv"}
+    assert not OUTPUT.search(README), "a script's output belongs with its run's provenance in docs/"
+
+
+def test_the_readme_is_summary_first_and_short() -> None:
+    lines = README.splitlines()
+    assert len(lines) <= 250
+    headings = [line for line in lines if line.startswith("## ")]
+    assert headings[:4] == ["## Who survives what", "## Five findings", "## The main command", "## The tests"]
+    findings = README.split("## Five findings")[1].split("\n## ")[0]
+    assert findings.count("\n- **") == 5
+    assert findings.count("](results/reproduction.report/html/trials/") == 5, "each finding links its trial page"
+    assert "glance.png" not in README, (
+        "the overview picture is illegible at README width: docs/reproduction.md links it"
+    )
+
+
+def test_the_readme_has_exactly_two_code_blocks_the_main_command_and_the_tests() -> None:
+    blocks = re.findall(r"^```[^\n]*\n(.*?)^```", README, re.MULTILINE | re.DOTALL)
+    assert [b.count("\n") for b in blocks] == [1, 1]
+    assert blocks[0].strip().endswith("lockcompare matrix --time-scale 0.1 --trials 2")
+    assert blocks[1].strip().endswith("python -m pytest")
+
+
+def test_every_relative_link_in_the_readme_is_a_committed_file() -> None:
+    # PyPI renders the README as the long description (pyproject readme) and resolves no relative
+    # link; there is no canonical URL to make them absolute with, so they stay relative and must at
+    # least resolve in a checkout and on the repository's own pages.
+    targets = re.findall(r"\]\(([^)\s]+)\)", README)
+    assert targets
+    for target in targets:
+        assert not target.startswith(("http://", "https://")), target
+        path = target.split("#")[0]
+        assert (ROOT / path).is_file(), target
 
 
 def test_docs_tables_are_rendered_from_committed_csvs() -> None:

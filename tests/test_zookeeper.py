@@ -25,7 +25,7 @@ import pytest
 from lockcompare.errors import BackendNotViableError
 
 try:
-    from lockcompare.infra.zookeeper_client import kazoo_client_class
+    from lockcompare.infra.zookeeper_client import KAZOO_MIN_SESSION_MS, kazoo_client_class
     from lockcompare.infra.zookeeper_server import find_zookeeper
 
     find_zookeeper()
@@ -197,9 +197,17 @@ def test_kazoo_lock_is_exclusive_and_czxid_is_an_increasing_int_token(config: Ba
 
 
 def test_a_ttl_zookeeper_cannot_grant_as_a_session_is_refused_up_front() -> None:
-    ZkLock.check_ttl(ttl_ms=MIN_SESSION_MS)
     with pytest.raises(InvalidValueError, match="ZooKeeper sessions"):
         ZkLock.check_ttl(ttl_ms=MIN_SESSION_MS - 1)
+
+
+def test_a_session_kazoo_cannot_keep_alive_is_refused_up_front() -> None:
+    """The server grants 100 ms sessions, but kazoo pings up to 400 ms apart: a session shorter
+    than KAZOO_MIN_SESSION_MS expires under its live holder, so no trial or check may ask for one."""
+    ZkLock.check_ttl(ttl_ms=KAZOO_MIN_SESSION_MS)
+    assert ZkLock.min_ttl_ms == KAZOO_MIN_SESSION_MS > MIN_SESSION_MS
+    with pytest.raises(InvalidValueError, match="kazoo keeps no ZooKeeper session shorter than 500 ms"):
+        ZkLock.check_ttl(ttl_ms=MIN_SESSION_MS)
 
 
 def test_session_password_is_the_one_the_server_gave(zk_cluster: Cluster) -> None:

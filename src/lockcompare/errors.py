@@ -32,6 +32,7 @@ non-zero exit code (never a traceback)::
     ├── ProxyError                   a link proxy did not start or answer its control pipe
     ├── TrialError                   a trial could not complete (a worker died, a timeout)
     ├── ReleaseFailed                a backend's unlock request failed: released or not, it cannot tell
+    ├── SchedulerLostError           the Dask scheduler went away mid-matrix (says how to resume)
     ├── UnknownTrialsError           some trials were judged unknown (their problems printed first)
     ├── RenderError                  plots or a report could not be produced
     │   └── PlotDependencyError      matplotlib is not installed (says what to install)
@@ -173,6 +174,11 @@ class ReleaseFailed(LockcompareError):
     lock") would claim. The worker records the release as failed with this message (``error``);
     the checker never takes such an unlock as evidence that the lock was elsewhere. Never reaches
     the user: a plug-in raises it, the worker records it."""
+
+
+class SchedulerLostError(LockcompareError):
+    """The Dask scheduler of a ``--dask`` matrix went away: the rows that came back are written, the
+    other trials never ran here (no verdict of theirs to report); ``--resume`` runs them."""
 
 
 class UnknownTrialsError(LockcompareError):

@@ -29,21 +29,32 @@ A space or a quote inside a password, a full-width ``＠`` in place of ``@``, a 
 >>> redact("host=h password='a b c' dbname=x")
 'host=h password=*** dbname=x'
 
-And every password the command was given (:func:`remember_secrets`) wherever it appears, whole.
+And every password the command was given (:func:`remember_secrets`) wherever it appears, whole or
+in the pieces a server-list parser cuts it into (a ``,`` or ``=`` in a password splits
+``--nodes``/``--lock-servers``, issue 49); a URL cut right after its ``://:`` is a password's start:
+
+>>> redact("bad redis URL (bad host name): 'redis://:SECa'")
+"bad redis URL (bad host name): 'redis://:***'"
+
+Every pattern here runs in time linear in the text: a URL is found by its ``://`` and its scheme
+read backwards (a regex searching for ``scheme://`` from every position of a long run of letters
+was quadratic: a 100 KB argument hung for over 30 s, issue 49).
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 
-#: A URL in text: a scheme, ``://`` and everything up to white space or a quote.
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>`]*")
-#: Where a URL starts in text.
-_SCHEME_START = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+#: Where a URL in text ends: white space or a quote.
+_URL_END = re.compile(r"[\s'\"<>`]")
+#: The characters of a scheme after its first letter (RFC 3986).
+_SCHEME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+.-")
 #: ``@`` and the characters NFKC turns into it (a full-width ``＠`` is an ``@`` to some parsers).
 _ATS = "@\uff20\ufe6b"
-#: The host after a userinfo's ``@``: a name, an address or a bracketed IPv6 address.
-_HOST_AFTER = re.compile(r"(?:\[[0-9A-Fa-f:.%\w]*\]|[\w.\-]+)")
+#: A userinfo's ``@`` and the host after it (a name, an address or a bracketed IPv6 address), as
+#: read in the reversed text: the first match there is the last ``@`` of the original.
+_AT_BEFORE_HOST_REVERSED = re.compile(r"(?:[\w.\-]|\][0-9A-Fa-f:.%\w]*\[)[@\uff20\ufe6b]")
 #: A secret given as key=value (a URL's query, a libpq keyword string, its value maybe quoted).
 _SECRET_VALUE = re.compile(
     r"((?<![A-Za-z0-9_])(?:password|passwd|pwd|pass|sslpassword|secret|token|auth)\s*[=\uff1d]\s*)"
@@ -55,6 +66,8 @@ _SECRETS: set[str] = set()
 #: Shorter passwords are hidden by their place in a URL only: replacing every "ab" in a message
 #: would garble it while hiding nothing an attacker could not guess.
 _MIN_SECRET = 4
+#: Where a server-list parser may cut a password: its pieces are hidden as the password is.
+_CUTS = re.compile(r"[\s,=/@:?#;&'\"\uff20\ufe6b]+")
 
 
 def redact(text: str, *, passwords_of: tuple[str, ...] = ()) -> str:
@@ -73,33 +86,83 @@ def redact(text: str, *, passwords_of: tuple[str, ...] = ()) -> str:
     return text
 
 
+def shown(text: str, *, most: int = 160) -> str:
+    """``text`` as a message quotes it: redacted, and past ``most`` characters cut, its length said
+    (a 100 KB argument is not echoed whole).
+
+    >>> shown("redis://:pw@" + "a" * 300 + ":1/0", most=40)
+    'redis://:***@aaaaaaaaaaaaa... (317 characters)'
+    """
+    text = redact(text)
+    return text if len(text) <= most else f"{text[: most * 2 // 3]}... ({len(text)} characters)"
+
+
 def remember_secrets(values: list[str] | tuple[str, ...], *, passwords: tuple[str, ...] = ()) -> None:
     """Note the passwords inside ``values`` (a command line's arguments) and the ``passwords``
     themselves (an environment variable's): :func:`redact` then hides each of them wherever it
     appears, whatever form carried it."""
     from lockcompare.urls import parse_url  # small, no dependency: a cycle-free late import
 
-    _SECRETS.update(p for p in passwords if len(p) >= _MIN_SECRET)
+    for password in passwords:
+        _remember(password)
     for value in values:
-        for part in re.split(r"[,\s]+(?=[A-Za-z][A-Za-z0-9+.\-]*://)", str(value)):
+        for part in _url_pieces(str(value)):
             candidates = [parse_url(part)]
-            if not _SCHEME_START.match(part.strip()) and any(c in part for c in _ATS):
+            if not url_starts(part.strip()) and any(c in part for c in _ATS):
                 candidates.append(parse_url("x://" + part.strip()))  # HOST:PORT lists with userinfo
             for address in candidates:
                 for secret in (address.password, address.query_value("password")):
-                    if secret and len(secret) >= _MIN_SECRET:
-                        _SECRETS.add(secret)
+                    _remember(secret or "")
             for match in _SECRET_VALUE.finditer(part):  # key=value secrets in any other form
-                secret = part[match.end(1) : match.end()].strip("'")
-                if len(secret) >= _MIN_SECRET:
-                    _SECRETS.add(secret)
+                _remember(part[match.end(1) : match.end()].strip("'"))
+
+
+def _remember(secret: str) -> None:
+    """Hide ``secret`` from now on, and each piece of it a server-list parser could cut out."""
+    if len(secret) >= _MIN_SECRET:
+        _SECRETS.add(secret)
+        _SECRETS.update(piece for piece in _CUTS.split(secret) if len(piece) >= _MIN_SECRET)
+
+
+def url_starts(text: str) -> list[int]:
+    """Where each URL of ``text`` starts (its scheme's first letter), in linear time: each ``://``
+    is found by ``str.find`` and its scheme read backwards, and no character is read twice (a
+    scheme holds no ``:``, so no backward walk crosses an earlier ``://``).
+
+    >>> url_starts("see redis://h:1 and 9http://x, not ://y")
+    [4, 21]
+    """
+    starts: list[int] = []
+    at = text.find("://")
+    while at != -1:
+        first = at
+        while first > 0 and text[first - 1] in _SCHEME_CHARS:
+            first -= 1
+        while first < at and not (text[first].isascii() and text[first].isalpha()):
+            first += 1  # a scheme starts with a letter: digits, "+", "." and "-" before one are not its
+        if first < at:
+            starts.append(first)
+        at = text.find("://", at + 3)
+    return starts
+
+
+def _url_pieces(value: str) -> list[str]:
+    """``value`` cut before each URL it holds (a server list, ``KIND=URL,URL``), the separators
+    between them dropped; the text before the first URL is a piece of its own."""
+    starts = url_starts(value)
+    if not starts:
+        return [value]
+    bounds = [0, *starts, len(value)]
+    return [value[a:b].rstrip(", \t\n") for a, b in itertools.pairwise(bounds) if value[a:b].strip()]
 
 
 def _redact_urls(text: str) -> str:
     """Every URL's password hidden. A URL's userinfo runs to the last ``@`` (or full-width ``＠``)
     before the line ends or the next URL starts, when a host follows it: a password with a space or
     a quote in it is hidden whole (over-redacting is the safe side)."""
-    starts = [m.start() for m in _SCHEME_START.finditer(text)]
+    if "://:" not in text and not any(c in text for c in _ATS):
+        return text  # no userinfo anywhere: nothing to hide (and nothing to walk through)
+    starts = url_starts(text)
     if not starts:
         return text
     pieces = [text[: starts[0]]]
@@ -113,11 +176,11 @@ def _redact_urls(text: str) -> str:
 
 def _redact_segment(segment: str) -> str:
     scheme, _, rest = segment.partition("://")
-    at = _last_at(rest, len(rest))
-    while at > 0 and not _HOST_AFTER.match(rest, at + 1):
-        at = _last_at(rest, at)
+    at = _last_at_before_a_host(rest)
     if at <= 0:  # no userinfo: the URL alone, up to a space or a quote
-        return _URL.sub(lambda m: _redact_url(m.group(0)), segment)
+        end = _URL_END.search(segment)
+        cut = end.start() if end else len(segment)
+        return _redact_url(segment[:cut]) + segment[cut:]
     userinfo, host = rest[:at], rest[at + 1 :]
     if not any(c in userinfo for c in ":/'\"") and not any(c.isspace() for c in userinfo):
         return f"{scheme}://{userinfo}@{host}"  # a user name only (postgresql://user@host): nothing secret
@@ -127,8 +190,11 @@ def _redact_segment(segment: str) -> str:
     return f"{scheme}://{user}:***@{host}"
 
 
-def _last_at(text: str, end: int) -> int:
-    return max(text.rfind(c, 0, end) for c in _ATS)
+def _last_at_before_a_host(text: str) -> int:
+    """The index of the last ``@`` (or full-width ``＠``) that a host follows, -1 if none: one search
+    of the reversed text (a loop over the ``@`` from the end was quadratic in ``@@@...``)."""
+    found = _AT_BEFORE_HOST_REVERSED.search(text[::-1])
+    return len(text) - found.end() if found else -1
 
 
 def _password_pieces(url: str) -> set[str]:
@@ -143,6 +209,8 @@ def _password_pieces(url: str) -> set[str]:
 def _redact_url(url: str) -> str:
     scheme, _, rest = url.partition("://")
     if "@" not in rest:
+        if rest.startswith(":") and not rest[1:].split("/", 1)[0].isdigit():
+            return f"{scheme}://:***"  # a password cut from its host (a "," in it split a list)
         return url
     userinfo, _, host = rest.rpartition("@")
     if ":" not in userinfo and "/" not in userinfo:

@@ -8,11 +8,13 @@ In your own test suite, one subclass per backend is all it takes (no conftest.py
         backend_name = "mypkg.mylock:MyLock"   # or a name registered under lockcompare.backends
         call_timeout_s = 5.0                    # optional: the deadline of every backend call
 
-Each test is one property of :mod:`lockcompare.evaluation.conformance`, checked against real redis-server
-processes over loopback: a claim the backend does not make (``exclusive``,
-``issues_fencing_tokens``, ``survives_minority_loss``) is skipped, a broken one fails with its
-evidence. What a backend says of itself that would excuse a test (``has_ttl = False``), or that it
-renews or checks its lease, is a ``test_claim_*`` of its own, and excuses nothing unless it passed.
+Each test is one property of :mod:`lockcompare.evaluation.conformance`, checked against real servers
+over loopback, of the kind the backend declares (its ``servers``: redis-servers, etcd members, a
+PostgreSQL or a ZooKeeper server; every test skipped, in one line, where that kind is not
+installed). A claim the backend does not make (``exclusive``, ``issues_fencing_tokens``,
+``survives_minority_loss``) is skipped, a broken one fails with its evidence. What a backend says
+of itself that would excuse a test (``has_ttl = False``), or that it renews or checks its lease,
+is a ``test_claim_*`` of its own, and excuses nothing unless it passed.
 The backend runs in a child process; a call that hangs past ``call_timeout_s`` fails its test and
 the process is killed (see :mod:`lockcompare.evaluation.backend_host`).
 
@@ -20,13 +22,16 @@ The fixtures come from this module, which pytest loads through the ``pytest11`` 
 lockcompare installs. They cost nothing until a test asks for them: this module imports only
 pytest at load time (lockcompare's Redis stack is imported by the first test that needs it), and
 the embedded cluster (5 lock nodes + 1 resource) starts on first use, once per session, and is
-stopped at the end. With plugin autoloading disabled (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``), pass
-``-p lockcompare.testing``.
+stopped at the end (a cluster of another kind likewise, on first use). Each check writes its history
+(the trials' format) under pytest's temporary directory, and a failure names it: read it with
+``lockcompare history FILE``. With plugin autoloading disabled (``PYTEST_DISABLE_PLUGIN_AUTOLOAD``),
+pass ``-p lockcompare.testing``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, ClassVar
 
 import pytest
@@ -36,7 +41,13 @@ if TYPE_CHECKING:  # imported lazily below: loading the plugin must stay free fo
     from lockcompare.evaluation.conformance import BatteryContext
     from lockcompare.infra.cluster import Cluster
 
-__all__ = ["BackendContract", "lockcompare_cluster", "lockcompare_etcd_cluster", "lockcompare_postgres_cluster"]
+__all__ = [
+    "BackendContract",
+    "lockcompare_cluster",
+    "lockcompare_clusters",
+    "lockcompare_etcd_cluster",
+    "lockcompare_postgres_cluster",
+]
 
 
 @pytest.fixture(scope="session")
@@ -74,12 +85,30 @@ def lockcompare_postgres_cluster() -> Iterator[Cluster]:
         yield cluster
 
 
-def _cluster_fixture(servers: object) -> str:
-    """The cluster fixture for the kind of lock nodes a backend declares (its ``servers``, a protocol)."""
-    from lockcompare.infra.kinds import ETCD_PROTOCOL, POSTGRES_PROTOCOL
+@pytest.fixture(scope="session")
+def lockcompare_clusters() -> Iterator[Callable[[object], Cluster]]:
+    """The battery's cluster for a backend's kind of lock nodes (its ``servers``, a protocol): the
+    kind's own node count (infra/kinds.py LockNodes) + a redis-server resource, started on first use,
+    one per kind, stopped at the end. Skips the asking test, in one line, where the kind is not
+    installed here (what to install is in the line)."""
+    from lockcompare.evaluation.battery_base import battery_cluster
+    from lockcompare.infra.cluster import open_cluster
+    from lockcompare.infra.kinds import kind_speaking
 
-    fixtures = {ETCD_PROTOCOL: "lockcompare_etcd_cluster", POSTGRES_PROTOCOL: "lockcompare_postgres_cluster"}
-    return fixtures.get(str(servers), "lockcompare_cluster")
+    opened: dict[str, Cluster] = {}
+    with contextlib.ExitStack() as stack:
+
+        def cluster_for(servers: object) -> Cluster:
+            protocol, node_count = battery_cluster(servers)
+            if protocol not in opened:
+                kind = kind_speaking(protocol)
+                problem = f"no installed server kind speaks {protocol}" if kind is None else kind.problem()
+                if problem:
+                    pytest.skip(f"{protocol} servers are not available here: {problem}")
+                opened[protocol] = stack.enter_context(open_cluster(node_count=node_count, lock_servers=protocol))
+            return opened[protocol]
+
+        yield cluster_for
 
 
 class BackendContract:
@@ -103,22 +132,34 @@ class BackendContract:
         host.close()
 
     @pytest.fixture
-    def lockcompare_battery(self, lockcompare_host: BackendHost, request: pytest.FixtureRequest) -> BatteryContext:
-        """The cluster of the backend's kind of lock nodes (its ``servers``: redis, etcd or postgres)."""
-        from lockcompare.errors import BackendError
+    def lockcompare_battery(
+        self,
+        lockcompare_host: BackendHost,
+        lockcompare_clusters: Callable[[object], Cluster],
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> BatteryContext:
+        """The cluster of the backend's kind of lock nodes (its ``servers``: redis, etcd, postgres,
+        zookeeper, any installed kind); the check's history goes under pytest's temporary directory."""
+        from lockcompare.errors import BackendError, BackendNotViableError
         from lockcompare.evaluation.conformance import (
             BatteryContext,
+            Status,
             private_cluster_for,
         )
         from lockcompare.infra.kinds import REDIS_PROTOCOL
 
         try:
             servers = lockcompare_host.claims().servers
+        except BackendNotViableError as exc:  # its library or its servers are not installed: nothing to run on
+            pytest.skip(f"{Status.SKIPPED}: {exc}")
         except BackendError:
             servers = REDIS_PROTOCOL  # the test itself reports why the backend cannot be used
-        cluster = request.getfixturevalue(_cluster_fixture(servers))
+        cluster = lockcompare_clusters(servers)
         return BatteryContext(
-            host=lockcompare_host, node_urls=cluster.node_urls, private_cluster=private_cluster_for(servers)
+            host=lockcompare_host,
+            node_urls=cluster.node_urls,
+            private_cluster=private_cluster_for(servers),
+            history_dir=tmp_path_factory.mktemp("lockcompare-battery"),
         )
 
     def test_declares_the_protocol(self, lockcompare_battery: BatteryContext) -> None:
@@ -173,4 +214,5 @@ def _check(name: str, ctx: BatteryContext) -> None:
     if result.status in (Status.NOT_CLAIMED, Status.SKIPPED):
         pytest.skip(f"{result.status}: {result.evidence}")
     if result.status is Status.FAIL:
-        pytest.fail(result.evidence, pytrace=False)
+        history = f" (history: lockcompare history {result.history})" if result.history is not None else ""
+        pytest.fail(result.evidence + history, pytrace=False)

@@ -150,12 +150,45 @@ def _with_host_port(address: Address, hostport: str) -> Address:
         host, colon, port_text = hostport.partition(":")
         if not host or any(c.isspace() for c in host) or "[" in host or "]" in host:
             return replace(address, host=host, problem="bad host name")
+        problem = _name_problem(host)
+        if problem:
+            return replace(address, problem=problem)
     address = replace(address, host=host)
     if colon:
         if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
             return replace(address, problem="bad port")
         address = replace(address, port=int(port_text))
     return address
+
+
+#: DNS's limits (RFC 1035): what getaddrinfo's IDNA encoding refuses with a UnicodeError.
+MAX_HOST_CHARS = 253
+MAX_LABEL_CHARS = 63
+
+
+def _name_problem(host: str) -> str:
+    """Why ``host`` cannot be looked up ("" if it can): too long, a label too long or empty, or a
+    name IDNA cannot encode (the socket module encodes every name so, and raised UnicodeError from
+    deep in a library: a traceback, issue 49).
+
+    >>> _name_problem("a" * 64 + ".example")
+    'a host name label longer than 63 characters'
+    >>> _name_problem("db..example"), _name_problem("db.example."), _name_problem("bücher.example")
+    ('bad host name (an empty label)', '', '')
+    """
+    name = host[:-1] if host.endswith(".") else host
+    if len(name) > MAX_HOST_CHARS:
+        return f"a host name longer than {MAX_HOST_CHARS} characters"
+    labels = name.split(".")
+    if any(len(label) > MAX_LABEL_CHARS for label in labels):
+        return f"a host name label longer than {MAX_LABEL_CHARS} characters"
+    if not all(labels):
+        return "bad host name (an empty label)"
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        return "bad host name (not encodable as IDNA)"
+    return ""
 
 
 def _parse_keywords(text: str) -> Address:

@@ -13,14 +13,16 @@ resource saw an overlap. Pure functions over events (no Redis), used by the chec
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from lockcompare.analysis.history import Event
 from lockcompare.analysis.rules import implements
 from lockcompare.analysis.sessions import first_releases, is_session_lease, lease_deadlines, releases_of_nothing
 
 __all__ = [
-    "LEASE_TOLERANCE_MS", "backwards_writes_accepted", "deepest_grant_ms", "foreign_releases", "grant_depths_ms",
-    "grants_while_held", "releases_of_nothing", "stale_writes", "tokens_backwards",
+    "LEASE_TOLERANCE_MS", "GrantInside", "backwards_writes_accepted", "deepest_grant_ms", "foreign_releases",
+    "grant_depths_ms", "grants_inside_leases", "grants_while_held", "releases_of_nothing", "stale_write_events",
+    "stale_writes", "tokens_backwards",
 ]  # fmt: skip
 
 #: The one tolerance for "a lease valid past its TTL", used by the checker (a grant inside another's
@@ -39,9 +41,17 @@ def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
     last successful renewal its watchdog made: a library that reports nothing before a write, such
     as python-redis-lock, still renews). A session lease's deadline is its session's end, once the
     server was seen ending it (sessions.py): its holder's writes after that are stale."""
+    found = stale_write_events(history)
+    accepted = sum(1 for write, _ in found if write.get("accepted"))
+    return accepted, len(found) - accepted
+
+
+def stale_write_events(history: Sequence[Event]) -> list[tuple[Event, int]]:
+    """Each write made after its writer's own lease deadline (see :func:`stale_writes`), with
+    that deadline (ns), in time order: the evidence a trial page shows."""
     deadlines = lease_deadlines(history)
     valid_until: dict[tuple[int, int], int | None] = {}
-    accepted = rejected = 0
+    found: list[tuple[Event, int]] = []
     for event in sorted(history, key=lambda e: e["t0"]):
         key = (event["worker"], event["round"])
         if event["kind"] == "acquire" and event.get("ok"):
@@ -53,11 +63,8 @@ def stale_writes(history: Sequence[Event]) -> tuple[int, int]:
         elif event["kind"] == "write":
             deadline = valid_until.get(key)
             if deadline is not None and event["t0"] >= deadline:
-                if event.get("accepted"):
-                    accepted += 1
-                else:
-                    rejected += 1
-    return accepted, rejected
+                found.append((event, deadline))
+    return found
 
 
 @implements("grant-over-valid-lease", "lease-tolerance")
@@ -81,6 +88,26 @@ def grant_depths_ms(history: Sequence[Event]) -> list[tuple[float, bool]]:
     is tolerated: inside by no more than :data:`LEASE_TOLERANCE_MS` of a lease's own claimed deadline
     (not counted by :func:`grants_while_held`). An end that is a release or a session's end has no
     tolerance: it was seen, not claimed."""
+    by_rival: dict[int, list[GrantInside]] = {}
+    for found in grants_inside_leases(history):
+        by_rival.setdefault(id(found.rival), []).append(found)
+    return [(max(g.depth_ms for g in found), all(g.tolerated for g in found)) for found in by_rival.values()]
+
+
+@dataclass(frozen=True)
+class GrantInside:
+    """A lease granted (``rival``) inside another worker's valid, unreleased lease (``holder``)."""
+
+    holder: Event  # the acquire whose lease was still valid
+    rival: Event  # the acquire granted inside it
+    end_ns: float  # when the holder's lease ended: its deadline, its release or its session's end (inf: never)
+    depth_ms: float  # how far before that end the rival's grant returned
+    tolerated: bool  # within LEASE_TOLERANCE_MS of a claimed deadline: not counted
+
+
+def grants_inside_leases(history: Sequence[Event]) -> list[GrantInside]:
+    """Every (holder, rival) pair behind :func:`grant_depths_ms`, rivals in history order: the
+    evidence a trial page shows (which lease, which grant, until when)."""
     released_at = first_releases(history)
     deadlines = lease_deadlines(history)
     leases = []
@@ -96,20 +123,16 @@ def grant_depths_ms(history: Sequence[Event]) -> list[tuple[float, bool]]:
             deadline is not None and event.get("valid_until") == deadline and (release is None or deadline < release)
         )
         ends = [t for t in (deadline, release) if t is not None]
-        leases.append((event["worker"], event["t1"], min(ends) if ends else float("inf"), claimed))
-    depths = []
+        leases.append((event, min(ends) if ends else float("inf"), claimed))
+    found = []
     for e in history:
         if e["kind"] != "acquire" or not e.get("ok"):
             continue
-        inside = [
-            ((end - e["t1"]) / 1e6, claimed and (end - e["t1"]) / 1e6 <= LEASE_TOLERANCE_MS)
-            for w, start, end, claimed in leases
-            if w != e["worker"] and start < e["t_attempt"] and e["t1"] < end
-        ]
-        if inside:
-            depth = max(d for d, _ in inside)
-            depths.append((depth, all(tolerated for _, tolerated in inside)))
-    return depths
+        for holder, end, claimed in leases:
+            if holder["worker"] != e["worker"] and holder["t1"] < e["t_attempt"] and e["t1"] < end:
+                depth = (end - e["t1"]) / 1e6
+                found.append(GrantInside(holder, e, end, depth, claimed and depth <= LEASE_TOLERANCE_MS))
+    return found
 
 
 def deepest_grant_ms(history: Sequence[Event]) -> float:

@@ -7,14 +7,18 @@ What ``etcdctl lock`` / ``concurrency.Mutex`` do, as one non-blocking attempt (t
    a random owner token as its value, attached to the lease. The revision of that transaction is
    the key's create revision: a number etcd's raft log makes strictly increasing across holders and
    members — the fencing token Kleppmann asks for, and the one Jepsen (etcd 3.4.3) says to check;
-3. release: one transaction deletes the key *only if* its create revision is still ours (a holder
+3. while held, a watchdog thread keeps the lease alive (``lease/keepalive`` every TTL/3, as
+   ``etcdctl lock``'s session does with ``concurrency.NewSession``): work longer than the TTL keeps
+   the lock, and the thread freezes with its worker (a pause or a cut stops the renewals);
+4. release: one transaction deletes the key *only if* its create revision is still ours (a holder
    whose lease expired finds its successor's key and leaves it), then the lease is revoked.
 
 A cheap linearizable read first refuses at once when the key is there, so a waiting worker costs
 one round trip per retry instead of a grant and a revoke.
 
-``etcd`` is the lock alone (the Jepsen finding: a paused holder wakes and writes after its lease
-ended); ``etcd-fenced`` hands the revision to the resource, which rejects the stale write, exactly
+``etcd`` is the lock alone: it renews, but never looks at its lease before writing (a paused or
+cut-off holder wakes and writes after its lease ended: Jepsen's etcd 3.4.3 analysis asks for the
+revision to be checked); ``etcd-fenced`` hands the revision to the resource, which rejects the stale write, exactly
 as ``fenced`` does for the single-node lock.
 
 TTL: etcd leases are whole seconds with a server minimum (etcd_server.MIN_LEASE_S, 1 s with the
@@ -31,9 +35,10 @@ stays a redis-server.
 from __future__ import annotations
 
 import time
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
+from lockcompare.backends.renewals import RenewalLog, Watchdog
 from lockcompare.backends.single import new_owner_token
 from lockcompare.errors import BackendNotViableError, InvalidValueError
 from lockcompare.infra.etcd_client import (
@@ -65,6 +70,8 @@ class EtcdLock:
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False
     survives_minority_loss: ClassVar[bool] = True
+    #: Its watchdog keeps the lease alive while the holder runs (etcdctl lock's session keepalive).
+    renews: ClassVar[bool] = True
     #: Which servers the lock nodes are: the harness starts etcd members instead of redis-servers.
     servers: ClassVar[str] = "etcd"
     #: The shortest TTL it grants, and how late etcd may end a lease after its TTL (the battery's timing).
@@ -86,6 +93,9 @@ class EtcdLock:
     def __init__(self, *, config: BackendConfig) -> None:
         # No request here: a client made while its cluster has no quorum must still be made.
         self._client = EtcdClient(endpoints=config.node_urls, timeout_s=config.request_timeout_s)
+        self._config = config
+        self._log = RenewalLog()
+        self._watchdogs: dict[str, tuple[Watchdog, EtcdClient]] = {}
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
         seconds = lease_seconds(ttl_ms)
@@ -113,14 +123,49 @@ class EtcdLock:
             self._revoke(lease_id)
             return Refusal("held")
         revision = int(txn["header"]["revision"])
-        return Lease(
+        lease = Lease(
             key=key,
             owner=f"{owner}.{lease_id}.{revision}",  # random token; release needs the lease and revision
             valid_until_ns=started_ns + ttl_ms * 1_000_000,
             fencing_token=revision if self.issues_fencing_tokens else None,
         )
+        self._keep_alive(lease, lease_id=lease_id, ttl_ms=ttl_ms)
+        return lease
+
+    def _keep_alive(self, lease: Lease, *, lease_id: str, ttl_ms: int) -> None:
+        """Start the lease's watchdog, with a client of its own (EtcdClient is one thread's)."""
+        client = EtcdClient(endpoints=self._config.node_urls, timeout_s=self._config.request_timeout_s)
+
+        def extend() -> bool:
+            # A keepalive of an expired or revoked lease answers without a TTL: the lease, and the
+            # key attached to it, are gone.
+            reply = client.call("/v3/lease/keepalive", {"ID": lease_id})
+            return int(reply.get("result", {}).get("TTL", 0) or 0) > 0
+
+        self._log.track(lease)
+        watchdog = Watchdog(
+            extend=extend, transient=(EtcdUnavailable, EtcdRequestError), lease=lease, ttl_ms=ttl_ms, log=self._log
+        )
+        self._watchdogs[lease.owner] = (watchdog, client)
+        watchdog.start()
+
+    def drain_renewals(self) -> list[dict[str, Any]]:
+        """Keepalive attempts since the last call (see :mod:`lockcompare.backends.renewals`)."""
+        return self._log.drain()
+
+    def stop_renewal(self, lease: Lease) -> None:
+        """Stop keeping ``lease`` alive without releasing it: it then expires one TTL after its last
+        keepalive. The lease can still be released."""
+        found = self._watchdogs.pop(lease.owner, None)
+        if found is not None:
+            watchdog, client = found
+            watchdog.stop()
+            client.close()
 
     def release(self, lease: Lease) -> bool:
+        # Stop renewing first: a keepalive racing the revoke would find the lease gone and record a loss.
+        self.stop_renewal(lease)
+        self._log.forget(lease.owner)
         try:
             _, lease_id, revision = lease.owner.rsplit(".", 2)
         except ValueError:
@@ -144,6 +189,11 @@ class EtcdLock:
             pass  # expired already (lease not found), or unreachable: it expires on its own
 
     def close(self) -> None:
+        # Leases still held are abandoned, not released: they expire within one TTL.
+        for owner in list(self._watchdogs):
+            found = self._watchdogs.pop(owner)
+            found[0].stop()
+            found[1].close()
         self._client.close()
 
 

@@ -83,7 +83,8 @@ from lockcompare.backends.redis_fanout import NOT_SENT, Node, Reply, fan_out
 from lockcompare.backends.single import RELEASE_SCRIPT, new_owner_token
 from lockcompare.errors import InvalidValueError
 
-#: The spec's clock-drift allowance: 1 % of the TTL plus 2 ms (pottery and redlock-py use the same).
+#: The clock-drift allowance of the Redlock client libraries: 1 % of the TTL plus 2 ms (redlock-py, pottery,
+#: node-redlock). The spec itself asks only for "a few milliseconds" to compensate for drift between processes.
 DRIFT_PER_TTL: Final = 0.01
 DRIFT_FIXED_NS: Final = 2_000_000
 
@@ -101,7 +102,7 @@ def quorum(node_count: int) -> int:
 
 
 def clock_drift_ns(ttl_ms: int) -> int:
-    """The spec's drift allowance in ns: 1 % of the TTL + 2 ms.
+    """The client libraries' drift allowance in ns: 1 % of the TTL + 2 ms (the spec: "a few milliseconds").
 
     >>> clock_drift_ns(1000)
     12000000

@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -114,3 +115,67 @@ class RenewalLog:
         with self._lock:
             records, self._records = self._records, []
         return records
+
+
+#: Renew this many times per TTL (Redisson's watchdog: every lockWatchdogTimeout / 3).
+RENEWALS_PER_TTL = 3
+
+
+class Watchdog:
+    """One thread renewing one lease every ``ttl_ms / RENEWALS_PER_TTL`` until stopped or lost.
+
+    ``extend`` is the backend's one owner-checked renewal request: True when the lease was extended
+    by a TTL from the moment it was sent, False when the server says it is gone or someone else's
+    (the watchdog ends); an exception of ``transient`` (a timeout, a refused connection) is recorded
+    and retried at the next tick, since the lease stays valid until its last deadline as far as the
+    holder can know. The thread lives in the worker's process: a pause of the process freezes it too.
+    """
+
+    def __init__(
+        self,
+        *,
+        extend: Callable[[], bool],
+        transient: tuple[type[BaseException], ...],
+        lease: Lease,
+        ttl_ms: int,
+        log: RenewalLog,
+    ) -> None:
+        self._extend = extend
+        self._transient = transient
+        self._lease = lease
+        self._ttl_ms = ttl_ms
+        self._log = log
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"renewal watchdog {lease.owner[:8]}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing (waits for a renewal in flight, bounded by the client's request timeout)."""
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        interval_s = self._ttl_ms / RENEWALS_PER_TTL / 1000
+        # Event.wait times out on the monotonic clock: after a SIGSTOP longer than the interval the
+        # first renewal is attempted at once, and that is when the holder can learn it lost the key.
+        while not self._stop.wait(interval_s):
+            if not self._renew_once():
+                return
+
+    def _renew_once(self) -> bool:
+        """One renewal; False when the lease is lost and the watchdog should end."""
+        owner = self._lease.owner
+        t0 = time.monotonic_ns()  # the new TTL starts no earlier than the request is sent
+        try:
+            extended = self._extend()
+        except self._transient:
+            self._log.failed(owner=owner, t0=t0, t1=time.monotonic_ns(), reason="error")
+            return True
+        if not extended:
+            self._log.failed(owner=owner, t0=t0, t1=time.monotonic_ns(), reason="lost")
+            return False
+        self._log.renewed(owner=owner, t0=t0, t1=time.monotonic_ns(), valid_until_ns=t0 + self._ttl_ms * 1_000_000)
+        return True

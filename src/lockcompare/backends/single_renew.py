@@ -28,15 +28,12 @@ Example, against a running redis-server::
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Any, ClassVar
 
 import redis
-from redis.commands.core import Script
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
-from lockcompare.backends.renewals import RenewalLog
+from lockcompare.backends.renewals import RenewalLog, Watchdog
 from lockcompare.backends.single import SingleNodeLock
 
 #: Owner-checked extend: a holder whose key expired or was taken over must not extend its successor's.
@@ -47,53 +44,6 @@ else
   return 0
 end
 """
-
-#: Renew this many times per TTL (Redisson's watchdog: every lockWatchdogTimeout / 3).
-RENEWALS_PER_TTL = 3
-
-
-class Watchdog:
-    """One thread renewing one lease every ``ttl_ms / RENEWALS_PER_TTL`` until stopped or lost."""
-
-    def __init__(self, *, renew: Script, lease: Lease, ttl_ms: int, log: RenewalLog) -> None:
-        self._renew = renew
-        self._lease = lease
-        self._ttl_ms = ttl_ms
-        self._log = log
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"single-renew watchdog {lease.owner[:8]}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop renewing (waits for a renewal in flight, bounded by the socket timeout)."""
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
-
-    def _run(self) -> None:
-        interval_s = self._ttl_ms / RENEWALS_PER_TTL / 1000
-        # Event.wait times out on the monotonic clock: after a SIGSTOP longer than the interval the
-        # first renewal is attempted at once, and that is when the holder can learn it lost the key.
-        while not self._stop.wait(interval_s):
-            if not self._renew_once():
-                return
-
-    def _renew_once(self) -> bool:
-        """One renewal; False when the lease is lost and the watchdog should end."""
-        owner = self._lease.owner
-        t0 = time.monotonic_ns()  # the new TTL starts no earlier than the request is sent
-        try:
-            extended = self._renew(keys=[self._lease.key], args=[owner, self._ttl_ms])
-        except redis.RedisError:
-            self._log.failed(owner=owner, t0=t0, t1=time.monotonic_ns(), reason="error")
-            return True
-        if not extended:
-            self._log.failed(owner=owner, t0=t0, t1=time.monotonic_ns(), reason="lost")
-            return False
-        self._log.renewed(owner=owner, t0=t0, t1=time.monotonic_ns(), valid_until_ns=t0 + self._ttl_ms * 1_000_000)
-        return True
 
 
 class SingleRenewLock(SingleNodeLock):
@@ -115,7 +65,14 @@ class SingleRenewLock(SingleNodeLock):
         outcome = super().acquire(key=key, ttl_ms=ttl_ms)
         if isinstance(outcome, Lease):
             self._log.track(outcome)
-            watchdog = Watchdog(renew=self._renew, lease=outcome, ttl_ms=ttl_ms, log=self._log)
+            renew, owned = self._renew, outcome
+
+            def extend() -> bool:
+                return bool(renew(keys=[owned.key], args=[owned.owner, ttl_ms]))
+
+            watchdog = Watchdog(
+                extend=extend, transient=(redis.RedisError,), lease=outcome, ttl_ms=ttl_ms, log=self._log
+            )
             self._watchdogs[outcome.owner] = watchdog
             watchdog.start()
         return outcome

@@ -29,9 +29,13 @@ behind a partition, or when the server ends it (``session-kill``) — and then t
 znode and tells the next waiter it holds the lock, while the old holder still believes it does.
 
 Session timeout: kazoo's default is 10 s (``KazooClient(timeout=10.0)``); here it is the trial's
-TTL, so ``--time-scale`` scales it as it scales every lease (the embedded servers grant 100 ms and
-up, infra/zookeeper_server.py; a TTL they cannot grant is refused up front by :meth:`check_ttl`).
-The negotiated timeout is checked: a server that grants another is an error, never silently used.
+TTL, so ``--time-scale`` scales it as it scales every lease. The embedded servers grant 100 ms and
+up (infra/zookeeper_server.py), but kazoo keeps no session shorter than 500 ms alive: it pings at
+random intervals of up to 400 ms, so a shorter session expires under its live holder
+(infra/zookeeper_client.py KAZOO_MIN_SESSION_MS; the conformance battery's claim checks failed for
+it at 150 ms, issue 48.3). A TTL below that is refused up front by :meth:`check_ttl`, so ``evaluate``
+moves an experiment to a scale where it holds. The negotiated timeout is checked: a server that
+grants another is an error, never silently used.
 
 - ``zk-lock``: the recipe alone. The holder writes whatever its session did meanwhile.
 - ``zk-lock-checked``: the holder looks at its connection state before the write, as careful users
@@ -59,10 +63,9 @@ from typing import Any, ClassVar
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.single import new_owner_token
 from lockcompare.errors import BackendNotViableError, InvalidValueError, ReleaseFailed
-from lockcompare.infra.zookeeper_client import kazoo_client_class
+from lockcompare.infra.zookeeper_client import KAZOO_MIN_SESSION_MS, kazoo_client_class
 from lockcompare.infra.zookeeper_server import (
     EXPIRY_LAG_MS,
-    MIN_SESSION_MS,
     find_zookeeper,
     hosts_of,
     lock_path,
@@ -91,7 +94,8 @@ class ZkLock:
     #: (the timing sentinel does not read that wait as the machine's stall).
     acquire_waits: ClassVar[bool] = True
     servers: ClassVar[str] = "zookeeper"
-    min_ttl_ms: ClassVar[int] = MIN_SESSION_MS
+    #: kazoo's shortest session, not the server's (MIN_SESSION_MS): see the module docstring.
+    min_ttl_ms: ClassVar[int] = KAZOO_MIN_SESSION_MS
     expiry_lag_ms: ClassVar[int] = EXPIRY_LAG_MS
 
     @classmethod
@@ -105,6 +109,11 @@ class ZkLock:
     @classmethod
     def check_ttl(cls, *, ttl_ms: int) -> None:
         session_timeout_ms(ttl_ms)
+        if ttl_ms < KAZOO_MIN_SESSION_MS:
+            raise InvalidValueError(
+                f"kazoo keeps no ZooKeeper session shorter than {KAZOO_MIN_SESSION_MS} ms alive (it pings up to "
+                f"400 ms apart), not a TTL of {ttl_ms:g} ms (use a larger --time-scale)"
+            )
 
     def __init__(self, *, config: BackendConfig) -> None:
         # No connection yet: the session timeout is the TTL, which only acquire is told.

@@ -68,11 +68,17 @@ def experiments(
     if check is not None:
         _check_claims(check)
         return
+    width = max(len(name) for name in EXPERIMENTS)
     for exp in EXPERIMENTS.values():
         times = f"ttl {exp.ttl_ms:g} ms, work {exp.work_ms:g} ms, pause {exp.pause_ms:g} ms"
-        typer.echo(f"{exp.name:<20} {times:<40} {exp.claim}")
+        typer.echo(f"{exp.name:<{width}} {times:<40} {exp.claim}")
         schedule = make_spec(backend="single", experiment=exp, trial=0, overrides=Overrides()).faults
-        typer.echo(f"{'':<20} faults: {schedule or '(none)'}")
+        typer.echo(f"{'':<{width}} faults: {schedule or '(none)'}")
+        if exp.fence is not None:
+            typer.echo(f"{'':<{width}} fence: {exp.fence} (unless --fence is given)")
+        if exp.rests_on_renewal:
+            typer.echo(f"{'':<{width}} for renewing locks (and locks without a TTL): a lease lock that does not "
+                       "renew is left out")  # fmt: skip
     typer.echo(
         "\nFaults are lesson-scale ms (times --time-scale); holders:K / worker=holder are read from the lease "
         "at injection. A pause is stop-the-world (SIGSTOP of the whole worker) unless --pause-how sleep. "

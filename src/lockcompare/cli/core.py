@@ -17,7 +17,8 @@ import typer
 from rich.console import Console
 from typer.core import TyperGroup
 
-from lockcompare.errors import LockcompareError
+from lockcompare import interrupts
+from lockcompare.errors import LockcompareError, Terminated
 from lockcompare.redaction import redact, remember_secrets
 
 err = Console(stderr=True)
@@ -96,23 +97,25 @@ class OneLineErrors(TyperGroup):
         given = kwargs.get("args", args[0] if args else None)
         argv = hoist_global_options(list(given if given is not None else sys.argv[1:]))
         args, kwargs["args"] = (), argv
-        remember_secrets(  # every password given, hidden in whatever line quotes it (issue 38)
-            argv,
-            passwords=(os.environ.get("LOCKCOMPARE_REDIS_PASSWORD", ""), os.environ.get("PGPASSWORD", "")),
-        )
         kwargs["standalone_mode"] = False  # whatever the caller asked: failures are ours to print
         try:
+            remember_secrets(  # every password given, hidden in whatever line quotes it (issue 38)
+                argv,
+                passwords=(os.environ.get("LOCKCOMPARE_REDIS_PASSWORD", ""), os.environ.get("PGPASSWORD", "")),
+            )
             with _whole_command():
                 result = super().main(*args, **kwargs)
         except typer.TyperException as exc:  # typer's (vendored click's) usage and parameter errors
+            _end_if_signalled()
             ctx = getattr(exc, "ctx", None)
             hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
             print(f"lockcompare: error: {redact(exc.format_message())}{hint}", file=sys.stderr)
             sys.exit(exc.exit_code)
         except (typer.Abort, KeyboardInterrupt):
-            print("lockcompare: interrupted; servers and workers stopped", file=sys.stderr)
+            print(INTERRUPTED, file=sys.stderr)
             sys.exit(130)
         except LockcompareError as exc:
+            _end_if_signalled()  # an error a swallowed signal caused (a cut import) is the signal's
             print(f"lockcompare: error: {redact(str(exc))}", file=sys.stderr)  # whatever URL it quotes
             sys.exit(exc.exit_code)
         except BrokenPipeError:  # the reader of stdout went away (`| head`): nothing left to say
@@ -120,6 +123,7 @@ class OneLineErrors(TyperGroup):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)
         except OSError as exc:  # the last net: an OS error no layer above translated is still one line
+            _end_if_signalled()
             where = f"{exc.filename}: " if exc.filename else ""
             print(f"lockcompare: error: {where}{exc.strerror or exc}", file=sys.stderr)
             sys.exit(1)
@@ -127,8 +131,27 @@ class OneLineErrors(TyperGroup):
             print("lockcompare: error: out of memory", file=sys.stderr)
             sys.exit(1)
         if result == 130:  # typer turns KeyboardInterrupt into Exit(130), returned in this mode
-            print("lockcompare: interrupted; servers and workers stopped", file=sys.stderr)
+            print(INTERRUPTED, file=sys.stderr)
+            sys.exit(130)
+        _end_if_signalled()  # a signal some library caught and swallowed still ends the command (issue 49)
         sys.exit(result if isinstance(result, int) else 0)
+
+
+INTERRUPTED = "lockcompare: interrupted; servers and workers stopped"
+
+
+def _end_if_signalled() -> None:
+    """End with the exit code and line of the signal that arrived during the command, if one did,
+    whatever happened after it (see interrupts.py)."""
+    signum = interrupts.received()
+    if signum is None:
+        return
+    exc = interrupts.exception_for(signum)
+    if isinstance(exc, Terminated):
+        print(f"lockcompare: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    print(INTERRUPTED, file=sys.stderr)
+    sys.exit(130)
 
 
 app = typer.Typer(

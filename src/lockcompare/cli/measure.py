@@ -203,8 +203,8 @@ def matrix(
     err.print(f"{report.trials_run} trials run, {report.trials_skipped} already in {report.out}")
     if report.trials_run:
         err.print(_parallelism_note(report))
-    if report.out.exists():
-        rows = read_results(report.out)
+    rows = read_results(report.out) if report.out.exists() else []
+    if rows:
         typer.echo(table.render(rows, fmt=fmt))
         err.print(timing_line(rows))
         if report.reruns:
@@ -218,6 +218,8 @@ def matrix(
     if settle is not None:
         for line in settle.closing_lines():
             _say(line)
+    for line in table.violation_lines(rows):  # last: the ids to look at next are where the run stops
+        _say(line)
     _fail_on_unknown(report)
 
 

@@ -161,12 +161,18 @@ def report(
 ) -> None:
     """Write a Markdown report (table, plots, first lost update per cell, commands, provenance) and
     an HTML one in <out>/html/ (the verdict grid, every trial a page with its timeline)."""
-    from lockcompare.render.report import write_report  # imports matplotlib
+    from lockcompare.backends import registered_names  # entry points only: no backend is imported
+    from lockcompare.render.report import write_report  # imports matplotlib when it is installed
 
     target = out_dir if out_dir is not None else path.with_name(path.stem + ".report")
     check_output_dir(target, flag="--out")
-    for written in write_report(results=path, out=target):
+    for written in write_report(results=path, out=target, say=_note, registered=registered_names()):
         typer.echo(written)
+
+
+def _note(line: str) -> None:
+    """A line on stderr as it is (rich would read ``lockcompare[plot]`` as markup)."""
+    print(f"lockcompare: note: {line}", file=sys.stderr, flush=True)
 
 
 @app.command()

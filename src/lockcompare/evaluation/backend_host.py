@@ -54,6 +54,7 @@ from lockcompare.errors import (
     LockcompareError,
     ReleaseFailed,
 )
+from lockcompare.evaluation.battery_log import BatteryLog
 from lockcompare.infra import cgroup
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group, reap_group
 from lockcompare.infra.procgroup import GroupView, describe_escaped
@@ -143,6 +144,9 @@ def _serve(conn: Connection) -> None:
                     value = False
             elif op == "before_write":  # the lease check of a backend that has one (claims.checks_lease)
                 value = _as_outcome(instances[args["handle"]].before_write(args["lease"]))  # type: ignore[attr-defined]
+            elif op == "drain":  # what a renewing client reports of itself (the history's renew events)
+                drain = getattr(instances[args["handle"]], "drain_renewals", None)
+                value = [dict(r) for r in drain()] if drain is not None else []
             elif op == "close":
                 instances.pop(args["handle"]).close()
                 value = None
@@ -258,11 +262,18 @@ class BackendHost:
         assert self._claims is not None
         return self._claims
 
-    def new_instance(self, *, config: BackendConfig) -> RemoteBackend:
-        """Construct one backend instance in the host (the ``construct`` call has the deadline too)."""
-        self._ensure_started()
-        handle = self.call("new", what="construct", config=config).value
-        return RemoteBackend(host=self, handle=handle, generation=self._generation)
+    def new_instance(self, *, config: BackendConfig, log: BatteryLog | None = None, worker: int = 0) -> RemoteBackend:
+        """Construct one backend instance in the host (the ``construct`` call has the deadline too);
+        ``log``: where its calls are recorded, as worker ``worker`` (a construct that fails too)."""
+        t0 = time.monotonic_ns()
+        try:
+            self._ensure_started()
+            handle = self.call("new", what="construct", config=config).value
+        except BackendCallFailed as exc:
+            if log is not None:
+                log.add("error", worker=worker, t0=t0, t1=time.monotonic_ns(), message=str(exc))
+            raise
+        return RemoteBackend(host=self, handle=handle, generation=self._generation, log=log, worker=worker)
 
     def call(self, op: str, *, what: str, **args: Any) -> Timed:
         """Run one operation in the host; raise a :class:`BackendCallFailed` unless it returned."""
@@ -363,26 +374,52 @@ class BackendHost:
 
 
 class RemoteBackend:
-    """One backend instance living in a :class:`BackendHost`; the protocol's methods, with deadlines."""
+    """One backend instance living in a :class:`BackendHost`; the protocol's methods, with deadlines.
 
-    def __init__(self, *, host: BackendHost, handle: int, generation: int) -> None:
+    With a ``log`` (evaluation/battery_log.py), every call is recorded there as worker ``worker``:
+    the check's history, read like a trial's."""
+
+    def __init__(
+        self, *, host: BackendHost, handle: int, generation: int, log: BatteryLog | None = None, worker: int = 0
+    ) -> None:
         self._host = host
         self._handle = handle
         self._generation = generation
         self.closed = False
+        self.log = log
+        self.worker = worker
+        self.round = -1  # counts its acquires: an acquire and the release of its lease share a round
 
     def acquire_timed(self, *, key: str, ttl_ms: int) -> Timed:
-        return self._call("acquire", key=key, ttl_ms=ttl_ms)
+        self.round += 1
+        timed = self._call("acquire", key=key, ttl_ms=ttl_ms)
+        if self.log is not None:
+            outcome = timed.value
+            granted = isinstance(outcome, Lease)
+            self._record("acquire", timed, ok=granted, attempts=1, ttl_ms=ttl_ms,
+                         refusals=None if granted else {outcome.reason: 1},
+                         owner=outcome.owner if granted else None,
+                         fence=outcome.fencing_token if granted else None,
+                         valid_until=outcome.valid_until_ns if granted else None)  # fmt: skip
+        return timed
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
         return self.acquire_timed(key=key, ttl_ms=ttl_ms).value
 
     def release(self, lease: Lease) -> bool:
-        return self._call("release", lease=lease).value
+        timed = self._call("release", lease=lease)
+        self._record("release", timed, released=timed.value, owner=lease.owner)
+        return bool(timed.value)
 
     def before_write_timed(self, lease: Lease) -> Timed:
         """The backend's ``before_write(lease)`` hook (only for a backend that has one)."""
-        return self._call("before_write", lease=lease)
+        timed = self._call("before_write", lease=lease)
+        answer = timed.value
+        if isinstance(answer, Lease):
+            self._record("lease", timed, ok=True, valid_until=answer.valid_until_ns)
+        else:
+            self._record("lease", timed, ok=False, reason=answer.reason)
+        return timed
 
     def close(self) -> None:
         """Close the instance in the host; a no-op if the host is gone (its process took it along)."""
@@ -390,9 +427,41 @@ class RemoteBackend:
             return
         self.closed = True
         if self._host.is_current(self._generation):
+            self._drain()
             self._host.call("close", what="close", handle=self._handle)
 
     def _call(self, op: str, **args: Any) -> Timed:
         if not self._host.is_current(self._generation):
-            raise BackendHostDied(f"{op}: this instance's process was killed after an earlier timeout")
-        return self._host.call(op, what=op, handle=self._handle, **args)
+            error = BackendHostDied(f"{op}: this instance's process was killed after an earlier timeout")
+            self._record_error(str(error))
+            raise error
+        t0 = time.monotonic_ns()
+        try:
+            timed = self._host.call(op, what=op, handle=self._handle, **args)
+        except BackendCallFailed as exc:
+            self._record_error(str(exc), t0=t0)
+            raise
+        self._drain()
+        return timed
+
+    def _drain(self) -> None:
+        """Move what a renewing client reported of itself (its ``drain_renewals``) into the log."""
+        if self.log is None or not self._host.is_current(self._generation):
+            return
+        try:
+            records = self._host.call("drain", what="drain_renewals", handle=self._handle).value
+        except BackendCallFailed as exc:
+            self._record_error(str(exc))
+            raise
+        self.log.renewals(records, worker=self.worker, round_=max(self.round, 0))
+
+    def _record(self, kind: str, timed: Timed, **fields: Any) -> None:
+        if self.log is not None:
+            self.log.add(kind, worker=self.worker, round_=max(self.round, 0), t0=timed.t0_ns, t1=timed.t1_ns,
+                         **fields)  # fmt: skip
+
+    def _record_error(self, message: str, *, t0: int | None = None) -> None:
+        if self.log is not None:
+            now = time.monotonic_ns()
+            self.log.add("error", worker=self.worker, round_=max(self.round, 0), t0=now if t0 is None else t0,
+                         t1=now, message=message)  # fmt: skip

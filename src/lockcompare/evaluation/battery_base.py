@@ -4,12 +4,14 @@ properties and the claim checks (evaluation/claim_checks.py) share."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 from lockcompare.analysis.evidence import LEASE_TOLERANCE_MS
 from lockcompare.backends import BackendConfig, Lease, Refusal
@@ -19,8 +21,9 @@ from lockcompare.evaluation.backend_host import (
     Claims,
     RemoteBackend,
 )
+from lockcompare.evaluation.battery_log import BatteryLog
 from lockcompare.infra.cluster import Cluster, open_cluster
-from lockcompare.infra.kinds import REDIS_PROTOCOL, kind_speaking
+from lockcompare.infra.kinds import REDIS_PROTOCOL, RoleKind, Roles, kind_speaking
 
 TTL_MS = 1000
 SHORT_TTL_MS = 150
@@ -66,7 +69,8 @@ class BatteryContext:
 
     ``private_cluster`` opens a cluster of real redis-servers that only this property uses (the
     node-loss properties crash some of its nodes). Instances made through :meth:`new` are closed by
-    :func:`check_property` afterwards.
+    :func:`check_property` afterwards. ``log`` records the running check (evaluation/battery_log.py);
+    with a ``history_dir`` each check's history is saved there, ``<property>.jsonl.gz``.
     """
 
     host: BackendHost
@@ -77,27 +81,32 @@ class BatteryContext:
     made: list[RemoteBackend] = field(default_factory=list)
     #: Hosts of clients in a process (group) of their own, stopped by :meth:`close_all`.
     own_hosts: list[BackendHost] = field(default_factory=list)
+    log: BatteryLog = field(default_factory=BatteryLog)
+    history_dir: Path | None = None
 
     @property
     def claims(self) -> Claims:
         return self.host.claims()
 
-    def new(self, *, node_urls: tuple[str, ...] | None = None) -> RemoteBackend:
-        config = BackendConfig(node_urls=node_urls or self.node_urls, request_timeout_s=REQUEST_TIMEOUT_S)
-        instance = self.host.new_instance(config=config)
+    def new(
+        self, *, node_urls: tuple[str, ...] | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> RemoteBackend:
+        config = BackendConfig(node_urls=node_urls or self.node_urls, request_timeout_s=request_timeout_s)
+        instance = self.host.new_instance(config=config, log=self.log, worker=self.log.new_client())
         self.made.append(instance)
         return instance
 
-    def new_client_process(self) -> tuple[RemoteBackend, BackendHost]:
+    def new_client_process(self) -> tuple[RemoteBackend, ClientProcess]:
         """An instance alone in a host process of its own: a whole client (with any helper process
-        it starts, which inherits the host's process group) that :meth:`BackendHost.frozen` stops
+        it starts, which inherits the host's process group) that :meth:`ClientProcess.frozen` stops
         without stopping the other clients."""
         host = BackendHost(spec=self.host.spec, call_timeout_s=self.host.call_timeout_s)
         self.own_hosts.append(host)
         config = BackendConfig(node_urls=self.node_urls, request_timeout_s=REQUEST_TIMEOUT_S)
-        instance = host.new_instance(config=config)
+        worker = self.log.new_client()
+        instance = host.new_instance(config=config, log=self.log, worker=worker)
         self.made.append(instance)
-        return instance, host
+        return instance, ClientProcess(host=host, log=self.log, worker=worker)
 
     @staticmethod
     def key() -> str:
@@ -117,6 +126,29 @@ class BatteryContext:
             host.close()
         if first is not None:
             raise first
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientProcess:
+    """A client's whole process (:meth:`BatteryContext.new_client_process`), whose freeze the check's
+    history records: a ``fault`` step ``pause`` on the client's worker, injected and healed."""
+
+    host: BackendHost
+    log: BatteryLog
+    worker: int
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[list[str]]:
+        """:meth:`BackendHost.frozen`, recorded (the helpers it could not reach are named)."""
+        t0 = time.monotonic_ns()
+        with self.host.frozen() as escaped:
+            self.log.step(t0=t0, fault="pause", action="inject", target=f"worker {self.worker}",
+                          detail="the client's whole process frozen" + _escaped_note(escaped))  # fmt: skip
+            try:
+                yield escaped
+            finally:
+                heal_t0 = time.monotonic_ns()
+        self.log.step(t0=heal_t0, fault="pause", action="heal", target=f"worker {self.worker}", detail="continued")
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -153,14 +185,89 @@ def _expiry_margin_s(ctx: BatteryContext) -> float:
     return EXPIRY_MARGIN_S + (lag / 1000 if isinstance(lag, int | float) else 0)
 
 
-def _lease_within(instance: RemoteBackend, *, key: str, within_s: float, doing: str) -> Lease:
-    """Acquire, retrying refusals that are not ``held`` for up to ``within_s`` (a leader election)."""
+def _recovery_s(ctx: BatteryContext) -> tuple[float, float]:
+    """(election, reconnect): how long the backend's kind of lock nodes may take to serve again after
+    a minority died (its ``recovery_ms``, else :data:`RECOVERY_S`) and how long its clients may wait
+    before they reconnect (its ``reconnect_ms``, else 0); infra/kinds.py Capabilities."""
+    servers = ctx.claims.servers
+    kind = kind_speaking(servers) if isinstance(servers, str) else None
+    if kind is None:
+        return RECOVERY_S, 0.0
+    capabilities = kind.capabilities
+    return max(RECOVERY_S, capabilities.recovery_ms / 1000), capabilities.reconnect_ms / 1000
+
+
+def _first_lease(ctx: BatteryContext, instance: RemoteBackend, *, key: str, ttl_ms: int, doing: str) -> Lease:
+    """A fresh client's first acquire of a free lock. Where the kind's clients take a while to
+    connect (its ``reconnect_ms``: ZooKeeper's), a refusal that is not ``held`` is retried for that
+    long plus one request timeout: a cold client's first connect is not what a check is about (a
+    JVM client under load connected 1.3 s after its first acquire began, refused 'error' at 0.9 s).
+    Elsewhere one attempt, as before."""
+    _, reconnect_s = _recovery_s(ctx)
+    within_s = reconnect_s + REQUEST_TIMEOUT_S if reconnect_s else 0.0
+    return _lease_within(instance, key=key, within_s=within_s, doing=doing, ttl_ms=ttl_ms)
+
+
+def _lease_within(
+    instance: RemoteBackend,
+    *,
+    key: str,
+    within_s: float,
+    doing: str,
+    ttl_ms: int = TTL_MS,
+    on_refused: Callable[[], None] | None = None,
+) -> Lease:
+    """Acquire, retrying refusals that are not ``held`` for up to ``within_s`` (a leader election);
+    ``on_refused`` runs after each refusal that is retried."""
     deadline = time.monotonic() + within_s
     while True:
-        outcome = instance.acquire(key=key, ttl_ms=TTL_MS)
+        outcome = instance.acquire(key=key, ttl_ms=ttl_ms)
         if isinstance(outcome, Lease) or outcome.reason == "held" or time.monotonic() > deadline:
-            return _lease(outcome, f"{doing} (retried for {within_s:g} s)")
+            return _lease(outcome, f"{doing} (retried for {within_s:g} s)" if within_s else doing)
+        if on_refused is not None:
+            on_refused()
         time.sleep(0.05)
+
+
+#: How often a node-loss check reads who leads while its client is refused.
+ROLES_EVERY_S = 1.0
+
+
+class RoleWatch:
+    """Who leads the lock nodes, read through their kind (a :class:`~lockcompare.infra.kinds.RoleKind`)
+    at most every :data:`ROLES_EVERY_S` while a node-loss check waits, and recorded in the check's
+    history when it changed (a ``fault`` step ``roles``): a FAIL then says whether no leader served or
+    a leader served and the client did not come back. A kind that reads no roles: nothing is read."""
+
+    def __init__(self, ctx: BatteryContext, cluster: Cluster) -> None:
+        kind = kind_speaking(str(ctx.claims.servers))
+        self._read = (lambda: kind.read_roles(cluster)) if isinstance(kind, RoleKind) else None
+        self._log = ctx.log
+        self._last: Roles | None = None
+        self._read_at = 0.0
+
+    def read(self, *, force: bool = False) -> Roles | None:
+        if self._read is None or (not force and time.monotonic() - self._read_at < ROLES_EVERY_S):
+            return self._last
+        t0 = time.monotonic_ns()
+        self._read_at = time.monotonic()
+        roles = self._read()
+        if roles != self._last:
+            self._log.step(t0=t0, fault="roles", action="read", roles=roles.as_event())
+        self._last = roles
+        return roles
+
+    def note(self) -> None:
+        """:meth:`read`, for a retry loop (what it read is in the history)."""
+        self.read()
+
+    def said(self) -> str:
+        """The latest reading, for a failure's evidence ("" when none)."""
+        roles = self.read(force=True)
+        if roles is None:
+            return ""
+        who = "no server led" if roles.leader is None else f"node {roles.leader} led"
+        return f"; when it gave up, {who} ({', '.join(roles.modes)})"
 
 
 def _need(claimed: object, reason: str) -> None:
@@ -180,9 +287,13 @@ def _refused(outcome: Lease | Refusal, doing: str) -> Refusal:
     return outcome
 
 
-def _crash(cluster: Cluster, indices: range) -> None:
+def _crash(ctx: BatteryContext, cluster: Cluster, indices: range) -> None:
+    t0 = time.monotonic_ns()
     for index in indices:
         cluster.node_server(index).crash()
+    ctx.log.step(
+        t0=t0, fault="crash", action="inject", nodes=list(indices), detail=f"of {len(cluster.node_urls)} lock nodes"
+    )
 
 
 def _escaped_note(escaped: list[str]) -> str:
@@ -206,3 +317,5 @@ class PropertyResult:
     prop: Property
     status: Status
     evidence: str
+    #: The check's history (evaluation/battery_log.py), when the battery saved one.
+    history: Path | None = None

@@ -33,6 +33,12 @@ class Totals:
     deepest_grant_ms: float = 0.0  # deepest grant inside another's valid lease, over the trials (NaN: not recorded)
     longest_overlap_ms: float = 0.0  # the most time two workers were inside at once in one trial
     marked: int = 0  # trials the timing sentinel marked (analysis/sentinel.py)
+    writes_accepted: int = 0  # increments the workers believed made (0 where the rows do not say)
+
+    def lost_text(self) -> str:
+        """``20 of 40 updates lost`` (or ``20 updates lost`` where the rows do not count the writes)."""
+        of = f" of {self.writes_accepted}" if self.writes_accepted >= self.lost_updates > 0 else ""
+        return f"{self.lost_updates}{of} update{'' if self.lost_updates == 1 and not of else 's'} lost"
 
     def ratio(self) -> str:
         return f"{self.conflicts}/{self.entries}"
@@ -88,7 +94,16 @@ def totals(
         deepest_grant_ms=max((_ms(r, "deepest_grant_ms") for r in mine), default=0.0),
         longest_overlap_ms=max((v for r in mine if (v := _ms(r, "overlap_ms")) == v), default=0.0),
         marked=sum(1 for r in mine if r.get("timing_marked") in (True, "true")),
+        writes_accepted=sum(_count(r, "writes_accepted") for r in mine),
     )
+
+
+def _count(row: dict[str, Any], column: str) -> int:
+    """A row's count column (0 when absent or not a number: a row from before it was recorded)."""
+    try:
+        return max(0, int(row.get(column) or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 def _ms(row: dict[str, Any], column: str) -> float:

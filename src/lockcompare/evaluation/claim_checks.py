@@ -15,6 +15,7 @@ from lockcompare.evaluation.battery_base import (
     RemoteBackend,
     _escaped_note,
     _expiry_margin_s,
+    _first_lease,
     _lease,
     _short_ttl_ms,
 )
@@ -56,7 +57,7 @@ def claim_no_ttl_holds_past_any_ttl(ctx: BatteryContext) -> str:
     a, b = ctx.new(), ctx.new()
     key = ctx.key()
     short_ms = _short_ttl_ms(ctx)
-    lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
+    lease = _first_lease(ctx, a, key=key, ttl_ms=short_ms, doing="first acquire")
     started = time.monotonic()
     if isinstance(early := b.acquire(key=key, ttl_ms=TTL_MS), Lease):
         b.release(early)
@@ -90,7 +91,7 @@ def claim_renewal_outlives_the_ttl(ctx: BatteryContext) -> str:
     a, b = ctx.new(), ctx.new()
     key = ctx.key()
     short_ms = _short_ttl_ms(ctx)
-    lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
+    lease = _first_lease(ctx, a, key=key, ttl_ms=short_ms, doing="first acquire")
     held_ms = _refused_past_the_ttl(
         ctx,
         claim=claim,
@@ -117,7 +118,7 @@ def claim_lease_check_learns_of_a_loss(ctx: BatteryContext) -> str:
     (a, holder), b = ctx.new_client_process(), ctx.new()
     key = ctx.key()
     short_ms = _short_ttl_ms(ctx)
-    lease = _lease(a.acquire(key=key, ttl_ms=short_ms), "first acquire")
+    lease = _first_lease(ctx, a, key=key, ttl_ms=short_ms, doing="first acquire")
     fresh = a.before_write_timed(lease)
     if not isinstance(fresh.value, Lease):
         raise _claim_failed(claim, f"before_write refused a lease just granted ({fresh.value.reason})")

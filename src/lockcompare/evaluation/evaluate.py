@@ -5,8 +5,9 @@ Two sources, one line per property:
 1. the conformance battery (:mod:`lockcompare.evaluation.conformance`, the same checks as the pytest classes
    in :mod:`lockcompare.testing`), run in-process as plain functions — so pytest is *not* a
    runtime dependency of lockcompare;
-2. the experiments baseline, client-pause and short-ttl (and session-kill for a lock held in a
-   database session), for the backend and the built-ins that
+2. the experiments baseline, client-pause and short-ttl (and session-kill for a lock whose servers
+   can end a client's session: a :class:`~lockcompare.infra.kinds.SessionKind`, PostgreSQL's and
+   ZooKeeper's), for the backend and the built-ins that
    bracket it (``single``, ``redlock``, ``fenced`` by default), through
    :func:`lockcompare.runner.matrix.run_matrix`: one CSV on disk, from which the experiment lines and the
    comparison table are computed (:func:`judge_experiments` is pure, testable on hand-built rows).
@@ -57,7 +58,7 @@ from lockcompare.evaluation.explore_card import TITLE as SEARCH_TITLE
 from lockcompare.evaluation.explore_card import search_line
 from lockcompare.evaluation.scales import expressible_scale, moved_note, quick_rounds
 from lockcompare.files import check_output_file, results_lock
-from lockcompare.infra.kinds import POSTGRES_PROTOCOL
+from lockcompare.infra.kinds import Capability, SessionKind, kind_speaking, lacks
 from lockcompare.runner.matrix import ProgressCallback, run_matrix
 from lockcompare.runner.plan import ClusterOptions
 from lockcompare.scenario.experiments import get_experiment
@@ -67,8 +68,9 @@ from lockcompare.scenario.settings import CLI_SETTINGS
 from lockcompare.scenario.trialspec import DEFAULT_ROUNDS, Overrides
 
 EXPERIMENTS = ("baseline", "client-pause", "short-ttl")
-#: Run for the backend alone, when its lock lives in a database session (its servers: PostgreSQL):
-#: the server ends the holder's session (the Redis and etcd built-ins have no session to end).
+#: Run for the backend alone, when its lock nodes can end a client's session (their kind is a
+#: SessionKind offering session control: PostgreSQL, ZooKeeper): the server ends the holder's session
+#: (the Redis and etcd kinds have no session to end).
 SESSION_EXPERIMENT = "session-kill"
 #: The workload of the card's experiments: every worker keeps contending until all are done.
 WORKLOAD = "contend"
@@ -86,6 +88,8 @@ class CardLine:
     title: str
     status: Status
     evidence: str
+    #: The history behind a battery line (read it with ``lockcompare history``), when one was written.
+    history: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +106,8 @@ class ReportCard:
     notes: tuple[str, ...] = ()
     #: The trial settings the user chose, as flags (``--retry-delay-ms 1``).
     settings: tuple[str, ...] = ()
+    #: Where the battery's checks wrote their histories (``<property>.jsonl.gz``, ``lockcompare history``).
+    battery_histories: Path | None = None
 
     @property
     def failed(self) -> tuple[CardLine, ...]:
@@ -158,12 +164,15 @@ def evaluate(
     search_dir = out.with_name(out.stem + ".explore")
     if search_budget_s > 0 and search_dir.exists():
         raise ResultsFileError(f"{search_dir} exists: choose another --out")
+    battery_dir = battery_histories_dir(out)
+    if battery_dir.exists():
+        raise ResultsFileError(f"{battery_dir} exists: choose another --out")
     with results_lock(out):  # the battery and every matrix below, one writer throughout
         return _evaluate_locked(
             backend=backend, cls=cls, out=out, against=against, time_scale=time_scale, rounds=rounds, trials=trials,
             call_timeout_s=call_timeout_s, cluster_options=cluster_options, on_property=on_property, progress=progress,
             search_budget_s=search_budget_s, search_dir=search_dir, search_progress=search_progress,
-            settings=settings, server_args=server_args, quick=quick,
+            settings=settings, server_args=server_args, quick=quick, battery_dir=battery_dir,
         )  # fmt: skip
 
 
@@ -186,10 +195,13 @@ def _evaluate_locked(
     settings: Overrides,
     server_args: tuple[str, ...],
     quick: bool,
+    battery_dir: Path,
 ) -> ReportCard:
+    sessions = ends_sessions(cls)
+    card_experiments = (*EXPERIMENTS, SESSION_EXPERIMENT) if sessions else EXPERIMENTS
     chosen = {name: overrides_for(name, settings=settings) for name in (*EXPERIMENTS, SESSION_EXPERIMENT)}
-    ttls = {name: float(chosen[name].given("ttl_ms") or get_experiment(name).ttl_ms) for name in EXPERIMENTS}
-    scales = scales_for(cls, time_scale=time_scale, ttl_ms=ttls)
+    ttls = {name: float(chosen[name].given("ttl_ms") or get_experiment(name).ttl_ms) for name in card_experiments}
+    scales = scales_for(cls, time_scale=time_scale, ttl_ms=ttls, experiments=card_experiments)
     moved = {name: scale for name, scale in scales.items() if scale != time_scale}
     backends = list(dict.fromkeys([backend, *against]))  # the backend first, no duplicates
     # One matrix per (scale, settings, backends): the backend runs each experiment at a scale it can
@@ -207,8 +219,9 @@ def _evaluate_locked(
     claims = claims_of(cls)
     if claims.issues_fencing_tokens is True:  # fencing's promise with the token checked on every access
         runs.append(([backend], ["client-pause"], scales["client-pause"], chosen["client-pause"], ("all",)))
-    if traits_of(cls).servers == POSTGRES_PROTOCOL:  # a lock held in a database session
-        runs.append(([backend], [SESSION_EXPERIMENT], time_scale, chosen[SESSION_EXPERIMENT], ("writes",)))
+    if sessions:  # its servers can end the holder's session (a SessionKind): session-kill
+        scale = scales[SESSION_EXPERIMENT]
+        runs.append(([backend], [SESSION_EXPERIMENT], scale, chosen[SESSION_EXPERIMENT], ("writes",)))
     # --quick keeps its word: an experiment moved to a larger scale runs fewer rounds there (scales.py).
     rounds_at = {
         scale: quick_rounds(rounds=rounds, asked=time_scale, scale=scale, floor=QUICK_MIN_ROUNDS) if quick else rounds
@@ -225,7 +238,7 @@ def _evaluate_locked(
         log.warning("%s", notes[0])
     battery = []
     for result in run_battery(spec=backend, call_timeout_s=call_timeout_s, redis_server=cluster_options.redis_server,
-                              lock_servers=cluster_options.lock_servers):  # fmt: skip
+                              lock_servers=cluster_options.lock_servers, history_dir=battery_dir):  # fmt: skip
         battery.append(result)
         if on_property:
             on_property(result)
@@ -242,7 +255,7 @@ def _evaluate_locked(
             resume=out.exists(),  # the later matrices add their rows to the first one's file
         )
     rows = tuple(read_results(out))
-    lines = [CardLine(title=r.prop.title, status=r.status, evidence=r.evidence) for r in battery]
+    lines = [CardLine(title=r.prop.title, status=r.status, evidence=r.evidence, history=r.history) for r in battery]
     order = token_order_violations(rows, backend=backend, results=out)
     lines += judge_experiments(rows=rows, backend=backend, claims=claims, token_order=order)
     if search_budget_s > 0:
@@ -263,7 +276,21 @@ def _evaluate_locked(
         settings=tuple(
             f"{s.flag} {cli_text(settings.given(s.name))}" for s in CLI_SETTINGS if settings.given(s.name) is not None
         ),
+        battery_histories=battery_dir if battery_dir.exists() else None,
     )
+
+
+def battery_histories_dir(out: Path) -> Path:
+    """Where a card whose results are ``out`` keeps its battery's histories: ``<out stem>.battery/``."""
+    return out.with_name(out.stem + ".battery")
+
+
+def ends_sessions(cls: type) -> bool:
+    """The backend's lock nodes can end a client's session under it (their kind is a
+    :class:`~lockcompare.infra.kinds.SessionKind` offering session control): its card runs session-kill."""
+    servers = traits_of(cls).servers
+    kind = kind_speaking(servers) if isinstance(servers, str) else None
+    return isinstance(kind, SessionKind) and not lacks(kind, Capability.SESSION_CONTROL)
 
 
 def overrides_for(experiment: str, *, settings: Overrides) -> Overrides:
@@ -277,12 +304,14 @@ def overrides_for(experiment: str, *, settings: Overrides) -> Overrides:
     return Overrides(**(values | {"ttl_ms": max(1, round(work * short.ttl_ms / short.work_ms))}))
 
 
-def scales_for(cls: type, *, time_scale: float, ttl_ms: Mapping[str, float] | None = None) -> dict[str, float]:
+def scales_for(
+    cls: type, *, time_scale: float, ttl_ms: Mapping[str, float] | None = None, experiments: Sequence[str] = EXPERIMENTS
+) -> dict[str, float]:
     """Per experiment, ``time_scale`` if the backend can express its TTL there, else the smallest
     larger scale of :data:`FALLBACK_SCALES` it can (evaluation/scales.py; a backend without
     ``check_ttl`` takes any). ``ttl_ms``: the TTLs the user chose, per experiment (lesson-scale)."""
     scales = {}
-    for name in EXPERIMENTS:
+    for name in experiments:
         ttl = (ttl_ms or {}).get(name, get_experiment(name).ttl_ms)
         found = expressible_scale(cls, ttl_ms=ttl, scales=(time_scale, *(s for s in FALLBACK_SCALES if s > time_scale)))
         if found is None:
@@ -429,9 +458,9 @@ def _fencing_verdict(
 
 
 def _session_line(t: Totals, *, claims: Claims) -> CardLine:
-    """The database ends the holder's session: a fenced design must lose nothing; a lock that *is*
+    """The server ends the holder's session: a fenced design must lose nothing; a lock that *is*
     its session (an advisory lock) does not claim to outlive it, and the evidence says what it cost."""
-    title = "the database ends the holder's session (session-kill)"
+    title = "the server ends the holder's session (session-kill)"
     if t.problems:
         return CardLine(title=title, status=Status.FAIL, evidence=_missing(SESSION_EXPERIMENT, t))
     evidence = f"{t.conflicts} conflicts in {t.entries} entries, {t.lost_updates} lost updates{t.sizes()}"

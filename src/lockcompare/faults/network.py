@@ -10,7 +10,9 @@ carry a fault or a half-reset connection from one trial into the next.
 
 A link fault acts on the links of one worker (``worker``) to the lock nodes it is given: ``slow``
 (scenario/faultkinds/slow.py) delays the replies, ``cut`` (scenario/faultkinds/cut.py) blackholes them.
-Both have ``scope = "links"``: the schedule runner hands them the trial's FaultContext. The
+Both have ``scope = "links"``: the schedule runner hands them the trial's FaultContext.
+``resource-delay`` (scenario/faultkinds/resource_delay.py) acts on one worker's link to the resource
+(Kleppmann's delayed write): the set then holds that link too, as its last "node". The
 catalogue's link experiments (scenario/experiments.py) and why they are shaped so:
 
 - ``slow-response``: ``slow nodes=all worker=0 at=acquire delay=TTL+work/2`` — the replies to
@@ -36,15 +38,19 @@ from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.proxy import ProxySet, port_of
 
 
-def start_links(*, cluster: Cluster, workers: int, name: str) -> ProxySet:
-    """A started :class:`ProxySet`: one link per worker and lock node."""
+def start_links(*, cluster: Cluster, workers: int, name: str, resource: bool = False) -> ProxySet:
+    """A started :class:`ProxySet`: one link per worker and lock node, and with ``resource`` one per
+    worker to the resource too, as the set's last "node" (:meth:`ProxySet.resource_link`)."""
     if not cluster.embedded:
-        raise ConfigError("a slow or cut step proxies the links to the lock nodes: it needs the embedded cluster")
-    links = ProxySet(
-        node_ports=[port_of(url) for url in cluster.node_urls],
-        workers=workers,
-        name=name,
-        node_urls=cluster.node_urls,
-    )
+        raise ConfigError("a link fault proxies the workers' links to the servers: it needs the embedded cluster")
+    urls = (*cluster.node_urls, cluster.resource_url) if resource else tuple(cluster.node_urls)
+    links = ProxySet(node_ports=[port_of(url) for url in urls], workers=workers, name=name, node_urls=urls)
     links.start()  # stops what it started if it fails
     return links
+
+
+def worker_urls(links: ProxySet, *, worker: int, lock_nodes: int) -> tuple[tuple[str, ...], str | None]:
+    """The URLs worker ``worker`` uses: its links to the ``lock_nodes`` lock nodes, and its link to the
+    resource (None: the set has none, the worker reaches the resource directly)."""
+    urls = links.node_urls(worker=worker)
+    return urls[:lock_nodes], (urls[lock_nodes] if len(urls) > lock_nodes else None)

@@ -140,8 +140,14 @@ def touches_servers(schedule: Schedule) -> bool:
 
 
 def needs_links(schedule: Schedule) -> bool:
-    """Whether the workers must reach the lock nodes through proxied links (a slow or cut step)."""
-    return bool(schedule.of_kind(*faultkinds.acting_on(LINKS)))
+    """Whether the workers must reach the lock nodes through proxied links (a slow or cut step), or
+    the resource (:func:`needs_resource_link`)."""
+    return bool(schedule.of_kind(*faultkinds.acting_on(LINKS))) or needs_resource_link(schedule)
+
+
+def needs_resource_link(schedule: Schedule) -> bool:
+    """Whether the workers must reach the resource through proxied links (a resource-delay step)."""
+    return bool(schedule.of_kind(*faultkinds.names_where("on_resource_link")))
 
 
 def acquire_handshake_workers(schedule: Schedule) -> set[int]:

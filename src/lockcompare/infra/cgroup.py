@@ -39,6 +39,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -360,9 +361,16 @@ def new_client_cgroup() -> ClientCgroup | None:
 
 def enter_and_run(dirs: tuple[str, ...], target: Callable[..., None], *args: object) -> None:
     """A spawned worker's first act: join its cgroup (``dirs``, empty for none), then ``target(*args)``.
-    Nothing the target starts can then be born outside it."""
+    Nothing the target starts can then be born outside it.
+
+    A cgroup already gone was removed by its run, which removes a worker's cgroup only when the run
+    is stopping: the worker has nothing to do and ends quietly (it printed a FileNotFoundError
+    traceback at an early Ctrl-C, issue 49)."""
     for directory in dirs:
-        Path(directory, "cgroup.procs").write_text(str(os.getpid()))
+        try:
+            Path(directory, "cgroup.procs").write_text(str(os.getpid()))
+        except FileNotFoundError:
+            sys.exit(1)
     target(*args)
 
 
@@ -372,14 +380,20 @@ def start_in_cgroup(*, target: Callable[..., None], args: tuple[object, ...]) ->
     before it runs ``target``, and the parent moves it right after the spawn. End it with
     :func:`release` after reaping it."""
     group = new_client_cgroup()
+    adopted: list[BaseProcess] = []
+
+    def join(proc: BaseProcess) -> None:  # before a Ctrl-C can unwind past the live worker
+        adopt(proc.pid, group)
+        adopted.append(proc)
+
     try:
-        proc = start_worker_process(target=enter_and_run, args=(dirs_of(group), target, *args))
+        return start_worker_process(target=enter_and_run, args=(dirs_of(group), target, *args), started=join)
     except BaseException:
-        if group is not None:
+        # A cgroup whose worker started is ended with it (release, or at exit): removed now, it
+        # would be gone before the worker joined it (issue 49). One without a worker goes now.
+        if group is not None and not adopted:
             group.remove()
         raise
-    adopt(proc.pid, group)
-    return proc
 
 
 def dirs_of(group: ClientCgroup | None) -> tuple[str, ...]:

@@ -140,6 +140,15 @@ class Capabilities:
     #: :class:`ReplicatingKind`) in every experiment, not only when a fault asks for replicas:
     #: Sentinel-managed Redis. Default False: nodes from ``start_nodes``.
     always_replicated: bool = False
+    #: How long a client of the kind's own libraries may take to reach another server once its own
+    #: went away, beyond any election: what a node-loss check allows a lock before it calls it
+    #: unavailable (ZooKeeper's Java client sleeps a random 0-1000 ms before each reconnect; a Redis
+    #: or etcd client reconnects at its next request: 0).
+    reconnect_ms: int = 0
+    #: How long its servers may take to serve clients again after a minority of them died, the
+    #: leader among them (an election, as the kind runs here): 0 for a kind that does not say (the
+    #: conformance battery then allows its own 3 s, an etcd election's).
+    recovery_ms: int = 0
 
 
 @runtime_checkable

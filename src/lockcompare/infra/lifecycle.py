@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import functools
 import importlib.machinery
 import multiprocessing
 import os
@@ -24,7 +25,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 
-from lockcompare.errors import Terminated
+from lockcompare import interrupts
 from lockcompare.infra.procgroup import kill_group, signal_group, sweep_group
 from lockcompare.processes import process_alive
 
@@ -34,9 +35,20 @@ _PR_SET_PDEATHSIG = 1
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
 
 
-def die_with_parent(sig: int = signal.SIGKILL) -> None:
-    """Ask the kernel to send ``sig`` (SIGKILL) to the calling process when its parent exits (Linux)."""
+def die_with_parent(sig: int = signal.SIGKILL, *, parent_pid: int | None = None) -> None:
+    """Ask the kernel to send ``sig`` (SIGKILL) to the calling process when its parent exits (Linux).
+
+    ``parent_pid``: the parent that forked us. One that died before the request (SIGKILLed while
+    the child was between fork and here) sends nothing: the child exits at once instead (seen: a
+    redis-server outlived a run SIGKILLed at 3 s on a loaded machine, issue 49)."""
     _prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def dying_with_this_process() -> Callable[[], None]:
+    """A ``preexec_fn`` for a child of this process: :func:`die_with_parent`, checked against it."""
+    return functools.partial(die_with_parent, parent_pid=os.getpid())
 
 
 #: Code that must not be unwound by an exception from a signal handler: it holds a lock it would
@@ -66,10 +78,8 @@ def _unwind(signum: int, frame: FrameType | None) -> None:
         timer.daemon = True
         timer.start()
         return
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    name = signal.Signals(signum).name
-    raise Terminated(f"terminated by {name}; servers and workers stopped", exit_code=128 + signum)
+    interrupts.note(signum)  # even if some library swallows what is raised here (issue 49)
+    raise interrupts.exception_for(signum)
 
 
 @contextlib.contextmanager
@@ -78,6 +88,7 @@ def sigterm_unwinds() -> Iterator[None]:
     SIGINT into KeyboardInterrupt for the duration (main thread only), all raised only where
     unwinding is safe (see :func:`_unwind`). Left to their defaults, SIGHUP and SIGQUIT ended a
     matrix with no message and 3-12 temporary directories behind (issue 38)."""
+    interrupts.clear()
     try:
         previous = {sig: signal.signal(sig, _unwind) for sig in UNWINDING_SIGNALS}
     except ValueError:  # not the main thread: leave the handlers alone
@@ -126,9 +137,16 @@ def _child_main(target: Callable[..., None], parent_pid: int, args: tuple[object
         raise
 
 
-def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...]) -> BaseProcess:
+def start_worker_process(
+    *,
+    target: Callable[..., None],
+    args: tuple[object, ...],
+    started: Callable[[BaseProcess], None] | None = None,
+) -> BaseProcess:
     """Start ``target(*args)`` in a spawned process born with SIGINT blocked, which then leads a
     process group of its own (stop and kill it with :mod:`lockcompare.infra.procgroup`).
+    ``started(proc)`` runs right after the spawn with signals still held back: what must be
+    recorded about a live child (its cgroup) is recorded before a Ctrl-C can unwind the caller.
 
     The mask survives fork and exec. Ctrl-C goes to the terminal's process group, which the child
     belongs to until its ``setpgid``, and a worker hit by it while still importing would print a
@@ -141,8 +159,12 @@ def start_worker_process(*, target: Callable[..., None], args: tuple[object, ...
         with _signals_deferred(), _STARTING, _cwd_that_exists():
             proc = SPAWN.Process(target=_child_main, args=(target, os.getpid(), args), daemon=True)
             proc.start()
-        if proc.pid is not None:
-            _groups_started.add(proc.pid)
+            # Inside the deferral: a signal held back during start() is delivered when it ends,
+            # and the child it then unwinds past must already be on record (issue 49).
+            if proc.pid is not None:
+                _groups_started.add(proc.pid)
+            if started is not None:
+                started(proc)
         return proc
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from lockcompare.errors import BackendNotViableError, InvalidValueError
-from lockcompare.redaction import redact
+from lockcompare.redaction import shown
 from lockcompare.urls import parse_url
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ def postgres_url(text: str) -> str:
         return address.to_url(scheme="postgresql")
     why = f" ({address.problem})" if address.problem else ""
     raise InvalidValueError(
-        f"--postgres takes a postgresql:// URL or a keyword string (host=... port=...), got {redact(text)!r}{why}"
+        f"--postgres takes a postgresql:// URL or a keyword string (host=... port=...), got {shown(text)!r}{why}"
     )
 
 

@@ -28,10 +28,10 @@ on the replica; heal: a fresh ``pg_basebackup`` of the new primary on the old pr
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 
 from lockcompare.errors import ReplicationError, ServerStartError
+from lockcompare.infra.child_run import run_child
 from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost
 from lockcompare.infra.postgres_server import SUPERUSER, PostgresServer
 from lockcompare.infra.proxy import LinkProxy, ProxyHost
@@ -72,9 +72,7 @@ class PgReplica(PostgresServer):
         cmd = [str(self.bin_dir / "pg_basebackup"), "-h", "127.0.0.1", "-p", str(self.link_port),
                "-U", SUPERUSER, "-D", str(self.data_dir), "-X", "stream", "-C", "-S", STANDBY,
                "--checkpoint=fast", "--no-sync"]  # fmt: skip
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, check=False, timeout=60, user=self._uid, group=self._gid
-        )
+        done = run_child(cmd, timeout_s=60, user=self._uid, group=self._gid)  # a signal ends it at once
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
             raise ServerStartError(f"{self.name}: pg_basebackup failed: {tail[0][:300]}")

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockcompare.errors import BackendNotViableError, ConfigError, ServerStartError
+from lockcompare.infra.child_run import run_child
 from lockcompare.infra.kinds import POSTGRES_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server
 from lockcompare.infra.pg_client import (
     PgSession,
@@ -196,9 +197,7 @@ class PostgresServer(SpawnedServer):
         cmd = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", SUPERUSER, "--auth=trust",
                "--encoding=UTF8", "--no-sync", "--no-instructions"]  # fmt: skip
         try:
-            done = subprocess.run(
-                cmd, capture_output=True, text=True, check=False, timeout=60, user=self._uid, group=self._gid
-            )
+            done = run_child(cmd, timeout_s=60, user=self._uid, group=self._gid)  # a signal ends it at once
         except PermissionError as exc:
             # As root the server runs as RUN_AS_USER, who must be able to reach the binaries: a
             # venv under a private directory (mktemp -d makes it 0700) is out of its reach.

@@ -180,6 +180,12 @@ class LinkProxy:
             raise ValueError(f"a delay cannot be negative, got {ms} ms")
         self._call("delay", ms=ms, nulls=nulls)
 
+    def delay_requests(self, *, ms: float) -> None:
+        """Hold each client byte ``ms`` before it goes to the target, in order (a request late on the
+        wire: it takes effect late, and its reply comes late with it). Bytes held when the link
+        heals still go out at their time."""
+        self._call("delay-requests", ms=ms)
+
     def blackhole(self) -> None:
         """Bytes in both directions vanish; connections stay open; new connects hang."""
         self._call("blackhole")
@@ -279,6 +285,11 @@ class ProxySet:
 
     def proxy(self, *, worker: int, node: int) -> LinkProxy:
         return self._links[(worker, node)]
+
+    def resource_link(self, *, worker: int) -> LinkProxy:
+        """Worker ``worker``'s link to the resource, in a set started with one (faults/network.py's
+        ``start_links(resource=True)`` adds it as the last "node")."""
+        return self.proxy(worker=worker, node=len(self.node_ports) - 1)
 
     def node_urls(self, *, worker: int) -> tuple[str, ...]:
         links = [self._links[(worker, n)] for n in range(len(self.node_ports))]

@@ -72,6 +72,9 @@ class _Conn:
     pending: list[bytes] = field(default_factory=list)  # client bytes before the target connected
     replies: collections.deque[tuple[float, bytes | None]] = field(default_factory=collections.deque)
     timer: asyncio.TimerHandle | None = None
+    #: Client bytes held back by a request delay (due time, bytes), in order, and their timer.
+    requests: collections.deque[tuple[float, bytes]] = field(default_factory=collections.deque)
+    request_timer: asyncio.TimerHandle | None = None
     lost_bytes: bool = False  # bytes vanished in a blackhole: reset on heal
     closed: bool = False
     #: A peer link's: the client's port, and the server it belongs to (None: not known yet).
@@ -95,12 +98,30 @@ class _Conn:
             self.rewritten += len(data)
             for old, new in self.link.rewrites:
                 data = data.replace(old, new)
+        if self.requests or self.link.request_delay_s > 0:  # behind earlier delayed requests: keep the order
+            self.requests.append((self.link.loop.time() + self.link.request_delay_s, data))
+            self._schedule_requests()
+        else:
+            self._to_server(data)
+
+    def _to_server(self, data: bytes) -> None:
         if self.cut:
             self.lost_bytes = True
         elif self.server is None or self.server.transport is None:
             self.pending.append(data)
         else:
             self.server.transport.write(data)
+
+    def _schedule_requests(self) -> None:
+        if self.request_timer is None and self.requests:
+            self.request_timer = self.link.loop.call_at(self.requests[0][0], self._drain_requests)
+
+    def _drain_requests(self) -> None:
+        self.request_timer = None
+        now = self.link.loop.time()
+        while self.requests and self.requests[0][0] <= now:
+            self._to_server(self.requests.popleft()[1])
+        self._schedule_requests()
 
     def from_server(self, data: bytes) -> None:
         delayed = self.link.delay_s > 0 and (self.link.delay_nulls or data not in _NULL_REPLIES)
@@ -165,10 +186,12 @@ class _Conn:
 
     def close(self, *, rst: bool) -> None:
         self.closed = True
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
+        for timer in (self.timer, self.request_timer):
+            if timer is not None:
+                timer.cancel()
+        self.timer = self.request_timer = None
         self.replies.clear()
+        self.requests.clear()
         for side in (self.client, self.server):
             if side is None or side.transport is None:
                 continue
@@ -191,6 +214,8 @@ class _Link:
         self.target_port = target_port
         self.delay_s = 0.0
         self.delay_nulls = True
+        #: How late each client byte reaches the target (a request delayed on the wire): 0 = at once.
+        self.request_delay_s = 0.0
         self.blackholed = False
         #: A peer link's partition: the servers (by index) whose connections to it are cut, and
         #: the servers' pids (pid -> index) that name a connection's source (infra/sockets.py).
@@ -365,8 +390,11 @@ class _Host:
             link.delay_nulls = bool(args.get("nulls", True))
         elif op == "blackhole":
             link.blackhole()
+        elif op == "delay-requests":
+            link.request_delay_s = float(args["ms"]) / 1000
         elif op == "heal":
             link.delay_s = 0.0
+            link.request_delay_s = 0.0  # requests already held back still arrive late, in order
             link.heal()
         elif op == "reset":
             link.reset()

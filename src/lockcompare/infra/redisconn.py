@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from lockcompare.errors import InvalidURLError, NodeUnreachableError
-from lockcompare.redaction import redact  # the one redaction function (others import it from here too)
+from lockcompare.redaction import redact, shown  # the one redaction function (others import it from here too)
 from lockcompare.urls import parse_url
 
 if TYPE_CHECKING:
@@ -34,20 +34,20 @@ def validate_url(url: str) -> str:
     """
     address = parse_url(url)
     if address.scheme not in _SCHEMES:
-        raise InvalidURLError(f"not a redis URL: {redact(url)!r} (expected e.g. redis://127.0.0.1:6379/0)")
+        raise InvalidURLError(f"not a redis URL: {shown(url)!r} (expected e.g. redis://127.0.0.1:6379/0)")
     if address.scheme == "unix":
         if not address.path:
-            raise InvalidURLError(f"unix URL without a socket path: {redact(url)!r}")
+            raise InvalidURLError(f"unix URL without a socket path: {shown(url)!r}")
         return url.strip()
     if address.problem == "bad port":
-        raise InvalidURLError(f"bad port in redis URL: {redact(url)!r}")
+        raise InvalidURLError(f"bad port in redis URL: {shown(url)!r}")
     if address.problem:
-        raise InvalidURLError(f"bad redis URL ({address.problem}): {redact(url)!r}")
+        raise InvalidURLError(f"bad redis URL ({address.problem}): {shown(url)!r}")
     if not address.host or address.port is None:
-        raise InvalidURLError(f"redis URL needs a host and a port: {redact(url)!r}")
+        raise InvalidURLError(f"redis URL needs a host and a port: {shown(url)!r}")
     db = address.path.lstrip("/")
     if db and not (db.isascii() and db.isdigit()):
-        raise InvalidURLError(f"bad database number in redis URL: {redact(url)!r}")
+        raise InvalidURLError(f"bad database number in redis URL: {shown(url)!r}")
     return url.strip()
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from lockcompare.errors import ServerStartError
-from lockcompare.infra.lifecycle import die_with_parent, owned_tempdir
+from lockcompare.infra.lifecycle import dying_with_this_process, owned_tempdir
 
 #: Ports this process has handed out to its servers and not released. A node that a fault took
 #: down (crashed, restarting, or a crash healed at the trial's end) keeps its port while nothing
@@ -196,7 +196,7 @@ class SpawnedServer:
         *,
         env: dict[str, str] | None = None,
         log: Path | None = None,
-        preexec_fn: Callable[[], object] = die_with_parent,
+        preexec_fn: Callable[[], object] | None = None,
         user: int | None = None,
         group: int | None = None,
     ) -> subprocess.Popen[bytes]:
@@ -214,7 +214,7 @@ class SpawnedServer:
                 start_new_session=True,  # Ctrl-C reaches lockcompare, which then stops us in order
                 # Trials run in threads, but the pre-exec function is one prctl call through a ctypes
                 # function resolved at import: the child takes no lock another thread could hold.
-                preexec_fn=preexec_fn,  # noqa: PLW1509
+                preexec_fn=preexec_fn or dying_with_this_process(),  # noqa: PLW1509
                 user=user,
                 group=group,
             )

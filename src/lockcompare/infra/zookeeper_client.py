@@ -21,6 +21,14 @@ HOW_TO_GET_KAZOO = "pip install 'lockcompare[zookeeper]' (kazoo)"
 #: The harness's sessions: long enough to outlive a slow call, far below a trial.
 ADMIN_SESSION_S = 10.0
 
+#: The shortest session a kazoo client keeps alive by itself. kazoo's connection loop waits for a
+#: reply or its next ping for a random 10-400 ms (``random.randint(1, 40) / 100``, whatever the
+#: session timeout), so a session must outlast 400 ms without a ping; the server ends it at most a
+#: tick past its timeout. Measured here (one standalone server, an idle client holding an ephemeral
+#: znode for 3 s): sessions of 150 and 300 ms expired under their live client 5 of 5 times, 400 ms
+#: 0 of 6, 500 ms 0 of 5. 500 leaves a 100 ms margin for a loaded machine.
+KAZOO_MIN_SESSION_MS = 500
+
 #: kazoo logs every dropped connection at WARNING; without a handler Python prints them all.
 logging.getLogger("kazoo").addHandler(logging.NullHandler())
 

@@ -41,7 +41,7 @@ from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError,
 from lockcompare.infra.kinds import ZOOKEEPER_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server
 from lockcompare.infra.peerlinks import PeerLinks
 from lockcompare.infra.spawned import SpawnedServer, free_port
-from lockcompare.redaction import redact
+from lockcompare.redaction import shown as quoted
 from lockcompare.urls import parse_url
 
 if TYPE_CHECKING:
@@ -58,6 +58,20 @@ MIN_SESSION_MS = 2 * TICK_MS
 MAX_SESSION_MS = 120_000
 #: Sessions are checked for expiry once per tick: a session ends up to one tick after its timeout.
 EXPIRY_LAG_MS = TICK_MS
+
+#: The longest a ZooKeeper client waits before it reconnects to another server (the Java client's random
+#: 0-1000 ms): a 0.5 s connect budget made "survives the loss of a minority" fail for every ZooKeeper
+#: lock while its leader-crash trials kept granting (issue 48.3).
+RECONNECT_MS = 1000
+
+#: How long an ensemble may take to serve again after its leader died (with or without a follower).
+#: Measured from the committed leader-crash trials of the five ZooKeeper backends (50 trials of
+#: results/reproduction.csv and consensus.csv, three servers): the first grant after the crash came
+#: 0.3-14.1 s later, mostly ~6.5 s or ~12 s; a five-server ensemble losing its leader and a follower
+#: had a new leader after 5.6 and 11.5 s, and the conformance battery's curator-mutex granted again
+#: 17.4 s after losing two of five (a loaded machine). (Rounds of about 5 s look like ZooKeeper's
+#: default election connect timeout, cnxTimeout, spent on the dead peer: not measured further.)
+RECOVERY_MS = 20_000
 
 #: Where lockcompare keeps its znodes: every lock is ``/lockcompare/<key>``; nothing outside is touched.
 CHROOT = "/lockcompare"
@@ -110,7 +124,7 @@ def zookeeper_urls(hosts: str) -> tuple[str, ...]:
     urls = []
     for part in (p.strip() for p in hosts.split(",")):
         address = parse_url("zk://" + part.removeprefix("zk://"))  # never raises (issue 38)
-        shown = redact("zk://" + part.removeprefix("zk://")).removeprefix("zk://")
+        shown = quoted("zk://" + part.removeprefix("zk://")).removeprefix("zk://")
         if address.has_userinfo or any(c in part for c in "@\uff20\ufe6b"):
             raise InvalidValueError(f"--zookeeper takes HOST:PORT,... without a user or password, got {shown!r}")
         if address.problem or address.port is None or address.path.strip("/") or address.query:
@@ -378,6 +392,10 @@ class ZooKeeperKind:
             # A standalone server (restarted in place by the server restart), else an ensemble of three
             # (faults/zookeeper.py's rule: a leader crash, a partition that leaves the holder in the minority).
             lock_nodes=LockNodes(default=1, under_faults=3, restart_in_place=True),
+            # ZooKeeper's Java client (Curator's too) waits a random 0-1000 ms before it reconnects
+            # (ClientCnxn.startConnect); kazoo backs off from 100 ms, doubling, with jitter.
+            reconnect_ms=RECONNECT_MS,
+            recovery_ms=RECOVERY_MS,
         )
     )
 

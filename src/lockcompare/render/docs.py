@@ -26,7 +26,8 @@ The statistic is one of ``mean:COLUMN`` (one decimal, as the tables round), ``su
 timings the rows ran, grouped: :func:`scales`), ``span:wall_s``
 (each run's wall time from its first trial's ``started_at`` to its last trial's end, summed over the
 runs that wrote the rows — a resumed file's parts, not the gap between them: "32 min 11 s"),
-or ``rows`` (how many rows match).
+``violations`` (the violation rate with its exact 95% interval, "2/5 40% [5.3–85.3%]",
+analysis/rates.py) or ``rows`` (how many rows match).
 
 A history excerpt is rendered the same way, by the trial's id in a CSV and a time window (ms
 after the trial's first event), optionally only some kinds of step, so a story told from a history
@@ -42,6 +43,13 @@ whole, as a code block, so a count a script printed is the committed file's and 
     <!-- output: results/derived/reproduction-skipped.txt -->
     ...the file's text, fenced...
     <!-- /output -->
+
+Who survives what, in words, is rendered from a results file by lock family × fault family
+(render/docs_words.py; the families are declared once in render/families.py)::
+
+    <!-- words: results/reproduction.csv -->
+    ...the table, how to read a cell, and which backends and experiments form each family...
+    <!-- /words -->
 
 ``python -m lockcompare.render.docs --check FILE...`` renders without writing and exits 1 naming
 every block whose text differs from a fresh rendering (`.ci/run` runs it), and every number in the
@@ -70,13 +78,13 @@ from lockcompare.render.table import render
 #: The figures (render/docs_values.py) and the prose check (render/docs_prose.py) live in modules of
 #: their own; their names stay importable from here.
 __all__ = [
-    "ALLOWED", "BLOCK", "VALUE", "duration", "fault_kinds_table", "main", "plain_table", "prose_numbers",
+    "ALLOWED", "BLOCK", "VALUE", "WORDS", "duration", "fault_kinds_table", "main", "plain_table", "prose_numbers",
     "rendered_blocks", "scales", "selected", "stale_blocks", "statistic", "wall_span",
 ]  # fmt: skip
 
 #: A value block: CSV, filters, statistic; the body is the rendered number.
 VALUE = re.compile(
-    r"(<!-- value: (?P<csv>\S+)(?P<filters>(?: \w+=\S+)*) (?P<stat>rows|scales|\w+:\w+) -->)"
+    r"(<!-- value: (?P<csv>\S+)(?P<filters>(?: \w+=\S+)*) (?P<stat>rows|scales|violations|\w+:\w+) -->)"
     r"(?P<body>[^<]*)(<!-- /value -->)"
 )
 
@@ -91,6 +99,9 @@ EXCERPT = re.compile(
     re.DOTALL,
 )
 
+
+#: A words block: who survives what, lock family × fault family, from one results file.
+WORDS = re.compile(r"(<!-- words: (?P<csv>\S+) -->\n)(?P<body>.*?)(<!-- /words -->)", re.DOTALL)
 
 #: An output block: a committed text file (a script's printed table), quoted whole.
 OUTPUT = re.compile(r"(<!-- output: (?P<path>\S+) -->\n)(?P<body>.*?)(<!-- /output -->)", re.DOTALL)
@@ -151,14 +162,14 @@ def stale_blocks(markdown: str, *, base: Path) -> list[str]:
 
 
 def malformed_markers(markdown: str) -> list[str]:
-    """Opening markers (value, table, excerpt, output) that no block pattern reads, e.g. a doubled space.
+    """Opening markers (value, table, excerpt, output, words) that no block pattern reads, e.g. a doubled space.
 
     >>> malformed_markers("a <!-- value: r.csv  rows -->3<!-- /value --> b <!-- value: r.csv rows -->3<!-- /value -->")
     ['line 1: malformed value marker <!-- value: r.csv  rows -->']
     """
-    read = {m.start() for pattern in (VALUE, BLOCK, EXCERPT, OUTPUT) for m in pattern.finditer(markdown)}
+    read = {m.start() for pattern in (VALUE, BLOCK, EXCERPT, OUTPUT, WORDS) for m in pattern.finditer(markdown)}
     found = []
-    for marker in re.finditer(r"<!-- (value|table|excerpt|output): [^>]*-->", markdown):
+    for marker in re.finditer(r"<!-- (value|table|excerpt|output|words): [^>]*-->", markdown):
         if marker.start() not in read:
             line = markdown.count("\n", 0, marker.start()) + 1
             found.append(f"line {line}: malformed {marker[1]} marker {marker[0]}")
@@ -202,6 +213,12 @@ def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
         fresh = f"{match.group(1)}```\n{text.rstrip(chr(10))}\n```\n{match.group(4)}"
         return note(match, fresh, f"output {match['path']}")
 
+    def words(match: re.Match[str]) -> str:
+        from lockcompare.render.docs_words import words_block
+
+        fresh = f"{match.group(1)}{words_block(rows_of(match['csv']))}{match.group(4)}"
+        return note(match, fresh, f"words {match['csv']}")
+
     def kinds(match: re.Match[str]) -> str:
         return note(match, f"{match.group(1)}{fault_kinds_table()}{match.group(3)}", "fault kinds table")
 
@@ -215,6 +232,7 @@ def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
     markdown = VALUE.sub(value, markdown)
     markdown = BLOCK.sub(fill, markdown)
     markdown = OUTPUT.sub(output, markdown)
+    markdown = WORDS.sub(words, markdown)
     return EXCERPT.sub(excerpt, markdown)
 
 

@@ -19,7 +19,7 @@ ALLOWED: tuple[tuple[str, str], ...] = (
         "the lab's size and a run's shape: 2 workers, 40 rounds, 5 nodes, 5 trials",
     ),
     (
-        r"\b(?:TTL|lease|paused?|work|timeouts?|delay|jumps?|think time|margin|offset|every|of every)"
+        r"\b(?:TTL|lease|paused?|work|timeouts?|delay|jumps?|think time|margin|offset|every|of every|default)"
         r"\s(?:of |is |= |> |< )?(?:about )?\d+(?:\.\d+)?(?: ?(?:ms|s)\b)?",
         "a setting named before its value: TTL 1000 ms, work 300, a pause of 1200 ms",
     ),
@@ -70,7 +70,7 @@ _ALLOWED = [re.compile(pattern, re.MULTILINE) for pattern, _ in ALLOWED]
 _NOT_PROSE = re.compile(
     "|".join(
         (
-            r"<!-- (value|table|excerpt|output): .*?<!-- /\1 -->",  # a rendered block
+            r"<!-- (value|table|excerpt|output|words): .*?<!-- /\1 -->",  # a rendered block
             r"<!-- faultkinds -->.*?<!-- /faultkinds -->",
             r"<!-- verdicts -->.*?<!-- /verdicts -->",
             r"^```.*?^```[^\n]*$",  # a fenced code block

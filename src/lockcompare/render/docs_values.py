@@ -42,9 +42,15 @@ def statistic(rows: list[dict[str, Any]], stat: str) -> str:
     ('20', '19.5 ±0.6')
     >>> statistic([{"source_revision": "48dd125c2ec597053ffc65f77282d71f7b366cb3"}] * 2, "one:source_revision")
     '48dd125'
+    >>> statistic([{"verdict": "lost-updates"}, {"verdict": "exclusive"}, {"verdict": "unknown"}], "violations")
+    '1/2 50% [1.3–98.7%]'
     """
     if stat == "rows":
         return str(len(rows))
+    if stat == "violations":  # the violation rate with its exact interval, as the tables give it
+        from lockcompare.analysis.rates import violation_rate
+
+        return violation_rate(rows).text()
     if stat == "scales":
         return scales(rows)
     op, _, column = stat.partition(":")

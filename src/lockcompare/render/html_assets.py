@@ -18,11 +18,22 @@ table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #ddd;padding
 vertical-align:top}th{background:#f2f2f2}table.sortable th{cursor:pointer;user-select:none}
 table.sortable th[aria-sort=ascending]::after{content:" \\25B2"}
 table.sortable th[aria-sort=descending]::after{content:" \\25BC"}
-table.grid td.cell{width:104px;height:58px;text-align:center;vertical-align:middle;font-size:11px;padding:0}
+table.grid td.cell{width:104px;min-width:104px;height:58px;text-align:center;vertical-align:middle;
+font-size:11px;padding:0}
 table.grid td.cell a{display:block;color:#111;text-decoration:none;padding:4px 2px}
 table.grid td.cell a:hover{outline:2px solid #111}
 table.grid td.marked{box-shadow:inset 0 0 0 3px #54278f}table.grid td.empty{color:#969696;font-size:11px}
-table.grid th.col{font-size:11px;font-weight:normal;max-width:104px}
+table.grid th.col{font-size:11px;font-weight:normal;max-width:104px;min-width:104px}
+.gridbox{overflow:auto;max-height:85vh;border:1px solid #ddd;margin:.4em 0}.gridbox table.grid{margin:0}
+table.grid thead th{position:sticky;top:0;z-index:2}table.grid th.rowhead{position:sticky;left:0;z-index:1;
+background:#f2f2f2;white-space:nowrap;vertical-align:middle}table.grid th.corner{left:0;z-index:3}
+details.verdicts{font-size:12px;margin:.2em 0 .6em}details.verdicts dl{display:grid;
+grid-template-columns:max-content auto;gap:2px 1em;margin:.4em 0}details.verdicts dd{margin:0}
+abbr.verdict{text-decoration:none;cursor:help}
+.caption{background:#fff7ec;border-left:4px solid #d94801;padding:.5em .8em;margin:.6em 0}
+.caption .rule{font-family:monospace;font-size:.92em;color:#7f2704;text-decoration:none;cursor:help}
+.caption p{margin:.3em 0}
+td{overflow-wrap:break-word}
 .verdict{display:inline-block;padding:1px 8px;border-radius:3px;font-weight:bold}
 .legend .key{display:inline-block;margin-right:1em;font-size:12px}
 .legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:middle;border:1px solid #999}

@@ -22,43 +22,44 @@ one; a folder of that name that no rendering wrote is refused.
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Sequence
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from lockcompare.analysis.cells import Cell, group_cells, setting_text, slug
+from lockcompare.analysis.cells import Cell, group_cells, setting_text
 from lockcompare.analysis.rates import DAMAGE_NOTE, RATE_NOTE, damage_rate, violation_rate
 from lockcompare.analysis.reproduce import matrix_command, settings_key
-from lockcompare.analysis.results import METRIC_COLUMNS, PROVENANCE_COLUMNS, TIMING_COLUMNS, history_file
+from lockcompare.analysis.results import PROVENANCE_COLUMNS
 from lockcompare.analysis.sentinel import is_marked
-from lockcompare.errors import LockcompareError, RenderError
+from lockcompare.analysis.verdicts import MEANINGS, VERDICTS, VIOLATIONS
+from lockcompare.errors import RenderError
 from lockcompare.render import table
-from lockcompare.render.glance import EMPTY, OTHER_STYLE, VERDICT_STYLE, glance_grid
+from lockcompare.render.glance import EMPTY, VERDICT_STYLE, glance_grid
 from lockcompare.render.html_assets import key_values, page, table_html
-from lockcompare.render.svg_timeline import legend_html, render_svg, story_window
-from lockcompare.render.timeline import load_history, render_timeline
+from lockcompare.render.html_trial import (
+    Story,
+    badge,
+    best_finding,
+    cell_page_name,
+    read_story,
+    rule_label,
+    rule_of_row,
+    trial_page,
+    trial_page_name,
+)
 from lockcompare.scenario.settings import SETTING_COLUMNS
 
 HTML_DIR = "html"
 #: Marks a folder this module wrote (a later rendering replaces only such a folder).
 MARKER = ".lockcompare-html"
-#: A trial page shows at most this many history lines (the window's); the rest: `lockcompare history`.
-EXCERPT_LINES = 160
-_PROVENANCE_SHOWN = ("run_id", "started_at", *PROVENANCE_COLUMNS, "history")
-
-
-def verdict_colour(verdict: str) -> str:
-    return VERDICT_STYLE.get(verdict, OTHER_STYLE)[0]
-
-
-def trial_page_name(row: dict[str, Any]) -> str:
-    return f"{slug(str(row['trial_id']))}.html"
-
-
-def cell_page_name(cell: Cell) -> str:
-    return f"{cell.name}.html"
+#: Why the report cannot say more about a backend that has no row (said beside its name).
+ABSENT_WHY = (
+    "registered here, no row in the file: the run did not ask for it or could not run it, which the CSV "
+    "does not record; `lockcompare backends` says which cannot run on this machine and why"
+)
 
 
 def grid_key(cell: Cell) -> tuple[str, str]:
@@ -69,7 +70,7 @@ def grid_key(cell: Cell) -> tuple[str, str]:
     return ", ".join([cell.backend, *checks]), ", ".join([cell.experiment, *others])
 
 
-def write_html_report(*, rows: Sequence[dict[str, Any]], results: Path, out: Path) -> Path:
+def write_html_report(*, rows: Sequence[dict[str, Any]], results: Path, out: Path, absent: Sequence[str] = ()) -> Path:
     """Write the pages into the folder ``out`` (see the module docstring) and return ``out``: a
     folder, so render/report.py lists it in its manifest as one name (its index is ``index.html``)."""
     if not rows:
@@ -83,12 +84,15 @@ def write_html_report(*, rows: Sequence[dict[str, Any]], results: Path, out: Pat
     (part / "trials").mkdir()
     cells = group_cells(rows)
     for cell in cells:
-        (part / "cells" / cell_page_name(cell)).write_text(_cell_page(cell), encoding="utf-8")
+        stories = {str(row["trial_id"]): read_story(row, results=results) for row in cell.rows}  # one cell's at a time
+        (part / "cells" / cell_page_name(cell)).write_text(_cell_page(cell, stories=stories), encoding="utf-8")
         for i, row in enumerate(cell.rows):
             neighbours = (cell.rows[i - 1] if i else None, cell.rows[i + 1] if i + 1 < len(cell.rows) else None)
-            text = _trial_page(row, cell=cell, results=results, neighbours=neighbours)
+            story = stories[str(row["trial_id"])]
+            text = trial_page(row, cell=cell, results=results, story=story, neighbours=neighbours)
             (part / "trials" / trial_page_name(row)).write_text(text, encoding="utf-8")
-    (part / "index.html").write_text(_index_page(rows, cells=cells, results=results), encoding="utf-8")
+    index = _index_page(rows, cells=cells, results=results, absent=absent)
+    (part / "index.html").write_text(index, encoding="utf-8")
     (part / MARKER).write_text("written by lockcompare report\n", encoding="utf-8")
     if out.exists():
         old = out.with_name(out.name + ".old")
@@ -106,7 +110,9 @@ def write_html_report(*, rows: Sequence[dict[str, Any]], results: Path, out: Pat
 # index
 
 
-def _index_page(rows: Sequence[dict[str, Any]], *, cells: Sequence[Cell], results: Path) -> str:
+def _index_page(
+    rows: Sequence[dict[str, Any]], *, cells: Sequence[Cell], results: Path, absent: Sequence[str] = ()
+) -> str:
     runs = sorted({str(r["run_id"]) for r in rows})
     headers, lines = table.summarize(rows, wide=True)
     body = [
@@ -117,9 +123,10 @@ def _index_page(rows: Sequence[dict[str, Any]], *, cells: Sequence[Cell], result
         '<h2 id="grid">Who survives what</h2>',
         '<p class="note">The worst verdict per cell (as in glance.png), its violation rate (violations / observed '
         "trials [exact 95% interval]) and lost updates summed over its trials. "
-        "Click a cell for its trials; each trial has its timeline.</p>",
-        _grid(rows, cells=cells),
+        "Click a cell for its trials; each trial has its timeline. Hover a verdict for what it means.</p>",
         _verdict_legend(),
+        _grid(rows, cells=cells),
+        _absent(absent, results=results),
         '<h2 id="summary">Summary</h2>',
         '<p class="note">Click a column to sort. Conflicts: entries that found another worker inside, counted at '
         "the resource. Lost updates: increments the final balance does not contain.</p>",
@@ -148,7 +155,8 @@ def _grid(rows: Sequence[dict[str, Any]], *, cells: Sequence[Cell]) -> str:
     grid = glance_grid(rows)
     by_key = {grid_key(cell): cell for cell in cells}
     head = "".join(f'<th class="col">{escape(c)}</th>' for c in grid.columns)
-    out = [f'<table class="grid"><thead><tr><th></th>{head}</tr></thead><tbody>']
+    # the grid scrolls inside its own box, its headers stuck to the box's edges (33 rows × 20 columns)
+    out = [f'<div class="gridbox"><table class="grid"><thead><tr><th class="corner"></th>{head}</tr></thead><tbody>']
     for row_label in grid.rows:
         tds = []
         for column in grid.columns:
@@ -159,22 +167,74 @@ def _grid(rows: Sequence[dict[str, Any]], *, cells: Sequence[Cell]) -> str:
                 continue
             label = "<br>".join(escape(line) for line in shown.label.splitlines())
             marked = " marked" if shown.marked else ""
+            tip = (
+                f"{cell.title}: {shown.verdict}: {MEANINGS.get(shown.verdict, 'a verdict this version does not know')}"
+            )
             tds.append(
                 f'<td class="cell{marked}" data-verdict="{escape(shown.verdict)}" style="background:{shown.colour}">'
-                f'<a href="cells/{escape(cell_page_name(cell))}" title="{escape(cell.title)}">{label}</a></td>'
+                f'<a href="cells/{escape(cell_page_name(cell))}" title="{escape(tip)}">{label}</a></td>'
             )
-        out.append(f"<tr><th>{escape(row_label)}</th>{''.join(tds)}</tr>")
-    out.append("</tbody></table>")
+        out.append(f'<tr><th class="rowhead">{escape(row_label)}</th>{"".join(tds)}</tr>')
+    out.append("</tbody></table></div>")
     return "\n".join(out)
 
 
 def _verdict_legend() -> str:
+    """The key to the grid's colours, above it: each verdict's word, defined on hover, and the
+    definitions themselves one click away."""
     items = "".join(
-        f'<span class="key"><i style="background:{colour}"></i>{escape(word)}</span>'
-        for colour, word in VERDICT_STYLE.values()
+        f'<span class="key" title="{escape(MEANINGS[name])}"><i style="background:{colour}"></i>{escape(word)}</span>'
+        for name, (colour, word) in VERDICT_STYLE.items()
     )
-    marked = '<span class="key"><i style="background:#fff;border:3px solid #54278f"></i>timing-marked</span>'
-    return f'<p class="legend">{items}{marked}</p>'
+    marked = (
+        '<span class="key" title="a stall of the machine ate at least half the experiment\'s timing margin">'
+        '<i style="background:#fff;border:3px solid #54278f"></i>timing-marked</span>'
+    )
+    return f'<p class="legend">{items}{marked}</p>\n{verdict_definitions()}'
+
+
+def verdict_definitions() -> str:
+    """Every verdict with its meaning (analysis/verdicts.py), folded: the words the pages use, defined."""
+    items = "".join(f"<dt>{badge(v.name)}</dt><dd>{escape(v.meaning)}</dd>" for v in VERDICTS)
+    return f'<details class="verdicts"><summary>What the verdicts mean</summary><dl>{items}</dl></details>'
+
+
+def _absent(absent: Sequence[str], *, results: Path) -> str:
+    if not absent:
+        return ""
+    names = ", ".join(f"<code>{escape(name)}</code>" for name in absent)
+    return f'<p class="note">Not in {escape(results.name)}: {names} ({escape(ABSENT_WHY)}).</p>'
+
+
+#: A provenance cell names at most this many distinct texts; numbers are given as their range.
+PROVENANCE_VALUES_SHOWN = 8
+
+
+def provenance_value(values: Sequence[object]) -> str:
+    """A run's values of one provenance column in one cell: the one value, the range of numbers
+    (``0.4–7.9``: ~100 load averages are one range, and sort as numbers), or the distinct texts,
+    at most :data:`PROVENANCE_VALUES_SHOWN` and how many more.
+
+    >>> provenance_value([1, 12, 3, 2]), provenance_value(["a", "b", "a"]), provenance_value(list("abcdefghij"))
+    ('1–12', 'a, b', 'a, b, c, d, e, f, g, h and 2 more')
+    """
+    present = [v for v in values if v not in (None, "") and not (isinstance(v, float) and math.isnan(v))]
+    try:
+        numbers = sorted({float(v) for v in present})  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        texts = sorted({setting_text(v) for v in present})
+        shown = ", ".join(texts[:PROVENANCE_VALUES_SHOWN])
+        return shown + (
+            f" and {len(texts) - PROVENANCE_VALUES_SHOWN} more" if len(texts) > PROVENANCE_VALUES_SHOWN else ""
+        )
+    if not numbers:
+        return ""
+    lo, hi = setting_text(_plain(numbers[0])), setting_text(_plain(numbers[-1]))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def _plain(number: float) -> float | int:
+    return int(number) if number.is_integer() else number
 
 
 def _provenance(rows: Sequence[dict[str, Any]]) -> str:
@@ -185,9 +245,7 @@ def _provenance(rows: Sequence[dict[str, Any]]) -> str:
     lines = []
     for run, group in sorted(by_run.items(), key=lambda item: min(str(r["started_at"]) for r in item[1])):
         started = sorted(str(r["started_at"]) for r in group)
-        values = [
-            ", ".join(sorted({setting_text(r.get(c)) for r in group if r.get(c) not in (None, "")})) for c in present
-        ]
+        values = [provenance_value([r.get(c) for r in group]) for c in present]
         lines.append([run, str(len(group)), f"{started[0]} – {started[-1]}", *values])
     return table_html(["run_id", "trials", "started_at", *present], lines)
 
@@ -208,7 +266,28 @@ def _rates(cell: Cell) -> str:
     return text + "."
 
 
-def _cell_page(cell: Cell) -> str:
+def _mechanism(cell: Cell, *, stories: dict[str, Story]) -> str:
+    """What broke the cell's trials, in words, and the trial that shows it best (with a link)."""
+    violating = [r for r in cell.rows if str(r["verdict"]) in VIOLATIONS]
+    if not violating:
+        return ""
+    rules: dict[str, int] = {}
+    for row in violating:
+        story = stories.get(str(row["trial_id"]))
+        found = story.findings if story is not None else []
+        for rule in dict.fromkeys([f.rule for f in found] or [rule_of_row(row) or str(row["verdict"])]):
+            rules[rule] = rules.get(rule, 0) + 1
+    counted = ", ".join(f"{rule} ({n})" for rule, n in sorted(rules.items(), key=lambda item: -item[1]))
+    text = [f"<p>What broke, rule by rule (trials), in its {len(violating)} violating trial(s): {escape(counted)}.</p>"]
+    best = best_finding(violating, stories)
+    if best is not None:
+        row, finding = best
+        link = f'<a href="../trials/{escape(trial_page_name(row))}">{escape(str(row["trial_id"]))}</a>'
+        text.append(f"<p>Shown best by {link}: {rule_label(finding.rule)} {escape(finding.text)}</p>")
+    return '<div class="caption">' + "".join(text) + "</div>"
+
+
+def _cell_page(cell: Cell, *, stories: dict[str, Story]) -> str:
     lines = []
     for row in cell.rows:
         link = f'<a href="../trials/{escape(trial_page_name(row))}">{escape(str(row["trial_id"]))}</a>'
@@ -216,7 +295,7 @@ def _cell_page(cell: Cell) -> str:
             [
                 escape(str(row["trial"])),
                 link,
-                _badge(str(row["verdict"])),
+                badge(str(row["verdict"])),
                 f"{row['conflicts']}/{row['entries']}",
                 escape(str(row["lost_updates"])),
                 escape(f"{row.get('stale_writes_accepted')}/{row.get('stale_writes_rejected')}"),
@@ -238,6 +317,7 @@ def _cell_page(cell: Cell) -> str:
         f"<h1>{escape(cell.title)}</h1>",
         f'<p class="note">{len(cell.rows)} trial(s). Click a trial for its timeline; click a column to sort.</p>',
         f'<p class="rate">{escape(_rates(cell))}</p>',
+        _mechanism(cell, stories=stories),
         table_html(headers, lines, raw=True),
         "<h2>Reproduce</h2>",
         "<p class=\"note\">From the CSV's folder; times are given at the lesson's scale with the same "
@@ -250,92 +330,3 @@ def _cell_page(cell: Cell) -> str:
         key_values(settings),
     ]
     return page(title=cell.title, body="\n".join(body))
-
-
-def _badge(verdict: str) -> str:
-    return f'<span class="verdict" style="background:{verdict_colour(verdict)}">{escape(verdict)}</span>'
-
-
-# ---------------------------------------------------------------------------------------------
-# a trial
-
-
-def _trial_page(
-    row: dict[str, Any], *, cell: Cell, results: Path, neighbours: tuple[dict[str, Any] | None, ...]
-) -> str:
-    trial_id = str(row["trial_id"])
-    nav = [f'<a href="../index.html">index</a> › <a href="../cells/{escape(cell_page_name(cell))}">'
-           f"{escape(cell.title)}</a>"]  # fmt: skip
-    for word, other in zip(("previous", "next"), neighbours, strict=True):
-        if other is not None:
-            nav.append(f'<a href="{escape(trial_page_name(other))}">{word} trial</a>')
-    facts = (
-        f"{row['conflicts']} conflict(s) in {row['entries']} entries, {row['lost_updates']} lost update(s), "
-        f"stale writes {row.get('stale_writes_accepted')} accepted / {row.get('stale_writes_rejected')} rejected, "
-        f"{row.get('writes_rejected')} write(s) rejected; {row.get('wall_s')} s"
-    )
-    problem = str(row.get("problem") or "")
-    marked = (
-        " Timing-marked: a stall ate the experiment's margin (its numbers are the machine's as much as the lock's)."
-    )
-    body = [
-        f"<nav>{' · '.join(nav)}</nav>",
-        f"<h1>{escape(trial_id)}</h1>",
-        f"<p>{_badge(str(row['verdict']))} {escape(facts)}</p>",
-        f'<p class="note">{escape(problem)}{escape(marked) if is_marked(row) else ""}</p>'
-        if problem or is_marked(row)
-        else "",
-        "<h2>Timeline</h2>",
-        _timeline(row, results=results),
-        "<h2>Reproduce</h2>",
-        '<p class="note">From the CSV\'s folder: the first reruns this very trial (its settings and seed), the second '
-        "its cell.</p>",
-        f'<pre class="cmd">{escape(_rerun_command(row, results=results))}\n{escape(matrix_command([row]))}</pre>',
-        '<div class="cols"><div><h2>Settings</h2>',
-        key_values([(c, setting_text(row.get(c))) for c in SETTING_COLUMNS if c in row]),
-        "</div><div><h2>Metrics</h2>",
-        key_values([(c, setting_text(row.get(c))) for c in (*METRIC_COLUMNS, *TIMING_COLUMNS, "wall_s") if c in row]),
-        "</div><div><h2>Provenance</h2>",
-        key_values([(c, setting_text(row.get(c))) for c in _PROVENANCE_SHOWN if c in row]),
-        "</div></div>",
-    ]
-    return page(title=trial_id, body="\n".join(part for part in body if part))
-
-
-def _rerun_command(row: dict[str, Any], *, results: Path) -> str:
-    return f"lockcompare run --from {results.name}:{row['trial_id']}"
-
-
-def _timeline(row: dict[str, Any], *, results: Path) -> str:
-    source = history_file(row, results=results)
-    if source is None:
-        return '<p class="note">The history path leaves the results\' folder: not read.</p>'
-    if not source.is_file():
-        return f'<p class="note">The history file {escape(str(row.get("history")))} is missing: no timeline.</p>'
-    try:
-        history = load_history(source)
-    except LockcompareError as exc:
-        return f'<p class="note">The history cannot be read: {escape(str(exc))}</p>'
-    if not history:
-        return '<p class="note">The history is empty: no timeline.</p>'
-    window = story_window(history)
-    ttl = row.get("ttl_ms")
-    ttl_ms = float(ttl) if isinstance(ttl, int | float) else None
-    excerpt = render_timeline(history, from_ms=window.from_ms, to_ms=window.to_ms).splitlines()
-    cut = len(excerpt) - EXCERPT_LINES
-    if cut > 0:
-        excerpt = [*excerpt[:EXCERPT_LINES], f"... {cut} more line(s) in this window"]
-    redraw = f"lockcompare history {row.get('history')} --from-ms {window.from_ms:.0f} --to-ms {window.to_ms:.0f}"
-    return "\n".join(
-        [
-            f'<p class="note">{window.from_ms:.0f}–{window.to_ms:.0f} ms shown ({escape(window.why)}); '
-            + (f"TTL {ttl_ms:g} ms." if ttl_ms is not None else "TTL unknown: the key on the nodes is not drawn.")
-            + " Hover a mark for its numbers.</p>",
-            f'<div class="svgbox">{render_svg(history, ttl_ms=ttl_ms, window=window)}</div>',
-            legend_html(),
-            "<h3>History excerpt</h3>",
-            f'<p class="note">The steps in the window above; all of them, from the CSV\'s folder: '
-            f"<code>{escape(redraw)}</code></p>",
-            f'<pre class="history">{escape(chr(10).join(excerpt))}</pre>',
-        ]
-    )

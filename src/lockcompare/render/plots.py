@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from lockcompare import interrupts
 from lockcompare.analysis import incidents
 from lockcompare.analysis.cells import Cell, group_cells, slug
 from lockcompare.analysis.history import Event
@@ -82,7 +83,9 @@ def require_matplotlib() -> Any:
         from matplotlib.figure import Figure
         from matplotlib.patches import Patch
     except ImportError:
+        interrupts.raise_if_received()  # an import cut by Ctrl-C or SIGTERM is not a missing one
         raise PlotDependencyError(INSTALL_HINT) from None
+    interrupts.raise_if_received()  # a signal matplotlib's import code caught and swallowed (issue 49)
     return SimpleNamespace(Figure=Figure, FigureCanvasAgg=FigureCanvasAgg, Patch=Patch)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +24,10 @@ from lockcompare.analysis.reproduce import matrix_command, settings_key
 from lockcompare.analysis.results import PROVENANCE_COLUMNS as ROW_PROVENANCE
 from lockcompare.analysis.results import history_file, latest_rows, read_results
 from lockcompare.analysis.sentinel import is_marked
-from lockcompare.errors import LockcompareError, RenderError
+from lockcompare.errors import LockcompareError, PlotDependencyError, RenderError
 from lockcompare.render import table
 from lockcompare.render.glance import GLANCE_PNG, plot_glance
-from lockcompare.render.html_report import HTML_DIR, write_html_report
+from lockcompare.render.html_report import ABSENT_WHY, HTML_DIR, write_html_report
 from lockcompare.render.plots import matrix_png_name, plot_matrix, plot_timeline, require_matplotlib
 from lockcompare.render.staging import staged_folder
 from lockcompare.render.table import markdown_text
@@ -53,8 +53,19 @@ def timeline_png_name(cell: Cell) -> str:
     return f"timeline-{cell.name}.png"
 
 
-def write_report(*, results: Path, out: Path) -> list[Path]:
+def write_report(
+    *,
+    results: Path,
+    out: Path,
+    say: Callable[[str], None] | None = None,
+    registered: Sequence[str] = (),
+) -> list[Path]:
     """Write ``out/README.md`` and its PNGs; return their paths (the Markdown first).
+
+    Without matplotlib (the ``plot`` extra) the Markdown and the HTML are written all the same
+    (the HTML's timelines are SVG) and ``say`` is told, in one line, that the PNGs were skipped.
+    ``registered``: the backends known where the report is rendered; those with no row in the file
+    are named in the report and to ``say`` (the CSV does not record why a run left one out).
 
     Everything is rendered into a new folder beside ``out`` and put in its place whole (see
     render/staging.py): a Ctrl-C or SIGTERM leaves the previous report or none, never PNGs
@@ -65,31 +76,55 @@ def write_report(*, results: Path, out: Path) -> list[Path]:
     rows = latest_rows(read_results(results))  # one row per trial, as the table counts them
     if not rows:
         raise RenderError(f"{results}: no trials to report")
-    require_matplotlib()  # before anything is written: a missing extra leaves no half-made report
+    try:
+        require_matplotlib()  # asked once, before anything is written
+        plots = True
+    except PlotDependencyError as exc:
+        plots = False
+        if say is not None:
+            say(f"PNGs skipped ({exc}); the Markdown and the HTML report (SVG timelines) are written")
+    absent = absent_backends(rows, registered=registered)
+    if absent and say is not None:
+        say(f"not in {results.name}: {', '.join(absent)} ({ABSENT_WHY})")
     owned = _owned(out)
     _refuse_foreign(out, owned=owned, names=_planned_names(rows))
     with staged_folder(out, ours=owned | {MANIFEST_NAME}) as into:
-        written = _render_into(into, rows=rows, results=results, out=out)
+        written = _render_into(into, rows=rows, results=results, out=out, plots=plots, absent=absent)
         keep = {p.name for p in written}
         (into / MANIFEST_NAME).write_text("".join(f"{name}\n" for name in sorted(keep)), encoding="utf-8")
     return [out / p.name for p in written]
 
 
-def _render_into(into: Path, *, rows: Sequence[dict[str, Any]], results: Path, out: Path) -> list[Path]:
+#: Said where a picture would be, when the PNGs were skipped.
+NO_PICTURE = "(No picture: the PNGs need matplotlib, `pip install 'lockcompare[plot]'`; html/index.html has them.)"
+
+
+def absent_backends(rows: Sequence[dict[str, Any]], *, registered: Sequence[str]) -> list[str]:
+    """The registered backends that have no row in ``rows``, in the order given."""
+    present = {str(r["backend"]) for r in rows}
+    return [name for name in registered if name not in present]
+
+
+def _render_into(
+    into: Path, *, rows: Sequence[dict[str, Any]], results: Path, out: Path, plots: bool, absent: Sequence[str]
+) -> list[Path]:
     """Render the report's files into the folder ``into``, its links computed from ``out`` (where
-    they will be read); the Markdown first."""
-    pngs = [plot_glance(rows, out=into / GLANCE_PNG), *plot_matrix(rows, out=into)]
+    they will be read); the Markdown first. ``plots`` False: no PNG (matplotlib is missing)."""
+    pngs = [plot_glance(rows, out=into / GLANCE_PNG), *plot_matrix(rows, out=into)] if plots else []
     cells = group_cells(rows)
     timelines: dict[str, str] = {}  # cell name -> its Markdown paragraph
     for cell in cells:
-        text, png = _timeline_section(cell, results=results, out=out, into=into)
+        text, png = _timeline_section(cell, results=results, out=out, into=into, plots=plots)
         timelines[cell.name] = text
         if png is not None:
             pngs.append(png)
-    markdown = render_markdown(rows=rows, cells=cells, results=results, out=out, matrix_pngs=pngs, timelines=timelines)
+    markdown = render_markdown(
+        rows=rows, cells=cells, results=results, out=out, pngs=pngs, timelines=timelines, absent=absent
+    )
     report = into / REPORT_NAME
     report.write_text(markdown, encoding="utf-8")
-    return [report, *pngs, write_html_report(rows=rows, results=results, out=into / HTML_DIR)]
+    html = write_html_report(rows=rows, results=results, out=into / HTML_DIR, absent=absent)
+    return [report, *pngs, html]
 
 
 def _owned(out: Path) -> set[str]:
@@ -163,7 +198,9 @@ def _first_lost(cell: Cell) -> dict[str, Any] | None:
     return next((r for r in cell.rows if r["lost_updates"] > 0 and r["verdict"] != "unknown"), None)
 
 
-def _timeline_section(cell: Cell, *, results: Path, out: Path, into: Path) -> tuple[str, Path | None]:
+def _timeline_section(
+    cell: Cell, *, results: Path, out: Path, into: Path, plots: bool = True
+) -> tuple[str, Path | None]:
     row = _first_lost(cell)
     if row is None:
         return "", None
@@ -185,6 +222,8 @@ def _timeline_section(cell: Cell, *, results: Path, out: Path, into: Path) -> tu
         return f"{facts}\n\n(The history cannot be read: {exc}.)", None
     if not history:
         return f"{facts}\n\n(The history is empty, so there is no picture.)", None
+    if not plots:
+        return f"{facts}\n\n{NO_PICTURE}", None
     png = plot_timeline(
         history,
         out=into / timeline_png_name(cell),
@@ -202,8 +241,9 @@ def render_markdown(
     cells: Sequence[Cell],
     results: Path,
     out: Path,
-    matrix_pngs: Sequence[Path],
+    pngs: Sequence[Path],
     timelines: dict[str, str],
+    absent: Sequence[str] = (),
 ) -> str:
     runs = sorted({r["run_id"] for r in rows})
     started = sorted(r["started_at"] for r in rows)
@@ -214,13 +254,13 @@ def render_markdown(
         f"beside it; render it again from the CSV's folder with "
         f"`lockcompare report {results.name} --out {_rel(out, results.parent)}`.",
         "## Who survives what",
-        f"![who survives what]({GLANCE_PNG})",
+        f"![who survives what]({GLANCE_PNG})" if any(p.name == GLANCE_PNG for p in pngs) else NO_PICTURE,
         "## Summary",
         "Conflicts: critical-section entries that found another worker inside, counted at the resource. "
         "Lost updates: increments the workers made that the final balance does not contain.",
         table.render(rows, fmt="github", wide=True),
         "## Conflicts and lost updates",
-        *(f"![{p.stem}]({p.name})" for p in matrix_pngs if p.name.startswith("matrix-")),
+        *([f"![{p.stem}]({p.name})" for p in pngs if p.name.startswith("matrix-")] or [NO_PICTURE]),
         "## The first lost update, per cell",
         "Each picture is one real trial: a lane per worker with its lease as the worker believes it, "
         "where the key really expires on the lock nodes, its critical sections, pauses, reads and "
@@ -234,6 +274,8 @@ def render_markdown(
             quiet.append(f"{markdown_text(cell_title(cell))} ({_trials(len(cell.rows))})")
     if quiet:
         parts.append("No trial lost an update in: " + "; ".join(quiet) + ".")
+    if absent:
+        parts += ["## Backends not in this file", f"{', '.join(f'`{name}`' for name in absent)}: {ABSENT_WHY}."]
     parts += [
         "## Parameters",
         "As stored in the CSV: times in ms, already multiplied by `time_scale`.",

@@ -172,6 +172,8 @@ def _rounds(
             else:
                 tip = f"round {e['round']}: lease with no deadline, {t1:.1f} ms to its release{fence}"
                 out.append(_rect("lease", x, y + 6, w, 9, "url(#hatch)", tip, f' stroke="{LEASE}"'))
+            if e.get("fence") is not None:  # the token in sight: a token that went back shows on the page
+                out.append(f'<text class="fence" x="{x + 2}" y="{y + 4}" font-size="9">token {e["fence"]}</text>')
         attempt = e.get("t_attempt")
         if ttl_ms is None or attempt is None or e.get("no_ttl"):
             continue

@@ -36,6 +36,7 @@ from lockcompare.analysis.rates import DAMAGE_NOTE, RATE_NOTE, damage_rate, dama
 from lockcompare.analysis.results import latest_rows
 from lockcompare.analysis.sentinel import MARK_SHARE, is_marked
 from lockcompare.analysis.stats import mean_ci
+from lockcompare.analysis.verdicts import VIOLATIONS
 from lockcompare.errors import UnknownNameError
 
 FORMATS = ("github", "simple", "latex", "csv")
@@ -107,6 +108,32 @@ def marked_cells(rows: Sequence[dict[str, Any]]) -> list[tuple[str, int, int]]:
         for (backend, experiment), group in groups.items()
         if any(is_marked(r) for r in group)
     ]
+
+
+#: How many violating trials a run's closing lines name one by one; the rest are counted.
+VIOLATIONS_SHOWN = 10
+
+
+def violation_lines(rows: Sequence[dict[str, Any]], *, limit: int = VIOLATIONS_SHOWN) -> list[str]:
+    """The closing lines naming the trials with a safety violation (analysis/verdicts.py
+    ``violation``), one a line with its verdict, worst first then in file order, at most ``limit``
+    and then "and N more"; no line at all when no trial has one.
+
+    >>> verdicts = ["exclusive", "lease-violated", "lost-updates"]
+    >>> rows = [{"trial_id": f"t{i}", "verdict": v} for i, v in enumerate(verdicts)]
+    >>> violation_lines(rows, limit=1)
+    ['safety violations in 2 trial(s) (trial id, verdict):', '  t2  lost-updates', '  and 1 more']
+    """
+    order = {name: rank for rank, name in enumerate(VIOLATIONS)}
+    found = [r for r in latest_rows(list(rows)) if r.get("verdict") in order]
+    if not found:
+        return []
+    found.sort(key=lambda r: order[r["verdict"]])  # stable: file order within a verdict
+    lines = [f"safety violations in {len(found)} trial(s) (trial id, verdict):"]
+    lines += [f"  {r['trial_id']}  {r['verdict']}" for r in found[:limit]]
+    if len(found) > limit:
+        lines.append(f"  and {len(found) - limit} more")
+    return lines
 
 
 def revisions_of(group: Sequence[dict[str, Any]]) -> list[str]:

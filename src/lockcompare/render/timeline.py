@@ -19,8 +19,9 @@ from lockcompare.render.table import format_table
 
 #: The fields worth showing per kind of step, in order.
 _DETAILS = {
-    # ``errors``: the refusal details this worker met here for the first time (runner/worker.py).
-    "acquire": ("ok", "attempts", "fence", "granted_by", "server", "refusals", "errors"),
+    # ``errors``: the refusal details this worker met here for the first time (runner/worker.py);
+    # ``ttl_ms``: a battery check's.
+    "acquire": ("ok", "attempts", "fence", "granted_by", "server", "refusals", "errors", "ttl_ms"),
     "pause": ("how", "point"),
     "enter": ("inside",),
     "read": ("balance", "fence"),
@@ -40,6 +41,7 @@ _DETAILS = {
     "renew": ("ok", "reason"),
     "gave-up": ("rounds_skipped",),
     "escaped": ("target_worker", "helper"),  # a helper process outside its worker's group (runner, worker -1)
+    "check": ("property", "title", "status", "evidence"),  # a battery check opening and closing (worker -1)
 }
 
 
@@ -92,16 +94,17 @@ STEP_KINDS = tuple(_DETAILS)
 def render_timeline(
     events: list[Event], *, from_ms: float = 0, to_ms: float | None = None, kinds: set[str] | None = None
 ) -> str:
-    """One line per step from ``from_ms`` to ``to_ms`` (times from the first event of the whole
-    history, whatever is shown); only steps of ``kinds`` when given."""
+    """One line per step that overlaps ``from_ms``..``to_ms`` (times from the first event of the
+    whole history, whatever is shown); only steps of ``kinds`` when given. Overlap, not start: an
+    acquire that waited from before the window and was granted inside it is a step of the window."""
     if not events:
         return "(empty history)"
     origin = min(e["t0"] for e in events)
     owners = worker_of_owner(events)
     lines = []
     for event in sorted(events, key=lambda e: e["t0"]):
-        start_ms = (event["t0"] - origin) / 1e6
-        if start_ms < from_ms or (to_ms is not None and start_ms > to_ms):
+        start_ms, end_ms = (event["t0"] - origin) / 1e6, (event["t1"] - origin) / 1e6
+        if end_ms < from_ms or (to_ms is not None and start_ms > to_ms):
             continue
         if kinds is not None and event["kind"] not in kinds:
             continue

@@ -20,16 +20,17 @@ row, named in one warning line: ``--resume`` runs them.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lockcompare.errors import ConfigError, WriteError
+from lockcompare.errors import ConfigError, SchedulerLostError, WriteError
 from lockcompare.redaction import redact
 from lockcompare.runner.host_batch import HostBatch, HostRow, run_batch
 
@@ -119,6 +120,8 @@ def run_on_dask(
         try:
             host_rows: list[HostRow] = future.result()
         except Exception as exc:  # noqa: BLE001  (KilledWorker, a lost connection, the batch's own failure)
+            if _scheduler_lost(client, exc):  # no host's fault, and every other batch is lost with it
+                raise SchedulerLost(written) from None
             ids = [spec.trial_id for spec in batch.specs]
             log.warning("a batch of %d trial(s) failed on its host (%s): no row written; --resume runs them",
                         len(ids), str(exc).splitlines()[0] if str(exc) else type(exc).__name__)  # fmt: skip
@@ -147,6 +150,54 @@ def run_on_dask(
             if on_row is not None:
                 on_row(by_id[trial_id], row, written)
     return DaskOutcome(rows=written, failed=tuple(failed), rerun=tuple(rerun), hosts=tuple(sorted(hosts)))
+
+
+class SchedulerLost(Exception):
+    """The scheduler went away after ``written`` rows came back (turned into one line by
+    :func:`run_matrix_on_dask`, which knows the address and the file)."""
+
+    def __init__(self, written: int) -> None:
+        super().__init__(f"{written} row(s) written")
+        self.written = written
+
+
+def _scheduler_lost(client: Any, exc: BaseException) -> bool:
+    """Whether a batch failed because the client lost its scheduler (Dask cancels every pending
+    future "for reason: scheduler-connection-lost"), not because of its host or itself."""
+    return "scheduler-connection-lost" in str(exc) or getattr(client, "status", "running") not in (
+        "running",
+        "newly-created",
+    )
+
+
+@contextlib.contextmanager
+def _dask_says_nothing() -> Iterator[None]:
+    """Dask's own log records off for the run: a lost scheduler printed a 25-line traceback of the
+    client's reconnection (issue 49); what matters is said in lockcompare's lines. Dask's loggers
+    carry levels of their own and propagate to handlers whatever their parents' levels: the
+    records are dropped at every handler they could reach."""
+    with contextlib.suppress(ImportError):  # Dask sets up its loggers and handlers when imported
+        import distributed  # noqa: F401
+    loggers = [
+        logging.getLogger(),
+        *(
+            logger
+            for name, logger in logging.root.manager.loggerDict.items()
+            if name.startswith("distributed") and isinstance(logger, logging.Logger)
+        ),
+    ]
+    handlers = {id(h): h for logger in loggers for h in logger.handlers}.values()  # fmt: skip
+    for handler in handlers:
+        handler.addFilter(_not_dask)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(_not_dask)
+
+
+def _not_dask(record: logging.LogRecord) -> bool:
+    return not record.name.startswith("distributed")
 
 
 def _write_history(path: Path, data: bytes) -> None:
@@ -192,20 +243,29 @@ def run_matrix_on_dask(
         else:
             writer.append(row)
 
-    client = connect(address)
-    try:
+    with _dask_says_nothing():
+        client = connect(address)
+        try:
 
-        def shown(spec: TrialSpec, row: dict[str, Any], done: int) -> None:
-            if progress is not None:
-                progress(spec, result_of_row(spec, row), done, len(todo))
+            def shown(spec: TrialSpec, row: dict[str, Any], done: int) -> None:
+                if progress is not None:
+                    progress(spec, result_of_row(spec, row), done, len(todo))
 
-        outcome = run_on_dask(
-            batches_of(todo, cluster_options=cluster_options, jobs=jobs, fresh_workers=fresh_workers),
-            client=client, histories=claim_history_dir(out), out_parent=out.parent, run_id=new_run_id(),
-            append=append, on_row=shown, rerun_ids=reruns,
-        )  # fmt: skip
-    finally:
-        client.close()
+            outcome = run_on_dask(
+                batches_of(todo, cluster_options=cluster_options, jobs=jobs, fresh_workers=fresh_workers),
+                client=client, histories=claim_history_dir(out), out_parent=out.parent, run_id=new_run_id(),
+                append=append, on_row=shown, rerun_ids=reruns,
+            )  # fmt: skip
+        except SchedulerLost as lost:
+            left = len(todo) - lost.written
+            raise SchedulerLostError(
+                f"--dask {redact(address)}: the Dask scheduler went away; {lost.written} of {len(todo)} trial(s) "
+                f"came back and are in {out}, the other {left} never ran here. Start a scheduler and its workers, "
+                f"then run the same command with --resume (and --dask at the new scheduler's address): "
+                f"`lockcompare matrix ... --out {out} --resume`"
+            ) from None
+        finally:
+            client.close()
     return MatrixReport(
         out=out, trials_run=outcome.rows, trials_skipped=skipped, trial_ids=trial_ids, jobs=jobs, jobs_used=jobs,
         unknown=tuple((t, "its batch failed on its host: no row (--resume runs it)") for t in outcome.failed),

@@ -12,6 +12,7 @@ one writer of the results file and the histories.
 from __future__ import annotations
 
 import functools
+import os
 import pickle
 import signal
 import subprocess
@@ -59,7 +60,9 @@ def run_batch(batch: HostBatch) -> list[HostRow]:
     from lockcompare.analysis.results import read_results
     from lockcompare.infra.lifecycle import die_with_parent
 
-    with tempfile.TemporaryDirectory(prefix="lockcompare-batch-") as scratch:
+    # Named as lifecycle names what a process owns: a worker killed mid-batch (its scheduler gone,
+    # issue 49) leaves it behind, and the next lockcompare command on this host removes it.
+    with tempfile.TemporaryDirectory(prefix=f"lockcompare-p{os.getpid()}-batch-") as scratch:
         out = Path(scratch) / "batch.csv"
         child = subprocess.run(
             [sys.executable, "-m", "lockcompare.runner.host_batch", str(out)],

@@ -23,7 +23,7 @@ from lockcompare.infra.kinds import (
     kind_speaking,
     registered,
 )
-from lockcompare.redaction import redact
+from lockcompare.redaction import shown
 
 FLAG = "--lock-servers"
 
@@ -143,10 +143,10 @@ def _kind_and_urls(text: str) -> tuple[ServerKind, list[str]]:
     name, sep, rest = text.partition("=")
     name = name.strip()
     kinds = registered()
-    if not sep or not name:
-        raise InvalidValueError(f"{FLAG} takes KIND=URL[,URL...] (KIND: {', '.join(kinds)}), got {redact(text)!r}")
+    if not sep or not name or "://" in name:  # a URL with no KIND= (a "=" in its password is no KIND)
+        raise InvalidValueError(f"{FLAG} takes KIND=URL[,URL...] (KIND: {', '.join(kinds)}), got {shown(text)!r}")
     if name not in kinds:
-        raise InvalidValueError(f"{FLAG}: unknown server kind {name!r} (known: {', '.join(kinds)})")
+        raise InvalidValueError(f"{FLAG}: unknown server kind {shown(name)!r} (known: {', '.join(kinds)})")
     kind = kinds[name]
     urls = [part.strip() for part in rest.split(",") if part.strip()]
     if not urls:
@@ -161,7 +161,7 @@ def _check_owned(kind: ServerKind, url: str, *, flag: str) -> None:
         return
     owners = [other.name for other in registered().values() if other.owns(url)]
     whose = f": a {owners[0]} server's URL" if owners else ""
-    raise InvalidValueError(f"{flag}: {redact(url)!r} is not a {kind.name} server's URL{whose}")
+    raise InvalidValueError(f"{flag}: {shown(url)!r} is not a {kind.name} server's URL{whose}")
 
 
 def _completed(kind: ServerKind, texts: Sequence[str], *, flag: str) -> tuple[str, ...]:

@@ -18,22 +18,33 @@ log = logging.getLogger("lockcompare")
 
 def history_dir(out: Path) -> Path:
     """Histories live beside the results file: ``results/x.csv`` → ``results/x.histories/``, unless
-    that folder is another results file's: then ``results/x.csv.histories/``.
+    another results file may keep its histories there: then ``results/x.csv.histories/``.
 
-    ``--out x.csv`` and then ``--out x.tsv`` in one folder shared ``x.histories/``, and with the
-    same settings and seed (the same trial ids) the second run silently replaced the first run's
-    histories under its rows (issue 38). A file's rows say which folder is its own; a new file takes
-    the shared name only when no other file of its stem lies beside it (a results file, or the lock
-    of one being written). The answer is the same on every call, so ``--resume`` finds it again.
+    ``--out x.csv`` and then ``--out x.tsv`` in one folder shared ``x.histories/`` (issue 38), and
+    so did ``--out x`` and ``--out x.csv`` (issue 49): with the same settings and seed (the same
+    trial ids) the second run silently replaced the first run's histories under its rows. A file's
+    rows say which folder is its own; a new file takes the first of ``<stem>.histories`` and
+    ``<name>.histories`` that no other results file beside it may use (the one its rows name, or
+    either of its two while it has none, or while a run holds its lock). A file with no suffix has
+    one name only (``x`` → ``x.histories``): when another file holds it, the file is refused
+    (:class:`OutputPathError`: choose another ``--out``). The answer is the same on every call, so
+    ``--resume`` finds it again.
     """
     shared = out.with_name(out.stem + ".histories")
     own = out.with_name(out.name + ".histories")
     written = _head(out)
-    if f"{own.name}/".encode() in written:
-        return own
-    if f"{shared.name}/".encode() in written:
-        return shared
-    return own if _others_of_the_stem(out) else shared
+    for folder in (own, shared):
+        if f"{folder.name}/".encode() in written:
+            return folder
+    taken = _folders_of_others(out)
+    for folder in (shared, own):
+        if folder.name not in taken:
+            return folder
+    holders = ", ".join(sorted(taken[shared.name] | taken[own.name]))
+    raise OutputPathError(
+        f"--out {out}: its histories would go in {own.name}/, where {holders} beside it may keep its own: "
+        "choose another --out (a name with a suffix of its own, e.g. .csv)"
+    )
 
 
 def claim_history_dir(out: Path) -> Path:
@@ -52,16 +63,34 @@ def _head(path: Path) -> bytes:
         return b""
 
 
-def _others_of_the_stem(out: Path) -> bool:
-    """Whether another results file named ``<stem>.*`` lies beside ``out`` (x.csv beside x.tsv), or
-    the lock of one a run is writing (x.csv.lock): its rows may point into the shared folder. A log
-    or a picture of the same stem (x.log, x.png) is no results file."""
+def _folders_of_others(out: Path) -> dict[str, set[str]]:
+    """The histories folders other results files beside ``out`` may use, each with the files that
+    may: only those that could collide with ``out``'s two (``x``, ``x.*`` for ``x.csv`` or ``x``;
+    ``x.csv.*`` for ``x.csv``). A file being written (its ``.lock``) counts before its first row; a
+    log or a picture of the same stem (x.log, x.png) is no results file. In doubt (the folder cannot
+    be listed), every candidate is taken."""
+    own_files = {out.name, out.name + ".lock", out.name + ".part", f"{out.stem}.superseded{out.suffix}"}
+    taken: dict[str, set[str]] = {}
     try:
-        siblings = [p for p in out.parent.glob(f"{_glob_escape(out.stem)}.*") if not p.name.startswith(out.name)]
-        return any(p.name.endswith(".lock") or _head(p)[:64].lstrip(b"\xef\xbb\xbf").startswith(b"schema_version")
-                   for p in siblings if not p.is_dir())  # fmt: skip
+        paths = [out.with_name(out.stem), *out.parent.glob(f"{_glob_escape(out.stem)}.*")]
+        names = set()
+        for path in paths:
+            if path.name in own_files or path.is_dir() or not path.exists():
+                continue
+            if path.name.endswith(".lock"):
+                names.add(path.name.removesuffix(".lock"))
+            elif _head(path)[:64].lstrip(b"\xef\xbb\xbf").startswith(b"schema_version"):
+                names.add(path.name)
     except OSError:
-        return True
+        return {f"{out.stem}.histories": {"(unreadable folder)"}, f"{out.name}.histories": {"(unreadable folder)"}}
+    for name in names - {out.name}:
+        other = out.with_name(name)
+        candidates = [other.with_name(other.stem + ".histories").name, other.name + ".histories"]
+        head = _head(other)
+        named = [c for c in candidates if f"{c}/".encode() in head]
+        for folder in named or candidates:
+            taken.setdefault(folder, set()).add(name)
+    return taken
 
 
 def _glob_escape(text: str) -> str:
@@ -114,8 +143,10 @@ def _check_revisions(out: Path, rows: list[dict[str, Any]], *, allow_mixed_revis
     others = sorted({str(r.get("source_revision") or "") for r in rows} - {running})
     if not others:
         return
-    held = ", ".join(rev[:12] or "unknown" for rev in others)
-    this = running[:12] or "of an unknown revision"
+    # Whole: a [:12] cut "+dirty" and the refusal read "holds trials of revision X; this code is X"
+    # (issue 49).
+    held = ", ".join(rev or "unknown" for rev in others)
+    this = running or "of an unknown revision"
     if allow_mixed_revisions is None:
         raise ResultsFileError(
             f"{out} holds trials of revision {held}; this code is {this}: resuming would mix two "

@@ -131,7 +131,7 @@ def plan_matrix(
             trial=k,
             overrides=cell,
             node_count=node_count,
-            resource_check=check_for(cls, fence=cell.fence),
+            resource_check=check_for(cls, fence=cell.given("fence") or experiment.fence or cell.fence),
             supports_wait_replicas=traits_of(cls).supports_wait_replicas,
             lock_servers=traits_of(cls).servers,
             backend_resource_kind=traits_of(cls).resource_kind,
@@ -210,6 +210,10 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
     """Why a backend cannot run the trial ("" when it can): a TTL it cannot express (its optional
     ``check_ttl``, e.g. etcd's whole-second leases), a fault its kind of lock server cannot take, or
     a fault step that can never reach its lock (faults/targets.py: never_resolves)."""
+    if get_experiment(spec.experiment).rests_on_renewal and traits_of(cls).has_ttl and not traits_of(cls).renews:
+        # Work outlasts the TTL: without a watchdog every lease lapses on its own, and the cell would
+        # measure the missing renewal, not the experiment's fault (issue 51).
+        return "its work outlasts the TTL and the lock does not renew its lease (no renews, no renewal hooks)"
     servers = traits_of(cls).servers
     server_kind = server_for(servers, choice=spec.server)
     schedule = spec.schedule.written  # parsed once with the spec (lesson-scale: only kinds and targets are read)
@@ -217,6 +221,8 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
         missing = lacks(server_kind, FAULT_NEEDS[kind]) if kind in FAULT_NEEDS else ""
         if missing:
             return missing
+        if faultkinds.KINDS[kind].on_resource_link and spec.resource_kind != REDIS_PROTOCOL:
+            return f"{kind} acts on the link to a Redis resource, not to a {spec.resource_kind} one"
         only = faultkinds.KINDS[kind].acts_on_checks  # lost-reply: the increments only
         if only and spec.resource_check.value not in only:
             return f"{kind} acts on {', '.join(only)} critical sections only, not on {spec.resource_check.value}"

@@ -89,7 +89,12 @@ def run_trial(
     load_backend(spec.backend)  # fail here, once, rather than in every worker
     schedule = parse_schedule(spec.faults)
     links = (
-        network.start_links(cluster=cluster, workers=spec.workers, name=f"links-{spec.trial_id}")
+        network.start_links(
+            cluster=cluster,
+            workers=spec.workers,
+            name=f"links-{spec.trial_id}",
+            resource=plan.needs_resource_link(schedule),
+        )
         if plan.needs_links(schedule)
         else None
     )
@@ -101,6 +106,18 @@ def run_trial(
     finally:
         if links is not None:
             links.stop()
+
+
+def _lock_urls(links: ProxySet, worker: int, cluster: Cluster) -> tuple[str, ...]:
+    return network.worker_urls(links, worker=worker, lock_nodes=len(cluster.node_urls))[0]
+
+
+def _resource_url(links: ProxySet | None, worker: int, cluster: Cluster) -> str:
+    """Where the worker reaches the resource: through its link when a step acts on that link."""
+    if links is None:
+        return cluster.resource_url
+    proxied = network.worker_urls(links, worker=worker, lock_nodes=len(cluster.node_urls))[1]
+    return proxied or cluster.resource_url
 
 
 def _run_trial(
@@ -129,8 +146,8 @@ def _run_trial(
             backend=spec.backend,
             backend_config=config
             if links is None
-            else replace(config, node_urls=session_urls(links.node_urls(worker=w), spec=spec)),
-            resource_url=cluster.resource_url,
+            else replace(config, node_urls=session_urls(_lock_urls(links, w, cluster), spec=spec)),
+            resource_url=_resource_url(links, w, cluster),
             resource_prefix=prefix,
             lock_key=f"{prefix}:lock",
             rounds=spec.rounds,

@@ -31,6 +31,16 @@ RENEWING_LOCKS = (
     "single-renew", "redis-lock-renew", "redis-lock-renew-checked", "node-sesame-using",
     "node-sesame-using-checked", "node-semaphore-mutex", "node-semaphore-redlock",
 )  # fmt: skip
+#: Renewing locks by what their client does with a lease it may have lost: checks it before the write
+#: (skips a stale write), or writes anyway (the lesson's client; fenced ones leave it to the resource).
+CHECKING_RENEWING_LOCKS = (
+    "single-renew", "redis-lock-renew-checked", "node-sesame-using-checked", "node-semaphore-mutex",
+    "node-semaphore-redlock", "zk-lock-checked", "curator-mutex-checked",
+)  # fmt: skip
+TRUSTING_RENEWING_LOCKS = ("redis-lock-renew", "node-sesame-using", "etcd", "etcd-go-mutex", "zk-lock", "curator-mutex")
+FENCED_RENEWING_LOCKS = ("etcd-fenced", "etcd-go-fenced", "zk-fenced")
+#: The locks on etcd: Python's (etcdctl lock's recipe) and Go's clientv3 concurrency.Mutex, each bare and fenced.
+ETCD_LOCKS = ("etcd", "etcd-fenced", "etcd-go-mutex", "etcd-go-fenced")
 #: Designs that take no lock at all.
 LOCK_FREE = ("none", "atomic", "optimistic")
 
@@ -61,6 +71,8 @@ RULES = {
     "conflict-share-between": "the mean of conflicts / entries within [value, value + 0.3]",
     "all-but-first-conflict": "every trial: conflicts >= entries - value",
     "no-progress-loss": "every trial: verdict degraded or unavailable (it stopped granting, it did not conflict)",
+    "lock-broken": "every trial: verdict lost-updates, conflicts, conflicts-no-damage or lease-violated (the lock "
+    "broke its promise, whatever the resource saved)",
     "fewer-lost-than": "mean lost updates at most value x the mean of backend `than`",
     "exclusive-mostly": "at least value of the trials exclusive, the others lost at most 1 update each",
 }
@@ -117,6 +129,40 @@ EXPECTATIONS: tuple[Expect, ...] = (
     # renewal-pause
     Expect(experiment="renewal-pause", backends=RENEWING_LOCKS, rule="conflicts",
            says="renewal does not survive sigstop (the watchdog freezes too)"),
+    # renewal-cut
+    Expect(experiment="renewal-cut",
+           backends=(*CHECKING_RENEWING_LOCKS, *TRUSTING_RENEWING_LOCKS, *FENCED_RENEWING_LOCKS),
+           rule="conflicts", says="its lease lapses while it works and a rival is granted (conflicts)"),
+    Expect(experiment="renewal-cut", backends=CHECKING_RENEWING_LOCKS, rule="no-lost-updates",
+           says="a lock that checks its lease before the write skips it (no loss)"),
+    Expect(experiment="renewal-cut", backends=TRUSTING_RENEWING_LOCKS, rule="lost-updates",
+           says="the others lose updates"),
+    # antirez's token check (--fence token) under Kleppmann's two scenarios
+    Expect(experiment="client-pause-token", backends=("single", "redlock"), rule="conflicts",
+           says="the second worker gets in"),
+    Expect(experiment="client-pause-token", backends=("single", "redlock", "fenced"), rule="no-lost-updates",
+           says="neither colliding write is lost"),
+    Expect(experiment="partition-clock-jump-token", backends=("single", "redlock"), rule="conflicts",
+           says="both workers hold a majority at once (conflicts)"),
+    Expect(experiment="partition-clock-jump-token", backends=("single", "redlock", "fenced"),
+           rule="no-lost-updates", says="no update is lost"),
+    # leader faults under renewing work
+    Expect(experiment="leader-freeze-renewing", backends=ETCD_LOCKS, rule="lock-broken",
+           says="the lease lapses under its live holder and a rival is granted"),
+    Expect(experiment="leader-isolated-renewing", backends=ETCD_LOCKS, rule="lock-broken",
+           says="the lease lapses under its live holder and a rival is granted"),
+    # clock drift as a rate
+    Expect(experiment="clock-drift-covered", backends=("single", "redlock", "pottery"), rule="no-conflicts",
+           says="the drift allowance covers a 1 % fast clock: 0 conflicts"),
+    Expect(experiment="clock-drift", backends=("single", "redlock", "pottery"), rule="conflicts",
+           says="a rival is granted while the holder works under a lease it was told is valid"),
+    # Kleppmann's delayed write
+    Expect(experiment="delayed-write", backends=("single", "redlock"), rule="lost-updates",
+           says="the late write lands over its successor's: single and redlock lose updates"),
+    Expect(experiment="delayed-write", backends=("fenced",), rule="fewer-lost-than", value=0.5, than="single",
+           says="fenced refuses the late writes (checked on the write only, some still lost)"),
+    Expect(experiment="delayed-write", backends=("single-renew",), rule="no-conflicts",
+           says="a renewing lock keeps its lease while the holder waits for the write's reply"),
     # session-kill
     Expect(experiment="session-kill", backends=("pg-advisory",), rule="conflicts",
            says="pg-advisory releases the lock under a holder that still runs"),

@@ -40,6 +40,11 @@ class Experiment:
     acquire_timeout_ms: float | None = None
     #: Whether --fault-nodes K says how many nodes the fault hits (False: the experiment fixes them).
     takes_fault_nodes: bool = True
+    #: Work longer than the TTL, so its claim is about a renewing lock's watchdog: a backend that does
+    #: not renew loses every lease to its own TTL, fault or not, and the plan leaves it out.
+    rests_on_renewal: bool = False
+    #: What the resource checks for a fencing backend when ``--fence`` is not given (None: the table's).
+    fence: str | None = None
 
     @property
     def kinds(self) -> frozenset[str]:
@@ -133,6 +138,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="renewal-pause",
+            rests_on_renewal=True,
             work_ms=3000,
             pause_ms=1500,
             rounds=5,
@@ -151,6 +157,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         ),
         Experiment(
             name="cpu-starvation",
+            rests_on_renewal=True,
             work_ms=3000,
             rounds=5,
             takes_fault_nodes=False,
@@ -158,6 +165,83 @@ EXPERIMENTS: dict[str, Experiment] = {
             claim="work 3000 > TTL 1000 with a renewing lock; the holder's process is stopped 1350 ms of every "
             "1500 (SIGSTOP/SIGCONT strobe) while it works: its watchdog renews only when the process runs, "
             "and the key expires in the stopped stretches",
+        ),
+        # The cut-off renewing holder (issue 51): a lock service cannot tell a paused holder from one
+        # cut off from it. The holder keeps working (and can still reach the resource) while its
+        # renewals stop reaching every lock node; 2 x TTL outlasts its lease.
+        Experiment(
+            name="renewal-cut",
+            work_ms=3000,
+            rounds=5,
+            takes_fault_nodes=False,
+            rests_on_renewal=True,
+            faults="cut nodes=all worker=holder after-acquire=500 every for={jump_ms}",
+            claim="work 3000 > TTL 1000 with a renewing lock; 500 ms into each of worker 0's leases the holder is "
+            "cut off from "
+            "every lock node (not from the resource) for 2 x TTL: its renewals fail, its lease lapses while it "
+            "works and a rival is granted (conflicts); a lock that checks its lease before the write skips it "
+            "(no loss); the others lose updates, fenced ones with the token checked on the write only too (the "
+            "cut holder writes before its successor's first write raised the mark); --fence all loses none",
+        ),
+        # Antirez's answer to Kleppmann ("Is Redlock safe?"): the resource compares-and-sets on the lease's
+        # random token, no fencing counter needed. The same faults as client-pause and partition-clock-jump.
+        Experiment(
+            name="client-pause-token",
+            pause_ms=1200,
+            fence="token",
+            claim="client-pause with antirez's token check (--fence token: the resource compares-and-sets on the "
+            "lease's random token): the second worker gets in, but neither colliding write is lost: the "
+            "resource refuses the write whose token is no longer the one it holds",
+        ),
+        Experiment(
+            name="partition-clock-jump-token",
+            acquire_timeout_ms=2000,
+            takes_fault_nodes=False,
+            fence="token",
+            faults="cut nodes=3,4 worker=0 at=start; cut nodes=1,2 worker=1 at=start; "
+            "clock-jump nodes=0 after-acquire=50 every by=+{jump_ms}",
+            claim="partition-clock-jump (Kleppmann's A,B,C / C,D,E) with antirez's token check (--fence token): "
+            "both workers hold a majority at once (conflicts), but no update is lost",
+        ),
+        # Clock drift as a rate (issue 51): every lock node's wall clock runs fast for the whole trial
+        # while the holder works 800 of its 1000 ms (Redlock's validity: TTL - 1 % - 2 ms = 988 ms).
+        # Whether the key outlives what the client was told is the question: at x1.01 it expires at 990
+        # ms (the allowance covers it), at x1.4 at 714 ms, 274 ms inside the validity and 86 ms inside the
+        # section. Work 950 and 900 with x1.01 ran past the key's expiry on a 2-core machine at load 20
+        # (sections stalled 100 ms): 200 ms of slack keep the covered case the lock's, not the machine's.
+        # Lesson scale only (x0.1 leaves 20 ms margins).
+        Experiment(
+            name="clock-drift-covered",
+            work_ms=800,
+            rounds=10,
+            takes_fault_nodes=False,
+            faults="clock-drift nodes=all at=start rate=1.01",
+            claim="every lock node's clock runs 1 % fast, work 800 of TTL 1000: the keys expire at 990 ms, after "
+            "the validity Redlock computed (988 ms: its allowance, 1 % + 2 ms, covers the drift): 0 conflicts",
+        ),
+        Experiment(
+            name="clock-drift",
+            work_ms=800,
+            rounds=10,
+            takes_fault_nodes=False,
+            faults="clock-drift nodes=all at=start rate=1.4",
+            claim="every lock node's clock runs 40 % fast, work 800 of TTL 1000: the keys expire at 714 ms, 274 ms "
+            "inside the validity Redlock computed (its allowance is 12 ms) and before the section ends: a rival is "
+            "granted while the holder works under a lease it was told is valid; the quorum does not help when "
+            "every node drifts",
+        ),
+        # Kleppmann's delayed write (issue 51): the holder's write leaves while its lease is valid and is
+        # held on the wire to the resource past the lease's end and past its successor's write. 100 ms
+        # into the lease the read is done; the write, sent ~300 ms in, lands TTL + work/2 later.
+        Experiment(
+            name="delayed-write",
+            takes_fault_nodes=False,
+            faults="resource-delay worker=holder after-acquire=100 every for=400 delay={slow_ms}",
+            claim="worker 0's requests to the resource (not to the lock) are held TTL + work/2 on the wire from "
+            "100 ms into each lease, for 400 ms: its write, sent inside the lease, lands after the lease ended "
+            "and after its successor's write: single and redlock lose updates; fenced refuses the late writes "
+            "(checked on the write only, one landing between its successor's read and write is still lost); "
+            "a renewing lock keeps its lease while the holder waits for the write's reply: exclusive",
         ),
         # Link experiments (faults/network.py): each worker reaches each lock node through a proxy.
         Experiment(
@@ -232,6 +316,34 @@ EXPERIMENTS: dict[str, Experiment] = {
             claim="the leading lock server is cut off from its peers (not from its clients) for 3 x TTL, 50 ms "
             "into worker 0's first lease: the majority elects a new leader; clients still attached to the old "
             "one wait or fail; Redis nodes have no peers to be cut from",
+        ),
+        # The same leader faults while renewing holders work past the TTL, every round (issue 51): a strike
+        # once, 50 ms into a 300 ms section, ends before any lease could lapse and says nothing about it.
+        Experiment(
+            name="leader-freeze-renewing",
+            acquire_timeout_ms=4000,
+            work_ms=3000,
+            rounds=5,
+            takes_fault_nodes=False,
+            rests_on_renewal=True,
+            faults="node-freeze nodes=leader after-acquire=500 every for={jump_ms}",
+            claim="work 3000 > TTL 1000 with a renewing lock; 500 ms into each of worker 0's leases the leading "
+            "lock server is stopped (SIGSTOP) for 2 x TTL: the holder's keepalives meet the frozen leader and get "
+            "no answer, the others elect a leader and the lease lapses under the live holder: etcd's locks break "
+            "(a rival granted over the live lease, or lost updates; fenced on the write only too)",
+        ),
+        Experiment(
+            name="leader-isolated-renewing",
+            acquire_timeout_ms=4000,
+            work_ms=3000,
+            rounds=5,
+            takes_fault_nodes=False,
+            rests_on_renewal=True,
+            faults="isolate nodes=leader after-acquire=500 every for={jump_ms}",
+            claim="work 3000 > TTL 1000 with a renewing lock; 500 ms into each of worker 0's leases the leading "
+            "lock server is cut off from its peers (not from its clients) for 2 x TTL: a holder attached to it "
+            "renews against a leader that cannot commit, the majority elects another and the lease lapses under "
+            "the holder: etcd's locks break; Redis nodes have no peers to be cut from",
         ),
         Experiment(
             name="holder-minority",

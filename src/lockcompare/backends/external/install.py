@@ -10,6 +10,8 @@ what to install; that is not a failure.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import subprocess
 from collections.abc import Sequence
@@ -18,13 +20,15 @@ from pathlib import Path
 
 from lockcompare.backends.external.locate import (
     ENV_CLIENTS_DIR,
+    STAMP,
     cache_dir,
     locate,
     packaged_sources,
     source_files,
     write_stamp,
 )
-from lockcompare.errors import BackendNotViableError, InvalidValueError
+from lockcompare.errors import BackendNotViableError, InvalidValueError, WriteError
+from lockcompare.infra.child_run import run_child
 
 CLIENTS = ("node", "go", "java", "python")
 #: What each client's toolchain is, and how to get it (Debian's packages, as the manifests say).
@@ -70,17 +74,30 @@ def install_clients(*, only: Sequence[str] = (), revision: str = "") -> tuple[Pa
     target, origin = install_target()
     if target.resolve() != sources.resolve():
         _copy(sources, target)
-        write_stamp(target, sources=sources, revision=revision)
+        try:
+            write_stamp(target, sources=sources, revision=revision)
+        except OSError as exc:
+            raise WriteError(f"cannot install {target / STAMP}: {exc.strerror or exc}") from None
     steps = [_install_one(client, target / client) for client in CLIENTS if not only or client in only]
     return target, origin, steps
 
 
 def _copy(sources: Path, target: Path) -> None:
     """Copy the source files over the target; what was installed there (node_modules, build/) stays for
-    npm ci and the builds to refresh."""
+    npm ci and the builds to refresh. Each file is written beside its destination and renamed over
+    it, so a full disk leaves no half-copied file; the error names the destination (it named the
+    checkout's source, issue 49)."""
     for relative in source_files(sources):
-        (target / relative).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(sources / relative, target / relative)
+        destination = target / relative
+        partial = destination.with_name(f".{destination.name}.{os.getpid()}.part")
+        try:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(sources / relative, partial)
+            partial.replace(destination)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                partial.unlink()
+            raise WriteError(f"cannot install {destination}: {exc.strerror or exc}") from None
 
 
 def _install_one(client: str, directory: Path) -> Step:
@@ -96,10 +113,8 @@ def _install_one(client: str, directory: Path) -> Step:
         command = ["npm", "ci", "--no-audit", "--no-fund", "--prefer-offline"]
     else:
         command = ["bash", "build.sh"]  # run in its directory: it builds beside itself
-    try:
-        done = subprocess.run(
-            command, check=False, cwd=directory, capture_output=True, text=True, timeout=STEP_TIMEOUT_S
-        )
+    try:  # a Ctrl-C, SIGTERM or SIGHUP ends the step's whole process group at once (issue 49)
+        done = run_child(command, cwd=directory, timeout_s=STEP_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Step(client, "failed", f"{' '.join(command)} in {directory}: {exc}")
     said = _last_line(done.stdout) if done.returncode == 0 else _last_line(done.stderr) or _last_line(done.stdout)

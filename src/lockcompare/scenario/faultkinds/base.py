@@ -202,6 +202,8 @@ class FaultKind:
     #: The critical sections (resource checks) it acts on; empty: every one. A cell whose backend's
     #: section is another is left out, with the reason (runner/plan.py).
     acts_on_checks: ClassVar[tuple[str, ...]] = ()
+    #: It acts on the worker's link to the resource, not to the lock nodes: the trial proxies that link.
+    on_resource_link: ClassVar[bool] = False
     #: ``explore`` draws it unless ``--faults`` says otherwise.
     explored_by_default: ClassVar[bool] = True
     #: ``for=0`` does nothing: explore shrinks ``for`` to 10 ms, not 0.
