@@ -229,7 +229,7 @@ def _run_locked(
     check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
     plan = getattr(progress, "plan", None)  # the terminal bar weighs the trials left by cell (cli/progress_bar.py)
     if plan is not None:
-        plan(todo)
+        plan(todo, reruns=rerun_marked)  # and counts the marked trials run again at the end
     if dask is not None:
         from lockcompare.runner.dask_executor import run_matrix_on_dask
 
