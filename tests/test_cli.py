@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -187,12 +188,24 @@ def test_small_real_matrix_writes_complete_rows_and_a_table(tmp_path: Path) -> N
     assert_one_line_error(invoke("run", "--from", f"{out}:1", "--rounds", "3"), 2, "drop --rounds")
 
 
-def test_run_prints_one_trials_metrics() -> None:
+def test_run_prints_one_trials_metrics_and_keeps_its_history(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Without --out the row and its history are kept in a folder of their own (printed), which
+    `history <trial id> --results` reads; a refused run leaves no folder behind."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the kept folder lands in this test's directory
     result = invoke("run", "--backend", "single", "--experiment", "baseline", "--rounds", "3", "--time-scale", "0.1")
     assert result.exit_code == 0, result.output
     fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in result.stdout.splitlines())}
     assert fields["backend"] == "single" and fields["entries"] == "6" and fields["conflicts"].isdigit()
     assert_lock_held_up(fields)
+    (kept,) = tmp_path.glob("lockcompare-run-*")
+    assert Path(fields["results"]) == kept / "run.csv" and Path(fields["history"]).parent == kept / "run.histories"
+    read_it = f"read it: lockcompare history {fields['trial_id']} --results {kept / 'run.csv'}"
+    assert read_it in result.stderr.splitlines()
+    timeline = invoke("history", fields["trial_id"], "--results", fields["results"])
+    assert timeline.exit_code == 0, timeline.output
+    assert [line.split()[4] for line in timeline.stdout.splitlines()[2:]].count("write") == 6
+    assert_one_line_error(invoke("run", "--backend", "nope"), 2, "unknown backend 'nope'")
+    assert list(tmp_path.glob("lockcompare-run-*")) == [kept]
 
 
 def test_backends_that_cannot_run_here_are_named_once_per_reason(monkeypatch, capsys) -> None:

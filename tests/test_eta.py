@@ -121,6 +121,106 @@ def test_a_run_without_a_plan_counts_what_it_is_told() -> None:
     assert (eta.done, eta.left) == (1, 2) and eta.seconds_left() == pytest.approx(8.0)
 
 
+def test_the_time_left_follows_how_many_trials_ran_at_once_lately() -> None:
+    """Three at once for the first 10 s, then one at a time (the stall governor cut the parallelism):
+    at t=30 the 70 s of work left goes at one trial at a time (70 s), not at the run's mean of
+    50 s of work in 30 s (42 s), nor at the first batch's three (23 s)."""
+    clock = Clock()
+    eta = Eta(clock=clock)
+    eta.plan([(f"t{i}", FAST) for i in range(12)])
+    for i in range(3):
+        eta.started(f"t{i}")
+    clock.now = 10.0
+    for i in range(3):
+        eta.finished(f"t{i}", wall_s=10.0, failed=False)
+    for i in range(3, 5):
+        _run(eta, clock, f"t{i}", 10.0)
+    assert clock.now == 30.0 and eta.seconds_left() == pytest.approx(70.0)
+
+
+def test_a_trials_duration_is_its_slot_from_start_to_end_not_only_its_workers_time() -> None:
+    """Its cluster, checker and history take the slot too: 5 s between start and end count 5 s
+    where the trial's own wall time says 3."""
+    clock = Clock()
+    eta = Eta(clock=clock)
+    eta.plan([("a", FAST), ("b", FAST)])
+    eta.started("a")
+    clock.now = 5.0
+    eta.finished("a", wall_s=3.0, failed=False)
+    assert eta.seconds_left() == pytest.approx(5.0)
+
+
+def test_the_marked_trials_run_again_alone_at_the_end_are_trials_left() -> None:
+    """Two of four 10 s trials marked so far, --rerun-marked 3: the two are trials left, and so is
+    one more (half of the two still to run, within the 3); after the last planned trial, the two
+    chosen run again one after another — the count and the time say so, until the last ends."""
+    clock = Clock()
+    eta = Eta(clock=clock)
+    eta.plan([(f"t{i}", FAST) for i in range(4)], reruns=3)
+    for i in range(2):
+        eta.started(f"t{i}")
+        clock.now += 10.0
+        eta.finished(f"t{i}", wall_s=10.0, failed=False, marked=True)
+    assert (eta.done, eta.total, eta.left) == (2, 6, 4)
+    assert eta.seconds_left() == pytest.approx(20.0 + 20.0 + 10.0)  # two planned, two chosen, one expected
+    for i in range(2, 4):
+        _run(eta, clock, f"t{i}", 10.0)  # not marked: the expected third never comes
+    assert (eta.done, eta.total, eta.left) == (4, 6, 2) and eta.seconds_left() == pytest.approx(20.0)
+    eta.started("t0")  # run again
+    clock.now += 4.0
+    assert eta.seconds_left() == pytest.approx(6.0 + 10.0)
+    clock.now += 6.0
+    eta.finished("t0", wall_s=10.0, failed=False, marked=True)  # marked again: no third run
+    _run(eta, clock, "t1", 10.0)
+    assert (eta.done, eta.total, eta.left) == (6, 6, 0) and eta.seconds_left() == pytest.approx(0.0)
+
+
+def _like_a_real_run() -> tuple[
+    list[tuple[float, str, str, tuple[str, str]]], set[str], list[tuple[str, tuple[str, str]]]
+]:
+    """(time, start|end, trial id, cell) of a 30-trial run on a busy machine (recorded on one, issue 53:
+    single, redlock, fenced × baseline, client-pause × 5 trials at ×0.1): the first three trials side
+    by side, then one at a time once the stall governor cut the parallelism, client-pause trials 7 s
+    and baseline ones 3 s, every third client-pause trial timing-marked and run again alone at the end."""
+    backends = ("single", "redlock", "fenced")
+    pauses = [(f"{b}.cp.t{k}", (b, "client-pause")) for k in range(5) for b in backends]
+    baselines = [(f"{b}.base.t{k}", (b, "baseline")) for k in range(5) for b in backends]
+    marked = {trial_id for i, (trial_id, _) in enumerate(pauses) if i % 3 == 2}
+    events = []
+    for trial_id, cell in pauses[:3]:  # slower side by side
+        events += [(0.0, "start", trial_id, cell), (8.0, "end", trial_id, cell)]
+    now = 8.0
+    rest = [x for pair in zip(pauses[3:], baselines, strict=False) for x in pair] + baselines[len(pauses) - 3 :]
+    again = [(trial_id, cell) for trial_id, cell in pauses if trial_id in marked]
+    for trial_id, cell in [*rest, *again]:
+        took = 7.0 if cell[1] == "client-pause" else 3.0
+        events += [(now + 0.1, "start", trial_id, cell), (now + 0.1 + took, "end", trial_id, cell)]
+        now += 0.1 + took
+    return sorted(events, key=lambda e: (e[0], e[1] == "start")), marked, pauses + baselines
+
+
+def test_on_a_schedule_like_a_real_runs_the_estimate_is_within_a_quarter_after_the_first_tenth() -> None:
+    events, marked, planned = _like_a_real_run()
+    clock = Clock()
+    eta = Eta(clock=clock)
+    eta.plan(planned, reruns=10)
+    end = events[-1][0]
+    errors, ended = [], set()
+    for at, what, trial_id, cell in events:
+        clock.now = at
+        if what == "start":
+            eta.started(trial_id)
+            continue
+        eta.finished(trial_id, wall_s=1.0, failed=False, cell=cell, marked=trial_id in marked - ended)
+        ended.add(trial_id)
+        left = eta.seconds_left()
+        assert left is not None
+        if at >= end / 10 and end - at > 0:
+            errors.append((at, left / (end - at) - 1))
+    assert errors and max(abs(e) for _, e in errors) <= 0.25, errors
+    assert (eta.done, eta.total) == (35, 35)
+
+
 def test_the_doctests() -> None:
     assert doctest.testmod(eta_module).failed == 0
 

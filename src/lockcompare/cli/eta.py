@@ -1,17 +1,26 @@
-"""How long a matrix has left, from how long its trials took, cell by cell.
+"""How long a matrix has left, from how long its trials took, cell by cell, and how many ran at once lately.
 
 Trials of one cell (a backend × an experiment with its settings) take about as long as each other;
 trials of different cells do not (a Node client's cell or a ZooKeeper one costs several times a
 Redis baseline's). So the work left is each trial still to run at its cell's mean duration so far
 (a cell not yet seen: the mean of the seen cells of its experiment, else of its backend, else of
-all), less what the running trials have already done. The wall-clock time that work takes is
-learned from the run itself: wall time elapsed per second of trial work done (finished trials'
-durations plus the running ones' time so far), which covers both trials run side by side
-(``--jobs``) and the time between trials — but never less than the longest single trial left
-(the last trials of a run run alone).
+all), less what the running trials have already done. A trial's duration is the time its job slot
+was taken — from its start to its end as reported here — so what surrounds a trial (its cluster,
+its history, its checker) counts like its workers' time.
 
-Pure bookkeeping with an injectable clock; the terminal bar (cli/options.py) shows
-:meth:`Eta.seconds_left` through :func:`remaining_text`.
+How fast that work goes is how many trials ran at once *lately*: the mean number running over the
+last :data:`WINDOW_SHARE` of the run (at least :data:`WINDOW_TRIALS` of the longest mean trial). Not
+since the start: the scheduler admits fewer trials once stalls appear (runner/scheduler.py) or a
+no-lock trial runs alone, and a run that began three at a time and went on one at a time was
+estimated, from its first minute, at a third of what it had left (issue 53: "~8 s left" for ~35 s).
+Never less than the longest single trial left (the last trials of a run run alone).
+
+And the trials the timing sentinel marks run again alone at the end (``matrix --rerun-marked N``):
+those marked so far (up to N) are trials left, and so are — estimated — as many of the trials still
+to run as the share marked so far says, each at its cell's duration, one after another.
+
+Pure bookkeeping with an injectable clock; the terminal bar and the plain progress lines
+(cli/progress_bar.py) show :meth:`Eta.seconds_left` through :func:`remaining_text`.
 
 >>> now = [0.0]
 >>> eta = Eta(clock=lambda: now[0])
@@ -29,6 +38,11 @@ from collections.abc import Callable, Hashable, Sequence
 
 #: Where a trial neither planned nor given a cell is counted.
 _UNKNOWN_CELL: tuple[Hashable, ...] = ("", "")
+#: How far back "lately" reaches: this share of the run so far...
+WINDOW_SHARE = 0.25
+#: ...but at least this many of the longest trial seen (a window shorter than a trial sees one
+#: trial's start or end, not how many ran at once).
+WINDOW_TRIALS = 2.0
 
 
 class Eta:
@@ -41,11 +55,16 @@ class Eta:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._cells: dict[str, tuple[Hashable, ...]] = {}  # trial id -> its cell, for the trials planned
-        self._walls: dict[tuple[Hashable, ...], list[float]] = {}  # cell -> durations of its finished trials
+        self._took: dict[tuple[Hashable, ...], list[float]] = {}  # cell -> durations of its finished trials
         self._running: dict[str, float] = {}  # trial id -> when it started
+        self._spans: list[tuple[float, float]] = []  # (start, end) of every finished trial: who ran when
         self._finished: set[str] = set()
         self._first_start: float | None = None
-        self._work_done = 0.0  # seconds of trial work finished
+        self._reruns = 0  # how many timing-marked trials the run will run again alone at its end
+        self._marked: list[str] = []  # finished trials the sentinel marked, in order (the first _reruns rerun)
+        self._rerun: set[str] = set()  # marked trials run again (or running again)
+        self._main_done = 0  # trials of this plan finished the first time
+        self._before = 0  # trials done before this plan (--until-settled plans a round at a time)
         self.total = 0
         self.done = 0
         self.failed = 0
@@ -54,10 +73,15 @@ class Eta:
     def left(self) -> int:
         return max(0, self.total - self.done)
 
-    def plan(self, trials: Sequence[tuple[str, tuple[Hashable, ...]]]) -> None:
-        """The trials this run will run, as (trial id, cell)."""
+    def plan(self, trials: Sequence[tuple[str, tuple[Hashable, ...]]], *, reruns: int = 0) -> None:
+        """The trials this run will run, as (trial id, cell); ``reruns``: how many timing-marked ones it
+        runs again alone at its end, at most. A later plan (the next round of --until-settled) adds
+        its trials to those done."""
         self._cells = dict(trials)
-        self.total = len(self._cells)
+        self._reruns = reruns
+        self._marked, self._rerun, self._main_done = [], set(), 0
+        self._before = self.done
+        self.total = self._before + len(self._cells)
 
     def expect(self, total: int) -> None:
         """The run says it has ``total`` trials (where no plan was given, the count alone)."""
@@ -67,28 +91,47 @@ class Eta:
         now = self._clock()
         if self._first_start is None:
             self._first_start = now
+        if trial_id in self._finished:  # a marked trial, run again alone
+            self._rerun.add(trial_id)
         self._running.setdefault(trial_id, now)
 
-    def finished(self, trial_id: str, *, wall_s: float, failed: bool, cell: tuple[Hashable, ...] | None = None) -> None:
-        """A trial ended after ``wall_s`` seconds; ``failed``: it could not be judged."""
+    def finished(
+        self,
+        trial_id: str,
+        *,
+        wall_s: float,
+        failed: bool,
+        cell: tuple[Hashable, ...] | None = None,
+        marked: bool = False,
+    ) -> None:
+        """A trial ended after ``wall_s`` seconds of its own; ``failed``: it could not be judged;
+        ``marked``: the timing sentinel marked it (so it may run again at the end)."""
+        now = self._clock()
         started = self._running.pop(trial_id, None)
-        if self._first_start is None:  # no start was reported (a remote executor): it began wall_s ago
-            self._first_start = self._clock() - wall_s
         if started is None and trial_id in self._finished:
-            return
-        self._finished.add(trial_id)
+            return  # reported twice
+        # Its job slot's time, where its start was seen; a remote executor reports none: its own time.
+        took = now - started if started is not None else wall_s
+        if self._first_start is None:
+            self._first_start = now - took
         key = cell if cell is not None else self._cells.get(trial_id, _UNKNOWN_CELL)
-        self._walls.setdefault(key, []).append(wall_s)
-        self._work_done += wall_s
+        self._took.setdefault(key, []).append(took)
+        self._spans.append((now - took, now))
         self.done += 1
         self.failed += int(failed)
-        self.total = max(self.total, self.done)
+        if trial_id not in self._finished:
+            self._finished.add(trial_id)
+            self._main_done += 1
+            if marked:
+                self._marked.append(trial_id)
+        chosen = min(self._reruns, len(self._marked))  # the marked trials that will run again
+        self.total = max(self.total, self.done, self._before + len(self._cells) + chosen)
 
     def _means(self, running: dict[str, float], now: float) -> dict[tuple[Hashable, ...], float]:
         """Each cell's mean duration; a cell with a trial running but none finished: at least that
         trial's time so far (a lower bound), else what its experiment or backend suggest — so a slow
         experiment's first trial, still running, raises the estimate of its other cells."""
-        means = {key: sum(walls) / len(walls) for key, walls in list(self._walls.items()) if walls}
+        means = {key: sum(took) / len(took) for key, took in list(self._took.items()) if took}
         bounds: dict[tuple[Hashable, ...], float] = {}
         for tid, since in running.items():
             cell = self._cells.get(tid)
@@ -111,37 +154,66 @@ class Eta:
                 return sum(alike) / len(alike)
         return sum(means.values()) / len(means)
 
+    def _at_once(self, running: dict[str, float], now: float, *, longest: float) -> float:
+        """How many trials ran at once lately: their time inside the window over its length."""
+        assert self._first_start is not None
+        elapsed = now - self._first_start
+        window = min(elapsed, max(WINDOW_SHARE * elapsed, WINDOW_TRIALS * longest))
+        since = now - window
+        spans = [*self._spans[-1000:], *((start, now) for start in running.values())]  # fmt: skip
+        inside = sum(max(0.0, end - max(start, since)) for start, end in spans)
+        return max(inside / window, 1e-9) if window > 0 else 1.0
+
     def seconds_left(self) -> float | None:
         """Wall-clock seconds until the last planned trial ends; None until a trial has finished."""
         if not self.done or self._first_start is None:
             return None
         now = self._clock()
-        elapsed = now - self._first_start
         running = dict(self._running)  # a copy: the bar's refresh thread reads while callbacks write
-        running_done = sum(now - t for t in running.values())
-        work_done = self._work_done + running_done
-        if work_done <= 0 or elapsed <= 0:
-            return None
         cells = dict(self._cells)
-        pending = [tid for tid in cells if tid not in self._finished]
         means = self._means(running, now)
         per_cell: dict[tuple[Hashable, ...], float] = {}  # estimates, computed once per cell
-        work_left = longest = 0.0
-        for tid in pending:
-            cell = cells[tid]
+
+        def estimate(tid: str) -> float:
+            cell = cells.get(tid, _UNKNOWN_CELL)
             if cell not in per_cell:
                 per_cell[cell] = self._estimate(cell, means) or 0.0
-            estimate = per_cell[cell]
-            if tid in running:
-                estimate = max(0.0, estimate - (now - running[tid]))
-            work_left += estimate
-            longest = max(longest, estimate)
-        unplanned = self.left - len(pending)  # trials counted but not planned (no plan given)
+            return per_cell[cell]
+
+        pending = [tid for tid in cells if tid not in self._finished]
+        work_left = longest = 0.0
+        for tid in pending:
+            guess = max(0.0, estimate(tid) - (now - running[tid])) if tid in running else estimate(tid)
+            work_left += guess
+            longest = max(longest, guess)
+        unplanned = self.total - self.done - len(pending) - self._reruns_left_known()  # counted, not planned
         if unplanned > 0:
             work_left += unplanned * (self._estimate(None, means) or 0.0)
-        # Trials side by side shorten the work left, but never below the longest single trial left:
-        # the last trial of a run runs alone.
-        return max(work_left * elapsed / work_done, longest)
+        seen = max(means.values(), default=0.0)
+        main = max(work_left / self._at_once(running, now, longest=seen), longest) if work_left else 0.0
+        return main + self._reruns_left(pending, running, now, estimate)
+
+    def _reruns_left_known(self) -> int:
+        """Marked trials that will run again (within the run's number) and have not ended that run."""
+        chosen = self._marked[: self._reruns]
+        return sum(1 for tid in chosen if tid not in self._rerun or tid in self._running)
+
+    def _reruns_left(
+        self, pending: list[str], running: dict[str, float], now: float, estimate: Callable[[str], float]
+    ) -> float:
+        """The time the marked trials' runs again take, one after another: those chosen so far, and
+        as many of the trials still to run as the share marked so far says (within the number)."""
+        chosen = self._marked[: self._reruns]
+        left = 0.0
+        for tid in chosen:
+            if tid in running and tid in self._rerun:
+                left += max(0.0, estimate(tid) - (now - running[tid]))
+            elif tid not in self._rerun:
+                left += estimate(tid)
+        more = min(self._reruns - len(chosen), len(pending) * len(self._marked) / max(1, self._main_done))
+        if more > 0 and self._marked:
+            left += more * sum(estimate(tid) for tid in self._marked) / len(self._marked)
+        return left
 
 
 def remaining_text(seconds: float | None) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import os
+import shlex
+import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -262,7 +264,14 @@ def run(
     ctx: typer.Context,
     backend: Annotated[str, typer.Option("--backend", help="A backend name or package.module:Class.")] = "single",
     experiment: Annotated[str, typer.Option("--experiment", help="An experiment name.")] = "baseline",
-    out_path: Annotated[Path | None, typer.Option("--out", help="Also append the row to this CSV.")] = None,
+    out_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Append the row to this CSV, its history beside it (as matrix keeps them). Default: a folder "
+            "of its own in the temporary directory, kept and printed, so `lockcompare history` reads the trial.",
+        ),
+    ] = None,
     nodes: Nodes = None,
     nodes_file: NodesFile = None,
     resource: ResourceUrl = None,
@@ -277,7 +286,8 @@ def run(
             "--from",
             metavar="RESULTS.csv:ROW",
             help="Rerun one trial of a results file with exactly its settings and seed: ROW is its trial id "
-            "or its row number (1 = the first row). Takes no other trial option.",
+            "or its row number (1 = the first row). Takes no other trial option but --server: the row's kind of "
+            "server where it runs here, else what auto takes (another kind is another trial, said in one line).",
         ),
     ] = None,
     trial_settings: dict[str, str | None] | None = None,
@@ -287,6 +297,9 @@ def run(
 
     trial_settings = trial_settings or {}
     if from_row is not None:
+        # Which kind of server runs the rerun is where it runs, not what it is (runner/plan.py: rerun_server).
+        server = trial_settings.get("server")
+        trial_settings = {name: text for name, text in trial_settings.items() if name != "server"}
         given = [
             f"--{name.replace('_', '-')}" for name in ctx.params
             if name not in _RERUN_OPTIONS and name not in trial_settings
@@ -304,7 +317,7 @@ def run(
             zookeeper=zookeeper,
             lock_servers=lock_servers,
         )
-        _run_from(from_row, out_path=out_path, options=options)
+        _run_from(from_row, out_path=out_path, options=options, server=server)
         return
     overrides, sweep, options, redlock_nodes = _trial_settings(
         trial_settings,
@@ -319,24 +332,53 @@ def run(
     )
     if sweep.cells_per_trial() > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
-    with tempfile.TemporaryDirectory(prefix=f"lockcompare-p{os.getpid()}-run-") as scratch:
-        target = out_path or Path(scratch) / "run.csv"
+    with _kept_results(out_path) as target:
         report = run_matrix(
             backends=[backend], experiments=[experiment], trials=1, overrides=overrides, out=target,
             cluster_options=options, redlock_nodes=redlock_nodes, sweep=sweep, resume=out_path is not None,
         )  # fmt: skip
-        (row,) = [r for r in read_results(target) if r["trial_id"] == report.trial_ids[0]][-1:]
-        if report.trials_run == 0:
-            err.print(f"this trial is already in {target} (run {row['run_id']}); its row:")
-        for key in ("trial_id", *SETTING_COLUMNS[:3], *SETTING_COLUMNS[4:], *METRIC_COLUMNS, *TIMING_COLUMNS, "wall_s"):
-            typer.echo(f"{key:>24}: {row[key]}")
-        if out_path is not None:
-            typer.echo(f"{'history':>24}: {target.parent / row['history']}")
-        _fail_on_unknown(report)
+    (row,) = [r for r in read_results(target) if r["trial_id"] == report.trial_ids[0]][-1:]
+    if report.trials_run == 0:
+        err.print(f"this trial is already in {target} (run {row['run_id']}); its row:")
+    for key in ("trial_id", *SETTING_COLUMNS[:3], *SETTING_COLUMNS[4:], *METRIC_COLUMNS, *TIMING_COLUMNS, "wall_s"):
+        typer.echo(f"{key:>24}: {row[key]}")
+    _where_kept(target, row)
+    _fail_on_unknown(report)
 
 
-#: Options ``run --from`` accepts beside the row: where to write, and where the servers are.
+#: Where ``run`` keeps its row and history without ``--out``: a folder of its own per run in the
+#: temporary directory. Not ``lockcompare-p<pid>-``: the next run sweeps a dead run's folders of that name.
+KEPT_RUN_PREFIX = "lockcompare-run-"
+
+
+@contextlib.contextmanager
+def _kept_results(out_path: Path | None) -> Iterator[Path]:
+    """The results file a single trial writes: ``out_path``, else ``run.csv`` in a new folder of the
+    temporary directory, kept after the run (the trial's history is its evidence, which `history`
+    reads) — but removed when the run wrote no row (refused input leaves nothing behind). Not the
+    working directory: `run` does not need one it can write to."""
+    if out_path is not None:
+        yield out_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix=time.strftime(f"{KEPT_RUN_PREFIX}%Y%m%d-%H%M%S-")))
+    target = folder / "run.csv"
+    try:
+        yield target
+    finally:
+        if not target.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _where_kept(target: Path, row: dict[str, Any]) -> None:
+    """The lines that say where the trial's row and history are, and how to read the history."""
+    typer.echo(f"{'results':>24}: {target}")
+    typer.echo(f"{'history':>24}: {target.parent / row['history']}")
+    _say(f"read it: lockcompare history {row['trial_id']} --results {shlex.quote(str(target))}")  # never wrapped
+
+
+#: Options ``run --from`` accepts beside the row: where to write, where the servers are and which kind.
 _RERUN_OPTIONS = {
+    "server",
     "from_row",
     "out_path",
     "nodes",
@@ -349,31 +391,37 @@ _RERUN_OPTIONS = {
 }  # --faults-file: a setting
 
 
-def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions) -> None:
+def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions, server: str | None) -> None:
     """Rerun the trial ``FILE:ROW`` names and print its verdict beside the recorded one."""
     from lockcompare.analysis.reproduce import find_row, spec_from_row
     from lockcompare.runner.matrix import run_planned
+    from lockcompare.runner.plan import rerun_server
 
     path_text, sep, selector = source.rpartition(":")
     if not sep or not path_text or not selector:
         raise InvalidValueError(f"--from takes RESULTS.csv:ROW (a trial id or a row number), got {source!r}")
     original = find_row(read_results(Path(path_text)), selector)
-    spec = spec_from_row(original)
-    if original.get("cluster") == "external" and options.lock_servers.shared() is None:
+    recorded = spec_from_row(original)  # exactly the row's trial (its id checked)
+    external = options.lock_servers.shared() is not None
+    spec = rerun_server(recorded, choice=server, binary=options.redis_server, external=external)
+    if original.get("cluster") == "external" and not external:
         err.print("note: the row ran against external servers; this rerun uses the embedded cluster")
-    with tempfile.TemporaryDirectory(prefix=f"lockcompare-p{os.getpid()}-run-") as scratch:
-        target = out_path or Path(scratch) / "run.csv"
+    if spec.server != recorded.server:
+        _say(
+            f"note: the row ran on {recorded.server}; this rerun runs on {spec.server}: another trial "
+            f"({spec.trial_id}), its verdict beside the recorded one"
+        )
+    with _kept_results(out_path) as target:
         report = run_planned([spec], out=target, cluster_options=options, resume=out_path is not None)
-        (row,) = [r for r in read_results(target) if r["trial_id"] == spec.trial_id][-1:]
-        typer.echo(f"{'trial_id':>24}: {spec.trial_id}")
-        for key in ("verdict", "conflicts", "lost_updates", "entries", "writes_rejected"):
-            same = "" if str(row[key]) == str(original[key]) else "   (differs)"
-            typer.echo(f"{key:>24}: {row[key]}   recorded: {original[key]}{same}")
-        typer.echo(f"{'recorded by':>24}: run {original['run_id']}, lockcompare {original['lockcompare_version']}, "
-                   f"revision {original['source_revision'] or '?'}")  # fmt: skip
-        if out_path is not None:
-            typer.echo(f"{'history':>24}: {target.parent / row['history']}")
-        _fail_on_unknown(report)
+    (row,) = [r for r in read_results(target) if r["trial_id"] == spec.trial_id][-1:]
+    typer.echo(f"{'trial_id':>24}: {spec.trial_id}")
+    for key in ("verdict", "conflicts", "lost_updates", "entries", "writes_rejected"):
+        same = "" if str(row[key]) == str(original[key]) else "   (differs)"
+        typer.echo(f"{key:>24}: {row[key]}   recorded: {original[key]}{same}")
+    typer.echo(f"{'recorded by':>24}: run {original['run_id']}, lockcompare {original['lockcompare_version']}, "
+               f"revision {original['source_revision'] or '?'}")  # fmt: skip
+    _where_kept(target, row)
+    _fail_on_unknown(report)
 
 
 @app.command()

@@ -7,7 +7,9 @@ before, ending in ``(~N min left)`` once there is an estimate. *Failed* counts t
 could not be judged (verdict ``unknown``).
 
 The callback is the matrix's ProgressCallback; its ``plan`` method receives the trials the run
-will run (runner/matrix.py calls it when it has one), so the estimate weighs each by its cell.
+will run and how many timing-marked ones it runs again at its end (runner/matrix.py calls it when
+it has one), so the estimate weighs each by its cell and counts the runs again. The counts (and
+``[done/total]``) include the runs again the sentinel's marks have decided so far.
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ class ProgressUpdate:
         self.bar, self.console, self.eta = bar, console, eta
         self.task = bar.add_task("starting", total=None, counts="")
 
-    def plan(self, specs: Sequence[TrialSpec]) -> None:
-        self.eta.plan([(spec.trial_id, cell_of(spec)) for spec in specs])
+    def plan(self, specs: Sequence[TrialSpec], *, reruns: int = 0) -> None:
+        self.eta.plan([(spec.trial_id, cell_of(spec)) for spec in specs], reruns=reruns)
 
     def counts(self) -> str:
         return f"{self.eta.done} done · {self.eta.left} left · {self.eta.failed} failed"
@@ -72,7 +74,9 @@ class ProgressUpdate:
         else:
             m = result.metrics
             failed = m.verdict == "unknown"
-            self.eta.finished(spec.trial_id, wall_s=result.wall_s, failed=failed, cell=cell_of(spec))
+            timing = getattr(result, "timing", None)  # None: a row read back (Dask), or no sentinel
+            marked = timing is not None and timing.marked
+            self.eta.finished(spec.trial_id, wall_s=result.wall_s, failed=failed, cell=cell_of(spec), marked=marked)
             label = (
                 f"{label}: {m.verdict}, {m.conflicts}/{m.entries} conflicts, {m.lost_updates} lost, "
                 f"{result.wall_s:.1f} s"
@@ -83,11 +87,13 @@ class ProgressUpdate:
             if result is not None:
                 seconds = self.eta.seconds_left()
                 left = f" ({remaining_text(seconds)})" if seconds is not None and self.eta.left else ""
-                print(f"[{done}/{total}] {label}{left}", file=sys.stderr, flush=True)
+                print(f"[{self.eta.done}/{self.eta.total}] {label}{left}", file=sys.stderr, flush=True)
             return
         if not self.bar.live.is_started:
             self.bar.start()
-        self.bar.update(self.task, description=label, completed=done, total=total, counts=self.counts())
+        self.bar.update(
+            self.task, description=label, completed=self.eta.done, total=self.eta.total, counts=self.counts()
+        )
 
 
 def progress_bar(*, console: Console) -> tuple[Progress, ProgressUpdate]:

