@@ -171,3 +171,24 @@ def test_a_delayed_write_leaves_inside_the_lease_and_lands_after_its_successors_
     releases = [e for e in history if e["kind"] == "release" and e["worker"] == 0]
     assert releases and all((e["t1"] - e["t0"]) / 1e6 < 575 for e in releases)
     assert result.metrics.lost_updates > 0
+
+
+def test_a_resource_cut_blackholes_one_workers_link_to_the_resource_and_its_request_fails_at_the_heal() -> None:
+    # x0.5: work 150; worker 0's link to the resource cut 200 ms, from 50 ms into its first lease: its
+    # write (due ~150 ms into the lease) goes into the blackhole and fails when the heal resets the link.
+    faults = "resource-cut worker=0 after-acquire=100 once for=400"
+    result = _run(_spec("single", "baseline", time_scale=0.5, rounds=3, faults=faults))
+    (inject,), (heal,) = _faults(result, "inject"), _faults(result, "heal")
+    assert inject["fault"] == "resource-cut" and inject["link"] == "resource" and inject["target_worker"] == 0
+    assert 200 <= (heal["t0"] - inject["t0"]) / 1e6 < 250  # cut for= 400 lesson-scale ms = 200 here
+    worker0 = [e for e in result.history if e["worker"] == 0]
+    lease = next(e for e in worker0 if e["kind"] == "acquire" and e["ok"])
+    assert lease["t1"] < inject["t0"] < lease["valid_until"]  # it struck inside worker 0's lease
+    # No write of worker 0 went through while the link was cut; the request caught in it failed at the
+    # heal (the connection that lost bytes is reset), and the worker stopped with that error.
+    assert not [e for e in worker0 if e["kind"] == "write" and inject["t0"] < e["t1"] < heal["t0"]]
+    (error,) = [e for e in worker0 if e["kind"] == "error"]
+    assert error["t0"] >= heal["t0"] and "reset" in error["message"].lower()
+    # Worker 1's link was never cut: its writes went through during worker 0's cut or after it.
+    assert [e for e in result.history if e["kind"] == "write" and e["worker"] == 1]
+    assert result.metrics.verdict == "unknown"  # the resource failed under a worker: nothing to judge

@@ -146,7 +146,7 @@ def needs_links(schedule: Schedule) -> bool:
 
 
 def needs_resource_link(schedule: Schedule) -> bool:
-    """Whether the workers must reach the resource through proxied links (a resource-delay step)."""
+    """Whether the workers must reach the resource through proxied links (a resource-delay or resource-cut step)."""
     return bool(schedule.of_kind(*faultkinds.names_where("on_resource_link")))
 
 
