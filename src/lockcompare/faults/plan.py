@@ -18,7 +18,7 @@ from typing import Any
 
 from lockcompare.backends.base import traits_of
 from lockcompare.errors import InvalidValueError
-from lockcompare.faults.schedule import PlannedStep
+from lockcompare.faults.steps import PlannedStep
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.faultkinds.base import CLOCK_CONTROL, LINKS, NODES, REPLICATION
 from lockcompare.scenario.schedule import Schedule, TrialSchedule, TrialStep

@@ -26,7 +26,8 @@ from lockcompare.backends import BackendConfig, LockBackend, Traits, load_backen
 from lockcompare.faults import network, plan
 from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.holders import LockHolders, key_glob
-from lockcompare.faults.schedule import FaultScheduler, PlannedStep
+from lockcompare.faults.schedule import FaultScheduler
+from lockcompare.faults.steps import PlannedStep
 from lockcompare.infra import cgroup, health, provenance
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.kinds import Capability, lacks
