@@ -40,6 +40,7 @@ from lockcompare.runner.stopwatch import STOPPED_GAP_S, StopWatch
 from lockcompare.runner.watch import CONSTRUCT_TIMEOUT_S, freezes_workers, run_workers
 from lockcompare.runner.worker import START_TIMEOUT_S, WorkerPlan
 from lockcompare.scenario.choices import PauseHow, PausePoint
+from lockcompare.scenario.experiments import rests_on_renewal
 from lockcompare.scenario.schedule import Schedule, parse_schedule
 from lockcompare.scenario.trialspec import TrialSpec
 
@@ -236,6 +237,7 @@ def _run_trial(
                 counters,
                 entries_planned=spec.entries_planned,
                 unavailable_under=trial.traits.unavailable_under,
+                rests_on_renewal=rests_on_renewal(spec.experiment),
             )
         )
         return TrialResult(

@@ -431,3 +431,9 @@ def get_experiment(name: str) -> Experiment:
         return EXPERIMENTS[name]
     except KeyError:
         raise UnknownNameError(f"unknown experiment {name!r} (known: {', '.join(EXPERIMENTS)})") from None
+
+
+def rests_on_renewal(name: str) -> bool:
+    """Whether experiment ``name`` outlasts the TTL on purpose (False for a name not in the catalogue)."""
+    experiment = EXPERIMENTS.get(name)
+    return experiment is not None and experiment.rests_on_renewal
