@@ -27,6 +27,7 @@ from lockcompare.backends import load_backend, traits_of
 from lockcompare.errors import LockcompareError, ResultsFileError
 from lockcompare.infra.provenance import source_revision
 from lockcompare.render.timeline import load_history
+from lockcompare.scenario.experiments import rests_on_renewal
 
 EVIDENCE = (
     "grants_while_held", "stale_writes_accepted", "backwards_writes_accepted", "rounds_denied", "workers_starved",
@@ -73,6 +74,7 @@ def rejudge(csv_path: Path, *, write: bool = False) -> tuple[int, int]:
             counters,
             entries_planned=row["entries_planned"],
             unavailable_under=declared_unavailable(row["backend"]),
+            rests_on_renewal=rests_on_renewal(row["experiment"]),
         )
         judged += 1
         now = metrics.as_row()

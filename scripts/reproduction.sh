@@ -33,7 +33,7 @@ for old in "${check[@]}" results/contend.csv results/contend.histories; do
     exit 1
   fi
 done
-experiments=baseline,short-ttl,client-pause,node-crash,node-restart,clock-jump,clock-jump-back,bare-majority,failover,renewal-pause,session-kill,cpu-starvation,slow-response,partition,partition-clock-jump,leader-crash,leader-freeze,leader-isolated,holder-minority,lost-reply,renewal-cut,leader-freeze-renewing,leader-isolated-renewing,client-pause-token,partition-clock-jump-token,clock-drift-covered,clock-drift,delayed-write
+experiments=baseline,short-ttl,client-pause,node-crash,node-restart,clock-jump,clock-jump-back,bare-majority,failover,renewal-pause,session-kill,cpu-starvation,slow-response,partition,partition-clock-jump,leader-crash,leader-freeze,leader-isolated,holder-minority,lost-reply,renewal-cut,leader-freeze-renewing,leader-isolated-renewing,acquire-pause,client-pause-token,partition-clock-jump-token,clock-drift-covered,clock-drift,delayed-write
 # Every registered backend: the default selection leaves out those a quick run skips (Sentinel's, the
 # lock-free alternatives: their trait in_default_matrix), and the reproduction is every backend.
 backends=$(.venv/bin/python -c 'from lockcompare.backends import registered_names; print(",".join(registered_names()))')

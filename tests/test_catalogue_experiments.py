@@ -171,3 +171,57 @@ def test_a_delayed_write_leaves_inside_the_lease_and_lands_after_its_successors_
     releases = [e for e in history if e["kind"] == "release" and e["worker"] == 0]
     assert releases and all((e["t1"] - e["t0"]) / 1e6 < 575 for e in releases)
     assert result.metrics.lost_updates > 0
+
+
+def test_a_resource_cut_blackholes_one_workers_link_to_the_resource_and_its_request_fails_at_the_heal() -> None:
+    # x0.5: work 150; worker 0's link to the resource cut 200 ms, from 50 ms into its first lease: its
+    # write (due ~150 ms into the lease) goes into the blackhole and fails when the heal resets the link.
+    faults = "resource-cut worker=0 after-acquire=100 once for=400"
+    result = _run(_spec("single", "baseline", time_scale=0.5, rounds=3, faults=faults))
+    (inject,), (heal,) = _faults(result, "inject"), _faults(result, "heal")
+    assert inject["fault"] == "resource-cut" and inject["link"] == "resource" and inject["target_worker"] == 0
+    assert 200 <= (heal["t0"] - inject["t0"]) / 1e6 < 250  # cut for= 400 lesson-scale ms = 200 here
+    worker0 = [e for e in result.history if e["worker"] == 0]
+    lease = next(e for e in worker0 if e["kind"] == "acquire" and e["ok"])
+    assert lease["t1"] < inject["t0"] < lease["valid_until"]  # it struck inside worker 0's lease
+    # No write of worker 0 went through while the link was cut; the request caught in it failed at the
+    # heal (the connection that lost bytes is reset), and the worker stopped with that error.
+    assert not [e for e in worker0 if e["kind"] == "write" and inject["t0"] < e["t1"] < heal["t0"]]
+    (error,) = [e for e in worker0 if e["kind"] == "error"]
+    assert error["t0"] >= heal["t0"] and "reset" in error["message"].lower()
+    # Worker 1's link was never cut: its writes went through during worker 0's cut or after it.
+    assert [e for e in result.history if e["kind"] == "write" and e["worker"] == 1]
+    assert result.metrics.verdict == "unknown"  # the resource failed under a worker: nothing to judge
+
+
+def _paused_acquires(result: TrialResult) -> list[tuple[Event, Event]]:
+    """Each of worker 0's in-acquire pauses with the acquire event that holds it."""
+    worker0 = [e for e in result.history if e["worker"] == 0]
+    pauses = [e for e in worker0 if e["kind"] == "pause"]
+    acquires = [e for e in worker0 if e["kind"] == "acquire"]
+    assert pauses and all(p["point"] == "in-acquire" for p in pauses)
+    return [(p, next(a for a in acquires if a["t0"] <= p["t0"] and p["t1"] <= a["t1"])) for p in pauses]
+
+
+def test_acquire_pause_stops_redlock_between_its_sets_and_their_replies_and_its_validity_check_refuses() -> None:
+    # x0.5: TTL 500, pause 600 inside each of worker 0's acquires (next() above: each pause lies inside one).
+    result = _run(_spec("redlock", "acquire-pause", time_scale=0.5, rounds=4))
+    freezes = {e["t0"] for e in _faults(result, "inject") if e["fault"] == "pause"}
+    for pause, acquire in _paused_acquires(result):
+        assert pause["requests_in_flight"] == 5  # every SET out, no reply read yet
+        assert (pause["t1"] - pause["t0"]) / 1e6 >= 600  # stopped for the stated time...
+        assert any(pause["t0"] <= t <= pause["t1"] for t in freezes)  # ...by the runner's freeze, inside it
+        assert acquire["t1"] > pause["t1"]  # the replies were used after it: the acquire went on
+        assert not acquire["ok"] or acquire["t_attempt"] > pause["t1"]  # no paused attempt was granted
+    # The grants read after the pause were refused for their elapsed time, not taken as leases.
+    refused = sum(a["refusals"].get("validity", 0) for _, a in _paused_acquires(result))
+    assert refused > 0
+    assert result.metrics.conflicts == 0 and result.metrics.verdict == "exclusive"
+
+
+def test_acquire_pause_on_single_takes_the_grant_it_reads_after_the_pause_as_a_lease_that_already_expired() -> None:
+    result = _run(_spec("single", "acquire-pause", time_scale=0.5, rounds=4))
+    taken = [(p, a) for p, a in _paused_acquires(result) if a["t_attempt"] < p["t0"] and a["ok"]]
+    assert taken  # a paused attempt that was granted: its lease's deadline passed while it was stopped
+    assert all(p["requests_in_flight"] == 1 and a["valid_until"] < p["t1"] < a["t1"] for p, a in taken)
+    assert result.metrics.conflicts > 0

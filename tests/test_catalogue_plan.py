@@ -68,3 +68,34 @@ def test_a_given_fence_overrides_the_experiments_own() -> None:
         backends=["fenced"], experiments=["client-pause-token"], trials=1, overrides=Overrides(), node_count=None
     )
     assert spec.resource_check == Check.TOKEN_CAS
+
+
+def test_acquire_pause_runs_where_the_acquire_has_a_pause_point_and_leaves_out_the_others(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Redlock's fan-out and single's held connection send and read in steps of their own; fenced's acquire
+    # is one script call, pottery's a library's, etcd's a gRPC call: no point between request and reply.
+    with caplog.at_level(logging.WARNING, logger="lockcompare"):
+        kept = planned(["redlock", "single", "single-renew", "fenced", "pottery", "etcd"], ["acquire-pause"])
+    assert kept == [("redlock", "acquire-pause"), ("single", "acquire-pause"), ("single-renew", "acquire-pause")]
+    (line,) = [line for line in caplog.text.splitlines() if "no pause point" in line]
+    assert "skipping fenced, pottery, etcd x acquire-pause: its acquire has no pause point between" in line
+
+
+def test_acquire_pause_pauses_inside_the_acquire_unless_the_pause_point_is_given() -> None:
+    [spec] = plan_matrix(
+        backends=["redlock"], experiments=["acquire-pause"], trials=1, overrides=Overrides(), node_count=None
+    )
+    assert spec.pause_point.value == "in-acquire" and spec.pause_ms == 1200
+    assert "point=in-acquire" in spec.faults
+    [spec] = plan_matrix(
+        backends=["redlock"],
+        experiments=["acquire-pause"],
+        trials=1,
+        overrides=Overrides(pause_point="after-acquire"),
+        node_count=None,
+    )
+    assert spec.pause_point.value == "after-acquire"
+    # Any pausing experiment takes the point: client-pause inside the acquire is refused for fenced too.
+    with pytest.raises(InvalidValueError, match=r"'fenced', client-pause: its acquire has no pause point"):
+        planned(["fenced"], ["client-pause"], pause_point="in-acquire")

@@ -14,7 +14,8 @@ from lockcompare.backends import BackendConfig, Lease, Refusal
 from lockcompare.backends.fenced import FencedLock
 from lockcompare.backends.single import SingleNodeLock
 from lockcompare.cli import app
-from lockcompare.faults.schedule import FaultScheduler, PlannedStep
+from lockcompare.faults.schedule import FaultScheduler
+from lockcompare.faults.steps import PlannedStep
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.health import answers
 from lockcompare.infra.redisconn import connect

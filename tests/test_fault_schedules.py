@@ -14,7 +14,8 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.faults.leases import WORDS as LEASE_WORDS
 from lockcompare.faults.leases import LeaseSlot
 from lockcompare.faults.plan import planned_steps, worker_pauses
-from lockcompare.faults.schedule import FaultScheduler, PlannedStep
+from lockcompare.faults.schedule import FaultScheduler
+from lockcompare.faults.steps import PlannedStep
 from lockcompare.faults.targets import current_owner, resolve_nodes, resolve_worker
 from lockcompare.scenario.choices import PauseHow
 from lockcompare.scenario.experiments import EXPERIMENTS

@@ -25,7 +25,8 @@ from lockcompare.faults.leases import RING as LEASE_RING
 from lockcompare.faults.leases import WORDS as LEASE_WORDS
 from lockcompare.faults.leases import LeaseSlot
 from lockcompare.faults.plan import planned_steps
-from lockcompare.faults.schedule import FaultScheduler, PlannedStep
+from lockcompare.faults.schedule import FaultScheduler
+from lockcompare.faults.steps import PlannedStep
 from lockcompare.infra.cluster import Cluster
 from lockcompare.render.timeline import load_history
 from lockcompare.runner.trial import new_run_id, run_trial

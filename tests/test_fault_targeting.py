@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lockcompare.analysis.history import now_ns
 from lockcompare.faults.freeze import Freezer
-from lockcompare.faults.schedule import FaultContext
+from lockcompare.faults.steps import FaultContext
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
 from lockcompare.scenario.choices import PauseHow

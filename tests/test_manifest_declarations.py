@@ -14,7 +14,7 @@ from lockcompare.backends.external.backend import backend_class
 from lockcompare.backends.external.manifest import Manifest, parse_manifest
 from lockcompare.errors import BackendLoadError
 from lockcompare.faults.plan import with_lease_declaration
-from lockcompare.faults.schedule import PlannedStep
+from lockcompare.faults.steps import PlannedStep
 
 HEAD = """
 protocol = 1

@@ -26,7 +26,7 @@ from lockcompare.evaluation.conformance import (
     property_named,
 )
 from lockcompare.faults.freeze import Freezer
-from lockcompare.faults.schedule import FaultContext
+from lockcompare.faults.steps import FaultContext
 from lockcompare.infra import cgroup
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.lifecycle import SPAWN, reap_group, start_worker_process, terminate_group

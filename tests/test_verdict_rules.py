@@ -268,3 +268,33 @@ def test_the_backends_the_doc_names_declare_their_unavailability_and_sentinels_d
         assert f"`{name.removesuffix('-checked')}" in DOC.read_text(encoding="utf-8")
     for name in ["sentinel-single", "sentinel-fenced", "sentinel-redis-py", "redlock", "zk-lock", "etcd"]:
         assert declared(name) == (), name  # a failover, a quorum: a crashed server is no reason to stay down
+
+
+def _renewal_history(*, renewed: bool, no_ttl: bool = False) -> list[dict[str, object]]:
+    """One worker's lease lapsing under work longer than its TTL, renewed (a ``renew`` event) or not."""
+    grant = {"worker": 0, "round": 0, "kind": "acquire", "t0": 0, "t1": MS, "ok": True, "owner": "a", "fence": None,
+             "t_attempt": 0, "attempts": 1, "refusals": {},
+             "valid_until": 1000 * MS, **({"no_ttl": True} if no_ttl else {})}  # fmt: skip
+    steps = [
+        {"worker": 0, "round": 0, "kind": "enter", "t0": 2 * MS, "t1": 3 * MS, "inside": 1},
+        {"worker": 0, "round": 0, "kind": "read", "t0": 3 * MS, "t1": 4 * MS, "fence": None, "balance": 0},
+        {"worker": 0, "round": 0, "kind": "write", "t0": 3004 * MS, "t1": 3005 * MS, "value": 1, "fence": None,
+         "accepted": True},
+        {"worker": 0, "round": 0, "kind": "exit", "t0": 3006 * MS, "t1": 3007 * MS},
+        {"worker": 0, "round": 0, "kind": "release", "t0": 3008 * MS, "t1": 3009 * MS, "released": False},
+    ]  # fmt: skip
+    renew = [{"worker": 0, "round": 0, "kind": "renew", "t0": 300 * MS, "t1": 301 * MS, "ok": True}]
+    return [grant, *(renew if renewed else []), *steps]
+
+
+def test_a_renewal_experiment_on_a_lock_that_never_renewed_is_not_judged() -> None:
+    counters = ResourceCounters(entries=1, conflicts=0, writes_accepted=1, writes_rejected=0, final_balance=1,
+                                occupancy=0)  # fmt: skip
+    lapsed = check(_renewal_history(renewed=False), counters, entries_planned=1, rests_on_renewal=True)
+    assert lapsed.verdict == "unknown" and "renewal not measured" in lapsed.problem
+    # The same history judged as usual: outside a renewal experiment, with a renewal seen, or on a session lock.
+    assert check(_renewal_history(renewed=False), counters, entries_planned=1).verdict != "unknown"
+    renewed = check(_renewal_history(renewed=True), counters, entries_planned=1, rests_on_renewal=True)
+    assert "renewal not measured" not in renewed.problem and renewed.verdict != "unknown"
+    session = check(_renewal_history(renewed=False, no_ttl=True), counters, entries_planned=1, rests_on_renewal=True)
+    assert "renewal not measured" not in session.problem

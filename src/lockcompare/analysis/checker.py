@@ -50,6 +50,7 @@ from lockcompare.analysis.progress import (
     worker_progress,
     writes_skipped,
 )
+from lockcompare.analysis.renewal_measured import renewal_not_measured
 from lockcompare.analysis.rules import implements
 from lockcompare.analysis.stats import percentile
 from lockcompare.analysis.strikes import FaultStrikes, fault_strikes
@@ -324,13 +325,18 @@ def check(
     *,
     entries_planned: int,
     unavailable_under: Collection[str] = (),
+    rests_on_renewal: bool = False,
 ) -> TrialMetrics:
     """Compute every metric of a trial; any inconsistency makes the verdict ``unknown``.
 
     ``unavailable_under``: the fault kinds the backend declares leave it unavailable (its trait of
     that name): a lock that stops being exercised after one of them keeps its verdict
-    (analysis/exercised.py)."""
+    (analysis/exercised.py). ``rests_on_renewal``: the experiment's work outlasts the TTL; a trial
+    whose lock never renewed is not judged (analysis/renewal_measured.py)."""
     try:
+        not_measured = renewal_not_measured(history, rests_on_renewal=rests_on_renewal)
+        if not_measured:
+            return unknown(counters, problem=not_measured, entries_planned=entries_planned)
         return _check(history, counters, entries_planned=entries_planned, unavailable_under=unavailable_under)
     except (ValueError, KeyError, TypeError) as exc:
         return unknown(counters, problem=f"history unusable: {exc}", entries_planned=entries_planned)

@@ -53,6 +53,11 @@ _RULE_LIST = (
     Rule("degraded", "degraded", "some planned rounds never entered; otherwise exclusive"),
     Rule("no-verdict-without-fault", "unknown", "planned injections and struck none gets no safe verdict"),
     Rule(
+        "renewal-not-measured",
+        "unknown",
+        "an experiment resting on renewal, on a lock with a TTL whose history shows no renewal, is not judged",
+    ),
+    Rule(
         "stopped-being-exercised",
         "unknown",
         "after a fault the lock never granted again and refused with errors only, unless the backend declares it",

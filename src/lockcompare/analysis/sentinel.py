@@ -231,7 +231,10 @@ def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
             client_starts.setdefault(event["worker"], []).append((event["t0"], event["t1"]))
     stalls: list[Stall] = []
     for worker, events in by_worker.items():
-        windows = delays.get(worker, []) + delays.get(None, [])
+        # A pause inside an acquire (its requests out, no reply read) is the experiment, not a slow call:
+        # the acquire that holds it and the steps around it are not judged across it.
+        in_acquire = [(e["t0"], e["t1"]) for e in events if e["kind"] == "pause" and e.get("point") == "in-acquire"]
+        windows = delays.get(worker, []) + delays.get(None, []) + in_acquire
         for prev, nxt in itertools.pairwise(events):
             if bool(prev.get("extra")) != bool(nxt.get("extra")):
                 continue  # the contend workload's wait for the runner's answer, not a planned gap

@@ -222,6 +222,9 @@ class Traits:
     lease_znodes: str | Callable[..., object] | None = None
     #: A session lock whose server ends the session after a TTL of silence (ZooKeeper).
     session_timeout_is_ttl: bool = False
+    #: Its acquire calls backends/pause_point.py's ``inside_acquire`` between sending its requests and
+    #: reading their replies, so ``--pause-point in-acquire`` can stop it there (Redlock, single).
+    pauses_inside_acquire: bool = False
     #: It waits inside ``acquire`` (kazoo's Lock): its acquires are not a livelock's evidence.
     acquire_waits: bool = False
     #: It honours ``BackendConfig.wait_replicas``.

@@ -50,6 +50,8 @@ class FencedLock(SingleNodeLock):
 
     summary: ClassVar[str] = "single + fencing token (SET NX PX and INCR in one Lua script), checked by the resource"
     issues_fencing_tokens: ClassVar[bool] = True
+    #: Its acquire is one script call through redis-py: no point between the request and its reply.
+    pauses_inside_acquire: ClassVar[bool] = False
 
     def __init__(self, *, config: BackendConfig) -> None:
         super().__init__(config=config)

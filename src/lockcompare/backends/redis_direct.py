@@ -26,7 +26,7 @@ connection whose address is no longer the master's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import hiredis
@@ -47,15 +47,19 @@ class DirectCommands:
         self._pool = client.connection_pool
         self._conn: Connection | None = None
 
-    def call(self, *command: str | bytes | int) -> Any:
+    def call(self, *command: str | bytes | int, after_send: Callable[..., None] | None = None) -> Any:
         """Send ``command`` and return its raw reply (the first call checks a connection out of the
-        pool, which connects it, as redis-py's own first call would)."""
+        pool, which connects it, as redis-py's own first call would). ``after_send(in_flight=1)`` runs
+        between the request going out and its reply being read (an acquire's pause point:
+        backends/pause_point.py)."""
         conn = self._conn
         if conn is None:
             conn = self._conn = self._pool.get_connection()
         try:
             # hiredis's stub types the argument as a 1-tuple; it takes any tuple of str, bytes and numbers.
             conn.send_packed_command([hiredis.pack_command(command)], check_health=False)  # type: ignore[arg-type]
+            if after_send is not None:
+                after_send(in_flight=1)
             return conn.read_response()
         except (RedisConnectionError, RedisTimeoutError):
             self._drop()

@@ -26,7 +26,7 @@ import select
 import selectors
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 import hiredis
@@ -274,11 +274,19 @@ class Node:
         self._conn.disconnect()
 
 
-def fan_out(nodes: Sequence[Node], command: Sequence[object], *, timeout_s: float) -> list[Reply]:
+def fan_out(
+    nodes: Sequence[Node],
+    command: Sequence[object],
+    *,
+    timeout_s: float,
+    after_send: Callable[..., None] | None = None,
+) -> list[Reply]:
     """Send ``command`` to every node, then read every reply: (reply, NO_REPLY or NOT_SENT; read time) per node.
 
     Disconnected nodes are reconnected concurrently, within ``timeout_s``; each node's reply gets
-    ``timeout_s`` counted from when its request was written.
+    ``timeout_s`` counted from when its request was written. ``after_send(in_flight=N)`` runs once
+    every request is out and before any reply is read (an acquire's pause point: backends/pause_point.py);
+    a reply already waiting is read however late, so a stall there lands in the caller's elapsed time.
     """
     packed = pack(command)  # the same bytes for every node: pack once
     size = len(packed)
@@ -309,6 +317,8 @@ def fan_out(nodes: Sequence[Node], command: Sequence[object], *, timeout_s: floa
             deadlines[index] = clock() + timeout_ns
     if connecting:
         _finish_connects(nodes, connecting, packed=packed, deadlines=deadlines, timeout_ns=timeout_ns)
+    if after_send is not None:
+        after_send(in_flight=sum(1 for deadline in deadlines if deadline is not None))
     replies: list[Reply] = []
     for node, deadline_ns in zip(nodes, deadlines, strict=True):
         raw = node._sock

@@ -78,6 +78,7 @@ from typing import ClassVar, Final
 
 import redis
 
+from lockcompare.backends import pause_point
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.redis_fanout import NOT_SENT, Node, Reply, fan_out
 from lockcompare.backends.single import RELEASE_SCRIPT, new_owner_token
@@ -134,6 +135,9 @@ class Redlock:
     libraries: ClassVar[tuple[str, ...]] = ("redis",)  # recorded with their versions in every row
     #: A majority quorum: keeps granting (and stays exclusive) with a minority of its nodes down.
     survives_minority_loss: ClassVar[bool] = True
+    #: Its acquire stops at backends/pause_point.py once every SET is out, before a reply is read
+    #: and the validity computed (Kleppmann's pause during the acquire).
+    pauses_inside_acquire: ClassVar[bool] = True
 
     #: Per-node timeout = min(request_timeout_s, max(NODE_TIMEOUT_FLOOR_S, TTL * NODE_TIMEOUT_TTL_FRACTION));
     #: a subclass may change them (e.g. to wait past the TTL and see ``validity`` refusals instead).
@@ -165,7 +169,12 @@ class Redlock:
         timeout_s = self.node_timeout_s(ttl_ms=ttl_ms)
         self._release_timeout_s = timeout_s
         started_ns = time.monotonic_ns()  # T1: before the first request can set any key
-        replies = fan_out(self._nodes, ("SET", key, owner, "NX", "PX", ttl_ms), timeout_s=timeout_s)
+        replies = fan_out(
+            self._nodes,
+            ("SET", key, owner, "NX", "PX", ttl_ms),
+            timeout_s=timeout_s,
+            after_send=pause_point.inside_acquire,
+        )
         verdict = self._judge(replies, started_ns=started_ns, ttl_ms=ttl_ms)
         if isinstance(verdict, Refusal):
             # Step 5: every node the SET reached, not only the grantors. A node the request never

@@ -21,6 +21,7 @@ from typing import ClassVar
 
 import redis
 
+from lockcompare.backends import pause_point
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
 from lockcompare.backends.redis_direct import DirectCommands
 from lockcompare.infra.redisconn import connect
@@ -65,6 +66,8 @@ class SingleNodeLock:
     unavailable_under: ClassVar[tuple[str, ...]] = ("crash",)
     libraries: ClassVar[tuple[str, ...]] = ("redis",)  # recorded with their versions in every row
     supports_wait_replicas: ClassVar[bool] = True
+    #: Its acquire stops at backends/pause_point.py between the SET going out and its reply being read.
+    pauses_inside_acquire: ClassVar[bool] = True
 
     def __init__(self, *, config: BackendConfig) -> None:
         self._client = connect(first_node(config.node_urls), timeout_s=config.request_timeout_s)
@@ -80,7 +83,8 @@ class SingleNodeLock:
         owner = new_owner_token()
         started_ns = time.monotonic_ns()  # the TTL starts no earlier than the request is sent
         try:
-            granted = self._direct.call("SET", key, owner, "NX", "PX", ttl_ms) == b"OK"
+            reply = self._direct.call("SET", key, owner, "NX", "PX", ttl_ms, after_send=pause_point.inside_acquire)
+            granted = reply == b"OK"
         except redis.RedisError as exc:
             return Refusal.failed(exc)
         if not granted:

@@ -11,8 +11,9 @@ carry a fault or a half-reset connection from one trial into the next.
 A link fault acts on the links of one worker (``worker``) to the lock nodes it is given: ``slow``
 (scenario/faultkinds/slow.py) delays the replies, ``cut`` (scenario/faultkinds/cut.py) blackholes them.
 Both have ``scope = "links"``: the schedule runner hands them the trial's FaultContext.
-``resource-delay`` (scenario/faultkinds/resource_delay.py) acts on one worker's link to the resource
-(Kleppmann's delayed write): the set then holds that link too, as its last "node". The
+``resource-delay`` (scenario/faultkinds/resource_delay.py) and ``resource-cut`` (resource_cut.py) act on
+one worker's link to the resource (Kleppmann's delayed write; a cut): the set then holds that link
+too, as its last "node". The
 catalogue's link experiments (scenario/experiments.py) and why they are shaped so:
 
 - ``slow-response``: ``slow nodes=all worker=0 at=acquire delay=TTL+work/2`` — the replies to

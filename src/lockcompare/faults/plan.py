@@ -18,7 +18,7 @@ from typing import Any
 
 from lockcompare.backends.base import traits_of
 from lockcompare.errors import InvalidValueError
-from lockcompare.faults.schedule import PlannedStep
+from lockcompare.faults.steps import PlannedStep
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.faultkinds.base import CLOCK_CONTROL, LINKS, NODES, REPLICATION
 from lockcompare.scenario.schedule import Schedule, TrialSchedule, TrialStep
@@ -146,7 +146,7 @@ def needs_links(schedule: Schedule) -> bool:
 
 
 def needs_resource_link(schedule: Schedule) -> bool:
-    """Whether the workers must reach the resource through proxied links (a resource-delay step)."""
+    """Whether the workers must reach the resource through proxied links (a resource-delay or resource-cut step)."""
     return bool(schedule.of_kind(*faultkinds.names_where("on_resource_link")))
 
 

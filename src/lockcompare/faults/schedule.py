@@ -44,88 +44,31 @@ worker's current lease at kill time).
 :meth:`FaultScheduler.heal_all` runs in the runner's ``finally`` (Ctrl-C included): no node stays
 down, no clock stays moved, no link stays cut, no worker stays stopped.
 
-A fault object acts on the cluster's nodes (``inject(cluster, nodes)``) unless its class says
-``scope = "world"``: then it is handed the trial's :class:`FaultContext` (cluster, links, worker
-pids). It may have ``prepare(cluster, nodes)``, run at the start (action ``prepare``, undone by its
-heal if the trial ends first), and a step may set ``latest_ns``: inject then at the latest, counted
-from the start, when no acquire triggered it sooner (failover: its master dies either way).
+The steps and what they act on: faults/steps.py; the events it writes for skipped steps: faults/fault_events.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockcompare.analysis.history import Event, now_ns
-from lockcompare.errors import ConfigError
 from lockcompare.faults.aim import Aim, Fetched, Lease, SessionGuard, missed
+from lockcompare.faults.fault_events import skipped_event, target_fields
 from lockcompare.faults.holders import LockHolders
 from lockcompare.faults.leases import LeaseSlot
 from lockcompare.faults.resolve import HOLDERS, Targets, lease_relative
 from lockcompare.faults.roles import roles_now
+from lockcompare.faults.steps import Active, FaultContext, PlannedStep, StepState
 from lockcompare.faults.targets import Resolution
 from lockcompare.infra.cluster import Cluster
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.faultkinds.base import FaultAction
-from lockcompare.scenario.schedule import FaultStep
 
 if TYPE_CHECKING:
     from lockcompare.faults.freeze import Freezer
     from lockcompare.infra.proxy import ProxySet
-
-
-@dataclass(frozen=True)
-class FaultContext:
-    """What a ``scope = "world"`` fault acts on: the cluster, the workers' links, the worker processes."""
-
-    cluster: Cluster
-    links: ProxySet | None = None
-    pids: tuple[int, ...] = ()
-    freezer: Freezer | None = None
-
-    def links_running(self) -> bool:
-        return self.links is not None and self.links.is_running()
-
-    def require_links(self) -> ProxySet:
-        if self.links is None:
-            raise ConfigError("a link fault needs the trial's proxied links (trial.run_trial starts them)")
-        return self.links
-
-
-@dataclass(frozen=True, kw_only=True)
-class PlannedStep:
-    """One step, ready to run: times in ns (scaled); ``build(worker)`` makes its fault object."""
-
-    index: int
-    step: FaultStep
-    build: Callable[[int | None], FaultAction]
-    after_ns: int = 0
-    heal_after_ns: int | None = None
-    latest_ns: int | None = None
-    from_round: int = 1  # at=acquire: the first round whose acquire it surrounds
-    prepares: bool = False  # its fault has a prepare step, run at the start (failover)
-    fixed_nodes: tuple[int, ...] | None = None  # the nodes a worker-aimed step acts on (session-kill: 0)
-
-
-@dataclass
-class _Active:
-    fault: FaultAction
-    nodes: list[int]
-    round: int
-    heal_due: int | None
-    extra: dict[str, Any]
-
-
-@dataclass
-class _State:
-    planned: PlannedStep
-    pending: tuple[int, int] | None = None  # (due ns, round)
-    aimed: Lease | None = None  # the lease whose acquire made the pending injection due
-    trigger_ns: int | None = None  # when that acquire was reported (reads since then serve the step)
-    active: _Active | None = None
-    injected: int = 0
-    prepared: tuple[FaultAction, list[int]] | None = None  # (fault, nodes) of a prepare not yet injected
 
 
 @dataclass
@@ -141,13 +84,13 @@ class FaultScheduler:
     events: list[Event] = field(default_factory=list)
     pids: tuple[int, ...] = ()
     freezer: Freezer | None = None
-    _states: list[_State] = field(default_factory=list)
+    _states: list[StepState] = field(default_factory=list)
     _aim: Aim = field(default_factory=Aim)
     _latest_round: dict[int, int] = field(default_factory=dict)
     _targets: Targets = field(init=False)
 
     def __post_init__(self) -> None:
-        self._states = [_State(planned=p) for p in self.steps]
+        self._states = [StepState(planned=p) for p in self.steps]
         self._targets = Targets(
             cluster=self.cluster, node_count=self.node_count, workers=self.workers, aim=self._aim,
             links=self.links, holders=self.holders,
@@ -267,7 +210,7 @@ class FaultScheduler:
 
     # -- what -----------------------------------------------------------------------------------
 
-    def _prepare(self, state: _State, *, planned: int) -> None:
+    def _prepare(self, state: StepState, *, planned: int) -> None:
         resolution, _ = self._targets.resolve(state.planned.step, lease=None, since_ns=None)
         if resolution.reason:
             self._skip(state, round_=-1, planned=planned, resolution=resolution, action="prepare")
@@ -276,7 +219,7 @@ class FaultScheduler:
         state.prepared = (fault, list(resolution.nodes))  # first: a half-done prepare is healed too
         self._act(state, fault, "prepare", list(resolution.nodes), round_=-1, planned=planned)
 
-    def _inject(self, state: _State, *, round_: int, planned: int) -> None:
+    def _inject(self, state: StepState, *, round_: int, planned: int) -> None:
         step = state.planned.step
         self._targets.last_holders = None
         aimed, state.aimed = state.aimed, None
@@ -290,7 +233,7 @@ class FaultScheduler:
             return
         self._strike(state, resolution, round_=round_, planned=planned, fetched=fetched, since=since)
 
-    def _inject_aimed(self, state: _State, aimed: Lease, *, round_: int, planned: int) -> None:
+    def _inject_aimed(self, state: StepState, aimed: Lease, *, round_: int, planned: int) -> None:
         """A lease-aimed step at its planned moment: confirm its lease (faults/aim.py), resolve its
         targets from what was read ahead, act (module docstring)."""
         step = state.planned.step
@@ -327,7 +270,7 @@ class FaultScheduler:
 
     def _strike(
         self,
-        state: _State,
+        state: StepState,
         resolution: Resolution,
         *,
         round_: int,
@@ -345,7 +288,7 @@ class FaultScheduler:
             fixed = state.planned.fixed_nodes
             fault, nodes = state.planned.build(resolution.worker), list(resolution.nodes if fixed is None else fixed)
         heal_after = state.planned.heal_after_ns
-        state.active = _Active(fault=fault, nodes=nodes, round=round_, heal_due=None, extra={})
+        state.active = Active(fault=fault, nodes=nodes, round=round_, heal_due=None, extra={})
         state.injected += 1
         self._act(
             state, fault, "inject", nodes, round_=round_, planned=planned, resolution=resolution, aim=aim,
@@ -354,7 +297,7 @@ class FaultScheduler:
         if heal_after is not None and step.at != "acquire":
             state.active.heal_due = now_ns() + heal_after
 
-    def _heal(self, state: _State, *, planned: int | None) -> None:
+    def _heal(self, state: StepState, *, planned: int | None) -> None:
         active = state.active
         assert active is not None
         state.active = None  # first: a heal that raises is not retried forever
@@ -362,7 +305,7 @@ class FaultScheduler:
 
     def _skip(
         self,
-        state: _State,
+        state: StepState,
         *,
         round_: int,
         planned: int,
@@ -370,34 +313,21 @@ class FaultScheduler:
         action: str = "inject",
         extra: dict[str, Any] | None = None,
     ) -> None:
-        t = now_ns()
         self.events.append(
-            {
-                "worker": -1,
-                "round": round_,
-                "kind": "fault",
-                "fault": state.planned.step.kind,
-                "action": "skipped",
-                "step": state.planned.index,
-                "t0": t,
-                "t1": t,
-                "planned_ns": planned,
-                "late_ms": (t - planned) / 1e6,
-                "nodes": [],
-                "reason": resolution.reason,
-                **({"roles": resolution.roles} if resolution.roles is not None else {}),  # what a role step read
-                "skipped": action,
-                **self._target_fields(state.planned.step),
-                **(
-                    {"holders": self._targets.last_holders} if self._targets.last_holders is not None else {}
-                ),  # what was read
-                **(extra or {}),
-            }
+            skipped_event(
+                state.planned,
+                round_=round_,
+                planned=planned,
+                resolution=resolution,
+                action=action,
+                holders=self._targets.last_holders,
+                extra=extra,
+            )
         )
 
     def _act(
         self,
-        state: _State,
+        state: StepState,
         fault: FaultAction,
         action: str,
         nodes: list[int],
@@ -489,16 +419,7 @@ class FaultScheduler:
                 "nodes": nodes,
                 "detail": detail,
                 **({"planned_ns": planned, "late_ms": (t0 - planned) / 1e6} if planned is not None else {}),
-                **self._target_fields(state.planned.step),
+                **target_fields(state.planned.step),
                 **extra,
             }
         )
-
-    @staticmethod
-    def _target_fields(step: FaultStep) -> dict[str, str]:
-        fields = {}
-        if step.nodes is not None:
-            fields["target"] = step.nodes.text
-        if step.worker is not None:
-            fields["target_worker_spec"] = step.worker.text
-        return fields

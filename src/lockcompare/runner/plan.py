@@ -40,6 +40,7 @@ from lockcompare.infra.kinds import (
 from lockcompare.runner.lock_servers import NO_LOCK_SERVERS, LockServers, routes
 from lockcompare.runner.sections import check_for
 from lockcompare.scenario import faultkinds
+from lockcompare.scenario.choices import PausePoint
 from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.limits import check_count
 from lockcompare.scenario.parsing import Overrides, Sweep
@@ -214,6 +215,12 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
         # Work outlasts the TTL: without a watchdog every lease lapses on its own, and the cell would
         # measure the missing renewal, not the experiment's fault (issue 51).
         return "its work outlasts the TTL and the lock does not renew its lease (no renews, no renewal hooks)"
+    if spec.pause_point is PausePoint.IN_ACQUIRE and not traits_of(cls).pauses_inside_acquire:
+        # Its request and the use of the reply are one call of its client library, or another process's.
+        return (
+            "its acquire has no pause point between its requests and their replies (one library call, a script, "
+            "or a client in another process: backends/pause_point.py)"
+        )
     servers = traits_of(cls).servers
     server_kind = server_for(servers, choice=spec.server)
     schedule = spec.schedule.written  # parsed once with the spec (lesson-scale: only kinds and targets are read)

@@ -26,7 +26,8 @@ from lockcompare.backends import BackendConfig, LockBackend, Traits, load_backen
 from lockcompare.faults import network, plan
 from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.holders import LockHolders, key_glob
-from lockcompare.faults.schedule import FaultScheduler, PlannedStep
+from lockcompare.faults.schedule import FaultScheduler
+from lockcompare.faults.steps import PlannedStep
 from lockcompare.infra import cgroup, health, provenance
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.kinds import Capability, lacks
@@ -39,6 +40,7 @@ from lockcompare.runner.stopwatch import STOPPED_GAP_S, StopWatch
 from lockcompare.runner.watch import CONSTRUCT_TIMEOUT_S, freezes_workers, run_workers
 from lockcompare.runner.worker import START_TIMEOUT_S, WorkerPlan
 from lockcompare.scenario.choices import PauseHow, PausePoint
+from lockcompare.scenario.experiments import rests_on_renewal
 from lockcompare.scenario.schedule import Schedule, parse_schedule
 from lockcompare.scenario.trialspec import TrialSpec
 
@@ -235,6 +237,7 @@ def _run_trial(
                 counters,
                 entries_planned=spec.entries_planned,
                 unavailable_under=trial.traits.unavailable_under,
+                rests_on_renewal=rests_on_renewal(spec.experiment),
             )
         )
         return TrialResult(

@@ -34,6 +34,7 @@ from lockcompare.backends import (
     LockBackend,
     Refusal,
     load_backend,
+    pause_point,
     traits_of,
 )
 from lockcompare.errors import ReleaseFailed
@@ -324,10 +325,14 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
         conn.send(("freeze", str(plan.pause_ms / 1000), [rec.round]))  # the runner SIGSTOPs us...
         inbox.wait_for("thawed")  # ...and, once it has SIGCONTed us, says so
 
-    def pause() -> None:
+    def pause(**fields: Any) -> None:
         # The holder freezes without knowing it: a GC pause, a migrated VM, swapping.
         how = freeze if plan.pause_how is PauseHow.SIGSTOP else lambda: time.sleep(plan.pause_ms / 1000)
-        rec.timed("pause", how, how=plan.pause_how.value, point=plan.pause_point.value)
+        rec.timed("pause", how, how=plan.pause_how.value, point=plan.pause_point.value, **fields)
+
+    def pause_in_acquire(in_flight: int) -> None:
+        # Called by the backend's acquire with its requests out and no reply read (backends/pause_point.py).
+        pause(requests_in_flight=in_flight)
 
     def release(lease: Lease, round_: int) -> None:
         slot.lease.end(round_=round_)  # before the release event's t0: from here the lease is not struck
@@ -340,7 +345,17 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
         abandon = inbox.stop_requested if extra else None
         if plan.acquire_handshake:
             handshake(inbox, conn, "acquiring", round_)
+        pausing = round_ % plan.rounds in plan.pause_rounds
+        if pausing and plan.pause_point is PausePoint.IN_ACQUIRE:
+            pause_point.arm(pause_in_acquire)  # the first attempt that sends its requests stops there
         lease = acquire_until_deadline(backend, plan, rec, slot=slot, rng=rng, abandon=abandon, messages=messages)
+        if pause_point.disarm() and lease is not None:
+            # The backend declared the point (the plan let the cell run) but its granting acquire never
+            # reached it: a round without its pause would be judged as one with it.
+            raise TypeError(
+                f"backend {plan.backend!r} declares pauses_inside_acquire, but its acquire never called "
+                "lockcompare.backends.pause_point.inside_acquire"
+            )
         if plan.acquire_handshake:
             handshake(inbox, conn, "acquire-done", round_)
         if lease is None:
@@ -356,7 +371,6 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             # ...and the nodes that granted it, where the backend says (Redlock): no read needed to aim at them.
             granted = None if lease.granted_by is None else list(lease.granted_by)
             conn.send(("acquired", str(round_), [now_ns(), lease.owner, getattr(lease, "session", None), granted]))
-        pausing = round_ % plan.rounds in plan.pause_rounds
         if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
             pause()
 

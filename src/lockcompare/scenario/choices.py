@@ -41,6 +41,9 @@ class PausePoint(StrEnum):
     #: a check-then-act client cannot prevent (the worker skips a write only when the check fails;
     #: a backend without a ``before_write`` check writes either way: as ``before-write`` for it).
     AFTER_CHECK = "after-check"
+    #: Inside the acquire, after its requests went out and before their replies are read (Kleppmann's
+    #: pause during the acquire): only where the backend offers the point (backends/pause_point.py).
+    IN_ACQUIRE = "in-acquire"
 
 
 class PauseHow(StrEnum):

@@ -100,6 +100,11 @@ EXPECTATIONS: tuple[Expect, ...] = (
            says="a session lock has no lease: the rival waits for the frozen holder"),
     Expect(experiment="client-pause", backends=("fenced", "pg-lease"), rule="no-lost-updates",
            says="fencing at the resource prevents the damage"),
+    # acquire-pause: Kleppmann's pause during the acquire
+    Expect(experiment="acquire-pause", backends=("redlock",), rule="no-conflicts",
+           says="redlock's elapsed-time check refuses the grants it reads after the pause: 0 conflicts"),
+    Expect(experiment="acquire-pause", backends=("single",), rule="conflicts",
+           says="single takes the expired grant as a lease and conflicts"),
     # node-crash
     Expect(experiment="node-crash", backends=("single",), rule="no-progress-loss",
            says="single becomes unavailable"),

@@ -27,6 +27,8 @@ class Experiment:
     ttl_ms: float = 1000
     work_ms: float = 300
     pause_ms: float = 0  # > 0: the pausing workers freeze this long right after acquiring
+    #: Where that pause lands when --pause-point is not given (None: the setting's default, after-acquire).
+    pause_point: str | None = None
     rounds: int | None = None  # rounds per worker when --rounds is not given (None: the lesson's 40)
     #: The fault schedule, a template filled by :func:`schedule_text` (pause steps come from pause_ms).
     faults: str = ""
@@ -75,6 +77,20 @@ EXPERIMENTS: dict[str, Experiment] = {
             pause_ms=1200,
             claim="worker 0 is stopped (SIGSTOP, every thread) 1200 ms after acquiring (TTL 1000): the lock lets a "
             "second worker in (--pause-how sleep: only the worker's own thread sleeps)",
+        ),
+        # Kleppmann's pause during the acquire (issue 51): the requests are out, the grants wait in the
+        # sockets while the client is stopped for longer than the TTL, then it reads them. Redlock's elapsed
+        # time (T1 before the first SET, T2 after the last reply read) includes the pause: validity <= 0.
+        # single computes the deadline from before its SET and never looks at it again.
+        Experiment(
+            name="acquire-pause",
+            pause_ms=1200,
+            pause_point="in-acquire",
+            claim="worker 0 is stopped (SIGSTOP) for 1200 ms inside each acquire, its requests sent and their "
+            "replies unread (TTL 1000): redlock reads its grants after the keys expired, its elapsed-time check "
+            "refuses (validity) and it stays exclusive; single takes the expired grant as a lease and conflicts. "
+            "Only locks whose acquire sends and reads in steps of their own can be stopped there (redlock, single "
+            "and those built on its acquire); the plan leaves the others out, saying so",
         ),
         Experiment(
             name="node-crash",
@@ -415,3 +431,9 @@ def get_experiment(name: str) -> Experiment:
         return EXPERIMENTS[name]
     except KeyError:
         raise UnknownNameError(f"unknown experiment {name!r} (known: {', '.join(EXPERIMENTS)})") from None
+
+
+def rests_on_renewal(name: str) -> bool:
+    """Whether experiment ``name`` outlasts the TTL on purpose (False for a name not in the catalogue)."""
+    experiment = EXPERIMENTS.get(name)
+    return experiment is not None and experiment.rests_on_renewal

@@ -196,8 +196,9 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         sweeps=True,
         choices=_choices_of(PausePoint),
         help="Where the pause lands: after-acquire (the lesson's), before-write (read, work, pause, lease "
-        "check, write) or after-check (read, work, lease check, pause, write; the same as before-write for "
-        "a backend that does not check its lease); a comma list sweeps.",
+        "check, write), after-check (read, work, lease check, pause, write; the same as before-write for "
+        "a backend that does not check its lease) or in-acquire (the acquire's requests sent, their replies "
+        "not yet read: Redlock, single); a comma list sweeps.",
         since_schema=2,
         legacy="after-acquire",
         applies=_pausing,

@@ -283,6 +283,8 @@ def make_spec(
         if value is None:
             value = setting.default if setting.default is not None else _experiment_value(experiment, setting.name)
         chosen[setting.name] = value
+    if experiment.pause_point is not None and overrides.given("pause_point") is None:
+        chosen["pause_point"] = PausePoint(experiment.pause_point)  # acquire-pause's in-acquire
     chosen["node_count"] = node_count if node_count is not None else overrides.given("node_count")
     if chosen.get("resource_kind") == "auto":  # the backend's own kind (the pg backends: postgres)
         chosen["resource_kind"] = backend_resource_kind

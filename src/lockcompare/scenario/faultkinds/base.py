@@ -93,7 +93,7 @@ class Stopper(Protocol):
 
 
 class World(Protocol):
-    """What a fault with ``scope != "nodes"`` is handed (faults/schedule.py's FaultContext)."""
+    """What a fault with ``scope != "nodes"`` is handed (faults/steps.py's FaultContext)."""
 
     @property
     def cluster(self) -> Cluster: ...

@@ -1,11 +1,12 @@
 """``pause``: a worker stops at its own pause point for ``for=MS``.
 
-It lands where the worker is (right after its acquire, between its read and its write, or after
-its lease check: ``point=``), so the worker plans it (faults/plan.py's ``worker_pauses``), not the
-schedule runner, and it takes ``after-acquire=0`` only. ``how=sigstop`` (the default) stops the
-whole process from outside — every thread, as in a GC pause or a migrated VM — and the runner
-records it as its own fault events (faults/freeze.py); ``how=sleep`` sleeps in the worker's own
-thread (a renewal watchdog keeps running).
+It lands where the worker is (right after its acquire, between its read and its write, after
+its lease check, or inside the acquire between its requests and their replies where the backend
+offers that point — backends/pause_point.py: ``point=``), so the worker plans it (faults/plan.py's
+``worker_pauses``), not the schedule runner, and it takes ``after-acquire=0`` only.
+``how=sigstop`` (the default) stops the whole process from outside — every thread, as in a GC pause
+or a migrated VM — and the runner records it as its own fault events (faults/freeze.py);
+``how=sleep`` sleeps in the worker's own thread (a renewal watchdog keeps running).
 """
 
 from __future__ import annotations
