@@ -17,7 +17,7 @@ from lockcompare.cli import app
 from lockcompare.faults.schedule import FaultScheduler, PlannedStep
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.health import answers
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.runner.matrix import Sweep, plan_matrix
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment

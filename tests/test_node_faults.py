@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-import lockcompare.infra.server as server_module
+import lockcompare.infra.redis.server as server_module
 from lockcompare.errors import (
     FaultNotSupportedError,
     InvalidValueError,
@@ -22,11 +22,12 @@ from lockcompare.errors import (
 from lockcompare.infra import fakeclock
 from lockcompare.infra.fakeclock import (
     FakeClock,
-    check_fake_clock_support,
     find_libfaketime,
 )
-from lockcompare.infra.redisconn import connect
-from lockcompare.infra.server import RedisServer, redis_protocol_binary
+from lockcompare.infra.redis.client import connect
+from lockcompare.infra.redis.clock_check import check_fake_clock_support
+from lockcompare.infra.redis.kind import redis_protocol_binary
+from lockcompare.infra.redis.server import RedisServer
 from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 #: Every temp dir lockcompare makes in a test lands in a private one, and none may be left behind.
