@@ -18,7 +18,7 @@ from typing import ClassVar
 import redis
 
 from lockcompare.backends import BackendConfig, Lease, Refusal
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 
 class CarelessLock:
@@ -29,7 +29,7 @@ class CarelessLock:
     issues_fencing_tokens: ClassVar[bool] = False
 
     def __init__(self, *, config: BackendConfig) -> None:
-        # lockcompare.infra.redisconn.connect: no hidden retries, short timeouts (a dead node fails fast).
+        # lockcompare.infra.redis.client.connect: no hidden retries, short timeouts (a dead node fails fast).
         self._client = connect(config.node_urls[0], timeout_s=config.request_timeout_s)
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:

@@ -16,7 +16,7 @@ from typing import ClassVar
 import redis
 
 from lockcompare.backends import BackendConfig, Lease, Refusal
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 

@@ -144,7 +144,7 @@ trap cleanup EXIT
 # A results file with one trial and an external redis-server with a password, for the cases below.
 (cd "$WORK/input" && lc matrix "${Q[@]}" --trials 2 --out good.csv >/dev/null 2>&1)
 HIST=$(ls "$WORK"/input/good.histories/*.gz | head -1)
-RS=$("$PY" -c "from lockcompare.infra.server import redis_protocol_binary; print(redis_protocol_binary())")
+RS=$("$PY" -c "from lockcompare.infra.redis.kind import redis_protocol_binary; print(redis_protocol_binary())")
 PORT=$("$PY" -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 "$RS" --port "$PORT" --bind 127.0.0.1 --requirepass abuse-s3cret --save '' --appendonly no \
     --dir "$WORK/input" >/dev/null 2>&1 &

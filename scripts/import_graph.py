@@ -135,7 +135,12 @@ def main(argv: list[str] | None = None) -> int:
         modules = sorted(by_package[package])
         print(f"{package} ({len(modules)} modules)")
         for module in modules:
-            inside = sorted(t.rsplit(".", 1)[-1] for t in graph[module] if package_of(t) == package and t != module)
+            # Named within the package (``redis.client``, not ``client``: a package may hold subpackages).
+            inside = sorted(
+                t.removeprefix(f"lockcompare.{package}.")
+                for t in graph[module]
+                if package_of(t) == package and t != module
+            )
             print(f"  {module.removeprefix('lockcompare.')}" + (f" -> {', '.join(inside)}" if inside else ""))
     found = cycles(graph)
     print(f"\n{len(found)} import circle(s) among {len(graph)} modules")

@@ -166,7 +166,7 @@ def etcd_cluster() -> Iterator[Cluster]:
 def zk_cluster() -> Iterator[Cluster]:
     """A standalone ZooKeeper server + the resource, for the module; afterwards every java process it
     started and every data directory must be gone."""
-    from lockcompare.infra.zookeeper_server import ZooKeeperServer
+    from lockcompare.infra.zookeeper.server import ZooKeeperServer
     from test_lifecycle import alive
 
     with open_cluster(node_count=1, lock_servers="zookeeper") as cluster:

@@ -124,7 +124,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def main() -> int:
-    from lockcompare.infra.postgres_server import start_postgres
+    from lockcompare.infra.postgres.server import start_postgres
 
     if pgbouncer_binary() is None:
         print(f"pgbouncer is not installed ({HOW_TO_GET_IT})", file=sys.stderr)

@@ -19,7 +19,7 @@ from lockcompare.backends.pottery_redlock import PotteryRedlock
 from lockcompare.backends.redis_py_lock import RedisPyLock, seconds_for_px
 from lockcompare.errors import BackendNotViableError, InvalidValueError
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.testing import BackendContract
 
 

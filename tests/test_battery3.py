@@ -159,7 +159,7 @@ def _working_under(directory: Path) -> list[int]:
 
 @pytest.mark.parametrize("how", ["--daemonize yes", "& (a shell's background job)"])
 def test_a_daemonising_server_binary_is_refused_and_nothing_is_left(how: str, tmp_path: Path) -> None:
-    from lockcompare.infra.server import redis_protocol_binary
+    from lockcompare.infra.redis.kind import redis_protocol_binary
 
     binary = redis_protocol_binary()
     wrapper = tmp_path / "redis-daemon"

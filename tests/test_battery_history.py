@@ -20,7 +20,7 @@ from lockcompare.evaluation.battery_base import RECOVERY_S, Status, _recovery_s
 from lockcompare.evaluation.battery_log import BATTERY, BatteryLog
 from lockcompare.evaluation.card_text import render_card
 from lockcompare.evaluation.evaluate import SESSION_EXPERIMENT, CardLine, ReportCard, ends_sessions, scales_for
-from lockcompare.infra.zookeeper_server import RECONNECT_MS, RECOVERY_MS
+from lockcompare.infra.zookeeper.server import RECONNECT_MS, RECOVERY_MS
 from lockcompare.render.timeline import load_history, render_timeline
 
 

@@ -12,7 +12,7 @@ from lockcompare.backends.redis_direct import DirectCommands
 from lockcompare.backends.single import RELEASE_SCRIPT, SingleNodeLock
 from lockcompare.errors import InvalidValueError, UnknownNameError
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.runner import bench
 from lockcompare.runner.bench import BenchRow, render_bench, run_bench
 from wire_recorder import WireRecorder

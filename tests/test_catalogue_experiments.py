@@ -112,7 +112,7 @@ def test_leader_freeze_renewing_freezes_the_leader_for_two_ttls_and_another_is_e
 
 
 def test_a_drifting_clock_expires_a_key_early_by_its_rate() -> None:
-    from lockcompare.infra.redisconn import connect
+    from lockcompare.infra.redis.client import connect
     from lockcompare.scenario.faultkinds.clock_drift import Drift
 
     with open_cluster(node_count=1, fake_clocks=True) as cluster:

@@ -13,7 +13,7 @@ from expect import assert_lock_held_up, error_lines
 from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.analysis.verdicts import VIOLATIONS
 from lockcompare.cli import app
-from lockcompare.infra.server import free_port
+from lockcompare.infra.spawned import free_port
 from lockcompare.render.timeline import STEP_KINDS, load_history
 from lockcompare.scenario.experiments import EXPERIMENTS
 

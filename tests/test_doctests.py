@@ -41,5 +41,7 @@ def test_the_docstring_examples_hold(name: str, request: pytest.FixtureRequest) 
 def test_the_examples_are_found_across_the_packages() -> None:
     """The walk reaches beyond the pure packages: a backend's and infra's examples are run too."""
     modules = _modules()
-    assert {"lockcompare.backends.renewals", "lockcompare.infra.redisconn", "lockcompare.runner.trial"} <= set(modules)
+    assert {"lockcompare.backends.renewals", "lockcompare.infra.redis.client", "lockcompare.runner.trial"} <= set(
+        modules
+    )
     assert not [name for name in modules if name.endswith("__main__")]

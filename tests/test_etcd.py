@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lockcompare.errors import BackendNotViableError, InvalidValueError
-from lockcompare.infra.etcd_server import find_etcd
+from lockcompare.infra.etcd.server import find_etcd
 
 try:
     find_etcd()
@@ -25,7 +25,7 @@ except BackendNotViableError as exc:
 from lockcompare.backends import BackendConfig, Lease, Refusal, load_backend
 from lockcompare.backends.etcd import EtcdFencedLock, EtcdLock, lease_seconds
 from lockcompare.infra.cluster import Cluster, embedded_redis_kind, open_cluster
-from lockcompare.infra.etcd_server import EXPIRY_LAG_MS
+from lockcompare.infra.etcd.server import EXPIRY_LAG_MS
 from lockcompare.runner.matrix import ClusterOptions, cluster_shape, plan_matrix
 from lockcompare.scenario.trialspec import Overrides
 from test_lifecycle import alive

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from lockcompare.errors import BackendNotViableError
-from lockcompare.infra.etcd_server import find_etcd
+from lockcompare.infra.etcd.server import find_etcd
 from lockcompare.testing import BackendContract
 
 try:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from lockcompare.cli import app
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ from lockcompare.faults.schedule import FaultScheduler
 from lockcompare.faults.steps import PlannedStep
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.health import answers
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.runner.matrix import Sweep, plan_matrix
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment

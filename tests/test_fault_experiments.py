@@ -14,7 +14,7 @@ from lockcompare.faults.plan import planned_steps
 from lockcompare.faults.schedule import FaultScheduler
 from lockcompare.infra.cluster import open_cluster
 from lockcompare.infra.health import answers
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.schedule import at_scale, parse_schedule

@@ -22,8 +22,8 @@ from lockcompare.backends import BackendConfig, Lease, load_backend
 from lockcompare.backends.external.shipped import clients_dir
 from lockcompare.errors import BackendNotViableError, InvalidValueError
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.etcd_client import EtcdClient, b64
-from lockcompare.infra.etcd_server import find_etcd
+from lockcompare.infra.etcd.client import EtcdClient, b64
+from lockcompare.infra.etcd.server import find_etcd
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment

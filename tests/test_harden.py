@@ -30,7 +30,7 @@ from lockcompare.files import check_output_dir, check_output_file, read_capped, 
 from lockcompare.infra import provenance
 from lockcompare.infra.cluster import check_distinct_servers
 from lockcompare.infra.lifecycle import remove_orphaned_dirs
-from lockcompare.infra.redisconn import redact, with_env_password
+from lockcompare.infra.redis.client import redact, with_env_password
 from lockcompare.runner.matrix import run_matrix
 from lockcompare.runner.outfile import prepare_out
 from lockcompare.scenario.limits import check_count

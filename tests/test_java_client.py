@@ -45,8 +45,8 @@ def _missing() -> str:
     if shutil.which("javac") is None or not CURATOR_JAR.is_file():
         return "a JDK or Curator's jars are not installed (apt-get install -y libcurator-recipes-java)"
     try:
-        from lockcompare.infra.zookeeper_client import kazoo_client_class
-        from lockcompare.infra.zookeeper_server import find_zookeeper
+        from lockcompare.infra.zookeeper.client import kazoo_client_class
+        from lockcompare.infra.zookeeper.server import find_zookeeper
 
         find_zookeeper()
         kazoo_client_class()
@@ -83,7 +83,7 @@ def _trial(backend: str, experiment: str, cluster: Cluster, **settings: object) 
 
 
 def test_curators_contender_znodes_are_read_like_kazoos() -> None:
-    from lockcompare.infra.zookeeper_client import contenders
+    from lockcompare.infra.zookeeper.client import contenders
 
     class Children:
         def get_children(self, path: str) -> list[str]:

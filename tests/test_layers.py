@@ -109,6 +109,12 @@ def test_no_module_circle_in_the_runner() -> None:
     assert circles == []
 
 
+def test_no_module_circle_in_infra() -> None:
+    """A package per server kind (issue 50): no circle within a kind's package, across packages, or the core."""
+    circles = [c for c in import_graph.cycles(import_graph.module_graph(SOURCE)) if _package(c[0]) == "infra"]
+    assert circles == []
+
+
 def test_the_circle_check_would_notice_a_circle() -> None:
     assert import_graph.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -153,14 +159,17 @@ print("\\n".join(sorted(m for m in sys.modules if m.split(".")[0] in ("lockcompa
 
 def test_importing_the_cli_loads_no_server_code() -> None:
     """`lockcompare --help` and the offline commands: each command imports what it runs, when it runs.
-    Of infra only redisconn (URL checks, the password variable's name: redis-py itself is imported
-    when a client connects)."""
+    Of infra only infra/redis/client.py and its package (URL checks, the password variable's name:
+    redis-py itself is imported when a client connects)."""
     out = subprocess.run([sys.executable, "-c", LOADED], capture_output=True, text=True, check=True, timeout=60)
     loaded = set(out.stdout.split())
     assert "lockcompare.cli.measure" in loaded  # the commands are registered
     heavy = {m for m in loaded if m.split(".")[0] in ("redis", "psycopg")}
     heavy |= {m for m in loaded if m.startswith(("lockcompare.runner", "lockcompare.faults", "lockcompare.backends"))}
-    heavy |= {m for m in loaded if m.startswith("lockcompare.infra.")} - {"lockcompare.infra.redisconn"}
+    heavy |= {m for m in loaded if m.startswith("lockcompare.infra.")} - {
+        "lockcompare.infra.redis",
+        "lockcompare.infra.redis.client",
+    }
     assert not heavy, sorted(heavy)
 
 

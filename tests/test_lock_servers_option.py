@@ -17,7 +17,7 @@ from lockcompare.cli.options import _cluster_options, server_args
 from lockcompare.errors import BackendNotViableError, ConfigError, InvalidValueError
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.kinds import registered
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.runner.lock_servers import lock_servers_from
 from lockcompare.runner.plan import ClusterOptions, check_faults, plan_matrix
 from lockcompare.scenario.parsing import Overrides
@@ -200,7 +200,7 @@ def test_a_run_on_lock_servers_is_the_run_on_nodes(cluster: Cluster, tmp_path: P
 def postgres_url() -> Iterator[str]:
     """One PostgreSQL server started here, playing the user's (skipped without PostgreSQL)."""
     try:
-        from lockcompare.infra.postgres_server import find_postgres_bin, start_postgres
+        from lockcompare.infra.postgres.server import find_postgres_bin, start_postgres
 
         find_postgres_bin()
         import psycopg  # noqa: F401 - the client the backends need
@@ -234,8 +234,8 @@ def test_a_run_on_postgres_lock_servers_is_the_run_on_postgres(postgres_url: str
 
 def test_a_run_on_zookeeper_lock_servers_is_the_run_on_zookeeper(tmp_path: Path) -> None:
     try:
-        from lockcompare.infra.zookeeper_client import kazoo_client_class
-        from lockcompare.infra.zookeeper_server import find_zookeeper, start_servers
+        from lockcompare.infra.zookeeper.client import kazoo_client_class
+        from lockcompare.infra.zookeeper.server import find_zookeeper, start_servers
 
         find_zookeeper()
         kazoo_client_class()

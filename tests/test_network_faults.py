@@ -18,7 +18,7 @@ from lockcompare.faults.plan import planned_steps
 from lockcompare.faults.schedule import FaultScheduler
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.proxy import ProxySet, port_of
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.render.timeline import render_timeline
 from lockcompare.runner.matrix import Sweep, plan_matrix
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial

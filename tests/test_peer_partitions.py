@@ -77,7 +77,8 @@ def test_proc_net_tcp_row() -> None:
 
 
 def _etcd() -> tuple[RoleKind, Callable[[], list]]:
-    from lockcompare.infra.etcd_server import ETCD, find_etcd, start_members
+    from lockcompare.infra.etcd.kind import ETCD
+    from lockcompare.infra.etcd.server import find_etcd, start_members
 
     try:
         find_etcd()
@@ -87,7 +88,8 @@ def _etcd() -> tuple[RoleKind, Callable[[], list]]:
 
 
 def _zookeeper() -> tuple[RoleKind, Callable[[], list]]:
-    from lockcompare.infra.zookeeper_server import ZOOKEEPER, find_zookeeper, start_servers
+    from lockcompare.infra.zookeeper.kind import ZOOKEEPER
+    from lockcompare.infra.zookeeper.server import find_zookeeper, start_servers
 
     try:
         find_zookeeper()
@@ -172,11 +174,11 @@ _CLIENT = """
 import sys, time
 url = sys.argv[1]
 if url.startswith("zk://"):
-    from lockcompare.infra.zookeeper_client import kazoo_client_class
+    from lockcompare.infra.zookeeper.client import kazoo_client_class
     zk = kazoo_client_class()(hosts=url.removeprefix("zk://"), timeout=5.0)
     zk.start(timeout=10)
 else:
-    from lockcompare.infra.etcd_client import EtcdClient
+    from lockcompare.infra.etcd.client import EtcdClient
     client = EtcdClient(endpoints=(url,), timeout_s=2.0)
     client.call("/v3/kv/range", {"key": "eA=="})
 print("ready", flush=True)

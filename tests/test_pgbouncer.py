@@ -17,7 +17,7 @@ from pgbouncer_pool import HOW_TO_GET_IT, pgbouncer_binary, running_pgbouncer
 if pgbouncer_binary() is None:
     pytest.skip(f"pgbouncer not installed ({HOW_TO_GET_IT})", allow_module_level=True)
 try:
-    from lockcompare.infra.postgres_server import find_postgres_bin
+    from lockcompare.infra.postgres.server import find_postgres_bin
 
     find_postgres_bin()
     import psycopg  # noqa: F401 - the client the backends need
@@ -27,7 +27,7 @@ except (BackendNotViableError, ImportError) as exc:
 from lockcompare.analysis.results import read_results
 from lockcompare.evaluation.conformance import Status, battery, check_property, property_named
 from lockcompare.evaluation.explore import TrialOutcome, judge
-from lockcompare.infra.postgres_server import PostgresServer, start_postgres
+from lockcompare.infra.postgres.server import PostgresServer, start_postgres
 from lockcompare.runner.matrix import ClusterOptions, run_matrix
 from lockcompare.scenario.trialspec import Overrides
 

@@ -22,7 +22,7 @@ import pytest
 
 from expect import error_lines
 from lockcompare.infra.lifecycle import process_alive
-from lockcompare.infra.valkey_server import find_valkey_server
+from lockcompare.infra.redis.valkey import find_valkey_server
 
 DIST = Path(__file__).parent / "plugins" / "valkey2_dist"
 

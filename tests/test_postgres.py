@@ -25,7 +25,7 @@ import pytest
 from lockcompare.errors import BackendNotViableError
 
 try:
-    from lockcompare.infra.postgres_server import find_postgres_bin
+    from lockcompare.infra.postgres.server import find_postgres_bin
 
     find_postgres_bin()
     import psycopg  # noqa: F401 - the client the backends need
@@ -37,17 +37,17 @@ from lockcompare.backends.pg_advisory import PgAdvisoryLock
 from lockcompare.backends.pg_lease import PgLeaseLock
 from lockcompare.errors import ServerStartError
 from lockcompare.evaluation.conformance import Status, battery, check_property, property_named
-from lockcompare.infra import postgres_server
 from lockcompare.infra.cluster import Cluster, connect_external
-from lockcompare.infra.pg_client import (
+from lockcompare.infra.postgres import server as postgres_server
+from lockcompare.infra.postgres.client import (
     PgSession,
     SessionLost,
     advisory_key,
     split_advisory_key,
     with_session_settings,
 )
-from lockcompare.infra.pg_sessions import holder_pids
-from lockcompare.infra.postgres_server import PostgresServer, start_postgres
+from lockcompare.infra.postgres.server import PostgresServer, start_postgres
+from lockcompare.infra.postgres.sessions import holder_pids
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.resource_pg import PgResource
 from lockcompare.runner.trial import run_trial
@@ -154,7 +154,7 @@ def test_ctrl_c_stops_the_server_and_removes_its_directory(tmp_path: Path) -> No
     script = textwrap.dedent(
         """
         import sys, time
-        from lockcompare.infra.postgres_server import start_postgres
+        from lockcompare.infra.postgres.server import start_postgres
         server = start_postgres(name="ctrlc")
         print(server.pid, server.data_dir, flush=True)
         time.sleep(60)

@@ -11,7 +11,7 @@ import pytest
 from lockcompare.errors import BackendNotViableError
 
 try:
-    from lockcompare.infra.postgres_server import find_postgres_bin
+    from lockcompare.infra.postgres.server import find_postgres_bin
 
     find_postgres_bin()
     import psycopg  # noqa: F401 - the client the backends need

@@ -11,8 +11,9 @@ import pytest
 import redis
 
 from lockcompare.infra.proxy import LinkProxy, ProxyError, ProxySet, port_of
-from lockcompare.infra.redisconn import connect
-from lockcompare.infra.server import RedisServer, redis_protocol_binary
+from lockcompare.infra.redis.client import connect
+from lockcompare.infra.redis.kind import redis_protocol_binary
+from lockcompare.infra.redis.server import RedisServer
 from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 #: Long enough that a busy machine's scheduling noise (tens of ms in CI) stays inside the ±10 % the

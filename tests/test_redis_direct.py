@@ -10,7 +10,7 @@ from lockcompare.backends.fenced import FencedLock
 from lockcompare.backends.redis_direct import DirectCommands
 from lockcompare.backends.single import SingleNodeLock
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.runner.resource import Check
 from lockcompare.runner.resource_redis import RedisResource
 

@@ -18,7 +18,7 @@ from lockcompare.backends.redlock import RELEASE_SHA, Redlock, clock_drift_ns, l
 from lockcompare.backends.single import RELEASE_SCRIPT
 from lockcompare.errors import InvalidValueError
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.testing import BackendContract
 from wire_recorder import WireRecorder
 

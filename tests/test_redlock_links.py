@@ -12,7 +12,7 @@ from lockcompare.backends.fenced import FencedLock, fence_counter_key
 from lockcompare.backends.redlock import Redlock, clock_drift_ns
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.proxy import ProxySet, port_of
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 TTL_MS = 1000  # -> a per-node timeout of 100 ms
 NODE_TIMEOUT_S = 0.1

@@ -33,7 +33,7 @@ from lockcompare.backends.redis_lock_renew import (
 from lockcompare.backends.renewals import RenewalLog
 from lockcompare.errors import BackendNotViableError, InvalidValueError
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, start_worker_process
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.testing import BackendContract
 
 TTL_MS = 1000

@@ -13,7 +13,7 @@ import pytest
 
 from lockcompare.infra.cluster import Cluster, ClusterShape, start_embedded
 from lockcompare.infra.kinds import RoleKind, get_kind
-from lockcompare.infra.sentinel import parse_sentinel_url, sentinel_url
+from lockcompare.infra.redis.client import parse_sentinel_url, sentinel_url
 from lockcompare.processes import process_alive
 from lockcompare.scenario.faultkinds.failover import Failover
 
@@ -56,7 +56,7 @@ def test_sentinel_url_names_the_master_and_every_sentinel() -> None:
 def test_postgres_failover_promotes_the_replica_and_loses_what_it_never_saw() -> None:
     _require("postgres")
     _require("redis")
-    from lockcompare.infra.pg_client import PgSession, SessionLost, with_session_settings
+    from lockcompare.infra.postgres.client import PgSession, SessionLost, with_session_settings
 
     kind = get_kind("postgres")
     assert isinstance(kind, RoleKind)
@@ -92,7 +92,7 @@ def test_postgres_failover_promotes_the_replica_and_loses_what_it_never_saw() ->
 @pytest.mark.full  # real clusters: seconds each
 def test_sentinels_elect_a_leader_promote_the_replica_and_the_lock_key_is_gone() -> None:
     _require("redis")
-    from lockcompare.infra.redisconn import connect
+    from lockcompare.infra.redis.client import connect
 
     kind = get_kind("sentinel")
     assert isinstance(kind, RoleKind)
@@ -158,7 +158,7 @@ def test_a_held_connection_follows_the_sentinels_to_the_promoted_master() -> Non
     import redis
 
     from lockcompare.backends.redis_direct import DirectCommands
-    from lockcompare.infra.redisconn import connect
+    from lockcompare.infra.redis.client import connect
 
     with _cluster_that_leaves_nothing(
         ClusterShape(node_count=1, lock_servers="sentinel", resource_kind="redis")

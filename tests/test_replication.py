@@ -7,14 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from lockcompare.infra.redisconn import connect
-from lockcompare.infra.replication import FailoverPair, ReplicationError
+from lockcompare.errors import ReplicationError
+from lockcompare.infra.redis.client import connect
+from lockcompare.infra.redis.failover_pair import FailoverPair
+from lockcompare.infra.redis.kind import redis_protocol_binary
 from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 
 @pytest.fixture
 def pair() -> Iterator[FailoverPair]:
-    with FailoverPair(name="test") as p:
+    with FailoverPair(binary=redis_protocol_binary(), name="test") as p:
         yield p
 
 
@@ -76,7 +78,7 @@ def test_failover_loses_the_unreplicated_lock_key(pair: FailoverPair) -> None:
 def test_close_leaves_no_process_even_when_the_body_raises() -> None:
     pids: list[int | None] = []
     with pytest.raises(RuntimeError, match="body failed"):
-        with FailoverPair(name="raises") as pair:
+        with FailoverPair(binary=redis_protocol_binary(), name="raises") as pair:
             assert pair.replica is not None and pair.link is not None
             pids = [pair.master.pid, pair.replica.pid, pair.link.pid]
             pair.hold_back()

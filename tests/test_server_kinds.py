@@ -19,7 +19,6 @@ from lockcompare.cli import app
 from lockcompare.errors import InvalidValueError, UnknownNameError
 from lockcompare.infra import spawned
 from lockcompare.infra.cluster import open_cluster
-from lockcompare.infra.fakeclock import check_fake_clock_support
 from lockcompare.infra.kinds import (
     Capability,
     ServerKind,
@@ -30,10 +29,11 @@ from lockcompare.infra.kinds import (
     registered,
     server_for,
 )
-from lockcompare.infra.redisconn import connect
-from lockcompare.infra.replication import FailoverPair
-from lockcompare.infra.server import RedisServer, describe_version
-from lockcompare.infra.valkey_server import find_valkey_server
+from lockcompare.infra.redis.client import connect
+from lockcompare.infra.redis.clock_check import check_fake_clock_support
+from lockcompare.infra.redis.failover_pair import FailoverPair
+from lockcompare.infra.redis.server import RedisServer, describe_version
+from lockcompare.infra.redis.valkey import find_valkey_server
 from lockcompare.runner.matrix import plan_matrix
 from lockcompare.runner.plan import rerun_server
 from lockcompare.scenario.parsing import Overrides

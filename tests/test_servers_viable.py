@@ -55,7 +55,7 @@ def test_a_backend_is_not_viable_where_its_servers_cannot_run() -> None:
 
 
 def test_where_zookeeper_is_installed_the_missing_part_named_is_kazoo() -> None:
-    from lockcompare.infra.zookeeper_server import find_zookeeper
+    from lockcompare.infra.zookeeper.server import find_zookeeper
 
     try:
         find_zookeeper()

@@ -17,7 +17,7 @@ from lockcompare.analysis.checker import check
 from lockcompare.analysis.results import SCHEMA_VERSION, inspect_results, read_results
 from lockcompare.cli import app
 from lockcompare.infra.cluster import open_cluster
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.runner.matrix import run_matrix
 from lockcompare.runner.resource import ResourceCounters
 from lockcompare.runner.resource_redis import RedisResource

@@ -19,7 +19,7 @@ import pytest
 
 from lockcompare.errors import BackendNotViableError
 from lockcompare.infra.cluster import Cluster, ClusterShape, start_embedded
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.infra.warm_pool import WarmPool
 from lockcompare.runner.cost_order import CostOrder
 from lockcompare.runner.floor import RunFloor
@@ -49,7 +49,7 @@ def _redis_seen(cluster: Cluster) -> list[str]:
 
 
 def _etcd_plant(cluster: Cluster) -> None:
-    from lockcompare.infra.etcd_client import EtcdClient, b64
+    from lockcompare.infra.etcd.client import EtcdClient, b64
 
     client = EtcdClient(endpoints=cluster.node_urls, timeout_s=2.0)
     try:
@@ -61,7 +61,7 @@ def _etcd_plant(cluster: Cluster) -> None:
 
 
 def _etcd_seen(cluster: Cluster) -> list[str]:
-    from lockcompare.infra.etcd_client import EtcdClient, b64
+    from lockcompare.infra.etcd.client import EtcdClient, b64
 
     client = EtcdClient(endpoints=cluster.node_urls, timeout_s=2.0)
     try:
@@ -73,8 +73,8 @@ def _etcd_seen(cluster: Cluster) -> list[str]:
 
 
 def _zk_plant(cluster: Cluster) -> Callable[[], None]:
-    from lockcompare.infra.zookeeper_client import hosts_of, kazoo_client_class
-    from lockcompare.infra.zookeeper_server import CHROOT
+    from lockcompare.infra.zookeeper.client import hosts_of, kazoo_client_class
+    from lockcompare.infra.zookeeper.server import CHROOT
 
     client = kazoo_client_class()(hosts=hosts_of(cluster.node_urls), timeout=30)
     client.start(timeout=5)
@@ -89,8 +89,8 @@ def _zk_plant(cluster: Cluster) -> Callable[[], None]:
 
 
 def _zk_seen(cluster: Cluster) -> list[str]:
-    from lockcompare.infra.zookeeper_client import admin_session
-    from lockcompare.infra.zookeeper_server import CHROOT
+    from lockcompare.infra.zookeeper.client import admin_session
+    from lockcompare.infra.zookeeper.server import CHROOT
 
     seen: list[str] = []
     with admin_session(cluster.node_urls) as client:
@@ -109,7 +109,7 @@ def _zk_seen(cluster: Cluster) -> list[str]:
 
 def _pg_plant(cluster: Cluster) -> Callable[[], None]:
     from lockcompare.backends.pg_lease import SCHEMA as LEASES
-    from lockcompare.infra.pg_client import PgSession
+    from lockcompare.infra.postgres.client import PgSession
     from lockcompare.runner.resource_pg import SCHEMA as RESOURCE
 
     holder = PgSession(cluster.node_urls[0], timeout_s=5.0, application_name="test-holder")
@@ -122,7 +122,7 @@ def _pg_plant(cluster: Cluster) -> Callable[[], None]:
 
 
 def _pg_seen(cluster: Cluster) -> list[str]:
-    from lockcompare.infra.pg_client import PgSession
+    from lockcompare.infra.postgres.client import PgSession
 
     session = PgSession(cluster.node_urls[0], timeout_s=5.0, application_name="test-reader")
     try:
@@ -147,17 +147,17 @@ def _available(kind: str) -> str:
     """Why servers of ``kind`` cannot be started here ("" when they can)."""
     try:
         if kind == "etcd":
-            from lockcompare.infra.etcd_server import find_etcd
+            from lockcompare.infra.etcd.server import find_etcd
 
             find_etcd()
         elif kind == "zookeeper":
-            from lockcompare.infra.zookeeper_client import kazoo_client_class
-            from lockcompare.infra.zookeeper_server import find_zookeeper
+            from lockcompare.infra.zookeeper.client import kazoo_client_class
+            from lockcompare.infra.zookeeper.server import find_zookeeper
 
             find_zookeeper()
             kazoo_client_class()
         elif kind == "postgres":
-            from lockcompare.infra.postgres_server import find_postgres_bin
+            from lockcompare.infra.postgres.server import find_postgres_bin
 
             find_postgres_bin()
             import psycopg  # noqa: F401 - what the PostgreSQL backends need

@@ -16,7 +16,7 @@ from lockcompare.backends.base import Lease
 from lockcompare.backends.fenced import FencedLock, fence_counter_key
 from lockcompare.cli import app
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 from lockcompare.runner.resource_redis import RedisResource
 from lockcompare.scenario.choices import Check
 

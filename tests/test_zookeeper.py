@@ -24,8 +24,8 @@ import pytest
 from lockcompare.errors import BackendNotViableError
 
 try:
-    from lockcompare.infra.zookeeper_client import KAZOO_MIN_SESSION_MS, kazoo_client_class
-    from lockcompare.infra.zookeeper_server import find_zookeeper
+    from lockcompare.infra.zookeeper.client import KAZOO_MIN_SESSION_MS, kazoo_client_class
+    from lockcompare.infra.zookeeper.server import find_zookeeper
 
     find_zookeeper()
     kazoo_client_class()
@@ -37,13 +37,13 @@ from lockcompare.backends.zk_lock import ZkFencedLock, ZkLock, ZkLockChecked
 from lockcompare.errors import InvalidValueError, ReleaseFailed
 from lockcompare.faults.zookeeper import zookeeper_servers_for
 from lockcompare.infra.cluster import Cluster
-from lockcompare.infra.zookeeper_server import (
+from lockcompare.infra.zookeeper.server import (
     MIN_SESSION_MS,
     hosts_of,
     lock_path,
     start_servers,
 )
-from lockcompare.infra.zookeeper_sessions import expire_holder_session, session_password
+from lockcompare.infra.zookeeper.sessions import expire_holder_session, session_password
 from lockcompare.runner.matrix import ClusterOptions, cluster_shape
 from lockcompare.runner.trial import TrialResult, run_trial
 from lockcompare.scenario.choices import Check
@@ -141,7 +141,7 @@ def test_ctrl_c_stops_the_server_and_removes_its_directory() -> None:
     script = textwrap.dedent(
         """
         import time
-        from lockcompare.infra.zookeeper_server import start_servers
+        from lockcompare.infra.zookeeper.server import start_servers
         (server,) = start_servers(count=1)
         print(server.pid, server.data_dir, flush=True)
         time.sleep(60)
@@ -428,7 +428,7 @@ def test_lock_path_stays_under_lockcompares_own_chroot() -> None:
 
 def test_matrix_on_an_external_ensemble_touches_only_its_own_znodes(tmp_path: Path) -> None:
     from lockcompare.errors import ConfigError
-    from lockcompare.infra.zookeeper_client import admin_session
+    from lockcompare.infra.zookeeper.client import admin_session
     from lockcompare.runner.matrix import run_matrix
 
     (server,) = start_servers(count=1)  # the user's server: lockcompare did not start it for this run

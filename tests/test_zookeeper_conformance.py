@@ -11,8 +11,8 @@ import pytest
 from lockcompare.errors import BackendNotViableError
 
 try:
-    from lockcompare.infra.zookeeper_client import kazoo_client_class
-    from lockcompare.infra.zookeeper_server import find_zookeeper
+    from lockcompare.infra.zookeeper.client import kazoo_client_class
+    from lockcompare.infra.zookeeper.server import find_zookeeper
 
     find_zookeeper()
     kazoo_client_class()

@@ -72,7 +72,7 @@ import org.apache.zookeeper.data.Stat;
  */
 public final class CuratorMutexClient {
     static final int PROTOCOL = 1;
-    /** Where lockcompare keeps its znodes (infra/zookeeper_server.py: CHROOT, lock_path). */
+    /** Where lockcompare keeps its znodes (infra/zookeeper/server.py: CHROOT, lock_path). */
     static final String ROOT = "/lockcompare/";
 
     private static final Pattern PING = Pattern.compile("Got ping response for session id: 0x([0-9a-fA-F]+) after (\\d+)ms");

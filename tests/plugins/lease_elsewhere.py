@@ -20,7 +20,7 @@ import redis
 from lockcompare.backends.base import Lease, Refusal
 from lockcompare.backends.single import SingleNodeLock
 from lockcompare.backends.zk_lock import ZkLock, _Attempt
-from lockcompare.infra.zookeeper_server import lock_path
+from lockcompare.infra.zookeeper.server import lock_path
 
 
 class ToozLikeLock(SingleNodeLock):

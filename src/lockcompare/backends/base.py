@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 from lockcompare.errors import BackendLoadError
-from lockcompare.infra.redisconn import DEFAULT_TIMEOUT_S
+from lockcompare.infra.redis.client import DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True, kw_only=True)

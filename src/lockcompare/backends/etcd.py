@@ -41,13 +41,13 @@ from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.renewals import RenewalLog, Watchdog
 from lockcompare.backends.single import new_owner_token
 from lockcompare.errors import BackendNotViableError, InvalidValueError
-from lockcompare.infra.etcd_client import (
+from lockcompare.infra.etcd.client import (
     EtcdClient,
     EtcdRequestError,
     EtcdUnavailable,
     b64,
 )
-from lockcompare.infra.etcd_server import EXPIRY_LAG_MS, MIN_LEASE_S, find_etcd
+from lockcompare.infra.etcd.server import EXPIRY_LAG_MS, MIN_LEASE_S, find_etcd
 
 
 def lease_seconds(ttl_ms: int) -> int:
@@ -65,7 +65,7 @@ class EtcdLock:
 
     summary: ClassVar[str] = "etcd lease + create-if-absent txn (etcdctl lock), released only by its owner"
     #: The client request timeout (used where links are slowed or cut): lockcompare's own choice for
-    #: its built-ins, 2 s (its own HTTP client, infra/etcd_client.py).
+    #: its built-ins, 2 s (its own HTTP client, infra/etcd/client.py).
     client_timeout_s: ClassVar[float] = 2.0
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False

@@ -33,7 +33,8 @@ from typing import ClassVar
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
 from lockcompare.backends.single import new_owner_token
-from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, advisory_key, check_postgres_viable
+from lockcompare.infra.postgres.client import PgSession, QueryFailed, SessionLost, advisory_key
+from lockcompare.infra.postgres.server import check_postgres_viable
 
 
 class PgAdvisoryLock:

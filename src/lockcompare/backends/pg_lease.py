@@ -22,7 +22,7 @@ TTL after it executed it, later — the belief is on the safe side. ``pid`` reco
 took the lease (the ``session-kill`` fault ends that session).
 
 With ``--wait-replicas`` N > 0 (the failover experiment on a primary + streaming replica,
-infra/pg_replication.py) every session runs with ``synchronous_commit=remote_apply``: a lease is
+infra/postgres/replication.py) every session runs with ``synchronous_commit=remote_apply``: a lease is
 granted only once the replica has applied its row, PostgreSQL's counterpart of Redis's ``WAIT``. A
 commit the replica never acknowledges never returns: the acquire runs out of its request timeout and
 is an ``error``, never a grant. Without it the row replicates asynchronously and a failover can lose it.
@@ -35,13 +35,13 @@ from typing import ClassVar
 
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
 from lockcompare.backends.single import new_owner_token
-from lockcompare.infra.pg_client import (
+from lockcompare.infra.postgres.client import (
     PgSession,
     QueryFailed,
     SessionLost,
-    check_postgres_viable,
     with_session_settings,
 )
+from lockcompare.infra.postgres.server import check_postgres_viable
 
 TABLE = "lockcompare_leases"
 SEQUENCE = "lockcompare_lease_token"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from lockcompare.backends.no_lock import NoLock
-from lockcompare.infra.pg_client import check_postgres_viable
+from lockcompare.infra.postgres.server import check_postgres_viable
 
 
 class PgTransactionSection(NoLock):

@@ -45,7 +45,7 @@ from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.held import HeldLocks
 from lockcompare.backends.redis_py_lock import library_version, seconds_for_px
 from lockcompare.errors import BackendNotViableError
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 if TYPE_CHECKING:
     from pottery import Redlock

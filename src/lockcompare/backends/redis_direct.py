@@ -13,7 +13,7 @@ and reads it directly. What a caller sees is what redis-py gives: the raw reply 
 is off everywhere in lockcompare), a :class:`redis.ResponseError` for an error reply (the connection
 stays in step), a :class:`redis.ConnectionError` / :class:`redis.TimeoutError` after which the
 connection is handed back to the pool, closed, and the next call checks one out again — what
-redis-py with retries off (infra/redisconn.py) does. Not thread-safe: one per thread that calls.
+redis-py with retries off (infra/redis/client.py) does. Not thread-safe: one per thread that calls.
 
 Why back to the pool rather than reconnecting the held one: the pool's check-out connects through
 the connection's own ``connect()``, and a Sentinel-managed connection's ``connect()`` asks the

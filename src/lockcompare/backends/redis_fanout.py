@@ -33,7 +33,7 @@ import hiredis
 import redis
 from redis._parsers.base import BaseParser
 
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 try:
     from redis.maint_notifications import (
@@ -68,14 +68,14 @@ Reply = tuple[object, int]
 def _handshake_free_connection(client: redis.Redis) -> AbstractConnection:
     """A new, unconnected connection with ``client``'s settings (no retries, short timeouts).
 
-    The settings come from :func:`lockcompare.infra.redisconn.connect`; only the connect handshake is
+    The settings come from :func:`lockcompare.infra.redis.client.connect`; only the connect handshake is
     switched off, so that a reconnect in the middle of an acquire is a bare TCP connect and not
     extra round trips that a stuck or slowed node would hold up: RESP2 (redis-py 8 otherwise sends
     HELLO 3 and a CLIENT MAINT_NOTIFICATIONS probe; SET and EVAL replies read the same in both), and
     no CLIENT SETINFO (``driver_info=None`` in redis-py 8, ``lib_name``/``lib_version`` before).
     """
     pool = client.connection_pool
-    # A client built with redis.Redis(...) (infra/redisconn.py, since the one URL parser) carries its
+    # A client built with redis.Redis(...) (infra/redis/client.py, since the one URL parser) carries its
     # own driver_info / lib_name in the pool's kwargs: passing ours beside them raised TypeError, and
     # the fallback below connected WITH the SETINFO handshake — a reconnect to a paused node then
     # waited on it (test_slow_majority_beyond_the_node_timeout: 170-245 ms against a 5 ms timeout).

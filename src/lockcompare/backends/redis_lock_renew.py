@@ -60,7 +60,7 @@ from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
 from lockcompare.backends.redis_py_lock import library_version
 from lockcompare.backends.renewals import RenewalLog
 from lockcompare.errors import BackendNotViableError, InvalidValueError
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 if TYPE_CHECKING:
     import redis_lock

@@ -41,7 +41,7 @@ from redis.lock import Lock
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
 from lockcompare.backends.held import HeldLocks
 from lockcompare.errors import InvalidValueError
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 
 def library_version(dist: str) -> str:

@@ -128,7 +128,7 @@ class Redlock:
     summary: ClassVar[str] = "Redlock: SET NX PX on N nodes at once, majority quorum, validity = TTL - elapsed - drift"
     #: The client request timeout (used where links are slowed or cut; it caps the
     #: per-node timeout, TTL/10): lockcompare's own choice for
-    #: its built-ins, 2 s (infra.redisconn.DEFAULT_TIMEOUT_S: generous next to a loopback round trip).
+    #: its built-ins, 2 s (infra.redis.client.DEFAULT_TIMEOUT_S: generous next to a loopback round trip).
     client_timeout_s: ClassVar[float] = 2.0
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False

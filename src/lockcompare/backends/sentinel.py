@@ -2,9 +2,9 @@
 ``Lock`` with their clients finding the master through three sentinels.
 
 Each is its plain namesake, unchanged, with ``servers = "sentinel"``: the run then gives it lock
-nodes of the ``sentinel`` server kind (infra/sentinel_nodes.py: a master + replica per node, three
+nodes of the ``sentinel`` server kind (infra/sentinel/: a master + replica per node, three
 sentinels watching them), whose URLs (``redis+sentinel://...``) connect through redis-py's
-``Sentinel(...).master_for(name)`` (infra/redisconn.py's ``connect``). So the same matrix holds
+``Sentinel(...).master_for(name)`` (infra/redis/client.py's ``connect``). So the same matrix holds
 ``single`` and ``sentinel-single`` side by side, and every experiment applies to both: under
 ``failover`` the plain one is failed over by hand (``REPLICAOF NO ONE``), this one by the
 sentinels' own election.

@@ -24,7 +24,7 @@ import redis
 from lockcompare.backends import pause_point
 from lockcompare.backends.base import BackendConfig, Lease, Refusal, first_node
 from lockcompare.backends.redis_direct import DirectCommands
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 #: Compare-and-delete: only the owner's token deletes the key.
 RELEASE_SCRIPT = """
@@ -58,7 +58,7 @@ class SingleNodeLock:
 
     summary: ClassVar[str] = "SET NX PX + random token + Lua compare-and-delete, on one node"
     #: The client request timeout (used where links are slowed or cut): lockcompare's own choice for
-    #: its built-ins, 2 s (infra.redisconn.DEFAULT_TIMEOUT_S: generous next to a loopback round trip).
+    #: its built-ins, 2 s (infra.redis.client.DEFAULT_TIMEOUT_S: generous next to a loopback round trip).
     client_timeout_s: ClassVar[float] = 2.0
     exclusive: ClassVar[bool] = True
     issues_fencing_tokens: ClassVar[bool] = False

@@ -30,9 +30,9 @@ znode and tells the next waiter it holds the lock, while the old holder still be
 
 Session timeout: kazoo's default is 10 s (``KazooClient(timeout=10.0)``); here it is the trial's
 TTL, so ``--time-scale`` scales it as it scales every lease. The embedded servers grant 100 ms and
-up (infra/zookeeper_server.py), but kazoo keeps no session shorter than 500 ms alive: it pings at
+up (infra/zookeeper/server.py), but kazoo keeps no session shorter than 500 ms alive: it pings at
 random intervals of up to 400 ms, so a shorter session expires under its live holder
-(infra/zookeeper_client.py KAZOO_MIN_SESSION_MS; the conformance battery's claim checks failed for
+(infra/zookeeper/client.py KAZOO_MIN_SESSION_MS; the conformance battery's claim checks failed for
 it at 150 ms, issue 48.3). A TTL below that is refused up front by :meth:`check_ttl`, so ``evaluate``
 moves an experiment to a scale where it holds. The negotiated timeout is checked: a server that
 grants another is an error, never silently used.
@@ -63,8 +63,8 @@ from typing import Any, ClassVar
 from lockcompare.backends.base import BackendConfig, Lease, Refusal
 from lockcompare.backends.single import new_owner_token
 from lockcompare.errors import BackendNotViableError, InvalidValueError, ReleaseFailed
-from lockcompare.infra.zookeeper_client import KAZOO_MIN_SESSION_MS, kazoo_client_class
-from lockcompare.infra.zookeeper_server import (
+from lockcompare.infra.zookeeper.client import KAZOO_MIN_SESSION_MS, kazoo_client_class
+from lockcompare.infra.zookeeper.server import (
     EXPIRY_LAG_MS,
     find_zookeeper,
     hosts_of,

@@ -16,7 +16,7 @@ from lockcompare.cli.core import err
 from lockcompare.cli.progress_bar import progress_bar
 from lockcompare.errors import InvalidValueError
 from lockcompare.files import read_capped
-from lockcompare.infra.redisconn import PASSWORD_ENV, redact  # (no redis-py: it is imported when a client connects)
+from lockcompare.infra.redis.client import PASSWORD_ENV, redact  # (no redis-py: it is imported when a client connects)
 from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, LIMITS, usable_cpus
 from lockcompare.scenario.parsing import Overrides, Sweep, check_value, cli_text, from_cli
 from lockcompare.scenario.schedule import read_schedule_file
@@ -161,7 +161,7 @@ def _cluster_options(
     value (runner/lock_servers.py): the same servers given either way are the same options."""
     from lockcompare.infra.cluster import DEFAULT_NODES
     from lockcompare.infra.kinds import REDIS_PROTOCOL
-    from lockcompare.infra.redisconn import validate_url, with_env_password
+    from lockcompare.infra.redis.client import validate_url, with_env_password
     from lockcompare.runner.lock_servers import lock_servers_from
     from lockcompare.runner.plan import ClusterOptions
 

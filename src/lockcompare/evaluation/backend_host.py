@@ -112,7 +112,7 @@ def _serve(conn: Connection) -> None:
     """The host's loop: one request in, one reply out, until the pipe closes."""
     die_with_parent()
     # The client library of every built-in, imported with the interpreter, before any deadline runs:
-    # lockcompare itself no longer loads it at import (infra/redisconn.py imports it on connect), and
+    # lockcompare itself no longer loads it at import (infra/redis/client.py imports it on connect), and
     # a plug-in's "load" call has the backend's deadline (measured: ~0.5 s to import redis under load).
     import redis  # noqa: F401
 

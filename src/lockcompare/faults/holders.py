@@ -31,7 +31,7 @@ from collections.abc import Sequence
 import redis
 
 from lockcompare.analysis.holders import UNREADABLE
-from lockcompare.infra.redisconn import connect
+from lockcompare.infra.redis.client import connect
 
 #: How long the runner waits for one node before calling it unreadable. A node that is down
 #: refuses at once, so this is spent only on a machine that stalls (a CPU-throttled run took over

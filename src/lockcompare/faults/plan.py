@@ -53,7 +53,7 @@ def planned_steps(schedule: TrialSchedule, *, ttl_ms: float, lock_key: str = "")
 def with_lease_declaration(steps: list[PlannedStep], *, backend: type) -> list[PlannedStep]:
     """``steps`` whose faults look for the lease where ``backend`` declares it lives: a fault with a
     ``lease_znodes`` field (session-kill) gets the backend's class attribute of that name (a
-    ZooKeeper path with ``{key}``, or a callable returning the lease's znodes: infra/zookeeper_sessions.py).
+    ZooKeeper path with ``{key}``, or a callable returning the lease's znodes: infra/zookeeper/sessions.py).
     A backend that declares nothing leaves every step as it was."""
     declared = traits_of(backend).lease_znodes
     if declared is None:
@@ -172,7 +172,7 @@ def cluster_needs(schedule: Schedule) -> dict[str, Any]:
         "replicas": 1 if REPLICATION in asked else 0,
     }
     if needs["replicas"] and (needs["fake_clocks"] or needs["persistence"] != "none"):
-        # A master/replica pair runs without libfaketime and without AOF (infra/replication.py):
+        # A master/replica pair runs without libfaketime and without AOF (infra/redis/failover_pair.py):
         # said now, before any server starts, instead of by the cluster mid-matrix.
         other = "clock-jump" if needs["fake_clocks"] else f"restart persistence={needs['persistence']}"
         raise InvalidValueError(

@@ -7,8 +7,8 @@ rebuilds one whose leader moved) and ``partition`` cuts the holder off from the 
 is the minority). The rule reads the schedule's fault kinds, so it lives here rather than in infra.
 
 What ZooKeeper can and cannot take (clock jumps, failover) is its kind's word
-(infra/zookeeper_server.py); how session-kill ends the holder's session lives beside the client it
-drives (infra/zookeeper_sessions.py), asked through the kind (:class:`~lockcompare.infra.kinds.SessionKind`).
+(infra/zookeeper/kind.py); how session-kill ends the holder's session lives beside the client it
+drives (infra/zookeeper/sessions.py), asked through the kind (:class:`~lockcompare.infra.kinds.SessionKind`).
 """
 
 from __future__ import annotations

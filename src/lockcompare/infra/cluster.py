@@ -15,7 +15,14 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from lockcompare.errors import ClusterError, ConfigError, InvalidURLError, InvalidValueError, NodeUnreachableError
+from lockcompare.errors import (
+    ClusterError,
+    ConfigError,
+    InvalidURLError,
+    InvalidValueError,
+    NodeUnreachableError,
+    ReplicationError,
+)
 from lockcompare.infra.fakeclock import FakeClock
 from lockcompare.infra.kinds import (
     AUTO,
@@ -30,8 +37,9 @@ from lockcompare.infra.kinds import (
 )
 from lockcompare.infra.lifecycle import sigterm_unwinds
 from lockcompare.infra.provenance import server_version
-from lockcompare.infra.redisconn import redact, server_run_id
-from lockcompare.infra.replication import ReplicaPair, ReplicatedNodes, ReplicationError
+from lockcompare.infra.redis.client import server_run_id
+from lockcompare.infra.replication import ReplicaPair, ReplicatedNodes
+from lockcompare.redaction import redact
 
 DEFAULT_NODES = 5
 

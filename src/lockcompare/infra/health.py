@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from lockcompare.errors import LockcompareError, NodeUnreachableError
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.kinds import kind_of_url
-from lockcompare.infra.redisconn import redact
+from lockcompare.redaction import redact
 
 log = logging.getLogger("lockcompare")
 

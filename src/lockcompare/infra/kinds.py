@@ -284,8 +284,8 @@ class RoleKind(ServerKind, Protocol):
 class SessionKind(ServerKind, Protocol):
     """A kind offering :attr:`Capability.SESSION_CONTROL` from its own admin session: the server ends
     the session holding a lock under its holder (the session-kill fault asks it:
-    scenario/faultkinds/session_kill.py; PostgreSQL's in infra/pg_sessions.py, ZooKeeper's in
-    infra/zookeeper_sessions.py)."""
+    scenario/faultkinds/session_kill.py; PostgreSQL's in infra/postgres/sessions.py, ZooKeeper's in
+    infra/zookeeper/sessions.py)."""
 
     #: What the ended session's client does next, in the heal's words ("the holder opens a new one ...").
     session_reopens: str

@@ -7,9 +7,9 @@ front of every server's peer ports and tells the other servers to reach it there
 
 - etcd: each member listens on its own peer port and *advertises* its proxy's
   (``--initial-advertise-peer-urls``, ``--initial-cluster``): every member dials every peer through
-  the peer's proxy (etcd_server.py).
+  the peer's proxy (etcd/server.py).
 - ZooKeeper: each server's ``zoo.cfg`` names its own quorum and election ports and its peers'
-  proxies (zookeeper_server.py). A server that loses the election handshake's tie-break dials back
+  proxies (zookeeper/server.py). A server that loses the election handshake's tie-break dials back
   the address the other sent in its first bytes, its own real port; the proxy rewrites that
   address to the sender's proxy (:meth:`PeerLinks.rewrite`, equal length: both are 5-digit ports).
 

@@ -59,7 +59,7 @@ from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.kinds import get_kind
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, reap_group, start_worker_process
 from lockcompare.infra.proxy import ProxySet, port_of
-from lockcompare.infra.redisconn import DEFAULT_TIMEOUT_S, connect
+from lockcompare.infra.redis.client import DEFAULT_TIMEOUT_S, connect
 from lockcompare.render.table import check_format, format_table
 from lockcompare.runner.worker import START_TIMEOUT_S
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from lockcompare.analysis.counters import ResourceCounters
-from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost, is_postgres_url
+from lockcompare.infra.postgres.client import PgSession, QueryFailed, SessionLost, is_postgres_url
 from lockcompare.scenario.choices import Check
 
 TABLE = "lockcompare_resource"

@@ -21,7 +21,7 @@ import redis
 
 from lockcompare.analysis.counters import ResourceCounters
 from lockcompare.backends.redis_direct import DirectCommands
-from lockcompare.infra.redisconn import connect, is_redis_url
+from lockcompare.infra.redis.client import connect, is_redis_url
 from lockcompare.scenario.choices import Check
 
 #: INCR occupancy; an entry that finds someone inside is a conflict, counted here, at the resource.

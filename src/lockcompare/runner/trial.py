@@ -32,7 +32,7 @@ from lockcompare.infra import cgroup, health, provenance
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.kinds import Capability, lacks
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group
-from lockcompare.infra.pg_client import with_idle_session_timeout
+from lockcompare.infra.postgres.client import with_idle_session_timeout
 from lockcompare.infra.proxy import ProxySet
 from lockcompare.runner.crew import CrewSource, spawn_crew
 from lockcompare.runner.resource import Resource, ResourceCounters, open_resource

@@ -32,7 +32,7 @@ DEFAULT_ROUNDS = 40
 #: How long a round waits for the lock unless the experiment or --acquire-timeout-ms says otherwise.
 DEFAULT_ACQUIRE_TIMEOUT_MS = 60_000.0
 #: A backend's client timeout when its class states none (lockcompare's own built-ins: 2 s, see
-#: infra.redisconn.DEFAULT_TIMEOUT_S; kept here so that spec needs no import of infra).
+#: infra.redis.client.DEFAULT_TIMEOUT_S; kept here so that spec needs no import of infra).
 DEFAULT_CLIENT_TIMEOUT_MS = 2000.0
 #: Which workers an experiment's pause schedule freezes.
 PAUSED_WORKERS = (0,)

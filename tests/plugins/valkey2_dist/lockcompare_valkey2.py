@@ -26,9 +26,9 @@ import redis
 
 from lockcompare.errors import ConfigError, InvalidValueError, RedisServerNotFoundError
 from lockcompare.infra.kinds import Capabilities, Capability, Server
-from lockcompare.infra.redisconn import connect
-from lockcompare.infra.server import RedisServer, delete_keys_naming, describe_version, flush_all
-from lockcompare.infra.valkey_server import find_valkey_server
+from lockcompare.infra.redis.client import connect
+from lockcompare.infra.redis.server import RedisServer, delete_keys_naming, describe_version, flush_all
+from lockcompare.infra.redis.valkey import find_valkey_server
 
 if TYPE_CHECKING:
     from lockcompare.infra.fakeclock import FakeClock

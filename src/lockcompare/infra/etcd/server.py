@@ -29,25 +29,20 @@ import json
 import math
 import os
 import shutil
-import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from lockcompare.errors import BackendNotViableError, ClusterError, ConfigError, ServerStartError
-from lockcompare.infra.etcd_client import delete_prefix, is_healthy
-from lockcompare.infra.kinds import ETCD_PROTOCOL, NO_SESSION, Capabilities, Capability, LockNodes, Roles, Server
+from lockcompare.errors import BackendNotViableError, ServerStartError
+from lockcompare.infra.etcd.client import is_healthy
+from lockcompare.infra.own_servers import Attempt, OwnServer, start_with_retry
 from lockcompare.infra.peerlinks import PeerLinks
-from lockcompare.infra.spawned import SpawnedServer, free_port
-from lockcompare.redaction import redact
+from lockcompare.infra.spawned import free_port
 from lockcompare.urls import parse_url
 
 if TYPE_CHECKING:
-    from lockcompare.infra.cluster import Cluster
-    from lockcompare.infra.fakeclock import FakeClock
+    pass
 
 ENV_BINARY = "LOCKCOMPARE_ETCD"
 HOW_TO_GET_ONE = (
@@ -96,12 +91,15 @@ def is_etcd_url(url: str) -> bool:
     return url.startswith("http://")
 
 
-class EtcdServer(SpawnedServer):
+class EtcdServer(OwnServer):
     """One etcd member on two loopback ports (client, peer), in a cluster described by ``initial_cluster``."""
 
     #: A member restarted on its data directory has kept everything (etcd fsyncs its WAL on every
     #: commit): a node-restart fault says so in the history.
     keeps_data_across_restarts = True
+    program = "etcd"
+    never_served = "did not become healthy on {url}"
+    poll_s = 0.01
 
     def __init__(
         self,
@@ -138,11 +136,6 @@ class EtcdServer(SpawnedServer):
     def advertised_peer_url(self) -> str:
         return f"http://127.0.0.1:{self.advertised_peer_port}"
 
-    def cleanup(self) -> None:
-        super().cleanup()
-        if self.peer_links is not None:
-            self.peer_links.release(self.name)
-
     def start(self) -> None:
         """Spawn and wait until the member serves clients (it needs a quorum of its cluster for that)."""
         self.spawn()
@@ -167,20 +160,9 @@ class EtcdServer(SpawnedServer):
         ]  # fmt: skip
         self._popen(cmd)
 
-    def wait_ready(self) -> None:
-        """Wait for ``/health`` (a leader, and this member serving); kill the member if it never does."""
-        deadline = time.monotonic() + self.start_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc is None or self._proc.poll() is not None:
-                self._proc = None
-                raise ServerStartError(f"{self.name}: etcd exited during start-up: {self._last_log_line(self._log)}")
-            if is_healthy(self.url, timeout_s=0.2):
-                return
-            time.sleep(0.01)
-        self._kill()
-        raise ServerStartError(
-            f"{self.name}: etcd did not become healthy on {self.url} within {self.start_timeout_s:g} s; killed it"
-        )
+    def _serves(self) -> bool:
+        """``/health``: a leader, and this member serving."""
+        return is_healthy(self.url, timeout_s=0.2)
 
     @property
     def _log(self) -> Path:
@@ -195,45 +177,33 @@ def start_members(*, count: int, binary: Path | None = None, attempts: int = 3) 
     """
     if count < 1:
         raise ServerStartError(f"an etcd cluster needs at least one member, got {count}")
-    binary = binary or find_etcd()
-    problem = ""
-    for _ in range(attempts):
+    found = binary or find_etcd()
+
+    def attempt(made: Attempt) -> list[EtcdServer]:
         ports = [(free_port(), free_port()) for _ in range(count)]
         names = [f"etcd{i}" for i in range(count)]
         # Members of a cluster reach each other through proxies (isolate, split: infra/peerlinks.py).
-        links = PeerLinks(name=f"etcd-peers-{uuid.uuid4().hex[:6]}") if count > 1 else None
-        members: list[EtcdServer] = []
-        try:
-            if links is not None:
-                links.start()
-            advertised = [links.add(member=i, target_port=peer) if links else peer for i, (_, peer) in enumerate(ports)]
-            initial = ",".join(f"{name}=http://127.0.0.1:{port}" for name, port in zip(names, advertised, strict=True))
-            token = f"lockcompare-{uuid.uuid4().hex[:12]}"
-            members = [
-                EtcdServer(binary=binary, name=name, client_port=client, peer_port=peer, initial_cluster=initial,
-                           cluster_token=token, advertised_peer_port=port)
-                for name, (client, peer), port in zip(names, ports, advertised, strict=True)
-            ]  # fmt: skip
-            if links is not None:
-                links.attach(members)
-            for member in members:
-                member.spawn()
-            for member in members:
-                member.wait_ready()
-            return members
-        except ServerStartError as exc:
-            problem = str(exc)
-            for member in members:
-                member.cleanup()
-            if links is not None:
-                links.stop()
-        except BaseException:
-            for member in members:
-                member.cleanup()
-            if links is not None:
-                links.stop()
-            raise
-    raise ServerStartError(f"etcd cluster of {count} did not start: {problem}")
+        links = made.links = PeerLinks(name=f"etcd-peers-{uuid.uuid4().hex[:6]}") if count > 1 else None
+        if links is not None:
+            links.start()
+        advertised = [links.add(member=i, target_port=peer) if links else peer for i, (_, peer) in enumerate(ports)]
+        initial = ",".join(f"{name}=http://127.0.0.1:{port}" for name, port in zip(names, advertised, strict=True))
+        token = f"lockcompare-{uuid.uuid4().hex[:12]}"
+        members = [
+            EtcdServer(binary=found, name=name, client_port=client, peer_port=peer, initial_cluster=initial,
+                       cluster_token=token, advertised_peer_port=port)
+            for name, (client, peer), port in zip(names, ports, advertised, strict=True)
+        ]  # fmt: skip
+        made.servers = members
+        if links is not None:
+            links.attach(members)
+        for member in members:
+            member.spawn()
+        for member in members:
+            member.wait_ready()
+        return members
+
+    return start_with_retry(attempts=attempts, failure=f"etcd cluster of {count} did not start", attempt=attempt)
 
 
 def member_status(url: str, *, timeout_s: float = 0.5) -> dict[str, str | int] | None:
@@ -268,94 +238,3 @@ def etcd_version(url: str, *, timeout_s: float = 1.0) -> str:
         return "unknown"
     finally:
         conn.close()
-
-
-@dataclass(frozen=True, kw_only=True)
-class EtcdKind:
-    """etcd: members of one cluster, always persisting (a restarted member keeps what it committed),
-    real clocks, replication by consensus only (no asynchronous replica to promote)."""
-
-    name: str = "etcd"
-    speaks: str = ETCD_PROTOCOL
-    capabilities: Capabilities = field(
-        default_factory=lambda: Capabilities(
-            offers=frozenset({Capability.ROLES, Capability.PEER_LINKS}),
-            reasons={
-                Capability.SESSION_CONTROL: NO_SESSION,
-                Capability.CLOCK_CONTROL: "etcd is a statically linked Go binary: LD_PRELOAD (libfaketime) cannot move "
-                "its clock, and its leases are timed on the leader's monotonic clock anyway",
-                Capability.REPLICATION: "etcd replicates by consensus: there is no asynchronous replica to promote",
-                Capability.LEASE_HOLDERS: "lockcompare cannot read which etcd member holds a lease (nodes=holders:K "
-                "and others:K never resolve; name the members, e.g. nodes=0)",
-            },
-            # One member, or three when a fault crashes, restarts or cuts off members.
-            lock_nodes=LockNodes(default=1, under_faults=FAULT_MEMBERS),
-        )
-    )
-
-    def problem(self, *, binary: str | None = None) -> str:
-        try:
-            find_etcd()
-        except BackendNotViableError as exc:
-            return str(exc)
-        return ""
-
-    def start_nodes(
-        self, *, count: int, persistence: str = "none", clocks: Sequence[FakeClock] = (), binary: str | None = None
-    ) -> list[Server]:
-        if clocks or persistence != "none":
-            raise ConfigError("etcd members run with real clocks and always persist: no fake clocks or --persistence")
-        return list(start_members(count=count))
-
-    def new_server(self, *, name: str, binary: str | None = None) -> Server:
-        raise ConfigError("an etcd member is started with its cluster (start_nodes), never alone")
-
-    def read_roles(self, cluster: Cluster, *, timeout_s: float = 0.5) -> Roles:
-        """Each member's own status (``/v3/maintenance/status``, answered locally, no quorum needed):
-        the member whose id is the leader it names leads; of two such (an old leader not yet
-        stepped down), the one with the higher raft term."""
-        statuses = [member_status(url, timeout_s=timeout_s) for url in cluster.node_urls]
-        modes, claims = [], []
-        for index, status in enumerate(statuses):
-            if status is None:
-                modes.append("down")
-                continue
-            me, leader = status["member_id"], status["leader"]
-            if leader in ("", "0"):
-                modes.append("no leader")
-            elif leader == me:
-                modes.append("leader")
-                claims.append((int(status["term"]), index))
-            else:
-                modes.append("follower")
-        term, leader_index = max(claims) if claims else (0, None)
-        return Roles(leader=leader_index, modes=tuple(modes), term=term)
-
-    def owns(self, url: str) -> bool:
-        return is_etcd_url(url)
-
-    def answers(self, url: str, *, timeout_s: float) -> bool:
-        return is_healthy(url, timeout_s=timeout_s)
-
-    def unusable(self, url: str, *, timeout_s: float) -> str:
-        return "" if self.answers(url, timeout_s=timeout_s) else f"etcd member {redact(url)} is not healthy"
-
-    def version(self, url: str) -> str:
-        return f"etcd {etcd_version(url)}"
-
-    def empty(self, urls: Sequence[str]) -> str:
-        try:
-            delete_prefix(urls, "")  # every key and lease; the revision counter goes on
-        except ClusterError as exc:
-            return f"emptying etcd failed: {exc}"
-        return ""
-
-    def delete_keys(self, urls: Sequence[str], prefix: str) -> None:
-        for url in dict.fromkeys(urls):
-            try:
-                delete_prefix([url], prefix)  # an etcd backend's keys start with the trial's prefix
-            except ClusterError:
-                pass  # a member that is down, or a cluster without quorum: its leases end anyway
-
-
-ETCD = EtcdKind()

@@ -66,18 +66,6 @@ def require_psycopg() -> None:
     _load_pq()
 
 
-def check_postgres_viable() -> None:
-    """What the pg backends need here: psycopg, and server binaries for the embedded servers (the
-    ``postgres`` extra brings both). One line naming what to install when either is missing."""
-    require_psycopg()
-    from lockcompare.infra.postgres_server import find_postgres_bin
-
-    try:
-        find_postgres_bin()
-    except BackendNotViableError as exc:
-        raise BackendNotViableError(f"the PostgreSQL backends are not viable here: {exc}") from None
-
-
 def is_postgres_url(url: str) -> bool:
     return url.startswith(("postgresql://", "postgres://"))
 

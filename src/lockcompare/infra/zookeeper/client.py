@@ -1,6 +1,6 @@
 """The harness's own ZooKeeper calls (kazoo): empty lockcompare's path, delete a trial's znodes, read a lock.
 
-Only znodes under :data:`~lockcompare.infra.zookeeper_server.CHROOT` are ever touched, so an external
+Only znodes under :data:`~lockcompare.infra.zookeeper.server.CHROOT` are ever touched, so an external
 ensemble (``--zookeeper``) keeps everything else. kazoo is imported lazily: it is the optional extra
 ``lockcompare[zookeeper]``, and the cluster module imports this one on every machine.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from lockcompare.errors import BackendNotViableError, ClusterError
-from lockcompare.infra.zookeeper_server import CHROOT, hosts_of
+from lockcompare.infra.zookeeper.server import CHROOT, hosts_of
 
 HOW_TO_GET_KAZOO = "pip install 'lockcompare[zookeeper]' (kazoo)"
 

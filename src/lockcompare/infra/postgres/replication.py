@@ -14,7 +14,7 @@ pair's life because a rebuilt replica takes its dead primary's port.
 
 The replication link runs through a :class:`~lockcompare.infra.proxy.LinkProxy` (the replica's
 ``primary_conninfo`` names the proxy), so :meth:`PgFailoverPair.hold_back` makes "the lease row never
-reached the replica" a certainty, as for Redis (infra/replication.py: a stopped replica would
+reached the replica" a certainty, as for Redis (infra/redis/failover_pair.py: a stopped replica would
 receive the bytes later).
 
 Commits are asynchronous for the replica by default (``synchronous_commit=local``: durable on the
@@ -32,8 +32,8 @@ import time
 
 from lockcompare.errors import ReplicationError, ServerStartError
 from lockcompare.infra.child_run import run_child
-from lockcompare.infra.pg_client import PgSession, QueryFailed, SessionLost
-from lockcompare.infra.postgres_server import SUPERUSER, PostgresServer
+from lockcompare.infra.postgres.client import PgSession, QueryFailed, SessionLost
+from lockcompare.infra.postgres.server import SUPERUSER, PostgresServer
 from lockcompare.infra.proxy import LinkProxy, ProxyHost
 from lockcompare.infra.spawned import free_port, release_port
 

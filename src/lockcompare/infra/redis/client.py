@@ -10,10 +10,12 @@ needs no client library.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
 
-from lockcompare.errors import InvalidURLError, NodeUnreachableError
+from lockcompare.errors import ConfigError, InvalidURLError, NodeUnreachableError
 from lockcompare.redaction import redact, shown  # the one redaction function (others import it from here too)
 from lockcompare.urls import parse_url
 
@@ -21,6 +23,8 @@ if TYPE_CHECKING:
     import redis
 
 _SCHEMES = ("redis", "rediss", "unix")
+#: A lock node behind Sentinel: redis+sentinel://HOST:PORT/MASTER?sentinels=P1,P2,P3 (infra/sentinel/).
+SENTINEL_SCHEME = "redis+sentinel"
 
 #: Default socket timeout: generous next to a loopback round trip (~0.15 ms), small next to a run.
 DEFAULT_TIMEOUT_S = 2.0
@@ -95,11 +99,9 @@ def with_env_password(url: str) -> str:
 
 def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
     """A client for ``url`` with no retries and ``timeout_s`` socket timeouts (on a ``redis+sentinel://``
-    URL: on the master its sentinels name, asked again on every new connection: infra/sentinel.py)."""
-    if url.startswith("redis+sentinel://"):
-        from lockcompare.infra.sentinel import master_client
-
-        return master_client(url, timeout_s=timeout_s)
+    URL: on the master its sentinels name, asked again on every new connection: infra/sentinel/)."""
+    if url.startswith(f"{SENTINEL_SCHEME}://"):
+        return _master_client(url, timeout_s=timeout_s)
     import redis  # here, not at the top: parsing a URL or reading a results file needs no client library
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -122,6 +124,50 @@ def connect(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
         socket_connect_timeout=timeout_s,
         retry=Retry(NoBackoff(), 0),
         decode_responses=False,
+        health_check_interval=0,
+    )
+
+
+def sentinel_url(*, service: str, ports: Sequence[int]) -> str:
+    return f"{SENTINEL_SCHEME}://127.0.0.1:{ports[0]}/{service}?sentinels={','.join(map(str, ports))}"
+
+
+def parse_sentinel_url(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """(service name, sentinel addresses) of a ``redis+sentinel://`` URL."""
+    parts = urlsplit(url)
+    service = parts.path.strip("/")
+    host = parts.hostname or "127.0.0.1"
+    ports = parse_qs(parts.query).get("sentinels", [""])[0]
+    addresses = [(host, int(p)) for p in ports.split(",") if p.strip().isdigit()] or [(host, parts.port or 26379)]
+    if not service:
+        raise ConfigError(
+            f"a {SENTINEL_SCHEME}:// URL names its master: {SENTINEL_SCHEME}://HOST:PORT/NAME, got {url!r}"
+        )
+    return service, addresses
+
+
+def _master_client(url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
+    """A redis-py client on the master the sentinels name now (asked again on every new connection);
+    no retries and ``timeout_s`` socket timeouts, as :func:`connect`."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+    from redis.sentinel import Sentinel
+
+    service, addresses = parse_sentinel_url(url)
+    sentinel = Sentinel(
+        addresses,
+        sentinel_kwargs={
+            "socket_timeout": timeout_s,
+            "socket_connect_timeout": timeout_s,
+            "retry": Retry(NoBackoff(), 0),
+        },
+    )
+    return sentinel.master_for(
+        service,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry=Retry(NoBackoff(), 0),
+        retry_on_timeout=False,
         health_check_interval=0,
     )
 

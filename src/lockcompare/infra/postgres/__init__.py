@@ -1,0 +1,1 @@
+"""PostgreSQL: embedded servers, the libpq client, streaming replication, the sessions it ends, and the kind."""

@@ -1,0 +1,1 @@
+"""Redis behind Sentinel: the sentinels, the lock nodes they fail over, and the kind."""

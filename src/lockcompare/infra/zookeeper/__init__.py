@@ -1,0 +1,1 @@
+"""ZooKeeper: a standalone server or an ensemble, the kazoo client, the sessions it ends, and the kind."""
