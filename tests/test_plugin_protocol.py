@@ -99,18 +99,23 @@ def test_the_plugin_protocol_runs_the_matrix_for_its_backend_and_its_external_cl
 
 
 @pytest.mark.full
-def test_evaluate_gives_the_plugin_protocol_backend_a_report_card(tmp_path: Path) -> None:
-    done = _lockcompare(tmp_path, "evaluate", "tinylock", "--quick", "--against", "single",
+def test_evaluate_gives_the_plugin_protocols_external_client_a_report_card(tmp_path: Path) -> None:
+    """The external client's manifest, given by its path, on the plug-in kind's servers: the battery
+    and the experiments run, and the card judges the experiments' rows, which carry the manifest's
+    name (not the path it was given by)."""
+    done = _lockcompare(tmp_path, "evaluate", str(MANIFEST), "--quick", "--against", "single",
                         "--out", str(tmp_path / "card.csv"), timeout_s=540)  # fmt: skip
     print(done.stdout, done.stderr, sep="\n")
     assert done.returncode == 0, done.stderr
-    assert "Report card: tinylock" in done.stdout
-    # The battery ran on the kind's own servers (its node-loss check crashed some of them).
-    assert "PASS         refuses a second client while held" in done.stdout
+    assert f"Report card: {MANIFEST}" in done.stdout
+    assert "PASS         refuses a second client while held" in done.stdout  # the battery, on its servers
+    assert "PASS         mutual exclusion with a correct TTL (baseline)" in done.stdout  # its rows, judged
+    assert "no baseline trial in the results" not in done.stdout
     assert "Verdict: every claimed property holds" in done.stdout
     with (tmp_path / "card.csv").open(newline="") as fh:
-        rows = [row for row in csv.DictReader(fh) if row["backend"] == "tinylock"]
+        rows = [row for row in csv.DictReader(fh) if row["backend"] == "tinylock-client"]
     assert rows and {row["lock_servers"] for row in rows} == {"tinylock"}
+    assert {row["backend_source"] for row in rows} == {str(MANIFEST)}
     traced = _traced(tmp_path)
     assert {name for _, name in traced} >= {"tinylock-node0"}
     assert [pid for pid, _ in traced if process_alive(pid)] == []
