@@ -20,7 +20,7 @@ from lockcompare.errors import BackendLoadError, InvalidValueError, ResultsBusyE
 from lockcompare.files import lock_path_for, results_lock
 from lockcompare.redaction import redact
 from lockcompare.render.table import format_table, markdown_text, spreadsheet_text
-from lockcompare.scenario.parsing import parse_number
+from lockcompare.scenario.numbers import parse_number
 from lockcompare.scenario.schedule import MAX_SCHEDULE_CHARS, parse_schedule
 
 DATA = Path(__file__).parent / "data"

@@ -35,7 +35,6 @@ except BackendNotViableError as exc:
 from lockcompare.backends import BackendConfig, Lease, Refusal
 from lockcompare.backends.zk_lock import ZkFencedLock, ZkLock, ZkLockChecked
 from lockcompare.errors import InvalidValueError, ReleaseFailed
-from lockcompare.faults.zookeeper import zookeeper_servers_for
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.zookeeper.server import (
     MIN_SESSION_MS,
@@ -48,7 +47,6 @@ from lockcompare.runner.matrix import ClusterOptions, cluster_shape
 from lockcompare.runner.trial import TrialResult, run_trial
 from lockcompare.scenario.choices import Check
 from lockcompare.scenario.experiments import get_experiment
-from lockcompare.scenario.schedule import parse_schedule
 from lockcompare.scenario.trialspec import Overrides, make_spec
 from test_lifecycle import alive
 
@@ -401,22 +399,6 @@ def test_leader_crash_and_partition_run_on_an_ensemble_and_the_rest_on_one_serve
     assert shape("node-crash") == (3, "crash nodes=0 after-acquire=50 once")
     assert shape("partition")[0] == 3 and shape("partition")[1].startswith("cut nodes=all worker=holder")
     assert shape("node-restart")[0] == 1 and shape("node-restart")[1].startswith("restart nodes=0")
-
-
-@pytest.mark.parametrize(
-    ("schedule", "servers"),
-    [
-        ("", 1),
-        ("pause worker=0 after-acquire=0 every for=1200; session-kill worker=holder after-acquire=50 every", 1),
-        ("restart nodes=0 after-acquire=50 once", 1),  # the server restart: the standalone server
-        ("restart nodes=1 after-acquire=50 once", 3),
-        ("restart nodes=holders:1 after-acquire=50 every", 3),
-        ("crash nodes=0 after-acquire=50 once", 3),  # the leader crash
-        ("cut nodes=all worker=holder after-acquire=50 every for=2000", 3),
-    ],
-)
-def test_an_ensemble_only_where_a_step_faults_more_than_the_one_server(schedule: str, servers: int) -> None:
-    assert zookeeper_servers_for(parse_schedule(schedule)) == servers
 
 
 def test_lock_path_stays_under_lockcompares_own_chroot() -> None:

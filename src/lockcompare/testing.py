@@ -64,25 +64,18 @@ def lockcompare_cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="session")
-def lockcompare_etcd_cluster() -> Iterator[Cluster]:
-    """One etcd member + a redis-server resource, for backends whose lock nodes are etcd
-    (their ``servers``: etcd); started on first use, stopped at the end."""
-    from lockcompare.infra.cluster import open_cluster
-    from lockcompare.infra.kinds import ETCD_PROTOCOL
-
-    with open_cluster(node_count=1, lock_servers=ETCD_PROTOCOL) as cluster:
-        yield cluster
+def lockcompare_etcd_cluster(lockcompare_clusters: Callable[[object], Cluster]) -> Cluster:
+    """:func:`lockcompare_clusters`'s cluster for etcd (the fixture's name is its protocol): one etcd
+    member + a redis-server resource, as the kind declares; skips where etcd is not installed."""
+    return lockcompare_clusters("etcd")
 
 
 @pytest.fixture(scope="session")
-def lockcompare_postgres_cluster() -> Iterator[Cluster]:
-    """One PostgreSQL server + a redis-server resource, for backends whose lock nodes are PostgreSQL
-    (their ``servers``: postgres; needs ``lockcompare[postgres]``); started on first use, stopped at the end."""
-    from lockcompare.infra.cluster import open_cluster
-    from lockcompare.infra.kinds import POSTGRES_PROTOCOL
-
-    with open_cluster(node_count=1, lock_servers=POSTGRES_PROTOCOL) as cluster:
-        yield cluster
+def lockcompare_postgres_cluster(lockcompare_clusters: Callable[[object], Cluster]) -> Cluster:
+    """:func:`lockcompare_clusters`'s cluster for postgres (the fixture's name is its protocol): one
+    PostgreSQL server + a redis-server resource; skips where PostgreSQL is not installed
+    (``lockcompare[postgres]``)."""
+    return lockcompare_clusters("postgres")
 
 
 @pytest.fixture(scope="session")
@@ -147,14 +140,14 @@ class BackendContract:
             Status,
             private_cluster_for,
         )
-        from lockcompare.infra.kinds import REDIS_PROTOCOL
+        from lockcompare.protocols import DEFAULT_PROTOCOL
 
         try:
             servers = lockcompare_host.claims().servers
         except BackendNotViableError as exc:  # its library or its servers are not installed: nothing to run on
             pytest.skip(f"{Status.SKIPPED}: {exc}")
         except BackendError:
-            servers = REDIS_PROTOCOL  # the test itself reports why the backend cannot be used
+            servers = DEFAULT_PROTOCOL  # the test itself reports why the backend cannot be used
         cluster = lockcompare_clusters(servers)
         return BatteryContext(
             host=lockcompare_host,

@@ -209,7 +209,7 @@ def find_row(rows: Sequence[dict[str, Any]], selector: str) -> dict[str, Any]:
     from lockcompare.errors import InvalidValueError
 
     if selector.isascii() and selector.isdigit():
-        from lockcompare.scenario.parsing import parse_number
+        from lockcompare.scenario.numbers import parse_number
 
         number_ = int(parse_number(selector, what="the row number", whole=True))
         if not 1 <= number_ <= len(rows):

@@ -30,7 +30,7 @@ from lockcompare.evaluation.explore import DEFAULT_PROPERTY, PROPERTIES, TrialOu
 from lockcompare.evaluation.schedules import DEFAULT_KINDS, KINDS, MAX_STEPS, parse_kinds
 from lockcompare.scenario.choices import FENCE_MODES
 from lockcompare.scenario.limits import check_count
-from lockcompare.scenario.parsing import parse_number
+from lockcompare.scenario.numbers import parse_number
 from lockcompare.scenario.schedule import MAX_SCHEDULE_STEPS
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}

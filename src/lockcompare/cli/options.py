@@ -160,7 +160,6 @@ def _cluster_options(
     ``--lock-servers`` and its aliases (--nodes / --nodes-file, --postgres, --zookeeper) make one
     value (runner/lock_servers.py): the same servers given either way are the same options."""
     from lockcompare.infra.cluster import DEFAULT_NODES
-    from lockcompare.infra.kinds import REDIS_PROTOCOL
     from lockcompare.infra.redis.client import validate_url, with_env_password
     from lockcompare.runner.lock_servers import lock_servers_from
     from lockcompare.runner.plan import ClusterOptions
@@ -173,7 +172,7 @@ def _cluster_options(
             raise InvalidValueError("the resource is given twice: in --nodes-file and with --resource")
         resource = resource or from_file
     servers = lock_servers_from(texts=lock_servers or (), nodes=nodes, postgres=postgres, zookeeper=zookeeper)
-    node_urls = servers.urls_for(REDIS_PROTOCOL)
+    node_urls = servers.shared()  # every trial's lock nodes: what --redlock-nodes counts against
     resource_url = with_env_password(validate_url(resource)) if resource is not None else None
     if redlock_nodes is not None:
         check_value(SETTINGS["node_count"], redlock_nodes)

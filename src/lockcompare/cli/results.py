@@ -25,7 +25,7 @@ from lockcompare.errors import InvalidValueError
 from lockcompare.files import check_output_dir, check_output_file, results_lock
 from lockcompare.render import table
 from lockcompare.render.timeline import STEP_KINDS, load_history, render_timeline
-from lockcompare.scenario.parsing import parse_number
+from lockcompare.scenario.numbers import parse_number
 
 
 @app.command()

@@ -23,7 +23,8 @@ from lockcompare.evaluation.backend_host import (
 )
 from lockcompare.evaluation.battery_log import BatteryLog
 from lockcompare.infra.cluster import Cluster, open_cluster
-from lockcompare.infra.kinds import REDIS_PROTOCOL, RoleKind, Roles, kind_speaking
+from lockcompare.infra.kinds import RoleKind, Roles, kind_speaking
+from lockcompare.protocols import DEFAULT_PROTOCOL
 
 TTL_MS = 1000
 SHORT_TTL_MS = 150
@@ -156,13 +157,14 @@ class ClientProcess:
 
 def battery_cluster(servers: object) -> tuple[str, int]:
     """(protocol, lock nodes) of the battery's cluster for a backend whose lock nodes are ``servers``:
-    its own protocol where its kind fixes the node count (infra/kinds.py LockNodes: one etcd member,
-    one PostgreSQL or ZooKeeper server), else :data:`PRIVATE_NODES` Redis-protocol nodes (a Redlock's;
-    a Sentinel-managed lock's nodes are Redis servers too)."""
+    its kind's own count where the kind fixes it (infra/kinds.py LockNodes: one etcd member, one
+    PostgreSQL or ZooKeeper server), else :data:`PRIVATE_NODES` nodes (a Redlock's). A kind whose
+    nodes are always replicated pairs (Sentinel-managed Redis: its backends are the plain ones, run
+    on pairs) is checked on plain nodes of the default protocol, as is a backend that names no kind."""
     kind = kind_speaking(servers) if isinstance(servers, str) else None
-    if kind is not None and kind.capabilities.lock_nodes.default is not None:
-        return kind.speaks, kind.capabilities.lock_nodes.default
-    return REDIS_PROTOCOL, PRIVATE_NODES
+    if kind is None or kind.capabilities.always_replicated:
+        return DEFAULT_PROTOCOL, PRIVATE_NODES
+    return kind.speaks, kind.capabilities.lock_nodes.default or PRIVATE_NODES
 
 
 def private_cluster_for(

@@ -73,7 +73,7 @@ from lockcompare.evaluation.claim_checks import (
     claim_renewal_outlives_the_ttl,
 )
 from lockcompare.infra.cluster import open_cluster
-from lockcompare.infra.kinds import REDIS_PROTOCOL
+from lockcompare.protocols import DEFAULT_PROTOCOL
 from lockcompare.runner.lock_servers import NO_LOCK_SERVERS, LockServers
 
 
@@ -482,7 +482,7 @@ def run_battery(
         try:
             servers = ctx.claims.servers
         except BackendError:
-            servers = REDIS_PROTOCOL  # the properties report why the backend cannot be used
+            servers = DEFAULT_PROTOCOL  # the properties report why the backend cannot be used
         kind, node_count = battery_cluster(servers)
         ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)
         users = lock_servers.own(kind)  # the user's servers of that protocol, if given

@@ -42,7 +42,7 @@ from typing import Any
 from lockcompare.analysis import history as history_io
 from lockcompare.analysis.fencing import accepted_below_earlier_token
 from lockcompare.analysis.results import history_file, read_results
-from lockcompare.backends import load_backend, require_declarations, traits_of
+from lockcompare.backends import backend_name, load_backend, require_declarations, traits_of
 from lockcompare.errors import InvalidValueError, ResultsFileError
 from lockcompare.evaluation.backend_host import Claims, claims_of
 from lockcompare.evaluation.card_totals import Totals, totals
@@ -256,8 +256,10 @@ def _evaluate_locked(
         )
     rows = tuple(read_results(out))
     lines = [CardLine(title=r.prop.title, status=r.status, evidence=r.evidence, history=r.history) for r in battery]
-    order = token_order_violations(rows, backend=backend, results=out)
-    lines += judge_experiments(rows=rows, backend=backend, claims=claims, token_order=order)
+    # Its rows carry the name it is shown by (a manifest given by its path: the manifest's name).
+    shown, _ = backend_name(backend)
+    order = token_order_violations(rows, backend=shown, results=out)
+    lines += judge_experiments(rows=rows, backend=shown, claims=claims, token_order=order)
     if search_budget_s > 0:
         found = search_line(backend=backend, claims=claims, budget_s=search_budget_s, out_dir=search_dir,
                             cluster_options=cluster_options, progress=search_progress, settings=settings,

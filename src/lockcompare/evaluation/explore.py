@@ -35,12 +35,13 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from lockcompare.errors import ConfigError, InvalidValueError
 from lockcompare.evaluation.explore_log import ExploreLog
+from lockcompare.evaluation.explore_request import TrialOutcome, TrialRequest
 from lockcompare.evaluation.schedules import (
     DEFAULT_KINDS,
     MAX_STEPS,
@@ -68,24 +69,6 @@ DEFAULT_PROPERTY = "no-lost-updates"
 EXHAUSTED_AFTER = 200
 #: Metrics every outcome carries (the union of the properties'), the explore CSV's metric columns.
 METRICS = tuple(dict.fromkeys(m for metrics, _ in PROPERTIES.values() for m in metrics))
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrialRequest:
-    schedule: str  # canonical text, the --faults value
-    rounds: int
-    seed: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrialOutcome:
-    verdict: str  # the checker's (checker.VERDICTS), or "invalid": the schedule was refused before running
-    metrics: Mapping[str, int]
-    trial_seconds: float
-    history: str = ""  # path of the saved history ("" when none)
-    trial_id: str = ""
-    problem: str = ""
-    timing_marked: bool = False  # the timing sentinel marked it (analysis/sentinel.py)
 
 
 class TrialRunner(Protocol):

@@ -13,14 +13,12 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lockcompare.analysis.results import allow_fields_of
 from lockcompare.errors import ResultsFileError
+from lockcompare.evaluation.explore_request import TrialOutcome, TrialRequest
 from lockcompare.files import writing
-
-if TYPE_CHECKING:
-    from lockcompare.evaluation.explore import TrialOutcome, TrialRequest
 
 CSV_NAME = "explored.csv"
 SETTINGS_NAME = "explore.json"
@@ -106,8 +104,6 @@ def _relative(history: str, base: Path) -> str:
 def read_outcomes(path: Path) -> dict[tuple[str, int, int], TrialOutcome]:
     """Every whole row of an explore CSV, as outcomes keyed by (schedule, rounds, seed); a row cut
     short by a crash is left out (its trial runs again)."""
-    from lockcompare.evaluation.explore import TrialOutcome
-
     outcomes = {}
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:

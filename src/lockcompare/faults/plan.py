@@ -139,6 +139,18 @@ def touches_servers(schedule: Schedule) -> bool:
     return bool(schedule.of_kind(*faultkinds.acting_on(NODES, LINKS)))
 
 
+def restarts_node_0_only(schedule: Schedule) -> bool:
+    """Whether every step acting on lock nodes or their links restarts node 0 (True without such
+    steps): a kind whose standalone server restarts in place keeps its one server for such a
+    schedule (infra/kinds.py ``LockNodes.restart_in_place``: ZooKeeper's server restart), where a
+    leader crash, a cut or a step naming another server needs its quorum (``under_faults``)."""
+    steps = schedule.of_kind(*faultkinds.acting_on(NODES, LINKS))
+    return all(
+        s.kind == "restart" and s.nodes is not None and s.nodes.mode == "fixed" and s.nodes.indices == (0,)
+        for s in steps
+    )
+
+
 def needs_links(schedule: Schedule) -> bool:
     """Whether the workers must reach the lock nodes through proxied links (a slow or cut step), or
     the resource (:func:`needs_resource_link`)."""

@@ -226,22 +226,22 @@ def check_shape(shape: ClusterShape) -> None:
 
 
 def start_embedded(
-    shape: ClusterShape, *, redis_server: str | None = None, zookeeper: Sequence[str] | None = None
+    shape: ClusterShape, *, redis_server: str | None = None, user_nodes: Sequence[str] | None = None
 ) -> Cluster:
     """Spawn ``shape.node_count`` lock nodes and one resource; all stopped again if any fails.
 
     ``redis_server``: the user's binary for servers that speak the Redis protocol (``--redis-server``).
     Call from a thread that outlives the cluster (the main thread): each server dies with the
     thread that spawned it (PR_SET_PDEATHSIG follows the spawning thread, not the process).
-    ``zookeeper``: the user's ensemble (``--zookeeper``) as the lock nodes of a ZooKeeper shape; only
-    the resource is started then.
+    ``user_nodes``: the user's servers of the shape's protocol as its lock nodes (a ZooKeeper ensemble,
+    ``--zookeeper``: runner/lock_servers.py LockServers.pooled); only the resource is started then.
     """
     check_shape(shape)
     node_kind, resource_kind = get_kind(shape.lock_servers), get_kind(shape.resource_kind)
     node_binary = redis_server if node_kind.speaks == "redis" else None
     resource_binary = redis_server if resource_kind.speaks == "redis" else None
-    if zookeeper and node_kind.speaks == "zookeeper":
-        return _on_user_nodes(shape, urls=zookeeper, resource_kind=resource_kind, binary=resource_binary)
+    if user_nodes:
+        return _on_user_nodes(shape, urls=user_nodes, resource_kind=resource_kind, binary=resource_binary)
     # A kind whose nodes are always pairs (Sentinel-managed Redis) is replicated in every experiment.
     if shape.replicas or node_kind.capabilities.always_replicated:
         return _start_replicated(shape, kind=node_kind, resource_kind=resource_kind, binary=node_binary)

@@ -355,6 +355,12 @@ def kinds_speaking(protocol: str) -> list[ServerKind]:
     return [kind for kind in registered().values() if kind.speaks == protocol]
 
 
+def protocols_spoken() -> tuple[str, ...]:
+    """The protocols the installed kinds speak, each once (a backend's ``servers`` names one of
+    them): a plug-in kind's own protocol as much as a built-in's."""
+    return tuple(dict.fromkeys(kind.speaks for kind in registered().values()))
+
+
 def kind_speaking(protocol: str) -> ServerKind | None:
     """The kind named for ``protocol`` (its first speaker: redis for "redis"), None when no
     installed kind speaks it: what a question about a protocol's servers asks when no run has

@@ -70,6 +70,24 @@ class LockServers:
         shared = [urls for protocol, urls in self.by_protocol if routes()[protocol].shared]
         return shared[0] if shared else None
 
+    def beside_shared(self) -> tuple[str, ...] | None:
+        """The user's servers that serve the trials on their protocol beside the shared cluster (a
+        PostgreSQL server: the lock and the resource of the backends on it), or None."""
+        beside = [urls for protocol, urls in self.by_protocol if routes()[protocol].beside_shared]
+        return beside[0] if beside else None
+
+    def pooled(self, protocol: str) -> tuple[str, ...] | None:
+        """The user's servers of ``protocol`` when they are the lock nodes of the pool's clusters of
+        that protocol (a ZooKeeper ensemble: a resource of ours beside them), None otherwise."""
+        urls = self.urls_for(protocol)
+        route = routes().get(protocol)
+        return None if urls is None or route is None or route.shared or route.beside_shared else urls
+
+    def by_alias(self, alias: str) -> tuple[str, ...] | None:
+        """The user's servers of the protocol whose older option is ``alias`` (``--nodes``, ...)."""
+        protocol = protocol_of_alias(alias)
+        return None if protocol is None else self.urls_for(protocol)
+
     def adding(self, protocol: str, urls: Sequence[str], *, given: str = FLAG) -> LockServers:
         """These servers and ``urls`` as ``protocol``'s; one line when ``protocol``'s are given twice."""
         route = routes().get(protocol)

@@ -21,15 +21,11 @@ from lockcompare.errors import (
 )
 from lockcompare.faults import plan as fault_plan
 from lockcompare.faults import targets as fault_targets
-from lockcompare.faults.zookeeper import zookeeper_servers_for
 from lockcompare.infra.cluster import (
     ClusterShape,
 )
 from lockcompare.infra.kinds import (
     AUTO,
-    POSTGRES_PROTOCOL,
-    REDIS_PROTOCOL,
-    ZOOKEEPER_PROTOCOL,
     Capability,
     ServerKind,
     get_kind,
@@ -37,7 +33,9 @@ from lockcompare.infra.kinds import (
     lacks,
     server_for,
 )
-from lockcompare.runner.lock_servers import NO_LOCK_SERVERS, LockServers, routes
+from lockcompare.protocols import SERVER_OPTION_PROTOCOL
+from lockcompare.runner.lock_servers import NO_LOCK_SERVERS, LockServers, protocol_of_alias, routes
+from lockcompare.runner.resource import resource_speaking
 from lockcompare.runner.sections import check_for
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.choices import PausePoint
@@ -47,6 +45,11 @@ from lockcompare.scenario.parsing import Overrides, Sweep
 from lockcompare.scenario.trialspec import TrialSpec, custom_faults, make_spec
 
 log = logging.getLogger("lockcompare")
+
+
+#: ClusterOptions' alias fields, by the older option each stands for (the kind of the protocol it
+#: gives declares it: ``UserServers.alias``).
+ALIAS_FIELDS = {"nodes": "--nodes", "postgres": "--postgres", "zookeeper": "--zookeeper"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,19 +71,21 @@ class ClusterOptions:
 
     def __post_init__(self) -> None:
         servers = self.lock_servers
-        aliases = (
-            (REDIS_PROTOCOL, self.nodes),
-            (POSTGRES_PROTOCOL, None if self.postgres is None else (self.postgres,)),
-            (ZOOKEEPER_PROTOCOL, self.zookeeper),
-        )
-        for protocol, urls in aliases:
-            if urls is not None and servers.urls_for(protocol) != tuple(urls):
-                servers = servers.adding(protocol, tuple(urls), given=routes()[protocol].alias)
-        postgres = servers.urls_for(POSTGRES_PROTOCOL)
+        for name, alias in ALIAS_FIELDS.items():  # each protocol is the one whose kind declares the alias
+            given = getattr(self, name)
+            if given is None:
+                continue
+            urls = (given,) if isinstance(given, str) else tuple(given)
+            protocol = protocol_of_alias(alias)
+            if protocol is None:  # an installation without the kind
+                raise InvalidValueError(f"{alias}: no installed server kind takes it (see --lock-servers KIND=URL)")
+            if servers.urls_for(protocol) != urls:
+                servers = servers.adding(protocol, urls, given=alias)
         object.__setattr__(self, "lock_servers", servers)
-        object.__setattr__(self, "nodes", servers.urls_for(REDIS_PROTOCOL))
-        object.__setattr__(self, "postgres", postgres[0] if postgres else None)
-        object.__setattr__(self, "zookeeper", servers.urls_for(ZOOKEEPER_PROTOCOL))
+        nodes, postgres, zookeeper = (servers.by_alias(alias) for alias in ALIAS_FIELDS.values())
+        object.__setattr__(self, "nodes", nodes)
+        object.__setattr__(self, "postgres", postgres[0] if postgres else None)  # one server (its route's most)
+        object.__setattr__(self, "zookeeper", zookeeper)
 
     @property
     def external(self) -> bool:
@@ -145,12 +150,12 @@ def plan_matrix(
 
 def _redis_protocol_server(choice: str, *, binary: str | None) -> str:
     """``--server`` resolved: the kind that runs this run's Redis-protocol servers ("auto": what is here)."""
-    if choice != AUTO and get_kind(choice).speaks != REDIS_PROTOCOL:
-        speaking = ", ".join(kind.name for kind in kinds_speaking(REDIS_PROTOCOL))
+    if choice != AUTO and get_kind(choice).speaks != SERVER_OPTION_PROTOCOL:
+        speaking = ", ".join(kind.name for kind in kinds_speaking(SERVER_OPTION_PROTOCOL))
         raise InvalidValueError(
             f"--server {choice}: its servers do not speak the Redis protocol (those that do: {speaking})"
         )
-    return server_for(REDIS_PROTOCOL, choice=choice, binary=binary).name
+    return server_for(SERVER_OPTION_PROTOCOL, choice=choice, binary=binary).name
 
 
 def rerun_server(spec: TrialSpec, *, choice: str | None, binary: str | None, external: bool) -> TrialSpec:
@@ -162,7 +167,7 @@ def rerun_server(spec: TrialSpec, *, choice: str | None, binary: str | None, ext
     is Valkey, instead of failing for want of redis-server. Another kind is another trial (``server``
     is part of the identity): its id differs, which the caller says. A trial that starts no
     Redis-protocol server keeps its neutral ``server``: no choice changes it."""
-    if REDIS_PROTOCOL not in (spec.lock_servers, spec.resource_kind):
+    if SERVER_OPTION_PROTOCOL not in (spec.lock_servers, spec.resource_kind):
         return spec
     if choice is None:
         if external or not _cannot_run(spec.server, binary=binary):
@@ -228,7 +233,7 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
         missing = lacks(server_kind, FAULT_NEEDS[kind]) if kind in FAULT_NEEDS else ""
         if missing:
             return missing
-        if faultkinds.KINDS[kind].on_resource_link and spec.resource_kind != REDIS_PROTOCOL:
+        if faultkinds.KINDS[kind].on_resource_link and not resource_speaking(spec.resource_kind).link_proxied:
             return f"{kind} acts on the link to a Redis resource, not to a {spec.resource_kind} one"
         only = faultkinds.KINDS[kind].acts_on_checks  # lost-reply: the increments only
         if only and spec.resource_check.value not in only:
@@ -314,8 +319,7 @@ def cluster_shape(spec: TrialSpec, *, cluster_options: ClusterOptions) -> Cluste
             asked=spec.node_count,
             run=cluster_options.node_count,
             struck=fault_plan.touches_servers(schedule),
-            # faults/zookeeper.py's rule: one server when the only server steps restart node 0
-            restarts_node_0_only=zookeeper_servers_for(schedule) == 1,
+            restarts_node_0_only=fault_plan.restarts_node_0_only(schedule),
         )
         # Of the faults' needs it takes the replicas it offers (a failover makes each node a primary +
         # streaming replica); its servers run on real clocks and persist on their own.

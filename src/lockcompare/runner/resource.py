@@ -29,7 +29,15 @@ from lockcompare.analysis.counters import ResourceCounters
 from lockcompare.errors import UnknownNameError
 from lockcompare.scenario.choices import Check
 
-__all__ = ["Check", "Resource", "ResourceCounters", "open_resource", "registered_resources", "resource_for"]
+__all__ = [
+    "Check",
+    "Resource",
+    "ResourceCounters",
+    "open_resource",
+    "registered_resources",
+    "resource_for",
+    "resource_speaking",
+]
 
 ENTRY_POINT_GROUP = "lockcompare.resources"
 
@@ -40,6 +48,9 @@ class Resource(Protocol):
     #: The exceptions a call raises when the resource's server fails under it: the runner counts a
     #: failure of these as a resource that died (an unknown trial), anything else as a bug.
     failures: ClassVar[tuple[type[Exception], ...]]
+    #: The workers' link to its server can go through a proxy lockcompare controls, so that the
+    #: faults acting on that link (delayed-write, lost-reply: ``on_resource_link``) can run.
+    link_proxied: ClassVar[bool]
 
     def __init__(self, *, url: str, prefix: str, timeout_s: float = 2.0) -> None: ...
 
@@ -108,6 +119,15 @@ def resource_for(url: str) -> type[Resource]:
             return cls
     known = ", ".join(resources) or "none installed"
     raise UnknownNameError(f"no installed resource lives on {url.split('://', 1)[0]}:// servers (known: {known})")
+
+
+def resource_speaking(protocol: str) -> type[Resource]:
+    """The installed resource whose server speaks ``protocol`` (a trial's ``resource_kind``)."""
+    resources = registered_resources()
+    if protocol not in resources:
+        known = ", ".join(resources) or "none installed"
+        raise UnknownNameError(f"no installed resource lives on {protocol} servers (known: {known})")
+    return resources[protocol]
 
 
 def open_resource(*, url: str, prefix: str, timeout_s: float = 2.0) -> Resource:

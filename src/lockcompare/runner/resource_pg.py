@@ -71,6 +71,7 @@ class PgResource:
 
     #: What a call raises when the resource's server fails under it (every call translates its own).
     failures: ClassVar[tuple[type[Exception], ...]] = (ResourceError,)
+    link_proxied: ClassVar[bool] = False  # no proxy is put on the workers' link to the database
 
     @classmethod
     def owns(cls, url: str) -> bool:

@@ -173,6 +173,7 @@ class RedisResource:
 
     #: What a call raises when the resource's server fails under it (the runner reads it as a failure).
     failures: ClassVar[tuple[type[Exception], ...]] = (redis.RedisError,)
+    link_proxied: ClassVar[bool] = True  # the trial puts its resource URL behind a proxy (infra/proxy.py)
 
     @classmethod
     def owns(cls, url: str) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from lockcompare.protocols import POSTGRES_PROTOCOL, REDIS_PROTOCOL
+from lockcompare.protocols import RESOURCE_PROTOCOLS
 
 
 class Check(StrEnum):
@@ -55,4 +55,4 @@ class PauseHow(StrEnum):
 
 #: Where the resource lives (--resource-kind): "auto" takes the backend's ``resource_kind`` attribute
 #: (the pg backends: PostgreSQL, the database checks the token itself), else a redis-server.
-RESOURCE_KINDS = ("auto", REDIS_PROTOCOL, POSTGRES_PROTOCOL)
+RESOURCE_KINDS = ("auto", *RESOURCE_PROTOCOLS)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from lockcompare.errors import UnknownNameError
-from lockcompare.protocols import POSTGRES_PROTOCOL, REDIS_PROTOCOL, ZOOKEEPER_PROTOCOL
+from lockcompare.protocols import DEFAULT_PROTOCOL, POSTGRES_PROTOCOL, ZOOKEEPER_PROTOCOL
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,7 +97,7 @@ EXPERIMENTS: dict[str, Experiment] = {
             acquire_timeout_ms=2000,
             faults="crash nodes=holders:{k} after-acquire=50 once",
             legacy_faults="crash nodes={first_k} after-acquire=50 once",
-            # ZooKeeper: a three-server ensemble whose node 0 is its leader (faults/zookeeper.py).
+            # ZooKeeper: a three-server ensemble whose node 0 is its leader (the kind's LockNodes).
             faults_on=((ZOOKEEPER_PROTOCOL, "crash nodes=0 after-acquire=50 once"),),
             claim="--fault-nodes K lock nodes holding worker 0's first lease die, and stay down: "
             "single becomes unavailable; redlock keeps granting with K < 3 of 5",
@@ -401,7 +401,7 @@ def schedule_text(
     pause_point: str,
     paused_workers: tuple[int, ...],
     legacy: bool = False,
-    lock_servers: str = REDIS_PROTOCOL,
+    lock_servers: str = DEFAULT_PROTOCOL,
 ) -> str:
     """The experiment's schedule filled from the settings (lesson-scale ms: the runner scales them);
     ``legacy``: what it ran before schedules (:attr:`Experiment.legacy_faults`)."""

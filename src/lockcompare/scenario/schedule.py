@@ -39,7 +39,7 @@ from pathlib import Path
 from lockcompare.errors import ConfigError, InvalidValueError
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.faultkinds.base import LINKS, MAX_STEP_MS, NODES, WORKER
-from lockcompare.scenario.parsing import parse_number
+from lockcompare.scenario.numbers import parse_number
 
 
 @dataclass(frozen=True)

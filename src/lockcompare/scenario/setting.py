@@ -11,6 +11,7 @@ from typing import Any
 
 from lockcompare.errors import InvalidValueError
 from lockcompare.scenario import faultkinds
+from lockcompare.scenario.schedule import parse_schedule
 
 #: A spec under construction: every setting's chosen value, by name (times still lesson-scale).
 Chosen = Mapping[str, Any]
@@ -92,8 +93,6 @@ def _fault_is(kind: str) -> Callable[[Chosen], bool]:
 
 def _through_links(chosen: Chosen) -> bool:
     """Whether the trial's schedule slows or cuts links (its workers' client timeout then matters)."""
-    from lockcompare.scenario.schedule import parse_schedule  # late: schedule reads the settings' choices
-
     try:
         links = faultkinds.acting_on(faultkinds.LINKS)
         return bool(parse_schedule(str(chosen.get("faults") or "")).of_kind(*links))

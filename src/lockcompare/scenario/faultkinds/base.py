@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from lockcompare.errors import InvalidValueError
+from lockcompare.scenario.numbers import parse_number
 
 if TYPE_CHECKING:
     from lockcompare.infra.cluster import Cluster
@@ -68,8 +69,6 @@ class Param:
             if value not in self.choices:
                 raise InvalidValueError(f"{self.name}= takes {' or '.join(self.choices)}, got {value!r}")
             return value
-        from lockcompare.scenario.parsing import parse_number  # late: parsing reads the settings, which name the kinds
-
         number = parse_number(value, what=f"{self.name}=", low=-self.high, high=self.high)
         if self.signed:
             if number == 0:
