@@ -43,7 +43,7 @@ esac
 [ $# -le 1 ] || { echo "usage: scripts/reproduction.sh [--dry-run | --resume]" >&2; exit 2; }
 
 # One revision, committed: what the rows record is what the tree holds (results/ is the run's own output).
-dirty=$(git status --porcelain --untracked-files=no -- . ':(exclude)results'; git status --porcelain -- src scripts)
+dirty=$({ git status --porcelain --untracked-files=no -- . ':(exclude)results'; git status --porcelain -- src scripts; } | sort -u)
 if [ -n "$dirty" ]; then
   echo "reproduction.sh: the tree has changes outside results/ (commit or stash them): $(echo "$dirty" | head -3 | tr '\n' ' ')" >&2
   exit 1

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import logging
 import os
 import re
@@ -87,6 +88,7 @@ class Part:
         return [*args, "--rerun-marked", str(RERUN_MARKED_FIXED)]
 
 
+@functools.cache
 def role_experiments() -> tuple[str, ...]:
     """The catalogue's experiments with a step aimed by role (nodes=leader, followers:K, holder-member)."""
     roles = []
@@ -112,6 +114,7 @@ def plan_quietly(*, backends: tuple[str, ...], experiments: tuple[str, ...], tri
         logger.level = level
 
 
+@functools.cache
 def parts() -> list[Part]:
     """The four parts, in the order they run (a part left empty by a tiny check's restriction: none)."""
     backends = tuple(b for b in registered_names() if not ONLY_BACKENDS or b in ONLY_BACKENDS)
@@ -139,6 +142,7 @@ class _Lines(logging.Handler):
         self.lines.append(record.getMessage())
 
 
+@functools.cache
 def planned(part: Part) -> tuple[list, list[str]]:
     """The part's kept trials (its first round for a settled part) and the planner's left-out lines
     ([] and the reason when the planner leaves nothing)."""
@@ -229,10 +233,10 @@ def listing(previous: Previous | None) -> list[str]:
         cells = sorted({(s.backend, s.experiment) for s in specs})
         cells_kept += len(cells)
         how = (
-            f"--until-settled: {TRIALS} trials a cell first, at most {MAX_TRIALS} (a clean cell needs "
+            f"--until-settled: {TRIALS} trial(s) a cell first, at most {MAX_TRIALS} (a clean cell needs "
             f"{trials_to_settle(DEFAULT_TARGET)} observed at the {DEFAULT_TARGET:.0%} target)"
             if part.settled
-            else f"{TRIALS} trials a cell, up to {RERUN_MARKED_FIXED} marked ones run again alone at its end"
+            else f"{TRIALS} trial(s) a cell, up to {RERUN_MARKED_FIXED} marked ones run again alone at its end"
         )
         lines.append(f"part {part.name}: {len(cells)} cells, {how}")
         by_experiment: dict[str, list[str]] = defaultdict(list)
