@@ -6,7 +6,10 @@ Reads every closing floor line a matrix printed (runner/floor.py: ``N trials in 
 = max(...)``), one per part or resumed piece of one (a settled part's line already sums its rounds),
 and prints one line: how many parts, trials, the summed wall and floor, and their ratio. A part's
 floor is what it could not go below on its own; run one after another, the whole cannot go below
-their sum. Exit 1 when the file holds no floor line (nothing to total), 2 when it cannot be read.
+their sum. A piece stopped by a signal prints no closing lines: its wall and its trials are in
+neither sum (results/derived/reproduction.time has every piece's wall, from /usr/bin/time), so a run
+that was stopped says so beside this line. Exit 1 when the file holds no floor line (nothing to
+total), 2 when it cannot be read.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ def total_line(text: str) -> str | None:
     """The over-all line for the floor lines in ``text`` (None when it holds none).
 
     >>> total_line("12 trials in 30.0 s wall; floor 20.0 s = ...\\nx\\n3 trials in 10.0 s wall; floor 10.0 s = ...")
-    'over all 2 parts: 15 trials in 40.0 s wall; floor 30.0 s; wall/floor 1.33'
+    'over 2 matrix runs (parts, resumed pieces): 15 trials in 40.0 s wall; floor 30.0 s; wall/floor 1.33'
     """
     found = [m for m in map(FLOOR_LINE.match, text.splitlines()) if m]
     if not found:
@@ -30,7 +33,8 @@ def total_line(text: str) -> str | None:
     wall = sum(float(m["wall"]) for m in found)
     floor = sum(float(m["floor"]) for m in found)
     ratio = f"{wall / floor:.2f}" if floor > 0 else "n/a"
-    return f"over all {len(found)} parts: {trials} trials in {wall:.1f} s wall; floor {floor:.1f} s; wall/floor {ratio}"
+    runs = f"over {len(found)} matrix runs (parts, resumed pieces)"
+    return f"{runs}: {trials} trials in {wall:.1f} s wall; floor {floor:.1f} s; wall/floor {ratio}"
 
 
 def main(argv: list[str]) -> int:

@@ -92,6 +92,7 @@ def test_the_floor_over_parts_is_their_summed_wall_over_their_summed_floors() ->
         "== part b\n10 trials in 100.0 s wall; floor 50.0 s = max(...); wall/floor 2.00\n"
     )
     assert (
-        floor_total.total_line(text) == "over all 2 parts: 110 trials in 400.0 s wall; floor 300.0 s; wall/floor 1.33"
+        floor_total.total_line(text)
+        == "over 2 matrix runs (parts, resumed pieces): 110 trials in 400.0 s wall; floor 300.0 s; wall/floor 1.33"
     )
     assert floor_total.total_line("no floor here") is None
