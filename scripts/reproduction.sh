@@ -1,73 +1,173 @@
 #!/usr/bin/env bash
-# The reproduction (issue 31, item 5) and every file README.md and docs/ render from it, in order, in
-# one command: every backend x every catalogue experiment at the lesson's scale, 5 trials per cell;
-# its report (the glance picture); the contend workload beside it; the scripts' derived files; and
-# the scripts' printed tables the docs quote (in results/derived/reproduction-*.txt).
+# The settled reproduction (issue 55) and every file README.md and docs/ render from it, at one
+# revision: every registered backend x every catalogue experiment at the lesson's scale, in parts
+# (scripts/reproduction_plan.py holds them: the cells that decide the argument --until-settled, 5
+# trials elsewhere; cells a backend cannot take, or whose fault cannot be aimed at it, left out by the
+# planner with their reason); the report; the contend workload, the lab's own loop (the lesson's rows
+# A-E) and the fencing-depth sweep from the same revision; the scripts' derived files; and
+# `lockcompare compare` of the previous reproduction (and of the consensus run it replaces) against it.
+#
+#   scripts/reproduction.sh --dry-run   the plan in seconds: cells, trials, settled or fixed, the cells
+#                                       left out and why, the wall time its floor predicts; nothing runs
+#   scripts/reproduction.sh             the run, from a clean clone, alone on the machine
+#   scripts/reproduction.sh --resume    finishes a run that was stopped (SIGTERM keeps its rows): the
+#                                       same clone at the same revision; finished parts are skipped
 #
 # Run it from a clean clone at the revision to measure (.venv with '.[test]', `npm ci --prefix
 # clients/node`, Debian's zookeeper, clients/go/build.sh and clients/java/build.sh: every backend
-# viable), with nothing else running on the machine: it takes about two hours on 2 cores. Move the previous results/reproduction.* and results/contend.* to
-# results/archive/ first (it refuses to write over them). Then, in the working copy:
-#   python -m lockcompare.render.docs README.md docs/*.md
-# and read every prose claim against the new histories before committing.
-#
-# `scripts/reproduction.sh --resume` finishes a reproduction that was stopped (SIGTERM keeps its rows):
-# same clone, same revision (matrix refuses rows of another), the time file gets one line per part.
+# viable), with nothing else running on the machine. A fresh run refuses a dirty tree (results/
+# aside: the run writes there) and moves the previous reproduction, contend, lab-loop and fencing runs
+# into results/archive/reproduction-<their revision>/ first; add that directory's row to
+# results/archive/README.md. After the run, in the working copy (the follow-up, in order):
+#   .venv/bin/python scripts/docs_sources.py --switch README.md docs/*.md   # the runs it replaces
+#   .venv/bin/python -m lockcompare.render.docs README.md docs/*.md
+#   git mv results/consensus.csv results/consensus.histories results/archive/consensus-a5a2178/
+#     (with its row in results/archive/README.md: "its cells are the reproduction's settled cells now";
+#     likewise zookeeper.csv, node-clients.csv, consensus-clients.csv, catalogue-51.csv once nothing
+#     reads them: `scripts/docs_sources.py` lists what still does)
+# then pick the excerpts it lists again in the new histories, and read every prose claim against them
+# and against results/derived/reproduction-compare.txt before committing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Written to a file, the CLI's messages wrap at 80 columns unless told the width: one line per
-# message, so the floor lines below can be picked out of the log.
+# message, so the closing lines below can be picked out of the log.
 export COLUMNS=1000
-resume=()
-check=(results/reproduction.csv results/reproduction.histories)
-if [ "${1:-}" = --resume ]; then
-  resume=(--resume)
-  check=()
-elif [ $# -gt 0 ]; then
-  echo "usage: scripts/reproduction.sh [--resume]" >&2
-  exit 2
+py=.venv/bin/python
+lc=.venv/bin/lockcompare
+case "${1:-}" in
+  "") resume=0 ;;
+  --resume) resume=1 ;;
+  --dry-run) exec "$py" scripts/reproduction_plan.py ;;
+  *) echo "usage: scripts/reproduction.sh [--dry-run | --resume]" >&2; exit 2 ;;
+esac
+[ $# -le 1 ] || { echo "usage: scripts/reproduction.sh [--dry-run | --resume]" >&2; exit 2; }
+
+# One revision, committed: what the rows record is what the tree holds (results/ is the run's own output).
+dirty=$({ git status --porcelain --untracked-files=no -- . ':(exclude)results'; git status --porcelain -- src scripts; } | sort -u)
+if [ -n "$dirty" ]; then
+  echo "reproduction.sh: the tree has changes outside results/ (commit or stash them): $(echo "$dirty" | head -3 | tr '\n' ' ')" >&2
+  exit 1
 fi
-for old in "${check[@]}" results/contend.csv results/contend.histories; do
-  if [ -e "$old" ]; then
-    echo "reproduction.sh: $old exists: move it to results/archive/ first (see results/archive/README.md)" >&2
+revision=$(git rev-parse HEAD)
+mark=results/derived/reproduction.revision  # the revision a run began at: --resume continues only it
+if [ "$resume" = 1 ]; then
+  if [ ! -f "$mark" ]; then
+    echo "reproduction.sh: --resume: no run to resume ($mark is missing): start one without --resume" >&2
     exit 1
   fi
-done
-experiments=baseline,short-ttl,client-pause,node-crash,node-restart,clock-jump,clock-jump-back,bare-majority,failover,renewal-pause,session-kill,cpu-starvation,slow-response,partition,partition-clock-jump,leader-crash,leader-freeze,leader-isolated,holder-minority,lost-reply,renewal-cut,leader-freeze-renewing,leader-isolated-renewing,acquire-pause,client-pause-token,partition-clock-jump-token,clock-drift-covered,clock-drift,delayed-write
-# Every registered backend: the default selection leaves out those a quick run skips (Sentinel's, the
-# lock-free alternatives: their trait in_default_matrix), and the reproduction is every backend.
-backends=$(.venv/bin/python -c 'from lockcompare.backends import registered_names; print(",".join(registered_names()))')
+  if [ "$(cat "$mark")" != "$revision" ]; then
+    echo "reproduction.sh: --resume: the run began at $(cat "$mark"), the tree is at $revision: check that out" >&2
+    exit 1
+  fi
+else
+  # The previous runs to results/archive/reproduction-<their revision>/ (refused if that exists).
+  old_csv=results/reproduction.csv
+  if [ -e "$old_csv" ]; then
+    old_rev=$("$py" -c 'import csv,sys; print(next(csv.DictReader(open(sys.argv[1])))["source_revision"][:7])' "$old_csv")
+    archive=results/archive/reproduction-$old_rev
+    if [ -e "$archive" ]; then
+      echo "reproduction.sh: $archive exists: move the previous run aside by hand (see results/archive/README.md)" >&2
+      exit 1
+    fi
+    mkdir -p "$archive"
+    for old in results/reproduction.{csv,histories,report,superseded.csv} results/contend.{csv,histories} \
+      results/lab-loop.{csv,histories} results/fencing.{csv,histories} results/derived/reproduction.time \
+      results/derived/contend.time results/derived/fencing.time; do
+      if [ -e "$old" ]; then mv "$old" "$archive/"; fi
+    done
+    echo "$archive/reproduction.csv" > results/derived/reproduction-previous.txt
+  fi
+  for out in results/reproduction.csv results/contend.csv results/lab-loop.csv results/fencing.csv; do
+    if [ -e "$out" ]; then
+      echo "reproduction.sh: $out exists: move it to results/archive/ first (see results/archive/README.md)" >&2
+      exit 1
+    fi
+  done
+  echo "$revision" > "$mark"
+  for closing in reproduction lab-loop contend fencing; do : > "results/derived/$closing-floor.txt"; done
+  : > results/derived/reproduction-skipped.txt
+fi
+
 timed() {  # name, command...: the command's wall and CPU time, appended to results/derived/<name>.time
   local name=$1
   shift
   /usr/bin/time -f '%e s wall, %U user %S sys' -a -o "results/derived/$name.time" "$@"
 }
-log=$(mktemp)
-status=0
-timed reproduction .venv/bin/lockcompare matrix --backends "$backends" --experiments "$experiments" --trials 5 --jobs 16 \
-  --out results/reproduction.csv "${resume[@]}" 2>&1 | tee "$log" || status=$?
 # A trial the checker could not judge is a result (its row says why), not a broken run: the matrix
 # exits 1 after writing every row; the rest still runs, and --resume runs such a trial again.
-if [ "$status" -ne 0 ] && ! grep -q 'could not be judged (verdict unknown)' "$log"; then
-  exit "$status"
-fi
-# The cells left out, as the run said before any trial started (docs/experiments.md quotes them).
-grep '^lockcompare: warning: skipping' "$log" | sed 's/^lockcompare: warning: //' \
-  > results/derived/reproduction-skipped.txt || true
-# The run's own closing lines (runner/floor.py): its floor, both terms, and how far above it it went.
-grep -E '^[0-9]+ trials run, |^[0-9]+ trials in .* wall; floor|^trials at once on average|^where the wall went|^free job-slot seconds' \
-  "$log" > results/derived/reproduction-floor.txt || true
-rm -f "$log"
-.venv/bin/lockcompare report results/reproduction.csv
-timed contend .venv/bin/lockcompare matrix --backends none,single,fenced --experiments client-pause \
-  --workload contend --trials 5 --jobs 16 --out results/contend.csv
-.venv/bin/python scripts/bare_majority_leases.py results/reproduction.csv redlock,pottery node-restart \
+matrix() {  # name, label, matrix options...: one matrix run; its closing lines, headed by the label,
+  # appended to results/derived/<name>-floor.txt (the time to <name>.time)
+  local name=$1 label=$2 log status=0
+  shift 2
+  log=$(mktemp)
+  # shellcheck disable=SC2086  # REPRODUCTION_MATRIX_OPTIONS: a tiny check's options (reproduction_plan.py), split
+  timed "$name" "$lc" matrix --jobs 16 "$@" ${REPRODUCTION_MATRIX_OPTIONS:-} 2>&1 | tee "$log" || status=$?
+  if [ "$status" -ne 0 ] && ! grep -q 'could not be judged (verdict unknown)' "$log"; then
+    rm -f "$log"
+    exit "$status"
+  fi
+  {
+    echo "== $label at $revision, $(date -u +%FT%TZ)"
+    grep -E '^[0-9]+ trials run, |^[0-9]+ trials in .* wall; floor|^trials at once on average|^where the wall went|^free job-slot seconds|^settled: |^not settled: |^timing: |^timing-marked ' "$log" || true
+  } | tee -a "results/derived/$name-floor.txt" | sed "s/^/reproduction.sh: /" >&2
+  if [ "$name" = reproduction ]; then
+    # The cells left out, as the run said before any trial started (docs/experiments.md quotes them).
+    grep '^lockcompare: warning: skipping' "$log" | sed 's/^lockcompare: warning: //' \
+      >> results/derived/reproduction-skipped.txt || true
+  fi
+  rm -f "$log"
+}
+
+# Every part into the one file (--resume: the first part finds none; a finished part runs nothing).
+for part in $("$py" scripts/reproduction_plan.py --parts); do
+  mapfile -t options < <("$py" scripts/reproduction_plan.py --args "$part")
+  matrix reproduction "part $part" "${options[@]}" --out results/reproduction.csv --resume
+done
+sort -u -o results/derived/reproduction-skipped.txt results/derived/reproduction-skipped.txt
+# Over every part (and every resumed piece of one): Σ wall / Σ floor.
+"$py" scripts/floor_total.py results/derived/reproduction-floor.txt | tee -a results/derived/reproduction-floor.txt
+
+"$lc" report results/reproduction.csv
+# The lesson's rows A-E under the lab's own loop (no jitter, no think time), the contend workload and
+# the fencing-depth sweep: the same revision, other settings (their sentences say so).
+matrix lab-loop lab-loop --backends none,single,fenced --experiments baseline,short-ttl,client-pause --jitter 0 \
+  --think-ms 0 --trials 5 --out results/lab-loop.csv --resume
+matrix contend contend --backends none,single,fenced --experiments client-pause --workload contend --trials 5 \
+  --out results/contend.csv --resume
+# scripts/fencing_story.sh's command, with the run's --jobs and --resume
+matrix fencing fencing --backends fenced --experiments client-pause,clock-jump,short-ttl,partition-clock-jump \
+  --fence writes,all,token --trials 5 --out results/fencing.csv --resume
+
+"$py" scripts/bare_majority_leases.py results/reproduction.csv redlock,pottery node-restart \
   > results/derived/bare-majority-leases.csv
-.venv/bin/python scripts/contend_conflicts.py results/contend.csv > results/derived/contend-conflicts.csv
-.venv/bin/python scripts/bare_majority.py results/reproduction.csv redlock,pottery node-restart,clock-jump \
+"$py" scripts/contend_conflicts.py results/contend.csv > results/derived/contend-conflicts.csv
+"$py" scripts/bare_majority.py results/reproduction.csv redlock,pottery node-restart,clock-jump \
   > results/derived/reproduction-bare-majority.txt
-.venv/bin/python scripts/timing_marked.py results/reproduction.csv > results/derived/reproduction-timing-marked.txt
-.venv/bin/python scripts/pause_rivals.py results/reproduction.csv single,fenced,redlock \
+"$py" scripts/timing_marked.py results/reproduction.csv > results/derived/reproduction-timing-marked.txt
+"$py" scripts/pause_rivals.py results/reproduction.csv single,fenced,redlock \
   > results/derived/reproduction-pause-rivals.txt
-.venv/bin/python scripts/pause_rivals.py results/contend.csv single,fenced > results/derived/contend-pause-rivals.txt
-echo "reproduction.sh: done; now render the docs and read them against the histories"
+"$py" scripts/pause_rivals.py results/contend.csv single,fenced > results/derived/contend-pause-rivals.txt
+"$py" scripts/lockstep.py results/lab-loop.csv none,single baseline,short-ttl > results/derived/lockstep-lab-loop.txt
+"$py" scripts/lockstep.py results/reproduction.csv none,single baseline,short-ttl \
+  > results/derived/lockstep-reproduction.txt
+# What the pages of the runs the reproduction replaces quoted, now from the reproduction's cells.
+# cell_mechanisms.py reads every cell of a file: docs/consensus.md quoted it whole over consensus.csv;
+# over the reproduction it is every non-exclusive cell, for the lead to cut to the consensus ones.
+"$py" scripts/cell_mechanisms.py results/reproduction.csv > results/derived/reproduction-cells.txt
+"$py" scripts/zk_lease_violated.py results/reproduction.csv > results/derived/zk-lease-violated.txt
+"$py" scripts/renewals_in_pauses.py results/reproduction.csv \
+  curator-mutex,curator-mutex-checked,zk-lock,etcd-go-mutex,etcd-go-fenced,etcd \
+  > results/derived/consensus-clients-renewals.txt
+"$py" scripts/bare_majority_losses.py results/reproduction.csv \
+  node-redlock,node-semaphore-redlock,node-sesame-using,node-sesame-using-checked node-restart,clock-jump \
+  > results/derived/node-clients-bare-majority.txt
+
+# Old against new, cell by cell (exit 1 when cells differ: that is the point of the file, not a failure).
+if [ -f results/derived/reproduction-previous.txt ]; then
+  previous=$(cat results/derived/reproduction-previous.txt)
+  "$lc" compare "$previous" results/reproduction.csv > results/derived/reproduction-compare.txt || true
+fi
+if [ -f results/consensus.csv ]; then
+  "$lc" compare results/consensus.csv results/reproduction.csv > results/derived/consensus-compare.txt || true
+fi
+echo "reproduction.sh: done at $revision; now the follow-up at the top of this script (switch, render, archive, read)"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import doctest
 import io
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -152,7 +153,8 @@ def test_a_trials_duration_is_its_slot_from_start_to_end_not_only_its_workers_ti
 
 def test_the_marked_trials_run_again_alone_at_the_end_are_trials_left() -> None:
     """Two of four 10 s trials marked so far, --rerun-marked 3: the two are trials left, and so is
-    one more (half of the two still to run, within the 3); after the last planned trial, the two
+    half of one more (the two still to run at the share marked — 2 of 2, with the prior's 1 of 10:
+    3 of 12 — within the 3); after the last planned trial, the two
     chosen run again one after another — the count and the time say so, until the last ends."""
     clock = Clock()
     eta = Eta(clock=clock)
@@ -162,7 +164,7 @@ def test_the_marked_trials_run_again_alone_at_the_end_are_trials_left() -> None:
         clock.now += 10.0
         eta.finished(f"t{i}", wall_s=10.0, failed=False, marked=True)
     assert (eta.done, eta.total, eta.left) == (2, 6, 4)
-    assert eta.seconds_left() == pytest.approx(20.0 + 20.0 + 10.0)  # two planned, two chosen, one expected
+    assert eta.seconds_left() == pytest.approx(20.0 + 20.0 + 5.0)  # two planned, two chosen, half expected
     for i in range(2, 4):
         _run(eta, clock, f"t{i}", 10.0)  # not marked: the expected third never comes
     assert (eta.done, eta.total, eta.left) == (4, 6, 2) and eta.seconds_left() == pytest.approx(20.0)
@@ -175,17 +177,18 @@ def test_the_marked_trials_run_again_alone_at_the_end_are_trials_left() -> None:
     assert (eta.done, eta.total, eta.left) == (6, 6, 0) and eta.seconds_left() == pytest.approx(0.0)
 
 
-def _like_a_real_run() -> tuple[
-    list[tuple[float, str, str, tuple[str, str]]], set[str], list[tuple[str, tuple[str, str]]]
-]:
+def _like_a_real_run(
+    marks: Callable[[int], bool] = lambda i: i % 3 == 2,
+) -> tuple[list[tuple[float, str, str, tuple[str, str]]], set[str], list[tuple[str, tuple[str, str]]]]:
     """(time, start|end, trial id, cell) of a 30-trial run on a busy machine (recorded on one, issue 53:
     single, redlock, fenced × baseline, client-pause × 5 trials at ×0.1): the first three trials side
     by side, then one at a time once the stall governor cut the parallelism, client-pause trials 7 s
-    and baseline ones 3 s, every third client-pause trial timing-marked and run again alone at the end."""
+    and baseline ones 3 s, the client-pause trials ``marks`` picks by index (every third) timing-marked
+    and run again alone at the end."""
     backends = ("single", "redlock", "fenced")
     pauses = [(f"{b}.cp.t{k}", (b, "client-pause")) for k in range(5) for b in backends]
     baselines = [(f"{b}.base.t{k}", (b, "baseline")) for k in range(5) for b in backends]
-    marked = {trial_id for i, (trial_id, _) in enumerate(pauses) if i % 3 == 2}
+    marked = {trial_id for i, (trial_id, _) in enumerate(pauses) if marks(i)}
     events = []
     for trial_id, cell in pauses[:3]:  # slower side by side
         events += [(0.0, "start", trial_id, cell), (8.0, "end", trial_id, cell)]
@@ -199,8 +202,17 @@ def _like_a_real_run() -> tuple[
     return sorted(events, key=lambda e: (e[0], e[1] == "start")), marked, pauses + baselines
 
 
-def test_on_a_schedule_like_a_real_runs_the_estimate_is_within_a_quarter_after_the_first_tenth() -> None:
-    events, marked, planned = _like_a_real_run()
+@pytest.mark.parametrize(
+    "marks",
+    [lambda i: i % 3 == 2, lambda i: i in (12, 14), lambda i: False],
+    ids=["every third pause marked", "only two of the last pauses marked", "none marked"],
+)
+def test_on_a_schedule_like_a_real_runs_the_estimate_is_within_a_quarter_after_the_first_tenth(
+    marks: Callable[[int], bool],
+) -> None:
+    """Marks that come late (no mark before the last fifth) were missing from the estimate until
+    then: -45% at the first tenth, -25% after half the run; the prior share counts them from the start."""
+    events, marked, planned = _like_a_real_run(marks)
     clock = Clock()
     eta = Eta(clock=clock)
     eta.plan(planned, reruns=10)
@@ -218,7 +230,24 @@ def test_on_a_schedule_like_a_real_runs_the_estimate_is_within_a_quarter_after_t
         if at >= end / 10 and end - at > 0:
             errors.append((at, left / (end - at) - 1))
     assert errors and max(abs(e) for _, e in errors) <= 0.25, errors
-    assert (eta.done, eta.total) == (35, 35)
+    assert (eta.done, eta.total) == (30 + len(marked), 30 + len(marked))
+
+
+def test_before_any_mark_the_reruns_the_run_may_make_are_counted_from_the_prior() -> None:
+    """Three 10 s trials done unmarked, seven to run one at a time: 70 s; with --rerun-marked, also the
+    prior's share of the seven (1 marked in 10 pseudo-trials, + the 3 unmarked: 1/13), each 10 s."""
+    estimates = []
+    for reruns in (0, 10):
+        clock = Clock()
+        eta = Eta(clock=clock)
+        eta.plan([(f"t{i}", FAST) for i in range(10)], reruns=reruns)
+        for i in range(3):
+            _run(eta, clock, f"t{i}", 10.0)
+        estimates.append(eta.seconds_left())
+    assert estimates[0] == pytest.approx(70.0)
+    share = eta_module.PRIOR_MARKED / (3 + eta_module.PRIOR_TRIALS)
+    assert estimates[1] == pytest.approx(70.0 + 7 * share * 10.0)
+    assert (eta.done, eta.total) == (3, 10)  # a rerun expected is time, not a trial counted before its mark
 
 
 def test_the_doctests() -> None:

@@ -109,6 +109,13 @@ def test_steps_that_can_never_reach_the_lock_are_named() -> None:
     # the catalogue's five-node scenarios keep their fixed steps (bare-majority on single restarts its holder)
     bare = "cut nodes=3,4 worker=0 at=start; restart nodes=holders:1 after-acquire=50 every"
     assert why(bare, nodes=1, fixed=False) == "" and why(bare, nodes=1) != ""
+    # a client connected to every node (etcd's Go client) has no one holder's member to cut off
+    minority = "split minority=holder-member after-acquire=50 once for=3000"
+    assert why(minority, nodes=3) == ""
+    everywhere = never_resolves(parse_schedule(minority).steps, lease_nodes=3, on_every_node=True)
+    assert "connected to every lock node at once" in everywhere
+    leader = "split minority=leader after-acquire=50 once for=3000"  # a role it does not hang on
+    assert never_resolves(parse_schedule(leader).steps, lease_nodes=3, on_every_node=True) == ""
 
 
 def test_unresolvable_targets_are_refused_up_front_in_one_line(tmp_path: Path) -> None:

@@ -65,3 +65,11 @@ def test_unavailable_under_reaches_the_traits_the_checker_is_given() -> None:
     assert traits_of(backend_class(manifest)).unavailable_under == ("crash",)
     with pytest.raises(BackendLoadError, match="unavailable_under must be a list of fault kind names"):
         _manifest('servers = "zookeeper"\nunavailable_under = [1]\n')
+
+
+def test_connects_to_every_node_reaches_the_traits_the_plan_reads() -> None:
+    assert traits_of(backend_class(_manifest('servers = "zookeeper"\n'))).connects_to_every_node is False
+    manifest = _manifest('servers = "zookeeper"\nconnects_to_every_node = true\n')
+    assert traits_of(backend_class(manifest)).connects_to_every_node is True
+    with pytest.raises(BackendLoadError, match="connects_to_every_node"):
+        _manifest('servers = "zookeeper"\nconnects_to_every_node = "yes"\n')

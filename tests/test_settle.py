@@ -14,8 +14,10 @@ from lockcompare.analysis.settle import CLEAN, OPEN, UNSAFE, cell_state, progres
 from lockcompare.cli import app
 from lockcompare.cli.settle import parse_target, settle_plan
 from lockcompare.errors import InvalidValueError
+from lockcompare.runner.floor import RunFloor
 from lockcompare.runner.plan import plan_matrix
-from lockcompare.runner.settle import _cell_of, _names, _next_trials, _states, _why_open
+from lockcompare.runner.run_report import MatrixReport
+from lockcompare.runner.settle import _cell_of, _merged, _names, _next_trials, _states, _why_open
 from lockcompare.scenario.parsing import Overrides
 from test_results import row
 
@@ -86,3 +88,25 @@ def test_options_are_checked_before_anything_runs() -> None:
     assert plan is not None and (plan.max_trials, plan.target, plan.budget_s) == (20, 0.1, 300.0)
     result = CliRunner().invoke(app, ["matrix", "--settle-below", "10", "--out", "/nonexistent/x.csv"])
     assert result.exit_code == 2 and "--settle-below go(es) with --until-settled" in result.stderr
+
+
+def test_the_rounds_floors_add_up_to_the_runs_not_the_last_rounds_alone(tmp_path: Path) -> None:
+    """The closing floor line of a settled run was its last round's: 1 trial of a 3-round run. Rounds run
+    one after another, each above its own floor: the run's floor is their sum, its wall theirs."""
+    rounds = [
+        RunFloor(trials=10, wall_s=60.0, trial_wall_s=400.0, jobs=16, cpu_s=60.0, cores=2, longest_s=30.0),
+        RunFloor(trials=4, wall_s=40.0, trial_wall_s=100.0, jobs=16, cpu_s=20.0, cores=2, longest_s=30.0),
+        RunFloor(trials=1, wall_s=35.0, trial_wall_s=30.0, jobs=16, cpu_s=4.0, cores=2, longest_s=30.0),
+    ]
+    total = None
+    for floor in rounds:
+        report = MatrixReport(out=tmp_path / "s.csv", trials_run=floor.trials, trials_skipped=0, floor=floor)
+        total = _merged(total, report)
+    assert total is not None and total.floor is not None
+    assert (total.trials_run, total.floor.trials, total.floor.wall_s) == (15, 15, 135.0)
+    assert total.floor.part_floors_s == (30.0, 30.0, 30.0) and total.floor.floor_s == 90.0
+    first = total.floor.lines()[0]
+    assert (
+        first.startswith("15 trials in 135.0 s wall; floor 90.0 s = max(") and "Σ of 3 rounds' floors 90.0 s" in first
+    )
+    assert first.endswith("wall/floor 1.50")

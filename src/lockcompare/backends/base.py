@@ -245,6 +245,10 @@ class Traits:
     #: own (the lock-free alternatives' table) or whose every trial builds a topology of its own (a
     #: Sentinel set): the README's main command stays the lesson's comparison, within a minute.
     in_default_matrix: bool = True
+    #: Its client keeps a connection to every lock node at once (etcd's Go client balances its requests
+    #: over every endpoint): no one node is the holder's, so a step aimed at ``nodes=holder-member``
+    #: can never be aimed at it, and the matrix leaves such a cell out (faults/targets.py never_resolves).
+    connects_to_every_node: bool = False
     #: The Python distributions the lock runs (importlib.metadata names: ``("pottery", "redis")``), whose
     #: versions every row records (``client_versions``, backends/versions.py); an external client
     #: reports its own in ``hello`` instead.

@@ -9,7 +9,9 @@ was taken — from its start to its end as reported here — so what surrounds a
 its history, its checker) counts like its workers' time.
 
 How fast that work goes is how many trials ran at once *lately*: the mean number running over the
-last :data:`WINDOW_SHARE` of the run (at least :data:`WINDOW_TRIALS` of the longest mean trial). Not
+last :data:`WINDOW_SHARE` of the run (at least :data:`WINDOW_TRIALS` mean trials: of the longest cell,
+the window reached back into a first batch the scheduler had long left — -38% on the recorded
+schedule of the tests, whose first three trials ran side by side and the rest one at a time). Not
 since the start: the scheduler admits fewer trials once stalls appear (runner/scheduler.py) or a
 no-lock trial runs alone, and a run that began three at a time and went on one at a time was
 estimated, from its first minute, at a third of what it had left (issue 53: "~8 s left" for ~35 s).
@@ -17,7 +19,13 @@ Never less than the longest single trial left (the last trials of a run run alon
 
 And the trials the timing sentinel marks run again alone at the end (``matrix --rerun-marked N``):
 those marked so far (up to N) are trials left, and so are — estimated — as many of the trials still
-to run as the share marked so far says, each at its cell's duration, one after another.
+to run as the share marked says, each at its cell's duration, one after another. The share is not
+the bare share marked so far: before the first mark that is 0, and the reruns — serial, each a whole
+trial — were missing from the estimate until a mark came (issue 53: -50% on a recorded schedule
+whose marks came in its last cells). It starts from a prior, :data:`PRIOR_MARKED` of
+:data:`PRIOR_TRIALS` (the committed reproduction marked 17% on a loaded machine, quiet runs none),
+which the run's own trials outweigh as they finish; a trial expected to be marked costs, until one
+is, its cell's duration like the trials still to run.
 
 Pure bookkeeping with an injectable clock; the terminal bar and the plain progress lines
 (cli/progress_bar.py) show :meth:`Eta.seconds_left` through :func:`remaining_text`.
@@ -40,9 +48,13 @@ from collections.abc import Callable, Hashable, Sequence
 _UNKNOWN_CELL: tuple[Hashable, ...] = ("", "")
 #: How far back "lately" reaches: this share of the run so far...
 WINDOW_SHARE = 0.25
-#: ...but at least this many of the longest trial seen (a window shorter than a trial sees one
-#: trial's start or end, not how many ran at once).
-WINDOW_TRIALS = 2.0
+#: ...but at least this many mean trials (the mean of the cells' means: a window shorter than a trial
+#: sees one trial's start or end, not how many ran at once).
+WINDOW_TRIALS = 1.5
+#: The prior of the share of trials the sentinel marks, as pseudo-trials: this many marked...
+PRIOR_MARKED = 1.0
+#: ...of this many (a share of 10%, weighing as ten trials: after 30 unmarked trials it says 2.5%).
+PRIOR_TRIALS = 10.0
 
 
 class Eta:
@@ -154,11 +166,11 @@ class Eta:
                 return sum(alike) / len(alike)
         return sum(means.values()) / len(means)
 
-    def _at_once(self, running: dict[str, float], now: float, *, longest: float) -> float:
+    def _at_once(self, running: dict[str, float], now: float, *, typical: float) -> float:
         """How many trials ran at once lately: their time inside the window over its length."""
         assert self._first_start is not None
         elapsed = now - self._first_start
-        window = min(elapsed, max(WINDOW_SHARE * elapsed, WINDOW_TRIALS * longest))
+        window = min(elapsed, max(WINDOW_SHARE * elapsed, WINDOW_TRIALS * typical))
         since = now - window
         spans = [*self._spans[-1000:], *((start, now) for start in running.values())]  # fmt: skip
         inside = sum(max(0.0, end - max(start, since)) for start, end in spans)
@@ -189,8 +201,8 @@ class Eta:
         unplanned = self.total - self.done - len(pending) - self._reruns_left_known()  # counted, not planned
         if unplanned > 0:
             work_left += unplanned * (self._estimate(None, means) or 0.0)
-        seen = max(means.values(), default=0.0)
-        main = max(work_left / self._at_once(running, now, longest=seen), longest) if work_left else 0.0
+        typical = sum(means.values()) / len(means) if means else 0.0
+        main = max(work_left / self._at_once(running, now, typical=typical), longest) if work_left else 0.0
         return main + self._reruns_left(pending, running, now, estimate)
 
     def _reruns_left_known(self) -> int:
@@ -202,7 +214,8 @@ class Eta:
         self, pending: list[str], running: dict[str, float], now: float, estimate: Callable[[str], float]
     ) -> float:
         """The time the marked trials' runs again take, one after another: those chosen so far, and
-        as many of the trials still to run as the share marked so far says (within the number)."""
+        as many of the trials still to run as the marked share says (within the number; the prior's
+        share until the run's own trials outweigh it: the module docstring)."""
         chosen = self._marked[: self._reruns]
         left = 0.0
         for tid in chosen:
@@ -210,23 +223,28 @@ class Eta:
                 left += max(0.0, estimate(tid) - (now - running[tid]))
             elif tid not in self._rerun:
                 left += estimate(tid)
-        more = min(self._reruns - len(chosen), len(pending) * len(self._marked) / max(1, self._main_done))
-        if more > 0 and self._marked:
-            left += more * sum(estimate(tid) for tid in self._marked) / len(self._marked)
+        share = (len(self._marked) + PRIOR_MARKED) / (self._main_done + PRIOR_TRIALS)
+        more = min(self._reruns - len(chosen), len(pending) * share)
+        like = self._marked or pending  # whose durations an expected mark costs: the marked, else those to run
+        if more > 0 and like:
+            left += more * sum(estimate(tid) for tid in like) / len(like)
         return left
 
 
 def remaining_text(seconds: float | None) -> str:
     """``~40 s left``, ``~12 min left``, ``~1 h 40 min left``; before any estimate (no trial has
-    finished yet), ``~? left``.
+    finished yet), ``~? left``. Seconds up to five minutes, by fives above 90: in whole minutes, 91 s
+    and 149 s both read "~2 min" (+32% and -19%), a rounding larger than the estimate's own error.
 
-    >>> remaining_text(None), remaining_text(12.4), remaining_text(700), remaining_text(6000)
-    ('~? left', '~12 s left', '~12 min left', '~1 h 40 min left')
+    >>> remaining_text(None), remaining_text(12.4), remaining_text(103), remaining_text(700), remaining_text(6000)
+    ('~? left', '~12 s left', '~105 s left', '~12 min left', '~1 h 40 min left')
     """
     if seconds is None:
         return "~? left"
     if seconds < 90:
         return f"~{max(0, round(seconds))} s left"
+    if seconds < 300:
+        return f"~{5 * round(seconds / 5)} s left"
     minutes = round(seconds / 60)
     if minutes < 90:
         return f"~{minutes} min left"

@@ -189,11 +189,15 @@ def lease_nodes(declared: type, *, node_count: int) -> int:
     return node_count if traits.survives_minority_loss else 1
 
 
-def never_resolves(steps: Sequence[FaultStep], *, lease_nodes: int, fixed_nodes: bool = True) -> str:
+def never_resolves(
+    steps: Sequence[FaultStep], *, lease_nodes: int, fixed_nodes: bool = True, on_every_node: bool = False
+) -> str:
     """Why a step of ``steps`` can never reach this backend's lock ("" when each can): it acts on lock
     nodes of a backend that holds no lease on any (or aims at ``worker=holder`` of one), asks for more
-    holders than a lease has nodes (or more others than the nodes beside a holder), or names only
-    nodes the backend does not use.
+    holders than a lease has nodes (or more others than the nodes beside a holder), names only
+    nodes the backend does not use, or aims at ``holder-member`` of a client connected to every node
+    (``on_every_node``: the trait ``connects_to_every_node``; at run time such a step was skipped in
+    every round, "the holder is connected to 3 nodes (0, 1, 2), not one", and every trial was unknown).
     Checked before anything starts, instead of recording the step as skipped in every round.
 
     ``fixed_nodes`` False leaves fixed indices alone (the catalogue's scenarios are written for the
@@ -207,6 +211,11 @@ def never_resolves(steps: Sequence[FaultStep], *, lease_nodes: int, fixed_nodes:
             continue
         if lease_nodes == 0:
             return f"fault step {step.text!r}: this backend holds no lease on any lock node"
+        if on_every_node and target.mode == HOLDER_MEMBER:
+            return (
+                f"fault step {step.text!r}: this backend's client is connected to every lock node at once, "
+                "so no one node is the holder's member to aim at"
+            )
         if target.mode == "holders" and target.count > lease_nodes:
             return f"fault step {step.text!r}: a lease of this backend is on at most {lease_nodes} lock node(s)"
         if target.mode == "others" and target.count > lease_nodes - 1:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 
@@ -47,6 +47,48 @@ class RunFloor:
     clusters_started: int = 0  # by the pool, spares and replacements included (churn shows here)
     #: Free job-slot seconds while trials waited, by what held them (scheduler.run_scheduled's ``held``).
     held_slots: tuple[tuple[str, float], ...] = ()
+    #: The floors of the runs this one sums (the rounds of --until-settled, one after another: the
+    #: whole cannot end sooner than each round's floor, so its floor is at least their sum).
+    part_floors_s: tuple[float, ...] = ()
+
+    @classmethod
+    def summed(cls, floors: Sequence[RunFloor]) -> RunFloor:
+        """Runs made one after another (rounds) as one: times and counts added, the longest trial the
+        longest, the floor the sum of theirs.
+
+        >>> a = RunFloor(trials=4, wall_s=20.0, trial_wall_s=40.0, jobs=4, cpu_s=8.0, cores=2, longest_s=10.0)
+        >>> b = RunFloor(trials=1, wall_s=12.0, trial_wall_s=10.0, jobs=4, cpu_s=2.0, cores=2, longest_s=10.0)
+        >>> both = RunFloor.summed([a, b])
+        >>> both.trials, both.wall_s, both.floor_s, round(both.ratio, 2)
+        (5, 32.0, 20.0, 1.6)
+        """
+        if len(floors) == 1:
+            return floors[0]
+        idle = [(f.machine_idle, f.wall_s) for f in floors if f.machine_idle is not None]
+        wall = sum(f.wall_s for f in floors)
+        phases: dict[str, float] = {}
+        held: dict[str, float] = {}
+        for f in floors:
+            for name, seconds in f.phases:
+                phases[name] = phases.get(name, 0.0) + seconds
+            for reason, seconds in f.held_slots:
+                held[reason] = held.get(reason, 0.0) + seconds
+        return cls(
+            trials=sum(f.trials for f in floors),
+            wall_s=wall,
+            trial_wall_s=sum(f.trial_wall_s for f in floors),
+            jobs=max(f.jobs for f in floors),
+            cpu_s=sum(f.cpu_s for f in floors),
+            cores=floors[0].cores,
+            longest_s=max(f.longest_s for f in floors),
+            machine_idle=sum(i * w for i, w in idle) / sum(w for _, w in idle) if idle and wall else None,
+            phases=tuple(phases.items()),
+            waited_for_clusters_s=sum(f.waited_for_clusters_s for f in floors),
+            waited_before_trials_s=sum(f.waited_before_trials_s for f in floors),
+            clusters_started=sum(f.clusters_started for f in floors),
+            held_slots=tuple(sorted(held.items(), key=lambda item: -item[1])),
+            part_floors_s=tuple(x for f in floors for x in (f.part_floors_s or (f.floor_s,))),
+        )
 
     @property
     def by_jobs_s(self) -> float:
@@ -58,7 +100,7 @@ class RunFloor:
 
     @property
     def floor_s(self) -> float:
-        return max(self.by_jobs_s, self.by_cpu_s, self.longest_s)
+        return max(self.by_jobs_s, self.by_cpu_s, self.longest_s, sum(self.part_floors_s))
 
     @property
     def ratio(self) -> float:
@@ -80,7 +122,13 @@ class RunFloor:
             f"{self.trials} trials in {self.wall_s:.1f} s wall; floor {self.floor_s:.1f} s = max("
             f"Σ trial wall {self.trial_wall_s:.1f} s / {self.jobs} jobs = {self.by_jobs_s:.1f} s, "
             f"CPU used {self.cpu_s:.1f} s / {self.cores:g} cores = {self.by_cpu_s:.1f} s, "
-            f"longest trial {self.longest_s:.1f} s); wall/floor {self.ratio:.2f}"
+            f"longest trial {self.longest_s:.1f} s"
+            + (
+                f", Σ of {len(self.part_floors_s)} rounds' floors {sum(self.part_floors_s):.1f} s"
+                if self.part_floors_s
+                else ""
+            )
+            + f"); wall/floor {self.ratio:.2f}"
         )
         idle = f", machine idle {self.machine_idle:.0%} (all processes)" if self.machine_idle is not None else ""
         second = (

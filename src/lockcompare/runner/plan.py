@@ -256,6 +256,7 @@ def _unfit(cls: type, spec: TrialSpec) -> str:
         lease_nodes=fault_targets.lease_nodes(cls, node_count=cluster_shape(spec, cluster_options=ClusterOptions(
             node_count=spec.node_count or ClusterOptions().node_count)).node_count),
         fixed_nodes=custom_faults(spec.recorded_settings()),
+        on_every_node=traits_of(cls).connects_to_every_node,
     )  # fmt: skip
     if reach:
         return reach

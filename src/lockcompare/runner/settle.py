@@ -21,6 +21,7 @@ from typing import Any
 from lockcompare.analysis.cells import CONDITION_COLUMNS, varying_conditions
 from lockcompare.analysis.results import inspect_results, latest_rows
 from lockcompare.analysis.settle import OPEN, CellState, cell_state, progress_line, trials_to_settle
+from lockcompare.runner.floor import RunFloor
 from lockcompare.runner.matrix import MatrixReport, run_planned
 from lockcompare.runner.plan import plan_matrix
 from lockcompare.scenario.trialspec import TrialSpec, canonical
@@ -69,7 +70,10 @@ def _merged(total: MatrixReport | None, report: MatrixReport) -> MatrixReport:
         jobs_used=max(total.jobs_used, report.jobs_used),
         jobs_floor=min(total.jobs_floor, report.jobs_floor),
         backed_off=total.backed_off + report.backed_off,
-        floor=report.floor if report.floor is not None else total.floor,
+        # every round's floor, summed: the last round's alone said nothing of the run (issue 55)
+        floor=RunFloor.summed([f for f in (total.floor, report.floor) if f is not None])
+        if total.floor or report.floor
+        else None,
         reruns=total.reruns + report.reruns,
         unstartable=total.unstartable + report.unstartable,
     )

@@ -20,6 +20,7 @@ in the Python worker; only the lock calls cross the pipe. A complete manifest::
     # session_timeout_is_ttl = false      # a session lock whose server ends it after a TTL of silence
     # lease_znodes = "{path}"             # ZooKeeper: where the lease's znodes are ({path}: /lockcompare/<key>)
     # unavailable_under = ["crash"]       # fault kinds that leave the lock without a server by design
+    # connects_to_every_node = false      # its client is connected to every lock node at once
 
     [claims]
     exclusive = true
@@ -114,6 +115,8 @@ class Manifest:
     lease_znodes: str | None = None
     #: The fault kinds that leave the lock without a server by design (the trait of that name).
     unavailable_under: tuple[str, ...] = ()
+    #: Its client is connected to every lock node at once (the trait of that name): no ``holder-member``.
+    connects_to_every_node: bool = False
 
     def traits(self) -> Traits:
         """Everything the manifest declares about the lock, as the record a Python backend's class gives."""
@@ -130,6 +133,7 @@ class Manifest:
             session_timeout_is_ttl=self.session_timeout_is_ttl,
             lease_znodes=self.lease_znodes,
             unavailable_under=self.unavailable_under,
+            connects_to_every_node=self.connects_to_every_node,
             external=True,
         )
 
@@ -155,6 +159,7 @@ _TOP = {
     "session_timeout_is_ttl": bool,
     "lease_znodes": str,
     "unavailable_under": list,
+    "connects_to_every_node": bool,
     "claims": dict,
     "key": dict,
 }
@@ -250,6 +255,7 @@ def parse_manifest(text: str, *, source: Path) -> Manifest:
         session_timeout_is_ttl=raw.get("session_timeout_is_ttl", False),
         lease_znodes=lease_znodes,
         unavailable_under=tuple(unavailable_under),
+        connects_to_every_node=raw.get("connects_to_every_node", False),
     )
 
 
