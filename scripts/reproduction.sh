@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The reproduction (issue 31, item 5) and every file README.md and docs/ render from it, in order, in
 # one command: every backend x every catalogue experiment at the lesson's scale, 5 trials per cell;
-# its report (the glance picture); the contend workload beside it; the scripts' derived files; and
+# its report (the glance picture; built in results/reproduction.report/, not committed); the contend
+# workload beside it; the scripts' derived files; and
 # the scripts' printed tables the docs quote (in results/derived/reproduction-*.txt).
 #
 # Run it from a clean clone at the revision to measure (.venv with '.[test]', `npm ci --prefix

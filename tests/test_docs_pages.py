@@ -123,3 +123,12 @@ def test_every_relative_link_of_the_readme_and_docs_names_a_committed_file_and_h
             elif anchor and file.suffix == ".md" and anchor not in heading_anchors(file.read_text()):
                 broken.append(f"{doc.name}: {target} (no such heading)")
     assert broken == []
+
+
+def test_results_hold_inputs_not_rendered_reports() -> None:
+    committed = _committed_files()
+    reports = sorted({name.split(".report/")[0] for name in committed if ".report/" in name})
+    assert reports == [], "a report is built on demand (lockcompare report): git rm it"
+    images = [n for n in committed if n.startswith("results/") and n.endswith((".html", ".png", ".svg"))]
+    assert len(images) < 20, images
+    read_results(ROOT / "results" / "reproduction.csv")  # the published report's input is committed and readable
