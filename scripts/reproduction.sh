@@ -127,6 +127,7 @@ sort -u -o results/derived/reproduction-skipped.txt results/derived/reproduction
 # Over every part (and every resumed piece of one): Σ wall / Σ floor.
 "$py" scripts/floor_total.py results/derived/reproduction-floor.txt | tee -a results/derived/reproduction-floor.txt
 
+# The report (results/reproduction.report/: built here for reading, ignored by git, rebuilt on demand).
 "$lc" report results/reproduction.csv
 # The lesson's rows A-E under the lab's own loop (no jitter, no think time), the contend workload and
 # the fencing-depth sweep: the same revision, other settings (their sentences say so).

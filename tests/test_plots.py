@@ -201,6 +201,24 @@ def test_fault_events_pair_inject_with_heal() -> None:
     assert [(s.label, s.start_ms, s.end_ms) for s in unhealed] == [("clock-jump", 5, None)]
 
 
+def test_a_preparation_lasts_until_its_injection_which_lasts_until_the_heal_and_a_skipped_step_draws_nothing() -> None:
+    # failover: the replication link is held back (prepare), the master crashed (inject), then healed;
+    # the heal once closed the preparation and left the crash "never healed" on the trial page.
+    step = {"fault": "failover", "nodes": [0]}
+    history = [
+        ev(0, 0, "enter", 0),
+        ev(-1, -1, "fault", 0, 30, action="prepare", detail="replication link held back", **step),
+        ev(-1, 0, "fault", 270, 2200, action="inject", detail="master crashed", **step),
+        ev(-1, 0, "fault", 2210, 3260, action="heal", detail="fresh replica in sync", **step),
+        ev(-1, 1, "fault", 4000, 4000, action="skipped", fault="restart", nodes=[]),
+    ]
+    spans = [(s.detail, s.start_ms, s.end_ms, s.ended) for s in incidents.fault_spans(history)]
+    assert spans == [
+        ("replication link held back", 0, 270, "ended by the step it prepared"),
+        ("master crashed", 270, 3260, "healed"),
+    ]
+
+
 # --- real pictures --------------------------------------------------------------------------------
 
 

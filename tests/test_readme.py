@@ -32,7 +32,7 @@ def test_the_readme_is_summary_first_and_short() -> None:
     assert headings[:4] == ["## Who survives what", "## Five findings", "## The main command", "## The tests"]
     findings = README.split("## Five findings")[1].split("\n## ")[0]
     assert findings.count("\n- **") == 5
-    assert findings.count("](results/reproduction.report/html/trials/") == 5, "each finding links its trial page"
+    assert findings.count("](results/reproduction.pages/") == 5, "each finding links its committed trial page"
     assert "glance.png" not in README, (
         "the overview picture is illegible at README width: docs/reproduction.md links it"
     )

@@ -167,13 +167,15 @@ def crowded_spans(found: Sequence[Section]) -> list[tuple[float, float]]:
 
 @dataclass(frozen=True)
 class FaultSpan:
-    """A runner's fault from its injection to its heal (ms); ``end_ms`` None if never healed."""
+    """A runner's fault from its injection to its heal (ms); ``end_ms`` None if never healed.
+    ``ended``: what ended it — its heal, or, for a step's preparation, the injection it prepared."""
 
     fault: str
     start_ms: float
     end_ms: float | None
     nodes: tuple[int, ...]
     detail: str
+    ended: str = "healed"
 
     @property
     def label(self) -> str:
@@ -183,14 +185,30 @@ class FaultSpan:
 
 def fault_spans(history: Sequence[Event]) -> list[FaultSpan]:
     """The runner's fault events (worker -1, kind ``fault``), each inject paired with the next heal
-    of the same fault and nodes. A heal with no inject before it starts and ends at the heal."""
+    of the same fault and nodes. A heal with no inject before it starts and ends at the heal.
+
+    A step's preparation (``prepare``: failover's replication link held back before the master
+    crashes) lasts until the injection it prepared, not until the heal: paired with the heal, it left
+    the injection itself "never healed" on the page. A step the schedule skipped did nothing: no span.
+    """
     if not history:
         return []
     origin = origin_ns(history)
     pending: dict[tuple[str, tuple[int, ...]], list[Event]] = {}
+    preparing: dict[tuple[str, tuple[int, ...]], list[Event]] = {}
     spans = []
     for e in sorted((e for e in history if e["worker"] == -1 and e["kind"] == "fault"), key=lambda e: e["t0"]):
         key = (faultkinds.event_fault(e.get("fault", "fault")), tuple(e.get("nodes") or ()))
+        if e.get("action") == "skipped":
+            continue
+        if e.get("action") == "prepare":
+            preparing.setdefault(key, []).append(e)
+            continue
+        for prepared in preparing.pop(key, []):
+            detail = str(prepared.get("detail") or "")
+            heal = e.get("action") == "heal"  # (its injection was not recorded)
+            end, ended = (e["t1"], "healed") if heal else (e["t0"], "ended by the step it prepared")
+            spans.append(FaultSpan(key[0], ms(prepared["t0"], origin), ms(end, origin), key[1], detail, ended))
         if e.get("action") == "heal":
             opened = pending.get(key)
             start = opened.pop(0) if opened else e
@@ -198,6 +216,6 @@ def fault_spans(history: Sequence[Event]) -> list[FaultSpan]:
             spans.append(FaultSpan(key[0], ms(start["t0"], origin), ms(e["t1"], origin), key[1], detail))
         else:
             pending.setdefault(key, []).append(e)
-    for key, opened in pending.items():
+    for key, opened in [*pending.items(), *preparing.items()]:
         spans += [FaultSpan(key[0], ms(e["t0"], origin), None, key[1], str(e.get("detail") or "")) for e in opened]
     return sorted(spans, key=lambda s: s.start_ms)

@@ -57,6 +57,12 @@ prose outside a rendered block, a code span or fence, a link target or an HTML c
 short allow-list ``ALLOWED`` (settings of the lesson's lab, versions, names that carry a number)
 does not explain: a figure is rendered from a committed file or not written at all. The test suite
 checks the same (tests/test_docs_check.py, tests/test_docs_numbers.py).
+A trial page a document links is rendered the same way: its link target by a page block, the page
+itself (HTML, one page of ``lockcompare report``'s) into a folder beside its CSV, and ``--check``
+fails when the committed page is missing or differs from a fresh rendering (render/docs_trials.py)::
+
+    <!-- page: results/r.csv trial=<trial_id> -->[the trial](results/r.pages/<trial_id>.html)<!-- /page -->
+
 The fault kinds' table is rendered from their modules (scenario/faultkinds), between
 ``<!-- faultkinds -->`` and ``<!-- /faultkinds -->``; the verdicts' table from analysis/verdicts.py,
 between ``<!-- verdicts -->`` and ``<!-- /verdicts -->``.
@@ -72,6 +78,7 @@ from typing import Any
 from lockcompare.analysis.results import latest_rows, read_results
 from lockcompare.errors import LockcompareError
 from lockcompare.render.docs_prose import ALLOWED, prose_numbers
+from lockcompare.render.docs_trials import PAGE, linked_pages, rendered_link
 from lockcompare.render.docs_values import duration, plain_table, scales, selected, statistic, wall_span
 from lockcompare.render.table import render
 
@@ -162,14 +169,14 @@ def stale_blocks(markdown: str, *, base: Path) -> list[str]:
 
 
 def malformed_markers(markdown: str) -> list[str]:
-    """Opening markers (value, table, excerpt, output, words) that no block pattern reads, e.g. a doubled space.
+    """Opening markers (value, table, excerpt, output, words, page) that no block pattern reads, e.g. a doubled space.
 
     >>> malformed_markers("a <!-- value: r.csv  rows -->3<!-- /value --> b <!-- value: r.csv rows -->3<!-- /value -->")
     ['line 1: malformed value marker <!-- value: r.csv  rows -->']
     """
-    read = {m.start() for pattern in (VALUE, BLOCK, EXCERPT, OUTPUT, WORDS) for m in pattern.finditer(markdown)}
+    read = {m.start() for pattern in (VALUE, BLOCK, EXCERPT, OUTPUT, WORDS, PAGE) for m in pattern.finditer(markdown)}
     found = []
-    for marker in re.finditer(r"<!-- (value|table|excerpt|output|words): [^>]*-->", markdown):
+    for marker in re.finditer(r"<!-- (value|table|excerpt|output|words|page): [^>]*-->", markdown):
         if marker.start() not in read:
             line = markdown.count("\n", 0, marker.start()) + 1
             found.append(f"line {line}: malformed {marker[1]} marker {marker[0]}")
@@ -233,6 +240,7 @@ def _render(markdown: str, *, base: Path, stale: list[str] | None) -> str:
     markdown = BLOCK.sub(fill, markdown)
     markdown = OUTPUT.sub(output, markdown)
     markdown = WORDS.sub(words, markdown)
+    markdown = PAGE.sub(lambda m: note(m, rendered_link(m), f"page link {m['csv']} trial={m['trial']}"), markdown)
     return EXCERPT.sub(excerpt, markdown)
 
 
@@ -253,6 +261,17 @@ def excerpt_text(csv: Path, rows: list[dict[str, Any]], match: re.Match[str]) ->
     return f"```\n{timeline}\n```\n"
 
 
+def stale_pages(pages: dict[Path, str]) -> list[str]:
+    """The linked pages (their fresh text by path, docs_trials.linked_pages) missing or differing on disk."""
+    stale = []
+    for page, text in pages.items():
+        if not page.is_file():
+            stale.append(f"page {page} is missing")
+        elif page.read_text(encoding="utf-8") != text:
+            stale.append(f"page {page}")
+    return stale
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     check = "--check" in args
@@ -265,8 +284,15 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(name)
         try:
             text = path.read_text()
+            cache: dict[str, list[dict[str, Any]]] = {}
+
+            def rows_of(csv: str, base: Path = path.parent, cache: dict[str, Any] = cache) -> list[dict[str, Any]]:
+                return cache[csv] if csv in cache else cache.setdefault(csv, _read_rows(base / csv))
+
+            pages = linked_pages(text, base=path.parent, rows_of=rows_of)
             if check:
-                for line in stale_blocks(text, base=path.parent):
+                stale = stale_blocks(text, base=path.parent) + stale_pages(pages)
+                for line in stale:
                     print(f"{name}: {line}: stale (run: python -m lockcompare.render.docs {name})", file=sys.stderr)
                     failed = True
                 for number_line, number in prose_numbers(text):
@@ -276,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
                 fresh = rendered_blocks(text, base=path.parent)
                 if fresh != text:
                     path.write_text(fresh)
+                for page, page_text in pages.items():
+                    if not page.is_file() or page.read_text(encoding="utf-8") != page_text:
+                        page.parent.mkdir(exist_ok=True)
+                        page.write_text(page_text, encoding="utf-8")
         except (OSError, ValueError, LockcompareError) as exc:
             print(f"{name}: {exc}", file=sys.stderr)
             return 1

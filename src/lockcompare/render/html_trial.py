@@ -185,14 +185,26 @@ def page_window(story: Story) -> incidents.Window:
 
 
 def trial_page(
-    row: dict[str, Any], *, cell: Cell, results: Path, story: Story, neighbours: tuple[dict[str, Any] | None, ...]
+    row: dict[str, Any],
+    *,
+    cell: Cell,
+    results: Path,
+    story: Story,
+    neighbours: tuple[dict[str, Any] | None, ...],
+    alone: bool = False,
 ) -> str:
+    """A trial's page. ``alone``: rendered without the rest of the report (render/docs_trials.py, a
+    page a document links), so it links no other page and says which command builds them."""
     trial_id = str(row["trial_id"])
     nav = [f'<a href="../index.html">index</a> › <a href="../cells/{escape(cell_page_name(cell))}">'
            f"{escape(cell.title)}</a>"]  # fmt: skip
     for word, other in zip(("previous", "next"), neighbours, strict=True):
         if other is not None:
             nav.append(f'<a href="{escape(trial_page_name(other))}">{word} trial</a>')
+    if alone:
+        nav = [f"{escape(cell.title)}: one trial page of the report of {escape(results.name)}; the index, the cell "
+               f"pages and every other trial: <code>lockcompare report {escape(results.name)}</code> "
+               "from the CSV's folder"]  # fmt: skip
     facts = (
         f"{row['conflicts']} conflict(s) in {row['entries']} entries, {row['lost_updates']} lost update(s), "
         f"stale writes {row.get('stale_writes_accepted')} accepted / {row.get('stale_writes_rejected')} rejected, "

@@ -2,8 +2,10 @@
 
 Everything in it is computed from the CSV and the histories beside it, and nothing in it depends
 on when or where it was rendered (no "generated at", fixed figure sizes, file names derived from
-experiment and cell names), so a report can be committed next to its CSV and re-rendered into a
-clean diff. Sections: who survives what (one picture: render/glance.py), the summary table (full
+experiment and cell names), so a report is rebuilt on demand rather than committed (issue 50.4:
+``results/**/*.report/`` is ignored; CI builds the published one and scripts/check_report.py compares
+its trial pages with the few committed ones, render/docs_trials.py). Sections: who survives what
+(one picture: render/glance.py), the summary table (full
 width), one matrix figure per experiment, per cell the timeline of the first trial that lost an
 update, the parameters of every cell, the ``lockcompare matrix`` command that reproduces it, and
 the provenance of every run the file holds. Cells are in backend registration order and experiment

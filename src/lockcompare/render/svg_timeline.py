@@ -130,7 +130,7 @@ def _bands(history: Sequence[Event], *, scale: _Scale, top: float, bottom: float
         if not scale.shows(span.start_ms, end):
             continue
         x, w = scale.span(span.start_ms, end)
-        healed = f"healed at {span.end_ms:.1f} ms" if span.end_ms is not None else "never healed"
+        healed = f"{span.ended} at {span.end_ms:.1f} ms" if span.end_ms is not None else "never healed"
         tip = f"fault {span.label} {span.detail}: injected at {span.start_ms:.1f} ms, {healed}".replace("  ", " ")
         out.append(_rect("fault", x, top - 14, max(w, 2.0), bottom - top + 14, FAULT, tip, ' fill-opacity="0.28"'))
         out.append(f'<text class="fault-label" x="{x + 2}" y="{top - 4}" fill="#3f007d">{escape(span.label)}</text>')
