@@ -10,14 +10,17 @@ measured before keep their rows, which ``scripts/rejudge.py`` judges again with 
 
 The evidence is the history's own: a renewing lock records its renewals (``renew`` events, from its
 watchdog or its external client), every one of the committed rows of a renewing backend has them;
-a lease without a deadline (``no_ttl``: a session lock) needs none.
+a grant without a deadline needs none: a session lock (``no_ttl``), and the control and the lock-free
+alternatives, whose grants hold no lease (``valid_until`` null) and so have nothing to renew.
 
->>> acquire = {"worker": 0, "kind": "acquire", "ok": True, "t0": 0, "t1": 1}
+>>> acquire = {"worker": 0, "kind": "acquire", "ok": True, "t0": 0, "t1": 1, "valid_until": 1000}
 >>> bool(renewal_not_measured([acquire], rests_on_renewal=True))
 True
 >>> renewal_not_measured([acquire, {"worker": 0, "kind": "renew", "t0": 2, "t1": 3}], rests_on_renewal=True)
 ''
 >>> renewal_not_measured([acquire], rests_on_renewal=False)
+''
+>>> renewal_not_measured([{**acquire, "valid_until": None}], rests_on_renewal=True)  # no lease (the control)
 ''
 """
 
@@ -36,8 +39,8 @@ def renewal_not_measured(history: Sequence[Event], *, rests_on_renewal: bool) ->
     if not rests_on_renewal:
         return ""
     granted = [e for e in history if e["kind"] == "acquire" and e.get("ok")]
-    if not granted or any(e.get("no_ttl") for e in granted):
-        return ""  # nothing granted (judged as such), or a session lock: no deadline to renew
+    if not granted or any(e.get("no_ttl") or e.get("valid_until") is None for e in granted):
+        return ""  # nothing granted (judged as such), a session lock, or no lease at all: no deadline to renew
     if any(e["kind"] == "renew" for e in history):
         return ""
     return (
