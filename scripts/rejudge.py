@@ -50,7 +50,10 @@ def rejudge(csv_path: Path, *, write: bool = False) -> tuple[int, int]:
     judged = changed = 0
     rows = read_results(csv_path)
     for row in rows:
-        if not row.get("history") or row["verdict"] == "unknown":
+        # An unknown the run itself gave (a worker that died, a trial cut short) rests on more than the
+        # history; an unknown a re-judgment gave rests on the history and a rule, and a refined rule may
+        # give its verdict back: judged again.
+        if not row.get("history") or (row["verdict"] == "unknown" and "re-judged at" not in (row.get("note") or "")):
             continue
         try:
             events = load_history(csv_path.parent / row["history"])
