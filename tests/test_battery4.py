@@ -362,3 +362,30 @@ def test_a_child_whose_parent_is_already_gone_exits_instead_of_waiting_for_a_sig
     here = subprocess.run([sys.executable, "-c", code.format(os.getpid())], capture_output=True, text=True, timeout=60,
                           check=False)  # fmt: skip
     assert here.returncode == 0 and here.stdout.strip() == "ran on"
+
+
+# --- a worker whose parent is SIGKILLed while it starts ----------------------------------------------
+
+
+def test_a_worker_forked_by_a_parent_killed_at_once_reads_its_whole_start_and_exits_quietly() -> None:
+    """The parent dies right after the fork, before the standard library would have written the
+    child's start-up data (which then printed ``EOFError: Ran out of input``): the data is already
+    in the pipe, so the child unpickles it whole, finds its parent gone and exits 0 without running
+    its target."""
+    script = (
+        "import os, signal\n"
+        "from multiprocessing import resource_tracker, util\n"
+        "from lockcompare.infra import lifecycle\n"
+        "resource_tracker.ensure_running()  # started before the fork below is made fatal\n"
+        "fork = util.spawnv_passfds\n"
+        "def fork_then_die(*args):\n"
+        "    print(fork(*args), flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "util.spawnv_passfds = fork_then_die\n"
+        "lifecycle.start_worker_process(target=print, args=('target ran',))\n"
+    )
+    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert parent.returncode == -signal.SIGKILL
+    child = int(parent.stdout.split()[0])  # the pipes reached EOF: the child holding them has exited
+    assert parent.stdout.split() == [str(child)] and parent.stderr == "", parent.stderr
+    assert _gone(child)
