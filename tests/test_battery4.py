@@ -389,3 +389,55 @@ def test_a_worker_forked_by_a_parent_killed_at_once_reads_its_whole_start_and_ex
     child = int(parent.stdout.split()[0])  # the pipes reached EOF: the child holding them has exited
     assert parent.stdout.split() == [str(child)] and parent.stderr == "", parent.stderr
     assert _gone(child)
+
+
+# --- a signal while the command is still importing its interface --------------------------------------
+
+#: The ``lockcompare`` command, held inside the import of its interface until the test signals it.
+_HELD_IN_IMPORT = """
+import sys, time
+class Held:
+    def find_spec(self, name, path=None, target=None):
+        if name == "lockcompare.cli":
+            print("importing", flush=True)
+            time.sleep(60)
+sys.meta_path.insert(0, Held())
+sys.argv = ["lockcompare", "backends"]
+from lockcompare.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "line"),
+    [
+        (signal.SIGINT, "lockcompare: interrupted"),
+        (signal.SIGTERM, "lockcompare: error: terminated by SIGTERM"),
+        (signal.SIGHUP, "lockcompare: error: terminated by SIGHUP"),
+        (signal.SIGQUIT, "lockcompare: error: terminated by SIGQUIT"),
+    ],
+)
+def test_a_signal_while_the_command_imports_its_interface_is_one_line_and_128_plus_n(
+    sig: signal.Signals, line: str
+) -> None:
+    """Python's defaults would end it with no line (SIGTERM, SIGHUP), a core (SIGQUIT) or a
+    traceback from the cut import (SIGINT): the command answers them before it imports anything."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HELD_IN_IMPORT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "importing\n"
+    proc.send_signal(sig)
+    _out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.splitlines()) == (128 + sig, [line])
+
+
+def test_the_command_imports_nothing_of_its_own_before_answering_signals() -> None:
+    """What runs before the handlers is the interpreter's start and this package's two light
+    modules: no typing, no interface."""
+    code = (
+        "import sys; import lockcompare.__main__\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('lockcompare', 'typing'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "['lockcompare', 'lockcompare.__main__']"

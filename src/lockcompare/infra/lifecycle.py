@@ -284,7 +284,7 @@ def _spare_children_the_main_script() -> None:
     main = sys.modules.get("__main__")
     if main is None or getattr(main, "__spec__", None) is not None or not hasattr(main, "__file__"):
         return
-    if getattr(getattr(main, "main", None), "__module__", None) == "lockcompare.cli":
+    if getattr(getattr(main, "main", None), "__module__", None) in ("lockcompare.__main__", "lockcompare.cli"):
         main.__spec__ = importlib.machinery.ModuleSpec("lockcompare.__main__", None)
 
 
