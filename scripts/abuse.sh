@@ -618,6 +618,21 @@ if wanted sigINT-early; then
     echo "    -> $seen"
 fi
 
+if wanted sigTERM-early; then
+    n=sigTERM-early; seen="" wrong=0 lines=0
+    for delay in 0.05 0.1 0.2 0.3 0.5 0.7 1.0; do  # the interface's imports, the arguments, the first trial
+        BG_ERR=err.$delay start_bg $n lc matrix "${Q[@]}" --out "x$delay.csv"
+        sleep $delay; kill -s TERM "$BG_PID" 2>/dev/null
+        { wait "$BG_PID"; } 2>/dev/null; rc=$?
+        seen+="${delay}s: exit $rc; "
+        [ "$rc" != 143 ] && wrong=$((wrong + 1))
+        lines=$((lines + $(grep -c . "$WORK/$n/err.$delay")))
+        cat "$WORK/$n/err.$delay" >>"$WORK/$n/stderr"
+    done
+    report $n "$rc"
+    echo "    -> $seen""not 143: $wrong; lines printed: $lines for 7 signals (none in the interpreter's own start)"
+fi
+
 echo "== clients install: signals end its toolchain; a full cache names the destination"
 mkdir -p "$WORK/fakebin"
 printf '#!/bin/sh\nsleep 300 &\necho "$$ $!" > "$NPM_MARKER"\nwait\n' >"$WORK/fakebin/npm"
