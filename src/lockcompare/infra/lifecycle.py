@@ -335,6 +335,8 @@ def kill_and_reap_group(proc: BaseProcess) -> None:
 #: mid-write, leaving a child that prints a cut-off traceback. At exit, wait for that write to end
 #: (and start nothing more); the child then dies with us, quietly. Registered after
 #: _sweep_groups_at_exit, so it runs first (atexit runs last-in first-out): the sweep then ends that child too.
+#: (:class:`_DataFirstPopen` writes before the fork, so a cut write now leaves no child unless the
+#: data outgrew a pipe; the lock still keeps a start from beginning while the interpreter exits.)
 _STARTING = threading.Lock()
 
 
@@ -350,7 +352,9 @@ def _signals_deferred() -> Iterator[None]:
     Blocking a signal in this thread does not stop Python from running its handler here: another
     thread takes the signal and the handler runs at the next bytecode. An exception raised while
     ``start()`` writes the child's start-up data leaves a child that reads half of it and prints
-    a traceback (measured: ``EOFError: Ran out of input`` after a Ctrl-C 0.7 s into a run).
+    a traceback (measured: ``EOFError: Ran out of input`` after a Ctrl-C 0.7 s into a run); since
+    :class:`_DataFirstPopen` that write precedes the fork. The deferral still keeps a started
+    child on record before a signal unwinds its caller (see :func:`start_worker_process`).
     """
     pending: list[int] = []
     try:
