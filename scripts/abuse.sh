@@ -84,7 +84,9 @@ report() {  # NAME EXIT: one line for the case, after giving its processes a sec
     sleep 1
     local procs dirs parts dup tb last
     procs=$(procs_left "$name")
-    dirs=$(find "$TMPDIR" -mindepth 1 -maxdepth 1 | wc -l)
+    # A `run` without --out keeps its row and history in a lockcompare-run-* folder of the temporary
+    # directory and prints where: output, not a leftover (one without its run.csv would be).
+    dirs=$(find "$TMPDIR" -mindepth 1 -maxdepth 1 ! \( -type d -name 'lockcompare-run-*' -exec test -f '{}/run.csv' \; \) -print | wc -l)
     parts=$(find "$WORK" -name '*.part' 2>/dev/null | wc -l)
     dup=$(dups $(find "$dir" -name '*.csv' 2>/dev/null))
     tb=$(grep -c Traceback "$err" 2>/dev/null)
@@ -93,7 +95,7 @@ report() {  # NAME EXIT: one line for the case, after giving its processes a sec
     last=$(grep -v '^\s*$' "$err" 2>/dev/null | tail -1 | cut -c1-150)
     printf '%-26s exit=%-3s tb=%s procs=%s dirs=%s part=%s dup=%s pw=%s | %s\n' \
         "$name" "$rc" "${tb:-0}" "$procs" "$dirs" "$parts" "$dup" "${pw:-0}" "$last"
-    [ "$dirs" != 0 ] && echo "    -> left in TMPDIR: $(ls "$TMPDIR" | head -5 | tr '\n' ' ')"
+    [ "$dirs" != 0 ] && echo "    -> left in TMPDIR: $(ls "$TMPDIR" | grep -v '^lockcompare-run-' | head -5 | tr '\n' ' ')"
     [ "$parts" != 0 ] && echo "    -> .part files: $(find "$WORK" -name '*.part' | head -3 | tr '\n' ' ')"
     TOTAL_TB=$((TOTAL_TB + ${tb:-0})) TOTAL_LEFT=$((TOTAL_LEFT + procs + dirs + parts)) TOTAL_DUP=$((TOTAL_DUP + dup))
     TOTAL_PW=$((TOTAL_PW + ${pw:-0}))
@@ -616,6 +618,21 @@ if wanted sigINT-early; then
     done
     report $n "$rc"
     echo "    -> $seen"
+fi
+
+if wanted sigTERM-early; then
+    n=sigTERM-early; seen="" wrong=0 lines=0
+    for delay in 0.05 0.1 0.2 0.3 0.5 0.7 1.0; do  # the interface's imports, the arguments, the first trial
+        BG_ERR=err.$delay start_bg $n lc matrix "${Q[@]}" --out "x$delay.csv"
+        sleep $delay; kill -s TERM "$BG_PID" 2>/dev/null
+        { wait "$BG_PID"; } 2>/dev/null; rc=$?
+        seen+="${delay}s: exit $rc; "
+        [ "$rc" != 143 ] && wrong=$((wrong + 1))
+        lines=$((lines + $(grep -c . "$WORK/$n/err.$delay")))
+        cat "$WORK/$n/err.$delay" >>"$WORK/$n/stderr"
+    done
+    report $n "$rc"
+    echo "    -> $seen""not 143: $wrong; lines printed: $lines for 7 signals (none in the interpreter's own start)"
 fi
 
 echo "== clients install: signals end its toolchain; a full cache names the destination"

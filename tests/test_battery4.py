@@ -362,3 +362,82 @@ def test_a_child_whose_parent_is_already_gone_exits_instead_of_waiting_for_a_sig
     here = subprocess.run([sys.executable, "-c", code.format(os.getpid())], capture_output=True, text=True, timeout=60,
                           check=False)  # fmt: skip
     assert here.returncode == 0 and here.stdout.strip() == "ran on"
+
+
+# --- a worker whose parent is SIGKILLed while it starts ----------------------------------------------
+
+
+def test_a_worker_forked_by_a_parent_killed_at_once_reads_its_whole_start_and_exits_quietly() -> None:
+    """The parent dies right after the fork, before the standard library would have written the
+    child's start-up data (which then printed ``EOFError: Ran out of input``): the data is already
+    in the pipe, so the child unpickles it whole, finds its parent gone and exits 0 without running
+    its target."""
+    script = (
+        "import os, signal\n"
+        "from multiprocessing import resource_tracker, util\n"
+        "from lockcompare.infra import lifecycle\n"
+        "resource_tracker.ensure_running()  # started before the fork below is made fatal\n"
+        "fork = util.spawnv_passfds\n"
+        "def fork_then_die(*args):\n"
+        "    print(fork(*args), flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "util.spawnv_passfds = fork_then_die\n"
+        "lifecycle.start_worker_process(target=print, args=('target ran',))\n"
+    )
+    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert parent.returncode == -signal.SIGKILL
+    child = int(parent.stdout.split()[0])  # the pipes reached EOF: the child holding them has exited
+    assert parent.stdout.split() == [str(child)] and parent.stderr == "", parent.stderr
+    assert _gone(child)
+
+
+# --- a signal while the command is still importing its interface --------------------------------------
+
+#: The ``lockcompare`` command, held inside the import of its interface until the test signals it.
+_HELD_IN_IMPORT = """
+import sys, time
+class Held:
+    def find_spec(self, name, path=None, target=None):
+        if name == "lockcompare.cli":
+            print("importing", flush=True)
+            time.sleep(60)
+sys.meta_path.insert(0, Held())
+sys.argv = ["lockcompare", "backends"]
+from lockcompare.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "line"),
+    [
+        (signal.SIGINT, "lockcompare: interrupted"),
+        (signal.SIGTERM, "lockcompare: error: terminated by SIGTERM"),
+        (signal.SIGHUP, "lockcompare: error: terminated by SIGHUP"),
+        (signal.SIGQUIT, "lockcompare: error: terminated by SIGQUIT"),
+    ],
+)
+def test_a_signal_while_the_command_imports_its_interface_is_one_line_and_128_plus_n(
+    sig: signal.Signals, line: str
+) -> None:
+    """Python's defaults would end it with no line (SIGTERM, SIGHUP), a core (SIGQUIT) or a
+    traceback from the cut import (SIGINT): the command answers them before it imports anything."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HELD_IN_IMPORT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "importing\n"
+    proc.send_signal(sig)
+    _out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err.splitlines()) == (128 + sig, [line])
+
+
+def test_the_command_imports_nothing_of_its_own_before_answering_signals() -> None:
+    """What runs before the handlers is the interpreter's start and this package's two light
+    modules: no typing, no interface."""
+    code = (
+        "import sys; import lockcompare.__main__\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('lockcompare', 'typing'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "['lockcompare', 'lockcompare.__main__']"

@@ -16,10 +16,10 @@ from lockcompare.infra import lifecycle
 
 TESTS = Path(__file__).parent
 
-#: The console script pip writes for ``lockcompare = "lockcompare.cli:main"``, plus a spawn.
+#: The console script pip writes for ``lockcompare = "lockcompare.__main__:main"``, plus a spawn.
 _CONSOLE_SCRIPT = """
 import sys
-from lockcompare.cli import main
+from lockcompare.__main__ import main
 if __name__ == "__main__":
     sys.path.insert(0, {tests!r})
     from spawn_probe import report_imports

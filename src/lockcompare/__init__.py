@@ -22,7 +22,11 @@ Everything else (``cli``, ``spec``, ``faults``, ``runner``, ``infra``, ``analysi
 ``evaluation``) is internal and may change between versions.
 """
 
-from typing import Any
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (see __getattr__)
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 
@@ -47,7 +51,9 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     """The plug-in base classes, imported on first use: ``import lockcompare`` stays light enough
-    for the offline commands (table, report, history), which never load redis."""
+    for the offline commands (table, report, history), which never load redis. Light enough, too,
+    for the ``lockcompare`` command to answer signals within milliseconds of its start: it imports
+    nothing but this package before it does (lockcompare/__main__.py)."""
     if name in BACKEND_API:
         from lockcompare.backends import base
 

@@ -4,17 +4,13 @@ core.py holds the app and its one-line error handling, options.py the options `r
 share; each other module is one group of commands.
 """
 
-import sys
-
-try:
-    from lockcompare.cli import catalogue, clients, explore, measure, results  # noqa: F401  (registers the commands)
-    from lockcompare.cli.core import app
-except KeyboardInterrupt:  # a Ctrl-C while the command is still importing: one line, no traceback
-    print("lockcompare: interrupted", file=sys.stderr)
-    sys.exit(130)
+from lockcompare.cli import catalogue, clients, explore, measure, results  # noqa: F401  (registers the commands)
+from lockcompare.cli.core import app
 
 
 def main() -> None:
+    """The command line, without the early signal answers of the ``lockcompare`` command
+    (lockcompare/__main__.py): for callers that run it inside a program of their own."""
     app()
 
 

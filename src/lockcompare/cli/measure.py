@@ -1,22 +1,17 @@
-"""The commands that run trials: matrix, run (and run --from), bench."""
+"""The commands that run trials: matrix, run (``run --from`` in rerun.py), bench; what they say at
+their end is trial_output.py's. The runner, servers and backends are imported by each command as it runs."""
 
 from __future__ import annotations
 
 import contextlib
-import shlex
-import shutil
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
-from lockcompare.analysis.checker import VERDICT_MEANINGS
 from lockcompare.analysis.results import METRIC_COLUMNS, TIMING_COLUMNS, read_results
-from lockcompare.analysis.sentinel import MARK_SHARE
 from lockcompare.analysis.strikes import strikes_line
 from lockcompare.analysis.thin_cells import thin_cell_lines
 from lockcompare.cli.core import app, err
@@ -42,17 +37,15 @@ from lockcompare.cli.options import (
     given_flags,
     with_trial_settings,
 )
+from lockcompare.cli.rerun import RERUN_OPTIONS, run_from
 from lockcompare.cli.settle import MaxTrials, SettleBelow, SettleBudget, UntilSettled, settle_plan
-from lockcompare.errors import InvalidValueError, UnknownTrialsError
+from lockcompare.cli.trial_output import fail_on_unknown, kept_results, rerun_line, say, timing_line, where_kept
+from lockcompare.errors import InvalidValueError
 from lockcompare.redaction import redact
 from lockcompare.render import table
 from lockcompare.scenario.experiments import DEFAULT_EXPERIMENTS
 from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, LIMITS, check_count, env_name
 from lockcompare.scenario.settings import SETTING_COLUMNS
-
-if TYPE_CHECKING:  # the runner, servers and backends are imported by each command as it runs
-    from lockcompare.runner.matrix import MatrixReport
-    from lockcompare.runner.plan import ClusterOptions
 
 #: bench: a lease longer than this outlives any cycle many times over (a day).
 BENCH_MAX_TTL_MS = 86_400_000
@@ -183,7 +176,7 @@ def matrix(
     backend_names = _split(backends) if backends is not None else _default_backends()
     experiment_names = _split(experiments) if experiments is not None else list(DEFAULT_EXPERIMENTS)
     try:
-        run = run_matrix if settle is None else settle.runner(on_line=_say)
+        run = run_matrix if settle is None else settle.runner(on_line=say)
         report = run(
             backends=backend_names,
             experiments=experiment_names,
@@ -211,7 +204,7 @@ def matrix(
         typer.echo(table.render(rows, fmt=fmt))
         err.print(timing_line(rows))
         if report.reruns:
-            _say(rerun_line(report.reruns))
+            say(rerun_line(report.reruns))
         if faults := strikes_line(rows):
             err.print(faults)
         for line in thin_cell_lines(rows):  # cells hardly exercised, and why (analysis/thin_cells.py)
@@ -220,45 +213,10 @@ def matrix(
         err.print(line)
     if settle is not None:
         for line in settle.closing_lines():
-            _say(line)
+            say(line)
     for line in table.violation_lines(rows):  # last: the ids to look at next are where the run stops
-        _say(line)
-    _fail_on_unknown(report)
-
-
-def _say(line: str) -> None:
-    """A line on stderr as it is (rich would read ``[0–52.2%]``-like text as markup)."""
-    print(line, file=sys.stderr, flush=True)
-
-
-def rerun_line(reruns: tuple[tuple[str, bool], ...]) -> str:
-    """How the timing-marked trials run again alone came out: unmarked now, or marked still."""
-    still = [trial_id for trial_id, marked in reruns if marked]
-    named = f": {', '.join(still)}" if still else ""
-    return (
-        f"timing: {len(reruns)} marked trial(s) run again alone: {len(reruns) - len(still)} no longer marked, "
-        f"{len(still)} marked again{named} (the marked rows are in the .superseded file with their histories)"
-    )
-
-
-def timing_line(rows: list[dict[str, Any]]) -> str:
-    """One line naming the cells that hold a timing-marked trial (analysis/sentinel.py), or saying none does."""
-    marked = table.marked_cells(rows)
-    if not marked:
-        return f"timing: no trial marked (every stall under {MARK_SHARE:.0%} of its experiment's margin)"
-    cells = ", ".join(f"{name} ({n} of {of})" for name, n, of in marked)
-    return f"timing-marked (a stall ate >= {MARK_SHARE:.0%} of the margin): {cells}"
-
-
-def _fail_on_unknown(report: MatrixReport) -> None:
-    """Exit non-zero when a trial could not be judged, after saying why on stderr. A trial that
-    made no progress is a result (a lock may rightly refuse), said on stderr but exit code 0."""
-    for verdict, count in sorted(report.no_progress.items()):
-        print(f"lockcompare: note: {count} trial(s) {verdict}: {VERDICT_MEANINGS[verdict]}", file=sys.stderr)
-    for trial_id, problem in report.unknown:
-        print(f"lockcompare: unknown verdict for {trial_id}: {redact(problem)}", file=sys.stderr)  # it may quote a URL
-    if report.unknown:
-        raise UnknownTrialsError(f"{len(report.unknown)} trial(s) could not be judged (verdict unknown); see above")
+        say(line)
+    fail_on_unknown(report)
 
 
 @app.command()
@@ -305,7 +263,7 @@ def run(
         trial_settings = {name: text for name, text in trial_settings.items() if name != "server"}
         given = [
             f"--{name.replace('_', '-')}" for name in ctx.params
-            if name not in _RERUN_OPTIONS and name not in trial_settings
+            if name not in RERUN_OPTIONS and name not in trial_settings
             and getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
         ] + given_flags(trial_settings)  # fmt: skip
         if given:
@@ -320,7 +278,7 @@ def run(
             zookeeper=zookeeper,
             lock_servers=lock_servers,
         )
-        _run_from(from_row, out_path=out_path, options=options, server=server)
+        run_from(from_row, out_path=out_path, options=options, server=server)
         return
     overrides, sweep, options, redlock_nodes = _trial_settings(
         trial_settings,
@@ -335,7 +293,7 @@ def run(
     )
     if sweep.cells_per_trial() > 1:
         raise InvalidValueError("run takes one value per option; use matrix to sweep a list")
-    with _kept_results(out_path) as target:
+    with kept_results(out_path) as target:
         report = run_matrix(
             backends=[backend], experiments=[experiment], trials=1, overrides=overrides, out=target,
             cluster_options=options, redlock_nodes=redlock_nodes, sweep=sweep, resume=out_path is not None,
@@ -345,86 +303,8 @@ def run(
         err.print(f"this trial is already in {target} (run {row['run_id']}); its row:")
     for key in ("trial_id", *SETTING_COLUMNS[:3], *SETTING_COLUMNS[4:], *METRIC_COLUMNS, *TIMING_COLUMNS, "wall_s"):
         typer.echo(f"{key:>24}: {row[key]}")
-    _where_kept(target, row)
-    _fail_on_unknown(report)
-
-
-#: Where ``run`` keeps its row and history without ``--out``: a folder of its own per run in the
-#: temporary directory. Not ``lockcompare-p<pid>-``: the next run sweeps a dead run's folders of that name.
-KEPT_RUN_PREFIX = "lockcompare-run-"
-
-
-@contextlib.contextmanager
-def _kept_results(out_path: Path | None) -> Iterator[Path]:
-    """The results file a single trial writes: ``out_path``, else ``run.csv`` in a new folder of the
-    temporary directory, kept after the run (the trial's history is its evidence, which `history`
-    reads) — but removed when the run wrote no row (refused input leaves nothing behind). Not the
-    working directory: `run` does not need one it can write to."""
-    if out_path is not None:
-        yield out_path
-        return
-    folder = Path(tempfile.mkdtemp(prefix=time.strftime(f"{KEPT_RUN_PREFIX}%Y%m%d-%H%M%S-")))
-    target = folder / "run.csv"
-    try:
-        yield target
-    finally:
-        if not target.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _where_kept(target: Path, row: dict[str, Any]) -> None:
-    """The lines that say where the trial's row and history are, and how to read the history."""
-    typer.echo(f"{'results':>24}: {target}")
-    typer.echo(f"{'history':>24}: {target.parent / row['history']}")
-    _say(f"read it: lockcompare history {row['trial_id']} --results {shlex.quote(str(target))}")  # never wrapped
-
-
-#: Options ``run --from`` accepts beside the row: where to write, where the servers are and which kind.
-_RERUN_OPTIONS = {
-    "server",
-    "from_row",
-    "out_path",
-    "nodes",
-    "nodes_file",
-    "resource",
-    "redis_server",
-    "postgres",
-    "zookeeper",
-    "lock_servers",
-}  # --faults-file: a setting
-
-
-def _run_from(source: str, *, out_path: Path | None, options: ClusterOptions, server: str | None) -> None:
-    """Rerun the trial ``FILE:ROW`` names and print its verdict beside the recorded one."""
-    from lockcompare.analysis.reproduce import find_row, spec_from_row
-    from lockcompare.runner.matrix import run_planned
-    from lockcompare.runner.plan import rerun_server
-
-    path_text, sep, selector = source.rpartition(":")
-    if not sep or not path_text or not selector:
-        raise InvalidValueError(f"--from takes RESULTS.csv:ROW (a trial id or a row number), got {source!r}")
-    original = find_row(read_results(Path(path_text)), selector)
-    recorded = spec_from_row(original)  # exactly the row's trial (its id checked)
-    external = options.lock_servers.shared() is not None
-    spec = rerun_server(recorded, choice=server, binary=options.redis_server, external=external)
-    if original.get("cluster") == "external" and not external:
-        err.print("note: the row ran against external servers; this rerun uses the embedded cluster")
-    if spec.server != recorded.server:
-        _say(
-            f"note: the row ran on {recorded.server}; this rerun runs on {spec.server}: another trial "
-            f"({spec.trial_id}), its verdict beside the recorded one"
-        )
-    with _kept_results(out_path) as target:
-        report = run_planned([spec], out=target, cluster_options=options, resume=out_path is not None)
-    (row,) = [r for r in read_results(target) if r["trial_id"] == spec.trial_id][-1:]
-    typer.echo(f"{'trial_id':>24}: {spec.trial_id}")
-    for key in ("verdict", "conflicts", "lost_updates", "entries", "writes_rejected"):
-        same = "" if str(row[key]) == str(original[key]) else "   (differs)"
-        typer.echo(f"{key:>24}: {row[key]}   recorded: {original[key]}{same}")
-    typer.echo(f"{'recorded by':>24}: run {original['run_id']}, lockcompare {original['lockcompare_version']}, "
-               f"revision {original['source_revision'] or '?'}")  # fmt: skip
-    _where_kept(target, row)
-    _fail_on_unknown(report)
+    where_kept(target, row)
+    fail_on_unknown(report)
 
 
 @app.command()

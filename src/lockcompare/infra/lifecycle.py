@@ -10,9 +10,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import fcntl
 import functools
 import importlib.machinery
+import io
 import multiprocessing
+import multiprocessing.context
 import os
 import re
 import shutil
@@ -20,7 +23,9 @@ import signal
 import sys
 import tempfile
 import threading
+import typing
 from collections.abc import Callable, Iterator
+from multiprocessing import popen_spawn_posix, reduction, resource_tracker, spawn, util
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
@@ -108,6 +113,79 @@ UNWINDING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUI
 SPAWN = multiprocessing.get_context("spawn")
 
 
+class _DataFirstPopen(popen_spawn_posix.Popen):
+    """The spawn start method with one change: the child's start-up data is in its pipe before the
+    child exists, so no child ever reads half of it.
+
+    The standard library forks the child first and writes its data after. A parent SIGKILLed in
+    between (a worker still starting when the run was killed) left a child that read a cut pipe
+    and printed ``EOFError: Ran out of input`` from ``multiprocessing.spawn``, before any of our
+    code could run (issue 49). Written first, the data is whole whenever a child reads it: the
+    child starts, finds its parent gone in :func:`_child_main` and exits 0, quietly; a parent
+    killed before the fork leaves no child at all. The pipe is grown to hold the data (a worker's
+    is a few KB; the kernel's default pipe holds 64 KB). Data larger than a pipe can be made
+    (fs.pipe-max-size) is written after the fork, as the standard library does.
+    """
+
+    def _launch(self, process_obj: BaseProcess) -> None:
+        # popen_spawn_posix.Popen._launch of CPython 3.11-3.13, with the write moved before the fork.
+        fds: list[int] = self._fds  # type: ignore[attr-defined]  # the fds the child inherits
+        tracker_fd = typing.cast(int, resource_tracker.getfd())  # starts the tracker: never None here
+        fds.append(tracker_fd)
+        prep_data = spawn.get_preparation_data(process_obj.name)
+        data = io.BytesIO()
+        multiprocessing.context.set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, data)
+            reduction.dump(process_obj, data)
+        finally:
+            multiprocessing.context.set_spawning_popen(None)
+        parent_r = child_w = child_r = parent_w = None
+        try:
+            parent_r, child_w = os.pipe()
+            child_r, parent_w = os.pipe()
+            written_first = _pipe_holds(parent_w, size=len(data.getbuffer()))
+            if written_first:
+                _write_whole(parent_w, data.getbuffer())
+            cmd = spawn.get_command_line(tracker_fd=tracker_fd, pipe_handle=child_r)
+            fds.extend([child_r, child_w])
+            self.pid = util.spawnv_passfds(spawn.get_executable(), cmd, fds)  # type: ignore[arg-type]
+            self.sentinel = parent_r
+            if not written_first:
+                _write_whole(parent_w, data.getbuffer())
+        finally:
+            self.finalizer = util.Finalize(self, _close_all, ([fd for fd in (parent_r, parent_w) if fd is not None],))
+            for fd in (child_r, child_w):
+                if fd is not None:
+                    os.close(fd)
+
+
+def _pipe_holds(fd: int, *, size: int) -> bool:
+    """True if the pipe ``fd`` can hold ``size`` bytes unread (grown to that if it must be)."""
+    try:
+        return fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ) >= size or fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, size) >= size
+    except OSError:  # beyond fs.pipe-max-size (1 MB by default) for an unprivileged process
+        return False
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _write_whole(fd: int, data: memoryview) -> None:
+    with open(fd, "wb", closefd=False) as pipe:
+        pipe.write(data)
+
+
+class _DataFirstProcess(multiprocessing.context.SpawnProcess):
+    """A spawned process started by :class:`_DataFirstPopen`."""
+
+    @staticmethod
+    def _Popen(process_obj: BaseProcess) -> popen_spawn_posix.Popen:
+        return _DataFirstPopen(process_obj)
+
+
 def parent_gone(parent_pid: int) -> bool:
     """True once the process that started us has exited (we were re-parented)."""
     return os.getppid() != parent_pid
@@ -157,7 +235,7 @@ def start_worker_process(
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         with _signals_deferred(), _STARTING, _cwd_that_exists():
-            proc = SPAWN.Process(target=_child_main, args=(target, os.getpid(), args), daemon=True)
+            proc = _DataFirstProcess(target=_child_main, args=(target, os.getpid(), args), daemon=True)
             proc.start()
             # Inside the deferral: a signal held back during start() is delivered when it ends,
             # and the child it then unwinds past must already be on record (issue 49).
@@ -206,7 +284,7 @@ def _spare_children_the_main_script() -> None:
     main = sys.modules.get("__main__")
     if main is None or getattr(main, "__spec__", None) is not None or not hasattr(main, "__file__"):
         return
-    if getattr(getattr(main, "main", None), "__module__", None) == "lockcompare.cli":
+    if getattr(getattr(main, "main", None), "__module__", None) in ("lockcompare.__main__", "lockcompare.cli"):
         main.__spec__ = importlib.machinery.ModuleSpec("lockcompare.__main__", None)
 
 
@@ -257,6 +335,8 @@ def kill_and_reap_group(proc: BaseProcess) -> None:
 #: mid-write, leaving a child that prints a cut-off traceback. At exit, wait for that write to end
 #: (and start nothing more); the child then dies with us, quietly. Registered after
 #: _sweep_groups_at_exit, so it runs first (atexit runs last-in first-out): the sweep then ends that child too.
+#: (:class:`_DataFirstPopen` writes before the fork, so a cut write now leaves no child unless the
+#: data outgrew a pipe; the lock still keeps a start from beginning while the interpreter exits.)
 _STARTING = threading.Lock()
 
 
@@ -272,7 +352,9 @@ def _signals_deferred() -> Iterator[None]:
     Blocking a signal in this thread does not stop Python from running its handler here: another
     thread takes the signal and the handler runs at the next bytecode. An exception raised while
     ``start()`` writes the child's start-up data leaves a child that reads half of it and prints
-    a traceback (measured: ``EOFError: Ran out of input`` after a Ctrl-C 0.7 s into a run).
+    a traceback (measured: ``EOFError: Ran out of input`` after a Ctrl-C 0.7 s into a run); since
+    :class:`_DataFirstPopen` that write precedes the fork. The deferral still keeps a started
+    child on record before a signal unwinds its caller (see :func:`start_worker_process`).
     """
     pending: list[int] = []
     try:
