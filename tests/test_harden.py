@@ -228,8 +228,8 @@ def test_tagged_dirs_of_a_dead_owner_are_removed_and_a_live_owners_kept(tmp_path
 
 
 def test_a_spawned_child_whose_parent_died_early_exits_quietly(tmp_path: Path) -> None:
-    """The parent is SIGKILLed while its children are still starting: none survives a second, and
-    none prints a traceback."""
+    """The parent is SIGKILLed while its children are still starting: each exits on its own (they
+    find their parent gone once they run), and none prints a traceback."""
     script = (
         "import time, sys\n"
         "from lockcompare.infra.lifecycle import start_worker_process\n"
@@ -251,7 +251,17 @@ def test_a_spawned_child_whose_parent_died_early_exits_quietly(tmp_path: Path) -
     pids = [int(p) for p in parent.stdout.readline().split()]
     parent.kill()
     parent.wait()
-    time.sleep(1.5)
-    alive = [p for p in pids if Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"]
-    assert alive == []
+
+    def alive() -> list[int]:
+        return [
+            p for p in pids if Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"
+        ]
+
+    # Under load a child may still be importing a while after its parent died: how soon it notices is
+    # the machine's; that it exits at all is the property (a child that outlived its parent stays).
+    deadline = time.monotonic() + 30
+    while alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert alive() == []
+    # The children inherited the parent's stderr: it ends once the last of them exited.
     assert "Traceback" not in (parent.stderr.read() if parent.stderr else "")
