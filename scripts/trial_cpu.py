@@ -31,6 +31,9 @@ Examples::
     # the lead, on a quiet machine: this checkout against main's previous state, 3 runs each
     .venv/bin/python scripts/trial_cpu.py --against HEAD~5 --runs 3
 
+    # this checkout alone: its shares per trial, 3 runs
+    .venv/bin/python scripts/trial_cpu.py --runs 3
+
     # a tiny check (two venvs given, one small matrix)
     .venv/bin/python scripts/trial_cpu.py --python-b /tmp/old/.venv/bin/python --runs 1 -- \\
         --time-scale 0.1 --trials 1 --backends single,redlock --experiments baseline
@@ -74,10 +77,15 @@ sys.argv = [script, *sys.argv[2:]]
 runpy.run_path(script, run_name="__main__")
 """
 
-#: The backends an installation can run here (no problem reported), one per line.
+#: The backends of the default selection (what the README's main command runs: trait
+#: ``in_default_matrix``) an installation can run here (no problem reported), one per line. Not every
+#: usable backend: the opt-in ones (Sentinel, ZooKeeper, etcd...) would make the run ten times longer.
 _USABLE = """
-from lockcompare.backends import describe_backends
-print("\\n".join(i.name for i in describe_backends() if not i.problem))
+from lockcompare.backends import describe_backends, load_backend, traits_of
+print("\\n".join(
+    i.name for i in describe_backends()
+    if not i.problem and traits_of(load_backend(i.name, check_viable=False)).in_default_matrix
+))
 """
 
 
@@ -251,7 +259,7 @@ def render(results: list[RunResult], *, sides: dict[str, str]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--python", default=sys.executable, help="side A's interpreter (default: this one)")
-    other = parser.add_mutually_exclusive_group(required=True)
+    other = parser.add_mutually_exclusive_group()  # neither: side A alone (its own shares, no comparison)
     other.add_argument("--python-b", help="side B's interpreter (a venv with another lockcompare installed)")
     other.add_argument("--against", metavar="REV", help="side B: this git revision, installed into a venv of its own")
     parser.add_argument("--runs", type=int, default=3, help="runs per side, alternating (default 3)")
@@ -271,22 +279,25 @@ def main() -> None:
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    python_b = args.python_b or venv_for(args.against, cache=args.cache)
-    sides = {"A": args.python, "B": python_b}
+    python_b = args.python_b or (venv_for(args.against, cache=args.cache) if args.against else None)
+    sides = {"A": args.python} | ({"B": python_b} if python_b else {})
     matrix_args = list(args.matrix_args or DEFAULT_MATRIX_ARGS)
     if "--backends" not in matrix_args:
-        common = [name for name in usable_backends(args.python) if name in set(usable_backends(python_b))]
+        common = [
+            name
+            for name in usable_backends(args.python)
+            if all(name in set(usable_backends(python)) for python in sides.values())
+        ]
         matrix_args += ["--backends", ",".join(common)]
-    descriptions = {
-        "A": f"{args.python}",
-        "B": f"{python_b}" + (f" ({args.against})" if args.against else ""),
-    }
+    descriptions = {"A": f"{args.python}"} | (
+        {"B": f"{python_b}" + (f" ({args.against})" if args.against else "")} if python_b else {}
+    )
     print(f"trial_cpu: lockcompare matrix {' '.join(matrix_args)}", file=sys.stderr)
     results: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="trial-cpu-") as tmp:
         for n in range(args.runs):
             order = ("A", "B") if n % 2 == 0 else ("B", "A")
-            for side in order:
+            for side in (side for side in order if side in sides):
                 result = run_once(side=side, python=sides[side], matrix_args=matrix_args, workdir=Path(tmp))
                 print(
                     f"trial_cpu: run {n + 1} side {side}: {result.total_s / result.trials:.3f} CPU-s/trial",
@@ -296,7 +307,10 @@ def main() -> None:
     print(render(results, sides=descriptions))
     if args.csv is not None:
         write_csv(
-            args.csv, results, revisions={"A": _revision_of(args.python), "B": args.against or _revision_of(python_b)}
+            args.csv,
+            results,
+            revisions={"A": _revision_of(args.python)}
+            | ({"B": args.against or _revision_of(python_b)} if python_b else {}),
         )
 
 

@@ -313,3 +313,15 @@ def test_the_log_keeps_histories_relative_so_the_search_directory_can_move(tmp_p
     moved = first.rename(tmp_path / "moved")
     (outcome,) = ExploreLog(moved, settings=search.settings(), resume=True).outcomes.values()
     assert outcome.history == str(moved / "trials.histories" / "t1.jsonl.gz")
+
+
+def test_a_batch_starts_only_while_the_time_left_covers_it() -> None:
+    """A 12 s budget with batches of 10 s: the first runs, the second would end at 20 s and is not
+    started (it was: the card's 12 s search took 27 s); with 25 s both fit."""
+    for budget_s, batches in ((12, 1), (25, 2)):
+        clock = FakeClock()
+        runner = FakeRunner(lambda s, r: False, clock=clock, seconds=10.0)
+        report = explore(runner=runner, search=Search(kinds=("pause",), shape=SINGLE, budget_s=budget_s), clock=clock)
+        assert clock.now == 10.0 * batches
+        assert report.trials == len(runner.ran) == 2 * batches
+        assert report.wall_seconds <= budget_s

@@ -17,7 +17,7 @@ from lockcompare.cli.progress_bar import progress_bar
 from lockcompare.errors import InvalidValueError
 from lockcompare.files import read_capped
 from lockcompare.infra.redis.client import PASSWORD_ENV, redact  # (no redis-py: it is imported when a client connects)
-from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, LIMITS, usable_cpus
+from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, DEFAULT_JOBS, LIMITS, usable_cpus  # noqa: F401  (DEFAULT_JOBS: the CLI reads it here)
 from lockcompare.scenario.parsing import Overrides, Sweep, check_value, cli_text, from_cli
 from lockcompare.scenario.schedule import read_schedule_file
 from lockcompare.scenario.setting import Setting
@@ -26,14 +26,6 @@ from lockcompare.scenario.settings import CLI_SETTINGS, SETTINGS
 if TYPE_CHECKING:  # the runner is imported by the commands that run trials, when they run
     from lockcompare.runner.matrix import MatrixReport
     from lockcompare.runner.plan import ClusterOptions
-
-#: Measured on 2 cores: a trial keeps 0.03-0.7 CPU busy at --time-scale 0.1 (mean ~0.2, pottery
-#: the most) and far less at the lesson's scale, where trials mostly sleep. With 8 the lesson-scale
-#: headline matrix took 4 min 6 s (serial: 26 min 51 s) with every cell matching the serial run,
-#: and the README's main command 91.5 s (serial: 325.6 s); with 4 it took 83 s before pause-free
-#: no-lock trials ran alone. Past 8 the runs are bounded by the solo trials and the longest
-#: client-pause trials, not by slots; the CPU guard trims costly mixes (pottery) at small scales.
-DEFAULT_JOBS = min(4 * usable_cpus(), LIMITS["jobs"][1])
 
 
 # Where the servers come from (run, matrix, bench); the trial settings come from the settings table.

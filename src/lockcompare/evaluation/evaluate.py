@@ -62,7 +62,7 @@ from lockcompare.infra.kinds import Capability, SessionKind, kind_speaking, lack
 from lockcompare.runner.matrix import ProgressCallback, run_matrix
 from lockcompare.runner.plan import ClusterOptions
 from lockcompare.scenario.experiments import get_experiment
-from lockcompare.scenario.limits import check_count
+from lockcompare.scenario.limits import DEFAULT_JOBS, check_count
 from lockcompare.scenario.parsing import Sweep, cli_text
 from lockcompare.scenario.settings import CLI_SETTINGS
 from lockcompare.scenario.trialspec import DEFAULT_ROUNDS, Overrides
@@ -253,6 +253,7 @@ def _evaluate_locked(
             progress=progress,
             sweep=Sweep(fence=fence),
             resume=out.exists(),  # the later matrices add their rows to the first one's file
+            jobs=DEFAULT_JOBS,  # side by side within the CPU budget, as `matrix` runs them (scales.CELLS_AT_ONCE)
         )
     rows = tuple(read_results(out))
     lines = [CardLine(title=r.prop.title, status=r.status, evidence=r.evidence, history=r.history) for r in battery]

@@ -25,7 +25,9 @@ only some of the time, and should run side by side; its budget counts examples, 
 its shrinker cuts the byte stream the strategies drew from, not the steps, nodes and amounts a
 reader of the result cares about. The search here is small: draw, rerun, cut.
 
-The budget is wall time for this invocation. A batch started before the deadline runs to its end;
+The budget is wall time for this invocation. A batch starts only while the time left covers it, at
+the wall cost per trial of the batches so far (the first batch always runs: a search under a 12 s
+budget started a second 15 s batch 10 s in, and took 27 s); a batch that runs long runs to its end;
 once a counterexample is being shrunk, enough is kept back to rate the result, and the rating runs
 even if it overshoots. Whatever happens, :meth:`ExploreReport.budget_text` says what was searched.
 """
@@ -216,11 +218,15 @@ class Explorer:
     def _left_s(self) -> float:
         return self._deadline - self.clock() - self._reserve_s
 
+    def _expected_s(self, trials: int) -> float:
+        """The wall seconds ``trials`` more are expected to take, as the trials so far ran (0 before any)."""
+        return self._ran_s / self._ran * trials if self._ran else 0.0
+
     def _run(self, requests: Sequence[TrialRequest], *, phase: str, force: bool = False) -> list[TrialOutcome] | None:
         """Outcomes of ``requests``, from the cache or run now; None when something must run and the
         budget is spent (unless ``force``)."""
         todo = list(dict.fromkeys(r for r in requests if (r.schedule, r.rounds, r.seed) not in self._cache))
-        if todo and not force and self._left_s() <= 0:
+        if todo and not force and self._left_s() < max(self._expected_s(len(todo)), 1e-9):
             return None
         began = self.clock()
         ran = dict(zip(todo, self.runner.run(todo), strict=True)) if todo else {}

@@ -150,8 +150,10 @@ class Cluster:
         """Tell the pool not to hand this cluster to another trial (e.g. a fault left a node odd)."""
         self._health.broken_reason = reason or "marked broken"
 
-    def problem(self) -> str:
-        """Why this cluster cannot serve another trial, or "" (marked broken, a node down or silent)."""
+    def problem(self, *, ask_servers: bool = True) -> str:
+        """Why this cluster cannot serve another trial, or "" (marked broken, a node down or silent);
+        ``ask_servers=False``: without asking each server to answer (they just did: see the pool's
+        recycle)."""
         if self._health.broken_reason:
             return self._health.broken_reason
         if self.replication is not None and self.replication.problem():
@@ -159,6 +161,8 @@ class Cluster:
         for server in self.all_servers():
             if not server.is_running():
                 return f"{server.name} is not running"
+        if not ask_servers:
+            return ""
         for url in (*self.node_urls, self.resource_url):
             kind = self.kind_of(url)
             if not kind.answers(url, timeout_s=0.5):

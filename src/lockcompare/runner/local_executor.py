@@ -120,7 +120,11 @@ class _LocalRun:
         by_servers: dict[str, TrialSpec] = {}
         for spec in self.todo:
             by_servers.setdefault(lock_servers_of(spec.backend), spec)
-        count = min(self.jobs, len(self.todo)) * max(spec.workers for spec in self.todo)
+        # Workers for as many trials as the CPU budget admits at first, and one more: more than that
+        # rarely ran at once on 2 cores (--jobs 8, ~3 trials at once), and each warm worker costs
+        # ~0.35 CPU-s to start (its imports); a run that admits more later spawns them on demand.
+        at_once = min(self.jobs, len(self.todo), self.budget.admitted_at_first() + 1)
+        count = at_once * max(spec.workers for spec in self.todo)
         planned = self.execution.planned
         probe_concurrently(
             [

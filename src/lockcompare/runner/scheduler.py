@@ -98,6 +98,15 @@ class CpuBudget:
             return True  # however costly, one trial at a time always runs (that is --jobs 1)
         return sum(self.estimate(k) for k in running) + self.estimate(kind) <= self.limit
 
+    def admitted_at_first(self) -> int:
+        """How many trials this budget admits at once before any has been measured (each at the
+        prior; at least one).
+
+        >>> CpuBudget(cpus=2, share=0.75, prior=0.5).admitted_at_first()
+        3
+        """
+        return max(1, math.floor(self.limit / self.prior + 1e-9))
+
     def estimates(self) -> dict[Hashable, float]:
         """Every measured kind's mean busy fraction."""
         return {kind: self.estimate(kind) for kind in self._measured}

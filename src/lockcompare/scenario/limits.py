@@ -31,6 +31,16 @@ LIMITS: dict[str, tuple[int, int, str]] = {
 }
 
 
+#: Measured on 2 cores: a trial keeps 0.03-0.7 CPU busy at --time-scale 0.1 (mean ~0.2, pottery
+#: the most) and far less at the lesson's scale, where trials mostly sleep. With 8 the lesson-scale
+#: headline matrix took 4 min 6 s (serial: 26 min 51 s) with every cell matching the serial run,
+#: and the README's main command 91.5 s (serial: 325.6 s); with 4 it took 83 s before pause-free
+#: no-lock trials ran alone. Past 8 the runs are bounded by the solo trials and the longest
+#: client-pause trials, not by slots; the CPU guard trims costly mixes (pottery) at small scales.
+#: ``matrix`` and ``evaluate``'s matrices use it (evaluate ran its cells one at a time before: issue 54).
+DEFAULT_JOBS = min(4 * usable_cpus(), LIMITS["jobs"][1])
+
+
 def env_name(name: str) -> str:
     return f"LOCKCOMPARE_MAX_{name.upper().replace('-', '_')}"
 

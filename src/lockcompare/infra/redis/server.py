@@ -29,7 +29,7 @@ from pathlib import Path
 import redis
 
 from lockcompare.errors import InvalidValueError, RedisServerNotFoundError, ServerStartError
-from lockcompare.infra.redis.client import connect
+from lockcompare.infra.redis.client import admin_call, connect
 from lockcompare.infra.spawned import SpawnedServer, free_port, release_port
 
 ENV_BINARY = "LOCKCOMPARE_REDIS_SERVER"
@@ -248,38 +248,33 @@ def describe_version(url: str) -> str:
 def pings(url: str, *, timeout_s: float) -> bool:
     """Whether the Redis-protocol server at ``url`` answers PING (the master behind a
     ``redis+sentinel://`` URL: :func:`~lockcompare.infra.redis.client.connect` follows it)."""
-    client = connect(url, timeout_s=timeout_s)
     try:
-        return bool(client.ping())
+        return bool(admin_call(url, lambda client: client.ping(), timeout_s=timeout_s))
     except redis.RedisError:
         return False
-    finally:
-        client.close()
 
 
 def flush_all(urls: Sequence[str]) -> str:
     """FLUSHALL on every Redis-protocol server of ``urls`` (through its sentinels' master on a
     ``redis+sentinel://`` URL: :func:`~lockcompare.infra.redis.client.connect`); "" or the first failure."""
     for url in dict.fromkeys(urls):
-        client = connect(url, timeout_s=1.0)
         try:
-            client.flushall()
+            admin_call(url, lambda client: client.flushall(), timeout_s=1.0)
         except redis.RedisError as exc:
             return f"FLUSHALL failed on {url}: {exc}"
-        finally:
-            client.close()
     return ""
 
 
 def delete_keys_naming(urls: Sequence[str], prefix: str) -> None:
     """Delete the keys naming ``prefix`` (one trial's) on every server of ``urls``."""
+
+    def delete(client: redis.Redis) -> None:
+        keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+
     for url in dict.fromkeys(urls):
-        client = connect(url, timeout_s=1.0)
         try:
-            keys = list(client.scan_iter(match=f"*{prefix}*", count=1000))
-            if keys:
-                client.delete(*keys)
+            admin_call(url, delete, timeout_s=1.0)
         except redis.RedisError:
             pass  # a node that is down has no keys left to clean
-        finally:
-            client.close()
