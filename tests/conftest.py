@@ -4,11 +4,13 @@ etcd and ZooKeeper clusters of the modules that use them, a private temp directo
 
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +25,8 @@ from needs import missing
 #: ``python -m pytest --full`` (CI runs it on every Python). The README's test command runs the
 #: fast tier: pure logic, doctests, and one real-server smoke per kind of server (test_smoke.py).
 FULL_OPTION = "--full"
+#: The marker of a test that runs alone under pytest-xdist (see _alone_when_marked).
+SERIAL = "serial"
 #: Modules wholly in the full tier, by their cost on a 2-core machine (`pytest --durations`): every
 #: trial, cluster, server-kind contract, browser and build test. A new module of that kind joins here
 #: (or marks its heavy tests ``@pytest.mark.full``); the fast tier keeps pure logic, doctests, the
@@ -47,6 +51,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "needs(*names): server kinds (the registry's names) or extras (plot, dask, yaml) the test needs; "
         "where one is missing the test skips, naming the install",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{SERIAL}: a test whose mechanism needs the machine's CPUs to itself (a race it must win or lose "
+        "on time): where pytest-xdist runs tests side by side, no other test runs while it does",
     )
 
 
@@ -81,6 +90,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _LEFT_OUT = pytest.StashKey[int]()
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker, hand what the summary counts to the controller, which prints it."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[_RAN_KEY] = [list(pair) for pair in session.config.stash.get(RAN, [])]
+        workeroutput[_LEFT_OUT_KEY] = session.config.stash.get(_LEFT_OUT, 0)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller, as each worker ends: every worker ran its own share of the doctests
+    (added up) and deselected the same full-tier tests (counted once)."""
+    config = node.config
+    output = getattr(node, "workeroutput", {})
+    config.stash[RAN] = config.stash.get(RAN, []) + [(module, n) for module, n in output.get(_RAN_KEY, [])]
+    config.stash[_LEFT_OUT] = max(config.stash.get(_LEFT_OUT, 0), output.get(_LEFT_OUT_KEY, 0))
+
+
+_RAN_KEY = "lockcompare_doctests_ran"
+_LEFT_OUT_KEY = "lockcompare_full_tier_left_out"
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     ran = config.stash.get(RAN, [])
     if ran:
@@ -111,6 +142,26 @@ def private_runs_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 del os.environ[provenance.RUNS_DIR_ENV]
             else:
                 os.environ[provenance.RUNS_DIR_ENV] = before
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_marked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under pytest-xdist (pyproject's addopts run the suite in worker processes side by side: most
+    tests wait on servers and sleeps), a test marked ``serial`` holds an exclusive lock on a file the
+    workers share and every other test a shared one, so a serial test starts only once the tests
+    beside it have ended and none starts until it ends. A turnstile (the gate) stops the other
+    workers from taking the shared lock again and again while a serial test waits. One process
+    (no xdist, or -n 0): nothing to do."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        yield
+        return
+    run_dir = tmp_path_factory.getbasetemp().parent  # each worker's basetemp is a directory of the run's
+    exclusive = request.node.get_closest_marker(SERIAL) is not None
+    with (run_dir / "serial.gate").open("a") as gate, (run_dir / "serial.lock").open("a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        yield  # the lock is released when the file closes
 
 
 @pytest.fixture(scope="session", autouse=True)
