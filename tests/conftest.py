@@ -4,7 +4,6 @@ etcd and ZooKeeper clusters of the modules that use them, a private temp directo
 
 from __future__ import annotations
 
-import fcntl
 import os
 import tempfile
 import uuid
@@ -20,13 +19,12 @@ from lockcompare.infra import provenance
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.kinds import server_for
 from needs import missing
+from serial_lock import SERIAL_HELP, alone_when_marked  # noqa: F401 (an autouse fixture: imported here, it applies)
 
 #: The full tier (issue 44): modules of real-server trials, clusters and browsers, run by
 #: ``python -m pytest --full`` (CI runs it on every Python). The README's test command runs the
 #: fast tier: pure logic, doctests, and one real-server smoke per kind of server (test_smoke.py).
 FULL_OPTION = "--full"
-#: The marker of a test that runs alone under pytest-xdist (see _alone_when_marked).
-SERIAL = "serial"
 #: Modules wholly in the full tier, by their cost on a 2-core machine (`pytest --durations`): every
 #: trial, cluster, server-kind contract, browser and build test. A new module of that kind joins here
 #: (or marks its heavy tests ``@pytest.mark.full``); the fast tier keeps pure logic, doctests, the
@@ -52,11 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "needs(*names): server kinds (the registry's names) or extras (plot, dask, yaml) the test needs; "
         "where one is missing the test skips, naming the install",
     )
-    config.addinivalue_line(
-        "markers",
-        f"{SERIAL}: a test whose mechanism needs the machine's CPUs to itself (a race it must win or lose "
-        "on time): where pytest-xdist runs tests side by side, no other test runs while it does",
-    )
+    config.addinivalue_line("markers", SERIAL_HELP)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -142,26 +136,6 @@ def private_runs_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
                 del os.environ[provenance.RUNS_DIR_ENV]
             else:
                 os.environ[provenance.RUNS_DIR_ENV] = before
-
-
-@pytest.fixture(autouse=True)
-def _alone_when_marked(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Under pytest-xdist (pyproject's addopts run the suite in worker processes side by side: most
-    tests wait on servers and sleeps), a test marked ``serial`` holds an exclusive lock on a file the
-    workers share and every other test a shared one, so a serial test starts only once the tests
-    beside it have ended and none starts until it ends. A turnstile (the gate) stops the other
-    workers from taking the shared lock again and again while a serial test waits. One process
-    (no xdist, or -n 0): nothing to do."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        yield
-        return
-    run_dir = tmp_path_factory.getbasetemp().parent  # each worker's basetemp is a directory of the run's
-    exclusive = request.node.get_closest_marker(SERIAL) is not None
-    with (run_dir / "serial.gate").open("a") as gate, (run_dir / "serial.lock").open("a") as lock:
-        fcntl.flock(gate, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        fcntl.flock(gate, fcntl.LOCK_UN)
-        yield  # the lock is released when the file closes
 
 
 @pytest.fixture(scope="session", autouse=True)
