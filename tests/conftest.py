@@ -9,6 +9,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from lockcompare.infra import provenance
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.infra.kinds import server_for
 from needs import missing
+from serial_lock import SERIAL_HELP, alone_when_marked  # noqa: F401 (an autouse fixture: imported here, it applies)
 
 #: The full tier (issue 44): modules of real-server trials, clusters and browsers, run by
 #: ``python -m pytest --full`` (CI runs it on every Python). The README's test command runs the
@@ -38,6 +40,22 @@ FULL_TIER_MODULES = frozenset({
 })  # fmt: skip
 
 
+#: The modules that cost most (``pytest --full --durations=0`` on a 2-core machine, issue 54),
+#: dearest first: collected first, so pytest-xdist (``--dist loadscope --no-loadscope-reorder``:
+#: modules handed out in collection order) starts them early and the workers end together, rather
+#: than one worker running a long module at the end while the other waits.
+DEAREST_FIRST = (
+    "test_dask", "test_explore_real", "test_evaluate_settings", "test_lockfree_alternatives", "test_fault_strikes",
+    "test_lifecycle", "test_pgbouncer", "test_conformance", "test_evaluate", "test_wheel", "test_zookeeper_conformance",
+    "test_cgroups",
+)  # fmt: skip
+
+
+def _cost_rank(item: pytest.Item) -> int:
+    stem = item.path.stem
+    return DEAREST_FIRST.index(stem) if stem in DEAREST_FIRST else len(DEAREST_FIRST)
+
+
 def _full_tier(item: pytest.Item) -> bool:
     return item.get_closest_marker("full") is not None or item.path.stem in FULL_TIER_MODULES
 
@@ -48,6 +66,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "needs(*names): server kinds (the registry's names) or extras (plot, dask, yaml) the test needs; "
         "where one is missing the test skips, naming the install",
     )
+    config.addinivalue_line("markers", SERIAL_HELP)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -67,7 +86,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without --full, leave out (deselect, and say so) the full tier's tests."""
+    """The dearest modules first (a stable sort: the rest keep their order); without --full, leave out
+    (deselect, and say so) the full tier's tests."""
+    items.sort(key=_cost_rank)
     if config.getoption(FULL_OPTION):
         return
     kept = [item for item in items if not _full_tier(item)]
@@ -79,6 +100,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 _LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker, hand what the summary counts to the controller, which prints it."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[_RAN_KEY] = [list(pair) for pair in session.config.stash.get(RAN, [])]
+        workeroutput[_LEFT_OUT_KEY] = session.config.stash.get(_LEFT_OUT, 0)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist's controller, as each worker ends: every worker ran its own share of the doctests
+    (added up) and deselected the same full-tier tests (counted once)."""
+    config = node.config
+    output = getattr(node, "workeroutput", {})
+    config.stash[RAN] = config.stash.get(RAN, []) + [(module, n) for module, n in output.get(_RAN_KEY, [])]
+    config.stash[_LEFT_OUT] = max(config.stash.get(_LEFT_OUT, 0), output.get(_LEFT_OUT_KEY, 0))
+
+
+_RAN_KEY = "lockcompare_doctests_ran"
+_LEFT_OUT_KEY = "lockcompare_full_tier_left_out"
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:

@@ -166,6 +166,8 @@ def test_pids_max_refuses_a_fork_past_the_limit_and_counts_it() -> None:
                 refused += 1
                 continue
             if pid == 0:
+                os.close(1)  # the pipe's end: the run ends when the program does, not the sleepers
+                os.close(2)
                 time.sleep(30)
                 os._exit(0)
         print(refused)

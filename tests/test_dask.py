@@ -45,6 +45,7 @@ def _verdicts(out: Path) -> dict[tuple[str, str], set[str]]:
     return cells
 
 
+@pytest.mark.serial  # its comparison needs trials that are not timing-marked on both executors
 def test_a_dask_cluster_gives_the_local_executors_verdicts_and_one_row_per_trial(
     cluster: distributed.LocalCluster, tmp_path: Path
 ) -> None:

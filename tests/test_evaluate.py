@@ -140,6 +140,7 @@ def test_redlock_passes_its_card(tmp_path: Path) -> None:
     assert "every claimed property holds (exit 0)" in render_card(card, fmt="markdown")
 
 
+@pytest.mark.serial  # a stalled baseline trial adds a FAIL line of the machine's (seen beside two other workers)
 def test_the_careless_lock_fails_from_the_command_line_via_plugin_path(tmp_path: Path) -> None:
     """A real console run in another directory: --plugin-path reaches the spawned workers too."""
     out = tmp_path / "ev.csv"

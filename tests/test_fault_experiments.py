@@ -30,6 +30,7 @@ def _trial(backend: str, experiment: str, cluster, **kw):
     return run_trial(spec=spec, cluster=cluster, run_id=new_run_id())
 
 
+@pytest.mark.serial  # the rival's retries must land in the restart's window
 def test_a_majority_restarted_empty_lets_a_second_redlock_holder_in_and_the_history_says_so() -> None:
     # Every injection leaves the holder short of a majority; whether the rival's retries land in the
     # window is timing. Six leases of worker 0 give it six chances: three were not enough once on a
