@@ -64,7 +64,7 @@ def render_card(card: ReportCard, *, fmt: str = "text") -> str:
 _DAMAGE = (
     ("client-pause", "under a pause longer than the TTL", "unsafe without fencing at the resource"),
     ("short-ttl", "with a TTL shorter than the work", "keep the TTL above the longest critical section"),
-    (SESSION_EXPERIMENT, "when the database ended the holder's session", "unsafe without fencing at the resource"),
+    (SESSION_EXPERIMENT, "when the lock server ended the holder's session", "unsafe without fencing at the resource"),
 )
 
 

@@ -53,6 +53,7 @@ class _Read:
     started_ns: int  # when it was asked for
     future: Future[Any] | None = None
     ran_ns: int | None = None  # when it actually began (it may queue behind another)
+    done_ns: int | None = None  # when it ended (a read still running as a fault acts read some nodes after it)
 
 
 @dataclass
@@ -223,7 +224,10 @@ class Aim:
 
         def run() -> Any:
             entry.ran_ns = now_ns()
-            return read()
+            try:
+                return read()
+            finally:
+                entry.done_ns = now_ns()
 
         entry.future = self._pool.submit(run)
         self._reads.setdefault(key, []).append(entry)
@@ -231,8 +235,10 @@ class Aim:
 
     def evidence_since(self, key: object, since_ns: int, *, before_ns: int) -> Fetched | None:
         """After a fault acted at ``before_ns``: the newest read of ``key`` asked for since ``since_ns``
-        (waited for now — the action is done), if it began before the action; None otherwise. What the
-        nodes held as the fault struck, read ahead of it, recorded without delaying it."""
+        (waited for now — the action is done), if it ran wholly before the action; None otherwise. What
+        the nodes held as the fault struck, read ahead of it, recorded without delaying it. A read still
+        running as the fault acted is no evidence: it read some nodes after the fault (a restarted node
+        unreadable, or empty), not what they held as it struck."""
         reads = [r for r in self._reads.get(key, ()) if r.started_ns >= since_ns]
         if not reads:
             return None
@@ -241,7 +247,7 @@ class Aim:
             value = _future(read).result()
         except Exception:  # noqa: BLE001 - evidence only: a failed read is recorded as none
             return None
-        if read.ran_ns is None or read.ran_ns > before_ns:
+        if read.ran_ns is None or read.done_ns is None or read.done_ns > before_ns:
             return None
         return Fetched(value=value, started_ns=read.ran_ns, wait_ms=0.0)
 

@@ -385,7 +385,9 @@ class FaultScheduler:
             evidence = self._aim.evidence_since(HOLDERS, since, before_ns=t0)
             if evidence is not None:
                 extra |= {"holders": evidence.value, "holders_age_ms": round((t0 - evidence.started_ns) / 1e6, 3)}
-            elif lease is not None and lease.granted_by is not None:  # none began before it: what the grant says
+            elif (
+                lease is not None and lease.granted_by is not None
+            ):  # no read ran wholly before it: what the grant says
                 granted = lease.granted_by
                 extra["holders"] = [lease.owner if i in granted else None for i in range(self.node_count)]
                 extra["holders_from"] = "granted_by"
