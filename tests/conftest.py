@@ -60,6 +60,25 @@ def _full_tier(item: pytest.Item) -> bool:
     return item.get_closest_marker("full") is not None or item.path.stem in FULL_TIER_MODULES
 
 
+#: pytest-xdist workers when the command line names none (``-n 0``: one process).
+DEFAULT_WORKERS = 2
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own (registered earlier, so called later)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Two xdist workers, each module on one of them in the order above (``--dist loadscope
+    --no-loadscope-reorder``), unless ``-n`` was given, this is a worker, or pytest-xdist is not
+    installed (``pip install -e . pytest``: the suite then runs in one process, as it must).
+    Not in pyproject's addopts: there ``-n`` is an error wherever xdist is missing."""
+    if not hasattr(config.option, "numprocesses") or hasattr(config, "workerinput"):
+        return
+    if config.option.numprocesses is None and not config.getoption("collectonly"):
+        config.option.numprocesses = DEFAULT_WORKERS
+        if config.option.dist == "no":
+            config.option.dist = "loadscope"
+        config.option.loadscopereorder = False
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
