@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
 CONFTEST = """
@@ -49,6 +51,7 @@ def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
 
 
 def test_a_serial_test_runs_alone_while_the_others_run_side_by_side(tmp_path: Path) -> None:
+    pytest.importorskip("xdist", reason="needs pytest-xdist: pip install -e '.[test]'")
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_body.py").write_text(BODY)
     log = tmp_path / "ran.log"

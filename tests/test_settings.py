@@ -165,6 +165,8 @@ def test_every_cell_command_of_a_committed_file_rebuilds_its_trial_ids(path: Pat
                 # measured the missing renewal, not the fault; issue 48.3: kazoo and Curator keep no
                 # session under 500 ms alive. The plan now leaves such cells out with that reason; the
                 # files measured before keep their rows (docs/experiments.md and zookeeper.md say so).
+                # Issue 55: a fault aimed at the holder's member cannot be aimed at a client connected
+                # to every member (etcd's Go client): its trials were all unknown; now left out.
                 reason = str(exc)
                 assert (
                     ("holds no lease on any lock node" in reason and cell.backend in LOCK_FREE)
@@ -176,6 +178,7 @@ def test_every_cell_command_of_a_committed_file_rebuilds_its_trial_ids(path: Pat
                     or "the lock does not renew its lease" in reason
                     or "no ZooKeeper session shorter than" in reason
                     or "needs a TTL of at least 500 ms" in reason
+                    or ("connected to every lock node" in reason and cell.experiment == "holder-minority")
                 ), (command, exc)
                 continue
             rebuilt = {s.trial_id for s in specs}
