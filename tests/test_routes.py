@@ -15,12 +15,16 @@ import pytest
 from lockcompare.errors import UnknownNameError
 from lockcompare.evaluation.battery_base import PRIVATE_NODES, battery_cluster
 from lockcompare.faults import plan as fault_plan
-from lockcompare.infra.kinds import get_kind, protocols_spoken, registered
-from lockcompare.protocols import DEFAULT_PROTOCOL
+from lockcompare.infra.kinds import get_kind, protocols_spoken, registered, settings_taken
+from lockcompare.protocols import DEFAULT_PROTOCOL, POSTGRES_PROTOCOL
 from lockcompare.runner.lock_servers import lock_servers_from
 from lockcompare.runner.resource import registered_resources, resource_speaking
 from lockcompare.scenario.choices import RESOURCE_KINDS
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.parsing import Overrides
 from lockcompare.scenario.schedule import parse_schedule
+from lockcompare.scenario.settings import SETTINGS_LIST
+from lockcompare.scenario.trialspec import make_spec
 
 REDIS_URLS = ("redis://127.0.0.1:7001", "redis://127.0.0.1:7002")
 PG_URL = "postgresql://lc@127.0.0.1:5432/lc"
@@ -115,3 +119,29 @@ def test_an_ensemble_only_where_a_step_faults_more_than_the_one_server(schedule:
     count = lock_nodes.count(asked=None, run=5, struck=fault_plan.touches_servers(parsed),
                              restarts_node_0_only=fault_plan.restarts_node_0_only(parsed))  # fmt: skip
     assert count == servers
+
+
+def test_a_setting_the_servers_take_applies_where_their_kind_declares_it() -> None:
+    """--idle-session-timeout-ms acts on PostgreSQL's lock sessions: the postgres kind declares it
+    (its capabilities' ``settings``), the runner hands a trial the settings its kind takes, and the
+    settings table applies the setting only where they name it (it names no protocol itself)."""
+    assert settings_taken(POSTGRES_PROTOCOL) == {"idle_session_timeout_ms"}
+    assert settings_taken(DEFAULT_PROTOCOL) == frozenset()
+    assert settings_taken("no-such-protocol") == frozenset()
+
+    def timeout_ms(taken: frozenset[str]) -> float:
+        return make_spec(
+            backend="pg-advisory", experiment=get_experiment("partition"), trial=0,
+            overrides=Overrides(idle_session_timeout_ms=100, time_scale=0.5), lock_servers=POSTGRES_PROTOCOL,
+            server_settings=taken,
+        ).idle_session_timeout_ms  # fmt: skip
+
+    assert timeout_ms(settings_taken(POSTGRES_PROTOCOL)) == 50.0  # taken, and scaled
+    assert timeout_ms(frozenset()) == 0.0  # the same protocol, a kind that does not take it: neutral
+
+
+def test_the_settings_the_kinds_declare_are_the_ones_the_table_lets_servers_take() -> None:
+    """Both ways: a kind declares only settings the table marks ``taken_by_servers`` (another would
+    never apply), and each such setting is taken by some installed kind (else it never would)."""
+    declared = {name for kind in registered().values() for name in kind.capabilities.settings}
+    assert declared == {setting.name for setting in SETTINGS_LIST if setting.taken_by_servers}
