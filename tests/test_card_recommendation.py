@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from lockcompare.analysis.results import COLUMNS
+from lockcompare.evaluation.card_lines import CardLine
 from lockcompare.evaluation.card_text import recommendation, render_card
 from lockcompare.evaluation.conformance import Status
-from lockcompare.evaluation.evaluate import CardLine, ReportCard
+from lockcompare.evaluation.evaluate import ReportCard
 
 _TRIALS = itertools.count()
 

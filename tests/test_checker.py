@@ -6,15 +6,9 @@ import math
 
 import pytest
 
-from lockcompare.analysis.checker import (
-    Interval,
-    check,
-    concurrency_profile,
-    cs_intervals,
-    overlap_conflicts,
-    stale_writes,
-)
+from lockcompare.analysis.checker import check, stale_writes
 from lockcompare.analysis.counters import ResourceCounters
+from lockcompare.analysis.critical_sections import Interval, concurrency_profile, cs_intervals, overlap_conflicts
 
 MS = 1_000_000  # ns
 

@@ -12,9 +12,10 @@ from typer.testing import CliRunner
 
 from lockcompare.cli import app
 from lockcompare.evaluation.backend_host import Claims
+from lockcompare.evaluation.card_lines import judge_experiments
 from lockcompare.evaluation.card_text import render_card
 from lockcompare.evaluation.conformance import Status
-from lockcompare.evaluation.evaluate import evaluate, judge_experiments
+from lockcompare.evaluation.evaluate import evaluate
 
 REPO = Path(__file__).resolve().parents[1]
 

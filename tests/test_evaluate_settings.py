@@ -229,9 +229,10 @@ def test_explore_blames_a_lock_that_fails_without_faults_and_prints_a_command_th
 
 
 def test_the_card_says_the_settings_and_the_scales_it_ran_at(tmp_path: Path) -> None:
+    from lockcompare.evaluation.card_lines import CardLine
     from lockcompare.evaluation.card_text import render_card
     from lockcompare.evaluation.conformance import Status as CardStatus
-    from lockcompare.evaluation.evaluate import CardLine, ReportCard
+    from lockcompare.evaluation.evaluate import ReportCard
 
     card = ReportCard(
         backend="redis-lock-renew", summary="s", lines=(CardLine(title="t", status=CardStatus.PASS, evidence="e"),),

@@ -7,13 +7,9 @@ from multiprocessing import Pipe
 
 import pytest
 
-from lockcompare.analysis.checker import (
-    check,
-    entry_conflicts,
-    foreign_releases,
-    grants_while_held,
-)
+from lockcompare.analysis.checker import check, foreign_releases, grants_while_held
 from lockcompare.analysis.counters import ResourceCounters
+from lockcompare.analysis.critical_sections import entry_conflicts
 from lockcompare.runner.contend import DoneTracker, Inbox
 from test_checker import MS, HistoryBuilder
 

@@ -12,7 +12,7 @@ import pytest
 
 from lockcompare.analysis.history import Recorder
 from lockcompare.backends import Lease, Refusal, declaration_problems
-from lockcompare.runner.worker import CallSlot, lease_check
+from lockcompare.runner.backend_calls import CallSlot, lease_check
 
 S = 1_000_000_000  # ns
 

@@ -11,8 +11,8 @@ import pytest
 from lockcompare.analysis.evidence import LEASE_TOLERANCE_MS, grant_depths_ms, grants_while_held
 from lockcompare.analysis.results import make_row
 from lockcompare.evaluation.backend_host import claims_of
+from lockcompare.evaluation.card_lines import judge_experiments
 from lockcompare.evaluation.conformance import Status, battery, check_property, property_named
-from lockcompare.evaluation.evaluate import judge_experiments
 from lockcompare.infra.cluster import Cluster
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment

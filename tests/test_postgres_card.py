@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from lockcompare.evaluation.backend_host import Claims
+from lockcompare.evaluation.card_lines import judge_experiments
 from lockcompare.evaluation.conformance import Status
-from lockcompare.evaluation.evaluate import judge_experiments
 
 
 def row(experiment: str, *, conflicts: int = 0, lost: int = 0) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from lockcompare.backends import BackendConfig, Lease, Refusal
 from lockcompare.backends.single import SingleNodeLock
 from lockcompare.errors import ReleaseFailed
 from lockcompare.render.timeline import render_timeline
-from lockcompare.runner.worker import CallSlot, RefusalMessages, WorkerPlan, acquire_until_deadline, release_recorded
+from lockcompare.runner.backend_calls import CallSlot, RefusalMessages, acquire_until_deadline, release_recorded
+from lockcompare.runner.worker import WorkerPlan
 from lockcompare.scenario.choices import Check, PauseHow, PausePoint
 
 

@@ -5,16 +5,26 @@ server starts (the URLs are parsed, never dialled)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from lockcompare.errors import UnknownNameError
 from lockcompare.evaluation.battery_base import PRIVATE_NODES, battery_cluster
 from lockcompare.faults import plan as fault_plan
-from lockcompare.infra.kinds import get_kind, protocols_spoken, registered
-from lockcompare.protocols import DEFAULT_PROTOCOL, RESOURCE_PROTOCOLS
+from lockcompare.infra.kinds import get_kind, protocols_spoken, registered, settings_taken
+from lockcompare.protocols import DEFAULT_PROTOCOL, POSTGRES_PROTOCOL
 from lockcompare.runner.lock_servers import lock_servers_from
 from lockcompare.runner.resource import registered_resources, resource_speaking
+from lockcompare.scenario.choices import RESOURCE_KINDS
+from lockcompare.scenario.experiments import get_experiment
+from lockcompare.scenario.parsing import Overrides
 from lockcompare.scenario.schedule import parse_schedule
+from lockcompare.scenario.settings import SETTINGS_LIST
+from lockcompare.scenario.trialspec import make_spec
 
 REDIS_URLS = ("redis://127.0.0.1:7001", "redis://127.0.0.1:7002")
 PG_URL = "postgresql://lc@127.0.0.1:5432/lc"
@@ -22,9 +32,37 @@ ZK_URL = "zk://127.0.0.1:2181"
 
 
 def test_the_resource_choices_are_the_installed_resources() -> None:
-    """--resource-kind's choices (a value list for the pure settings table) name every installed
-    resource and nothing else."""
-    assert sorted(RESOURCE_PROTOCOLS) == sorted(registered_resources())
+    """--resource-kind's choices (a value list for the pure settings table) name every resource the
+    runner loads and nothing else, after "auto" and the default protocol."""
+    assert RESOURCE_KINDS[:2] == ("auto", DEFAULT_PROTOCOL)
+    assert sorted(RESOURCE_KINDS[1:]) == sorted(registered_resources())
+
+
+#: A check run in a fresh interpreter (the choices are read once, at import): the settings table's
+#: choices, and whether --resource-kind takes the plug-in's protocol.
+_CHOICES = """
+from lockcompare.scenario.parsing import setting_for_flag, _convert
+setting = setting_for_flag("--resource-kind")
+print(",".join(setting.choices), _convert(setting, "memcached"))
+"""
+
+
+def test_a_plug_in_resource_is_a_choice_without_an_edit_and_without_being_loaded(tmp_path: Path) -> None:
+    """A distribution that declares a resource under ``lockcompare.resources`` (a dist-info directory
+    on the path is what installing it does for importlib.metadata) is one of --resource-kind's
+    choices. Its module does not exist: the choices are the registry's names, nothing is loaded."""
+    info = tmp_path / "lockcompare_memcached-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lockcompare-memcached\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[lockcompare.resources]\nmemcached = lockcompare_memcached_absent:Nothing\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(
+        [sys.executable, "-c", _CHOICES], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["auto,redis,memcached,postgres", "memcached"]
 
 
 def test_a_fault_on_the_resource_link_asks_the_resource_whether_its_link_is_proxied() -> None:
@@ -81,3 +119,29 @@ def test_an_ensemble_only_where_a_step_faults_more_than_the_one_server(schedule:
     count = lock_nodes.count(asked=None, run=5, struck=fault_plan.touches_servers(parsed),
                              restarts_node_0_only=fault_plan.restarts_node_0_only(parsed))  # fmt: skip
     assert count == servers
+
+
+def test_a_setting_the_servers_take_applies_where_their_kind_declares_it() -> None:
+    """--idle-session-timeout-ms acts on PostgreSQL's lock sessions: the postgres kind declares it
+    (its capabilities' ``settings``), the runner hands a trial the settings its kind takes, and the
+    settings table applies the setting only where they name it (it names no protocol itself)."""
+    assert settings_taken(POSTGRES_PROTOCOL) == {"idle_session_timeout_ms"}
+    assert settings_taken(DEFAULT_PROTOCOL) == frozenset()
+    assert settings_taken("no-such-protocol") == frozenset()
+
+    def timeout_ms(taken: frozenset[str]) -> float:
+        return make_spec(
+            backend="pg-advisory", experiment=get_experiment("partition"), trial=0,
+            overrides=Overrides(idle_session_timeout_ms=100, time_scale=0.5), lock_servers=POSTGRES_PROTOCOL,
+            server_settings=taken,
+        ).idle_session_timeout_ms  # fmt: skip
+
+    assert timeout_ms(settings_taken(POSTGRES_PROTOCOL)) == 50.0  # taken, and scaled
+    assert timeout_ms(frozenset()) == 0.0  # the same protocol, a kind that does not take it: neutral
+
+
+def test_the_settings_the_kinds_declare_are_the_ones_the_table_lets_servers_take() -> None:
+    """Both ways: a kind declares only settings the table marks ``taken_by_servers`` (another would
+    never apply), and each such setting is taken by some installed kind (else it never would)."""
+    declared = {name for kind in registered().values() for name in kind.capabilities.settings}
+    assert declared == {setting.name for setting in SETTINGS_LIST if setting.taken_by_servers}

@@ -203,3 +203,24 @@ def test_the_table_declares_each_setting_once_and_the_spec_has_a_field_for_each(
             assert setting.name in fields, setting.name
     flags = [s.flag for s in CLI_SETTINGS]
     assert len(flags) == len(set(flags))
+
+
+def test_a_setting_the_servers_take_is_said_where_the_row_recorded_it_taken() -> None:
+    """The report's command says --idle-session-timeout-ms for a row whose lock servers took it (a
+    value other than the neutral 0), and not for a row where it was neutral; either way the command
+    plans the row's own trial. Offline no kind is loaded: the row's value is what tells."""
+    pytest.importorskip("psycopg")
+    backend = BACKEND_FOR["idle_session_timeout_ms"]
+    base = ["--backends", backend, "--experiments", "partition", "--time-scale", "0.5"]
+    (taken,) = plan([*base, "--idle-session-timeout-ms", "100"])
+    (untaken,) = plan(["--backends", "single", "--experiments", "partition", "--idle-session-timeout-ms", "100"])
+    (at_zero,) = plan(base)
+    assert (taken.idle_session_timeout_ms, untaken.idle_session_timeout_ms, at_zero.idle_session_timeout_ms) == (
+        50.0, 0.0, 0.0,
+    )  # fmt: skip
+    for spec, said in ((taken, True), (untaken, False), (at_zero, False)):
+        command = matrix_command([row_of(spec)])
+        assert ("--idle-session-timeout-ms" in command) is said, command
+        assert "--idle-session-timeout-ms 100" in command or not said, command
+        (again,) = plan(shlex.split(command.split("  #")[0])[1:])
+        assert again.trial_id == spec.trial_id

@@ -3,7 +3,7 @@
 No Redis here, so every rule can be tested on hand-built histories. Conflicts are measured twice,
 independently: by the resource (its INCR of the occupancy counter returned more than 1) and from
 the workers' critical-section intervals on the shared monotonic clock (an entry that falls inside
-another worker's interval). Each step's instant is taken as the midpoint of its ``t0``/``t1``
+another worker's interval: critical_sections.py). Each step's instant is taken as the midpoint of its ``t0``/``t1``
 (the request took effect somewhere between send and reply, a loopback round trip of ~0.15 ms).
 
 A checker that cannot make sense of a history says ``unknown``, never ``exclusive``. Nor is a
@@ -30,6 +30,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 
 from lockcompare.analysis.counters import ResourceCounters
+from lockcompare.analysis.critical_sections import (
+    Interval,
+    concurrency_profile,
+    cs_intervals,
+    entry_conflicts,
+    overlap_conflicts,
+)
 from lockcompare.analysis.duplicates import double_applications
 from lockcompare.analysis.evidence import (
     backwards_writes_accepted,
@@ -63,7 +70,7 @@ from lockcompare.analysis.verdicts import MEANINGS
 #: refused by the resource.
 VERDICT_MEANINGS = MEANINGS
 
-__all__ = [  # the evidence functions are re-exported: they were defined here before evidence.py
+__all__ = [  # re-exported: defined here before evidence.py and critical_sections.py
     "VERDICT_MEANINGS", "Interval", "TrialMetrics", "backwards_writes_accepted", "check",
     "concurrency_profile", "cs_intervals", "entry_conflicts", "foreign_releases", "format_refusals",
     "grants_while_held", "overlap_conflicts", "parse_refusals", "refusal_counts", "stale_writes",
@@ -124,14 +131,6 @@ class TrialMetrics:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class Interval:
-    worker: int
-    start_ns: float
-    end_ns: float
-    extra: bool = False  # a section of an extra round (contend workload)
-
-
 #: Verdicts that claim the lock held (in full or over what ran): never given to a trial whose fault
 #: never struck — it measured the lock without the fault it was about.
 SAFE_VERDICTS = ("exclusive", "degraded", "starved")
@@ -173,86 +172,6 @@ def released_nothing_note(history: Sequence[Event], *, n: int, total: int) -> st
         n=n, total=total, fault=first.get("fault", "fault"), ended=sum(len(e["sessions_ended"]) for e in kills),
         example=example, round=first.get("round"),
     )  # fmt: skip
-
-
-def midpoint(event: Event) -> float:
-    return (int(event["t0"]) + int(event["t1"])) / 2
-
-
-@implements("history-usable")
-def sections(history: Sequence[Event]) -> list[tuple[Event, Event]]:
-    """Each worker's critical sections as (``enter``, matching ``exit``) events, by start.
-
-    Raises ValueError when an enter has no exit (or the other way round): such a history
-    cannot support a verdict.
-    """
-    open_at: dict[int, Event] = {}
-    pairs = []
-    for event in sorted(history, key=lambda e: e["t0"]):
-        worker, kind = event["worker"], event["kind"]
-        if kind == "enter":
-            if worker in open_at:
-                raise ValueError(f"worker {worker} entered twice without exiting (round {event['round']})")
-            open_at[worker] = event
-        elif kind == "exit":
-            if worker not in open_at:
-                raise ValueError(f"worker {worker} exited without entering (round {event['round']})")
-            pairs.append((open_at.pop(worker), event))
-    if open_at:
-        raise ValueError(f"workers {sorted(open_at)} entered and never exited")
-    return sorted(pairs, key=lambda pair: midpoint(pair[0]))
-
-
-def cs_intervals(history: Sequence[Event]) -> list[Interval]:
-    """Each worker's critical sections, from the midpoint of ``enter`` to that of its ``exit``."""
-    return [
-        Interval(enter["worker"], midpoint(enter), midpoint(exit_), extra=bool(enter.get("extra")))
-        for enter, exit_ in sections(history)
-    ]
-
-
-def overlap_conflicts(intervals: Sequence[Interval]) -> int:
-    """Entries that happened while another worker was inside (start strictly within its interval),
-    when planned work is involved: an entry and a section that are both extra do not count."""
-    return sum(
-        1
-        for a in intervals
-        if any(
-            b.worker != a.worker and b.start_ns < a.start_ns < b.end_ns and not (a.extra and b.extra) for b in intervals
-        )
-    )
-
-
-@implements("conflicts", "planned-rounds")
-def entry_conflicts(history: Sequence[Event]) -> int:
-    """Entries the resource saw with another worker inside (``inside`` > 1), when planned work is
-    involved: a planned entry always counts; an extra entry only if another worker's planned
-    section was open then (its widest span, enter's t0 to exit's t1, holds the entry's midpoint)."""
-    pairs = sections(history)
-    planned_spans = [(e["worker"], e["t0"], x["t1"]) for e, x in pairs if not e.get("extra")]
-    counted = 0
-    for enter, _ in pairs:
-        if enter["inside"] <= 1:
-            continue
-        at = midpoint(enter)
-        if not enter.get("extra") or any(w != enter["worker"] and t0 <= at <= t1 for w, t0, t1 in planned_spans):
-            counted += 1
-    return counted
-
-
-def concurrency_profile(intervals: Sequence[Interval]) -> tuple[int, float]:
-    """(max workers inside at once, total ms with two or more inside), by a sweep over the edges."""
-    edges = sorted([(i.start_ns, 1) for i in intervals] + [(i.end_ns, -1) for i in intervals])
-    inside = peak = 0
-    overlap_ns = 0.0
-    last = None
-    for t, step in edges:  # at equal times exits (-1) sort first: touching intervals do not overlap
-        if inside >= 2 and last is not None:
-            overlap_ns += t - last
-        inside += step
-        peak = max(peak, inside)
-        last = t
-    return peak, overlap_ns / 1e6
 
 
 @implements("lost-updates", "double-applied", "conflicts", "unavailable", "starved", "degraded")

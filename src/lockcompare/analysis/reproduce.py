@@ -6,7 +6,9 @@ scale (divided back) with the same ``--time-scale``, so a rerun writes rows whos
 column, ``time_scale`` included, equals the original's. Every setting of the settings table
 (scenario/settings.py) is written out, in the table's order, even where it equals today's default, so the
 command still means the same when a default changes; a setting that does not apply to the trial (a
-pause point without a pause, fault settings without a fault) is left out.
+pause point without a pause, fault settings without a fault) is left out, and so is a setting the lock
+servers take (``--idle-session-timeout-ms``) at its neutral value: which kind takes it is the kind's to
+say, and no kind is loaded here.
 
 The CSV keeps each trial's derived seed, not the run's ``--seed``: the command says ``--seed 1``
 when seed 1 derives the stored one (the default, checked), and says the seed is unknown otherwise.
@@ -35,6 +37,7 @@ from typing import Any, get_args, get_type_hints
 from lockcompare.errors import UnknownNameError
 from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.parsing import cli_text
+from lockcompare.scenario.setting import SERVER_SETTINGS
 from lockcompare.scenario.settings import CLI_SETTINGS, SETTINGS
 from lockcompare.scenario.trialspec import IDENTITY_SETTINGS, TrialSpec, catalogue_faults, trial_seed
 
@@ -132,6 +135,7 @@ def _arguments(row: dict[str, Any]) -> list[str]:
     except UnknownNameError:
         context = {}
     context |= {"supports_wait_replicas": True} | {k: v for k, v in row.items() if k in SETTINGS}
+    context[SERVER_SETTINGS] = _server_settings_recorded(row)
     args: list[str] = []
     for setting in CLI_SETTINGS:
         if setting.name == "seed":
@@ -154,6 +158,25 @@ def _arguments(row: dict[str, Any]) -> list[str]:
     if _seed_is(row, base=1):
         args += ["--seed", "1"]
     return args
+
+
+def _server_settings_recorded(row: Mapping[str, Any]) -> frozenset[str]:
+    """The settings taken by the lock servers (``taken_by_servers``) that the row recorded at another
+    value than their neutral one. Which kind takes which is the kind's to declare (infra/kinds.py),
+    and no kind is loaded here (analysis imports no infra): a setting at its neutral value is left
+    out of the command, which then plans the same trial (the runner gives it that value where the
+    kind does not take it, and it equals the default where the kind does)."""
+    taken = set()
+    for setting in SETTINGS.values():
+        value = row.get(setting.name)
+        if not setting.taken_by_servers or value is None or value == "":
+            continue
+        try:
+            if float(value) != float(setting.neutral):
+                taken.add(setting.name)
+        except (TypeError, ValueError):
+            taken.add(setting.name)  # not a number: not the neutral 0 either, said as recorded
+    return frozenset(taken)
 
 
 def _seed_is(row: dict[str, Any], *, base: int) -> bool:

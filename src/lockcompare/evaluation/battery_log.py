@@ -56,7 +56,7 @@ class BatteryLog:
         self.add(kind, worker=BATTERY, t0=now if t0 is None else t0, t1=now, **fields)
 
     def renewals(self, records: Iterable[dict[str, Any]], *, worker: int, round_: int) -> None:
-        """A renewing client's own records, as a trial's worker writes them (runner/worker.py
+        """A renewing client's own records, as a trial's worker writes them (runner/backend_calls.py
         record_renewals: a record with a ``kind`` is an event of that kind, else ``renew``)."""
         for record in records:
             fields = dict(record)

@@ -6,9 +6,10 @@ from tabulate import tabulate
 
 from lockcompare.errors import InvalidValueError
 from lockcompare.evaluation.battery_base import Status
+from lockcompare.evaluation.card_lines import SESSION_EXPERIMENT
 from lockcompare.evaluation.card_totals import totals
 from lockcompare.evaluation.defaults import CARD_FORMATS
-from lockcompare.evaluation.evaluate import SESSION_EXPERIMENT, WORKLOAD, ReportCard
+from lockcompare.evaluation.evaluate import WORKLOAD, ReportCard
 from lockcompare.render import table
 
 

@@ -176,6 +176,11 @@ class Capabilities:
     #: leader among them (an election, as the kind runs here): 0 for a kind that does not say (the
     #: conformance battery then allows its own 3 s, an etcd election's).
     recovery_ms: int = 0
+    #: The trial settings (by their name in scenario/settings.py) that act on its servers, e.g. a
+    #: session setting PostgreSQL applies to each lock session: such a setting (``taken_by_servers``)
+    #: applies to a trial only when the kind of its lock nodes declares it here (:func:`settings_taken`);
+    #: elsewhere it takes its neutral value. The settings table names no kind: the kind names the setting.
+    settings: frozenset[str] = frozenset()
 
 
 @runtime_checkable
@@ -367,6 +372,14 @@ def kind_speaking(protocol: str) -> ServerKind | None:
     chosen a kind (the battery, explore), without looking for binaries."""
     speaking = kinds_speaking(protocol)
     return speaking[0] if speaking else None
+
+
+def settings_taken(protocol: str) -> frozenset[str]:
+    """The trial settings that act on the lock servers of a backend whose ``servers`` is
+    ``protocol``: what the kind named for it declares (its capabilities' ``settings``); none when
+    no installed kind speaks it. The runner gives them to the trial's spec (``server_settings``)."""
+    kind = kind_speaking(protocol)
+    return kind.capabilities.settings if kind is not None else frozenset()
 
 
 def kind_of_url(url: str) -> ServerKind:

@@ -19,7 +19,7 @@ from lockcompare.render.table import format_table
 
 #: The fields worth showing per kind of step, in order.
 _DETAILS = {
-    # ``errors``: the refusal details this worker met here for the first time (runner/worker.py);
+    # ``errors``: the refusal details this worker met here for the first time (runner/backend_calls.py);
     # ``ttl_ms``: a battery check's.
     "acquire": ("ok", "attempts", "fence", "granted_by", "server", "refusals", "errors", "ttl_ms"),
     "pause": ("how", "point"),

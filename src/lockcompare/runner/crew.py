@@ -37,7 +37,8 @@ from lockcompare.infra.lifecycle import (
     terminate_group,
 )
 from lockcompare.infra.procgroup import boot_ticks, end_descendants, kill_group
-from lockcompare.runner.worker import SHARED_WORDS, START_TIMEOUT_S, CallSlot, WorkerPlan, worker_main
+from lockcompare.runner.backend_calls import SHARED_WORDS, CallSlot
+from lockcompare.runner.worker import START_TIMEOUT_S, WorkerPlan, worker_main
 
 #: How long a worker that sent its final message may take to say it is idle again.
 _IDLE_TIMEOUT_S = 2.0

@@ -32,6 +32,7 @@ from lockcompare.infra.kinds import (
     kinds_speaking,
     lacks,
     server_for,
+    settings_taken,
 )
 from lockcompare.protocols import SERVER_OPTION_PROTOCOL
 from lockcompare.runner.lock_servers import NO_LOCK_SERVERS, LockServers, protocol_of_alias, routes
@@ -140,6 +141,7 @@ def plan_matrix(
             resource_check=check_for(cls, fence=cell.given("fence") or experiment.fence or cell.fence),
             supports_wait_replicas=traits_of(cls).supports_wait_replicas,
             lock_servers=traits_of(cls).servers,
+            server_settings=settings_taken(traits_of(cls).servers),
             backend_resource_kind=traits_of(cls).resource_kind,
             backend_timeout_ms=_client_timeout_ms(cls),
             backend_source=sources[backend],

@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Protocol
 
 from lockcompare.analysis.counters import ResourceCounters
 from lockcompare.errors import UnknownNameError
+from lockcompare.protocols import RESOURCE_ENTRY_POINT_GROUP
 from lockcompare.scenario.choices import Check
 
 __all__ = [
@@ -39,7 +40,7 @@ __all__ = [
     "resource_speaking",
 ]
 
-ENTRY_POINT_GROUP = "lockcompare.resources"
+ENTRY_POINT_GROUP = RESOURCE_ENTRY_POINT_GROUP
 
 
 class Resource(Protocol):

@@ -21,7 +21,7 @@ of one increment, and lost updates (writes accepted − balance) would count it 
 ``before_write`` is the hook right before the write: a worker scheduled to freeze at
 ``before-write`` has read the balance and worked, and wakes to write at once; then a backend with
 a ``before_write`` hook has its lease checked (the hook's answer, then the lease's own deadline:
-worker.py's ``lease_check``), and a worker scheduled to freeze at ``after-check`` freezes only
+backend_calls.py's ``lease_check``), and a worker scheduled to freeze at ``after-check`` freezes only
 now, holding a permission that expires while it sleeps. It returns False when the lease is lost or past its
 deadline: the write is skipped (recorded as ``write-skipped``).
 """

@@ -20,9 +20,10 @@ from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.schedule import FaultScheduler
 from lockcompare.infra import cgroup
 from lockcompare.infra.procgroup import GroupView, any_stopped, describe_escaped
+from lockcompare.runner.backend_calls import CallSlot
 from lockcompare.runner.contend import DoneTracker
 from lockcompare.runner.crew import CrewSource, spawn_crew
-from lockcompare.runner.worker import START_TIMEOUT_S, CallSlot, WorkerPlan
+from lockcompare.runner.worker import START_TIMEOUT_S, WorkerPlan
 from lockcompare.scenario.choices import PauseHow
 
 _log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from lockcompare.protocols import RESOURCE_PROTOCOLS
+from lockcompare.protocols import resource_protocols
 
 
 class Check(StrEnum):
@@ -54,5 +54,6 @@ class PauseHow(StrEnum):
 
 
 #: Where the resource lives (--resource-kind): "auto" takes the backend's ``resource_kind`` attribute
-#: (the pg backends: PostgreSQL, the database checks the token itself), else a redis-server.
-RESOURCE_KINDS = ("auto", *RESOURCE_PROTOCOLS)
+#: (the pg backends: PostgreSQL, the database checks the token itself), else a redis-server; or the
+#: protocol of any installed resource (read once, from the registry's names: protocols.py).
+RESOURCE_KINDS = ("auto", *resource_protocols())

@@ -21,6 +21,16 @@ Chosen = Mapping[str, Any]
 PG_MAX_TIMEOUT_MS = 2_147_483_647
 
 
+#: The key of a spec under construction that holds the settings the kind of its lock nodes takes
+#: (a frozenset of setting names: infra/kinds.py ``settings_taken``, given by the runner).
+SERVER_SETTINGS = "server_settings"
+
+
+def _taken_by_servers(name: str) -> Callable[[Chosen], bool]:
+    """Applies where the trial's lock servers take ``name`` (their kind declares it)."""
+    return lambda chosen: name in (chosen.get(SERVER_SETTINGS) or ())
+
+
 def _limit(name: str, default: float) -> float:
     """An upper bound that a user with a bigger machine can raise: LOCKCOMPARE_MAX_<NAME>."""
     text = os.environ.get(f"LOCKCOMPARE_MAX_{name.upper()}")
@@ -72,6 +82,16 @@ class Setting:
     #: neither splits cells nor changes the trial id: a pause point without a pause).
     applies: Callable[[Chosen], bool] | None = None
     neutral: Any = None
+    #: It acts on the lock servers (a session setting) and applies only where their kind declares
+    #: that it takes it (the kind's capabilities' ``settings``, infra/kinds.py), which the runner says
+    #: in the spec's ``server_settings`` (:data:`SERVER_SETTINGS`); ``applies`` is derived from it.
+    taken_by_servers: bool = False
+
+    def __post_init__(self) -> None:
+        if self.taken_by_servers:
+            if self.applies is not None:
+                raise ValueError(f"setting {self.name}: taken_by_servers decides where it applies; no applies too")
+            object.__setattr__(self, "applies", _taken_by_servers(self.name))
 
     @property
     def csv_column(self) -> str | None:

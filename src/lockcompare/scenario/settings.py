@@ -17,7 +17,7 @@ and the code that uses it.
 
 from __future__ import annotations
 
-from lockcompare.protocols import DEFAULT_PROTOCOL, POSTGRES_PROTOCOL, SERVER_OPTION_PROTOCOL
+from lockcompare.protocols import DEFAULT_PROTOCOL, SERVER_OPTION_PROTOCOL
 from lockcompare.scenario import faultkinds
 from lockcompare.scenario.choices import (
     DEFAULT_WORKLOAD,
@@ -335,7 +335,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         since_schema=5,
         legacy="0",
         hash_omits_legacy=True,
-        applies=lambda chosen: chosen.get("lock_servers") == POSTGRES_PROTOCOL,
+        taken_by_servers=True,  # where the lock servers' kind declares it (PostgreSQL's: infra/postgres/kind.py)
         neutral=0.0,
     ),
     # A bound on a hung backend call, not a timing of the experiment: not scaled, not identity.
@@ -356,7 +356,7 @@ SETTINGS_LIST: tuple[Setting, ...] = (
         legacy="",
     ),
     # Recorded, not chosen: the kind of server the backend's lock nodes are (its ``servers``), so that
-    # a row says it and the settings that apply to one kind only (idle_session_timeout_ms) know.
+    # a row says it (the settings its kind takes, idle_session_timeout_ms, are the kind's to declare).
     Setting(
         name="lock_servers",
         kind=str,

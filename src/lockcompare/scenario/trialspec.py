@@ -19,6 +19,7 @@ from lockcompare.scenario.choices import DEFAULT_WORKLOAD, Check, PauseHow, Paus
 from lockcompare.scenario.experiments import Experiment, get_experiment, schedule_text
 from lockcompare.scenario.parsing import Overrides, Sweep
 from lockcompare.scenario.schedule import Schedule, TrialSchedule, at_scale, parse_schedule
+from lockcompare.scenario.setting import SERVER_SETTINGS
 from lockcompare.scenario.settings import IDENTITY_SETTINGS, SETTING_COLUMNS, SETTINGS, SETTINGS_LIST
 
 __all__ = [
@@ -263,18 +264,22 @@ def make_spec(
     resource_check: Check = Check.PLAIN,
     supports_wait_replicas: bool = True,
     lock_servers: str = DEFAULT_PROTOCOL,
+    server_settings: frozenset[str] = frozenset(),
     backend_resource_kind: str = DEFAULT_PROTOCOL,
     backend_timeout_ms: float | None = None,
     backend_source: str = "",
 ) -> TrialSpec:
     """Every setting of one trial: the user's choice, else the table's default, else the
     experiment's; scaled where the table says so; neutral where it does not apply (a pause point
-    without a pause is one trial, not one per point). Then the trial's seeded pause schedule."""
+    without a pause is one trial, not one per point). Then the trial's seeded pause schedule.
+
+    ``server_settings``: the settings the kind of the lock servers takes (the runner asks it:
+    infra/kinds.py ``settings_taken``); a setting ``taken_by_servers`` applies only if named there."""
     scale = overrides.time_scale
     chosen: dict[str, Any] = {
         "backend": backend, "experiment": experiment.name, "trial": trial, "fault_kinds": experiment.kinds,
         "takes_fault_nodes": experiment.takes_fault_nodes, "supports_wait_replicas": supports_wait_replicas,
-        "lock_servers": lock_servers, "backend_source": backend_source,
+        "lock_servers": lock_servers, "backend_source": backend_source, SERVER_SETTINGS: server_settings,
     }  # fmt: skip
     for setting in SETTINGS_LIST:
         if not setting.flag or setting.name in chosen:

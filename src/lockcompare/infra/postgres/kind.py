@@ -53,6 +53,9 @@ class PostgresKind(OwnServersKind):
             },
             # One server (a failover makes it a primary + streaming replica).
             lock_nodes=LockNodes(default=1),
+            # Set on each worker's lock session (runner/trial.py session_urls: client.py's
+            # with_idle_session_timeout): the server ends a session idle this long.
+            settings=frozenset({"idle_session_timeout_ms"}),
             user_servers=UserServers(
                 alias="--postgres",
                 use="the lock and the resource of the backends on it",
