@@ -61,6 +61,7 @@ REGENERATED = {
     "results/derived/zk-lease-violated.txt": "scripts/zk_lease_violated.py, on the reproduction",
     "results/derived/consensus-clients-renewals.txt": "scripts/renewals_in_pauses.py, on the reproduction",
     "results/derived/node-clients-bare-majority.txt": "scripts/bare_majority_losses.py, on the reproduction",
+    "results/derived/history-storage.txt": "scripts/history_storage.py, on the reproduction's histories",
 }
 #: Deliberately other runs: their sentence says which run and why.
 OTHER_RUN = {

@@ -145,6 +145,7 @@ matrix fencing fencing --backends fenced --experiments client-pause,clock-jump,s
 "$py" scripts/bare_majority.py results/reproduction.csv redlock,pottery node-restart,clock-jump \
   > results/derived/reproduction-bare-majority.txt
 "$py" scripts/timing_marked.py results/reproduction.csv > results/derived/reproduction-timing-marked.txt
+"$py" scripts/history_storage.py results/reproduction.histories > results/derived/history-storage.txt
 "$py" scripts/pause_rivals.py results/reproduction.csv single,fenced,redlock \
   > results/derived/reproduction-pause-rivals.txt
 "$py" scripts/pause_rivals.py results/contend.csv single,fenced > results/derived/contend-pause-rivals.txt
