@@ -301,7 +301,7 @@ def test_a_cell_not_yet_seen_takes_its_settings_prior_times_its_backends_ratio_n
 
 
 def _two_at_once(eta: Eta, clock: Clock, trial_ids: list[str], seconds: float) -> None:
-    for pair in (trial_ids[:2], trial_ids[2:4]):
+    for pair in (trial_ids[i : i + 2] for i in range(0, len(trial_ids), 2)):
         for trial_id in pair:
             eta.started(trial_id)
         clock.now += seconds
@@ -352,3 +352,13 @@ def test_the_list_schedule_of_the_trials_left() -> None:
     assert finish_after(running=[1.0, 2.0, 3.0, 4.0], queue=[1.0], slots=2) == pytest.approx(4.0)  # starts at 3
     assert finish_after(running=[1.0, 2.0, 3.0, 4.0], queue=[2.0], slots=2) == pytest.approx(5.0)
     assert finish_after(running=[], queue=[], slots=3) == 0.0
+
+
+def test_trials_at_once_since_the_start_count_every_finished_trial_not_only_the_last_thousand() -> None:
+    """1200 trials of 1 s, two at a time: the 100 left take 50 s (the last 1000 spans alone over the
+    whole run would say 1.67 at once: 60 s)."""
+    clock = Clock()
+    eta = Eta(clock=clock)
+    eta.plan([(f"t{i}", FAST) for i in range(1300)])
+    _two_at_once(eta, clock, [f"t{i}" for i in range(1200)], 1.0)
+    assert (eta.done, clock.now) == (1200, 600.0) and eta.seconds_left() == pytest.approx(50.0)

@@ -117,6 +117,7 @@ class Eta:
         self._took: dict[tuple[Hashable, ...], list[float]] = {}  # cell -> durations of its finished trials
         self._running: dict[str, float] = {}  # trial id -> when it started
         self._spans: list[tuple[float, float]] = []  # (start, end) of every finished trial: who ran when
+        self._busy_s = 0.0  # the finished trials' slot time, all of it (the spans kept are the last 1000)
         self._finished: set[str] = set()
         self._first_start: float | None = None
         self._reruns = 0  # how many timing-marked trials the run will run again alone at its end
@@ -180,6 +181,7 @@ class Eta:
         if planned is not None and planned.prior_s and key:
             self._ratios.setdefault(key[0], []).append(took / planned.prior_s)
         self._spans.append((now - took, now))
+        self._busy_s += took
         self.done += 1
         self.failed += int(failed)
         if trial_id not in self._finished:
@@ -236,14 +238,12 @@ class Eta:
         elapsed = now - self._first_start
         spans = [*self._spans[-1000:], *((start, now) for start in running.values())]  # fmt: skip
 
-        def mean_over(window: float) -> float:
-            window = min(elapsed, window)
-            if window <= 0:
-                return float(max(1, len(running)))
-            since = now - window
-            return sum(max(0.0, end - max(start, since)) for start, end in spans) / window
-
-        return max(1.0, min(mean_over(elapsed), mean_over(SHORT_TRIALS * typical)))
+        if elapsed <= 0:
+            return float(max(1, len(running)))
+        since_start = (self._busy_s + sum(now - start for start in running.values())) / elapsed
+        window = min(elapsed, SHORT_TRIALS * typical)
+        lately = sum(max(0.0, end - max(start, now - window)) for start, end in spans) / window if window > 0 else 1.0
+        return max(1.0, min(since_start, lately))
 
     def seconds_left(self) -> float | None:
         """Wall-clock seconds until the last planned trial ends; None until a trial has finished.
