@@ -362,22 +362,3 @@ def test_trials_at_once_since_the_start_count_every_finished_trial_not_only_the_
     eta.plan([(f"t{i}", FAST) for i in range(1300)])
     _two_at_once(eta, clock, [f"t{i}" for i in range(1200)], 1.0)
     assert (eta.done, clock.now) == (1200, 600.0) and eta.seconds_left() == pytest.approx(50.0)
-
-
-def test_never_more_slots_than_the_scheduler_admits_now() -> None:
-    """Three at once for 8 s, and the trial just finished stalled: the governor now admits one. The
-    six 4 s trials left take 24 s, not 8 (the mean at once since the start, 3, knows no cut yet)."""
-    clock = Clock()
-    eta = Eta(clock=clock)
-    eta.plan([(f"t{i}", FAST) for i in range(12)])
-    for batch in (range(0, 3), range(3, 6)):
-        for i in batch:
-            eta.started(f"t{i}")
-        clock.now += 4.0
-        for i in batch:
-            eta.finished(f"t{i}", wall_s=4.0, failed=False)
-    assert eta.seconds_left() == pytest.approx(8.0)
-    _, update = progress_bar(console=Console(file=io.StringIO(), force_terminal=False))
-    update.eta = eta
-    update.admits_at_most(1)  # as runner/local_executor.py tells the progress callback
-    assert eta.seconds_left() == pytest.approx(24.0)

@@ -23,11 +23,9 @@ run) while its mean over the run ahead stays near its mean so far: a window of a
 followed the swing and read 5.5 at once where 2.9 were to come (-41%; issue 53's +29% at 23 s was
 its other side). The short window catches a cut that lasts — a run that began three at a time and
 went on one at a time was estimated, by its mean since the start, at a third of what it had left
-(issue 53: "~8 s left" for ~35 s). And never more than the scheduler admits at once now, where it
-says (:meth:`Eta.admits_at_most`: the governor's limit, cut before the finished trial that caused
-the cut is reported). A machine whose load rises mid-run makes the governor cut the trials at once
-from ~3 to 1: no estimate from the run so far foresees that, and the lines before the cut read low
-(-50% on a run under a load of 8 whose first round ran three at once, the rest one at a time).
+(issue 53: "~8 s left" for ~35 s). A machine whose load rises mid-run makes the governor cut the
+trials at once from ~3 to 1: no estimate from the run so far foresees that, and it reads low (about
+-50% on a run that went from 3 to 1 at a quarter of its length) until the cut shows.
 
 And the trials the timing sentinel marks run again alone at the end (``matrix --rerun-marked N``):
 those marked so far (up to N) are trials left, and so are — estimated — as many of the trials still
@@ -54,7 +52,6 @@ Pure bookkeeping with an injectable clock; the terminal bar and the plain progre
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import NamedTuple
@@ -123,7 +120,6 @@ class Eta:
         self._busy_s = 0.0  # the finished trials' slot time, all of it (the spans kept are the last 1000)
         self._finished: set[str] = set()
         self._first_start: float | None = None
-        self._admitted: int | None = None  # the most trials the scheduler admits at once now (None: not told)
         self._reruns = 0  # how many timing-marked trials the run will run again alone at its end
         self._marked: list[str] = []  # finished trials the sentinel marked, in order (the first _reruns rerun)
         self._rerun: set[str] = set()  # marked trials run again (or running again)
@@ -151,10 +147,6 @@ class Eta:
     def expect(self, total: int) -> None:
         """The run says it has ``total`` trials (where no plan was given, the count alone)."""
         self.total = max(self.total, total)
-
-    def admits_at_most(self, trials: int) -> None:
-        """The scheduler admits at most ``trials`` at once now (its stall governor's limit within --jobs)."""
-        self._admitted = max(1, trials)
 
     def started(self, trial_id: str) -> None:
         now = self._clock()
@@ -240,9 +232,8 @@ class Eta:
         return sum(means.values()) / len(means)
 
     def _at_once(self, running: dict[str, float], now: float, *, typical: float) -> float:
-        """How many trials run at once: the least of their mean number since the run's first trial,
-        over the last :data:`SHORT_TRIALS` mean trials, and the most the scheduler admits now (the
-        module docstring); at least one."""
+        """How many trials run at once: the lesser of their mean number since the run's first trial
+        and over the last :data:`SHORT_TRIALS` mean trials (the module docstring); at least one."""
         assert self._first_start is not None
         elapsed = now - self._first_start
         spans = [*self._spans[-1000:], *((start, now) for start in running.values())]  # fmt: skip
@@ -252,8 +243,7 @@ class Eta:
         since_start = (self._busy_s + sum(now - start for start in running.values())) / elapsed
         window = min(elapsed, SHORT_TRIALS * typical)
         lately = sum(max(0.0, end - max(start, now - window)) for start, end in spans) / window if window > 0 else 1.0
-        admitted = float(self._admitted) if self._admitted is not None else math.inf
-        return max(1.0, min(since_start, lately, admitted))
+        return max(1.0, min(since_start, lately))
 
     def seconds_left(self) -> float | None:
         """Wall-clock seconds until the last planned trial ends; None until a trial has finished.

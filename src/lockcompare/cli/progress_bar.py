@@ -68,10 +68,6 @@ class ProgressUpdate:
         planned = [Planned(spec.trial_id, cell_of(spec), spec.trial, prior_s(spec)) for spec in specs]
         self.eta.plan(planned, reruns=reruns)
 
-    def admits_at_most(self, trials: int) -> None:
-        """The scheduler admits at most this many trials at once now (runner/local_executor.py)."""
-        self.eta.admits_at_most(trials)
-
     def counts(self) -> str:
         return f"{self.eta.done} done · {self.eta.left} left · {self.eta.failed} failed"
 

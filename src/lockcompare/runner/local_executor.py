@@ -258,11 +258,6 @@ class _LocalRun:
         elif verdict in NOTED_VERDICTS:
             self.no_progress[verdict] = self.no_progress.get(verdict, 0) + 1
         if self.execution.progress:
-            # how many trials may run at once now (the stall governor's limit, lowered before this
-            # call when this trial stalled): the time left (cli/eta.py) sees a cut the moment it is made
-            admits = getattr(self.execution.progress, "admits_at_most", None)
-            if admits is not None:
-                admits(min(self.jobs, self.governor.limit))
             self.execution.progress(done.spec, result, done.finished, len(self.todo))
 
     def on_unstartable(self, skipped: list[TrialSpec], reason: str) -> None:
