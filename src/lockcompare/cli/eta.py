@@ -25,7 +25,10 @@ its other side). The short window catches a cut that lasts — a run that began 
 went on one at a time was estimated, by its mean since the start, at a third of what it had left
 (issue 53: "~8 s left" for ~35 s). A machine whose load rises mid-run makes the governor cut the
 trials at once from ~3 to 1: no estimate from the run so far foresees that, and it reads low (about
--50% on a run that went from 3 to 1 at a quarter of its length) until the cut shows.
+-50% on a run that went from 3 to 1 at a quarter of its length) until the cut shows. Not the
+governor's limit itself, the moment it is cut: the cells' durations were measured at the contention
+of their time (first-round trials, three at once on a loaded machine, took 1.7x what they took
+alone), so one slot at those durations read +150%; the means at once move with the durations.
 
 And the trials the timing sentinel marks run again alone at the end (``matrix --rerun-marked N``):
 those marked so far (up to N) are trials left, and so are — estimated — as many of the trials still
