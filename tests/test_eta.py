@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import doctest
+import importlib.util
 import io
 from collections.abc import Callable
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -362,3 +364,22 @@ def test_trials_at_once_since_the_start_count_every_finished_trial_not_only_the_
     eta.plan([(f"t{i}", FAST) for i in range(1300)])
     _two_at_once(eta, clock, [f"t{i}" for i in range(1200)], 1.0)
     assert (eta.done, clock.now) == (1200, 600.0) and eta.seconds_left() == pytest.approx(50.0)
+
+
+def test_the_script_sets_each_estimate_against_the_time_really_left() -> None:
+    """scripts/eta_lines.py on hand-stamped lines: the time left runs to the last trial's line; the
+    first tenth is marked; a line without an estimate (the last) gives none."""
+    spec = importlib.util.spec_from_file_location("eta_lines", Path(__file__).parents[1] / "scripts" / "eta_lines.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    stamped = [
+        (5.0, "[1/3] single × baseline #0: exclusive, 0/8 conflicts, 0 lost, 2.0 s (~120 s left)"),
+        (60.0, "[2/3] single × baseline #1: exclusive, 0/8 conflicts, 0 lost, 2.0 s (~1 min left)"),
+        (100.0, "[3/3] single × baseline #2: exclusive, 0/8 conflicts, 0 lost, 2.0 s"),
+        (101.0, "3 trials run, 0 already in x.csv"),
+    ]
+    assert script.report(stamped) == [
+        "   5.0 s [1/3]     ~ 120 s left  real   95.0 s   +26%  (first tenth)",
+        "  60.0 s [2/3]     ~  60 s left  real   40.0 s   +50%",
+    ]
