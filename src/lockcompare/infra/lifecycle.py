@@ -64,12 +64,26 @@ def dying_with_this_process() -> Callable[[], None]:
 #: exception raised there is printed and dropped, and the Ctrl-C with it (seen: redis-py's
 #: ConnectionPool.__del__ swallowed one and the run went on).
 _UNSAFE_MODULES = ("logging", "subprocess")
+#: Nor a context manager's own ``__enter__`` or ``__exit__`` (:data:`_PAIRED`): an exception raised
+#: in ``__enter__`` after it took a lock skips the ``__exit__`` that would give it back, and one
+#: raised in ``__exit__`` before it gave back all it holds leaves the rest held. Python runs the
+#: handler at the first bytecode after the C-level acquire returns, which for
+#: ``threading.Condition`` (every ``Future.result``, ``Event.wait``, ``concurrent.futures.wait``)
+#: is still inside its ``__enter__``: a SIGQUIT that landed there left a Future's lock held by the
+#: main thread, the trial thread that finished it blocked forever in ``set_result``, and the run
+#: waiting for that thread in its executor's shutdown (a matrix that never exited). contextlib's
+#: generator-based ones are exempt: their setup and teardown are the generator's own code, with
+#: its own ``try``/``finally``, which unwinds like any other.
+_PAIRED = ("__enter__", "__exit__")
 _REDELIVER_AFTER_S = 0.02
 
 
 def _in_unsafe_code(frame: FrameType | None) -> bool:
     while frame is not None:
-        if frame.f_code.co_name == "__del__" or frame.f_globals.get("__name__", "").split(".")[0] in _UNSAFE_MODULES:
+        name, module = frame.f_code.co_name, frame.f_globals.get("__name__", "")
+        if name == "__del__" or module.split(".")[0] in _UNSAFE_MODULES:
+            return True
+        if name in _PAIRED and module != "contextlib":
             return True
         frame = frame.f_back
     return False
