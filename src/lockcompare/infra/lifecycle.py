@@ -91,14 +91,24 @@ def _in_unsafe_code(frame: FrameType | None) -> bool:
 
 def _unwind(signum: int, frame: FrameType | None) -> None:
     """Raise the signal's exception in the main thread — unless it landed inside code that must
-    not be unwound: then deliver the same signal again a moment later, at a safer point."""
+    not be unwound: then deliver the same signal again a moment later, at a safer point.
+
+    Noted either way: a command that ends before the signal comes again (it landed in the last
+    ``__exit__``) still ends with the signal's line and exit code (cli/core.py), and the signal is
+    not sent again once these handlers are gone (the early ones of ``__main__`` would end the
+    process with a shorter line, a plain Python with no line at all)."""
+    interrupts.note(signum)  # even if some library swallows what is raised here (issue 49)
     if _in_unsafe_code(frame):
-        timer = threading.Timer(_REDELIVER_AFTER_S, os.kill, args=(os.getpid(), signum))
+        timer = threading.Timer(_REDELIVER_AFTER_S, _deliver_again, args=(signum,))
         timer.daemon = True
         timer.start()
         return
-    interrupts.note(signum)  # even if some library swallows what is raised here (issue 49)
     raise interrupts.exception_for(signum)
+
+
+def _deliver_again(signum: int) -> None:
+    if signal.getsignal(signum) is _unwind or _holding_back:  # held back meanwhile: it comes back after
+        os.kill(os.getpid(), signum)
 
 
 @contextlib.contextmanager
@@ -370,15 +380,18 @@ def _signals_deferred() -> Iterator[None]:
     :class:`_DataFirstPopen` that write precedes the fork. The deferral still keeps a started
     child on record before a signal unwinds its caller (see :func:`start_worker_process`).
     """
+    global _holding_back  # noqa: PLW0603 - main thread only
     pending: list[int] = []
     try:
         previous = {sig: signal.signal(sig, lambda signum, _frame: pending.append(signum)) for sig in _DEFERRED}
     except ValueError:  # not the main thread: handlers run in the main thread, never here
         yield
         return
+    _holding_back = True
     try:
         yield
     finally:
+        _holding_back = False
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for signum in dict.fromkeys(pending):
@@ -386,6 +399,8 @@ def _signals_deferred() -> Iterator[None]:
 
 
 _DEFERRED = UNWINDING_SIGNALS
+#: True while :func:`_signals_deferred` holds signals back (main thread), for :func:`_deliver_again`.
+_holding_back = False
 
 
 #: Temporary directories lockcompare makes carry their owner's pid: ``lockcompare-p<PID>-<kind>-*``.
