@@ -69,9 +69,11 @@ _UNSAFE_MODULES = ("logging", "subprocess")
 #: raised in ``__exit__`` before it gave back all it holds leaves the rest held. Python runs the
 #: handler at the first bytecode after the C-level acquire returns, which for
 #: ``threading.Condition`` (every ``Future.result``, ``Event.wait``, ``concurrent.futures.wait``)
-#: is still inside its ``__enter__``: a SIGQUIT that landed there left a Future's lock held by the
-#: main thread, the trial thread that finished it blocked forever in ``set_result``, and the run
-#: waiting for that thread in its executor's shutdown (a matrix that never exited). contextlib's
+#: is still inside its ``__enter__``: a signal landing there leaves a Future's lock held by the
+#: main thread, the trial thread that finishes it blocks forever in ``set_result``, and the run
+#: waits for that thread in its executor's shutdown, for ever (tests/test_unwind_points.py drives
+#: the scheduler's loop into it; the likely cause of a matrix that did not exit after SIGQUIT,
+#: 1 run in ~17, which did not recur in 270 runs here). contextlib's
 #: generator-based ones are exempt: their setup and teardown are the generator's own code, with
 #: its own ``try``/``finally``, which unwinds like any other.
 _PAIRED = ("__enter__", "__exit__")
