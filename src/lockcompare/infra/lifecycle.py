@@ -64,12 +64,28 @@ def dying_with_this_process() -> Callable[[], None]:
 #: exception raised there is printed and dropped, and the Ctrl-C with it (seen: redis-py's
 #: ConnectionPool.__del__ swallowed one and the run went on).
 _UNSAFE_MODULES = ("logging", "subprocess")
+#: Nor a context manager's own ``__enter__`` or ``__exit__`` (:data:`_PAIRED`): an exception raised
+#: in ``__enter__`` after it took a lock skips the ``__exit__`` that would give it back, and one
+#: raised in ``__exit__`` before it gave back all it holds leaves the rest held. Python runs the
+#: handler at the first bytecode after the C-level acquire returns, which for
+#: ``threading.Condition`` (every ``Future.result``, ``Event.wait``, ``concurrent.futures.wait``)
+#: is still inside its ``__enter__``: a signal landing there leaves a Future's lock held by the
+#: main thread, the trial thread that finishes it blocks forever in ``set_result``, and the run
+#: waits for that thread in its executor's shutdown, for ever (tests/test_unwind_points.py drives
+#: the scheduler's loop into it; the likely cause of a matrix that did not exit after SIGQUIT,
+#: 1 run in ~17, which did not recur in 270 runs here). contextlib's
+#: generator-based ones are exempt: their setup and teardown are the generator's own code, with
+#: its own ``try``/``finally``, which unwinds like any other.
+_PAIRED = ("__enter__", "__exit__")
 _REDELIVER_AFTER_S = 0.02
 
 
 def _in_unsafe_code(frame: FrameType | None) -> bool:
     while frame is not None:
-        if frame.f_code.co_name == "__del__" or frame.f_globals.get("__name__", "").split(".")[0] in _UNSAFE_MODULES:
+        name, module = frame.f_code.co_name, frame.f_globals.get("__name__", "")
+        if name == "__del__" or module.split(".")[0] in _UNSAFE_MODULES:
+            return True
+        if name in _PAIRED and module != "contextlib":
             return True
         frame = frame.f_back
     return False
@@ -77,14 +93,24 @@ def _in_unsafe_code(frame: FrameType | None) -> bool:
 
 def _unwind(signum: int, frame: FrameType | None) -> None:
     """Raise the signal's exception in the main thread — unless it landed inside code that must
-    not be unwound: then deliver the same signal again a moment later, at a safer point."""
+    not be unwound: then deliver the same signal again a moment later, at a safer point.
+
+    Noted either way: a command that ends before the signal comes again (it landed in the last
+    ``__exit__``) still ends with the signal's line and exit code (cli/core.py), and the signal is
+    not sent again once these handlers are gone (the early ones of ``__main__`` would end the
+    process with a shorter line, a plain Python with no line at all)."""
+    interrupts.note(signum)  # even if some library swallows what is raised here (issue 49)
     if _in_unsafe_code(frame):
-        timer = threading.Timer(_REDELIVER_AFTER_S, os.kill, args=(os.getpid(), signum))
+        timer = threading.Timer(_REDELIVER_AFTER_S, _deliver_again, args=(signum,))
         timer.daemon = True
         timer.start()
         return
-    interrupts.note(signum)  # even if some library swallows what is raised here (issue 49)
     raise interrupts.exception_for(signum)
+
+
+def _deliver_again(signum: int) -> None:
+    if signal.getsignal(signum) is _unwind or _holding_back:  # held back meanwhile: it comes back after
+        os.kill(os.getpid(), signum)
 
 
 @contextlib.contextmanager
@@ -356,15 +382,18 @@ def _signals_deferred() -> Iterator[None]:
     :class:`_DataFirstPopen` that write precedes the fork. The deferral still keeps a started
     child on record before a signal unwinds its caller (see :func:`start_worker_process`).
     """
+    global _holding_back  # noqa: PLW0603 - main thread only
     pending: list[int] = []
     try:
         previous = {sig: signal.signal(sig, lambda signum, _frame: pending.append(signum)) for sig in _DEFERRED}
     except ValueError:  # not the main thread: handlers run in the main thread, never here
         yield
         return
+    _holding_back = True
     try:
         yield
     finally:
+        _holding_back = False
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for signum in dict.fromkeys(pending):
@@ -372,6 +401,8 @@ def _signals_deferred() -> Iterator[None]:
 
 
 _DEFERRED = UNWINDING_SIGNALS
+#: True while :func:`_signals_deferred` holds signals back (main thread), for :func:`_deliver_again`.
+_holding_back = False
 
 
 #: Temporary directories lockcompare makes carry their owner's pid: ``lockcompare-p<PID>-<kind>-*``.
