@@ -135,11 +135,8 @@ class BackendContract:
         """The cluster of the backend's kind of lock nodes (its ``servers``: redis, etcd, postgres,
         zookeeper, any installed kind); the check's history goes under pytest's temporary directory."""
         from lockcompare.errors import BackendError, BackendNotViableError
-        from lockcompare.evaluation.conformance import (
-            BatteryContext,
-            Status,
-            private_cluster_for,
-        )
+        from lockcompare.evaluation.battery_base import private_cluster_for
+        from lockcompare.evaluation.conformance import BatteryContext, Status
         from lockcompare.protocols import DEFAULT_PROTOCOL
 
         try:

@@ -64,7 +64,7 @@ from lockcompare.evaluation.battery_base import (
     _refused,
     _short_ttl_ms,
     battery_cluster,
-    private_cluster_for,
+    prestarted_private_clusters,
 )
 from lockcompare.evaluation.battery_log import BatteryLog
 from lockcompare.evaluation.claim_checks import (
@@ -484,11 +484,28 @@ def run_battery(
         except BackendError:
             servers = DEFAULT_PROTOCOL  # the properties report why the backend cannot be used
         kind, node_count = battery_cluster(servers)
-        ctx.private_cluster = private_cluster_for(servers, redis_server=redis_server)
         users = lock_servers.own(kind)  # the user's servers of that protocol, if given
-        if users is not None:
-            ctx.node_urls = users
+        with contextlib.ExitStack() as stack:
+            if users is not None:
+                ctx.node_urls = users
+            else:
+                cluster = stack.enter_context(
+                    open_cluster(redis_server=redis_server, node_count=node_count, lock_servers=kind)
+                )
+                ctx.node_urls = cluster.node_urls
+            # The node-loss properties' clusters start in the background meanwhile (battery_base.py).
+            ctx.private_cluster = stack.enter_context(
+                prestarted_private_clusters(servers, expected=_private_clusters_wanted(ctx), redis_server=redis_server)
+            )
             return [check_property(prop, ctx) for prop in PROPERTIES]
-        with open_cluster(redis_server=redis_server, node_count=node_count, lock_servers=kind) as cluster:
-            ctx.node_urls = cluster.node_urls
-            return [check_property(prop, ctx) for prop in PROPERTIES]
+
+
+def _private_clusters_wanted(ctx: BatteryContext) -> int:
+    """How many private clusters the node-loss properties will open: one for each whose claim the
+    backend makes (refuses_without_a_quorum: exclusive; survives_the_loss_of_a_minority:
+    survives_minority_loss); none when its claims cannot be read (the properties say why)."""
+    try:
+        claims = ctx.claims
+    except BackendError:
+        return 0
+    return int(claims.exclusive is True) + int(claims.survives_minority_loss is True)

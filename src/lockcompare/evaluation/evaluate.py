@@ -8,8 +8,9 @@ Two sources, one line per property:
 2. the experiments baseline, client-pause and short-ttl (and session-kill for a lock whose servers
    can end a client's session: a :class:`~lockcompare.infra.kinds.SessionKind`, PostgreSQL's and
    ZooKeeper's), for the backend and the built-ins that
-   bracket it (``single``, ``redlock``, ``fenced`` by default), through
-   :func:`lockcompare.runner.matrix.run_matrix`: one CSV on disk, from which the experiment lines and the
+   bracket it (``single``, ``redlock``, ``fenced`` by default): each matrix planned as ``matrix`` plans it
+   (:func:`lockcompare.runner.matrix.plan_matrix`) and all their trials run together
+   (:func:`lockcompare.runner.matrix.run_planned`): one CSV on disk, from which the experiment lines and the
    comparison table are computed (card_lines.py's ``judge_experiments`` is pure, testable on hand-built rows).
    The experiments run the ``contend`` workload (contend.py): no worker ever runs alone, so a lock
    cannot look better than ``single`` by letting one worker finish early (a plain-DEL release did,
@@ -63,13 +64,13 @@ from lockcompare.evaluation.explore_card import search_line
 from lockcompare.evaluation.scales import expressible_scale, moved_note, quick_rounds
 from lockcompare.files import check_output_file, results_lock
 from lockcompare.infra.kinds import Capability, SessionKind, kind_speaking, lacks
-from lockcompare.runner.matrix import ProgressCallback, run_matrix
+from lockcompare.runner.matrix import ProgressCallback, plan_matrix, run_planned
 from lockcompare.runner.plan import ClusterOptions
 from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.limits import DEFAULT_JOBS, check_count
 from lockcompare.scenario.parsing import Sweep, cli_text
 from lockcompare.scenario.settings import CLI_SETTINGS
-from lockcompare.scenario.trialspec import DEFAULT_ROUNDS, Overrides
+from lockcompare.scenario.trialspec import DEFAULT_ROUNDS, Overrides, TrialSpec
 
 #: The workload of the card's experiments: every worker keeps contending until all are done.
 WORKLOAD = "contend"
@@ -141,7 +142,7 @@ def evaluate(
     Every name is checked before anything starts (a bad one raises the usual one-line error).
     """
     cls = load_backend(backend)
-    # The experiments would refuse it (run_matrix) after the battery's minute of work: say so now.
+    # The experiments would refuse it (run_planned) after the battery's minute of work: say so now.
     require_declarations(cls, name=backend)
     for name in against:
         load_backend(name)
@@ -149,7 +150,7 @@ def evaluate(
     settings = settings if settings is not None else Overrides()
     settings.replace(time_scale=time_scale, rounds=rounds, workload=WORKLOAD)  # every bound, before any server
     check_output_file(out, flag="--out")
-    if out.exists():  # checked again by run_matrix, but only after the battery's work
+    if out.exists():  # checked again by run_planned, but only after the battery's work
         raise ResultsFileError(f"{out} exists: choose another --out")
     search_dir = out.with_name(out.stem + ".explore")
     if search_budget_s > 0 and search_dir.exists():
@@ -232,19 +233,24 @@ def _evaluate_locked(
         battery.append(result)
         if on_property:
             on_property(result)
+    # Every matrix's trials in one run (issue 54): one cluster pool, one crew of warm workers, and the
+    # longest trials (a whole-second lease's short-ttl at x5) beside the short ones instead of after
+    # them; each trial is the one its own matrix plans (its id, settings and scale), run side by side
+    # within the CPU budget as `matrix` runs them (scales.CELLS_AT_ONCE).
+    specs: dict[str, TrialSpec] = {}
     for names, experiments, scale, over, fence in runs:
-        run_matrix(
+        planned = plan_matrix(
             backends=names,
             experiments=experiments,
             trials=trials,
             overrides=over.replace(time_scale=scale, rounds=rounds_at[scale], workload=WORKLOAD),
-            out=out,
-            cluster_options=cluster_options,
-            progress=progress,
+            node_count=None,
             sweep=Sweep(fence=fence),
-            resume=out.exists(),  # the later matrices add their rows to the first one's file
-            jobs=DEFAULT_JOBS,  # side by side within the CPU budget, as `matrix` runs them (scales.CELLS_AT_ONCE)
+            redis_server=cluster_options.redis_server,
         )
+        for spec in planned:  # a trial two matrices would both plan runs once, as in one matrix
+            specs.setdefault(spec.trial_id, spec)
+    run_planned(list(specs.values()), out=out, cluster_options=cluster_options, progress=progress, jobs=DEFAULT_JOBS)
     rows = tuple(read_results(out))
     lines = [CardLine(title=r.prop.title, status=r.status, evidence=r.evidence, history=r.history) for r in battery]
     # Its rows carry the name it is shown by (a manifest given by its path: the manifest's name).

@@ -37,7 +37,7 @@ TRIAL_OVERHEAD_S = 1.0
 #: The conformance battery's time on this 2-core machine: ~10 s for a Redis backend, ~35 s for etcd's
 #: (its servers start for every property) with other runs beside it.
 BATTERY_S = 20.0
-#: Cells of one matrix that run side by side on 2 cores (the card's matrices use the default --jobs;
+#: Cells that run side by side on 2 cores (the card's trials run in one run of the default --jobs;
 #: the CPU guard admits fewer on a busy machine: one at a time was seen).
 CELLS_AT_ONCE = 2
 
@@ -64,9 +64,10 @@ def quick_rounds(*, rounds: int, asked: float, scale: float, floor: int) -> int:
 
 
 def card_seconds(matrices: Sequence[Sequence[float]], *, search_s: float) -> float:
-    """About how long a card takes: the battery, each matrix (its trials' seconds, ``CELLS_AT_ONCE``
-    at a time, never less than its longest), then the search's budget."""
-    return BATTERY_S + search_s + sum(max(*m, sum(m) / CELLS_AT_ONCE) for m in matrices if m)
+    """About how long a card takes: the battery, every matrix's trials in one run (evaluate.py: their
+    seconds ``CELLS_AT_ONCE`` at a time, never less than the longest), then the search's budget."""
+    seconds = [s for m in matrices for s in m]
+    return BATTERY_S + search_s + (max(*seconds, sum(seconds) / CELLS_AT_ONCE) if seconds else 0.0)
 
 
 def moved_note(

@@ -397,19 +397,37 @@ def open_cluster(
         yield connect_external(nodes=nodes, resource=resource)
         return
     with sigterm_unwinds():
-        shape = ClusterShape(
-            node_count=node_count,
-            persistence=persistence,
-            fake_clocks=fake_clocks,
-            replicas=replicas,
-            lock_servers=server_for(lock_servers, choice=server, binary=redis_server).name,
-            resource_kind=server_for(resource_kind, choice=server, binary=redis_server).name,
-        )
+        shape = embedded_shape(
+            node_count=node_count, redis_server=redis_server, persistence=persistence, fake_clocks=fake_clocks,
+            replicas=replicas, lock_servers=lock_servers, resource_kind=resource_kind, server=server,
+        )  # fmt: skip
         cluster = start_embedded(shape, redis_server=redis_server)
         try:
             yield cluster
         finally:
             cluster.stop()
+
+
+def embedded_shape(
+    *,
+    node_count: int = DEFAULT_NODES,
+    redis_server: str | None = None,
+    persistence: str = "none",
+    fake_clocks: bool = False,
+    replicas: int = 0,
+    lock_servers: str = "redis",
+    resource_kind: str = "redis",
+    server: str = AUTO,
+) -> ClusterShape:
+    """The shape :func:`open_cluster` starts for these options (the kinds serving the protocols named)."""
+    return ClusterShape(
+        node_count=node_count,
+        persistence=persistence,
+        fake_clocks=fake_clocks,
+        replicas=replicas,
+        lock_servers=server_for(lock_servers, choice=server, binary=redis_server).name,
+        resource_kind=server_for(resource_kind, choice=server, binary=redis_server).name,
+    )
 
 
 def delete_keys_containing(
