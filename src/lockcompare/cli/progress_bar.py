@@ -26,7 +26,6 @@ from rich.table import Column
 from rich.text import Text
 
 from lockcompare.cli.eta import Eta, Planned, remaining_text
-from lockcompare.runner.cost_order import prior_s
 
 if TYPE_CHECKING:
     from lockcompare.runner.trial import TrialResult
@@ -64,7 +63,10 @@ class ProgressUpdate:
 
     def plan(self, specs: Sequence[TrialSpec], *, reruns: int = 0) -> None:
         # its round and its settings' prior: the order the scheduler starts it in, and what it takes
-        # before a trial of its cell has finished (cli/eta.py)
+        # before a trial of its cell has finished (cli/eta.py). Imported here: loading the CLI loads
+        # no runner code (tests/test_layers.py), a run's plan does.
+        from lockcompare.runner.cost_order import prior_s
+
         planned = [Planned(spec.trial_id, cell_of(spec), spec.trial, prior_s(spec)) for spec in specs]
         self.eta.plan(planned, reruns=reruns)
 

@@ -44,6 +44,7 @@ from lockcompare.analysis.results import read_results
 from lockcompare.backends import backend_name, load_backend, require_declarations, traits_of
 from lockcompare.errors import InvalidValueError, ResultsFileError
 from lockcompare.evaluation.backend_host import claims_of
+from lockcompare.evaluation.battery_run import run_battery
 from lockcompare.evaluation.card_lines import (
     EXPERIMENTS,
     SESSION_EXPERIMENT,
@@ -55,7 +56,6 @@ from lockcompare.evaluation.conformance import (
     CALL_TIMEOUT_S,
     PropertyResult,
     Status,
-    run_battery,
 )
 from lockcompare.evaluation.defaults import DEFAULT_AGAINST, QUICK_MIN_ROUNDS
 from lockcompare.evaluation.explore import ProgressFn
