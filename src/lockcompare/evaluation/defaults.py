@@ -19,7 +19,7 @@ QUICK_MIN_ROUNDS = 5
 #: two minutes were most of a "quick" card: 143 s of which 23 s were the battery and the experiments).
 DEFAULT_SEARCH_BUDGET_S = 120.0
 #: What ``evaluate single --quick`` took, measured (``time``, results/derived/evaluate-quick.txt), for the help.
-QUICK_MEASURED = "21 s measured for single alone on 2 cores (etcd, whole-second leases: 67 s; curator-mutex 80 s)"
+QUICK_MEASURED = "20 s measured for single alone on 2 cores (etcd, whole-second leases: 47 s; curator-mutex 58 s)"
 #: explore: the scale of the searched trials: the lesson's timings halved keeps margins (hundreds of
 #: ms) far above the stalls of a loaded 2-core machine (at ×0.1, write-only fencing lost one update to
 #: a stall in one of two runs).
