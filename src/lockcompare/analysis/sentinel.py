@@ -212,10 +212,34 @@ def server_outages(history: Iterable[Event], *, ttl_ms: float) -> list[tuple[int
     return windows
 
 
+#: Steps that are a call to the lock servers (enter, read, write and exit go to the resource).
+_LOCK_CALLS = frozenset({"acquire", "release", "lease"})
+
+
+def _answered_by_the_lock(event: Event) -> bool:
+    """A lock server answered this step: a granted acquire, a release, a lease check."""
+    return event["kind"] in _LOCK_CALLS and (event["kind"] != "acquire" or bool(event.get("ok")))
+
+
+def until_answered(outages: Sequence[tuple[int, float]], events: Sequence[Event]) -> list[tuple[int, float]]:
+    """Each outage (:func:`server_outages`) as one worker saw it: from the inject to the end of the
+    worker's first call to the lock servers that started after the heal and was answered. A heal
+    ends the fault, not the service's recovery: a woken or reconnected leader that bumped its term
+    forces an election, a ZooKeeper member rejoins "not serving", a client reconnects to the member
+    it lost. The first answer the worker gets after the heal is the history's own sign that the
+    service is back (its length is the recovery, not judged); every later call is judged.
+    ``events``: the worker's steps, in order."""
+    answered = []
+    for start, end in outages:
+        first = next((e for e in events if _answered_by_the_lock(e) and e["t0"] >= end), None)
+        answered.append((start, end if first is None else max(end, first["t1"])))
+    return answered
+
+
 def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
     """Every late step of the workers: sleeps and gaps past their plan, calls past their usual time,
     except while a fault delays that worker on purpose (:func:`deliberate_delays`), and calls while
-    a fault keeps a lock server away (:func:`server_outages`)."""
+    a fault keeps a lock server away until the worker is answered again (:func:`until_answered`)."""
     by_worker: dict[int, list[Event]] = {}
     for event in history:
         if event["worker"] >= 0 and event["kind"] in _STEPS:
@@ -250,12 +274,13 @@ def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
         ]
         rivals = [w for other, held in holding.items() if other != worker for w in held]
         starts = client_starts.get(worker, [])
+        kept_away = until_answered(outages, events)
         stalls += _call_stalls(
             [
                 e
                 for e in events
                 if not _overlaps(windows, e["t0"], e["t1"])
-                and not _overlaps(outages, e["t0"], e["t1"])
+                and not _overlaps(kept_away, e["t0"], e["t1"])
                 and not _waits_by_design(e, rivals=rivals, starts=starts, acquire_waits=plan.acquire_waits)
             ]
         )
@@ -338,15 +363,24 @@ def _call_stalls(events: Sequence[Event]) -> list[Stall]:
 
 
 def fault_stalls(history: Iterable[Event]) -> list[Stall]:
-    """Runner events (faults) that carry their planned time: how late each landed."""
+    """Runner events (faults) that carry their planned time: how late each landed, counted from when
+    its aim was resolved — its planned moment plus what it waited there for the read made ahead of
+    it (``read_wait_ms``: who leads, which member the holder's client is on, which nodes hold the
+    lease; faults/aim.py). A step that did not act (``skipped``) landed nowhere: not judged."""
     return [
         Stall(
-            (e["t0"] - e["planned_ns"]) / _NS_PER_MS,
+            (e["t0"] - e["planned_ns"]) / _NS_PER_MS - _read_wait_ms(e),
             _where(e, f"{e.get('fault', e['kind'])} {e.get('action', '')}".strip()),
         )
         for e in history
-        if e["worker"] < 0 and isinstance(e.get("planned_ns"), int | float)
+        if e["worker"] < 0 and isinstance(e.get("planned_ns"), int | float) and e.get("action") != "skipped"
     ]
+
+
+def _read_wait_ms(event: Event) -> float:
+    """What a fault step waited at its planned moment for the read that aims it (0 when none)."""
+    wait = event.get("read_wait_ms")
+    return float(wait) if isinstance(wait, int | float) and wait > 0 else 0.0
 
 
 def worst_stall(history: Sequence[Event], plan: TimingPlan) -> Stall:
