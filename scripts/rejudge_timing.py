@@ -20,7 +20,7 @@ from lockcompare.analysis.reproduce import spec_from_row
 from lockcompare.analysis.results import read_results
 from lockcompare.analysis.sentinel import is_marked, judge_timing
 from lockcompare.render.timeline import load_history
-from lockcompare.runner.trial import timing_plan
+from lockcompare.runner.trial import ResolvedTrial, timing_plan
 
 
 def main(argv: list[str]) -> int:
@@ -36,7 +36,10 @@ def main(argv: list[str]) -> int:
     rows = read_results(path)
     reasons: dict[tuple[str, str], list[tuple[str, float, float]]] = defaultdict(list)
     for row in rows:
-        verdict = judge_timing(load_history(path.parent / str(row["history"])), timing_plan(spec_from_row(row)))
+        verdict = judge_timing(
+            load_history(path.parent / str(row["history"])),
+            timing_plan(ResolvedTrial.of(spec_from_row(row), check_viable=False)),
+        )
         if verdict.marked:
             what = re.sub(r"^(worker \d+|runner) round -?\d+: ", "", verdict.stall.at)
             reasons[(what, verdict.margin.of)].append((str(row["backend"]), verdict.stall.ms, verdict.margin.ms))

@@ -322,3 +322,66 @@ def test_an_acquire_of_a_backend_that_declares_it_waits_is_not_judged() -> None:
     assert worst_stall(history, PLAN).at == "worker 0 round 3: acquire call"
     waits = TimingPlan(ttl_ms=100, work_ms=30, think_ms=2, acquire_waits=True)
     assert worst_stall(history, waits).ms < 1.0
+
+
+def _role_inject(*, planned_ms: float, late_ms: float, read_wait_ms: float | None, **fields) -> dict:
+    wait = {} if read_wait_ms is None else {"read_wait_ms": read_wait_ms}
+    return {"worker": -1, "round": 1, "kind": "fault", "fault": "node-freeze", "action": "inject", "step": 0,
+            "t0": int((planned_ms + late_ms) * MS), "t1": int((planned_ms + late_ms + 1) * MS),
+            "planned_ns": int(planned_ms * MS), "target": "leader", **wait, **fields}  # fmt: skip
+
+
+def test_a_role_aimed_landing_counts_from_its_aim_while_it_lands_inside_the_lease_it_followed() -> None:
+    """A step aimed at the leader waits at its planned moment for the role read made ahead of it
+    (faults/aim.py): 160-400 ms on the loaded partial reproduction, where the inject landed
+    ~1 ms after the read. That wait is the step's design while the strike still falls in the lease
+    it followed; a landing pushed past that lease is the machine's doing and is judged whole."""
+    history = rounds(n=5)
+    acquired = next(e for e in history if e["kind"] == "acquire" and e["round"] == 1)
+    releasing = next(e for e in history if e["kind"] == "release" and e["round"] == 1)
+    planned_ms = acquired["t1"] / MS + 2
+    inside = _role_inject(planned_ms=planned_ms, late_ms=20.0, read_wait_ms=18.5)
+    assert inside["t0"] < releasing["t0"]
+    (stall,) = fault_stalls([*history, inside])
+    assert stall.ms == pytest.approx(1.5)
+    # Without the recorded wait the whole lateness is judged (histories from before it was recorded).
+    (stall,) = fault_stalls([*history, _role_inject(planned_ms=planned_ms, late_ms=20.0, read_wait_ms=None)])
+    assert stall.ms == pytest.approx(20.0)
+    # The same wait that made it land after worker 0 began releasing: judged whole.
+    late_ms = releasing["t0"] / MS + 1 - planned_ms
+    past = _role_inject(planned_ms=planned_ms, late_ms=late_ms, read_wait_ms=late_ms - 1)
+    (stall,) = fault_stalls([*history, past])
+    assert stall.ms == pytest.approx(late_ms)
+    # A lease-aimed step says itself whether its lease was still held as it acted.
+    for held, judged_ms in ((True, 1.5), (False, 20.0)):
+        aimed = _role_inject(planned_ms=planned_ms, late_ms=20.0, read_wait_ms=18.5, lease_worker=1, lease_held=held)
+        (stall,) = fault_stalls([*history, aimed])  # worker 1 has no lease here: lease_held decides
+        assert stall.ms == pytest.approx(judged_ms)
+
+
+def test_a_skipped_step_landed_nowhere_and_is_not_judged() -> None:
+    """A lease-aimed step whose lease ended while it waited for its read is skipped (it acts on
+    nothing, and strikes a later lease): its 280-700 ms "lateness" marked 7 trials of the partial run."""
+    skipped = {"worker": -1, "round": 0, "kind": "fault", "fault": "split", "action": "skipped", "step": 0,
+               "t0": 700 * MS, "t1": 700 * MS, "planned_ns": 200 * MS, "aim": "missed"}  # fmt: skip
+    assert fault_stalls([skipped]) == []
+    assert fault_stalls([{**skipped, "action": "inject"}])[0].ms == pytest.approx(500.0)
+
+
+def test_an_outage_lasts_for_a_worker_until_its_first_lock_call_after_the_heal_is_answered() -> None:
+    """A heal ends the fault, not the service's recovery (an isolated etcd leader's higher term forces
+    an election as it rejoins; a ZooKeeper member rejoins "not serving"): the worker's first call to
+    the lock servers after the heal is not judged; the next one is, and so are resource calls."""
+    history = rounds(n=6)
+    heal_ms = next(e for e in history if e["kind"] == "acquire" and e["round"] == 2)["t1"] / MS + 0.1
+    first = next(e for e in history if e["kind"] == "release" and e["round"] == 2)
+    _shift_after(history, first["t0"] / MS + 0.1, 150)  # the first lock call after the heal waits 150 ms
+    outage = _delay_fault("isolate", worker=None, start_ms=heal_ms - 0.3, end_ms=heal_ms)
+    assert worst_stall(history + outage, PLAN).ms < 1.0
+    second = next(e for e in history if e["kind"] == "release" and e["round"] == 3)
+    _shift_after(history, second["t0"] / MS + 0.1, 90)
+    stall = worst_stall(history + outage, PLAN)
+    assert (stall.at, round(stall.ms)) == ("worker 0 round 3: release call", 90)
+    # A resource call (the write before it) is no answer from the lock servers: it ends nothing.
+    write = next(e for e in history if e["kind"] == "write" and e["round"] == 2)
+    assert write["t0"] > heal_ms * MS and write["t0"] < first["t0"]

@@ -20,11 +20,17 @@ than planned a step of the trial ran — and compares it with the smallest margi
   worker held the lock or while the worker's external client process started, a release that
   found the lock gone);
 - **fault landings**: a runner event that carries its planned time (``planned_ns``) landed
-  ``t0 - planned_ns`` late.
+  ``t0 - planned_ns`` late, less what it waited there for the read that aims it (``read_wait_ms``:
+  who leads, the holder's member, the lease's nodes) when it still landed inside the lease it
+  followed (:func:`aim_wait_ms`); a step that did not act (``skipped``) landed nowhere.
 
 A worker's steps during a fault that slows *that worker on purpose* (a starve step's stops, a slow
 link's late replies, a cut link's timeouts, a pause, an ended session: from the fault's inject to its
-heal) are not judged: that delay is the experiment, not the machine. The fault's own landing still is.
+heal) are not judged: that delay is the experiment, not the machine. Nor are a worker's calls while a
+fault keeps a lock server away (crash, restart, failover, node-freeze, isolate, split), from the
+inject until the worker's first call to the lock servers after the heal was answered
+(:func:`until_answered`): the service's recovery is the fault's too. The fault's own landing still is
+judged, and so are sleeps in every such window.
 
 A stall is a lower bound on what the machine did to the trial (the acquire's retry sleeps and a
 worker's start-up offset are not recorded step by step, so they are not judged). The trial is
@@ -212,10 +218,34 @@ def server_outages(history: Iterable[Event], *, ttl_ms: float) -> list[tuple[int
     return windows
 
 
+#: Steps that are a call to the lock servers (enter, read, write and exit go to the resource).
+_LOCK_CALLS = frozenset({"acquire", "release", "lease"})
+
+
+def _answered_by_the_lock(event: Event) -> bool:
+    """A lock server answered this step: a granted acquire, a release, a lease check."""
+    return event["kind"] in _LOCK_CALLS and (event["kind"] != "acquire" or bool(event.get("ok")))
+
+
+def until_answered(outages: Sequence[tuple[int, float]], events: Sequence[Event]) -> list[tuple[int, float]]:
+    """Each outage (:func:`server_outages`) as one worker saw it: from the inject to the end of the
+    worker's first call to the lock servers that started after the heal and was answered. A heal
+    ends the fault, not the service's recovery: a woken or reconnected leader that bumped its term
+    forces an election, a ZooKeeper member rejoins "not serving", a client reconnects to the member
+    it lost. The first answer the worker gets after the heal is the history's own sign that the
+    service is back (its length is the recovery, not judged); every later call is judged.
+    ``events``: the worker's steps, in order."""
+    answered = []
+    for start, end in outages:
+        first = next((e for e in events if _answered_by_the_lock(e) and e["t0"] >= end), None)
+        answered.append((start, end if first is None else max(end, first["t1"])))
+    return answered
+
+
 def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
     """Every late step of the workers: sleeps and gaps past their plan, calls past their usual time,
     except while a fault delays that worker on purpose (:func:`deliberate_delays`), and calls while
-    a fault keeps a lock server away (:func:`server_outages`)."""
+    a fault keeps a lock server away until the worker is answered again (:func:`until_answered`)."""
     by_worker: dict[int, list[Event]] = {}
     for event in history:
         if event["worker"] >= 0 and event["kind"] in _STEPS:
@@ -250,12 +280,13 @@ def worker_stalls(history: Sequence[Event], plan: TimingPlan) -> list[Stall]:
         ]
         rivals = [w for other, held in holding.items() if other != worker for w in held]
         starts = client_starts.get(worker, [])
+        kept_away = until_answered(outages, events)
         stalls += _call_stalls(
             [
                 e
                 for e in events
                 if not _overlaps(windows, e["t0"], e["t1"])
-                and not _overlaps(outages, e["t0"], e["t1"])
+                and not _overlaps(kept_away, e["t0"], e["t1"])
                 and not _waits_by_design(e, rivals=rivals, starts=starts, acquire_waits=plan.acquire_waits)
             ]
         )
@@ -338,15 +369,40 @@ def _call_stalls(events: Sequence[Event]) -> list[Stall]:
 
 
 def fault_stalls(history: Iterable[Event]) -> list[Stall]:
-    """Runner events (faults) that carry their planned time: how late each landed."""
+    """Runner events (faults) that carry their planned time: how late each landed, counted from when
+    its aim was resolved when it still struck the lease it followed (:func:`aim_wait_ms`). A step
+    that did not act (``skipped``) landed nowhere: not judged."""
+    events = list(history)
     return [
         Stall(
-            (e["t0"] - e["planned_ns"]) / _NS_PER_MS,
+            (e["t0"] - e["planned_ns"]) / _NS_PER_MS - aim_wait_ms(e, events),
             _where(e, f"{e.get('fault', e['kind'])} {e.get('action', '')}".strip()),
         )
-        for e in history
-        if e["worker"] < 0 and isinstance(e.get("planned_ns"), int | float)
+        for e in events
+        if e["worker"] < 0 and isinstance(e.get("planned_ns"), int | float) and e.get("action") != "skipped"
     ]
+
+
+def aim_wait_ms(event: Event, history: Sequence[Event]) -> float:
+    """What a fault step waited at its planned moment for the read that aims it (``read_wait_ms``:
+    who leads, which member the holder's client is on, which nodes hold the lease; faults/aim.py),
+    when it still landed inside the lease it followed: the wait is the step's design, and what the
+    experiment needs of its timing — a strike inside that lease — is in the history. 0 when it did
+    not wait, or landed outside that lease (a landing that missed its lease is the machine's doing:
+    judged whole), or the history cannot show where it landed. Inside: the event's own ``lease_held``
+    (a lease-aimed step), else the followed worker's (``lease_worker``, ``follow``, else worker 0)
+    acquire of the event's round ended before the step acted and its release had not begun."""
+    wait = event.get("read_wait_ms")
+    if not isinstance(wait, int | float) or wait <= 0:
+        return 0.0
+    if "lease_held" in event:
+        return float(wait) if event["lease_held"] is True else 0.0
+    worker, round_ = event.get("lease_worker", event.get("follow", 0)), event["round"]
+    steps = [e for e in history if e["worker"] == worker and e["round"] == round_]
+    granted = [e["t1"] for e in steps if e["kind"] == "acquire" and e.get("ok")]
+    releasing = [e["t0"] for e in steps if e["kind"] == "release"]
+    inside = bool(granted) and granted[-1] <= event["t0"] <= min(releasing, default=math.inf)
+    return float(wait) if inside else 0.0
 
 
 def worst_stall(history: Sequence[Event], plan: TimingPlan) -> Stall:
