@@ -4,17 +4,15 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import io
 from collections.abc import Callable
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from rich.console import Console
 
 from lockcompare.cli import eta as eta_module
-from lockcompare.cli.eta import Eta, Planned, finish_after, remaining_text
+from lockcompare.cli.eta import Eta, remaining_text
 from lockcompare.cli.progress_bar import cell_of, progress_bar
 from lockcompare.scenario.experiments import get_experiment
 from lockcompare.scenario.trialspec import Overrides, make_spec
@@ -217,10 +215,7 @@ def test_on_a_schedule_like_a_real_runs_the_estimate_is_within_a_quarter_after_t
     events, marked, planned = _like_a_real_run(marks)
     clock = Clock()
     eta = Eta(clock=clock)
-    # each with its round and its settings' prior, as the progress bar plans them (cost_order.prior_s
-    # of these cells at --time-scale 0.1: 7.28 s with the pause, 2.48 s without)
-    priors = {"client-pause": 7.28, "baseline": 2.48}
-    eta.plan([Planned(tid, cell, int(tid[-1]), priors[cell[1]]) for tid, cell in planned], reruns=10)
+    eta.plan(planned, reruns=10)
     end = events[-1][0]
     errors, ended = [], set()
     for at, what, trial_id, cell in events:
@@ -286,100 +281,3 @@ def test_trials_of_one_cell_share_it_and_plain_lines_end_with_the_time_left(caps
     assert lines[0].endswith(" s left)")
     assert lines[2] == "[3/3] single × client-pause #0: exclusive, 0/6 conflicts, 0 lost, 2.0 s"  # nothing left
     assert update.counts() == "3 done · 0 left · 0 failed"
-
-
-def test_a_cell_not_yet_seen_takes_its_settings_prior_times_its_backends_ratio_not_its_backends_mean() -> None:
-    """The scheduler starts each round's longest trials first, so a run's first trials to end are its
-    client-pauses (7 s, their prior 7 s: a ratio of 1); a baseline (prior 2.5 s) not yet seen is
-    expected at 2.5 s, not at the backend's mean of 7 (issue 53: +145% on the first lines)."""
-    clock = Clock()
-    eta = Eta(clock=clock)
-    eta.plan([Planned("p0", ("single", "client-pause"), 0, 7.0), Planned("b0", ("single", "baseline"), 0, 2.5),
-              Planned("b1", ("single", "baseline"), 1, 2.5)])  # fmt: skip
-    _run(eta, clock, "p0", 7.0)
-    assert eta.seconds_left() == pytest.approx(2 * 2.5)
-    _run(eta, clock, "b0", 3.0)  # now seen: its own mean
-    assert eta.seconds_left() == pytest.approx(3.0)
-
-
-def _two_at_once(eta: Eta, clock: Clock, trial_ids: list[str], seconds: float) -> None:
-    for pair in (trial_ids[i : i + 2] for i in range(0, len(trial_ids), 2)):
-        for trial_id in pair:
-            eta.started(trial_id)
-        clock.now += seconds
-        for trial_id in pair:
-            eta.finished(trial_id, wall_s=seconds, failed=False)
-
-
-@pytest.mark.parametrize(("slow_round", "expected"), [(1, 8.0), (2, 10.0)])
-def test_the_trials_left_are_laid_into_the_slots_round_by_round_longest_first(slow_round: int, expected: float) -> None:
-    """Two at once so far (2 s trials); left: two 2 s trials of round 1 and an 8 s one (its prior).
-    In round 1 it starts first, beside the two short ones one after another: 8 s. In round 2 it starts
-    after them: 2 + 8 = 10 s — where work over trials at once says 6 s either way."""
-    clock = Clock()
-    eta = Eta(clock=clock)
-    done = [Planned(f"f{i}", FAST, 0, 2.0) for i in range(4)]
-    left = [
-        Planned("f4", FAST, 1, 2.0),
-        Planned("f5", FAST, 1, 2.0),
-        Planned("s0", ("redlock", "pause"), slow_round, 8.0),
-    ]
-    eta.plan([*done, *left])
-    _two_at_once(eta, clock, [p.trial_id for p in done], 2.0)
-    assert eta.seconds_left() == pytest.approx(expected)
-
-
-def test_a_burst_of_trials_at_once_counts_no_more_than_the_runs_mean_since_its_start() -> None:
-    """Three at once for 8 s, then six for 4 s (the stall governor grows and halves the trials at once
-    all run long): the slots are the 4 of the run so far, not the 6 of the last trial's time (nor the
-    5 of a window of a quarter of the run, where issue 53's -41% came from). Twelve 4 s trials on
-    4 slots: 12 s."""
-    clock = Clock()
-    eta = Eta(clock=clock)
-    eta.plan([(f"t{i}", FAST) for i in range(24)])
-    for batch in (range(0, 3), range(3, 6), range(6, 12)):
-        for i in batch:
-            eta.started(f"t{i}")
-        clock.now += 4.0
-        for i in batch:
-            eta.finished(f"t{i}", wall_s=4.0, failed=False)
-    assert clock.now == 12.0 and eta.seconds_left() == pytest.approx(12.0)
-
-
-def test_the_list_schedule_of_the_trials_left() -> None:
-    """The last to end decides; a running trial longer than the queue ends the run; more running than
-    slots: the queue waits for the running ones to drop below the slots."""
-    assert finish_after(running=[], queue=[4.0] * 12, slots=4) == pytest.approx(12.0)
-    assert finish_after(running=[9.0], queue=[1.0, 1.0], slots=2) == pytest.approx(9.0)
-    assert finish_after(running=[1.0, 2.0, 3.0, 4.0], queue=[1.0], slots=2) == pytest.approx(4.0)  # starts at 3
-    assert finish_after(running=[1.0, 2.0, 3.0, 4.0], queue=[2.0], slots=2) == pytest.approx(5.0)
-    assert finish_after(running=[], queue=[], slots=3) == 0.0
-
-
-def test_trials_at_once_since_the_start_count_every_finished_trial_not_only_the_last_thousand() -> None:
-    """1200 trials of 1 s, two at a time: the 100 left take 50 s (the last 1000 spans alone over the
-    whole run would say 1.67 at once: 60 s)."""
-    clock = Clock()
-    eta = Eta(clock=clock)
-    eta.plan([(f"t{i}", FAST) for i in range(1300)])
-    _two_at_once(eta, clock, [f"t{i}" for i in range(1200)], 1.0)
-    assert (eta.done, clock.now) == (1200, 600.0) and eta.seconds_left() == pytest.approx(50.0)
-
-
-def test_the_script_sets_each_estimate_against_the_time_really_left() -> None:
-    """scripts/eta_lines.py on hand-stamped lines: the time left runs to the last trial's line; the
-    first tenth is marked; a line without an estimate (the last) gives none."""
-    spec = importlib.util.spec_from_file_location("eta_lines", Path(__file__).parents[1] / "scripts" / "eta_lines.py")
-    assert spec is not None and spec.loader is not None
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    stamped = [
-        (5.0, "[1/3] single × baseline #0: exclusive, 0/8 conflicts, 0 lost, 2.0 s (~120 s left)"),
-        (60.0, "[2/3] single × baseline #1: exclusive, 0/8 conflicts, 0 lost, 2.0 s (~1 min left)"),
-        (100.0, "[3/3] single × baseline #2: exclusive, 0/8 conflicts, 0 lost, 2.0 s"),
-        (101.0, "3 trials run, 0 already in x.csv"),
-    ]
-    assert script.report(stamped) == [
-        "   5.0 s [1/3]     ~ 120 s left  real   95.0 s   +26%  (first tenth)",
-        "  60.0 s [2/3]     ~  60 s left  real   40.0 s   +50%",
-    ]

@@ -1,34 +1,21 @@
-"""How long a matrix has left: its trials still to run, each at what its cell's trials took, laid
-into as many job slots as trials ran at once, in the order the scheduler starts them.
+"""How long a matrix has left, from how long its trials took, cell by cell, and how many ran at once lately.
 
 Trials of one cell (a backend × an experiment with its settings) take about as long as each other;
 trials of different cells do not (a Node client's cell or a ZooKeeper one costs several times a
-Redis baseline's). So each trial still to run is expected to take its cell's mean duration so far;
-a cell not yet seen, what its settings say (runner/cost_order.py's prior: its critical sections,
-its pauses) times what its backend's trials took over theirs — not its backend's mean, which early
-in a run is its slowest experiment's: the scheduler starts each round's longest trials first, and a
-baseline estimated at a client-pause's 7 s put the first lines at +145% (issue 53). Without a prior,
-the mean of its experiment's cells, else of its backend's, else of all. A trial's duration is the
-time its job slot was taken — from its start to its end as reported here — so what surrounds a
-trial (its cluster, its history, its checker) counts like its workers' time.
+Redis baseline's). So the work left is each trial still to run at its cell's mean duration so far
+(a cell not yet seen: the mean of the seen cells of its experiment, else of its backend, else of
+all), less what the running trials have already done. A trial's duration is the time its job slot
+was taken — from its start to its end as reported here — so what surrounds a trial (its cluster,
+its history, its checker) counts like its workers' time.
 
-Those trials are laid, round by round and longest first as runner/cost_order.py starts them, into
-the job slots after what the running trials have left (:func:`finish_after`); the last to end is
-the time left, so the run's tail (its last trials alone in their slots) is counted as it will run,
-not as a share of a global rate. The slots: how many trials ran at once, as the lesser of the mean
-number since the run's first trial and the mean over the last :data:`SHORT_TRIALS` mean trials.
-The scheduler's stall governor halves the trials admitted at once at a stall and adds one after
-three calm trials (runner/scheduler.py), so the number running swings (3, 6, 3, 2 on one 45-trial
-run) while its mean over the run ahead stays near its mean so far: a window of a quarter of the run
-followed the swing and read 5.5 at once where 2.9 were to come (-41%; issue 53's +29% at 23 s was
-its other side). The short window catches a cut that lasts — a run that began three at a time and
-went on one at a time was estimated, by its mean since the start, at a third of what it had left
-(issue 53: "~8 s left" for ~35 s). A machine whose load rises mid-run makes the governor cut the
-trials at once from ~3 to 1: no estimate from the run so far foresees that, and it reads low (about
--50% on a run that went from 3 to 1 at a quarter of its length) until the cut shows. Not the
-governor's limit itself, the moment it is cut: the cells' durations were measured at the contention
-of their time (first-round trials, three at once on a loaded machine, took 1.7x what they took
-alone), so one slot at those durations read +150%; the means at once move with the durations.
+How fast that work goes is how many trials ran at once *lately*: the mean number running over the
+last :data:`WINDOW_SHARE` of the run (at least :data:`WINDOW_TRIALS` mean trials: of the longest cell,
+the window reached back into a first batch the scheduler had long left — -38% on the recorded
+schedule of the tests, whose first three trials ran side by side and the rest one at a time). Not
+since the start: the scheduler admits fewer trials once stalls appear (runner/scheduler.py) or a
+no-lock trial runs alone, and a run that began three at a time and went on one at a time was
+estimated, from its first minute, at a third of what it had left (issue 53: "~8 s left" for ~35 s).
+Never less than the longest single trial left (the last trials of a run run alone).
 
 And the trials the timing sentinel marks run again alone at the end (``matrix --rerun-marked N``):
 those marked so far (up to N) are trials left, and so are — estimated — as many of the trials still
@@ -54,55 +41,20 @@ Pure bookkeeping with an injectable clock; the terminal bar and the plain progre
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections.abc import Callable, Hashable, Sequence
-from typing import NamedTuple
 
 #: Where a trial neither planned nor given a cell is counted.
 _UNKNOWN_CELL: tuple[Hashable, ...] = ("", "")
-#: The short window over which trials at once are counted, in mean trials (the mean of the cells'
-#: means): long enough to span a trial's end and the next start, short enough that a cut by the
-#: stall governor shows within about one trial.
-SHORT_TRIALS = 1.0
+#: How far back "lately" reaches: this share of the run so far...
+WINDOW_SHARE = 0.25
+#: ...but at least this many mean trials (the mean of the cells' means: a window shorter than a trial
+#: sees one trial's start or end, not how many ran at once).
+WINDOW_TRIALS = 1.5
 #: The prior of the share of trials the sentinel marks, as pseudo-trials: this many marked...
 PRIOR_MARKED = 1.0
 #: ...of this many (a share of 10%, weighing as ten trials: after 30 unmarked trials it says 2.5%).
 PRIOR_TRIALS = 10.0
-
-
-class Planned(NamedTuple):
-    """A trial the run will run: its id, its cell, its round (its trial number: the scheduler starts
-    round 0 of every cell before round 1, runner/cost_order.py) and what its settings say it takes
-    (cost_order.prior_s; None: nothing said)."""
-
-    trial_id: str
-    cell: tuple[Hashable, ...]
-    round: int = 0
-    prior_s: float | None = None
-
-
-def finish_after(*, running: Sequence[float], queue: Sequence[float], slots: int) -> float:
-    """When the last trial ends: ``running`` trials with these seconds left, then the ``queue`` in
-    its order, each started in the first of ``slots`` job slots to come free (list scheduling, as
-    runner/scheduler.py does). More running than slots: a queued trial starts only once fewer than
-    ``slots`` run, i.e. in the slots the longest running ones hold.
-
-    >>> finish_after(running=[1.0, 4.0], queue=[3.0, 3.0, 1.0], slots=2)  # 1-4, 4-7 and 4-5
-    7.0
-    >>> finish_after(running=[1.0, 2.0, 6.0], queue=[2.0], slots=2)  # starts when the 2 s one ends
-    6.0
-    """
-    slots = max(1, slots)
-    free = sorted(running)[-slots:]
-    free += [0.0] * (slots - len(free))
-    heapq.heapify(free)
-    end = max(running, default=0.0)
-    for seconds in queue:
-        start = heapq.heappop(free)
-        heapq.heappush(free, start + seconds)
-        end = max(end, start + seconds)
-    return end
 
 
 class Eta:
@@ -115,12 +67,9 @@ class Eta:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._cells: dict[str, tuple[Hashable, ...]] = {}  # trial id -> its cell, for the trials planned
-        self._planned: dict[str, Planned] = {}  # trial id -> its round and prior, for the trials planned
-        self._ratios: dict[Hashable, list[float]] = {}  # backend -> what its trials took over their priors
         self._took: dict[tuple[Hashable, ...], list[float]] = {}  # cell -> durations of its finished trials
         self._running: dict[str, float] = {}  # trial id -> when it started
         self._spans: list[tuple[float, float]] = []  # (start, end) of every finished trial: who ran when
-        self._busy_s = 0.0  # the finished trials' slot time, all of it (the spans kept are the last 1000)
         self._finished: set[str] = set()
         self._first_start: float | None = None
         self._reruns = 0  # how many timing-marked trials the run will run again alone at its end
@@ -136,12 +85,11 @@ class Eta:
     def left(self) -> int:
         return max(0, self.total - self.done)
 
-    def plan(self, trials: Sequence[Planned | tuple[str, tuple[Hashable, ...]]], *, reruns: int = 0) -> None:
-        """The trials this run will run, as :class:`Planned` (or (trial id, cell): round 0, no prior);
-        ``reruns``: how many timing-marked ones it runs again alone at its end, at most. A later plan
-        (the next round of --until-settled) adds its trials to those done."""
-        self._planned = {trial[0]: Planned(*trial) for trial in trials}
-        self._cells = {trial_id: planned.cell for trial_id, planned in self._planned.items()}
+    def plan(self, trials: Sequence[tuple[str, tuple[Hashable, ...]]], *, reruns: int = 0) -> None:
+        """The trials this run will run, as (trial id, cell); ``reruns``: how many timing-marked ones it
+        runs again alone at its end, at most. A later plan (the next round of --until-settled) adds
+        its trials to those done."""
+        self._cells = dict(trials)
         self._reruns = reruns
         self._marked, self._rerun, self._main_done = [], set(), 0
         self._before = self.done
@@ -180,11 +128,7 @@ class Eta:
             self._first_start = now - took
         key = cell if cell is not None else self._cells.get(trial_id, _UNKNOWN_CELL)
         self._took.setdefault(key, []).append(took)
-        planned = self._planned.get(trial_id)
-        if planned is not None and planned.prior_s and key:
-            self._ratios.setdefault(key[0], []).append(took / planned.prior_s)
         self._spans.append((now - took, now))
-        self._busy_s += took
         self.done += 1
         self.failed += int(failed)
         if trial_id not in self._finished:
@@ -197,36 +141,24 @@ class Eta:
 
     def _means(self, running: dict[str, float], now: float) -> dict[tuple[Hashable, ...], float]:
         """Each cell's mean duration; a cell with a trial running but none finished: at least that
-        trial's time so far (a lower bound), else what its settings or its experiment suggest — so a
-        slow experiment's first trial, still running, raises the estimate of its other cells."""
+        trial's time so far (a lower bound), else what its experiment or backend suggest — so a slow
+        experiment's first trial, still running, raises the estimate of its other cells."""
         means = {key: sum(took) / len(took) for key, took in list(self._took.items()) if took}
-        bounds: dict[tuple[Hashable, ...], tuple[float, float | None]] = {}
+        bounds: dict[tuple[Hashable, ...], float] = {}
         for tid, since in running.items():
-            planned = self._planned.get(tid)
-            if planned is not None and planned.cell not in means:
-                ran = max(bounds.get(planned.cell, (0.0, None))[0], now - since)
-                bounds[planned.cell] = (ran, planned.prior_s)
-        return means | {
-            cell: max(ran, self._estimate(cell, means, prior_s=prior) or 0.0) for cell, (ran, prior) in bounds.items()
-        }
+            cell = self._cells.get(tid)
+            if cell is not None and cell not in means:
+                bounds[cell] = max(bounds.get(cell, 0.0), now - since)
+        return means | {cell: max(ran, self._estimate(cell, means) or 0.0) for cell, ran in bounds.items()}
 
-    def _estimate(
-        self, cell: tuple[Hashable, ...] | None, means: dict[tuple[Hashable, ...], float], *, prior_s: float | None
-    ) -> float | None:
-        """A trial's expected duration in ``cell``: its own mean; else its settings' prior times what
-        its backend's trials took over theirs (all trials' where its backend has none finished: the
-        ratio runner/cost_order.py orders by); else its experiment's cells', its backend's, every
-        cell's (means of cell means: a cell of many trials weighs one). The prior comes before the
-        backend's mean: a run's first trials are its slowest cells (longest first), and a baseline
-        taken at a client-pause's 7 s put the first estimates at +145% (issue 53)."""
+    @staticmethod
+    def _estimate(cell: tuple[Hashable, ...] | None, means: dict[tuple[Hashable, ...], float]) -> float | None:
+        """A trial's expected duration in ``cell``: its own mean, else its experiment's cells', else
+        its backend's, else every cell's (means of cell means: a cell of many trials weighs one)."""
         if not means:
             return None
         if cell is not None and cell in means:
             return means[cell]
-        if prior_s:
-            ratios = (self._ratios.get(cell[0]) if cell else None) or [r for rs in self._ratios.values() for r in rs]
-            if ratios:
-                return prior_s * sum(ratios) / len(ratios)
         for position in (1, 0):  # the experiment, then the backend
             alike = [m for key, m in means.items() if cell is not None and len(cell) > position
                      and len(key) > position and key[position] == cell[position]]  # fmt: skip
@@ -235,54 +167,42 @@ class Eta:
         return sum(means.values()) / len(means)
 
     def _at_once(self, running: dict[str, float], now: float, *, typical: float) -> float:
-        """How many trials run at once: the lesser of their mean number since the run's first trial
-        and over the last :data:`SHORT_TRIALS` mean trials (the module docstring); at least one."""
+        """How many trials ran at once lately: their time inside the window over its length."""
         assert self._first_start is not None
         elapsed = now - self._first_start
+        window = min(elapsed, max(WINDOW_SHARE * elapsed, WINDOW_TRIALS * typical))
+        since = now - window
         spans = [*self._spans[-1000:], *((start, now) for start in running.values())]  # fmt: skip
-
-        if elapsed <= 0:
-            return float(max(1, len(running)))
-        since_start = (self._busy_s + sum(now - start for start in running.values())) / elapsed
-        window = min(elapsed, SHORT_TRIALS * typical)
-        lately = sum(max(0.0, end - max(start, now - window)) for start, end in spans) / window if window > 0 else 1.0
-        return max(1.0, min(since_start, lately))
+        inside = sum(max(0.0, end - max(start, since)) for start, end in spans)
+        return max(inside / window, 1e-9) if window > 0 else 1.0
 
     def seconds_left(self) -> float | None:
-        """Wall-clock seconds until the last planned trial ends; None until a trial has finished.
-
-        The trials still to run, each at its expected duration, in the order the scheduler starts
-        them (round by round, longest first: runner/cost_order.py), are laid into as many job slots
-        as trials run at once (:meth:`_at_once`), after what the running ones have left (:func:`finish_after`);
-        a fraction of a slot between the two whole numbers around it. Then the marked trials' runs
-        again, one after another."""
+        """Wall-clock seconds until the last planned trial ends; None until a trial has finished."""
         if not self.done or self._first_start is None:
             return None
         now = self._clock()
         running = dict(self._running)  # a copy: the bar's refresh thread reads while callbacks write
-        planned = dict(self._planned)
+        cells = dict(self._cells)
         means = self._means(running, now)
         per_cell: dict[tuple[Hashable, ...], float] = {}  # estimates, computed once per cell
 
         def estimate(tid: str) -> float:
-            trial = planned.get(tid) or Planned(tid, self._cells.get(tid, _UNKNOWN_CELL))
-            if trial.cell not in per_cell:
-                per_cell[trial.cell] = self._estimate(trial.cell, means, prior_s=trial.prior_s) or 0.0
-            return per_cell[trial.cell]
+            cell = cells.get(tid, _UNKNOWN_CELL)
+            if cell not in per_cell:
+                per_cell[cell] = self._estimate(cell, means) or 0.0
+            return per_cell[cell]
 
-        pending = [tid for tid in planned if tid not in self._finished]
-        busy = [max(0.0, estimate(tid) - (now - running[tid])) for tid in pending if tid in running]
-        queue = sorted((planned[tid].round, -estimate(tid)) for tid in pending if tid not in running)
+        pending = [tid for tid in cells if tid not in self._finished]
+        work_left = longest = 0.0
+        for tid in pending:
+            guess = max(0.0, estimate(tid) - (now - running[tid])) if tid in running else estimate(tid)
+            work_left += guess
+            longest = max(longest, guess)
         unplanned = self.total - self.done - len(pending) - self._reruns_left_known()  # counted, not planned
-        guess = self._estimate(None, means, prior_s=None) or 0.0
-        seconds = [-minus for _, minus in queue] + [guess] * max(0, unplanned)
+        if unplanned > 0:
+            work_left += unplanned * (self._estimate(None, means) or 0.0)
         typical = sum(means.values()) / len(means) if means else 0.0
-        at_once = self._at_once(running, now, typical=typical)
-        whole = int(at_once)
-        main = finish_after(running=busy, queue=seconds, slots=whole)
-        if at_once > whole:  # between the two whole numbers of slots
-            fewer = main
-            main -= (at_once - whole) * (fewer - finish_after(running=busy, queue=seconds, slots=whole + 1))
+        main = max(work_left / self._at_once(running, now, typical=typical), longest) if work_left else 0.0
         return main + self._reruns_left(pending, running, now, estimate)
 
     def _reruns_left_known(self) -> int:

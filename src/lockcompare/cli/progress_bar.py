@@ -8,9 +8,8 @@ could not be judged (verdict ``unknown``).
 
 The callback is the matrix's ProgressCallback; its ``plan`` method receives the trials the run
 will run and how many timing-marked ones it runs again at its end (runner/matrix.py calls it when
-it has one), so the estimate weighs each by its cell (before the cell's first trial ends, by what
-its settings say, runner/cost_order.py), lays them out in the scheduler's order and counts the
-runs again. The counts (and ``[done/total]``) include the runs again the sentinel's marks have decided so far.
+it has one), so the estimate weighs each by its cell and counts the runs again. The counts (and
+``[done/total]``) include the runs again the sentinel's marks have decided so far.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, Task, TextColumn,
 from rich.table import Column
 from rich.text import Text
 
-from lockcompare.cli.eta import Eta, Planned, remaining_text
+from lockcompare.cli.eta import Eta, remaining_text
 
 if TYPE_CHECKING:
     from lockcompare.runner.trial import TrialResult
@@ -62,13 +61,7 @@ class ProgressUpdate:
         self.task = bar.add_task("starting", total=None, counts="")
 
     def plan(self, specs: Sequence[TrialSpec], *, reruns: int = 0) -> None:
-        # its round and its settings' prior: the order the scheduler starts it in, and what it takes
-        # before a trial of its cell has finished (cli/eta.py). Imported here: loading the CLI loads
-        # no runner code (tests/test_layers.py), a run's plan does.
-        from lockcompare.runner.cost_order import prior_s
-
-        planned = [Planned(spec.trial_id, cell_of(spec), spec.trial, prior_s(spec)) for spec in specs]
-        self.eta.plan(planned, reruns=reruns)
+        self.eta.plan([(spec.trial_id, cell_of(spec)) for spec in specs], reruns=reruns)
 
     def counts(self) -> str:
         return f"{self.eta.done} done · {self.eta.left} left · {self.eta.failed} failed"
