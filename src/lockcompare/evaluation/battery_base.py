@@ -191,12 +191,13 @@ def prestarted_private_clusters(
     kind, _ = battery_cluster(servers)
     shape = embedded_shape(node_count=PRIVATE_NODES, redis_server=redis_server, lock_servers=kind)
     with WarmPool(build=lambda s: start_embedded(s, redis_server=redis_server), limit=2, starters=1) as pool:
-        wanted = [expected]  # clusters still to hand out, told to the pool at the first one's request
+        wanted = expected  # clusters still to hand out, told to the pool at the first one's request
 
         @contextlib.contextmanager
         def private() -> Iterator[Cluster]:
-            pool.expect([shape] * max(1, wanted[0]))
-            wanted[0] -= 1
+            nonlocal wanted
+            pool.expect([shape] * max(1, wanted))
+            wanted -= 1
             cluster = pool.acquire(shape)
             try:
                 yield cluster
