@@ -57,6 +57,7 @@ from lockcompare.errors import (
 from lockcompare.evaluation.battery_log import BatteryLog
 from lockcompare.infra import cgroup
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group, reap_group
+from lockcompare.infra.messages import send
 from lockcompare.infra.procgroup import GroupView, describe_escaped
 
 #: Starting the host: spawning an interpreter and importing lockcompare (~0.3 s here). Importing
@@ -119,7 +120,7 @@ def _serve(conn: Connection) -> None:
     cls: type[LockBackend] | None = None
     instances: dict[int, LockBackend] = {}
     ids = itertools.count()
-    conn.send(("ready", None, 0, 0))  # the interpreter is up and lockcompare imported
+    send(conn, ("ready", None, 0, 0))  # the interpreter is up and lockcompare imported
     while True:
         try:
             op, args = conn.recv()
@@ -158,9 +159,9 @@ def _serve(conn: Connection) -> None:
         except BaseException as exc:  # noqa: BLE001 - the backend's failure is the data we report
             reply = ("raised", f"{type(exc).__name__}: {exc}", t0, time.monotonic_ns())
         try:
-            conn.send(reply)
+            send(conn, reply)
         except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable exception: report it as text
-            conn.send(("raised", f"{type(exc).__name__} while reporting the result: {exc}", t0, time.monotonic_ns()))
+            send(conn, ("raised", f"{type(exc).__name__} while reporting the result: {exc}", t0, time.monotonic_ns()))
 
 
 def claims_of(cls: type) -> Claims:
@@ -281,7 +282,7 @@ class BackendHost:
             raise BackendHostDied(f"{what}: the backend's process is gone (killed after an earlier timeout)")
         conn = self._conn
         try:
-            conn.send((op, args))
+            send(conn, (op, args))
             answered = conn.poll(self.call_timeout_s)
         except (OSError, EOFError):
             self._kill()

@@ -25,6 +25,7 @@ from multiprocessing.connection import Connection
 from lockcompare.analysis.history import Event, now_ns
 from lockcompare.infra.cgroup import client_members, continue_client, stop_client
 from lockcompare.infra.cgroup import of as cgroup_of
+from lockcompare.infra.messages import send
 
 
 class Freezer:
@@ -101,7 +102,7 @@ class Freezer:
         worker, round_, planned = pause
         self._record("heal", worker=worker, round_=round_, t0=continuing, planned=planned, how=self._how(pid))
         try:
-            conn.send(("thawed", "", []))
+            send(conn, ("thawed", "", []))
         except (OSError, ValueError):
             pass  # the trial is already being torn down
 

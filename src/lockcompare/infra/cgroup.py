@@ -72,7 +72,7 @@ def new_client_cgroup() -> ClientCgroup | None:
     return group
 
 
-def enter_and_run(dirs: tuple[str, ...], target: Callable[..., None], *args: object) -> None:
+def enter_and_run(dirs: tuple[str, ...], target: Callable[..., object], *args: object) -> None:
     """A spawned worker's first act: join its cgroup (``dirs``, empty for none), then ``target(*args)``.
     Nothing the target starts can then be born outside it.
 
@@ -87,7 +87,7 @@ def enter_and_run(dirs: tuple[str, ...], target: Callable[..., None], *args: obj
     target(*args)
 
 
-def start_in_cgroup(*, target: Callable[..., None], args: tuple[object, ...]) -> BaseProcess:
+def start_in_cgroup(*, target: Callable[..., object], args: tuple[object, ...]) -> BaseProcess:
     """Start ``target(*args)`` as lifecycle's worker processes start (a process group of its own,
     dying with its parent), in a cgroup of its own where the machine offers one: the child joins it
     before it runs ``target``, and the parent moves it right after the spawn. End it with

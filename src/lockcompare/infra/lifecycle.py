@@ -166,19 +166,20 @@ class _DataFirstPopen(popen_spawn_posix.Popen):
             reduction.dump(process_obj, data)
         finally:
             multiprocessing.context.set_spawning_popen(None)
+        payload = data.getvalue()  # bytes, not a view: see infra/messages.py
         parent_r = child_w = child_r = parent_w = None
         try:
             parent_r, child_w = os.pipe()
             child_r, parent_w = os.pipe()
-            written_first = _pipe_holds(parent_w, size=len(data.getbuffer()))
+            written_first = _pipe_holds(parent_w, size=len(payload))
             if written_first:
-                _write_whole(parent_w, data.getbuffer())
+                _write_whole(parent_w, payload)
             cmd = spawn.get_command_line(tracker_fd=tracker_fd, pipe_handle=child_r)
             fds.extend([child_r, child_w])
             self.pid = util.spawnv_passfds(spawn.get_executable(), cmd, fds)  # type: ignore[arg-type]
             self.sentinel = parent_r
             if not written_first:
-                _write_whole(parent_w, data.getbuffer())
+                _write_whole(parent_w, payload)
         finally:
             self.finalizer = util.Finalize(self, _close_all, ([fd for fd in (parent_r, parent_w) if fd is not None],))
             for fd in (child_r, child_w):
@@ -199,7 +200,7 @@ def _close_all(fds: list[int]) -> None:
         os.close(fd)
 
 
-def _write_whole(fd: int, data: memoryview) -> None:
+def _write_whole(fd: int, data: bytes) -> None:
     with open(fd, "wb", closefd=False) as pipe:
         pipe.write(data)
 
@@ -217,7 +218,7 @@ def parent_gone(parent_pid: int) -> bool:
     return os.getppid() != parent_pid
 
 
-def _child_main(target: Callable[..., None], parent_pid: int, args: tuple[object, ...]) -> None:
+def _child_main(target: Callable[..., object], parent_pid: int, args: tuple[object, ...]) -> None:
     """Every spawned child's entry: lead a process group of its own, die with the parent, quietly.
 
     The group comes first, before anything can start a helper process: every helper a backend
@@ -243,7 +244,7 @@ def _child_main(target: Callable[..., None], parent_pid: int, args: tuple[object
 
 def start_worker_process(
     *,
-    target: Callable[..., None],
+    target: Callable[..., object],
     args: tuple[object, ...],
     started: Callable[[BaseProcess], None] | None = None,
 ) -> BaseProcess:

@@ -56,6 +56,7 @@ from typing import Any, Self
 
 from lockcompare.errors import ProxyError
 from lockcompare.infra.lifecycle import SPAWN, start_worker_process
+from lockcompare.infra.messages import send
 from lockcompare.infra.proxy_host import proxy_host_main
 from lockcompare.urls import parse_url
 
@@ -104,7 +105,7 @@ class ProxyHost:
         if self._control is None:
             raise ProxyError(f"proxy {self.name} is not running")
         try:
-            self._control.send((op, args))
+            send(self._control, (op, args))
             if not self._control.poll(CONTROL_TIMEOUT_S):
                 raise ProxyError(f"proxy {self.name}: no answer to {op!r} within {CONTROL_TIMEOUT_S:.0f} s")
             status, result = self._control.recv()
@@ -123,7 +124,7 @@ class ProxyHost:
         self._proc = self._control = None
         if control is not None:
             with contextlib.suppress(EOFError, OSError):
-                control.send(("stop", {}))
+                send(control, ("stop", {}))
                 if control.poll(CONTROL_TIMEOUT_S):
                     control.recv()
             control.close()

@@ -16,6 +16,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from lockcompare.infra.lifecycle import die_with_parent
+from lockcompare.infra.messages import send
 
 _LOOPBACK = "127.0.0.1"
 _BACKLOG = 128
@@ -345,7 +346,7 @@ class _Host:
 
     async def serve(self) -> None:
         self.loop.add_reader(self.control.fileno(), self._on_control)
-        self.control.send(("ready", os.getpid()))
+        send(self.control, ("ready", os.getpid()))
         await self.done
         for link in self.links.values():
             link.close()
@@ -357,9 +358,9 @@ class _Host:
                 try:
                     result = self._do(op, args)
                 except Exception as exc:  # noqa: BLE001 - reported to the parent as data
-                    self.control.send(("error", f"{type(exc).__name__}: {exc}"))
+                    send(self.control, ("error", f"{type(exc).__name__}: {exc}"))
                     continue
-                self.control.send(("ok", result))
+                send(self.control, ("ok", result))
                 if op == "stop":
                     self._finish()
                     return

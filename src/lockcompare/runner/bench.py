@@ -58,6 +58,7 @@ from lockcompare.errors import InvalidValueError, ReleaseFailed, TrialError
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
 from lockcompare.infra.kinds import get_kind
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, reap_group, start_worker_process
+from lockcompare.infra.messages import send
 from lockcompare.infra.proxy import ProxySet, port_of
 from lockcompare.infra.redis.client import DEFAULT_TIMEOUT_S, connect
 from lockcompare.render.table import check_format, format_table
@@ -271,9 +272,9 @@ def bench_worker_main(job: _Job, conn: Connection) -> None:
             wall_ns = clock() - wall_start
         finally:
             close()
-        conn.send(("ok", samples_ns, refused, wall_ns, library_ns))
+        send(conn, ("ok", samples_ns, refused, wall_ns, library_ns))
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as data
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        send(conn, ("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from lockcompare.infra.messages import send
+
 #: The workloads: ``lesson`` (each worker runs its rounds and stops: the lesson's table, the
 #: default) and ``contend`` (see the module docstring; what ``lockcompare evaluate`` uses).
 
@@ -114,6 +116,6 @@ class DoneTracker:
 
 def _send(conn: Connection, kind: str) -> None:
     try:
-        conn.send((kind, "", []))
+        send(conn, (kind, "", []))
     except (OSError, ValueError):
         pass  # the worker is gone: its end is reported by its own pipe

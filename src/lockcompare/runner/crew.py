@@ -36,6 +36,7 @@ from lockcompare.infra.lifecycle import (
     reap_group,
     terminate_group,
 )
+from lockcompare.infra.messages import send
 from lockcompare.infra.procgroup import boot_ticks, end_descendants, kill_group
 from lockcompare.runner.backend_calls import SHARED_WORDS, CallSlot
 from lockcompare.runner.worker import START_TIMEOUT_S, WorkerPlan, worker_main
@@ -101,7 +102,7 @@ def send_go(conns: list[Connection]) -> None:
     """The start barrier: ``go`` down every pipe, microseconds apart (the same skew as waking the
     waiters of one shared event; a shared event could be left locked by a worker stopped in it)."""
     for conn in conns:
-        conn.send(("go", "", []))
+        send(conn, ("go", "", []))
 
 
 def started_pid(proc: BaseProcess) -> int:
@@ -164,16 +165,13 @@ def _end_escaped_without_cgroup(pid: int, *, everything: bool = False) -> None:
 
 
 class _KeepOpen:
-    """The worker's end of the control pipe, lent to one trial: ``close`` does not close it, and
-    the status of the final message is remembered (a worker that reported an error is retired)."""
+    """The worker's end of the control pipe, lent to one trial: ``close`` does not close it."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
-        self.last_status = ""
 
-    def send(self, message: Any) -> None:
-        self.last_status = message[0]
-        self._conn.send(message)
+    def send_bytes(self, data: bytes) -> None:  # what infra.messages.send writes with
+        self._conn.send_bytes(data)
 
     def recv(self) -> Any:
         return self._conn.recv()
@@ -193,7 +191,7 @@ def serve(conn: Connection, shared_slot: Any) -> None:
     """
     die_with_parent()
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # the runner alone handles Ctrl-C
-    conn.send(("idle", "", []))  # imported and ready for a first trial
+    send(conn, ("idle", "", []))  # imported and ready for a first trial
     while True:
         try:
             message = conn.recv()
@@ -202,10 +200,9 @@ def serve(conn: Connection, shared_slot: Any) -> None:
         if message[0] != "run":
             return
         lent = _KeepOpen(conn)
-        worker_main(message[1], lent, shared_slot)  # type: ignore[arg-type]  # _KeepOpen: the Connection calls it makes
-        if lent.last_status != "ok":
-            return
-        conn.send(("idle", "", []))
+        if not worker_main(message[1], lent, shared_slot):  # type: ignore[arg-type]  # _KeepOpen: the calls it makes
+            return  # the trial ended in an error: this worker's state is unknown
+        send(conn, ("idle", "", []))
 
 
 class _WarmWorker:
@@ -271,7 +268,7 @@ class WarmCrew:
         self.isolation = cgroup.isolation_of(list(self.pids.values()))
         try:
             for worker, plan in zip(workers, plans, strict=True):
-                worker.conn.send(("run", plan))
+                send(worker.conn, ("run", plan))
         except (OSError, ValueError):
             self.close()
             raise TrialError("a warm worker process died before its trial") from None

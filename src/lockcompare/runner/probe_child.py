@@ -24,6 +24,7 @@ from multiprocessing.connection import Connection
 from lockcompare.backends import BackendConfig, load_backend, traits_of
 from lockcompare.infra import cgroup
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group
+from lockcompare.infra.messages import send
 
 
 def probe_in_children(names: Sequence[str], *, config: BackendConfig, timeout_s: float) -> list[str]:
@@ -86,10 +87,10 @@ def _construct_each(names: list[str], config: BackendConfig, conn: Connection) -
     try:
         for index, name in enumerate(names):
             cls = load_backend(name)
-            conn.send(("constructing", index))
+            send(conn, ("constructing", index))
             cls(config=config).close()
-            conn.send(("ok", index))
+            send(conn, ("ok", index))
     except BaseException as exc:  # noqa: BLE001 - reported as data
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        send(conn, ("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()

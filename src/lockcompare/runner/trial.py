@@ -32,6 +32,7 @@ from lockcompare.infra import cgroup, health, provenance
 from lockcompare.infra.cluster import Cluster
 from lockcompare.infra.kinds import Capability, lacks
 from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_group
+from lockcompare.infra.messages import send
 from lockcompare.infra.postgres.client import with_idle_session_timeout
 from lockcompare.infra.proxy import ProxySet
 from lockcompare.runner.crew import CrewSource, spawn_crew
@@ -360,11 +361,11 @@ def _construct_and_close(backend: str, config: BackendConfig, conn: Connection) 
     die_with_parent()
     try:
         cls = load_backend(backend)
-        conn.send("constructing")
+        send(conn, "constructing")
         cls(config=config).close()
-        conn.send("")
+        send(conn, "")
     except BaseException as exc:  # noqa: BLE001 - reported as data
-        conn.send(f"{type(exc).__name__}: {exc}")
+        send(conn, f"{type(exc).__name__}: {exc}")
     finally:
         conn.close()
 

@@ -19,6 +19,7 @@ from lockcompare.analysis.history import Event, now_ns
 from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.schedule import FaultScheduler
 from lockcompare.infra import cgroup
+from lockcompare.infra.messages import send
 from lockcompare.infra.procgroup import GroupView, any_stopped, describe_escaped
 from lockcompare.runner.backend_calls import CallSlot
 from lockcompare.runner.contend import DoneTracker
@@ -165,7 +166,7 @@ class _Watch:
                         self.faults.on_acquire_turn(
                             worker=self.conns.index(conn), round_=int(message[1]), starting=message[0] == "acquiring"
                         )
-                    conn.send(("go-on", "", []))
+                    send(conn, ("go-on", "", []))
                     continue
                 if message[0] == "acquired":
                     if self.faults is not None:

@@ -35,6 +35,7 @@ from lockcompare.backends import (
     traits_of,
 )
 from lockcompare.infra.lifecycle import die_with_parent
+from lockcompare.infra.messages import send
 from lockcompare.runner.backend_calls import (
     CallSlot,
     RefusalMessages,
@@ -93,7 +94,7 @@ class WorkerPlan:
 def handshake(inbox: Inbox, conn: Connection, what: str, round_: int) -> None:
     """Tell the runner ``what`` and wait until it has acted on it (it answers ``go-on``; a
     ``stop`` of the contend workload arriving meanwhile is remembered by the inbox)."""
-    conn.send((what, str(round_), [now_ns()]))
+    send(conn, (what, str(round_), [now_ns()]))
     inbox.wait_for("go-on")
 
 
@@ -116,7 +117,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
     slot.lease.reset()  # a reused worker process: the last trial's rounds are not this one's
 
     def freeze() -> None:
-        conn.send(("freeze", str(plan.pause_ms / 1000), [rec.round]))  # the runner SIGSTOPs us...
+        send(conn, ("freeze", str(plan.pause_ms / 1000), [rec.round]))  # the runner SIGSTOPs us...
         inbox.wait_for("thawed")  # ...and, once it has SIGCONTed us, says so
 
     def pause(**fields: Any) -> None:
@@ -164,7 +165,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
             # ...and its server session (PostgreSQL's backend pid), so a session-kill names whose it ended.
             # ...and the nodes that granted it, where the backend says (Redlock): no read needed to aim at them.
             granted = None if lease.granted_by is None else list(lease.granted_by)
-            conn.send(("acquired", str(round_), [now_ns(), lease.owner, getattr(lease, "session", None), granted]))
+            send(conn, ("acquired", str(round_), [now_ns(), lease.owner, getattr(lease, "session", None), granted]))
         if pausing and plan.pause_point is PausePoint.AFTER_ACQUIRE:
             pause()
 
@@ -196,7 +197,7 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
     try:
         # The start barrier: process start-up skew, not the lock, would otherwise decide who overlaps.
         # "go" comes down the pipe (a shared Event could be left locked by a worker stopped in it).
-        conn.send(("ready", "", []))
+        send(conn, ("ready", "", []))
         if not conn.poll(START_TIMEOUT_S) or conn.recv()[0] != "go":
             raise TimeoutError("the runner never gave the start signal")
         # ...but workers released together run in lockstep: with identical loops, whether an
@@ -225,7 +226,7 @@ def keep_contending(
     """The ``contend`` workload's extra rounds: say ``done``, then play extra rounds until told to
     stop; every event they record is marked ``extra``. A worker told to continue ends only after
     its ``stop`` (see contend.py), even when the lock stops granting leases."""
-    conn.send(("done", str(first_round - 1), []))
+    send(conn, ("done", str(first_round - 1), []))
     first_extra = len(rec.events)
     try:
         if inbox.wait_for("continue", "stop", timeout_s=ANSWER_TIMEOUT_S) == "stop" or inbox.stopped:
@@ -263,38 +264,40 @@ def _one_line_thread_death(plan: WorkerPlan) -> Callable[[threading.ExceptHookAr
 PROFILE_ENV = "LOCKCOMPARE_PROFILE_WORKERS"
 
 
-def worker_main(plan: WorkerPlan, conn: Connection, shared_slot: Any) -> None:
-    """Process entry point: run the rounds, then send ``("ok"|"error", message, events)`` back."""
+def worker_main(plan: WorkerPlan, conn: Connection, shared_slot: Any) -> bool:
+    """Process entry point: run the rounds, then send ``("ok"|"error", message, events)`` back.
+    True if the rounds ended "ok" (a warm worker that reported an error is retired)."""
     directory = os.environ.get(PROFILE_ENV)
     if directory:
-        _profiled(directory, lambda: _worker_main(plan, conn, shared_slot))
-    else:
-        _worker_main(plan, conn, shared_slot)
+        return _profiled(directory, lambda: _worker_main(plan, conn, shared_slot))
+    return _worker_main(plan, conn, shared_slot)
 
 
-def _profiled(directory: str, step: Callable[[], None]) -> None:
+def _profiled(directory: str, step: Callable[[], bool]) -> bool:
     import cProfile  # only when asked: a worker that does not profile never imports it
 
     profile = cProfile.Profile(time.process_time)
     try:
-        profile.runcall(step)
+        return bool(profile.runcall(step))
     finally:
         n = sum(1 for name in os.listdir(directory) if name.startswith(f"worker-{os.getpid()}-"))
         profile.dump_stats(os.path.join(directory, f"worker-{os.getpid()}-{n}.prof"))
 
 
-def _worker_main(plan: WorkerPlan, conn: Connection, shared_slot: Any) -> None:
+def _worker_main(plan: WorkerPlan, conn: Connection, shared_slot: Any) -> bool:
     die_with_parent()
     rec = Recorder(worker=plan.index)
     threading.excepthook = _one_line_thread_death(plan)
     try:
         run_rounds(plan, rec, conn, CallSlot(shared_slot))
-        conn.send(("ok", "", rec.events))
+        send(conn, ("ok", "", rec.events))
+        return True
     except BaseException as exc:  # noqa: BLE001 - everything must reach the runner as data
         rec.add("error", t0=now_ns(), message=f"{type(exc).__name__}: {exc}")
         try:
-            conn.send(("error", f"worker {plan.index}: {type(exc).__name__}: {exc}", rec.events))
+            send(conn, ("error", f"worker {plan.index}: {type(exc).__name__}: {exc}", rec.events))
         except (OSError, ValueError):
             traceback.print_exc()
+        return False
     finally:
         conn.close()
