@@ -61,7 +61,6 @@ class OwnServer(SpawnedServer):
                     f"{self.name}: {self.program} exited during start-up: {self._last_log_line(self._log)}"
                 )
             if self._serves():
-                self.now_serving()
                 return
             time.sleep(self.poll_s)
         self._kill()

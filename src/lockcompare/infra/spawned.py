@@ -31,7 +31,6 @@ from typing import ClassVar
 
 from lockcompare.errors import ServerStartError
 from lockcompare.infra.lifecycle import dying_with_this_process, owned_tempdir
-from lockcompare.infra.startup_priority import niced, restore, startup_nice
 
 #: Ports this process has handed out to its servers and not released. A node that a fault took
 #: down (crashed, restarting, or a crash healed at the trial's end) keeps its port while nothing
@@ -166,7 +165,6 @@ class SpawnedServer:
         self._extra_ports: list[int] = []  # released with the port at cleanup (etcd's peer port)
         self._mark = f"{os.getpid()}-{next(_spawn_numbers)}"  # see SPAWN_MARK
         self._exited_alone = False  # the process once exited by itself: look for a background copy
-        self._born_niced = False  # spawned at startup_priority.STARTUP_NICE, not yet serving
         _not_cleaned_up.add(self)
 
     # -- what a kind supplies ------------------------------------------------------------------
@@ -206,10 +204,6 @@ class SpawnedServer:
         if self.is_running():
             raise ServerStartError(f"{self.name} is already running (pid {self.pid})")
         out = open(log, "ab") if log is not None else None  # closed below: the child keeps its copy
-        preexec = preexec_fn or dying_with_this_process()
-        self._born_niced = startup_nice() > 0  # a background start-up: back to nice 0 once it serves
-        if self._born_niced:
-            preexec = niced(preexec, startup_nice())
         try:
             self._proc = subprocess.Popen(
                 cmd,
@@ -220,7 +214,7 @@ class SpawnedServer:
                 start_new_session=True,  # Ctrl-C reaches lockcompare, which then stops us in order
                 # Trials run in threads, but the pre-exec function is one prctl call through a ctypes
                 # function resolved at import: the child takes no lock another thread could hold.
-                preexec_fn=preexec,  # noqa: PLW1509
+                preexec_fn=preexec_fn or dying_with_this_process(),  # noqa: PLW1509
                 user=user,
                 group=group,
             )
@@ -230,13 +224,6 @@ class SpawnedServer:
             if out is not None:
                 out.close()
         return self._proc
-
-    def now_serving(self) -> None:
-        """Called once the server serves: a background start-up gets its priority back (every
-        process of its session, infra/startup_priority.py)."""
-        if self._born_niced and self._proc is not None:
-            restore(self._proc.pid)
-            self._born_niced = False
 
     def _last_log_line(self, log: Path) -> str:
         try:

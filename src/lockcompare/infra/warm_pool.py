@@ -41,7 +41,6 @@ from types import TracebackType
 from lockcompare.errors import ClusterError, ClusterStartFailed
 from lockcompare.infra.cluster import Cluster, ClusterShape
 from lockcompare.infra.pool import START_ATTEMPTS, start_retrying
-from lockcompare.infra.startup_priority import yield_startups
 
 log = logging.getLogger("lockcompare")
 
@@ -84,10 +83,7 @@ class WarmPool:
         self._expecting = False  # expect() was called: idle clusters of shapes not to come are stopped
         self._unbuildable: set[ClusterShape] = set()  # a spare of this shape failed: built on demand only
         self._closed = False
-        # Its servers start at a lower priority until they serve (infra/startup_priority.py).
-        self._executor = ThreadPoolExecutor(
-            max_workers=max(1, starters), thread_name_prefix="cluster-starter", initializer=yield_startups
-        )
+        self._executor = ThreadPoolExecutor(max_workers=max(1, starters), thread_name_prefix="cluster-starter")
         self.built = 0  # clusters started (spares and replacements included)
         self.replaced: list[str] = []  # why each discarded cluster was discarded
         self.waited_s = 0.0  # time callers spent blocked in acquire

@@ -191,7 +191,6 @@ class RedisServer(SpawnedServer):
                 if answering == proc.pid:
                     try:
                         client.ping()  # INFO answers while an AOF is still loading; PING does not
-                        self.now_serving()
                         return None
                     except redis.RedisError:
                         time.sleep(0.002)

@@ -143,7 +143,6 @@ class SentinelServer(SpawnedServer):
                     raise ServerStartError(f"{self.name}: the sentinel exited during start-up")
                 with contextlib.suppress(redis.RedisError):
                     if client.ping():
-                        self.now_serving()
                         return
                 time.sleep(0.005)
         finally:
