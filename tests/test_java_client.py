@@ -140,11 +140,17 @@ def test_the_handshake_is_on_clock_monotonic_and_names_curator(zk_cluster: Clust
         hello = {"op": "hello", "nodes": list(zk_cluster.node_urls), "request_timeout_ms": 2000}
         wrong = _exchange(process, {"id": 1, "protocol": 99, **hello})
         assert wrong["ok"] is False and wrong["protocol"] == 1
+        before = _last_zxid(zk_cluster)
         sent = time.monotonic_ns()
         reply = _exchange(process, {"id": 2, "protocol": 1, **hello})
         received = time.monotonic_ns()
         assert reply["ok"] is True and reply["id"] == 2 and reply["protocol"] == 1
         assert sent <= reply["monotonic_ns"] <= received  # System.nanoTime() is CLOCK_MONOTONIC
+        # Its warm-up lock (warmUpLock) was written and taken away before the reply: a session
+        # opened and closed, a lock znode created and deleted (ZooKeeper counts every write in its
+        # zxid), and nothing of it is left under lockcompare's path.
+        assert _last_zxid(zk_cluster) - before >= 4
+        assert not [name for name in _lockcompare_children(zk_cluster) if name.startswith("warm-up-")]
         assert reply["library"] == "curator-recipes InterProcessMutex"
         assert reply["version"].startswith("5.4.0 (zookeeper 3.8") and reply["runtime"].startswith("java ")
         # what each row records (issue 53): read from the jars, not typed
@@ -159,6 +165,31 @@ def test_the_handshake_is_on_clock_monotonic_and_names_curator(zk_cluster: Clust
 
 
 @needs_java
+def _last_zxid(cluster: Cluster) -> int:
+    """The newest transaction any member has applied (ZooKeeper's ``srvr``: ``Zxid: 0x...``)."""
+    from lockcompare.infra.zookeeper.server import four_letter
+
+    zxids = []
+    for url in cluster.node_urls:
+        host, port = url.removeprefix("zk://").rstrip("/").split(":")
+        answer = four_letter(host, int(port), "srvr")
+        zxids += [int(line.split(":", 1)[1], 16) for line in answer.splitlines() if line.startswith("Zxid:")]
+    return max(zxids)
+
+
+def _lockcompare_children(cluster: Cluster) -> list[str]:
+    from lockcompare.infra.zookeeper.client import kazoo_client_class
+
+    hosts = ",".join(url.removeprefix("zk://").rstrip("/") for url in cluster.node_urls)
+    client = kazoo_client_class()(hosts=hosts, timeout=5.0)
+    client.start(timeout=5.0)
+    try:
+        return client.get_children("/lockcompare") if client.exists("/lockcompare") else []
+    finally:
+        client.stop()
+        client.close()
+
+
 def test_two_clients_exclude_each_other_and_release_only_their_own(zk_cluster: Cluster) -> None:
     cls = load_backend("curator-mutex")
     config = BackendConfig(node_urls=zk_cluster.node_urls, request_timeout_s=2.0)
