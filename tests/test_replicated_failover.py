@@ -13,6 +13,7 @@ import pytest
 
 from lockcompare.infra.cluster import Cluster, ClusterShape, start_embedded
 from lockcompare.infra.kinds import RoleKind, get_kind
+from lockcompare.infra.peerlinks import cluster_process_ids
 from lockcompare.infra.redis.client import parse_sentinel_url, sentinel_url
 from lockcompare.processes import process_alive
 from lockcompare.scenario.faultkinds.failover import Failover
@@ -218,3 +219,16 @@ def test_a_sentinel_lock_keeps_granting_after_the_failover_and_on_the_promoted_s
     assert after and set(after) == {record["server_after"]}
     # Every worker was granted again after the promotion: none was left dialling the dead master.
     assert {e["worker"] for e in grants if e["t0"] > inject["t1"]} == set(range(spec.workers))
+
+
+def test_a_trial_is_charged_for_the_proxy_process_in_its_requests_path() -> None:
+    """The CPU budget measures every process of a trial's cluster (runner/scheduler.py): a failover
+    cluster's requests cross its links' proxy process, which is no server of it."""
+    _require("redis")
+    with _cluster_that_leaves_nothing(ClusterShape(node_count=1, replicas=1, resource_kind="redis")) as cluster:
+        assert cluster.replication is not None
+        measured = cluster_process_ids(cluster)
+        servers = {server.pid for server in cluster.all_servers()}
+        assert servers < set(measured)
+        assert set(measured) - servers == {cluster.replication.host.pid}
+        assert all(process_alive(pid) for pid in measured)

@@ -142,7 +142,9 @@ from lockcompare.runner.scheduler import CpuBudget, run_scheduled
 
 main = threading.get_ident()
 
-class Cluster:
+class Cluster:  # what the scheduler reads of one (its processes: infra/peerlinks.py cluster_process_ids)
+    servers = ()
+    replication = None
     def all_servers(self):
         return []
 

@@ -111,6 +111,11 @@ class PeerLinks:
             link.heal()
         return "peer links healed"
 
+    @property
+    def pid(self) -> int | None:
+        """The proxy process every link of this ensemble runs in."""
+        return self._host.pid
+
     def is_running(self) -> bool:
         return self._host.is_running()
 
@@ -124,6 +129,19 @@ class PeerLinks:
         for link in self.links():
             link.port = None
         self._host.stop()
+
+
+def cluster_process_ids(cluster: Cluster) -> list[int]:
+    """Every process a cluster runs, whose CPU is its trials' too: its servers, and the proxy
+    processes in their paths (a replicated pair's links and fronts, an ensemble's peer links): every
+    request of a failover trial crosses a proxy process."""
+    pids = [server.pid for server in cluster.all_servers()]
+    if cluster.replication is not None:
+        pids += cluster.replication.pids()  # its servers again, and its links' proxy process
+    links = peer_links_of(cluster)
+    if links is not None:
+        pids.append(links.pid)
+    return sorted({pid for pid in pids if pid is not None})
 
 
 def peer_links_of(cluster: Cluster) -> PeerLinks | None:

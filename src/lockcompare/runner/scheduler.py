@@ -45,6 +45,7 @@ from typing import Generic, Protocol, TypeVar
 
 from lockcompare.errors import ClusterStartFailed
 from lockcompare.infra.cluster import Cluster, ClusterShape
+from lockcompare.infra.peerlinks import cluster_process_ids
 from lockcompare.runner.crew import cpu_meter, process_cpu_s
 from lockcompare.runner.floor import idle_ticks
 from lockcompare.scenario.limits import DEFAULT_CPU_SHARE, usable_cpus  # noqa: F401  (declared where the CLI reads them)
@@ -346,9 +347,10 @@ def _holder(
 
 
 def _measured(run_one: Callable[[S, Cluster], R], spec: S, cluster: Cluster) -> tuple[R, float, float]:
-    """Run one trial in this thread; also return its busy-CPU fraction (workers + servers) and the
+    """Run one trial in this thread; also return its busy-CPU fraction (workers, servers and the
+    proxy processes in their paths: infra/peerlinks.py cluster_process_ids) and the
     share of the machine's CPU time that stood idle meanwhile (every process: /proc/stat; 0 unread)."""
-    pids = [server.pid for server in cluster.all_servers()]
+    pids = cluster_process_ids(cluster)
     servers_before = sum(process_cpu_s(pid) for pid in pids)
     cpu_meter.take()  # the crew adds its workers' CPU to this thread's meter
     ticks_before = idle_ticks()
