@@ -8,11 +8,11 @@ in completion order, and is the thread that receives Ctrl-C and SIGTERM.
 Parallel trials must not change the numbers, and on a busy CPU they would: a worker that waits
 for a core enters its critical section late. So beside ``jobs`` a :class:`CpuBudget` admits a
 trial only while the trials in flight are expected to keep at most ``share`` of the CPUs busy.
-A trial's busy fraction is measured, not guessed: CPU time (user + sys) of its workers and of
-its cluster's processes (servers, and the proxies in their paths) over its wall time, kept per (backend, experiment). Measured on 2 cores at
-``--time-scale 0.1``: single/redlock ~0.45 CPU per trial with spawned workers, pottery ~1.05 (its
-thread pool per call); at the lesson's scale a tenth of that (the busy part, acquire retries every
-``retry_delay_ms``, scales with 1/time-scale).
+A trial's busy fraction is measured, not guessed: CPU time (user + sys) of its workers and of its
+cluster's processes (servers, and the proxies in their paths) over its wall time, kept per (backend,
+experiment). Measured on 2 cores at ``--time-scale 0.1``: single/redlock ~0.45 CPU per trial with
+spawned workers, pottery ~1.05 (its thread pool per call); at the lesson's scale a tenth of that
+(the busy part, acquire retries every ``retry_delay_ms``, scales with 1/time-scale).
 
 Some numbers hang on millisecond timing whatever the CPU load: without a lock, the conflict count
 measures the phase between two free-running workers, which stays in step only while neither is
