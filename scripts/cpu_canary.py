@@ -15,11 +15,12 @@ start-ups"). The canary reads every /proc/<pid>/stat ten times a second: a few p
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
+
+from lockcompare.infra.procgroup import process_table
 
 LATE_MS = 50.0
 TICK_S = 0.1
@@ -36,23 +37,16 @@ def _java_tag(pid: str) -> str:
     return "java (Curator client)" if b"curator" in cmdline else "java"
 
 
-def _snapshot(tags: dict[tuple[int, str], str]) -> dict[int, tuple[str, int, str]]:
+def _snapshot(tags: dict[tuple[int, int], str]) -> dict[int, tuple[str, int, int]]:
     """pid -> (kind, CPU ticks, start time) for every process."""
     found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        close = stat.rindex(")")
-        comm, fields = stat[stat.index("(") + 1 : close], stat[close + 2 :].split()
-        started = fields[19]
-        if comm == "java":
-            comm = tags.setdefault((int(entry), started), _java_tag(entry))
-        found[int(entry)] = (comm, int(fields[11]) + int(fields[12]), started)
+    for pid, proc in process_table().items():
+        kind = proc.comm
+        if kind == "java":
+            if (pid, proc.start_ticks) not in tags:  # its command line read once
+                tags[pid, proc.start_ticks] = _java_tag(str(pid))
+            kind = tags[pid, proc.start_ticks]
+        found[pid] = (kind, proc.cpu_ticks, proc.start_ticks)
     return found
 
 
@@ -65,7 +59,7 @@ def _run_queue() -> int:
 
 
 def sample(path: str, command: list[str]) -> int:
-    tags: dict[tuple[int, str], str] = {}
+    tags: dict[tuple[int, int], str] = {}
     proc = subprocess.Popen(command)
     previous = _snapshot(tags)
     due = time.monotonic() + TICK_S

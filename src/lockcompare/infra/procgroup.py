@@ -56,6 +56,7 @@ class Proc:
     state: str  # R, S, D, T (stopped), t (traced), Z (zombie), ...
     comm: str
     start_ticks: int = 0  # when it started, in clock ticks since boot (field 22): with the pid, who it is
+    cpu_ticks: int = 0  # user + system CPU time so far, in clock ticks (fields 14 and 15)
 
 
 def read_stat(pid: int) -> Proc | None:
@@ -75,7 +76,7 @@ def read_stat(pid: int) -> Proc | None:
     comm = head.partition(b"(")[2].decode(errors="replace")
     return Proc(
         pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), state=fields[0].decode(), comm=comm,
-        start_ticks=int(fields[19]),
+        start_ticks=int(fields[19]), cpu_ticks=int(fields[11]) + int(fields[12]),
     )  # fmt: skip
 
 
