@@ -65,6 +65,33 @@ def test_a_lease_granted_over_a_valid_lease_fails_the_pause_line_whatever_the_co
     assert "single 30/80 conflicts, 12 lost, 0 granted while held" in evidence  # rows without the column: 0
 
 
+BASELINE = "mutual exclusion with a correct TTL (baseline)"
+
+
+@pytest.mark.parametrize(
+    ("extra", "status"),
+    [
+        ({"timing_marked": "true"}, Status.SKIPPED),  # the holder stalled past its TTL: the machine's
+        ({"timing_marked": "false"}, Status.FAIL),  # no stall to blame: the lock's
+        ({"timing_marked": "true", "grants_while_held": 1}, Status.FAIL),  # a grant over a valid lease
+        ({"timing_marked": "true", "foreign_releases": 1}, Status.FAIL),  # a release of a rival's lock
+    ],
+)
+def test_baseline_conflicts_only_a_stalled_machine_explains_are_skipped_not_failed(extra: dict, status: Status) -> None:
+    rows = [row("mine", "baseline", conflicts=1, **extra), *healthy("mine")[1:], *healthy("single")]
+    got, evidence = card_of(rows, LEASE_LOCK)[BASELINE]
+    assert got is status, evidence
+    assert evidence.startswith("1 conflicts in 80 entries")
+    assert ("the machine stalled the holder past its TTL" in evidence) is (status is Status.SKIPPED)
+
+
+def test_baseline_conflicts_in_an_unmarked_trial_fail_beside_a_marked_one() -> None:
+    rows = [row("mine", "baseline", conflicts=1, timing_marked="true", trial_id="m"),
+            row("mine", "baseline", conflicts=1, timing_marked="false", trial_id="u"),
+            *healthy("mine")[1:]]  # fmt: skip
+    assert card_of(rows, LEASE_LOCK)[BASELINE][0] is Status.FAIL
+
+
 def fenced_pause_rows(*, writes_lost: int, all_lost: int) -> list[dict]:
     return [
         row("mine", "baseline", resource_check="fence-writes"),

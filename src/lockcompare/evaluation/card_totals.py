@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockcompare.analysis.evidence import LEASE_TOLERANCE_MS
+from lockcompare.analysis.sentinel import is_marked
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +34,7 @@ class Totals:
     deepest_grant_ms: float = 0.0  # deepest grant inside another's valid lease, over the trials (NaN: not recorded)
     longest_overlap_ms: float = 0.0  # the most time two workers were inside at once in one trial
     marked: int = 0  # trials the timing sentinel marked (analysis/sentinel.py)
+    marked_conflicts: int = 0  # the conflicts of those trials
     writes_accepted: int = 0  # increments the workers believed made (0 where the rows do not say)
 
     def lost_text(self) -> str:
@@ -93,7 +95,8 @@ def totals(
         problems=tuple(str(r.get("problem") or r["verdict"]) for r in mine if r["verdict"] == "unknown"),
         deepest_grant_ms=max((_ms(r, "deepest_grant_ms") for r in mine), default=0.0),
         longest_overlap_ms=max((v for r in mine if (v := _ms(r, "overlap_ms")) == v), default=0.0),
-        marked=sum(1 for r in mine if r.get("timing_marked") in (True, "true")),
+        marked=sum(1 for r in mine if is_marked(r)),
+        marked_conflicts=sum(int(r["conflicts"]) for r in mine if is_marked(r)),
         writes_accepted=sum(_count(r, "writes_accepted") for r in mine),
     )
 

@@ -250,7 +250,10 @@ def _evaluate_locked(
         )
         for spec in planned:  # a trial two matrices would both plan runs once, as in one matrix
             specs.setdefault(spec.trial_id, spec)
-    run_planned(list(specs.values()), out=out, cluster_options=cluster_options, progress=progress, jobs=DEFAULT_JOBS)
+    # A trial the timing sentinel marks runs again alone at the end, taking its row's place (the
+    # matrix's --rerun-marked): a card judged on a stalled trial would judge the machine.
+    run_planned(list(specs.values()), out=out, cluster_options=cluster_options, progress=progress, jobs=DEFAULT_JOBS,
+                rerun_marked=len(specs))  # fmt: skip
     rows = tuple(read_results(out))
     lines = [CardLine(title=r.prop.title, status=r.status, evidence=r.evidence, history=r.history) for r in battery]
     # Its rows carry the name it is shown by (a manifest given by its path: the manifest's name).
