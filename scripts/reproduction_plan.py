@@ -20,7 +20,7 @@ The estimate reads a previous reproduction (``--previous``; the committed one by
 newest under results/archive/): each cell's mean trial wall time there (an unseen cell: its
 experiment's mean, else the mean of all), the trials a settled cell should take (a cell that was
 unsafe there: its first round; else as many as a clean cell needs at the settle target), its share
-of timing-marked trials (run again alone at the end of a fixed part, one after another), and the
+of timing-marked trials (run again at the end of each part or round, :data:`RERUN_JOBS` at once), and the
 ratio of CPU to trial wall time from its floor line (results/derived/reproduction-floor.txt). The
 floor is runner/floor.py's: max(Σ trial wall / jobs, CPU / cores); the run's target is 1.25 x it.
 
@@ -60,9 +60,14 @@ ONLY_BACKENDS = tuple(filter(None, os.environ.get("REPRODUCTION_BACKENDS", "").s
 ONLY_EXPERIMENTS = tuple(filter(None, os.environ.get("REPRODUCTION_EXPERIMENTS", "").split(",")))
 #: Trials run at once (the matrix's --jobs): the committed reproduction's.
 JOBS = 16
-#: A fixed part runs up to this many of its timing-marked trials again, alone, at its end (a settled
-#: part: 10 after each round, the matrix's default): at most 1% of the committed trials may stay marked.
-RERUN_MARKED_FIXED = 50
+#: Every part runs all its timing-marked trials again at its end (a settled part: after each round),
+#: up to the matrix's bound on --rerun-marked: at most 1% of the committed trials may stay marked,
+#: and a --jobs 16 round marks a tenth or more of its role and failover trials.
+RERUN_MARKED = 1000
+#: ...this many at once, none of the part's other trials beside them: a rerun among a few is rarely
+#: marked again, and alone they would cost the whole sum of their walls (docs/sentinel.md,
+#: results/derived/rerun-jobs.txt).
+RERUN_JOBS = 5
 #: Beside the role experiments: the other experiments whose cells decide the argument for every backend.
 DECIDING_FOR_ALL = ("failover", "renewal-cut")
 #: The Redis headline: these experiments decide the argument for these backends.
@@ -83,9 +88,8 @@ class Part:
         """Its `lockcompare matrix` options (besides --out, --resume and --jobs, which the script gives)."""
         args = ["--backends", ",".join(self.backends), "--experiments", ",".join(self.experiments)]
         args += ["--trials", str(TRIALS)]
-        if self.settled:
-            return [*args, "--until-settled", "--max-trials", str(MAX_TRIALS)]
-        return [*args, "--rerun-marked", str(RERUN_MARKED_FIXED)]
+        args += ["--rerun-marked", str(RERUN_MARKED), "--rerun-jobs", str(RERUN_JOBS)]
+        return [*args, "--until-settled", "--max-trials", str(MAX_TRIALS)] if self.settled else args
 
 
 @functools.cache
@@ -236,7 +240,7 @@ def listing(previous: Previous | None) -> list[str]:
             f"--until-settled: {TRIALS} trial(s) a cell first, at most {MAX_TRIALS} (a clean cell needs "
             f"{trials_to_settle(DEFAULT_TARGET)} observed at the {DEFAULT_TARGET:.0%} target)"
             if part.settled
-            else f"{TRIALS} trial(s) a cell, up to {RERUN_MARKED_FIXED} marked ones run again alone at its end"
+            else f"{TRIALS} trial(s) a cell, its marked ones run again at its end, {RERUN_JOBS} at once"
         )
         lines.append(f"part {part.name}: {len(cells)} cells, {how}")
         by_experiment: dict[str, list[str]] = defaultdict(list)
@@ -256,16 +260,14 @@ def listing(previous: Previous | None) -> list[str]:
         cpu = wall * previous.cpu_per_wall / cores if previous.cpu_per_wall is not None else 0.0
         longest = max((previous.mean_wall(c) for c in cells), default=0.0)
         floor = max(wall / JOBS, cpu, longest)
-        rerun_cap = 10 * MAX_TRIALS if part.settled else RERUN_MARKED_FIXED
         reruns = sum(n * previous.marked_share(c) for c, n in counts.items())
-        rerun_s = sum(n * previous.marked_share(c) * previous.mean_wall(c) for c, n in counts.items())
-        rerun_s *= min(1.0, rerun_cap / reruns) if reruns else 0.0
+        rerun_s = sum(n * previous.marked_share(c) * previous.mean_wall(c) for c, n in counts.items()) / RERUN_JOBS
         expected = sum(counts.values())
         lines.append(
             f"  trials expected {expected} (at most {len(cells) * (MAX_TRIALS if part.settled else TRIALS)});"
             f" Σ trial wall ~{_duration(wall)}; floor ~{_duration(floor)} = max(Σ / {JOBS} jobs, CPU ~"
-            f"{_duration(cpu)} on {cores} cores, longest ~{longest:.0f} s); marked trials run again alone: "
-            f"~{min(reruns, rerun_cap):.0f}, ~{_duration(rerun_s)}"
+            f"{_duration(cpu)} on {cores} cores, longest ~{longest:.0f} s); marked trials run again "
+            f"{RERUN_JOBS} at once: ~{reruns:.0f}, ~{_duration(rerun_s)}"
         )
         total_trials += expected
         total_floor += floor
@@ -278,7 +280,7 @@ def listing(previous: Previous | None) -> list[str]:
     if previous is not None:
         summary += (
             f"; floor ~{_duration(total_floor)}, within {FLOOR_TARGET}x: ~{_duration(FLOOR_TARGET * total_floor)}, "
-            f"plus ~{_duration(total_reruns)} of marked trials run again alone (estimated from {previous.path}: "
+            f"plus ~{_duration(total_reruns)} of marked trials run again (estimated from {previous.path}: "
             f"its cells' mean trial wall, unsafe cells settling in their first round, its marked share"
             + (
                 ", its CPU per trial-wall second"

@@ -177,6 +177,19 @@ def test_the_marked_trials_run_again_alone_at_the_end_are_trials_left() -> None:
     assert (eta.done, eta.total, eta.left) == (6, 6, 0) and eta.seconds_left() == pytest.approx(0.0)
 
 
+def test_marked_trials_run_again_k_at_once_share_their_time() -> None:
+    """The run above with --rerun-jobs 2: after the last planned trial, the two chosen reruns' 20 s
+    go two at a time: 10 s."""
+    clock = Clock()
+    eta = Eta(clock=clock)
+    eta.plan([(f"t{i}", FAST) for i in range(4)], reruns=2, rerun_jobs=2)
+    for i in range(4):
+        eta.started(f"t{i}")
+        clock.now += 10.0
+        eta.finished(f"t{i}", wall_s=10.0, failed=False, marked=i < 2)
+    assert (eta.done, eta.total) == (4, 6) and eta.seconds_left() == pytest.approx(10.0)
+
+
 def _like_a_real_run(
     marks: Callable[[int], bool] = lambda i: i % 3 == 2,
 ) -> tuple[list[tuple[float, str, str, tuple[str, str]]], set[str], list[tuple[str, tuple[str, str]]]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lockcompare.analysis import sentinel
+from lockcompare.analysis import history, sentinel
 from lockcompare.analysis.results import history_file, read_results, superseded_path
 from lockcompare.runner import trial
 from lockcompare.runner.local_executor import RERUN_NOTE
@@ -50,3 +50,38 @@ def test_a_marked_trial_runs_again_alone_and_its_row_moves_to_the_superseded_fil
     old_history, new_history = history_file(old, results=out), history_file(rerun, results=out)
     assert old_history is not None and new_history is not None and old_history != new_history
     assert old_history.is_file() and new_history.is_file()  # each row keeps the history it was judged from
+
+
+def test_with_rerun_jobs_the_marked_trials_run_again_together_after_every_first_run_has_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--rerun-jobs 2: the three marked trials run again at most two at once, none of them beside a
+    trial of the run's first pass (each rerun starts after the last first-pass trial ended)."""
+    calls = itertools.count()
+
+    def first_run_marked(events: list, plan: sentinel.TimingPlan) -> sentinel.TimingVerdict:
+        share = 0.0 if next(calls) < 3 else 1e9
+        return sentinel.judge_timing(events, plan, share=share)
+
+    monkeypatch.setattr(trial, "judge_timing", first_run_marked)
+    out = tmp_path / "r.csv"
+    report = run_matrix(
+        backends=["single"], experiments=["baseline"], trials=3, out=out, rerun_marked=3, rerun_jobs=2, jobs=3,
+        overrides=Overrides(time_scale=0.1, rounds=3),
+    )  # fmt: skip
+    assert sorted(still for _, still in report.reruns) == [False, False, False]
+    rows = read_results(out)
+    firsts = read_results(superseded_path(out))
+    assert len(rows) == 3 and len(firsts) == 3 and all(RERUN_NOTE in r["note"] for r in rows)
+    assert all(1 <= int(r["jobs_concurrent"]) <= 2 for r in rows)  # at most --rerun-jobs at once
+    # From the histories (one monotonic clock for every process here): each rerun's first event comes
+    # after the last event of every first-pass trial.
+    first_end = max(t for r in firsts for t in _span(r, out))
+    assert all(min(_span(r, out)) > first_end for r in rows)  # no trial of the first pass beside a rerun
+
+
+def _span(row: dict, out: Path) -> tuple[int, int]:
+    path = history_file(row, results=out)
+    assert path is not None
+    events = history.load(path)
+    return min(e["t0"] for e in events), max(e.get("t1", e["t0"]) for e in events)

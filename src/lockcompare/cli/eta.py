@@ -17,9 +17,10 @@ no-lock trial runs alone, and a run that began three at a time and went on one a
 estimated, from its first minute, at a third of what it had left (issue 53: "~8 s left" for ~35 s).
 Never less than the longest single trial left (the last trials of a run run alone).
 
-And the trials the timing sentinel marks run again alone at the end (``matrix --rerun-marked N``):
-those marked so far (up to N) are trials left, and so are — estimated — as many of the trials still
-to run as the share marked says, each at its cell's duration, one after another. The share is not
+And the trials the timing sentinel marks run again by themselves at the end (``matrix --rerun-marked
+N``): those marked so far (up to N) are trials left, and so are — estimated — as many of the trials
+still to run as the share marked says, each at its cell's duration, ``--rerun-jobs K`` at once (their
+time summed and shared by K). The share is not
 the bare share marked so far: before the first mark that is 0, and the reruns — serial, each a whole
 trial — were missing from the estimate until a mark came (issue 53: -50% on a recorded schedule
 whose marks came in its last cells). It starts from a prior, :data:`PRIOR_MARKED` of
@@ -72,7 +73,8 @@ class Eta:
         self._spans: list[tuple[float, float]] = []  # (start, end) of every finished trial: who ran when
         self._finished: set[str] = set()
         self._first_start: float | None = None
-        self._reruns = 0  # how many timing-marked trials the run will run again alone at its end
+        self._reruns = 0  # how many timing-marked trials the run will run again at its end...
+        self._rerun_jobs = 1  # ...this many at once
         self._marked: list[str] = []  # finished trials the sentinel marked, in order (the first _reruns rerun)
         self._rerun: set[str] = set()  # marked trials run again (or running again)
         self._main_done = 0  # trials of this plan finished the first time
@@ -85,12 +87,13 @@ class Eta:
     def left(self) -> int:
         return max(0, self.total - self.done)
 
-    def plan(self, trials: Sequence[tuple[str, tuple[Hashable, ...]]], *, reruns: int = 0) -> None:
+    def plan(self, trials: Sequence[tuple[str, tuple[Hashable, ...]]], *, reruns: int = 0, rerun_jobs: int = 1) -> None:
         """The trials this run will run, as (trial id, cell); ``reruns``: how many timing-marked ones it
-        runs again alone at its end, at most. A later plan (the next round of --until-settled) adds
-        its trials to those done."""
+        runs again at its end, at most, ``rerun_jobs`` at once. A later plan (the next round of
+        --until-settled) adds its trials to those done."""
         self._cells = dict(trials)
         self._reruns = reruns
+        self._rerun_jobs = max(1, rerun_jobs)
         self._marked, self._rerun, self._main_done = [], set(), 0
         self._before = self.done
         self.total = self._before + len(self._cells)
@@ -203,7 +206,7 @@ class Eta:
             work_left += unplanned * (self._estimate(None, means) or 0.0)
         typical = sum(means.values()) / len(means) if means else 0.0
         main = max(work_left / self._at_once(running, now, typical=typical), longest) if work_left else 0.0
-        return main + self._reruns_left(pending, running, now, estimate)
+        return main + self._reruns_left(pending, running, now, estimate) / self._rerun_jobs
 
     def _reruns_left_known(self) -> int:
         """Marked trials that will run again (within the run's number) and have not ended that run."""
@@ -213,7 +216,8 @@ class Eta:
     def _reruns_left(
         self, pending: list[str], running: dict[str, float], now: float, estimate: Callable[[str], float]
     ) -> float:
-        """The time the marked trials' runs again take, one after another: those chosen so far, and
+        """The time the marked trials' runs again take one after another (the caller shares it among
+        the reruns run at once): those chosen so far, and
         as many of the trials still to run as the marked share says (within the number; the prior's
         share until the run's own trials outweigh it: the module docstring)."""
         chosen = self._marked[: self._reruns]

@@ -125,12 +125,21 @@ def matrix(
         int | None,
         typer.Option(
             "--rerun-marked",
-            help="Run again, at the end of the run and alone, up to this many of its trials the timing sentinel "
-            "marked (docs/sentinel.md): the rerun's row takes the marked row's place, which moves to "
-            "FILE.superseded.csv with its history. 0: none. Default: 0, and 10 after each round of "
-            "--until-settled (a settled answer must not rest on a marked trial).",
+            help="Run again, at the end of the run and by themselves (--rerun-jobs at once), up to this many of "
+            "its trials the timing sentinel marked (docs/sentinel.md): the rerun's row takes the marked row's "
+            "place, which moves to FILE.superseded.csv with its history. 0: none. Default: 0, and 10 after each "
+            "round of --until-settled (a settled answer must not rest on a marked trial).",
         ),
     ] = None,
+    rerun_jobs: Annotated[
+        int,
+        typer.Option(
+            "--rerun-jobs",
+            help="How many of the --rerun-marked trials run again at once, no other trial of the run beside them. "
+            "Default: 1, each alone (a rerun of a trial marked among many is rarely marked again among a few: "
+            "docs/sentinel.md).",
+        ),
+    ] = 1,
     until_settled: UntilSettled = False,
     max_trials: MaxTrials = None,
     settle_below: SettleBelow = None,
@@ -156,6 +165,7 @@ def matrix(
         rerun_marked = SETTLE_RERUN_MARKED if until_settled else 0
     if rerun_marked:
         check_count("trials", rerun_marked, flag="--rerun-marked")
+    check_count("jobs", rerun_jobs, flag="--rerun-jobs")
     settle = settle_plan(
         until_settled=until_settled, trials=trials, max_trials=max_trials, settle_below=settle_below,
         settle_budget=settle_budget,
@@ -193,6 +203,7 @@ def matrix(
             jobs=jobs,
             fresh_workers=fresh_workers,
             rerun_marked=rerun_marked,
+            rerun_jobs=rerun_jobs,
         )
     finally:
         bar.stop()

@@ -60,8 +60,8 @@ class ProgressUpdate:
         self.bar, self.console, self.eta = bar, console, eta
         self.task = bar.add_task("starting", total=None, counts="")
 
-    def plan(self, specs: Sequence[TrialSpec], *, reruns: int = 0) -> None:
-        self.eta.plan([(spec.trial_id, cell_of(spec)) for spec in specs], reruns=reruns)
+    def plan(self, specs: Sequence[TrialSpec], *, reruns: int = 0, rerun_jobs: int = 1) -> None:
+        self.eta.plan([(spec.trial_id, cell_of(spec)) for spec in specs], reruns=reruns, rerun_jobs=rerun_jobs)
 
     def counts(self) -> str:
         return f"{self.eta.done} done · {self.eta.left} left · {self.eta.failed} failed"

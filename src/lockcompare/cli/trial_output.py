@@ -31,11 +31,11 @@ def say(line: str) -> None:
 
 
 def rerun_line(reruns: tuple[tuple[str, bool], ...]) -> str:
-    """How the timing-marked trials run again alone came out: unmarked now, or marked still."""
+    """How the timing-marked trials run again by themselves came out: unmarked now, or marked still."""
     still = [trial_id for trial_id, marked in reruns if marked]
     named = f": {', '.join(still)}" if still else ""
     return (
-        f"timing: {len(reruns)} marked trial(s) run again alone: {len(reruns) - len(still)} no longer marked, "
+        f"timing: {len(reruns)} marked trial(s) run again by themselves: {len(reruns) - len(still)} no longer marked, "
         f"{len(still)} marked again{named} (the marked rows are in the .superseded file with their histories)"
     )
 

@@ -40,6 +40,8 @@ class Execution:
     fresh_workers: bool = False
     cpu_share: float = DEFAULT_CPU_SHARE
     rerun_marked: int = 0
+    #: How many of those run again at once (1: alone); none of the main run's trials is beside them.
+    rerun_jobs: int = 1
     #: ``--allow-mixed-revisions``'s reason, noted on every row (None: not allowed).
     allow_mixed_revisions: str | None = None
     progress: ProgressCallback | None = None

@@ -2,7 +2,8 @@
 
 Each running trial has a cluster of its own from a pool (infra/warm_pool.py), warm worker processes
 (crew.py) and the scheduler's CPU governor (scheduler.py); every trial appends its row the moment it
-ends, and the timing-marked ones may run again alone at the end (``rerun_marked``). One run goes
+ends, and the timing-marked ones may run again at the end, by themselves (``rerun_marked``, at most
+``rerun_jobs`` at once: 1, alone). One run goes
 through named steps: probe the backends (while workers warm), run the trials, run the marked ones
 again, report.
 """
@@ -42,7 +43,9 @@ log = logging.getLogger("lockcompare")
 
 #: The note of a row that replaced a timing-marked one (``rerun_marked``); the marked row is in the
 #: .superseded file with its history.
-RERUN_NOTE = "run again alone after a timing-marked run (its row is in the .superseded file)"
+RERUN_NOTE = (
+    "run again after a timing-marked run, none of the run's other trials beside it (its row is in the .superseded file)"
+)
 
 #: Verdicts a run explains on stderr when it gives them: they are results, not failures, but a
 #: reader may not expect them (little or no progress; exclusion that held only by luck).
@@ -105,7 +108,7 @@ class _LocalRun:
         self.saved: dict[str, Path] = {}  # trial_id -> history written in this run
         self.rowed: set[str] = set()  # trial_ids whose row this run appended
         self.marked: list[TrialSpec] = []  # trials the timing sentinel marked, in the order they ended
-        self.reruns: dict[str, bool] = {}  # trial_id -> still marked, for the marked trials run again alone
+        self.reruns: dict[str, bool] = {}  # trial_id -> still marked, for the marked trials run again
         self.workers = WorkerPool()
         self.crews = spawn_crew if execution.fresh_workers else self.workers.start
 
@@ -161,8 +164,9 @@ class _LocalRun:
         self.meter.mark("trials")
 
     def run_marked_again(self, clusters: WithPostgres) -> None:
-        """The first ``rerun_marked`` timing-marked trials, again, alone, at the end: nothing of this
-        run beside them. Each takes its marked row's place; that row keeps its own history."""
+        """The first ``rerun_marked`` timing-marked trials, again, at the end: at most ``rerun_jobs``
+        at once (1: alone), no other trial of this run beside them. Each takes its marked row's place;
+        that row keeps its own history."""
         again = self.marked[: self.execution.rerun_marked]
         if not again:
             return
@@ -170,11 +174,11 @@ class _LocalRun:
         self.pointed.update(self.reruns)
         self.rowed.difference_update(self.reruns)  # an interrupted rerun leaves no history without its row
         run_scheduled(
-            again, jobs=1, run_one=self.run_one, clusters=clusters, shape_for=self.shape_for, kind_of=_cell_of,
-            budget=self.budget, on_start=self.on_start, on_done=self.on_done, on_cancel=self.workers.kill_all,
-            held=self.held,
+            again, jobs=self.execution.rerun_jobs, run_one=self.run_one, clusters=clusters, shape_for=self.shape_for,
+            kind_of=_cell_of, budget=self.budget, on_start=self.on_start, on_done=self.on_done,
+            on_cancel=self.workers.kill_all, held=self.held,
         )  # fmt: skip
-        self.meter.mark("timing-marked trials run again alone")
+        self.meter.mark("timing-marked trials run again" + (" alone" if self.execution.rerun_jobs == 1 else ""))
 
     def close(self) -> None:
         self.workers.close()
@@ -242,7 +246,7 @@ class _LocalRun:
         # on_done runs in the main thread only: rows never interleave. A rerun takes its old row's
         # place (the old row moves to the .superseded file): one row per trial in the file.
         trial_id = done.spec.trial_id
-        if trial_id in self.reruns:  # a marked trial run again alone: its first row is superseded
+        if trial_id in self.reruns:  # a marked trial run again: its first row is superseded
             self.reruns[trial_id] = is_marked(row)
             row["note"] = "; ".join(filter(None, [row.get("note"), RERUN_NOTE]))
         elif is_marked(row):

@@ -55,6 +55,7 @@ def run_matrix(
     fresh_workers: bool = False,
     cpu_share: float = DEFAULT_CPU_SHARE,
     rerun_marked: int = 0,
+    rerun_jobs: int = 1,
 ) -> MatrixReport:
     """Run the matrix, appending one row per trial to ``out``; see the module docstring.
 
@@ -81,7 +82,7 @@ def run_matrix(
     return run_planned(
         specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
         allow_mixed_revisions=allow_mixed_revisions, dask=dask,
-        fresh_workers=fresh_workers, cpu_share=cpu_share, rerun_marked=rerun_marked,
+        fresh_workers=fresh_workers, cpu_share=cpu_share, rerun_marked=rerun_marked, rerun_jobs=rerun_jobs,
     )  # fmt: skip
 
 
@@ -98,6 +99,7 @@ def run_planned(
     fresh_workers: bool = False,
     cpu_share: float = DEFAULT_CPU_SHARE,
     rerun_marked: int = 0,
+    rerun_jobs: int = 1,
 ) -> MatrixReport:
     """Run trials already planned (by :func:`plan_matrix`, or rebuilt from a results row by
     ``run --from``), appending one row per trial to ``out``; see :func:`run_matrix`."""
@@ -114,7 +116,7 @@ def run_planned(
         return _run_locked(
             specs, out=out, cluster_options=cluster_options, resume=resume, progress=progress, jobs=jobs,
             allow_mixed_revisions=allow_mixed_revisions, dask=dask,
-            fresh_workers=fresh_workers, cpu_share=cpu_share, rerun_marked=rerun_marked,
+            fresh_workers=fresh_workers, cpu_share=cpu_share, rerun_marked=rerun_marked, rerun_jobs=rerun_jobs,
         )  # fmt: skip
 
 
@@ -131,6 +133,7 @@ def _run_locked(
     fresh_workers: bool,
     cpu_share: float,
     rerun_marked: int = 0,
+    rerun_jobs: int = 1,
 ) -> MatrixReport:
     """The plan's trials the results file does not hold yet, handed to an executor (executor.py)."""
     done = prepare_out(out, resume=resume, allow_mixed_revisions=allow_mixed_revisions)
@@ -144,10 +147,10 @@ def _run_locked(
     check_faults(todo, cluster_options=cluster_options)  # and backends that need servers of their own
     plan = getattr(progress, "plan", None)  # the terminal bar weighs the trials left by cell (cli/progress_bar.py)
     if plan is not None:
-        plan(todo, reruns=rerun_marked)  # and counts the marked trials run again at the end
+        plan(todo, reruns=rerun_marked, rerun_jobs=rerun_jobs)  # and counts the marked trials run again at the end
     execution = Execution(
         planned=specs, todo=todo, out=out, cluster_options=cluster_options, versions=versions, jobs=jobs,
-        fresh_workers=fresh_workers, cpu_share=cpu_share, rerun_marked=rerun_marked,
+        fresh_workers=fresh_workers, cpu_share=cpu_share, rerun_marked=rerun_marked, rerun_jobs=rerun_jobs,
         allow_mixed_revisions=allow_mixed_revisions, progress=progress,
     )  # fmt: skip
     executor: Executor = DaskExecutor(address=dask) if dask is not None else LocalExecutor()

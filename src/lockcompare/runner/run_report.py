@@ -33,7 +33,7 @@ class MatrixReport:
     backed_off: int = 0
     #: The run's own floor and where its wall went (runner/floor.py); None when no trial ran here.
     floor: RunFloor | None = None
-    #: (trial_id, still marked) of every timing-marked trial run again alone (``rerun_marked``).
+    #: (trial_id, still marked) of every timing-marked trial run again at the end (``rerun_marked``).
     reruns: tuple[tuple[str, bool], ...] = ()
     #: (backend, experiment, trials, reason) of each cell skipped because its servers failed to start
     #: every time the pool tried (infra/pool.py): no rows; ``--resume`` runs them later.
