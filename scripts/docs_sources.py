@@ -72,6 +72,7 @@ OTHER_RUN = {
     "results/derived/trial-cpu.csv": "a CPU-per-trial study of the README's main command (two revisions)",
     "results/derived/trials-per-hour.csv": "a throughput study over three runs",
     "results/derived/cpu-canary.txt": "a CPU canary beside the role cells (scripts/cpu_canary.py)",
+    "results/derived/rerun-jobs.txt": "marked trials run again alone or 5 at once (scripts/rerun_jobs_study.py)",
     "results/dask-demo/": "the Dask demo (a scale study)",
     "results/sentinel/": "the timing sentinel's quiet/starved study",
     "results/explore/": "explore's searches",
