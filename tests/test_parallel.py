@@ -174,3 +174,30 @@ def test_solo_trials_run_with_nothing_beside_them() -> None:
     assert sorted(peak) == sorted(specs)
     assert peak["solo0"] == peak["solo1"] == 1
     assert max(peak[s] for s in specs if s.startswith("a")) > 1
+
+
+def test_a_worker_outlives_the_thread_that_first_needed_it() -> None:
+    """A warm worker dies with the thread that spawned it; the pool's own thread spawns them all, so
+    one taken and given back by a thread that has since ended (a scheduler pass's) is still alive for
+    the next trial (the marked trials' reruns took dead ones: "a warm worker process died")."""
+    pool = WorkerPool()
+    taken: list = []
+
+    def a_pass() -> None:
+        worker = pool._take()
+        taken.append(worker)
+        pool._give_back(worker, reusable=True)
+
+    try:
+        thread = threading.Thread(target=a_pass)
+        thread.start()
+        thread.join()
+        (worker,) = taken
+        deadline = time.monotonic() + 1.0  # the parent-death signal, were it the ended thread's, lands at once
+        while worker.proc.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert worker.proc.is_alive(), "the worker died with the thread that took it"
+        assert pool._take() is worker  # lent again, alive
+    finally:
+        pool.close()
+    assert not alive(worker.proc.pid)

@@ -21,6 +21,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -291,11 +292,16 @@ class WarmCrew:
 class WorkerPool:
     """Worker processes kept between trials; ``start`` is a :data:`CrewSource` for run_trial.
 
-    Processes are spawned on demand by the thread that needs them; run that thread for as long as
-    the pool (the scheduler's runner threads do): a child dies with the thread that spawned it.
+    A worker dies with the thread that spawned it (``die_with_parent``: the kernel's parent-death
+    signal follows the forking thread, not the process). So every worker is spawned by one thread
+    the pool owns and keeps until it closes — not by the trial thread that first needed it: a
+    scheduler's threads end with its pass, and the workers they had spawned, idle in the pool, were
+    dead when the marked trials' reruns (a second pass) took them ("a warm worker process died
+    before its trial").
     """
 
     def __init__(self) -> None:
+        self._parent = ThreadPoolExecutor(max_workers=1, thread_name_prefix="warm-workers-parent")
         self._lock = threading.Lock()
         self._idle: list[_WarmWorker] = []
         self._all: set[_WarmWorker] = set()
@@ -324,7 +330,10 @@ class WorkerPool:
         return worker
 
     def _spawn(self) -> _WarmWorker:
-        worker = _WarmWorker()
+        try:
+            worker = self._parent.submit(_WarmWorker).result()
+        except RuntimeError:  # the parent thread was shut down: the pool closed meanwhile
+            raise TrialError("the worker pool is closed (the run is stopping)") from None
         with self._lock:
             self._all.add(worker)
             self.spawned += 1
@@ -373,3 +382,4 @@ class WorkerPool:
             self._idle.clear()
         for worker in workers:
             worker.stop()
+        self._parent.shutdown(wait=True)  # after its children: none may outlive the pool
