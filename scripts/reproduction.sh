@@ -130,14 +130,16 @@ sort -u -o results/derived/reproduction-skipped.txt results/derived/reproduction
 # The report (results/reproduction.report/: built here for reading, ignored by git, rebuilt on demand).
 "$lc" report results/reproduction.csv
 # The lesson's rows A-E under the lab's own loop (no jitter, no think time), the contend workload and
-# the fencing-depth sweep: the same revision, other settings (their sentences say so).
+# the fencing-depth sweep: the same revision, other settings (their sentences say so); their marked
+# trials run again as the parts' do.
+mapfile -t reruns < <("$py" scripts/reproduction_plan.py --rerun-args)
 matrix lab-loop lab-loop --backends none,single,fenced --experiments baseline,short-ttl,client-pause --jitter 0 \
-  --think-ms 0 --trials 5 --out results/lab-loop.csv --resume
+  --think-ms 0 --trials 5 "${reruns[@]}" --out results/lab-loop.csv --resume
 matrix contend contend --backends none,single,fenced --experiments client-pause --workload contend --trials 5 \
-  --out results/contend.csv --resume
-# scripts/fencing_story.sh's command, with the run's --jobs and --resume
+  "${reruns[@]}" --out results/contend.csv --resume
+# scripts/fencing_story.sh's command, with the run's --jobs, reruns and --resume
 matrix fencing fencing --backends fenced --experiments client-pause,clock-jump,short-ttl,partition-clock-jump \
-  --fence writes,all,token --trials 5 --out results/fencing.csv --resume
+  --fence writes,all,token --trials 5 "${reruns[@]}" --out results/fencing.csv --resume
 
 "$py" scripts/bare_majority_leases.py results/reproduction.csv redlock,pottery node-restart \
   > results/derived/bare-majority-leases.csv

@@ -4,6 +4,7 @@ cells are left out and why, and how long it should take — printed in seconds, 
     python scripts/reproduction_plan.py                  # the listing (what `reproduction.sh --dry-run` prints)
     python scripts/reproduction_plan.py --parts          # the parts' names, in the order they run
     python scripts/reproduction_plan.py --args PART      # that part's `lockcompare matrix` options, one a line
+    python scripts/reproduction_plan.py --rerun-args     # the marked trials' reruns, for the run's other matrices
 
 Every registered backend x every catalogue experiment, planned by the matrix's own planner
 (runner/plan.py): the cells a backend cannot take, or whose fault can never be aimed at its lock
@@ -88,8 +89,13 @@ class Part:
         """Its `lockcompare matrix` options (besides --out, --resume and --jobs, which the script gives)."""
         args = ["--backends", ",".join(self.backends), "--experiments", ",".join(self.experiments)]
         args += ["--trials", str(TRIALS)]
-        args += ["--rerun-marked", str(RERUN_MARKED), "--rerun-jobs", str(RERUN_JOBS)]
+        args += rerun_args()
         return [*args, "--until-settled", "--max-trials", str(MAX_TRIALS)] if self.settled else args
+
+
+def rerun_args() -> list[str]:
+    """Every timing-marked trial of a matrix run again at its end, :data:`RERUN_JOBS` at once."""
+    return ["--rerun-marked", str(RERUN_MARKED), "--rerun-jobs", str(RERUN_JOBS)]
 
 
 @functools.cache
@@ -296,10 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", action="store_true", help="the parts' names, in order")
     parser.add_argument("--args", metavar="PART", help="that part's matrix options, one a line")
+    parser.add_argument("--rerun-args", action="store_true", help="the reruns' matrix options, one a line")
     parser.add_argument("--previous", metavar="CSV", help="the run to estimate from (default: the committed one)")
     options = parser.parse_args(argv)
     if options.parts:
         print("\n".join(part.name for part in parts()))
+        return 0
+    if options.rerun_args:
+        print("\n".join(rerun_args()))
         return 0
     if options.args is not None:
         chosen = [part for part in parts() if part.name == options.args]
