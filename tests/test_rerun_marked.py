@@ -20,17 +20,21 @@ from lockcompare.scenario.parsing import Overrides
 pytestmark = pytest.mark.full
 
 
-def test_a_marked_trial_runs_again_alone_and_its_row_moves_to_the_superseded_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _mark_the_first(count: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first ``count`` trials judged: any stall marks them; every later one (a rerun): none does."""
     calls = itertools.count()
 
     def first_run_marked(events: list, plan: sentinel.TimingPlan) -> sentinel.TimingVerdict:
-        # The run's two trials: any stall marks them; their reruns: none does.
-        share = 0.0 if next(calls) < 2 else 1e9
+        share = 0.0 if next(calls) < count else 1e9
         return sentinel.judge_timing(events, plan, share=share)
 
     monkeypatch.setattr(trial, "judge_timing", first_run_marked)
+
+
+def test_a_marked_trial_runs_again_alone_and_its_row_moves_to_the_superseded_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _mark_the_first(2, monkeypatch)  # the run's two trials
     out = tmp_path / "r.csv"
     report = run_matrix(
         backends=["single"], experiments=["baseline"], trials=2, out=out, rerun_marked=1,
@@ -57,13 +61,7 @@ def test_with_rerun_jobs_the_marked_trials_run_again_together_after_every_first_
 ) -> None:
     """--rerun-jobs 2: the three marked trials run again at most two at once, none of them beside a
     trial of the run's first pass (each rerun starts after the last first-pass trial ended)."""
-    calls = itertools.count()
-
-    def first_run_marked(events: list, plan: sentinel.TimingPlan) -> sentinel.TimingVerdict:
-        share = 0.0 if next(calls) < 3 else 1e9
-        return sentinel.judge_timing(events, plan, share=share)
-
-    monkeypatch.setattr(trial, "judge_timing", first_run_marked)
+    _mark_the_first(3, monkeypatch)
     out = tmp_path / "r.csv"
     report = run_matrix(
         backends=["single"], experiments=["baseline"], trials=3, out=out, rerun_marked=3, rerun_jobs=2, jobs=3,
