@@ -37,6 +37,8 @@ STDERR_LINES = 20
 MAX_LINE_BYTES = 1 << 20
 #: How long ``close`` waits for the child to exit by itself before it is killed.
 CLOSE_GRACE_S = 1.0
+#: How long a child whose stdout closed is given to report its exit code (describe_exit).
+EXIT_GRACE_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -116,8 +118,12 @@ class ClientProcess:
         return " | ".join(tail)
 
     def describe_exit(self) -> str:
-        code = self._proc.poll()
-        if code is None:
+        """How the child ended, once its stdout closed. A child that is exiting closes its stdout a
+        moment before the kernel reports its exit code (a `false` client: "closed its stdout" one time
+        in many under load), so its code is awaited for up to :data:`EXIT_GRACE_S`."""
+        try:
+            code = self._proc.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
             return "closed its stdout"
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
         tail = self.stderr_tail()
