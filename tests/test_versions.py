@@ -123,6 +123,28 @@ def test_an_external_clients_first_new_row_is_checked_against_its_rows() -> None
     held.check_row({"backend": "node-sesame-using", "client_versions": "anything 1"})  # no rows of its own yet
 
 
+def test_a_row_whose_client_never_started_is_no_version_on_either_side() -> None:
+    """The reproduction stopped at its second round on three curator-mutex-checked rows recorded
+    ``unknown`` (no hello within 10 s: no client ran, verdict unknown): they are no version to refuse
+    a run's own rows over, and a new such row is not the client's first row to check."""
+    curator = "curator-recipes 5.4.0; zookeeper 3.8.0; java 17.0.15"
+    this = python_version()
+    never = FileVersions.of(Path("r.csv"), _rows(("curator-mutex-checked", this, "unknown")), allow=None)
+    never.check_row({"backend": "curator-mutex-checked", "client_versions": curator})
+    beside = FileVersions.of(
+        Path("r.csv"),
+        _rows(("curator-mutex-checked", this, "unknown"), ("curator-mutex-checked", this, curator)),
+        allow=None,
+    )
+    beside.check_row({"backend": "curator-mutex-checked", "client_versions": "unknown"})  # not its first row...
+    with pytest.raises(ResultsFileError, match=r"that ran curator-recipes 5\.4\.0; .* runs curator-recipes 5\.5\.0"):
+        beside.check_row({"backend": "curator-mutex-checked", "client_versions": curator.replace("5.4.0", "5.5.0")})
+    # ...and a library not found (``<name> unknown``) is a version like any other
+    named = FileVersions.of(Path("r.csv"), _rows(("node-redlock", this, "redlock unknown; node v20")), allow=None)
+    with pytest.raises(ResultsFileError, match=r"that ran redlock unknown; node v20"):
+        named.check_row({"backend": "node-redlock", "client_versions": "redlock 4.2.0; node v20"})
+
+
 def test_a_trial_row_records_them_and_a_resume_over_another_version_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "r.csv"
     run_matrix(backends=["single"], experiments=["baseline"], trials=1, overrides=QUICK, out=out)

@@ -82,6 +82,17 @@ def reported_versions(history: Iterable[Mapping[str, object]]) -> list[str]:
     return list(dict.fromkeys(parts))[:_MAX_PARTS]
 
 
+def no_client_started(cell: str) -> bool:
+    """Whether a ``client_versions`` cell says its trial's external client never started (a bare
+    ``unknown`` part: a library not found reads ``<name> unknown``). Such a trial ran no client, so
+    its row says nothing of which version a cell measured.
+
+    >>> no_client_started("unknown"), no_client_started("redis 5.2.1; unknown"), no_client_started("redlock unknown")
+    (True, True, False)
+    """
+    return UNKNOWN in cell.split(SEPARATOR)
+
+
 def client_versions(*, libraries: Sequence[str], external: bool, history: Iterable[Mapping[str, object]] = ()) -> str:
     """The ``client_versions`` cell of a trial of a backend with these traits: its Python libraries,
     then what its external clients reported (``unknown`` when none started), or ``none``."""

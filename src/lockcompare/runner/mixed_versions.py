@@ -10,7 +10,11 @@ A backend's versions are checked as a whole, not per cell: its rows in one file 
 the tables. A Python backend's versions are known before anything runs (its ``libraries`` trait);
 an external client says its own only when it starts, so its first new row is checked: a mismatch
 stops the run there, that row unwritten (its history removed), with the same words. Rows that
-record no versions (before schema 10) are unknown, which differs from every known version.
+record no versions (before schema 10) are unknown, which differs from every known version. A row
+whose external client never started (``client_versions`` ``unknown``: no hello, so no trial of the
+client either; its verdict is unknown) says nothing of a version, on either side: it is neither held
+against the run nor checked as its first row (the reproduction stopped on such a row: a JVM that
+gave no hello within 10 s while 16 trials started at once).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 from lockcompare.analysis.results import inspect_results
 from lockcompare.backends import load_backend, traits_of
-from lockcompare.backends.versions import client_versions, python_version
+from lockcompare.backends.versions import client_versions, no_client_started, python_version
 from lockcompare.errors import ResultsFileError
 
 log = logging.getLogger("lockcompare")
@@ -56,7 +60,9 @@ class FileVersions:
         found = cls(out=out, allow=allow)
         for row in rows:
             found.pythons.add(str(row.get("python_version") or ""))
-            found.by_backend.setdefault(str(row["backend"]), set()).add(str(row.get("client_versions") or ""))
+            cell = str(row.get("client_versions") or "")
+            if not no_client_started(cell):
+                found.by_backend.setdefault(str(row["backend"]), set()).add(cell)
         return found
 
     def check_before(self, backends: Iterable[str]) -> None:
@@ -73,8 +79,10 @@ class FileVersions:
 
     def check_row(self, row: Mapping[str, Any]) -> None:
         """Refuse a new row whose backend's rows in the file ran other versions (an external client's
-        first new row: only its start says what it runs)."""
-        self._check(str(row["backend"]), str(row.get("client_versions") or ""))
+        first new row: only its start says what it runs; a row whose client never started is not it)."""
+        cell = str(row.get("client_versions") or "")
+        if not no_client_started(cell):
+            self._check(str(row["backend"]), cell)
 
     def _check(self, backend: str, running: str) -> None:
         held = self.by_backend.get(backend)
