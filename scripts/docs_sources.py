@@ -55,9 +55,8 @@ REGENERATED = {
     "results/derived/bare-majority-leases.csv": "scripts/bare_majority_leases.py",
     "results/derived/lockstep-lab-loop.txt": "scripts/lockstep.py on the lab loop",
     "results/derived/lockstep-reproduction.txt": "scripts/lockstep.py on the reproduction",
-    "results/derived/consensus-cells.txt": (
-        "scripts/cell_mechanisms.py: reproduction.sh writes reproduction-cells.txt: cut to the consensus cells"
-    ),
+    "results/derived/consensus-cells.txt": "scripts/cell_mechanisms.py on the reproduction, the consensus cells",
+    "results/derived/reproduction-thin-cells.txt": "scripts/thin_cells.py: the cells under half their entries",
     "results/derived/zk-lease-violated.txt": "scripts/zk_lease_violated.py, on the reproduction",
     "results/derived/consensus-clients-renewals.txt": "scripts/renewals_in_pauses.py, on the reproduction",
     "results/derived/node-clients-bare-majority.txt": "scripts/bare_majority_losses.py, on the reproduction",

@@ -154,10 +154,15 @@ matrix fencing fencing --backends fenced --experiments client-pause,clock-jump,s
 "$py" scripts/lockstep.py results/lab-loop.csv none,single baseline,short-ttl > results/derived/lockstep-lab-loop.txt
 "$py" scripts/lockstep.py results/reproduction.csv none,single baseline,short-ttl \
   > results/derived/lockstep-reproduction.txt
-# What the pages of the runs the reproduction replaces quoted, now from the reproduction's cells.
-# cell_mechanisms.py reads every cell of a file: docs/consensus.md quoted it whole over consensus.csv;
-# over the reproduction it is every non-exclusive cell, for the lead to cut to the consensus ones.
-"$py" scripts/cell_mechanisms.py results/reproduction.csv > results/derived/reproduction-cells.txt
+# What the pages of the runs the reproduction replaces quoted, now from the reproduction's cells:
+# docs/consensus.md's cells (the consensus run's backends x the role experiments and failover).
+"$py" scripts/cell_mechanisms.py results/reproduction.csv \
+  --backends etcd,etcd-fenced,etcd-go-mutex,etcd-go-fenced,zk-lock,zk-lock-checked,zk-fenced,curator-mutex,curator-mutex-checked,pg-advisory,pg-lease,redlock,fenced,sentinel-single,sentinel-fenced \
+  --experiments leader-crash,leader-freeze,leader-isolated,holder-minority,failover \
+  > results/derived/consensus-cells.txt
+# Every cell of the file that made under half its planned entries, and why (each part's closing lines
+# name only the cells that part ran).
+"$py" scripts/thin_cells.py results/reproduction.csv > results/derived/reproduction-thin-cells.txt
 "$py" scripts/zk_lease_violated.py results/reproduction.csv > results/derived/zk-lease-violated.txt
 "$py" scripts/renewals_in_pauses.py results/reproduction.csv \
   curator-mutex,curator-mutex-checked,zk-lock,etcd-go-mutex,etcd-go-fenced,etcd \
