@@ -1,0 +1,107 @@
+"""Run a results file's still timing-marked trials again, each alone on the machine, and put each
+rerun in its marked row's place: the pass a run in parts needs after its last part.
+
+    python scripts/rerun_marked.py results/reproduction.csv            # every marked row, alone
+    python scripts/rerun_marked.py results/reproduction.csv --dry-run  # which, and nothing runs
+
+``matrix --rerun-marked`` runs again the marked trials of its own invocation, at its end; a file
+written in parts keeps the ones its parts' reruns left marked (a rerun among a few is marked again
+more often than one alone: docs/sentinel.md). This pass takes them from the file: each trial is
+rebuilt from its row with exactly its settings and seed (as ``lockcompare run --from`` does: the id
+must match), run by itself, and its row takes the marked row's place, marked or not — one rerun a
+trial, never "until it comes out unmarked" — with a note saying so; the marked row moves to the
+``.superseded`` file with the history it was judged from. The trials run with the lockcompare the
+running Python imports: run it with the clone's own interpreter, at the revision the rows record
+(a row of another revision is refused before anything runs).
+
+Exit 0 when every rerun was judged, 1 when one was ``unknown`` (its row says why), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from lockcompare.analysis.reproduce import spec_from_row
+from lockcompare.analysis.results import read_results, supersede
+from lockcompare.analysis.sentinel import is_marked
+from lockcompare.errors import LockcompareError
+from lockcompare.infra.provenance import source_revision
+
+#: The note a rerun row carries (the marked row is in the .superseded file).
+RERUN_ALONE_NOTE = (
+    "run again alone after a timing-marked run (scripts/rerun_marked.py; its row is in the .superseded file)"
+)
+
+
+def marked_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows the sentinel marked, in file order.
+
+    >>> marked_rows([{"trial_id": "a", "timing_marked": True}, {"trial_id": "b", "timing_marked": False}])
+    [{'trial_id': 'a', 'timing_marked': True}]
+    """
+    return [row for row in rows if is_marked(row)]
+
+
+def placed_row(rerun: dict[str, Any], *, history: Path, results: Path) -> dict[str, Any]:
+    """The rerun's row as it goes into ``results``: its history where the file's histories are, its
+    note saying what it is.
+
+    >>> placed_row({"note": "", "history": "x"}, history=Path("r/res.histories/t.1.jsonl.gz"),
+    ...            results=Path("r/res.csv"))["history"]
+    'res.histories/t.1.jsonl.gz'
+    """
+    row = dict(rerun)
+    row["history"] = history.relative_to(results.parent).as_posix()
+    row["note"] = "; ".join(filter(None, [str(row.get("note") or ""), RERUN_ALONE_NOTE]))
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--dry-run", action="store_true", help="list the marked trials; run nothing")
+    options = parser.parse_args(argv)
+    results: Path = options.results
+    try:
+        rows = read_results(results)
+        todo = marked_rows(rows)
+        here = source_revision()
+        other = sorted({str(r["source_revision"]) for r in todo} - {here})
+        if other and not options.dry_run:
+            raise LockcompareError(f"rows of revision {', '.join(other)}, this lockcompare is {here}: check it out")
+        specs = [spec_from_row(row) for row in todo]  # every one rebuilt before any runs
+    except LockcompareError as exc:
+        print(f"rerun_marked.py: {exc}", file=sys.stderr)
+        return 2
+    print(f"rerun_marked.py: {len(todo)} of {len(rows)} trials are timing-marked", file=sys.stderr)
+    if options.dry_run or not todo:
+        print("\n".join(r["trial_id"] for r in todo))
+        return 0
+    from lockcompare.runner.matrix import run_planned
+
+    histories = results.with_name(f"{results.stem}.histories")
+    unknown = still = 0
+    with tempfile.TemporaryDirectory(prefix="rerun-marked-", dir=results.parent) as scratch:
+        for n, spec in enumerate(specs, 1):  # one at a time: each trial alone on the machine
+            out = Path(scratch) / f"{n}.csv"
+            run_planned([spec], out=out, jobs=1)
+            (rerun,) = read_results(out)
+            source = out.parent / str(rerun["history"])
+            target = histories / f"{spec.trial_id}.alone-{rerun['run_id']}.jsonl.gz"
+            shutil.move(source, target)
+            supersede(results, placed_row(rerun, history=target, results=results))
+            still += is_marked(rerun)
+            unknown += rerun["verdict"] == "unknown"
+            mark = "still marked" if is_marked(rerun) else "not marked"
+            print(f"[{n}/{len(specs)}] {spec.trial_id}: {rerun['verdict']}, {mark}", file=sys.stderr)
+    print(f"rerun_marked.py: {len(specs)} run again alone: {len(specs) - still} no longer marked, {still} marked again")
+    return 1 if unknown else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
