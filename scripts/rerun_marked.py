@@ -1,14 +1,16 @@
-"""Run a results file's still timing-marked trials again, each alone on the machine, and put each
-rerun in its marked row's place: the pass a run in parts needs after its last part.
+"""Run a results file's still timing-marked trials again, each alone on the machine (or ``--jobs`` at a
+time, nothing else beside them), and put each rerun in its marked row's place: the pass a run in
+parts needs after its last part.
 
     python scripts/rerun_marked.py results/reproduction.csv            # every marked row, alone
     python scripts/rerun_marked.py results/reproduction.csv --dry-run  # which, and nothing runs
+    python scripts/rerun_marked.py results/reproduction.csv --jobs 2   # two at a time, nothing else beside
 
 ``matrix --rerun-marked`` runs again the marked trials of its own invocation, at its end; a file
 written in parts keeps the ones its parts' reruns left marked (a rerun among a few is marked again
 more often than one alone: docs/sentinel.md). This pass takes them from the file: each trial is
 rebuilt from its row with exactly its settings and seed (as ``lockcompare run --from`` does: the id
-must match), run by itself, and its row takes the marked row's place, marked or not — one rerun a
+must match), run with no other trial beside it, and its row takes the marked row's place, marked or not — one rerun a
 trial, never "until it comes out unmarked" — with a note saying so; the marked row moves to the
 ``.superseded`` file with the history it was judged from. The trials run with the lockcompare the
 running Python imports: run it with the clone's own interpreter, at the revision the rows record
@@ -34,7 +36,8 @@ from lockcompare.infra.provenance import source_revision
 
 #: The note a rerun row carries (the marked row is in the .superseded file).
 RERUN_ALONE_NOTE = (
-    "run again alone after a timing-marked run (scripts/rerun_marked.py; its row is in the .superseded file)"
+    "run again after a timing-marked run, no other trial of the run beside it (scripts/rerun_marked.py; "
+    "its row is in the .superseded file)"
 )
 
 
@@ -65,8 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path)
     parser.add_argument("--dry-run", action="store_true", help="list the marked trials; run nothing")
+    parser.add_argument("--jobs", type=int, default=1, help="trials at once (default 1: each alone)")
     options = parser.parse_args(argv)
     results: Path = options.results
+    if options.jobs < 1:
+        print(f"rerun_marked.py: --jobs must be at least 1, got {options.jobs}", file=sys.stderr)
+        return 2
     try:
         rows = read_results(results)
         todo = marked_rows(rows)
@@ -87,19 +94,24 @@ def main(argv: list[str] | None = None) -> int:
     histories = results.with_name(f"{results.stem}.histories")
     unknown = still = 0
     with tempfile.TemporaryDirectory(prefix="rerun-marked-", dir=results.parent) as scratch:
-        for n, spec in enumerate(specs, 1):  # one at a time: each trial alone on the machine
-            out = Path(scratch) / f"{n}.csv"
-            run_planned([spec], out=out, jobs=1)
-            (rerun,) = read_results(out)
-            source = out.parent / str(rerun["history"])
-            target = histories / f"{spec.trial_id}.alone-{rerun['run_id']}.jsonl.gz"
-            shutil.move(source, target)
-            supersede(results, placed_row(rerun, history=target, results=results))
-            still += is_marked(rerun)
-            unknown += rerun["verdict"] == "unknown"
-            mark = "still marked" if is_marked(rerun) else "not marked"
-            print(f"[{n}/{len(specs)}] {spec.trial_id}: {rerun['verdict']}, {mark}", file=sys.stderr)
-    print(f"rerun_marked.py: {len(specs)} run again alone: {len(specs) - still} no longer marked, {still} marked again")
+        # --jobs at a time, no other trial beside them; each batch's rows are placed before the next
+        # starts, so a stopped pass loses at most one batch.
+        for first in range(0, len(specs), options.jobs):
+            batch = specs[first : first + options.jobs]
+            out = Path(scratch) / f"{first}.csv"
+            run_planned(batch, out=out, jobs=len(batch))
+            for n, rerun in enumerate(read_results(out), first + 1):
+                source = out.parent / str(rerun["history"])
+                target = histories / f"{rerun['trial_id']}.rerun-{rerun['run_id']}.jsonl.gz"
+                shutil.move(source, target)
+                supersede(results, placed_row(rerun, history=target, results=results))
+                still += is_marked(rerun)
+                unknown += rerun["verdict"] == "unknown"
+                mark = "still marked" if is_marked(rerun) else "not marked"
+                print(f"[{n}/{len(specs)}] {rerun['trial_id']}: {rerun['verdict']}, {mark}", file=sys.stderr)
+    at_once = "alone" if options.jobs == 1 else f"{options.jobs} at a time"
+    again = f"{len(specs) - still} no longer marked, {still} marked again"
+    print(f"rerun_marked.py: {len(specs)} run again {at_once}: {again}")
     return 1 if unknown else 0
 
 
