@@ -33,12 +33,11 @@ from lockcompare.analysis.results import read_results, supersede
 from lockcompare.analysis.sentinel import is_marked
 from lockcompare.errors import LockcompareError
 from lockcompare.infra.provenance import source_revision
+from lockcompare.runner.local_executor import RERUN_NOTE
 
-#: The note a rerun row carries (the marked row is in the .superseded file).
-RERUN_ALONE_NOTE = (
-    "run again after a timing-marked run, no other trial of the run beside it (scripts/rerun_marked.py; "
-    "its row is in the .superseded file)"
-)
+#: The note a rerun row carries: the matrix's own for a marked trial run again (the marked row is in
+#: the .superseded file), so a reader tells the two passes' reruns by nothing but their run_id.
+RERUN_ALONE_NOTE = RERUN_NOTE
 
 
 def marked_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
