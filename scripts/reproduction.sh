@@ -163,9 +163,10 @@ matrix fencing fencing --backends fenced --experiments client-pause,clock-jump,s
 # Every cell of the file that made under half its planned entries, and why (each part's closing lines
 # name only the cells that part ran).
 "$py" scripts/thin_cells.py results/reproduction.csv > results/derived/reproduction-thin-cells.txt
-"$py" scripts/zk_lease_violated.py results/reproduction.csv > results/derived/zk-lease-violated.txt
+"$py" scripts/zk_lease_violated.py results/reproduction.csv results/explore/zk-fenced-all/trials.csv \
+  > results/derived/zk-lease-violated.txt
 "$py" scripts/renewals_in_pauses.py results/reproduction.csv \
-  curator-mutex,curator-mutex-checked,zk-lock,etcd-go-mutex,etcd-go-fenced,etcd \
+  curator-mutex,curator-mutex-checked,zk-lock,etcd-go-mutex,etcd-go-fenced,etcd client-pause \
   > results/derived/consensus-clients-renewals.txt
 "$py" scripts/bare_majority_losses.py results/reproduction.csv \
   node-redlock,node-semaphore-redlock,node-sesame-using,node-sesame-using-checked node-restart,clock-jump \
