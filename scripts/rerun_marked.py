@@ -14,7 +14,8 @@ must match), run with no other trial beside it, and its row takes the marked row
 trial, never "until it comes out unmarked" — with a note saying so; the marked row moves to the
 ``.superseded`` file with the history it was judged from. The trials run with the lockcompare the
 running Python imports: run it with the clone's own interpreter, at the revision the rows record
-(a row of another revision is refused before anything runs).
+(a row of another revision is refused before anything runs). A pass stopped and started again
+skips the trials it already ran again (their histories say so).
 
 Exit 0 when every rerun was judged, 1 when one was ``unknown`` (its row says why), 2 on bad input.
 """
@@ -38,15 +39,20 @@ from lockcompare.runner.local_executor import RERUN_NOTE
 #: The note a rerun row carries: the matrix's own for a marked trial run again (the marked row is in
 #: the .superseded file), so a reader tells the two passes' reruns by nothing but their run_id.
 RERUN_ALONE_NOTE = RERUN_NOTE
+#: What names a history this pass wrote (``<trial_id>.rerun-<run_id>.jsonl.gz``).
+RERUN_HISTORY = ".rerun-"
 
 
 def marked_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows the sentinel marked, in file order.
+    """The rows the sentinel marked, in file order, but a row this pass already wrote (its history is
+    a ``.rerun-`` one): a stopped pass started again runs each trial again once, never twice.
 
-    >>> marked_rows([{"trial_id": "a", "timing_marked": True}, {"trial_id": "b", "timing_marked": False}])
-    [{'trial_id': 'a', 'timing_marked': True}]
+    >>> marked_rows([{"trial_id": "a", "timing_marked": True, "history": "h/a.jsonl.gz"},
+    ...              {"trial_id": "b", "timing_marked": False, "history": "h/b.jsonl.gz"},
+    ...              {"trial_id": "c", "timing_marked": True, "history": "h/c.rerun-r1.jsonl.gz"}])
+    [{'trial_id': 'a', 'timing_marked': True, 'history': 'h/a.jsonl.gz'}]
     """
-    return [row for row in rows if is_marked(row)]
+    return [row for row in rows if is_marked(row) and RERUN_HISTORY not in str(row.get("history") or "")]
 
 
 def placed_row(rerun: dict[str, Any], *, history: Path, results: Path) -> dict[str, Any]:
@@ -101,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             run_planned(batch, out=out, jobs=len(batch))
             for n, rerun in enumerate(read_results(out), first + 1):
                 source = out.parent / str(rerun["history"])
-                target = histories / f"{rerun['trial_id']}.rerun-{rerun['run_id']}.jsonl.gz"
+                target = histories / f"{rerun['trial_id']}{RERUN_HISTORY}{rerun['run_id']}.jsonl.gz"
                 shutil.move(source, target)
                 supersede(results, placed_row(rerun, history=target, results=results))
                 still += is_marked(rerun)
