@@ -29,10 +29,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from lockcompare import interrupts
 from lockcompare.analysis.reproduce import spec_from_row
 from lockcompare.analysis.results import read_results, supersede
 from lockcompare.analysis.sentinel import is_marked
-from lockcompare.errors import LockcompareError
+from lockcompare.errors import LockcompareError, Terminated
 from lockcompare.infra.provenance import source_revision
 from lockcompare.runner.local_executor import RERUN_NOTE
 
@@ -98,22 +99,31 @@ def main(argv: list[str] | None = None) -> int:
 
     histories = results.with_name(f"{results.stem}.histories")
     unknown = still = 0
-    with tempfile.TemporaryDirectory(prefix="rerun-marked-", dir=results.parent) as scratch:
-        # --jobs at a time, no other trial beside them; each batch's rows are placed before the next
-        # starts, so a stopped pass loses at most one batch.
-        for first in range(0, len(specs), options.jobs):
-            batch = specs[first : first + options.jobs]
-            out = Path(scratch) / f"{first}.csv"
-            run_planned(batch, out=out, jobs=len(batch))
-            for n, rerun in enumerate(read_results(out), first + 1):
-                source = out.parent / str(rerun["history"])
-                target = histories / f"{rerun['trial_id']}{RERUN_HISTORY}{rerun['run_id']}.jsonl.gz"
-                shutil.move(source, target)
-                supersede(results, placed_row(rerun, history=target, results=results))
-                still += is_marked(rerun)
-                unknown += rerun["verdict"] == "unknown"
-                mark = "still marked" if is_marked(rerun) else "not marked"
-                print(f"[{n}/{len(specs)}] {rerun['trial_id']}: {rerun['verdict']}, {mark}", file=sys.stderr)
+    try:
+        with tempfile.TemporaryDirectory(prefix="rerun-marked-", dir=results.parent) as scratch:
+            # --jobs at a time, no other trial beside them; each batch's rows are placed before the next
+            # starts, so a stopped pass loses at most one batch.
+            for first in range(0, len(specs), options.jobs):
+                batch = specs[first : first + options.jobs]
+                out = Path(scratch) / f"{first}.csv"
+                run_planned(batch, out=out, jobs=len(batch))
+                for n, rerun in enumerate(read_results(out), first + 1):
+                    source = out.parent / str(rerun["history"])
+                    target = histories / f"{rerun['trial_id']}{RERUN_HISTORY}{rerun['run_id']}.jsonl.gz"
+                    shutil.move(source, target)
+                    supersede(results, placed_row(rerun, history=target, results=results))
+                    still += is_marked(rerun)
+                    unknown += rerun["verdict"] == "unknown"
+                    mark = "still marked" if is_marked(rerun) else "not marked"
+                    print(f"[{n}/{len(specs)}] {rerun['trial_id']}: {rerun['verdict']}, {mark}", file=sys.stderr)
+                # The matrix turns a SIGTERM into a stopped batch, not an exception out of it: stop
+                # here, the batch's whole rows placed, rather than start the next.
+                interrupts.raise_if_received()
+    except (KeyboardInterrupt, Terminated) as exc:
+        code = int(getattr(exc, "exit_code", 130))
+        print(f"rerun_marked.py: stopped; the reruns placed so far are in {results}: run it again to go on",
+              file=sys.stderr)  # fmt: skip
+        return code
     at_once = "alone" if options.jobs == 1 else f"{options.jobs} at a time"
     again = f"{len(specs) - still} no longer marked, {still} marked again"
     print(f"rerun_marked.py: {len(specs)} run again {at_once}: {again}")
