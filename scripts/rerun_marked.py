@@ -56,6 +56,23 @@ def marked_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [row for row in rows if is_marked(row) and RERUN_HISTORY not in str(row.get("history") or "")]
 
 
+def file_summary(rows: list[dict[str, Any]]) -> str:
+    """What the file holds after every pass so far (one stopped and started again included).
+
+    >>> file_summary([{"timing_marked": True, "history": "h/a.rerun-r1.jsonl.gz"},
+    ...               {"timing_marked": False, "history": "h/b.rerun-r1.jsonl.gz"},
+    ...               {"timing_marked": False, "history": "h/c.jsonl.gz"}])
+    '3 rows, 1 timing-marked (33.3%); 2 trials run again by this pass, 1 of them still marked'
+    """
+    marked = sum(is_marked(row) for row in rows)
+    again = [row for row in rows if RERUN_HISTORY in str(row.get("history") or "")]
+    share = 100 * marked / len(rows) if rows else 0.0
+    return (
+        f"{len(rows)} rows, {marked} timing-marked ({share:.1f}%); {len(again)} trials run again by this pass, "
+        f"{sum(is_marked(row) for row in again)} of them still marked"
+    )
+
+
 def placed_row(rerun: dict[str, Any], *, history: Path, results: Path) -> dict[str, Any]:
     """The rerun's row as it goes into ``results``: its history where the file's histories are, its
     note saying what it is.
@@ -94,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rerun_marked.py: {len(todo)} of {len(rows)} trials are timing-marked", file=sys.stderr)
     if options.dry_run or not todo:
         print("\n".join(r["trial_id"] for r in todo))
+        print(f"rerun_marked.py: {results}: {file_summary(rows)}", file=sys.stderr)
         return 0
     from lockcompare.runner.matrix import run_planned
 
@@ -127,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     at_once = "alone" if options.jobs == 1 else f"{options.jobs} at a time"
     again = f"{len(specs) - still} no longer marked, {still} marked again"
     print(f"rerun_marked.py: {len(specs)} run again {at_once}: {again}")
+    print(f"rerun_marked.py: {results}: {file_summary(read_results(results))}")
     return 1 if unknown else 0
 
 
