@@ -12,8 +12,9 @@ Every ``<!-- table|value|excerpt|words|output: PATH ... -->`` directive whose PA
   old file's backends and experiments as filters where the directive names none (so a table keeps its
   cells, a ``rows`` count its rows). Its excerpts name a trial and a time window of the old run: they
   are listed for the lead to pick again in the new histories, never switched blindly.
-- REGENERATED: a file ``scripts/reproduction.sh`` writes again at the run's revision (its derived
-  tables, the contend workload, the lab loop, the fencing-depth sweep): nothing to switch; render.
+- REGENERATED: a file ``scripts/reproduction.sh`` (its derived files: ``scripts/reproduction_derived.sh``)
+  writes again at the run's revision (its derived tables, the contend workload, the lab loop, the
+  fencing-depth sweep): nothing to switch; render.
 - OTHER RUN: deliberately another run (a scale or timing study, explore's searches, an archived
   run); the sentence around it must say so.
 
@@ -61,6 +62,8 @@ REGENERATED = {
     "results/derived/consensus-clients-renewals.txt": "scripts/renewals_in_pauses.py, on the reproduction",
     "results/derived/node-clients-bare-majority.txt": "scripts/bare_majority_losses.py, on the reproduction",
     "results/derived/history-storage.txt": "scripts/history_storage.py, on the reproduction's histories",
+    "results/derived/reproduction-compare-summary.txt": "lockcompare compare: the previous reproduction against it",
+    "results/derived/consensus-compare-summary.txt": "lockcompare compare: the archived consensus run against it",
 }
 #: Deliberately other runs: their sentence says which run and why.
 OTHER_RUN = {
