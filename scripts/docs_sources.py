@@ -83,13 +83,13 @@ OTHER_RUN = {
     "results/archive/": "archived runs (results/archive/README.md)",
 }
 
-#: Single directives of a SWITCH file that belong to a study of that run itself, not to its cells: they
-#: stay on it (the file stays in results/ for them), as OTHER RUN.
+#: Directives of a SWITCH file that deliberately read that run (a cell the reproduction does not run,
+#: a study of the run itself): they stay on it (the file stays in results/ for them), as OTHER RUN.
 STUDIES_OF_A_RUN = {
     (
-        "docs/distributed.md",
-        "zookeeper.csv mean:jobs_concurrent",
-    ): "the throughput study: how many of that run's trials ran at once",
+        "docs/experiments.md",
+        "results/catalogue-51.csv",
+    ): "the published argument's --fence all cell, which the reproduction does not run, and its run's provenance",
 }
 
 DIRECTIVE = re.compile(r"<!-- (?P<kind>table|value|excerpt|words|output): (?P<path>\S+)(?P<rest>[^>]*)-->")
