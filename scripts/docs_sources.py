@@ -58,6 +58,7 @@ REGENERATED = {
     "results/derived/lockstep-reproduction.txt": "scripts/lockstep.py on the reproduction",
     "results/derived/consensus-cells.txt": "scripts/cell_mechanisms.py on the reproduction, the consensus cells",
     "results/derived/reproduction-thin-cells.txt": "scripts/thin_cells.py: the cells under half their entries",
+    "results/derived/reproduction-settled.txt": "scripts/settled_cells.py: the settled parts' cells after every pass",
     "results/derived/zk-lease-violated.txt": "scripts/zk_lease_violated.py, on the reproduction",
     "results/derived/consensus-clients-renewals.txt": "scripts/renewals_in_pauses.py, on the reproduction",
     "results/derived/node-clients-bare-majority.txt": "scripts/bare_majority_losses.py, on the reproduction",

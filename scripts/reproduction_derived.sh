@@ -32,6 +32,8 @@ lc=.venv/bin/lockcompare
 # Every cell of the file that made under half its planned entries, and why (each part's closing lines
 # name only the cells that part ran).
 "$py" scripts/thin_cells.py results/reproduction.csv > results/derived/reproduction-thin-cells.txt
+# Where the settled parts' cells stand after every pass (reruns of marked trials came after the parts).
+"$py" scripts/settled_cells.py results/reproduction.csv > results/derived/reproduction-settled.txt
 "$py" scripts/zk_lease_violated.py results/reproduction.csv results/explore/zk-fenced-all/trials.csv \
   > results/derived/zk-lease-violated.txt
 "$py" scripts/renewals_in_pauses.py results/reproduction.csv \
