@@ -12,8 +12,9 @@ Every ``<!-- table|value|excerpt|words|output: PATH ... -->`` directive whose PA
   old file's backends and experiments as filters where the directive names none (so a table keeps its
   cells, a ``rows`` count its rows). Its excerpts name a trial and a time window of the old run: they
   are listed for the lead to pick again in the new histories, never switched blindly.
-- REGENERATED: a file ``scripts/reproduction.sh`` writes again at the run's revision (its derived
-  tables, the contend workload, the lab loop, the fencing-depth sweep): nothing to switch; render.
+- REGENERATED: a file ``scripts/reproduction.sh`` (its derived files: ``scripts/reproduction_derived.sh``)
+  writes again at the run's revision (its derived tables, the contend workload, the lab loop, the
+  fencing-depth sweep): nothing to switch; render.
 - OTHER RUN: deliberately another run (a scale or timing study, explore's searches, an archived
   run); the sentence around it must say so.
 
@@ -55,13 +56,15 @@ REGENERATED = {
     "results/derived/bare-majority-leases.csv": "scripts/bare_majority_leases.py",
     "results/derived/lockstep-lab-loop.txt": "scripts/lockstep.py on the lab loop",
     "results/derived/lockstep-reproduction.txt": "scripts/lockstep.py on the reproduction",
-    "results/derived/consensus-cells.txt": (
-        "scripts/cell_mechanisms.py: reproduction.sh writes reproduction-cells.txt: cut to the consensus cells"
-    ),
+    "results/derived/consensus-cells.txt": "scripts/cell_mechanisms.py on the reproduction, the consensus cells",
+    "results/derived/reproduction-thin-cells.txt": "scripts/thin_cells.py: the cells under half their entries",
+    "results/derived/reproduction-settled.txt": "scripts/settled_cells.py: the settled parts' cells after every pass",
     "results/derived/zk-lease-violated.txt": "scripts/zk_lease_violated.py, on the reproduction",
     "results/derived/consensus-clients-renewals.txt": "scripts/renewals_in_pauses.py, on the reproduction",
     "results/derived/node-clients-bare-majority.txt": "scripts/bare_majority_losses.py, on the reproduction",
     "results/derived/history-storage.txt": "scripts/history_storage.py, on the reproduction's histories",
+    "results/derived/reproduction-compare-summary.txt": "lockcompare compare: the previous reproduction against it",
+    "results/derived/consensus-compare-summary.txt": "lockcompare compare: the archived consensus run against it",
 }
 #: Deliberately other runs: their sentence says which run and why.
 OTHER_RUN = {
@@ -81,13 +84,13 @@ OTHER_RUN = {
     "results/archive/": "archived runs (results/archive/README.md)",
 }
 
-#: Single directives of a SWITCH file that belong to a study of that run itself, not to its cells: they
-#: stay on it (the file stays in results/ for them), as OTHER RUN.
+#: Directives of a SWITCH file that deliberately read that run (a cell the reproduction does not run,
+#: a study of the run itself): they stay on it (the file stays in results/ for them), as OTHER RUN.
 STUDIES_OF_A_RUN = {
     (
-        "docs/distributed.md",
-        "zookeeper.csv mean:jobs_concurrent",
-    ): "the throughput study: how many of that run's trials ran at once",
+        "docs/experiments.md",
+        "results/catalogue-51.csv",
+    ): "the published argument's --fence all cell, which the reproduction does not run, and its run's provenance",
 }
 
 DIRECTIVE = re.compile(r"<!-- (?P<kind>table|value|excerpt|words|output): (?P<path>\S+)(?P<rest>[^>]*)-->")

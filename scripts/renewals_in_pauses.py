@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Renewals inside pauses: does a freeze stop a renewing lock's client? Counted from the histories.
 
-    python scripts/renewals_in_pauses.py RESULTS.csv [BACKEND,...]
+    python scripts/renewals_in_pauses.py RESULTS.csv [BACKEND,... [EXPERIMENT,...]]
     python scripts/renewals_in_pauses.py HISTORY.jsonl.gz ...
 
 For each trial (each row of the results file, or each history named) it prints the pauses of the
 trial, the ``renew`` events of the paused worker (its lease renewals, as the backend reported
 them: ``drain_renewals``), how many of those began inside a pause, and in how many pauses that
-happened; with a results file also the row's conflicts, lost updates and verdict.
+happened; with a results file also the row's conflicts, lost updates and verdict, in the order of
+backend, experiment and trial (a run's file is in the order its trials ended).
 
 A pause is the runner's own record of it: from the ``pause`` fault's inject (its ``t1``, just
 after the SIGSTOP) to its heal (its ``t0``, just before the SIGCONT). A renewal is inside when its
@@ -94,7 +95,16 @@ def main(argv: list[str]) -> int:
         first = Path(argv[0])
         if first.suffix == ".csv":
             backends = set(argv[1].split(",")) if len(argv) > 1 else None
-            rows = [r for r in read_results(first) if backends is None or r["backend"] in backends]
+            experiments = set(argv[2].split(",")) if len(argv) > 2 else None
+            rows = sorted(
+                (
+                    r
+                    for r in read_results(first)
+                    if (backends is None or r["backend"] in backends)
+                    and (experiments is None or r["experiment"] in experiments)
+                ),
+                key=lambda r: (r["backend"], r["experiment"], int(r["trial"])),
+            )
             print(HEADER + "  conflicts  lost  verdict")
             for row in rows:
                 c = count(load_history(first.parent / row["history"]))

@@ -127,6 +127,16 @@ sort -u -o results/derived/reproduction-skipped.txt results/derived/reproduction
 # Over every part (and every resumed piece of one): Σ wall / Σ floor.
 "$py" scripts/floor_total.py results/derived/reproduction-floor.txt | tee -a results/derived/reproduction-floor.txt
 
+# The trials still marked after every part, once more: one rerun a trial, four at a time with no
+# other trial beside them (a pass stopped and started again skips the trials it ran); exit 1 is a
+# rerun judged unknown (its row says why), not a broken run.
+{
+  echo "== rerun_marked.py at $revision, $(date -u +%FT%TZ)"
+  status=0
+  "$py" scripts/rerun_marked.py results/reproduction.csv --jobs 4 || status=$?
+  [ "$status" -le 1 ] || exit "$status"
+} | tee -a results/derived/reproduction-floor.txt
+
 # The report (results/reproduction.report/: built here for reading, ignored by git, rebuilt on demand).
 "$lc" report results/reproduction.csv
 # The lesson's rows A-E under the lab's own loop (no jitter, no think time), the contend workload and
@@ -141,37 +151,6 @@ matrix contend contend --backends none,single,fenced --experiments client-pause 
 matrix fencing fencing --backends fenced --experiments client-pause,clock-jump,short-ttl,partition-clock-jump \
   --fence writes,all,token --trials 5 "${reruns[@]}" --out results/fencing.csv --resume
 
-"$py" scripts/bare_majority_leases.py results/reproduction.csv redlock,pottery node-restart \
-  > results/derived/bare-majority-leases.csv
-"$py" scripts/contend_conflicts.py results/contend.csv > results/derived/contend-conflicts.csv
-"$py" scripts/bare_majority.py results/reproduction.csv redlock,pottery node-restart,clock-jump \
-  > results/derived/reproduction-bare-majority.txt
-"$py" scripts/timing_marked.py results/reproduction.csv > results/derived/reproduction-timing-marked.txt
-"$py" scripts/history_storage.py results/reproduction.histories > results/derived/history-storage.txt
-"$py" scripts/pause_rivals.py results/reproduction.csv single,fenced,redlock \
-  > results/derived/reproduction-pause-rivals.txt
-"$py" scripts/pause_rivals.py results/contend.csv single,fenced > results/derived/contend-pause-rivals.txt
-"$py" scripts/lockstep.py results/lab-loop.csv none,single baseline,short-ttl > results/derived/lockstep-lab-loop.txt
-"$py" scripts/lockstep.py results/reproduction.csv none,single baseline,short-ttl \
-  > results/derived/lockstep-reproduction.txt
-# What the pages of the runs the reproduction replaces quoted, now from the reproduction's cells.
-# cell_mechanisms.py reads every cell of a file: docs/consensus.md quoted it whole over consensus.csv;
-# over the reproduction it is every non-exclusive cell, for the lead to cut to the consensus ones.
-"$py" scripts/cell_mechanisms.py results/reproduction.csv > results/derived/reproduction-cells.txt
-"$py" scripts/zk_lease_violated.py results/reproduction.csv > results/derived/zk-lease-violated.txt
-"$py" scripts/renewals_in_pauses.py results/reproduction.csv \
-  curator-mutex,curator-mutex-checked,zk-lock,etcd-go-mutex,etcd-go-fenced,etcd \
-  > results/derived/consensus-clients-renewals.txt
-"$py" scripts/bare_majority_losses.py results/reproduction.csv \
-  node-redlock,node-semaphore-redlock,node-sesame-using,node-sesame-using-checked node-restart,clock-jump \
-  > results/derived/node-clients-bare-majority.txt
+scripts/reproduction_derived.sh
 
-# Old against new, cell by cell (exit 1 when cells differ: that is the point of the file, not a failure).
-if [ -f results/derived/reproduction-previous.txt ]; then
-  previous=$(cat results/derived/reproduction-previous.txt)
-  "$lc" compare "$previous" results/reproduction.csv > results/derived/reproduction-compare.txt || true
-fi
-if [ -f results/consensus.csv ]; then
-  "$lc" compare results/consensus.csv results/reproduction.csv > results/derived/consensus-compare.txt || true
-fi
 echo "reproduction.sh: done at $revision; now the follow-up at the top of this script (switch, render, archive, read)"

@@ -21,8 +21,8 @@ scripts/dask_demo.py). The inputs come from committed files, each named in the o
 Writes results/derived/trials-per-hour.csv (hosts 1, 4, 16), which docs/distributed.md renders::
 
     python scripts/trials_per_hour.py --run results/fencing.csv results/derived/fencing.time \\
-        --run results/node-clients.csv results/derived/node-clients.time \\
-        --run results/zookeeper.csv results/derived/zookeeper.time
+        --run results/archive/node-clients-44abcca/node-clients.csv results/derived/node-clients.time \\
+        --run results/archive/zookeeper-44abcca/zookeeper.csv results/derived/zookeeper.time
 """
 
 from __future__ import annotations

@@ -101,3 +101,14 @@ def test_the_committed_reproduction_contradicts_no_claim() -> None:
     contradicted = [(o.expect.experiment, o.backend, o.seen) for o in outcomes if o.status == CONTRADICTED]
     assert not contradicted
     assert sum(o.status == HOLDS for o in outcomes) > 100  # the check read the file's cells
+
+
+def test_unsafe_needs_a_violation_in_a_trial_the_machine_did_not_stall() -> None:
+    unsafe = Expect(experiment="x", backends=("single",), rule="unsafe", says="")
+    marked_only = [_row("single", conflicts=1, lost=1), _row("single", conflicts=0, lost=0)]
+    marked_only[0].update(verdict="lost-updates", timing_marked=True)
+    [outcome] = check_claims(marked_only, expectations=[unsafe])
+    assert outcome.status == CONTRADICTED  # a violation only in a marked trial decides nothing
+    marked_only[1].update(verdict="lease-violated")
+    [outcome] = check_claims(marked_only, expectations=[unsafe])
+    assert outcome.status == HOLDS

@@ -59,7 +59,10 @@ def test_every_directive_of_the_committed_docs_is_sorted(capsys: pytest.CaptureF
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     assert sources.main([str(doc) for doc in docs]) == 0, capsys.readouterr().out
     out = capsys.readouterr().out
-    assert "UNCLASSIFIED" not in out and "results/consensus.csv" in out.split("REGENERATED:")[0]
+    assert "UNCLASSIFIED" not in out
+    # Every run the reproduction replaces is retired to results/archive/ or read only where a sentence
+    # says it is another run: nothing is left to switch.
+    assert "SWITCH:" not in out and "results/consensus.csv" not in out
 
 
 def test_switch_points_a_page_at_the_reproduction_keeping_its_cells(tmp_path: Path, monkeypatch) -> None:
@@ -96,3 +99,44 @@ def test_the_floor_over_parts_is_their_summed_wall_over_their_summed_floors() ->
         == "over 2 matrix runs (parts, resumed pieces): 110 trials in 400.0 s wall; floor 300.0 s; wall/floor 1.33"
     )
     assert floor_total.total_line("no floor here") is None
+
+
+rerun_marked = _script("rerun_marked")
+
+
+@pytest.mark.full
+def test_a_marked_trial_runs_again_alone_in_its_place_and_its_marked_row_is_kept(tmp_path: Path) -> None:
+    """A real trial, its row marked by hand (the sentinel's mark is what the pass reads), run again:
+    one row per trial in the file, the rerun's with its own history and a note; the marked row, with
+    the history it was judged from, in the .superseded file."""
+    from lockcompare.analysis.results import read_results, rewrite, superseded_path
+    from lockcompare.runner.matrix import run_matrix
+    from lockcompare.scenario.parsing import Overrides
+
+    out = tmp_path / "r.csv"
+    run_matrix(backends=["single"], experiments=["baseline"], trials=1, overrides=Overrides(time_scale=0.5, rounds=2),
+               out=out)  # fmt: skip
+    (first,) = read_results(out)
+    rewrite(out, [{**first, "timing_marked": True}])
+    assert rerun_marked.main([str(out), "--dry-run"]) == 0
+
+    assert rerun_marked.main([str(out)]) == 0
+    (row,) = read_results(out)
+    assert row["trial_id"] == first["trial_id"] and row["run_id"] != first["run_id"]
+    assert rerun_marked.RERUN_ALONE_NOTE in row["note"]
+    assert row["history"] != first["history"] and (tmp_path / row["history"]).exists()
+    (kept,) = read_results(superseded_path(out))
+    assert kept["run_id"] == first["run_id"] and kept["timing_marked"] is True
+    assert (tmp_path / kept["history"]).exists()  # the marked row keeps the history it was judged from
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("rerun-marked-")]  # no scratch left
+
+
+def test_rows_of_another_revision_are_refused_before_anything_runs(tmp_path: Path, capsys) -> None:
+    from lockcompare.analysis.results import read_results, rewrite, superseded_path
+
+    row = read_results(ROOT / "results" / "reproduction.csv")[0]
+    out = tmp_path / "r.csv"
+    rewrite(out, [{**row, "source_revision": "deadbeef", "timing_marked": True, "history": ""}])
+    assert rerun_marked.main([str(out)]) == 2
+    assert "rows of revision deadbeef" in capsys.readouterr().err
+    assert len(read_results(out)) == 1 and not superseded_path(out).exists()

@@ -17,7 +17,7 @@ from lockcompare.analysis.verdicts import MEANINGS
 from lockcompare.render.html_report import write_html_report
 
 ROOT = Path(__file__).resolve().parents[1]
-REDLOCK_T1 = "redlock.node-restart.plain.pause0.t1.4340f221"
+REDLOCK_T2 = "redlock.node-restart.plain.pause0.t2.47caed0f"
 SENTINEL_T4 = "sentinel-fenced.failover.fence-writes.pause0.t4.37e49234"
 
 
@@ -45,26 +45,26 @@ def _caption(path: Path) -> str:
 
 
 def test_the_bare_majority_page_says_the_rival_grant_the_restart_and_shows_the_grant(html: Path) -> None:
-    page = html / "trials" / f"{REDLOCK_T1}.html"
+    page = html / "trials" / f"{REDLOCK_T2}.html"
     caption = _caption(page)
-    assert "grant-over-valid-lease w1 was granted by nodes 0, 1, 2 at 12661.0 ms while w0's lease, granted at " \
-        "12584.2 ms by nodes 2, 3, 4 — then restart of node 2 at 12640.4 ms" in caption  # fmt: skip
+    assert "grant-over-valid-lease w1 was granted by nodes 0, 1, 2 at 22080.2 ms while w0's lease, granted at " \
+        "21990.4 ms by nodes 2, 3, 4 — then restart of node 2 at 22041.5 ms" in caption  # fmt: skip
     assert "a bare majority (3 of 5 nodes) lost one" in caption
-    assert "lost-updates w1 wrote 42 at 12961.6 ms from the balance 41" in caption
-    # the rival's acquire began waiting at 12601.0 ms, before the picture's incident: listed all the same
+    assert "lost-updates w1 wrote 72 at 22382.4 ms from the balance 71" in caption
+    # the rival's acquire began waiting at 22012.2 ms, before the picture's incident: listed all the same
     excerpt = re.search(r'<pre class="history">(.*?)</pre>', page.read_text(), re.S)
-    assert excerpt and re.search(r"^12601\.0 +59\.9 +1 +21 +acquire", unescape(excerpt.group(1)), re.M)
+    assert excerpt and re.search(r"^22012\.2 +68\.0 +1 +36 +acquire", unescape(excerpt.group(1)), re.M)
     window = re.search(r"(\d+)–(\d+) ms shown", _text(page))
-    assert window and int(window.group(1)) <= 12584 and int(window.group(2)) >= 12962
+    assert window and int(window.group(1)) <= 21990 and int(window.group(2)) >= 22383
 
 
 def test_the_failover_page_says_the_token_that_went_back_not_no_conflict(html: Path) -> None:
     page = html / "trials" / f"{SENTINEL_T4}.html"
     caption = _caption(page)
     assert caption.startswith(f"lease-violated {MEANINGS['lease-violated']}")
-    assert "backwards-token-write w1 was granted fencing token 1 at 2063.6 ms, not above token 1 granted to w0 " \
-        "at 211.0 ms" in caption and "failover of node 0 at 272.8 ms" in caption  # fmt: skip
-    assert "accepted w1's write under token 1 at 2364.5 ms" in caption
+    assert "backwards-token-write w1 was granted fencing token 1 at 1749.4 ms, not above token 1 granted to w0 " \
+        "at 193.9 ms" in caption and "failover of node 0 at 244.3 ms" in caption  # fmt: skip
+    assert "accepted w1's write under token 1 at 2053.9 ms" in caption
     assert "no conflict" not in _text(page)
 
 
@@ -82,7 +82,7 @@ def test_every_verdict_is_defined_where_it_appears(html: Path) -> None:
     for page in (
         html / "index.html",
         html / "cells" / "redlock.node-restart.html",
-        html / "trials" / f"{REDLOCK_T1}.html",
+        html / "trials" / f"{REDLOCK_T2}.html",
     ):
         text = page.read_text()
         for verdict in set(re.findall(r'<abbr class="verdict"[^>]*>([^<]+)</abbr>', text)):

@@ -347,7 +347,7 @@ def test_session_kill_ends_nothing_when_the_holder_let_go_while_it_attached(
     """The holder's session is read, then the kill attaches to it; if the lock's holder is no longer
     that session when it looks again (here: the declared lease lookup says the lease has gone), the
     session is not closed: it is no longer the holder's, and may be a waiting worker's (the kill in
-    results/zookeeper.csv zk-lock t0.aaeae84b ended worker 1's session while it waited)."""
+    results/archive/zookeeper-44abcca/ zk-lock t0.aaeae84b ended worker 1's session while it waited)."""
     from kazoo.exceptions import NoNodeError
 
     holder = ZkLock(config=config)

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockcompare.analysis.rates import damage_rate, violation_rate
+from lockcompare.analysis.rates import damage_rate, violated, violation_rate
+from lockcompare.analysis.sentinel import is_marked
 from lockcompare.scenario.claims import EXPECTATIONS, RULES, Expect
 from lockcompare.scenario.trialspec import custom_faults
 
@@ -113,6 +114,10 @@ def _judge(
         return all(c >= e - value for c, e in zip(conflicts, entries, strict=True)), show_c
     if rule == "lock-broken":
         return all(v in BROKEN_VERDICTS for v in verdicts), "verdicts " + ",".join(verdicts)
+    if rule == "unsafe":
+        # --until-settled's own rule (analysis/settle.py): one violation in a trial the machine did not
+        # stall decides it; violations only in timing-marked trials do not.
+        return any(violated(t) and not is_marked(t) for t in trials), "verdicts " + ",".join(verdicts)
     if rule == "no-progress-loss":
         return all(v in ("degraded", "unavailable") for v in verdicts), "verdicts " + ",".join(verdicts)
     if rule == "exclusive-mostly":

@@ -54,15 +54,42 @@ LOCK_FAMILIES: tuple[Family, ...] = (
 
 FAULT_FAMILIES: tuple[Family, ...] = (
     Family(name="no fault", members=("baseline",)),
-    Family(name="client pause", members=("client-pause",)),
+    # A client stopped whole: after its grant, inside its acquire (replies in flight), or with the
+    # resource comparing the lock's random token (antirez's answer).
+    Family(name="client pause", members=("client-pause", "acquire-pause", "client-pause-token")),
     # A lease that ends while its holder still works: a TTL shorter than the work, or work of 3 × TTL
     # that only a watchdog could cover, paused (renewal-pause) or starved of CPU (cpu-starvation).
     Family(name="work outlasts the TTL", members=("short-ttl", "renewal-pause", "cpu-starvation")),
-    Family(name="clock jump", members=("clock-jump", "clock-jump-back", "partition-clock-jump")),
+    # A clock moved (jumps, drift) on the lock's servers, with or without the token compared.
+    Family(
+        name="clock jump or drift",
+        members=(
+            "clock-jump",
+            "clock-jump-back",
+            "partition-clock-jump",
+            "partition-clock-jump-token",
+            "clock-drift-covered",
+            "clock-drift",
+        ),
+    ),
     Family(name="node crash / restart", members=("node-crash", "node-restart", "bare-majority")),
-    Family(name="partition / slow or lost reply", members=("partition", "slow-response", "lost-reply")),
+    # The network between the parts: a cut, a slow or lost reply, a renewing holder cut off from its
+    # lock service (renewal-cut), a write delayed on its way to the resource (delayed-write).
+    Family(
+        name="partition / slow, lost or delayed message",
+        members=("partition", "slow-response", "lost-reply", "renewal-cut", "delayed-write"),
+    ),
     Family(
         name="leader, failover, session",
-        members=("leader-crash", "leader-freeze", "leader-isolated", "holder-minority", "failover", "session-kill"),
+        members=(
+            "leader-crash",
+            "leader-freeze",
+            "leader-isolated",
+            "holder-minority",
+            "leader-freeze-renewing",
+            "leader-isolated-renewing",
+            "failover",
+            "session-kill",
+        ),
     ),
 )

@@ -73,6 +73,7 @@ RULES = {
     "no-progress-loss": "every trial: verdict degraded or unavailable (it stopped granting, it did not conflict)",
     "lock-broken": "every trial: verdict lost-updates, conflicts, conflicts-no-damage or lease-violated (the lock "
     "broke its promise, whatever the resource saved)",
+    "unsafe": "a safety violation in at least one trial that is not timing-marked (--until-settled's unsafe)",
     "fewer-lost-than": "mean lost updates at most value x the mean of backend `than`",
     "exclusive-mostly": "at least value of the trials exclusive, the others lost at most 1 update each",
 }
@@ -103,8 +104,8 @@ EXPECTATIONS: tuple[Expect, ...] = (
     # acquire-pause: Kleppmann's pause during the acquire
     Expect(experiment="acquire-pause", backends=("redlock",), rule="no-conflicts",
            says="redlock's elapsed-time check refuses the grants it reads after the pause: 0 conflicts"),
-    Expect(experiment="acquire-pause", backends=("single",), rule="conflicts",
-           says="single takes the expired grant as a lease and conflicts"),
+    Expect(experiment="acquire-pause", backends=("single",), rule="lock-broken",
+           says="single takes the expired grant as a lease: a conflict, or a write after the lease's end"),
     # node-crash
     Expect(experiment="node-crash", backends=("single",), rule="no-progress-loss",
            says="single becomes unavailable"),
@@ -127,8 +128,8 @@ EXPECTATIONS: tuple[Expect, ...] = (
     Expect(experiment="bare-majority", backends=("redlock",), rule="lost-updates",
            says="redlock lets worker 1 in (a minority fault breaks a bare majority)"),
     # failover
-    Expect(experiment="failover", backends=("single", "redis-py"), rule="lost-updates",
-           says="single loses the lock"),
+    Expect(experiment="failover", backends=("single", "redis-py"), rule="unsafe",
+           says="single can lose the lock (the promoted replica lacks its key)"),
     Expect(experiment="failover", backends=("redlock",), rule="no-conflicts",
            says="redlock stays exclusive with K < 3 of 5"),
     # renewal-pause
@@ -152,10 +153,10 @@ EXPECTATIONS: tuple[Expect, ...] = (
     Expect(experiment="partition-clock-jump-token", backends=("single", "redlock", "fenced"),
            rule="no-lost-updates", says="no update is lost"),
     # leader faults under renewing work
-    Expect(experiment="leader-freeze-renewing", backends=ETCD_LOCKS, rule="lock-broken",
-           says="the lease lapses under its live holder and a rival is granted"),
-    Expect(experiment="leader-isolated-renewing", backends=ETCD_LOCKS, rule="lock-broken",
-           says="the lease lapses under its live holder and a rival is granted"),
+    Expect(experiment="leader-freeze-renewing", backends=ETCD_LOCKS, rule="unsafe",
+           says="the lease can lapse under its live holder and a rival be granted"),
+    Expect(experiment="leader-isolated-renewing", backends=ETCD_LOCKS, rule="unsafe",
+           says="the lease can lapse under its live holder and a rival be granted"),
     # clock drift as a rate
     Expect(experiment="clock-drift-covered", backends=("single", "redlock", "pottery"), rule="no-conflicts",
            says="the drift allowance covers a 1 % fast clock: 0 conflicts"),

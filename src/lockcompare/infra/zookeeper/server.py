@@ -62,12 +62,13 @@ EXPIRY_LAG_MS = TICK_MS
 RECONNECT_MS = 1000
 
 #: How long an ensemble may take to serve again after its leader died (with or without a follower).
-#: Measured from the committed leader-crash trials of the five ZooKeeper backends (50 trials of
-#: results/reproduction.csv and consensus.csv, three servers): the first grant after the crash came
-#: 0.3-14.1 s later, mostly ~6.5 s or ~12 s; a five-server ensemble losing its leader and a follower
-#: had a new leader after 5.6 and 11.5 s, and the conformance battery's curator-mutex granted again
-#: 17.4 s after losing two of five (a loaded machine). (Rounds of about 5 s look like ZooKeeper's
-#: default election connect timeout, cnxTimeout, spent on the dead peer: not measured further.)
+#: Measured from the committed leader-crash trials of the five ZooKeeper backends (50 trials of the
+#: reproduction of 8c7eb0e and results/archive/consensus-a5a2178/, three servers): the first grant
+#: after the crash came 0.3-14.1 s later, mostly ~6.5 s or ~12 s; a five-server ensemble losing its
+#: leader and a follower had a new leader after 5.6 and 11.5 s, and the conformance battery's
+#: curator-mutex granted again 17.4 s after losing two of five (a loaded machine). (Rounds of about
+#: 5 s look like ZooKeeper's default election connect timeout, cnxTimeout, spent on the dead peer:
+#: not measured further.)
 RECOVERY_MS = 20_000
 
 #: Where lockcompare keeps its znodes: every lock is ``/lockcompare/<key>``; nothing outside is touched.

@@ -13,7 +13,7 @@ the holder's, and its ``ephemeralOwner`` is the session id — and **checked aga
 at kill time**: attaching to a session takes a connection (tens of ms, hundreds on a loaded
 machine), in which the holder may release and wait for its next round with a new znode on the same
 session; ending it then would end a *waiting* worker's session (seen: ``zk-lock.session-kill``
-``t0.aaeae84b`` in results/zookeeper.csv). So the session is attached to first (a raw connection:
+``t0.aaeae84b`` in results/archive/zookeeper-44abcca/). So the session is attached to first (a raw connection:
 :func:`attach_session`), the lock's holder read again, and the session closed only if it still
 holds the lock; otherwise the connection is dropped without closing the session (its client
 reconnects to it) and the step records that it ended nothing. The event names whose session it
