@@ -19,14 +19,11 @@
 # aside: the run writes there) and moves the previous reproduction, contend, lab-loop and fencing runs
 # into results/archive/reproduction-<their revision>/ first; add that directory's row to
 # results/archive/README.md. After the run, in the working copy (the follow-up, in order):
-#   .venv/bin/python scripts/docs_sources.py --switch README.md docs/*.md   # the runs it replaces
+#   .venv/bin/python scripts/docs_sources.py README.md docs/*.md   # a run another file still feeds, if any
 #   .venv/bin/python -m lockcompare.render.docs README.md docs/*.md
-#   git mv results/consensus.csv results/consensus.histories results/archive/consensus-a5a2178/
-#     (with its row in results/archive/README.md: "its cells are the reproduction's settled cells now";
-#     likewise zookeeper.csv, node-clients.csv, consensus-clients.csv, catalogue-51.csv once nothing
-#     reads them: `scripts/docs_sources.py` lists what still does)
-# then pick the excerpts it lists again in the new histories, and read every prose claim against them
-# and against results/derived/reproduction-compare.txt before committing.
+# then pick again the excerpts and trial pages whose trials changed, and read every prose claim
+# against the new rows and against results/derived/*-compare.txt before committing. A file stopped
+# after its parts (or changed later) gets its derived files again from scripts/reproduction_derived.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Written to a file, the CLI's messages wrap at 80 columns unless told the width: one line per
