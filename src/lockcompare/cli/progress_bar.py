@@ -96,9 +96,10 @@ class ProgressUpdate:
         )
 
 
-def progress_bar(*, console: Console) -> tuple[Progress, ProgressUpdate]:
-    """A progress bar that appears with the first trial (so a bad option prints no empty bar)."""
-    eta = Eta()
+def progress_bar(*, console: Console, eta: Eta | None = None) -> tuple[Progress, ProgressUpdate]:
+    """A progress bar that appears with the first trial (so a bad option prints no empty bar);
+    ``eta``: the estimator it shows (a test gives one on its own clock)."""
+    eta = eta or Eta()
     # The counts and the time first, the last trial's result after them, cut to the terminal's width:
     # a long result line must never push the time left off a narrow terminal.
     room = max(16, console.width - FIXED_COLUMNS_WIDTH)
