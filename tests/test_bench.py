@@ -9,6 +9,7 @@ import redis
 
 from lockcompare.backends import BackendConfig
 from lockcompare.backends.redis_direct import DirectCommands
+from lockcompare.backends.redlock import Redlock
 from lockcompare.backends.single import RELEASE_SCRIPT, SingleNodeLock
 from lockcompare.errors import InvalidValueError, UnknownNameError
 from lockcompare.infra.cluster import Cluster
@@ -23,9 +24,9 @@ def rows(cluster: Cluster) -> list[BenchRow]:
     return run_bench(cluster=cluster, backends=["single"], iterations=20, warmup=5)
 
 
-def test_rows_are_floor_then_each_backend(rows: list[BenchRow]) -> None:
-    assert [row.backend for row in rows] == ["floor", "single"]
-    for row in rows:
+def test_rows_are_the_floors_then_each_backend(rows: list[BenchRow]) -> None:
+    assert [row.backend for row in rows] == ["floor", "floor-fanout", "single"]
+    for row in rows:  # one backend: the floors were timed in its process only, once per cycle of its
         assert row.iterations == 20 and row.refused == 0  # one sequential client is never refused
         assert 0 < row.p50_us <= row.p99_us
         assert row.ops_per_s > 0 and math.isfinite(row.ops_per_s)
@@ -44,8 +45,8 @@ def test_render_divides_by_single(rows: list[BenchRow]) -> None:
     text = render_bench(rows)
     header, _, *lines = text.splitlines()
     assert "x single" in header and "x pottery" not in header
-    assert lines[1].split("|")[1].strip() == "single"
-    assert lines[1].split("|")[-2].strip() == "1.00"
+    assert lines[2].split("|")[1].strip() == "single"
+    assert lines[2].split("|")[-2].strip() == "1.00"
 
 
 def test_render_without_single_divides_by_floor_and_adds_pottery() -> None:
@@ -102,8 +103,11 @@ def test_the_floor_sends_singles_commands_over_singles_direct_path(
 
     with WireRecorder(cluster.node_urls[:1]) as wire:
         config = BackendConfig(node_urls=wire.urls, request_timeout_s=1.0)
-        job = bench._Job(backend=bench.FLOOR, config=config, key=key, iterations=3, warmup=0, ttl_ms=10_000)
-        cycle, close, _ = bench._floor_cycle(job)
+        job = bench._Job(
+            backend=bench.FLOOR, row=bench.FLOOR, config=config, key=key, iterations=3, warmup=0, ttl_ms=10_000
+        )
+        floor = bench._floor_cycle(job)
+        cycle, close = floor.run, floor.close
         monkeypatch.setattr(DirectCommands, "call", counted)
         monkeypatch.setattr(redis.Redis, "execute_command", layered)
         try:
@@ -116,7 +120,7 @@ def test_the_floor_sends_singles_commands_over_singles_direct_path(
         single = SingleNodeLock(config=config)
         try:
             for _ in range(3):
-                single.release(single.acquire(key=key, ttl_ms=10_000))  # type: ignore[arg-type]
+                single.release(single.acquire(key=f"{key}:floor", ttl_ms=10_000))  # the floor's key  # type: ignore[arg-type]
         finally:
             single.close()
         single_commands = wire.commands(0)
@@ -124,3 +128,44 @@ def test_the_floor_sends_singles_commands_over_singles_direct_path(
     # The connect's handshake (the same client settings: the same HELLO and SETINFO), then the cycles.
     assert [c[0] for c in floor_commands[-6:]] == [b"SET", b"EVALSHA"] * 3
     assert _shapes(floor_commands, key) == _shapes(single_commands, key)
+
+
+def test_the_fanout_floor_sends_redlocks_bytes_to_every_node(cluster: Cluster, key: str) -> None:
+    """``floor-fanout`` is the least a Redlock can cost only if it sends what ``redlock`` sends: the
+    same SET NX PX and EVALSHA, on every lock node (recorded on the wire), and nothing between."""
+    for url in cluster.node_urls:
+        connect(url).script_load(RELEASE_SCRIPT)
+    with WireRecorder(cluster.node_urls) as wire:
+        config = BackendConfig(node_urls=wire.urls, request_timeout_s=1.0)
+        job = bench._Job(
+            backend=bench.FLOOR, row=bench.FLOOR, config=config, key=key, iterations=3, warmup=0, ttl_ms=10_000
+        )
+        floor = bench._floor_cycle(job, fanout=True)
+        try:
+            assert [floor.run() for _ in range(3)] == [True] * 3
+        finally:
+            floor.close()
+        floor_commands = [wire.commands(node) for node in range(len(cluster.node_urls))]
+        wire.clear()
+        lock = Redlock(config=config)
+        try:
+            for _ in range(3):
+                assert lock.release(lock.acquire(key=f"{key}:floor-fanout", ttl_ms=10_000))  # type: ignore[arg-type]
+        finally:
+            lock.close()
+        redlock_commands = [wire.commands(node) for node in range(len(cluster.node_urls))]
+    for node, (floor_sent, redlock_sent) in enumerate(zip(floor_commands, redlock_commands, strict=True)):
+        # The floor loads the script once before its cycles (SCRIPT LOAD); then the cycles, byte for byte.
+        cycles = [c for c in floor_sent if c[0] != b"SCRIPT"]
+        assert [c[0] for c in cycles] == [b"SET", b"EVALSHA"] * 3, node
+        assert _shapes(cycles, key) == _shapes([c for c in redlock_sent if c[0] in (b"SET", b"EVALSHA")], key), node
+
+
+def test_the_floors_are_timed_in_every_backends_process(cluster: Cluster) -> None:
+    """A floor meets the machine state of the rows it is the floor of: each backend's process times a
+    floor cycle before each of its own, so a floor row holds as many cycles as all of them together."""
+    got = run_bench(cluster=cluster, backends=["single", "redlock"], iterations=6, warmup=1, blocks=2)
+    by_name = {row.backend: row for row in got}
+    assert [row.backend for row in got] == ["floor", "floor-fanout", "single", "redlock"]
+    assert by_name["single"].iterations == by_name["redlock"].iterations == 6
+    assert by_name["floor"].iterations == by_name["floor-fanout"].iterations == 12

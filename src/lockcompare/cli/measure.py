@@ -321,7 +321,7 @@ def run(
 @app.command()
 def bench(
     backends_list: Annotated[
-        str, typer.Option("--backends", help="Comma-separated backends to measure (the floor row is always first).")
+        str, typer.Option("--backends", help="Comma-separated backends to measure (the floor rows are always first).")
     ] = "single,redlock,pottery,redis-py",
     iterations: Annotated[
         int,
@@ -348,7 +348,9 @@ def bench(
     redis_server: RedisServer = None,
     lock_servers: LockServersOption = None,
 ) -> None:
-    """Acquire+release latency per backend, beside the floor (bare SET NX PX + release script).
+    """Acquire+release latency per backend, beside the floors: a bare SET NX PX + release script on
+    one lock node (floor) and on every lock node at once (floor-fanout: Redlock's requests alone),
+    each timed right before every cycle of every backend, in its process.
 
     A benchmark, not a test: the ratios compare rows measured in this one run.
     """

@@ -10,18 +10,29 @@ reached through a :class:`lockcompare.infra.proxy.LinkProxy` (one proxy process,
 difference to the direct row is what the proxy itself adds to each round trip, measured in the
 same run, so link-fault experiments can say how much of a delay is the proxy's own.
 
-The first row, ``floor``, is the least a correct lock can cost: a bare ``SET key token NX PX`` plus
-the compare-and-delete release script (EVALSHA) on lock node 0, over one connection, with no
-backend object in between — sent the fastest way the harness has, the direct path the workers' hot
-calls take (:class:`lockcompare.backends.redis_direct.DirectCommands`, the path ``single`` uses),
-so no lock row can beat it by taking a faster path than the floor's (issue 54: through redis-py's
-per-call layers the floor measured 212-238 µs against ``single``'s 121-153). Every other row is
-read against it or against ``single``.
+The first rows are floors, the least a correct lock can cost, sent the fastest way the harness
+has (the direct path the workers' hot calls take, :class:`lockcompare.backends.redis_direct.DirectCommands`
+and :func:`lockcompare.backends.redis_fanout.fan_out`), with no backend object in between:
+
+- ``floor``: a bare ``SET key token NX PX`` plus the compare-and-delete release script (EVALSHA) on
+  lock node 0, over one connection: ``single``'s commands on ``single``'s path;
+- ``floor-fanout`` (a cluster of more than one lock node): the same two commands on every lock node
+  at once, one fan-out each: Redlock's requests, byte for byte, without Redlock's bookkeeping — what
+  five servers' replies on this machine cost, whatever the algorithm around them.
+
+The floors are not measured in a process of their own: every backend's process times a floor cycle
+(each floor's) right before each of its own cycles, so a floor meets the same machine state as the
+rows it is the floor of, and a slow stretch of the machine falls on both (issue 54: measured in a
+process of its own, one block after another, the floor came out 9 µs above ``single`` in one run of
+three; through redis-py's per-call layers it measured 212-238 µs against ``single``'s 121-153). A
+floor row pools its cycles from every backend's process. Every other row is read against a floor
+or against ``single``.
 
 What the numbers are, and are not:
 
 - ``p50_us`` / ``p99_us``: percentiles of the timed cycles that acquired (microseconds).
-- ``ops_per_s``: those cycles divided by the wall time of the whole timed loop.
+- ``ops_per_s``: those cycles divided by the time spent in them (the floors' cycles between
+  them not counted).
 - ``refused``: timed acquires that were refused. With one sequential client this should be 0; it
   is counted rather than retried so that a backend that blocks itself (e.g. a key left behind by a
   request still in flight after the call returned) shows up instead of being averaged away.
@@ -53,6 +64,8 @@ from multiprocessing.connection import Connection
 from lockcompare.analysis.stats import percentile
 from lockcompare.backends import BackendConfig, load_backend, traits_of
 from lockcompare.backends.redis_direct import DirectCommands
+from lockcompare.backends.redis_fanout import Node, fan_out
+from lockcompare.backends.redlock import RELEASE_SHA, Redlock, lock_node_urls
 from lockcompare.backends.single import RELEASE_SCRIPT
 from lockcompare.errors import InvalidValueError, ReleaseFailed, TrialError
 from lockcompare.infra.cluster import Cluster, delete_keys_containing
@@ -65,6 +78,7 @@ from lockcompare.render.table import check_format, format_table
 from lockcompare.runner.worker import START_TIMEOUT_S
 
 FLOOR = "floor"
+FANOUT_FLOOR = "floor-fanout"
 VIA_PROXY = "-via-proxy"
 
 #: A cycle slower than this on average means something hangs, not that a lock is slow.
@@ -89,12 +103,28 @@ class BenchRow:
 class _Job:
     """What one bench worker process is told to do (picklable)."""
 
-    backend: str  # a backend name or spec, or FLOOR
+    backend: str  # a backend name or spec, or FLOOR: the floors' cycles alone
+    row: str  # the row its cycles go to (the backend's name, or ``<name>-via-proxy``)
     config: BackendConfig
     key: str
     iterations: int
     warmup: int
     ttl_ms: int
+    #: The floors timed before each of the backend's cycles (FLOOR, FANOUT_FLOOR), on ``floor_config``'s
+    #: nodes (the embedded Redis nodes: a backend's own may be etcd members, or proxies), each on a key
+    #: of its own.
+    floors: tuple[str, ...] = ()
+    floor_config: BackendConfig | None = None
+
+
+@dataclass(kw_only=True)
+class _Measured:
+    """One block's cycles of one row, as a worker sends them back (plain lists: picklable)."""
+
+    samples_ns: list[int]
+    refused: int
+    wall_ns: int
+    library_ns: list[int]
 
 
 def run_bench(
@@ -109,7 +139,8 @@ def run_bench(
     proxied: Sequence[str] = (),
     lock_clusters: Mapping[str, Cluster] | None = None,
 ) -> list[BenchRow]:
-    """Measure acquire + release latency: the ``floor`` row first, then one row per backend, in order.
+    """Measure acquire + release latency: the floor rows first (``floor``, and ``floor-fanout`` on a
+    cluster of several lock nodes), then one row per backend, in order.
 
     The iterations are split into ``blocks``; each block measures every backend once, in a
     rotated order, each in a fresh process after its own warm-up, so that a machine whose speed
@@ -147,12 +178,15 @@ def run_bench(
         if (servers := _servers(name) or "") in lock_clusters
     }
     prefix = f"lockcompare:bench:{uuid.uuid4().hex[:10]}"
-    names = [FLOOR]
+    floors = (FLOOR, FANOUT_FLOOR) if len(cluster.node_urls) > 1 else (FLOOR,)
+    measured = []  # the rows that run in processes of their own, each with the floors before its cycles
     for name in dict.fromkeys([*backends, *proxied]):  # each backend once, in the order given
         if name in backends:
-            names.append(name)
+            measured.append(name)
         if name in proxied:
-            names.append(name + VIA_PROXY)
+            measured.append(name + VIA_PROXY)
+    measured = measured or [FLOOR]  # no backend: the floors alone
+    names = [*floors, *(name for name in measured if name != FLOOR)]
     samples: dict[str, list[int]] = {name: [] for name in names}
     library: dict[str, list[int]] = {name: [] for name in names}
     refused = dict.fromkeys(names, 0)
@@ -167,22 +201,25 @@ def run_bench(
         for block in range(blocks):
             # Rotate the order each block: a backend measured always first (or last) would
             # always meet the same machine state.
-            order = names[block % len(names) :] + names[: block % len(names)]
+            order = measured[block % len(measured) :] + measured[: block % len(measured)]
             for name in order:
                 via_proxy = name.endswith(VIA_PROXY) and links is not None
                 job = _Job(
                     backend=name.removesuffix(VIA_PROXY) if via_proxy else name,
+                    row=name,
                     config=proxied_config if via_proxy else configs.get(name, config),
                     key=f"{prefix}:{names.index(name)}",
                     iterations=iterations // blocks + (1 if block < iterations % blocks else 0),
                     warmup=warmup,
                     ttl_ms=ttl_ms,
+                    floors=floors,
+                    floor_config=config,
                 )
-                block_samples, block_refused, block_wall, block_library = _run_worker(job)
-                samples[name].extend(block_samples)
-                library[name].extend(block_library)
-                refused[name] += block_refused
-                wall_ns[name] += block_wall
+                for row, got in _run_worker(job).items():
+                    samples[row].extend(got.samples_ns)
+                    library[row].extend(got.library_ns)
+                    refused[row] += got.refused
+                    wall_ns[row] += got.wall_ns
     finally:
         if links is not None:
             links.stop()
@@ -221,11 +258,11 @@ def _row(name: str, samples_ns: list[int], refused: int, wall_ns: int, library_n
     )
 
 
-def _run_worker(job: _Job) -> tuple[list[int], int, int, list[int]]:
-    """One block of one backend in a fresh process: (cycle times in ns, refusals, wall ns, and per
-    cycle the ns an external client reported inside its library: empty for other backends)."""
+def _run_worker(job: _Job) -> dict[str, _Measured]:
+    """One block of one backend in a fresh process, with the floors timed before each of its cycles:
+    what was measured, by row (the floors', and the backend's under its row name)."""
     parent_end, child_end = SPAWN.Pipe(duplex=False)
-    timeout_s = START_TIMEOUT_S + (job.iterations + job.warmup) * _MAX_CYCLE_S
+    timeout_s = START_TIMEOUT_S + (job.iterations + job.warmup) * (1 + len(job.floors)) * _MAX_CYCLE_S
     proc = start_worker_process(target=bench_worker_main, args=(job, child_end))
     try:
         child_end.close()
@@ -240,46 +277,68 @@ def _run_worker(job: _Job) -> tuple[list[int], int, int, list[int]]:
         parent_end.close()
     if message[0] != "ok":
         raise TrialError(f"bench of {job.backend!r} failed: {message[1]}")
-    _, samples_ns, refused, wall_ns, library_ns = message
-    return samples_ns, refused, wall_ns, library_ns
+    return message[1]
 
 
 def bench_worker_main(job: _Job, conn: Connection) -> None:
-    """Process entry point: send ``("ok", samples_ns, refused, wall_ns, library_ns)`` or ``("error", message)``."""
+    """Process entry point: send ``("ok", {row: _Measured})`` or ``("error", message)``.
+
+    Each iteration times every floor's cycle, then the backend's (``job.backend`` FLOOR: the floors
+    alone), one after another on this one thread."""
     die_with_parent()
     try:
-        cycle, close, library = _floor_cycle(job) if job.backend == FLOOR else _backend_cycle(job)
+        rows: dict[str, _Cycle] = {}
+        closes: list[Callable[[], None]] = []
         try:
+            for floor in job.floors:
+                rows[floor] = _floor_cycle(job, fanout=floor == FANOUT_FLOOR)
+                closes.append(rows[floor].close)
+            if job.backend != FLOOR:
+                rows[job.row] = _backend_cycle(job)
+                closes.append(rows[job.row].close)
             for _ in range(job.warmup):
-                cycle()
-            library()  # the warm-up's library time is not measured
-            samples_ns: list[int] = []
-            library_ns: list[int] = []
-            refused = 0
+                for cycle in rows.values():
+                    cycle.run()
+            for cycle in rows.values():
+                cycle.library()  # the warm-up's library time is not measured
+            got = {row: _Measured(samples_ns=[], refused=0, wall_ns=0, library_ns=[]) for row in rows}
+            timed = [(cycle, got[row]) for row, cycle in rows.items()]
             clock = time.perf_counter_ns
-            wall_start = clock()
             for _ in range(job.iterations):
-                t0 = clock()
-                acquired = cycle()
-                t1 = clock()
-                spent = library()
-                if acquired:
-                    samples_ns.append(t1 - t0)
-                    if spent is not None:
-                        library_ns.append(spent)
-                else:
-                    refused += 1
-            wall_ns = clock() - wall_start
+                for cycle, into in timed:
+                    t0 = clock()
+                    acquired = cycle.run()
+                    t1 = clock()
+                    spent = cycle.library()
+                    into.wall_ns += t1 - t0
+                    if acquired:
+                        into.samples_ns.append(t1 - t0)
+                        if spent is not None:
+                            into.library_ns.append(spent)
+                    else:
+                        into.refused += 1
         finally:
-            close()
-        send(conn, ("ok", samples_ns, refused, wall_ns, library_ns))
+            for close in reversed(closes):
+                with contextlib.suppress(Exception):  # a close that fails must not hide the figures
+                    close()
+        send(conn, ("ok", got))
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent as data
         send(conn, ("error", f"{type(exc).__name__}: {exc}"))
     finally:
         conn.close()
 
 
-def _backend_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None], Callable[[], int | None]]:
+@dataclass(frozen=True)
+class _Cycle:
+    """One row's cycle: ``run`` (True: acquired and released), ``close``, and ``library`` (the ns an
+    external client reported inside its library since the last call; None for other backends)."""
+
+    run: Callable[[], bool]
+    close: Callable[[], None]
+    library: Callable[[], int | None]
+
+
+def _backend_cycle(job: _Job) -> _Cycle:
     backend = load_backend(job.backend)(config=job.config)
     take = getattr(backend, "take_library_ns", None)  # an external client reports its library's time
 
@@ -291,20 +350,24 @@ def _backend_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None], C
             backend.release(lease)
         return True
 
-    return cycle, backend.close, (take if callable(take) else _no_library)
+    return _Cycle(cycle, backend.close, take if callable(take) else _no_library)
 
 
 def _no_library() -> None:
     return None
 
 
-def _floor_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None], Callable[[], int | None]]:
-    """SET NX PX + EVALSHA release on node 0 over the direct path: ``single``'s commands and connection
-    path without its backend object (no lease, no clock reads, no error translation)."""
-    client = connect(job.config.node_urls[0], timeout_s=job.config.request_timeout_s)
+def _floor_cycle(job: _Job, *, fanout: bool = False) -> _Cycle:
+    """SET NX PX + EVALSHA release over the direct path, on node 0 (``single``'s commands and path) or,
+    with ``fanout``, on every lock node at once (``redlock``'s): no lease, no clock reads, no quorum,
+    no error translation. Its key is the job's with the floor's name after it."""
+    config = job.floor_config or job.config
+    key, ttl_ms = f"{job.key}:{FANOUT_FLOOR if fanout else FLOOR}", job.ttl_ms
+    if fanout:
+        return _fanout_floor_cycle(config, key=key, ttl_ms=ttl_ms)
+    client = connect(config.node_urls[0], timeout_s=config.request_timeout_s)
     release = client.register_script(RELEASE_SCRIPT)  # its sha; loaded by the first EVALSHA's NOSCRIPT
     direct = DirectCommands(client)
-    key, ttl_ms = job.key, job.ttl_ms
 
     def cycle() -> bool:
         token = secrets.token_hex(16)
@@ -317,7 +380,36 @@ def _floor_cycle(job: _Job) -> tuple[Callable[[], bool], Callable[[], None], Cal
         direct.close()
         client.close()
 
-    return cycle, close, _no_library
+    return _Cycle(cycle, close, _no_library)
+
+
+def _fanout_floor_cycle(config: BackendConfig, *, key: str, ttl_ms: int) -> _Cycle:
+    """Redlock's two fan-outs (backends/redlock.py: the same nodes, node timeout and bytes), and nothing else.
+    The release script is loaded first, so every EVALSHA finds it (Redlock's NOSCRIPT detour is for a
+    node restarted empty, which a bench does not do)."""
+    urls = lock_node_urls(config)
+    nodes = [Node(url, timeout_s=config.request_timeout_s) for url in urls]
+    for node in nodes:
+        node.try_connect()  # as Redlock's constructor does
+    timeout_s = min(
+        config.request_timeout_s, max(Redlock.NODE_TIMEOUT_FLOOR_S, ttl_ms / 1000 * Redlock.NODE_TIMEOUT_TTL_FRACTION)
+    )
+    for reply, _ in fan_out(nodes, ("SCRIPT", "LOAD", RELEASE_SCRIPT), timeout_s=config.request_timeout_s):
+        if reply != RELEASE_SHA.encode():
+            raise TrialError(f"the fan-out floor could not load the release script on every lock node: {reply!r}")
+
+    def cycle() -> bool:
+        token = secrets.token_hex(16)
+        replies = fan_out(nodes, ("SET", key, token, "NX", "PX", ttl_ms), timeout_s=timeout_s)
+        granted = all(reply == b"OK" for reply, _ in replies)
+        fan_out(nodes, ("EVALSHA", RELEASE_SHA, 1, key, token), timeout_s=timeout_s)
+        return granted
+
+    def close() -> None:
+        for node in nodes:
+            node.discard()
+
+    return _Cycle(cycle, close, _no_library)
 
 
 def _num(value: float, fmt: str) -> str:
