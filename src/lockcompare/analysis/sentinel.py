@@ -12,7 +12,8 @@ than planned a step of the trial ran — and compares it with the smallest margi
   read (or an atomic/optimistic section's enter) and the next step, the think time after a release
   (its largest jittered value: the draw itself is not recorded, so a stall is never overstated),
   no gap at all between back-to-back steps (acquire → enter → read, write → exit → release);
-  a pause's own length beyond ``pause_ms`` (a SIGSTOP freeze includes the runner's reaction);
+  a pause's own length beyond ``pause_ms`` (a SIGSTOP freeze includes the runner's continue, and its
+  stop where the runner makes it: faults/freeze.py);
 - **calls**: each loopback call (enter, read, write, exit, release, a lease check, the successful
   acquire attempt) beyond the usual time of its kind for that worker (the median in this trial;
   the first call of each kind is left out: it opens the connection, several round trips), except

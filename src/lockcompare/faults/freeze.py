@@ -7,10 +7,18 @@ worker stops (a lock library's renewal thread too), and so does every helper pro
 started (a lock client in another language driven over a pipe), as in a stop-the-world GC pause
 or a suspended VM — unlike an in-process ``sleep``, which only the sleeping thread notices. Each
 worker leads its own group (infra/lifecycle.py); a helper that left it is named by the runner.
-The worker asks to be frozen at its pause point and blocks until told it has been thawed; the
-runner stops it, and a timer continues it after the pause. Every freeze is recorded as the
-runner's own fault events (``pause`` inject / heal, with the time it was planned) and heals in
-:meth:`Freezer.thaw_all`, called from the runner's ``finally``.
+The worker asks to be frozen at its pause point and blocks until told it has been thawed. Where
+nothing else in the trial stops workers, the worker stops itself as it asks (``SIGSTOP`` to its own
+process group: :func:`~lockcompare.infra.cgroup.stop_own_client`) and the runner, once it sees it
+stopped, freezes its cgroup as well and continues both after the pause (:meth:`Freezer.adopt_stop`);
+elsewhere the runner stops it when it reads the request (:meth:`Freezer.freeze`). The pause is
+counted from the worker's request either way: a stop made by the runner begins when the runner
+gets to it — on a loaded 2-core machine 0.2-12.9 ms later, while the client's other threads (a
+renewal thread, a Node client) ran on — and its ``thawed`` message took another 0.1-4.5 ms to be
+read after the continue (issue 54: the lateness of the README command's client-pause trials, split
+from their histories); a stop the worker made itself has its ``thawed`` queued before the continue.
+Every freeze is recorded as the runner's own fault events (``pause`` inject / heal, with the time
+it was planned) and heals in :meth:`Freezer.thaw_all`, called from the runner's ``finally``.
 
 :class:`~lockcompare.scenario.faultkinds.starve.Strobe` (``starve``) stops and continues one worker's
 group in a loop through :meth:`Freezer.hold` and :meth:`Freezer.release`: it may run ``duty`` of
@@ -19,13 +27,31 @@ every ``period`` — a process starved of CPU, whose watchdog thread gets no tim
 
 from __future__ import annotations
 
+import signal
 import threading
+import time
 from multiprocessing.connection import Connection
 
 from lockcompare.analysis.history import Event, now_ns
 from lockcompare.infra.cgroup import client_members, continue_client, stop_client
 from lockcompare.infra.cgroup import of as cgroup_of
 from lockcompare.infra.messages import send
+from lockcompare.infra.procgroup import any_stopped, signal_group
+
+#: How long the runner waits for a worker that asked to stop itself to be seen stopped (it sent its
+#: request, then was descheduled before its SIGSTOP): past it, the pause goes on unconfirmed (said in
+#: its inject event) and a stop that lands later is the trial's stuck-worker deadline's to catch.
+_SELF_STOP_WAIT_S = 2.0
+
+
+def _wait_until_stopped(pid: int) -> bool:
+    """True once process ``pid`` is in the stopped state (``T``), False after :data:`_SELF_STOP_WAIT_S`."""
+    deadline = now_ns() + int(_SELF_STOP_WAIT_S * 1e9)
+    while not any_stopped([pid]):
+        if now_ns() > deadline:
+            return False
+        time.sleep(0.0002)
+    return True
 
 
 class Freezer:
@@ -39,6 +65,7 @@ class Freezer:
         self._timers: list[threading.Timer] = []
         self.events: list[Event] = []
         self._pauses: dict[int, tuple[int, int, int]] = {}  # pid -> (worker, round, planned heal ns)
+        self._stopped_itself: set[int] = set()  # workers whose own SIGSTOP a continue must undo too
 
     def freeze(self, *, pid: int, conn: Connection, pause_s: float, worker: int = -1, round_: int = -1) -> None:
         planned = now_ns()
@@ -57,6 +84,42 @@ class Freezer:
         self._record(
             "inject", worker=worker, round_=round_, t0=planned, t1=stopped, planned=planned, group=group, how=how
         )
+
+    def adopt_stop(
+        self, *, pid: int, conn: Connection, pause_s: float, requested_ns: int, worker: int = -1, round_: int = -1
+    ) -> None:
+        """Take over the stop worker ``pid`` made itself at ``requested_ns`` (SIGSTOP of its own
+        process group: :func:`~lockcompare.infra.cgroup.stop_own_client`): once it is seen stopped,
+        freeze its cgroup too (which reaches a helper that left the group), hold it, queue its
+        ``thawed`` (read once it runs again: no message is waited for after the continue), and
+        continue it ``pause_s`` after the request.
+
+        The wait comes first: a cgroup frozen, or a SIGCONT sent, before the worker's own SIGSTOP has
+        landed would let that SIGSTOP land after the continue, for good. A stopped worker (SIGSTOP,
+        never a cgroup freeze of its own making) dies of the SIGKILL that ends a trial cut short
+        before its request was read. Only where nothing else stops workers (a strobe's release would
+        continue a stop this freezer has not heard of yet): the trial decides (runner/trial.py)."""
+        heal_at = requested_ns + int(pause_s * 1e9)
+        stopped = _wait_until_stopped(pid)
+        with self._lock:
+            if stopped and cgroup_of(pid) is not None:
+                stop_client(pid)
+            self._frozen[pid] = self._frozen.get(pid, 0) + 1
+            self._stopped_itself.add(pid)
+            self._pauses[pid] = (worker, round_, heal_at)
+        try:
+            send(conn, ("thawed", "", []))
+        except (OSError, ValueError):
+            pass  # the trial is already being torn down: thaw_all continues it
+        timer = threading.Timer(max(0.0, (heal_at - now_ns()) / 1e9), self._thaw, args=(pid, None))
+        timer.daemon = True
+        self._timers.append(timer)
+        timer.start()
+        group = client_members(pid)
+        self._record(
+            "inject", worker=worker, round_=round_, t0=requested_ns, t1=requested_ns, planned=requested_ns,
+            group=group, how=self._how(pid), by="worker" if stopped else "worker (not seen stopped)",
+        )  # fmt: skip
 
     def hold(self, pid: int) -> None:
         """SIGSTOP ``pid`` (a strobe's stop); undone by :meth:`release` or :meth:`thaw_all`.
@@ -82,6 +145,9 @@ class Freezer:
             return False
         del self._frozen[pid]
         try:
+            if pid in self._stopped_itself:
+                self._stopped_itself.discard(pid)
+                signal_group(pid, signal.SIGCONT)  # its own stop; a frozen cgroup holds it until the thaw below
             continue_client(pid)
         except ProcessLookupError:
             pass
@@ -92,7 +158,8 @@ class Freezer:
         with self._lock:
             return pid in self._frozen
 
-    def _thaw(self, pid: int, conn: Connection) -> None:
+    def _thaw(self, pid: int, conn: Connection | None) -> None:
+        """Continue ``pid`` (its pause is over) and, if ``conn``, tell it (None: adopt_stop queued it)."""
         with self._lock:
             pause = self._pauses.pop(pid, None)
             if pause is None:
@@ -101,6 +168,8 @@ class Freezer:
             self._let_go(pid)
         worker, round_, planned = pause
         self._record("heal", worker=worker, round_=round_, t0=continuing, planned=planned, how=self._how(pid))
+        if conn is None:
+            return  # adopt_stop queued its "thawed" already
         try:
             send(conn, ("thawed", "", []))
         except (OSError, ValueError):
@@ -134,6 +203,7 @@ class Freezer:
         t1: int | None = None,
         group: list[int] | None = None,
         how: str = "SIGSTOP",
+        by: str = "runner",
     ) -> None:
         event: Event = {
             "worker": -1, "round": round_, "kind": "fault", "fault": "pause", "action": action, "t0": t0,
@@ -142,6 +212,8 @@ class Freezer:
         }  # fmt: skip
         if group is not None:
             event["group"] = group  # the pids the stop reached: the worker's cgroup, else its process group
+        if by != "runner":
+            event["stopped_by"] = by  # the worker stopped its own client as it asked (adopt_stop)
         with self._lock:
             self.events.append(event)
 

@@ -12,7 +12,8 @@ which it joins before it runs anything (:func:`enter_and_run`; the runner also m
 the spawn). Then:
 
 - a pause freezes the cgroup (v1 ``freezer.state``, v2 ``cgroup.freeze``) and waits until the
-  kernel says every task is frozen (v1 goes through ``FREEZING``): :func:`stop_client`;
+  kernel says every task is frozen (v1 goes through ``FREEZING``): :func:`stop_client` (a worker
+  that asks for a pause stops its own process group first: :func:`stop_own_client`);
 - ``pids.max`` bounds how many tasks (processes and threads) the client may have; a fork past it
   fails with EAGAIN and the kernel counts it in ``pids.events`` (:meth:`ClientCgroup.limit_hits`);
 - the end of a trial kills every process left in the cgroup (frozen first, so nothing forks
@@ -187,6 +188,18 @@ def stop_client(pid: int) -> str:
     return "cgroup freeze"
 
 
+def stop_own_client() -> None:
+    """In a worker: SIGSTOP its own process group now — itself, every thread, every helper that stayed
+    in the group — and return once someone has continued it. The signal reaches the sender before
+    ``killpg`` returns, so nothing the worker does after asking for a pause runs until then, unlike
+    a stop from the runner, which lands when the runner gets to it (a few ms on a loaded machine,
+    while the client's other threads run on). The runner freezes the worker's cgroup as well, once
+    it sees the worker stopped (faults/freeze.py: ``adopt_stop``): a helper that left the group stops
+    then. Not a freeze of its own cgroup: a task frozen in a v1 cgroup does not die of SIGKILL until
+    thawed, and a trial cut short before the runner read the request must still end its workers."""
+    os.killpg(os.getpgrp(), signal.SIGSTOP)
+
+
 def continue_client(pid: int) -> None:
     """Undo :func:`stop_client`; ProcessLookupError when the client is gone."""
     group = of(pid)
@@ -247,5 +260,6 @@ __all__ = [
     "release",
     "start_in_cgroup",
     "stop_client",
+    "stop_own_client",
     "sweep_stale",
 ]

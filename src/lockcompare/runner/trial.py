@@ -199,6 +199,8 @@ def _run_trial(
         if steps
         else None
     )
+    if faults is None or not faults.freezes_workers():  # no strobe to meet a stop the runner has not heard of
+        plans = [replace(worker_plan, pause_stops_itself=True) for worker_plan in plans]
     resource = open_resource(url=cluster.resource_url, prefix=prefix)
     try:
         # Keys on servers we do not own must not outlive a killed run: they expire on their own.

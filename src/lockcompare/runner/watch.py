@@ -156,9 +156,15 @@ class _Watch:
                 if message[0] == "freeze":
                     index = self.conns.index(conn)
                     round_ = int(payload[0]) if payload else -1
-                    self.freezer.freeze(
-                        pid=self.pids[index], conn=conn, pause_s=float(message[1]), worker=index, round_=round_
-                    )
+                    if len(payload) > 1:  # it stopped itself at that instant: continue it on time
+                        self.freezer.adopt_stop(
+                            pid=self.pids[index], conn=conn, pause_s=float(message[1]), requested_ns=int(payload[1]),
+                            worker=index, round_=round_,
+                        )  # fmt: skip
+                    else:
+                        self.freezer.freeze(
+                            pid=self.pids[index], conn=conn, pause_s=float(message[1]), worker=index, round_=round_
+                        )
                     continue
                 if message[0] in ("acquiring", "acquire-done"):
                     # The worker waits for "go-on": the fault is in place (or healed) before it goes on.

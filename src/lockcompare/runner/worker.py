@@ -34,6 +34,7 @@ from lockcompare.backends import (
     pause_point,
     traits_of,
 )
+from lockcompare.infra.cgroup import stop_own_client
 from lockcompare.infra.lifecycle import die_with_parent
 from lockcompare.infra.messages import send
 from lockcompare.runner.backend_calls import (
@@ -89,6 +90,9 @@ class WorkerPlan:
     workers: int = 1  # how many workers the trial has (a partitioned backend's skew picks another's key)
     #: Rounds whose increment's reply is lost (the ``lost-reply`` fault): the worker sends it again.
     lost_reply_rounds: frozenset[int] = frozenset()
+    #: A SIGSTOP pause stops the worker's own client as it asks (faults/freeze.py: the runner then only
+    #: continues it); False where something else in the trial stops workers (a strobe), and the runner stops it.
+    pause_stops_itself: bool = False
 
 
 def handshake(inbox: Inbox, conn: Connection, what: str, round_: int) -> None:
@@ -117,8 +121,12 @@ def run_rounds(plan: WorkerPlan, rec: Recorder, conn: Connection, slot: CallSlot
     slot.lease.reset()  # a reused worker process: the last trial's rounds are not this one's
 
     def freeze() -> None:
-        send(conn, ("freeze", str(plan.pause_ms / 1000), [rec.round]))  # the runner SIGSTOPs us...
-        inbox.wait_for("thawed")  # ...and, once it has SIGCONTed us, says so
+        if plan.pause_stops_itself:
+            send(conn, ("freeze", str(plan.pause_ms / 1000), [rec.round, now_ns()]))
+            stop_own_client()  # stopped here, every thread and helper at once, until the runner continues us
+        else:
+            send(conn, ("freeze", str(plan.pause_ms / 1000), [rec.round]))  # the runner stops us...
+        inbox.wait_for("thawed")  # ...and, once it has continued us, says so (queued already when we stopped ourselves)
 
     def pause(**fields: Any) -> None:
         # The holder freezes without knowing it: a GC pause, a migrated VM, swapping.
