@@ -40,14 +40,16 @@ FULL_TIER_MODULES = frozenset({
 })  # fmt: skip
 
 
-#: The modules that cost most (``pytest --full --durations=0`` on a 2-core machine, issue 54),
-#: dearest first: collected first, so pytest-xdist (``--dist loadscope --no-loadscope-reorder``:
-#: modules handed out in collection order) starts them early and the workers end together, rather
-#: than one worker running a long module at the end while the other waits.
+#: The modules that cost most (``pytest --full --durations=0`` on a 2-core machine, issue 54: each
+#: module's test time summed, after this round's cuts), dearest first: collected first, so
+#: pytest-xdist (``--dist loadscope --no-loadscope-reorder``: modules handed out in collection order)
+#: starts them early and the workers end together, rather than one worker running a long module at
+#: the end while the other waits.
 DEAREST_FIRST = (
-    "test_dask", "test_explore_real", "test_evaluate_settings", "test_lockfree_alternatives", "test_fault_strikes",
-    "test_lifecycle", "test_pgbouncer", "test_conformance", "test_evaluate", "test_wheel", "test_zookeeper_conformance",
-    "test_cgroups",
+    "test_zookeeper_conformance", "test_dask", "test_catalogue_experiments", "test_process_group",
+    "test_explore_real", "test_lockfree_alternatives", "test_zookeeper", "test_trustworthy", "test_cgroups",
+    "test_fault_strikes", "test_etcd_conformance", "test_pgbouncer", "test_replicated_failover",
+    "test_java_client", "test_external_clients", "test_conformance", "test_network_faults", "test_postgres",
 )  # fmt: skip
 
 

@@ -47,9 +47,11 @@ def test_the_printed_command_reruns_the_same_trial(tmp_path: Path) -> None:
 def test_a_short_search_on_single_finds_shrinks_and_draws_a_pause(tmp_path: Path) -> None:
     trials = RealTrials(backend="single", out_dir=tmp_path / "x", jobs=2)
     result = run_explore(
-        trials=trials, prop="no-lost-updates", kinds=("pause",), budget_s=45, rounds=3, seed=3, reruns=2,
+        trials=trials, prop="no-lost-updates", kinds=("pause",), budget_s=25, rounds=3, seed=3, reruns=2,
         rate_runs=3, max_steps=2, resume=False,
     )  # fmt: skip
+    # The budget bounds the shrinking only: the first batch always runs and the rating is kept back
+    # for, so what is asserted here does not hang on it (45 s shrank 3 cuts in 41 s; 25 s, 1 in 20 s).
     c = result.report.counterexample
     assert c is not None, result.text
     assert len(c.schedule.split(";")) == 1 and c.schedule.startswith("pause ")
@@ -66,8 +68,10 @@ def test_the_cards_search_catches_the_careless_lock_under_pauses(
     valid one, no release of another's lock. The careless lock's plain-DEL release breaks it."""
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))  # spawned workers copy it
     claims = Claims(summary="", exclusive=True, issues_fencing_tokens=False)
-    line = search_line(backend="careless_lock:CarelessLock", claims=claims, budget_s=40, out_dir=tmp_path / "s",
+    line = search_line(backend="careless_lock:CarelessLock", claims=claims, budget_s=20, out_dir=tmp_path / "s",
                        cluster_options=ClusterOptions())  # fmt: skip
+    # budget_s=20 (was 40: 33 s spent shrinking the rounds 4 -> 1): the first batch finds it, the rating
+    # always runs; what is asserted is the finding, the rate and the printed rerun.
     assert line.status is Status.FAIL, line.evidence
     assert line.evidence.startswith("no-grant-over-valid-lease broken by --faults 'pause "), line.evidence
     examples = Path(__file__).resolve().parents[1] / "examples"  # the plug-in's directory: runs as printed anywhere

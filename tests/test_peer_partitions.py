@@ -98,8 +98,11 @@ def _zookeeper() -> tuple[RoleKind, Callable[[], list]]:
     return ZOOKEEPER, lambda: list(start_servers(count=3))
 
 
-@pytest.fixture(params=["etcd", "zookeeper"])
+@pytest.fixture(scope="module", params=["etcd", "zookeeper"])
 def ensemble(request: pytest.FixtureRequest) -> Iterator[tuple[RoleKind, Cluster]]:
+    """One ensemble per kind for the module (each start and stop costs seconds, a JVM ensemble's more
+    under load): every test below leaves it whole — a partition test heals and waits for one leader
+    with every member following — and each test first waits for it whole itself."""
     kind, start = _etcd() if request.param == "etcd" else _zookeeper()
     servers = start()
     cluster = Cluster(
@@ -151,7 +154,8 @@ def test_roles_are_read_from_the_servers(ensemble: tuple[RoleKind, Cluster]) -> 
 
 
 def test_holder_member_is_the_node_a_client_is_connected_to(ensemble: tuple[RoleKind, Cluster]) -> None:
-    _kind, cluster = ensemble
+    kind, cluster = ensemble
+    assert _whole(_wait(kind, cluster, _whole, within_s=10))  # every member serving, as on a fresh ensemble
     node = 2
     # The client in a process of its own, as a worker's is (the test process is the servers' parent:
     # their own connections would count as its descendants').

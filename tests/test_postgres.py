@@ -251,6 +251,28 @@ def test_lease_row_expires_by_the_server_clock_with_increasing_tokens(config: Ba
         b.close()
 
 
+def test_the_first_lease_starts_before_its_schema_step(config: BackendConfig, key: str) -> None:
+    # The first acquire makes the table first; a slow schema step (200 ms here, a few ms on a busy
+    # machine in CI) must not push the lease's end past the TTL from when the call began.
+    lock = PgLeaseLock(config=config)
+    make_schema = lock._ensure_schema
+    schema_began: list[int] = []
+
+    def slow_schema() -> None:
+        schema_began.append(time.monotonic_ns())
+        time.sleep(0.2)
+        make_schema()
+
+    lock._ensure_schema = slow_schema  # type: ignore[method-assign]
+    try:
+        lease = granted(lock.acquire(key=key, ttl_ms=1000))
+        assert lease.valid_until_ns is not None and schema_began
+        assert lease.valid_until_ns - 1000 * 1_000_000 <= schema_began[0]  # started before the schema step
+        assert lock.release(lease) is True
+    finally:
+        lock.close()
+
+
 def test_lease_survives_the_end_of_its_session(server: PostgresServer, config: BackendConfig, key: str) -> None:
     a, b = PgLeaseLock(config=config), PgLeaseLock(config=config)
     try:

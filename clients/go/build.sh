@@ -15,8 +15,9 @@ if [ ! -d "$gocode/src/go.etcd.io/etcd/clientv3/concurrency" ]; then
   exit 1
 fi
 mkdir -p "$here/build"
-# A private build cache beside the binary: HOME may not be writable, and nothing lands outside the tree.
-export GOPATH="$gocode" GO111MODULE=off GOCACHE="$here/build/.gocache" GOPROXY=off CGO_ENABLED=0
+# A private build cache beside the binary (HOME may not be writable, and nothing lands outside the tree),
+# unless GOCACHE names one: a warm cache skips recompiling etcd's client and gRPC (~18 s alone on 2 cores).
+export GOPATH="$gocode" GO111MODULE=off GOCACHE="${GOCACHE:-$here/build/.gocache}" GOPROXY=off CGO_ENABLED=0
 cd "$here"
 # The etcd client's version, stamped into the binary (its hello says it; every row records it): the
 # Debian package's version when it is installed that way, else what the sources' version.go says.

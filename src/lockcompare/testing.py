@@ -110,7 +110,8 @@ class BackendContract:
 
     #: A registered backend name (entry point ``lockcompare.backends``) or ``package.module:Class``.
     backend_name: ClassVar[str] = ""
-    #: The deadline of every backend call: construct, acquire, release, close (and the import).
+    #: The deadline of every backend call: construct, acquire, release, close (the import, start-up, has
+    #: at least backend_host.LOAD_TIMEOUT_S).
     call_timeout_s: ClassVar[float] = 5.0
 
     @pytest.fixture(scope="class")

@@ -108,9 +108,11 @@ class PgLeaseLock:
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
         owner = new_owner_token()
+        # The lease starts no earlier than the first statement is sent: read before the schema step,
+        # which the first acquire runs first (its time would otherwise push the lease's end past the TTL).
+        started_ns = time.monotonic_ns()
         try:
             self._ensure_schema()
-            started_ns = time.monotonic_ns()  # the lease starts no earlier than the statement is sent
             token = self._session.value(ACQUIRE, [key, owner, ttl_ms])
         except QueryFailed as exc:
             if exc.sqlstate == _UNDEFINED_TABLE:

@@ -60,9 +60,14 @@ from lockcompare.infra.lifecycle import SPAWN, die_with_parent, kill_and_reap_gr
 from lockcompare.infra.messages import send
 from lockcompare.infra.procgroup import GroupView, describe_escaped
 
-#: Starting the host: spawning an interpreter and importing lockcompare (~0.3 s here). Importing
-#: the plug-in is a backend call of its own ("load") and has the backend's deadline.
+#: Starting the host: spawning an interpreter and importing lockcompare (~0.3 s here).
 HOST_START_TIMEOUT_S = 60.0
+#: Importing the plug-in in a fresh host ("load"): start-up too, not one of the backend's calls, so it
+#: gets a start-up allowance (the deadline when it exceeds the backend's own), as a worker's construct
+#: does (runner/watch.py ``CONSTRUCT_TIMEOUT_S``). A host restarted after a kill on a busy machine took
+#: longer than a 0.5 s call deadline to import its plug-in (CI); a plug-in that hangs at import is
+#: still cut, at this bound.
+LOAD_TIMEOUT_S = 20.0
 
 
 #: The defaults a backend that leaves a trait out gets: the traits record's own (backends/base.py).
@@ -276,21 +281,23 @@ class BackendHost:
             raise
         return RemoteBackend(host=self, handle=handle, generation=self._generation, log=log, worker=worker)
 
-    def call(self, op: str, *, what: str, **args: Any) -> Timed:
-        """Run one operation in the host; raise a :class:`BackendCallFailed` unless it returned."""
+    def call(self, op: str, *, what: str, timeout_s: float | None = None, **args: Any) -> Timed:
+        """Run one operation in the host; raise a :class:`BackendCallFailed` unless it returned
+        within ``timeout_s`` (default: the backend's ``call_timeout_s``)."""
         if self._conn is None:
             raise BackendHostDied(f"{what}: the backend's process is gone (killed after an earlier timeout)")
         conn = self._conn
+        deadline_s = self.call_timeout_s if timeout_s is None else timeout_s
         try:
             send(conn, (op, args))
-            answered = conn.poll(self.call_timeout_s)
+            answered = conn.poll(deadline_s)
         except (OSError, EOFError):
             self._kill()
             raise BackendHostDied(f"{what}: the backend's process died") from None
         if not answered:
             self._kill()
             raise BackendCallTimedOut(
-                f"{what} did not return within {self.call_timeout_s:g} s (the backend's process was killed)"
+                f"{what} did not return within {deadline_s:g} s (the backend's process was killed)"
             )
         try:
             status, value, t0, t1 = conn.recv()
@@ -347,12 +354,13 @@ class BackendHost:
         self._conn = parent_end
         self._generation += 1
         try:
-            # Starting an interpreter has a generous deadline of its own; importing the plug-in is
-            # the backend's first call and has the backend's deadline.
+            # Starting an interpreter and importing the plug-in are start-up, with allowances of
+            # their own; the backend's deadline is for its calls (construct, acquire, release, ...).
             if not parent_end.poll(HOST_START_TIMEOUT_S):
                 raise BackendHostDied(f"the backend's process did not start within {HOST_START_TIMEOUT_S:g} s")
             parent_end.recv()
-            claims = self.call("load", what=f"loading {self.spec}", spec=self.spec).value
+            load_timeout_s = max(self.call_timeout_s, LOAD_TIMEOUT_S)
+            claims = self.call("load", what=f"loading {self.spec}", timeout_s=load_timeout_s, spec=self.spec).value
         except (OSError, EOFError):
             self._kill()
             raise BackendHostDied("the backend's process died while starting") from None
