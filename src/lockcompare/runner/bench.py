@@ -25,8 +25,11 @@ The floors are not measured in a process of their own: every backend's process t
 rows it is the floor of, and a slow stretch of the machine falls on both (issue 54: measured in a
 process of its own, one block after another, the floor came out 9 µs above ``single`` in one run of
 three; through redis-py's per-call layers it measured 212-238 µs against ``single``'s 121-153). A
-floor row pools its cycles from every backend's process. Every other row is read against a floor
-or against ``single``.
+floor row is the floor timed beside the row where it came out least (named in its ``floor beside``
+column: pooled over every backend's process, it came out above ``single`` in two runs of three, the
+cycles beside pottery's thread pool and redis-py's being slower), and each lock row shows, in that
+column, the floor timed beside its own cycles. Every other row is read against a floor or against
+``single``.
 
 What the numbers are, and are not:
 
@@ -58,7 +61,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 
 from lockcompare.analysis.stats import percentile
@@ -97,6 +100,10 @@ class BenchRow:
     ops_per_s: float
     library_p50_us: float = math.nan  # an external client's own time in its library; nan: not reported
     hop_p50_us: float = math.nan  # the rest of the cycle: the pipe to the client and its runtime
+    #: A lock row's: the p50 of the ``floor`` cycles timed beside its own, in its process.
+    floor_p50_us: float = math.nan
+    #: A floor row's: the row whose process its cycles were timed in (where it came out least).
+    beside: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,10 +194,11 @@ def run_bench(
             measured.append(name + VIA_PROXY)
     measured = measured or [FLOOR]  # no backend: the floors alone
     names = [*floors, *(name for name in measured if name != FLOOR)]
-    samples: dict[str, list[int]] = {name: [] for name in names}
-    library: dict[str, list[int]] = {name: [] for name in names}
-    refused = dict.fromkeys(names, 0)
-    wall_ns = dict.fromkeys(names, 0)
+    # By row, a floor's by "<floor>@<the row it was timed beside>".
+    samples: dict[str, list[int]] = {name: [] for name in measured if name != FLOOR}
+    library: dict[str, list[int]] = {name: [] for name in measured if name != FLOOR}
+    refused: dict[str, int] = {}
+    wall_ns: dict[str, int] = {}
     links = (
         ProxySet(node_ports=[port_of(url) for url in cluster.node_urls], workers=1, name="bench") if proxied else None
     )
@@ -216,17 +224,34 @@ def run_bench(
                     floor_config=config,
                 )
                 for row, got in _run_worker(job).items():
-                    samples[row].extend(got.samples_ns)
-                    library[row].extend(got.library_ns)
-                    refused[row] += got.refused
-                    wall_ns[row] += got.wall_ns
+                    # A floor's cycles are kept by the process they were timed in (the row beside them).
+                    into = f"{row}@{name}" if row in floors else row
+                    samples.setdefault(into, []).extend(got.samples_ns)
+                    library.setdefault(into, []).extend(got.library_ns)
+                    refused[into] = refused.get(into, 0) + got.refused
+                    wall_ns[into] = wall_ns.get(into, 0) + got.wall_ns
     finally:
         if links is not None:
             links.stop()
         delete_keys_containing(cluster.node_urls, prefix, kind_of=cluster.kind_of)
         for other in lock_clusters.values():
             delete_keys_containing(other.node_urls, prefix, kind_of=other.kind_of)
-    return [_row(name, samples[name], refused[name], wall_ns[name], library[name]) for name in names]
+    rows = {
+        name: _row(name, samples[name], refused[name], wall_ns[name], library[name])
+        for name in [*samples]
+        if name not in floors
+    }
+    for floor in floors:
+        # The floor row: the floor timed beside the row where it came out least (the least a lock can
+        # cost here); each row's own floor is in its ``floor_p50_us``.
+        beside = {name: rows[f"{floor}@{name}"] for name in measured}
+        lowest = min(beside, key=lambda name: beside[name].p50_us)
+        rows[floor] = replace(beside[lowest], backend=floor, beside=lowest)
+        if floor == FLOOR:
+            for name in measured:
+                if name in rows:
+                    rows[name] = replace(rows[name], floor_p50_us=beside[name].p50_us)
+    return [rows[name] for name in names]
 
 
 def _servers(name: str) -> str:
@@ -427,7 +452,9 @@ def render_bench(rows: Sequence[BenchRow], *, fmt: str = "github") -> str:
 
     ``x single`` is each p50 divided by the ``single`` row's p50; without a ``single`` row the
     column divides by ``floor`` and is headed ``x floor``. ``x pottery`` appears when a ``pottery``
-    row is present. All ratios compare rows of the same run.
+    row is present. ``floor beside µs`` is, for a lock row, the p50 of the ``floor`` cycles timed in
+    its own process, between its own cycles, and for a floor row the row it was timed beside. All
+    ratios compare rows of the same run.
     """
     check_format(fmt)
     if not rows:
@@ -439,6 +466,9 @@ def render_bench(rows: Sequence[BenchRow], *, fmt: str = "github") -> str:
     headers = ["backend", "cycles", "refused", "p50 µs", "p99 µs", "ops/s", f"x {base_name}"]
     if pottery is not None:
         headers.append("x pottery")
+    beside = any(not math.isnan(row.floor_p50_us) or row.beside for row in rows)
+    if beside:
+        headers.append("floor beside µs")
     split = any(not math.isnan(row.library_p50_us) for row in rows)
     if split:
         headers += ["library p50 µs", "hop p50 µs"]
@@ -455,6 +485,8 @@ def render_bench(rows: Sequence[BenchRow], *, fmt: str = "github") -> str:
         ]
         if pottery is not None:
             line.append(_ratio(row.p50_us, pottery))
+        if beside:
+            line.append(f"({row.beside})" if row.beside else _num(row.floor_p50_us, ".0f"))
         if split:
             line += [_num(row.library_p50_us, ".0f"), _num(row.hop_p50_us, ".0f")]
         lines.append(line)
