@@ -13,7 +13,7 @@ from lockcompare.runner.bench import run_bench
 
 def test_via_proxy_row_follows_the_direct_row(cluster: Cluster) -> None:
     rows = run_bench(cluster=cluster, backends=["single"], proxied=["single"], iterations=20, warmup=5, blocks=2)
-    assert [row.backend for row in rows] == ["floor", "single", "single-via-proxy"]
+    assert [row.backend for row in rows] == ["floor", "floor-fanout", "single", "single-via-proxy"]
     proxied = rows[2]
     assert proxied.iterations == 20 and proxied.refused == 0
     assert 0 < proxied.p50_us <= proxied.p99_us and math.isfinite(proxied.ops_per_s)
