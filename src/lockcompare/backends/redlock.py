@@ -160,8 +160,13 @@ class Redlock:
 
     def node_timeout_s(self, *, ttl_ms: int) -> float:
         """How long each node is given to answer, for a lease of ``ttl_ms`` (see the module docstring)."""
-        scaled = max(self.NODE_TIMEOUT_FLOOR_S, ttl_ms / 1000 * self.NODE_TIMEOUT_TTL_FRACTION)
-        return min(self._request_timeout_s, scaled)
+        return self.node_timeout_for(ttl_ms=ttl_ms, request_timeout_s=self._request_timeout_s)
+
+    @classmethod
+    def node_timeout_for(cls, *, ttl_ms: int, request_timeout_s: float) -> float:
+        """:meth:`node_timeout_s` without an instance (the bench's fan-out floor sizes its waits by it)."""
+        scaled = max(cls.NODE_TIMEOUT_FLOOR_S, ttl_ms / 1000 * cls.NODE_TIMEOUT_TTL_FRACTION)
+        return min(request_timeout_s, scaled)
 
     def acquire(self, *, key: str, ttl_ms: int) -> Lease | Refusal:
         """One Redlock attempt (spec steps 1-5); no retry: the harness retries after its own delay."""

@@ -416,9 +416,7 @@ def _fanout_floor_cycle(config: BackendConfig, *, key: str, ttl_ms: int) -> _Cyc
     nodes = [Node(url, timeout_s=config.request_timeout_s) for url in urls]
     for node in nodes:
         node.try_connect()  # as Redlock's constructor does
-    timeout_s = min(
-        config.request_timeout_s, max(Redlock.NODE_TIMEOUT_FLOOR_S, ttl_ms / 1000 * Redlock.NODE_TIMEOUT_TTL_FRACTION)
-    )
+    timeout_s = Redlock.node_timeout_for(ttl_ms=ttl_ms, request_timeout_s=config.request_timeout_s)
     for reply, _ in fan_out(nodes, ("SCRIPT", "LOAD", RELEASE_SCRIPT), timeout_s=config.request_timeout_s):
         if reply != RELEASE_SHA.encode():
             raise TrialError(f"the fan-out floor could not load the release script on every lock node: {reply!r}")
