@@ -235,6 +235,8 @@ def test_a_pause_is_the_workers_own_stop_at_its_request_and_lasts_from_there(
         assert step["t0"] <= inject["t0"] <= step["t1"], "the stop was asked from inside the worker's pause step"
         assert heal["planned_ns"] == inject["t0"] + pause_ns, "the pause is counted from the worker's request"
         assert heal["t0"] >= heal["planned_ns"] and step["t1"] >= heal["t0"], "never continued before the pause is over"
+        # ...by the continuer process, on time whatever the runner's threads do (faults/continuer.py)
+        assert heal["continued_by"].startswith("continuer (") and "failed" not in heal["continued_by"], heal
     count = renewals_in_pauses.count(history)
     assert count.renewals > 0 and count.inside == 0, count  # the renewal thread stopped with its worker
 

@@ -10,7 +10,8 @@ worker leads its own group (infra/lifecycle.py); a helper that left it is named 
 The worker asks to be frozen at its pause point and blocks until told it has been thawed. Where
 nothing else in the trial stops workers, the worker stops itself as it asks (``SIGSTOP`` to its own
 process group: :func:`~lockcompare.infra.cgroup.stop_own_client`) and the runner, once it sees it
-stopped, freezes its cgroup as well and continues both after the pause (:meth:`Freezer.adopt_stop`);
+stopped, freezes its cgroup as well, and a process of its own continues both after the pause
+(:meth:`Freezer.adopt_stop`, faults/continuer.py: not a timer thread that needs the runner's GIL);
 elsewhere the runner stops it when it reads the request (:meth:`Freezer.freeze`). The pause is
 counted from the worker's request either way: a stop made by the runner begins when the runner
 gets to it — on a loaded 2-core machine 0.2-12.9 ms later, while the client's other threads (a
@@ -33,7 +34,8 @@ import time
 from multiprocessing.connection import Connection
 
 from lockcompare.analysis.history import Event, now_ns
-from lockcompare.infra.cgroup import client_members, continue_client, stop_client
+from lockcompare.faults import continuer as continuers
+from lockcompare.infra.cgroup import client_members, continue_client, stop_client, thaw_write_of
 from lockcompare.infra.cgroup import of as cgroup_of
 from lockcompare.infra.messages import send
 from lockcompare.infra.procgroup import any_stopped, signal_group
@@ -59,13 +61,19 @@ class Freezer:
     ``pause_s``; nothing stays stopped past thaw_all(). ``pid`` is always a worker's pid, which is
     its group's id."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, continuer: continuers.Continuer | None = None) -> None:
+        """``continuer`` (faults/continuer.py) ends the pauses workers make themselves; without one,
+        or once it has died, a timer thread of the runner does. Given before the trial starts: its
+        process must not start while a worker waits to be frozen."""
         self._lock = threading.Lock()
         self._frozen: dict[int, int] = {}  # pid -> how many holds (a pause and a strobe may overlap)
         self._timers: list[threading.Timer] = []
         self.events: list[Event] = []
         self._pauses: dict[int, tuple[int, int, int]] = {}  # pid -> (worker, round, planned heal ns)
         self._stopped_itself: set[int] = set()  # workers whose own SIGSTOP a continue must undo too
+        # Pauses the continuer process will end (adopt_stop): ticket -> (pid, worker, round, planned heal ns).
+        self._tickets: dict[int, tuple[int, int, int, int]] = {}
+        self._continuer = continuer
 
     def freeze(self, *, pid: int, conn: Connection, pause_s: float, worker: int = -1, round_: int = -1) -> None:
         planned = now_ns()
@@ -101,20 +109,31 @@ class Freezer:
         continue a stop this freezer has not heard of yet): the trial decides (runner/trial.py)."""
         heal_at = requested_ns + int(pause_s * 1e9)
         stopped = _wait_until_stopped(pid)
+        continuer = self._continuer if self._continuer is not None and self._continuer.alive else None
         with self._lock:
             if stopped and cgroup_of(pid) is not None:
                 stop_client(pid)
             self._frozen[pid] = self._frozen.get(pid, 0) + 1
             self._stopped_itself.add(pid)
-            self._pauses[pid] = (worker, round_, heal_at)
+            if continuer is not None:
+                try:
+                    ticket = continuer.at(
+                        deadline_ns=heal_at, pgid=pid, freezer=thaw_write_of(pid), on_done=self._continued
+                    )
+                    self._tickets[ticket] = (pid, worker, round_, heal_at)
+                except (OSError, ValueError):
+                    continuer = None  # it died since: the timer below continues this pause
+            if continuer is None:
+                self._pauses[pid] = (worker, round_, heal_at)
         try:
             send(conn, ("thawed", "", []))
         except (OSError, ValueError):
             pass  # the trial is already being torn down: thaw_all continues it
-        timer = threading.Timer(max(0.0, (heal_at - now_ns()) / 1e9), self._thaw, args=(pid, None))
-        timer.daemon = True
-        self._timers.append(timer)
-        timer.start()
+        if continuer is None:  # no process of its own could be started: a timer thread of the runner's
+            timer = threading.Timer(max(0.0, (heal_at - now_ns()) / 1e9), self._thaw, args=(pid, None))
+            timer.daemon = True
+            self._timers.append(timer)
+            timer.start()
         group = client_members(pid)
         self._record(
             "inject", worker=worker, round_=round_, t0=requested_ns, t1=requested_ns, planned=requested_ns,
@@ -175,6 +194,25 @@ class Freezer:
         except (OSError, ValueError):
             pass  # the trial is already being torn down
 
+    def _continued(self, ticket: int, report: continuers.Continued) -> None:
+        """The continuer ended the pause of ``ticket`` at ``report.t_ns``: drop its hold (the
+        SIGCONT and the thaw were the continuer's) and record the heal, at the continue's time."""
+        with self._lock:
+            entry = self._tickets.pop(ticket, None)
+            if entry is None:
+                return  # thaw_all healed it
+            pid, worker, round_, planned = entry
+            holds = self._frozen.get(pid, 0)
+            if holds > 1:
+                self._frozen[pid] = holds - 1  # its next pause was adopted before this report was read
+            else:
+                self._frozen.pop(pid, None)
+                self._stopped_itself.discard(pid)
+        by = f"continuer ({self._continuer.scheduling})" if self._continuer is not None else "continuer"
+        if report.error:
+            by += f"; failed: {report.error}"
+        self._record("heal", worker=worker, round_=round_, t0=report.t_ns, planned=planned, how=self._how(pid), by=by)
+
     @staticmethod
     def _how(pid: int) -> str:
         return "SIGSTOP" if cgroup_of(pid) is None else "cgroup freeze"
@@ -183,13 +221,20 @@ class Freezer:
         """Cancel pending thaws and continue every frozen worker (a stopped process ignores SIGTERM)."""
         for timer in self._timers:
             timer.cancel()
+        if self._continuer is not None:
+            with self._lock:
+                tickets = list(self._tickets)
+            for ticket in tickets:  # one that already acted has had its report read when this returns
+                self._continuer.cancel(ticket)
         with self._lock:
             continuing = now_ns()
             for pid in list(self._frozen):
                 self._frozen[pid] = 1
                 self._let_go(pid)
             pauses, self._pauses = self._pauses, {}
-        for pid, (worker, round_, planned) in pauses.items():
+            left, self._tickets = self._tickets, {}
+        healed = [(pid, *pause) for pid, pause in pauses.items()] + list(left.values())
+        for pid, worker, round_, planned in healed:
             self._record("heal", worker=worker, round_=round_, t0=continuing, planned=planned, how=self._how(pid))
 
     def _record(
@@ -212,8 +257,10 @@ class Freezer:
         }  # fmt: skip
         if group is not None:
             event["group"] = group  # the pids the stop reached: the worker's cgroup, else its process group
-        if by != "runner":
+        if by != "runner" and action == "inject":
             event["stopped_by"] = by  # the worker stopped its own client as it asked (adopt_stop)
+        elif by != "runner":
+            event["continued_by"] = by  # the continuer process ended the pause (faults/continuer.py)
         with self._lock:
             self.events.append(event)
 

@@ -209,6 +209,12 @@ def continue_client(pid: int) -> None:
         group.thaw()
 
 
+def thaw_write_of(pid: int) -> tuple[str, str] | None:
+    """The freezer file a thaw of worker ``pid``'s cgroup writes, and its value (None: no cgroup)."""
+    group = of(pid)
+    return group.thaw_write() if group is not None else None
+
+
 def client_members(pid: int) -> list[int]:
     """The processes a stop of worker ``pid`` reaches: its cgroup's, else its process group's."""
     group = of(pid)

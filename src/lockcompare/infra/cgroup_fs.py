@@ -110,11 +110,16 @@ class ClientCgroup:
             return False
 
     def thaw(self) -> None:
+        path, value = self.thaw_write()
         with contextlib.suppress(FileNotFoundError):
-            if self.kind == CGROUP_V2:
-                (self.dirs[0] / "cgroup.freeze").write_text("0")
-            else:
-                self._file("freezer", "freezer.state").write_text("THAWED")
+            Path(path).write_text(value)
+
+    def thaw_write(self) -> tuple[str, str]:
+        """The file a thaw writes and what it writes there (faults/continuer.py makes the write in a
+        process of its own)."""
+        if self.kind == CGROUP_V2:
+            return str(self.dirs[0] / "cgroup.freeze"), "0"
+        return str(self._file("freezer", "freezer.state")), "THAWED"
 
     def set_pids_max(self, limit: int) -> None:
         self._file("pids", "pids.max").write_text(str(limit))

@@ -10,9 +10,13 @@ for a core enters its critical section late. So beside ``jobs`` a :class:`CpuBud
 trial only while the trials in flight are expected to keep at most ``share`` of the CPUs busy.
 A trial's busy fraction is measured, not guessed: CPU time (user + sys) of its workers and of its
 cluster's processes (servers, and the proxies in their paths) over its wall time, kept per (backend,
-experiment). Measured on 2 cores at ``--time-scale 0.1``: single/redlock ~0.45 CPU per trial with
-spawned workers, pottery ~1.05 (its thread pool per call); at the lesson's scale a tenth of that
-(the busy part, acquire retries every ``retry_delay_ms``, scales with 1/time-scale).
+experiment). Measured on 2 cores at ``--time-scale 0.1`` (the README's main command at 533010a,
+warm workers, the direct Redis path): single 0.05-0.14 CPU per trial, redlock 0.13-0.35, the
+lock-free rows under 0.08, pottery 0.25-0.78 (its thread pool per call); at the lesson's scale a
+tenth of that (the busy part, acquire retries every ``retry_delay_ms``, scales with 1/time-scale).
+A kind not measured yet is estimated from the kinds that share its backend or its experiment
+(:meth:`CpuBudget.estimate`): in the main command half the trials are the first of their kind, and
+the prior alone held them to 3 at once while the CPUs stood two-thirds idle.
 
 Some numbers hang on millisecond timing whatever the CPU load: without a lock, the conflict count
 measures the phase between two free-running workers, which stays in step only while neither is
@@ -54,7 +58,8 @@ S = TypeVar("S")
 R = TypeVar("R")
 
 #: Busy-CPU fraction assumed for a kind of trial before one of its kind has been measured, at
-#: ``--time-scale 1``; it scales with 1/time-scale (measured: 0.45 at 0.1 for single, see above).
+#: ``--time-scale 1``; it scales with 1/time-scale (0.5 at 0.1: above every kind measured there but
+#: pottery's baseline, see above) and gives way to the kinds related to it as soon as one is measured.
 PRIOR_BUSY_AT_SCALE_1 = 0.05
 
 
@@ -75,6 +80,21 @@ class CpuBudget:
     >>> budget.record(kind="b", busy=1.0)
     >>> budget.admits(running=["a", "b"], kind="a")  # 0.5 + 1.0 + 0.5 = 2.0 > 1.5
     False
+
+    Kinds that are tuples (the matrix's ``(backend, experiment)``) share parts: one not measured yet
+    takes the larger of its measured relatives' means, part by part (its backend's kinds, its
+    experiment's kinds), and the prior only when it has none:
+
+    >>> budget = CpuBudget(cpus=2, share=0.75, prior=0.5)
+    >>> budget.record(kind=("single", "client-pause"), busy=0.06)
+    >>> budget.record(kind=("pottery", "client-pause"), busy=0.3)
+    >>> budget.record(kind=("single", "baseline"), busy=0.12)
+    >>> round(budget.estimate(("redlock", "client-pause")), 2)   # its experiment: (0.06 + 0.3) / 2
+    0.18
+    >>> round(budget.estimate(("pottery", "baseline")), 2)       # max(pottery 0.3, baseline 0.12)
+    0.3
+    >>> budget.estimate(("redlock", "short-ttl"))                 # no relative measured
+    0.5
     """
 
     cpus: float
@@ -90,9 +110,34 @@ class CpuBudget:
         self._measured.setdefault(kind, []).append(busy)
 
     def estimate(self, kind: Hashable) -> float:
-        """The mean measured busy fraction of ``kind``; the prior until one has finished."""
+        """The mean measured busy fraction of ``kind``; until one has finished, the larger of its
+        relatives' (:meth:`_relatives`), else the prior."""
         values = self._measured.get(kind)
-        return sum(values) / len(values) if values else self.prior
+        if values:
+            return sum(values) / len(values)
+        relatives = self._relatives(kind)
+        return max(relatives) if relatives else self.prior
+
+    def _relatives(self, kind: Hashable) -> list[float]:
+        """For each part of a tuple ``kind``, the mean of every measured kind with that part in that
+        place (a kind's mean counted once, however many trials it has): a backend's cost per trial
+        carries over between its experiments, an experiment's between backends, better than a prior
+        that knows neither. Replayed over the main command's trials in the order they finished (2 cores,
+        ×0.1, 533010a) it fell short of a kind's first measured trial for 13 of 27 kinds: by 0.15 at
+        most, but by 0.26 and 0.43 for pottery's (its thread pool is costlier than any relative); the
+        stall governor covers that, and each kind's first trial replaces the estimate."""
+        if not isinstance(kind, tuple):
+            return []
+        means = []
+        for place, part in enumerate(kind):
+            kin = [
+                sum(values) / len(values)
+                for other, values in self._measured.items()
+                if isinstance(other, tuple) and len(other) == len(kind) and other[place] == part
+            ]
+            if kin:
+                means.append(sum(kin) / len(kin))
+        return means
 
     def admits(self, *, running: Sequence[Hashable], kind: Hashable) -> bool:
         if not running:

@@ -23,6 +23,7 @@ from lockcompare.analysis.checker import TrialMetrics, check, unknown
 from lockcompare.analysis.history import Event
 from lockcompare.analysis.sentinel import TimingPlan, TimingVerdict, judge_timing, plan_from_settings
 from lockcompare.backends import BackendConfig, LockBackend, Traits, load_backend, traits_of
+from lockcompare.faults import continuer as continuers
 from lockcompare.faults import network, plan
 from lockcompare.faults.freeze import Freezer
 from lockcompare.faults.holders import LockHolders, key_glob
@@ -208,7 +209,10 @@ def _run_trial(
         started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         load_avg, others = os.getloadavg()[0], provenance.other_runs()
         wall_start = time.monotonic()
-        freezer = Freezer()  # its pause events join the history
+        # Its pause events join the history. Pauses the workers make themselves end in a process of
+        # the runner's own (faults/continuer.py), started now, not when the first worker waits on it.
+        self_stopping = any(worker_plan.pause_stops_itself and worker_plan.pause_ms > 0 for worker_plan in plans)
+        freezer = Freezer(continuer=continuers.shared() if self_stopping else None)
         with StopWatch() as stops:
             events, failure, isolation = run_workers(
                 plans,
