@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
@@ -175,23 +174,6 @@ def test_solo_trials_run_with_nothing_beside_them() -> None:
     assert sorted(peak) == sorted(specs)
     assert peak["solo0"] == peak["solo1"] == 1
     assert max(peak[s] for s in specs if s.startswith("a")) > 1
-
-
-def test_while_trials_run_a_new_one_starts_no_sooner_than_the_start_gap() -> None:
-    """Start bursts apart (scheduler.START_GAP_S); the trials still run side by side."""
-    started: dict[str, float] = {}
-    done: list[Finished] = []
-    held: dict[str, float] = {}
-    run_scheduled(
-        ["a", "b", "c", "d"], jobs=4, run_one=lambda s, c: time.sleep(0.4), clusters=_OneCluster(),
-        shape_for=lambda s: SHAPE, kind_of=lambda s: s, budget=CpuBudget(cpus=64),
-        on_start=lambda s, n: started.setdefault(s, time.monotonic()), on_done=done.append, on_cancel=lambda: None,
-        held=held, start_gap_s=0.1,
-    )  # fmt: skip
-    times = [started[s] for s in "abcd"]
-    assert all(later - earlier >= 0.1 for earlier, later in itertools.pairwise(times)), times
-    assert held["start gap"] > 0
-    assert max(f.jobs_concurrent for f in done) >= 3  # 0.4 s each, 0.1 s apart: side by side
 
 
 def test_a_worker_outlives_the_thread_that_first_needed_it() -> None:

@@ -34,14 +34,7 @@ from lockcompare.runner.outfile import claim_history_dir, history_dir, history_i
 from lockcompare.runner.plan import cluster_shape, lock_servers_of
 from lockcompare.runner.probes import probe_concurrently
 from lockcompare.runner.run_report import MatrixReport
-from lockcompare.runner.scheduler import (
-    START_GAP_S,
-    CpuBudget,
-    Finished,
-    StallGovernor,
-    prior_busy_fraction,
-    run_scheduled,
-)
+from lockcompare.runner.scheduler import CpuBudget, Finished, StallGovernor, prior_busy_fraction, run_scheduled
 from lockcompare.runner.trial import TrialResult, new_run_id, run_trial, save_history
 from lockcompare.scenario.limits import usable_cpus
 from lockcompare.scenario.trialspec import TrialSpec
@@ -167,7 +160,6 @@ class _LocalRun:
             held=self.held,
             on_unstartable=self.on_unstartable,
             cell_of=_cell_of,
-            start_gap_s=START_GAP_S,
         )
         self.meter.mark("trials")
 

@@ -163,13 +163,6 @@ class CpuBudget:
 #: short-ttl's margin is 10 ms, and 2.5 ms stalls are everyday on 2 cores with a few trials at
 #: once, so it ran the main command nearly serially (5 min instead of ~1.5) without changing a cell.
 BACK_OFF_SHARE = 0.5
-#: Seconds between two trial starts while trials run (the first starts at once). A trial's start is a
-#: burst — its cluster taken and flushed, its workers handed their plans, every connection opened —
-#: and eight trials started at the same instant stalled each other's first calls: in the README's
-#: main command at a783e8a, two of four timing marks left (ten runs: 8 with a marked cell) were a
-#: first acquire of round 0 in the first eight trials, all started together. 54 trials spread at this
-#: gap cost the run at most a few tenths of a second where they start together.
-START_GAP_S = 0.1
 #: Calm trials in a row (stall under BACK_OFF_SHARE) before one more trial may run at once again.
 CALM_TO_GROW = 3
 #: The share of the machine's CPU time that stood idle over a stalled trial above which its stall
@@ -280,7 +273,6 @@ def run_scheduled(
     held: dict[str, float] | None = None,
     on_unstartable: Callable[[list[S], str], None] | None = None,
     cell_of: Callable[[S], Hashable] | None = None,
-    start_gap_s: float = 0.0,
 ) -> None:
     """Run every spec with ``run_one(spec, cluster)``, at most ``jobs`` at once within ``budget``
     and the ``governor``'s limit (fed with ``stall_of(result)``: the share of its margin a finished
@@ -301,10 +293,6 @@ def run_scheduled(
     started it afresh, infra/pool.py) is handed to ``on_unstartable`` with every pending trial of
     its cell (``cell_of``, by default ``kind_of``) and the reason, and the run goes on without them;
     without ``on_unstartable`` the error stops the run.
-
-    While trials run, a new one starts no sooner than ``start_gap_s`` after the last start
-    (:data:`START_GAP_S`: start bursts apart); a slot that stands free meanwhile is counted as held
-    by the start gap.
     """
     if jobs < 1:
         raise ValueError(f"jobs must be >= 1, got {jobs}")
@@ -316,17 +304,12 @@ def run_scheduled(
     cell_key = cell_of or kind_of
     running: dict[Future[tuple[R, float, float]], _InFlight[S]] = {}
     finished = 0
-    last_start = -math.inf
     executor = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="trial")
     try:
         while pending or running:
             if expect is not None:  # acquire() takes its own shape off this list
                 expect([shape_of[id(spec)] for spec in pending])
-            gap_left = 0.0
             while pending and len(running) < min(jobs, governor.limit):
-                gap_left = last_start + start_gap_s - time.monotonic() if running else 0.0
-                if gap_left > 0:
-                    break
                 flights = list(running.values())
                 index = _next_admissible(pending, running=flights, solo=solo, kind_of=kind_of, budget=budget)
                 if index is None:
@@ -346,15 +329,12 @@ def run_scheduled(
                     spec=spec, cluster=cluster, kind=kind_of(spec), solo=solo(spec), peak=len(running) + 1
                 )
                 running[executor.submit(_measured, run_one, spec, cluster)] = flight
-                last_start = time.monotonic()
                 for other in running.values():
                     other.peak = max(other.peak, len(running))
             waiting_since = time.monotonic()
-            timeout = min(0.5, gap_left) if gap_left > 0 else 0.5
-            done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)  # a signal interrupts it
+            done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)  # a signal interrupts it
             if held is not None and pending and len(running) < jobs:
-                reason = "start gap" if gap_left > 0 else ""
-                reason = reason or _holder(pending, running=list(running.values()), governor=governor, solo=solo)
+                reason = _holder(pending, running=list(running.values()), governor=governor, solo=solo)
                 held[reason] = held.get(reason, 0.0) + (time.monotonic() - waiting_since) * (jobs - len(running))
             for future in done:
                 flight = running.pop(future)
