@@ -7,6 +7,7 @@ What each kind of fault is — its name, parameters, targets, inject and heal �
 - :mod:`~lockcompare.faults.plan` — from a schedule to the runner's steps, the workers' pauses and
   the servers a trial needs;
 - :mod:`~lockcompare.faults.freeze` — a real freeze of a worker process (SIGSTOP/SIGCONT);
+- :mod:`~lockcompare.faults.continuer` — the process that ends a pause on time, outside the runner's GIL;
 - :mod:`~lockcompare.faults.holders` — who holds the lock on each node, read ahead of a step;
 - :mod:`~lockcompare.faults.leases` — which lease each worker holds, in shared memory: the confirm
   a lease-aimed step makes when it acts;
