@@ -195,7 +195,10 @@ def _raise_priority() -> str:
 
 
 def _continue(pgid: int, path: str, value: str) -> str:
-    """SIGCONT the group (its own stop), then thaw its cgroup; what failed, or ``-``."""
+    """SIGCONT the group (its own stop), then thaw its cgroup; what failed, or ``-``. The same
+    continue as :func:`~lockcompare.infra.procgroup.signal_group` and :meth:`ClientCgroup.thaw`
+    make (the file and value come from ``ClientCgroup.thaw_write``), written out here because this
+    file runs with ``-I -S``, where lockcompare is not importable and a heavier start would delay it."""
     errors = []
     try:
         try:
