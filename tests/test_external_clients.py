@@ -30,6 +30,7 @@ from lockcompare.backends.external.named import ENV as NAMED_MANIFESTS
 from lockcompare.backends.external.shipped import clients_dir
 from lockcompare.backends.versions import client_versions
 from lockcompare.errors import BackendLoadError, BackendNotViableError, ExternalClientError
+from lockcompare.evaluation.conformance import Status, battery, check_property, property_named
 from lockcompare.faults.holders import LockHolders, key_glob
 from lockcompare.infra.cluster import Cluster, open_cluster
 from lockcompare.runner.matrix import run_matrix
@@ -141,6 +142,24 @@ def test_the_reference_client_grants_refuses_checks_and_releases(tmp_path: Path,
     assert a.before_write(lease) == Refusal("lost")  # type: ignore[attr-defined]
     assert [r["kind"] for r in a.drain_renewals()] == ["client"]
     assert a.take_library_ns() > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "says"),
+    [
+        ((), Status.PASS, "ms from the call"),
+        # 30 ms in the pipe, the TTL counted from after it: the battery cannot tell whose 30 ms they were.
+        (("--misbehave", "slow-pipe", "--delay-s", "0.03"), Status.SKIPPED, "could not tell in 3 leases"),
+        # 30 ms more than the TTL, from the library's own start: a FAIL whatever the hop.
+        (("--misbehave", "overstate", "--delay-s", "0.03"), Status.FAIL, "past it from the latest start"),
+    ],
+)
+def test_the_validity_property_credits_an_external_client_with_the_protocols_hop_and_no_more(
+    tmp_path: Path, cluster: Cluster, args: tuple[str, ...], status: Status, says: str
+) -> None:
+    with battery(spec=manifest(tmp_path, *args), node_urls=cluster.node_urls) as ctx:
+        result = check_property(property_named("lease_validity_is_within_the_ttl"), ctx)
+    assert result.status is status and says in result.evidence, result.evidence
 
 
 def test_the_handshake_refuses_a_client_whose_clock_is_not_clock_monotonic(tmp_path: Path, config) -> None:

@@ -10,9 +10,9 @@ import pytest
 
 from lockcompare.analysis.evidence import LEASE_TOLERANCE_MS, grant_depths_ms, grants_while_held
 from lockcompare.analysis.results import make_row
-from lockcompare.evaluation.backend_host import claims_of
+from lockcompare.evaluation.backend_host import Timed, claims_of
 from lockcompare.evaluation.card_lines import judge_experiments
-from lockcompare.evaluation.conformance import Status, battery, check_property, property_named
+from lockcompare.evaluation.conformance import Status, ValidityReach, battery, check_property, property_named
 from lockcompare.infra.cluster import Cluster
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment
@@ -35,6 +35,33 @@ def test_the_battery_fails_a_lease_8_ms_past_its_ttl_and_says_by_how_much(cluste
     assert "ms past the TTL (tolerance 5 ms, as the checker's)" in result.evidence
     past = float(result.evidence.split(": ")[-1].split(" ms past")[0])
     assert OVERSTATED_MS - 1 < past < OVERSTATED_MS + 1  # what it judged: the overstatement, within a ms
+
+
+def _reach(*, valid_ms: float, call_ms: float, library_ms: float | None) -> str:
+    """The validity property's judgement of a lease valid until ``valid_ms`` after a call that took
+    ``call_ms``, ``library_ms`` of it inside the library (None: a backend in the host's process)."""
+    timed = Timed(
+        value=None, t0_ns=0, t1_ns=int(call_ms * MS), library_ns=None if library_ms is None else int(library_ms * MS)
+    )
+    return ValidityReach.of(timed, int(valid_ms * MS)).judged(ttl_ms=1000, slack_ms=LEASE_TOLERANCE_MS)
+
+
+def test_a_lease_in_the_hosts_process_is_judged_from_its_call_exactly_at_the_tolerance() -> None:
+    tolerance = LEASE_TOLERANCE_MS
+    assert _reach(valid_ms=1000 + tolerance, call_ms=9, library_ms=None) == "within"
+    assert _reach(valid_ms=1000 + tolerance + 0.01, call_ms=9, library_ms=None) == "beyond"
+    assert _reach(valid_ms=0, call_ms=9, library_ms=None) == "beyond"  # expired before the call began
+
+
+def test_an_external_clients_hop_is_not_counted_against_it_nor_for_it() -> None:
+    past = 1000 + LEASE_TOLERANCE_MS + 3  # 3 ms past the tolerance, from the harness's call
+    # 4 ms of the call outside the library: the 3 ms may be the pipe's, not the library's.
+    assert _reach(valid_ms=past, call_ms=4.5, library_ms=0.5) == "unclear"
+    # 1 ms outside it: even from the latest start the library could have had, 2 ms too far.
+    assert _reach(valid_ms=past, call_ms=1.5, library_ms=0.5) == "beyond"
+    # A client that reports no library time: the whole call may be hop.
+    assert _reach(valid_ms=past, call_ms=4.5, library_ms=0) == "unclear"
+    assert _reach(valid_ms=1000, call_ms=4.5, library_ms=0.5) == "within"
 
 
 def test_the_checker_tolerates_a_grant_inside_the_tolerance_and_counts_one_past_it() -> None:

@@ -11,7 +11,9 @@ is the owner (``HSET`` + ``PEXPIRE`` in one script), to exercise hash-key fault 
 answers a line that is not JSON), ``late`` (acquire answers after ``--delay-s``), ``die`` (the
 process exits in the middle of an acquire), ``clock`` (hello reports the wall clock instead of
 CLOCK_MONOTONIC), ``exit-holding`` (exits ``--delay-s`` after a grant, as redis-semaphore does on a
-lost lock).
+lost lock), ``slow-pipe`` (each acquire waits ``--delay-s`` before its library call begins, as if the
+request had waited that long in the pipe: the TTL and ``library_ns`` count from after the wait),
+``overstate`` (a lease's ``valid_until`` ``--delay-s`` later than its TTL allows).
 """
 
 from __future__ import annotations
@@ -122,6 +124,9 @@ def main() -> None:
                     os._exit(3)
                 if opts.misbehave == "late":
                     time.sleep(opts.delay_s)
+                if opts.misbehave == "slow-pipe":
+                    time.sleep(opts.delay_s)
+                    t0 = time.monotonic_ns()
                 owner = secrets.token_hex(16)
                 key = stored(request["key"])
                 granted = node.call("EVAL", ACQUIRE_HASH if opts.hash else ACQUIRE, 1, key, owner, request["ttl_ms"])
@@ -129,7 +134,9 @@ def main() -> None:
                     reply({"id": rid, "ok": False, "reason": "held", "library_ns": time.monotonic_ns() - t0})
                     continue
                 held[owner] = key
-                reply({"id": rid, "ok": True, "owner": owner, "valid_until": t0 + request["ttl_ms"] * 1_000_000,
+                overstated = round(opts.delay_s * 1e9) if opts.misbehave == "overstate" else 0
+                reply({"id": rid, "ok": True, "owner": owner,
+                       "valid_until": t0 + request["ttl_ms"] * 1_000_000 + overstated,
                        "granted_by": [0], "library_ns": time.monotonic_ns() - t0})  # fmt: skip
                 if opts.misbehave == "exit-holding":
                     threading.Timer(opts.delay_s, os._exit, args=(1,)).start()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -109,6 +109,10 @@ class Timed:
     value: Any
     t0_ns: int
     t1_ns: int
+    #: Of ``t1_ns - t0_ns``, the time inside the lock's library, when the backend reports it (an
+    #: external client's ``library_ns``): the rest is the protocol's hop to the client and back,
+    #: which the harness spends, not the library. None: the whole call is the library's.
+    library_ns: int | None = None
 
 
 # --- the child side ------------------------------------------------------------------------------
@@ -125,13 +129,14 @@ def _serve(conn: Connection) -> None:
     cls: type[LockBackend] | None = None
     instances: dict[int, LockBackend] = {}
     ids = itertools.count()
-    send(conn, ("ready", None, 0, 0))  # the interpreter is up and lockcompare imported
+    send(conn, ("ready", None, 0, 0, None))  # the interpreter is up and lockcompare imported
     while True:
         try:
             op, args = conn.recv()
         except (EOFError, OSError):
             return
         t0 = time.monotonic_ns()
+        library_ns: int | None = None
         try:
             if op == "load":
                 cls = load_backend(args["spec"])
@@ -142,7 +147,10 @@ def _serve(conn: Connection) -> None:
                 instances[handle] = cls(config=args["config"])
                 value = handle
             elif op == "acquire":
-                value = _as_outcome(instances[args["handle"]].acquire(key=args["key"], ttl_ms=args["ttl_ms"]))
+                instance = instances[args["handle"]]
+                library = _library_clock(instance)
+                value = _as_outcome(instance.acquire(key=args["key"], ttl_ms=args["ttl_ms"]))
+                library_ns = library()
             elif op == "release":
                 try:
                     value = _as_bool(instances[args["handle"]].release(args["lease"]))
@@ -158,15 +166,28 @@ def _serve(conn: Connection) -> None:
                 value = None
             else:
                 raise ValueError(f"unknown host operation {op!r}")
-            reply: tuple[str, Any, int, int] = ("ok", value, t0, time.monotonic_ns())
+            reply: tuple[str, Any, int, int, int | None] = ("ok", value, t0, time.monotonic_ns(), library_ns)
         except LockcompareError as exc:  # load_backend's own one-line errors keep their type
-            reply = ("lockcompare-error", exc, t0, time.monotonic_ns())
+            reply = ("lockcompare-error", exc, t0, time.monotonic_ns(), None)
         except BaseException as exc:  # noqa: BLE001 - the backend's failure is the data we report
-            reply = ("raised", f"{type(exc).__name__}: {exc}", t0, time.monotonic_ns())
+            reply = ("raised", f"{type(exc).__name__}: {exc}", t0, time.monotonic_ns(), None)
         try:
             send(conn, reply)
         except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable exception: report it as text
-            send(conn, ("raised", f"{type(exc).__name__} while reporting the result: {exc}", t0, time.monotonic_ns()))
+            send(
+                conn,
+                ("raised", f"{type(exc).__name__} while reporting the result: {exc}", t0, time.monotonic_ns(), None),
+            )
+
+
+def _library_clock(instance: object) -> Callable[[], int | None]:
+    """For a backend that reports its library's time (an external client's ``take_library_ns``): a
+    function that returns the library's time since this call; else one that returns None."""
+    take = getattr(instance, "take_library_ns", None)
+    if not callable(take):
+        return lambda: None
+    take()  # what earlier calls spent (release, extend...) is not this call's
+    return take
 
 
 def claims_of(cls: type) -> Claims:
@@ -300,7 +321,7 @@ class BackendHost:
                 f"{what} did not return within {deadline_s:g} s (the backend's process was killed)"
             )
         try:
-            status, value, t0, t1 = conn.recv()
+            status, value, t0, t1, library_ns = conn.recv()
         except (OSError, EOFError):
             self._kill()
             raise BackendHostDied(f"{what}: the backend's process died (exit code {self._exitcode()})") from None
@@ -311,7 +332,7 @@ class BackendHost:
         if isinstance(value, _BadReturn):
             expected = "a bool" if op == "release" else "a Lease or a Refusal"
             raise BackendCallFailed(f"{what} returned {value}, not {expected}")
-        return Timed(value=value, t0_ns=t0, t1_ns=t1)
+        return Timed(value=value, t0_ns=t0, t1_ns=t1, library_ns=library_ns)
 
     @contextlib.contextmanager
     def frozen(self) -> Iterator[list[str]]:
