@@ -51,11 +51,15 @@ from lockcompare.scenario.settings import SETTING_COLUMNS
 BENCH_MAX_TTL_MS = 86_400_000
 
 
-#: How many timing-marked trials ``matrix --until-settled`` runs again alone after each round unless
-#: told otherwise (issue 52.3): a settled answer must not rest on a marked trial. A plain matrix reruns
-#: none by default: each rerun runs alone, and ten of them doubled the README's main command (82
-#: trials in 155 s from the wheel in CI) — a quick look names its marked cells instead.
-SETTLE_RERUN_MARKED = 10
+#: How many timing-marked trials ``matrix`` runs again at its end (under ``--until-settled``, after
+#: each round: issue 52.3) unless told otherwise, and how many of them at once: a cell's answer must
+#: not rest on a marked trial. Until issue 54 a plain matrix reran none, because reruns alone, ten of
+#: them, doubled the README's main command (82 trials in 155 s from the wheel in CI). Its marks are
+#: rarer now (0-3 trials of 54 a run, mean 1.2, in ten runs alone at a783e8a), and two reruns at once,
+#: none of the run's other trials beside them, came out unmarked as one alone does (five runs of the
+#: main command at c45b9e5: 35.1-41.6 s, no marked cell left; docs/sentinel.md for five at once).
+RERUN_MARKED = 10
+RERUN_JOBS = 2
 
 
 @app.command()
@@ -122,24 +126,24 @@ def matrix(
         ),
     ] = False,
     rerun_marked: Annotated[
-        int | None,
+        int,
         typer.Option(
             "--rerun-marked",
             help="Run again, at the end of the run and by themselves (--rerun-jobs at once), up to this many of "
             "its trials the timing sentinel marked (docs/sentinel.md): the rerun's row takes the marked row's "
-            "place, which moves to FILE.superseded.csv with its history. 0: none. Default: 0, and 10 after each "
-            "round of --until-settled (a settled answer must not rest on a marked trial).",
+            f"place, which moves to FILE.superseded.csv with its history. 0: none. Default: {RERUN_MARKED}; under "
+            "--until-settled, after each round (a cell's answer must not rest on a marked trial).",
         ),
-    ] = None,
+    ] = RERUN_MARKED,
     rerun_jobs: Annotated[
         int,
         typer.Option(
             "--rerun-jobs",
-            help="How many of the --rerun-marked trials run again at once, no other trial of the run beside them. "
-            "Default: 1, each alone (a rerun of a trial marked among many is rarely marked again among a few: "
-            "docs/sentinel.md).",
+            help="How many of the --rerun-marked trials run again at once, no other trial of the run beside them "
+            f"(1: each alone). Default: {RERUN_JOBS} (a rerun of a trial marked among many is rarely marked again "
+            "among a few: docs/sentinel.md).",
         ),
-    ] = 1,
+    ] = RERUN_JOBS,
     until_settled: UntilSettled = False,
     max_trials: MaxTrials = None,
     settle_below: SettleBelow = None,
@@ -161,8 +165,6 @@ def matrix(
         raise InvalidValueError("--allow-mixed-revisions takes the reason, recorded in every new row")
     check_count("trials", trials)
     check_count("jobs", jobs)
-    if rerun_marked is None:
-        rerun_marked = SETTLE_RERUN_MARKED if until_settled else 0
     if rerun_marked:
         check_count("trials", rerun_marked, flag="--rerun-marked")
     check_count("jobs", rerun_jobs, flag="--rerun-jobs")
