@@ -140,3 +140,31 @@ def test_rows_of_another_revision_are_refused_before_anything_runs(tmp_path: Pat
     assert rerun_marked.main([str(out)]) == 2
     assert "rows of revision deadbeef" in capsys.readouterr().err
     assert len(read_results(out)) == 1 and not superseded_path(out).exists()
+
+
+marked_reruns = _script("marked_reruns")
+
+
+def test_marked_reruns_counts_a_runs_reruns_and_names_what_marked_the_rows_they_replaced(
+    tmp_path: Path, capsys
+) -> None:
+    import csv
+
+    from lockcompare.runner.local_executor import RERUN_NOTE
+
+    def write(name: str, *rows: tuple[str, str, str, str, str]) -> None:
+        with (tmp_path / name).open("w", newline="") as fh:
+            csv.writer(fh).writerows([("backend", "experiment", "note", "timing_marked", "stall_at"), *rows])
+
+    write("run-01.csv", ("single", "baseline", "", "false", ""), ("pottery", "client-pause", RERUN_NOTE, "false", ""),
+          ("redlock", "short-ttl", RERUN_NOTE, "true", "w"))  # fmt: skip
+    write("run-01.superseded.csv", ("pottery", "client-pause", "", "true", "worker 1 round 0: release call"),
+          ("redlock", "short-ttl", "", "true", "w"))  # fmt: skip
+    write("run-02.csv", ("single", "baseline", "", "false", ""))
+    assert marked_reruns.main([str(tmp_path)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "run-01.csv: 2 run again, 1 still marked: pottery x client-pause (worker 1 round 0: release call); "
+        "redlock x short-ttl (w)",
+        "run-02.csv: 0 run again, 0 still marked",
+    ]
+    assert marked_reruns.main([str(tmp_path / "none")]) == 2
