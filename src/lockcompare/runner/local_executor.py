@@ -42,9 +42,12 @@ from lockcompare.scenario.trialspec import TrialSpec
 log = logging.getLogger("lockcompare")
 
 #: The note of a row that replaced a timing-marked one (``rerun_marked``); the marked row is in the
-#: .superseded file with its history.
+#: .superseded file with its history. Up to ``rerun_jobs`` reruns run at once: beside one another,
+#: never beside the run's other trials (rows written before issue 54 said "none of the run's other
+#: trials beside it", also of reruns made five at once).
 RERUN_NOTE = (
-    "run again after a timing-marked run, none of the run's other trials beside it (its row is in the .superseded file)"
+    "run again after a timing-marked run, beside no trial of the run but other reruns (its row is in the "
+    ".superseded file)"
 )
 
 #: Verdicts a run explains on stderr when it gives them: they are results, not failures, but a
