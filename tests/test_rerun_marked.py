@@ -9,9 +9,12 @@ import itertools
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from lockcompare.analysis import history, sentinel
 from lockcompare.analysis.results import history_file, read_results, superseded_path
+from lockcompare.cli import app
+from lockcompare.cli.measure import RERUN_JOBS
 from lockcompare.runner import trial
 from lockcompare.runner.local_executor import RERUN_NOTE
 from lockcompare.runner.matrix import run_matrix
@@ -54,6 +57,28 @@ def test_a_marked_trial_runs_again_alone_and_its_row_moves_to_the_superseded_fil
     old_history, new_history = history_file(old, results=out), history_file(rerun, results=out)
     assert old_history is not None and new_history is not None and old_history != new_history
     assert old_history.is_file() and new_history.is_file()  # each row keeps the history it was judged from
+
+
+def test_the_matrix_command_runs_its_marked_trials_again_without_being_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 54: matrix's defaults rerun the marked trials (up to RERUN_MARKED, RERUN_JOBS at once);
+    --rerun-marked 0 keeps the marked rows."""
+    _mark_the_first(3, monkeypatch)
+    args = ["matrix", "--backends", "single", "--experiments", "baseline", "--trials", "3", "--jobs", "3",
+            "--time-scale", "0.1", "--rounds", "3"]  # fmt: skip
+    out = tmp_path / "r.csv"
+    done = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    rows = read_results(out)
+    assert len(rows) == 3 and all(RERUN_NOTE in r["note"] and not sentinel.is_marked(r) for r in rows)
+    assert all(int(r["jobs_concurrent"]) <= RERUN_JOBS for r in rows)
+    assert len(read_results(superseded_path(out))) == 3
+    _mark_the_first(3, monkeypatch)
+    kept = tmp_path / "kept.csv"
+    done = CliRunner().invoke(app, [*args, "--rerun-marked", "0", "--out", str(kept)])
+    assert done.exit_code == 0, done.output
+    assert all(sentinel.is_marked(r) for r in read_results(kept)) and not superseded_path(kept).exists()
 
 
 def test_with_rerun_jobs_the_marked_trials_run_again_together_after_every_first_run_has_ended(
