@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 
 from lockcompare.backends import load_backend
-from lockcompare.evaluation.battery_base import RECOVERY_S, Status, _recovery_s
+from lockcompare.evaluation.battery_base import RECOVERY_S, Status, _elects, _recovery_s
 from lockcompare.evaluation.battery_log import BATTERY, BatteryLog
 from lockcompare.evaluation.card_lines import SESSION_EXPERIMENT, CardLine
 from lockcompare.evaluation.card_text import render_card
+from lockcompare.evaluation.conformance import survival_deadline_s
 from lockcompare.evaluation.evaluate import ReportCard, ends_sessions, scales_for
 from lockcompare.infra.zookeeper.server import RECONNECT_MS, RECOVERY_MS
 from lockcompare.render.timeline import load_history, render_timeline
@@ -63,6 +64,21 @@ def test_a_node_loss_check_allows_what_the_kind_says_its_recovery_takes() -> Non
     assert RECOVERY_MS / 1000 > RECOVERY_S and RECONNECT_MS > 0
     assert _recovery_s(_ctx("redis")) == (RECOVERY_S, 0.0)  # a kind that says nothing: the battery's own
     assert _recovery_s(_ctx(None)) == (RECOVERY_S, 0.0)
+    # Only servers that elect are waited for: Redis's independent nodes have no leader to wait for.
+    assert _elects(_ctx("zookeeper")) and not _elects(_ctx("redis")) and not _elects(_ctx(None))
+
+
+def test_a_client_is_given_as_long_to_come_back_as_the_servers_took_to_elect() -> None:
+    """Issue 54: zk-lock's card failed "survives the loss of a minority" once because its ensemble
+    elected 26.8 s after the crash, past the 20 s allowance, and kazoo's backoff then outlasted the
+    rest of the 41 s: the servers' slowness was charged to the lock."""
+    election_s, reconnect_s = RECOVERY_MS / 1000, RECONNECT_MS / 1000
+    plain = survival_deadline_s(election_s=election_s, reconnect_s=reconnect_s, leader_after_s=None)
+    assert plain == 2 * election_s + reconnect_s  # the rule as it was: twice the election, and the reconnect
+    assert survival_deadline_s(election_s=election_s, reconnect_s=reconnect_s, leader_after_s=1.0) == plain
+    assert survival_deadline_s(election_s=election_s, reconnect_s=reconnect_s, leader_after_s=26.8) == pytest.approx(
+        2 * 26.8 + reconnect_s
+    )
 
 
 def test_session_kill_is_on_the_card_wherever_the_servers_can_end_a_session() -> None:

@@ -231,6 +231,14 @@ def _recovery_s(ctx: BatteryContext) -> tuple[float, float]:
     return max(RECOVERY_S, capabilities.recovery_ms / 1000), capabilities.reconnect_ms / 1000
 
 
+def _elects(ctx: BatteryContext) -> bool:
+    """Do the backend's lock nodes elect a leader after losing one (their kind declares how long that
+    may take, ``recovery_ms``: ZooKeeper's)? Independent nodes (a Redlock's) elect nothing."""
+    servers = ctx.claims.servers
+    kind = kind_speaking(servers) if isinstance(servers, str) else None
+    return kind is not None and kind.capabilities.recovery_ms > 0
+
+
 def _first_lease(ctx: BatteryContext, instance: RemoteBackend, *, key: str, ttl_ms: int, doing: str) -> Lease:
     """A fresh client's first acquire of a free lock. Where the kind's clients take a while to
     connect (its ``reconnect_ms``: ZooKeeper's), a refusal that is not ``held`` is retried for that
@@ -249,17 +257,13 @@ def _lease_within(
     within_s: float,
     doing: str,
     ttl_ms: int = TTL_MS,
-    on_refused: Callable[[], None] | None = None,
 ) -> Lease:
-    """Acquire, retrying refusals that are not ``held`` for up to ``within_s`` (a leader election);
-    ``on_refused`` runs after each refusal that is retried."""
+    """Acquire, retrying refusals that are not ``held`` for up to ``within_s`` (a leader election)."""
     deadline = time.monotonic() + within_s
     while True:
         outcome = instance.acquire(key=key, ttl_ms=ttl_ms)
         if isinstance(outcome, Lease) or outcome.reason == "held" or time.monotonic() > deadline:
             return _lease(outcome, f"{doing} (retried for {within_s:g} s)" if within_s else doing)
-        if on_refused is not None:
-            on_refused()
         time.sleep(0.05)
 
 
@@ -290,10 +294,6 @@ class RoleWatch:
             self._log.step(t0=t0, fault="roles", action="read", roles=roles.as_event())
         self._last = roles
         return roles
-
-    def note(self) -> None:
-        """:meth:`read`, for a retry loop (what it read is in the history)."""
-        self.read()
 
     def said(self) -> str:
         """The latest reading, for a failure's evidence ("" when none)."""
