@@ -40,9 +40,10 @@ def test_resume_onto_rows_of_another_revision_is_refused_unless_a_reason_is_give
     )  # fmt: skip
     assert result.exit_code == 2 and "holds trials of revision" in result.stderr, result.output
     assert len(read_results(out)) == 1  # refused before anything ran
-    result = CliRunner().invoke(
+    result = CliRunner().invoke(  # --rerun-marked 0: the notes below are the resume's, not a rerun's
         app, ["matrix", "--backends", "single", "--experiments", "baseline", "--trials", "2", "--time-scale", "0.1",
-              "--rounds", "3", "--out", str(out), "--resume", "--allow-mixed-revisions", "a docs-only commit"],
+              "--rounds", "3", "--out", str(out), "--resume", "--allow-mixed-revisions", "a docs-only commit",
+              "--rerun-marked", "0"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     rows = read_results(out)
