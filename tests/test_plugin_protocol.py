@@ -93,11 +93,13 @@ def test_the_plugin_protocol_runs_the_matrix_for_its_backend_and_its_external_cl
         assert row["server_version"].startswith("tinylock 1.0 + "), row["server_version"]  # asked of its kind
         # Judged (a verdict about the lock, whichever: on a loaded machine a 100 ms lease may lapse).
         assert row["verdict"] != "unknown" and not row["problem"], (row["verdict"], row["problem"])
-    # Its own servers were the lock nodes (one per trial: the kind's LockNodes default, and one for a
-    # timing-marked trial that matrix ran again at its end), and none is left.
+    # Its own servers were the lock nodes (one per trial run side by side: the kind's LockNodes default;
+    # a timing-marked trial that matrix ran again at its end took a cluster from the pool, a new one or
+    # one a trial had left healthy), and none is left.
     traced = _traced(tmp_path)
     reruns = sum(RERUN_NOTE in row["note"] for row in rows)
-    assert [name for _, name in traced] == ["tinylock-node0"] * (len(rows) + reruns), traced
+    assert {name for _, name in traced} == {"tinylock-node0"}, traced
+    assert len(rows) <= len(traced) <= len(rows) + reruns, (traced, reruns)
     assert [pid for pid, _ in traced if process_alive(pid)] == []
 
 
