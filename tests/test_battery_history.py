@@ -18,9 +18,9 @@ import pytest
 from lockcompare.backends import load_backend
 from lockcompare.evaluation.battery_base import RECOVERY_S, Status, _elects, _recovery_s
 from lockcompare.evaluation.battery_log import BATTERY, BatteryLog
+from lockcompare.evaluation.battery_timing import survival_deadline_s
 from lockcompare.evaluation.card_lines import SESSION_EXPERIMENT, CardLine
 from lockcompare.evaluation.card_text import render_card
-from lockcompare.evaluation.conformance import survival_deadline_s
 from lockcompare.evaluation.evaluate import ReportCard, ends_sessions, scales_for
 from lockcompare.infra.zookeeper.server import RECONNECT_MS, RECOVERY_MS
 from lockcompare.render.timeline import load_history, render_timeline

@@ -11,8 +11,9 @@ import pytest
 from lockcompare.analysis.evidence import LEASE_TOLERANCE_MS, grant_depths_ms, grants_while_held
 from lockcompare.analysis.results import make_row
 from lockcompare.evaluation.backend_host import Timed, claims_of
+from lockcompare.evaluation.battery_timing import ValidityReach
 from lockcompare.evaluation.card_lines import judge_experiments
-from lockcompare.evaluation.conformance import Status, ValidityReach, battery, check_property, property_named
+from lockcompare.evaluation.conformance import Status, battery, check_property, property_named
 from lockcompare.infra.cluster import Cluster
 from lockcompare.runner.trial import new_run_id, run_trial
 from lockcompare.scenario.experiments import get_experiment
