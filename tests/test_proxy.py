@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import statistics
+import threading
 import time
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ from lockcompare.infra.proxy import LinkProxy, ProxyError, ProxySet, port_of
 from lockcompare.infra.redis.client import connect
 from lockcompare.infra.redis.kind import redis_protocol_binary
 from lockcompare.infra.redis.server import RedisServer
+from lockcompare.infra.spawned import free_port, release_port
 from test_lifecycle import alive as process_exists  # a reaped or zombie process is gone
 
 #: Long enough that a busy machine's scheduling noise (tens of ms in CI) stays inside the ±10 % the
@@ -313,3 +315,51 @@ def test_proxy_set_gives_each_worker_its_own_link_to_each_node(server: RedisServ
             assert ping_url(urls[0][1])
     finally:
         other.cleanup()
+
+
+def _echo_once_on(port: int, *, after_s: float) -> threading.Thread:
+    """A target that starts listening on ``port`` only ``after_s`` from now and echoes one chunk."""
+
+    def serve() -> None:
+        time.sleep(after_s)
+        with socket.create_server(("127.0.0.1", port)) as listener:
+            listener.settimeout(5)
+            conn, _ = listener.accept()
+            with conn:
+                conn.sendall(conn.recv(100))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_peer_links_refused_connect_is_tried_again_until_the_target_listens() -> None:
+    # A ZooKeeper follower dials its new leader tens of ms before the leader listens (peerlinks.py):
+    # through the proxy, its connection waits for the port, with the bytes it sent meanwhile.
+    port = free_port()
+    try:
+        with LinkProxy(target_port=port, name="late-target", refused_wait_s=1.0) as proxy:
+            assert proxy.port is not None
+            target = _echo_once_on(port, after_s=0.3)
+            with socket.create_connection(("127.0.0.1", proxy.port), timeout=3) as client:
+                client.sendall(b"hello")  # before the target listens
+                assert client.recv(100) == b"hello"
+            target.join(timeout=5)
+    finally:
+        release_port(port)
+
+
+def test_a_refused_connect_closes_a_client_link_at_once_and_a_peer_link_after_its_wait() -> None:
+    port = free_port()  # nothing listens there
+    try:
+        closed_after: dict[float, float] = {}
+        for wait_s in (0.0, 1.0):
+            with LinkProxy(target_port=port, name=f"refused-{wait_s}", refused_wait_s=wait_s) as proxy:
+                assert proxy.port is not None
+                with socket.create_connection(("127.0.0.1", proxy.port), timeout=3) as client:
+                    t0 = time.monotonic()
+                    assert client.recv(100) == b""  # closed by the proxy, not left open
+                    closed_after[wait_s] = time.monotonic() - t0
+        assert closed_after[0.0] < 0.9 and 1.0 <= closed_after[1.0] < 3.0, closed_after
+    finally:
+        release_port(port)

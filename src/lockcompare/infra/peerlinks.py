@@ -37,6 +37,16 @@ if TYPE_CHECKING:
     from lockcompare.infra.kinds import Server
 
 
+#: How long a peer's connect to a server whose port refuses it is tried again before the proxy
+#: closes it. A proxy accepts at once, so without this a refusal reaches the peer as a connection
+#: that opened and closed: a ZooKeeper follower that dials its new leader before the leader listens
+#: (tens of ms) takes the close for a failed leader and starts an election over, where a refusal
+#: would have had it retry its connect (every 100 ms). Five-server ensembles losing their leader
+#: and a follower then took 5.5-16 s to serve again, in steps of initLimit (5 s), instead of
+#: 0.3-0.6 s (results/derived/zk-election.txt). A dead peer's connects are closed after this long.
+REFUSED_WAIT_S = 1.0
+
+
 class PeerLinks:
     """The proxies in front of a cluster's servers' peer ports (member index -> its links)."""
 
@@ -52,7 +62,10 @@ class PeerLinks:
 
     def add(self, *, member: int, target_port: int) -> int:
         """A proxy in front of ``member``'s peer port ``target_port``; its own port (what peers dial)."""
-        link = LinkProxy(target_port=target_port, name=f"{self.name}-m{member}-{target_port}", host=self._host)
+        link = LinkProxy(
+            target_port=target_port, name=f"{self.name}-m{member}-{target_port}", host=self._host,
+            refused_wait_s=REFUSED_WAIT_S,
+        )  # fmt: skip
         link.start()
         self._links.setdefault(member, []).append(link)
         assert link.port is not None

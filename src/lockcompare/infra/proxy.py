@@ -142,9 +142,14 @@ class LinkProxy:
     :class:`ProxyHost` it is one link of that process (what :class:`ProxySet` does).
     """
 
-    def __init__(self, *, target_port: int, name: str, host: ProxyHost | None = None) -> None:
+    def __init__(
+        self, *, target_port: int, name: str, host: ProxyHost | None = None, refused_wait_s: float = 0.0
+    ) -> None:
         self.target_port = target_port
         self.name = name
+        #: How long a connect the target refuses is tried again before the caller's connection is
+        #: closed; 0 (a client's link): at once, as a refusal would reach it.
+        self.refused_wait_s = refused_wait_s
         self._own_host = host is None
         self._host = host if host is not None else ProxyHost(name=name)
         self.port: int | None = None
@@ -168,7 +173,7 @@ class LinkProxy:
         if self._own_host:
             self._host.start()
         try:
-            self.port = int(self._host.call("add", target_port=self.target_port))
+            self.port = int(self._host.call("add", target_port=self.target_port, refused_wait_s=self.refused_wait_s))
         except BaseException:
             if self._own_host:
                 self._host.stop()

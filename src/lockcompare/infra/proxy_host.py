@@ -22,6 +22,8 @@ _LOOPBACK = "127.0.0.1"
 _BACKLOG = 128
 #: SO_LINGER on, 0 s: close() sends an RST instead of a FIN.
 _LINGER_RST = struct.pack("ii", 1, 0)
+#: How often a link with a refused wait tries its target again.
+_REFUSED_RETRY_S = 0.02
 
 
 # --------------------------------------------------------------------------------------------
@@ -210,9 +212,12 @@ class _Conn:
 class _Link:
     """One listening port forwarding to one target port, with its fault state."""
 
-    def __init__(self, *, loop: asyncio.AbstractEventLoop, target_port: int) -> None:
+    def __init__(self, *, loop: asyncio.AbstractEventLoop, target_port: int, refused_wait_s: float = 0.0) -> None:
         self.loop = loop
         self.target_port = target_port
+        #: How long a connect the target refuses is tried again before the client's connection is
+        #: closed (0: closed at once). See :data:`lockcompare.infra.peerlinks.REFUSED_WAIT_S`.
+        self.refused_wait_s = refused_wait_s
         self.delay_s = 0.0
         self.delay_nulls = True
         #: How late each client byte reaches the target (a request delayed on the wire): 0 = at once.
@@ -256,7 +261,7 @@ class _Link:
                 conn.source = await self.loop.run_in_executor(None, self._identify, conn)
                 conn.identifying = False
             server_side = _Side(conn, upstream=True)
-            await self.loop.create_connection(lambda: server_side, _LOOPBACK, self.target_port)
+            await self._connect_target(conn, server_side)
         except OSError:
             conn.close(rst=False)  # target down: the client sees its connection closed
             return
@@ -265,6 +270,19 @@ class _Link:
             server_side.transport.close()
             return
         conn.server_connected(server_side)
+
+    async def _connect_target(self, conn: _Conn, side: _Side) -> None:
+        """Connect ``side`` to the target; a refusal is tried again every :data:`_REFUSED_RETRY_S`
+        for :attr:`refused_wait_s` while the client stays (the client's bytes wait in pending)."""
+        give_up = self.loop.time() + self.refused_wait_s
+        while True:
+            try:
+                await self.loop.create_connection(lambda: side, _LOOPBACK, self.target_port)
+                return
+            except ConnectionRefusedError:
+                if conn.closed or self.loop.time() >= give_up:
+                    raise
+            await asyncio.sleep(_REFUSED_RETRY_S)
 
     def cut_sources(self, *, members: frozenset[int], pids: dict[int, int], sources: Mapping[int, int]) -> None:
         """Cut the connections from ``members`` (servers by index) to this link. ``sources``: the
@@ -374,7 +392,11 @@ class _Host:
 
     def _do(self, op: str, args: Mapping[str, Any]) -> object:  # Any: unpickled from the control pipe
         if op == "add":
-            link = _Link(loop=self.loop, target_port=int(args["target_port"]))
+            link = _Link(
+                loop=self.loop,
+                target_port=int(args["target_port"]),
+                refused_wait_s=float(args.get("refused_wait_s", 0.0)),
+            )
             self.links[link.port] = link
             return link.port
         if op == "stop":
