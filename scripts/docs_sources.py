@@ -73,6 +73,7 @@ OTHER_RUN = {
     "results/derived/evaluate-quick.txt": "an evaluate card's output",
     "results/derived/main-pattern.txt": "the README's main command ten times (scripts/main_pattern.py)",
     "results/derived/main-pattern-reruns.txt": "the README's main command ten times, marked trials run again",
+    "results/derived/zk-election.txt": "a ZooKeeper election timed with and without the peer links' refused wait",
     "results/derived/rejudged-timing.txt": "the timing sentinel's re-judging study",
     "results/derived/trial-cpu.csv": "a CPU-per-trial study of the README's main command (two revisions)",
     "results/derived/trials-per-hour.csv": "a throughput study over three runs",

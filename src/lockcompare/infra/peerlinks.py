@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 #: that opened and closed: a ZooKeeper follower that dials its new leader before the leader listens
 #: (tens of ms) takes the close for a failed leader and starts an election over, where a refusal
 #: would have had it retry its connect (every 100 ms). Five-server ensembles losing their leader
-#: and a follower then took 5.5-16 s to serve again, in steps of initLimit (5 s), instead of
-#: 0.3-0.6 s (results/derived/zk-election.txt). A dead peer's connects are closed after this long.
+#: and a follower then took 5.6-16.1 s to serve again, in steps of initLimit (5 s), instead of
+#: 0.3-0.4 s (results/derived/zk-election.txt). A dead peer's connects are closed after this long.
 REFUSED_WAIT_S = 1.0
 
 
