@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import fcntl
 import functools
 import importlib.machinery
@@ -32,23 +31,7 @@ from types import FrameType
 
 from lockcompare import interrupts
 from lockcompare.infra.procgroup import kill_group, signal_group, sweep_group
-from lockcompare.processes import process_alive
-
-_PR_SET_PDEATHSIG = 1
-
-# Looked up once in the parent, so that a child does as little as possible between fork and exec.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-
-def die_with_parent(sig: int = signal.SIGKILL, *, parent_pid: int | None = None) -> None:
-    """Ask the kernel to send ``sig`` (SIGKILL) to the calling process when its parent exits (Linux).
-
-    ``parent_pid``: the parent that forked us. One that died before the request (SIGKILLed while
-    the child was between fork and here) sends nothing: the child exits at once instead (seen: a
-    redis-server outlived a run SIGKILLed at 3 s on a loaded machine, issue 49)."""
-    _prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(1)
+from lockcompare.processes import die_with_parent, process_alive
 
 
 def dying_with_this_process() -> Callable[[], None]:
