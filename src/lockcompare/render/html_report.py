@@ -50,6 +50,7 @@ from lockcompare.render.html_trial import (
     trial_page,
     trial_page_name,
 )
+from lockcompare.render.pool import run_pieces
 from lockcompare.scenario.settings import SETTING_COLUMNS
 
 HTML_DIR = "html"
@@ -83,14 +84,7 @@ def write_html_report(*, rows: Sequence[dict[str, Any]], results: Path, out: Pat
     (part / "cells").mkdir(parents=True)
     (part / "trials").mkdir()
     cells = group_cells(rows)
-    for cell in cells:
-        stories = {str(row["trial_id"]): read_story(row, results=results) for row in cell.rows}  # one cell's at a time
-        (part / "cells" / cell_page_name(cell)).write_text(_cell_page(cell, stories=stories), encoding="utf-8")
-        for i, row in enumerate(cell.rows):
-            neighbours = (cell.rows[i - 1] if i else None, cell.rows[i + 1] if i + 1 < len(cell.rows) else None)
-            story = stories[str(row["trial_id"])]
-            text = trial_page(row, cell=cell, results=results, story=story, neighbours=neighbours)
-            (part / "trials" / trial_page_name(row)).write_text(text, encoding="utf-8")
+    run_pieces(_write_cell_pages, [(cell, results, part) for cell in cells])
     index = _index_page(rows, cells=cells, results=results, absent=absent)
     (part / "index.html").write_text(index, encoding="utf-8")
     (part / MARKER).write_text("written by lockcompare report\n", encoding="utf-8")
@@ -104,6 +98,18 @@ def write_html_report(*, rows: Sequence[dict[str, Any]], results: Path, out: Pat
     else:
         part.rename(out)
     return out
+
+
+def _write_cell_pages(cell: Cell, results: Path, part: Path) -> None:
+    """A cell's page and its trials' pages, into the folder ``part`` (a piece of render/pool.py's work;
+    one cell's histories in memory at a time)."""
+    stories = {str(row["trial_id"]): read_story(row, results=results) for row in cell.rows}
+    (part / "cells" / cell_page_name(cell)).write_text(_cell_page(cell, stories=stories), encoding="utf-8")
+    for i, row in enumerate(cell.rows):
+        neighbours = (cell.rows[i - 1] if i else None, cell.rows[i + 1] if i + 1 < len(cell.rows) else None)
+        story = stories[str(row["trial_id"])]
+        text = trial_page(row, cell=cell, results=results, story=story, neighbours=neighbours)
+        (part / "trials" / trial_page_name(row)).write_text(text, encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from lockcompare.analysis.cells import Cell, group_cells, slug
 from lockcompare.analysis.history import Event
 from lockcompare.analysis.stats import MeanCI, mean_ci
 from lockcompare.errors import InvalidValueError, PlotDependencyError, RenderError
+from lockcompare.render.pool import run_pieces
 
 INSTALL_HINT = "plots need matplotlib: pip install 'lockcompare[plot]'"
 
@@ -141,10 +142,13 @@ def plot_matrix(rows: Sequence[dict[str, Any]], *, out: Path) -> list[Path]:
     if not cells:
         raise RenderError("no trials to plot")
     experiments = list(dict.fromkeys(c.experiment for c in cells))
-    return [
-        _plot_experiment([c for c in cells if c.experiment == exp], experiment=exp, path=out / matrix_png_name(exp))
-        for exp in experiments
-    ]
+    pieces = [([c for c in cells if c.experiment == exp], exp, out / matrix_png_name(exp)) for exp in experiments]
+    return run_pieces(_draw_experiment, pieces)
+
+
+def _draw_experiment(cells: list[Cell], experiment: str, path: Path) -> Path:
+    """One experiment's PNG (a piece of render/pool.py's work)."""
+    return _plot_experiment(cells, experiment=experiment, path=path)
 
 
 def matrix_png_name(experiment: str) -> str:
@@ -243,6 +247,9 @@ FAULT = "#807dba"  # violet: never mistaken for the red of a conflict
 LABEL_GAP_PX = 30
 #: The share of the figure's width the plotting area takes (the rest: lane names, margins).
 AXES_SHARE = 0.85
+#: How far outside the window (a share of its width) an artist is still drawn: a marker is at most
+#: a few dozen px wide, the plotting area several hundred.
+EDGE_SHARE = 0.05
 
 
 def plot_timeline(
@@ -314,6 +321,14 @@ class _Legend:
         if (lo if hi is None else hi) >= self.window.from_ms and lo <= self.window.to_ms:
             self.entries.setdefault(label, handle)
 
+    def near(self, lo: float, hi: float | None = None) -> bool:
+        """Whether an artist spanning ``lo``..``hi`` (a point: ``lo``) can show in the window: it is
+        drawn only then. A trial's history is many windows long, and drawing what the axes clip
+        away cost most of a picture's time; the margin keeps a marker whose centre lies just
+        outside, and shows partly."""
+        margin = EDGE_SHARE * (self.window.to_ms - self.window.from_ms)
+        return (lo if hi is None else hi) >= self.window.from_ms - margin and lo <= self.window.to_ms + margin
+
 
 def _draw_faults(ax: Any, history: Sequence[Event], *, legend: _Legend) -> None:
     window = legend.window
@@ -336,6 +351,8 @@ def _draw_faults(ax: Any, history: Sequence[Event], *, legend: _Legend) -> None:
 
 def _draw_crowding(ax: Any, history: Sequence[Event], *, legend: _Legend) -> None:
     for lo, hi in incidents.crowded_spans(incidents.sections(history)):
+        if not legend.near(lo, hi):
+            continue
         handle = ax.axvspan(lo, hi, color=CROWDED, alpha=0.15, lw=0)
         legend.add("conflict: two or more inside", handle, lo, hi)
 
@@ -352,6 +369,8 @@ def _draw_rounds(
             continue
         y = lanes[e["worker"]]
         t0, t1 = incidents.ms(e["t0"], origin), incidents.ms(e["t1"], origin)
+        if not legend.near(t0, _acquire_reach_ms(e, origin=origin, released=released, end=end, ttl_ms=ttl_ms)):
+            continue
         (wait,) = ax.plot([t0, t1], [y - 0.3, y - 0.3], color="#969696", lw=1)
         legend.add("waiting to acquire", wait, t0, t1)
         if not e.get("ok"):
@@ -374,8 +393,24 @@ def _draw_rounds(
             legend.add("key expires on nodes (attempt+TTL)", tick, x)
 
 
+def _acquire_reach_ms(
+    e: Event, *, origin: int, released: dict[tuple[int, int], int], end: int, ttl_ms: float | None
+) -> float:
+    """The latest time an acquire's artists reach (its lease, its key's expiry on the nodes), in ms."""
+    reach = [incidents.ms(e["t1"], origin)]
+    if e.get("ok"):
+        deadline = e.get("valid_until")
+        reach.append(incidents.ms(deadline if deadline is not None else released.get((e["worker"], e["round"]), end),
+                                  origin))  # fmt: skip
+    if ttl_ms is not None and e.get("t_attempt") is not None:
+        reach.append(incidents.ms(e["t_attempt"], origin) + ttl_ms)
+    return max(reach)
+
+
 def _draw_sections(ax: Any, history: Sequence[Event], *, lanes: dict[int, int], legend: _Legend) -> None:
     for s in incidents.sections(history):
+        if not legend.near(s.start_ms, s.end_ms):
+            continue
         handle = ax.broken_barh([(s.start_ms, s.end_ms - s.start_ms)], (lanes[s.worker] - 0.14, 0.28),
                                 facecolor=SECTION, hatch="//" if s.open else None)  # fmt: skip
         legend.add("critical section (enter to exit)", handle, s.start_ms, s.end_ms)
@@ -390,6 +425,8 @@ def _draw_steps(ax: Any, history: Sequence[Event], *, lanes: dict[int, int], leg
             continue
         y = lanes[e["worker"]]
         t = incidents.midpoint_ms(e, origin)
+        if not legend.near(incidents.ms(e["t0"], origin), incidents.ms(e["t1"], origin)):
+            continue
         if e["kind"] == "pause":
             t0, t1 = incidents.ms(e["t0"], origin), incidents.ms(e["t1"], origin)
             handle = ax.broken_barh([(t0, t1 - t0)], (y - 0.38, 0.16),
@@ -409,6 +446,8 @@ def _draw_steps(ax: Any, history: Sequence[Event], *, lanes: dict[int, int], leg
                 labels.append((y, t, f"w={e['value']}"))
     for e in incidents.overwriting_writes(history):
         t = incidents.midpoint_ms(e, origin)
+        if not legend.near(t):
+            continue
         (ring,) = ax.plot([t], [lanes[e["worker"]]], "o", mfc="none", mec=REJECTED, mew=2, ms=15)
         legend.add("write that lost an update", ring, t)
     _draw_values(ax, labels, window=legend.window)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lockcompare.analysis.cells import CONDITION_COLUMNS, Cell, group_cells, setting_text
+from lockcompare.analysis.history import Event
 from lockcompare.analysis.reproduce import matrix_command, settings_key
 from lockcompare.analysis.results import PROVENANCE_COLUMNS as ROW_PROVENANCE
 from lockcompare.analysis.results import history_file, latest_rows, read_results
@@ -31,6 +32,7 @@ from lockcompare.render import table
 from lockcompare.render.glance import GLANCE_PNG, plot_glance
 from lockcompare.render.html_report import ABSENT_WHY, HTML_DIR, write_html_report
 from lockcompare.render.plots import matrix_png_name, plot_matrix, plot_timeline, require_matplotlib
+from lockcompare.render.pool import run_pieces
 from lockcompare.render.staging import staged_folder
 from lockcompare.render.table import markdown_text
 from lockcompare.render.timeline import load_history
@@ -114,12 +116,9 @@ def _render_into(
     they will be read); the Markdown first. ``plots`` False: no PNG (matplotlib is missing)."""
     pngs = [plot_glance(rows, out=into / GLANCE_PNG), *plot_matrix(rows, out=into)] if plots else []
     cells = group_cells(rows)
-    timelines: dict[str, str] = {}  # cell name -> its Markdown paragraph
-    for cell in cells:
-        text, png = _timeline_section(cell, results=results, out=out, into=into, plots=plots)
-        timelines[cell.name] = text
-        if png is not None:
-            pngs.append(png)
+    sections = [_timeline_section(cell, results=results, out=out, into=into, plots=plots) for cell in cells]
+    timelines = {cell.name: text for cell, (text, _) in zip(cells, sections, strict=True)}  # its Markdown paragraph
+    pngs += run_pieces(_draw_timeline, [drawing for _, drawing in sections if drawing is not None])
     markdown = render_markdown(
         rows=rows, cells=cells, results=results, out=out, pngs=pngs, timelines=timelines, absent=absent
     )
@@ -200,9 +199,16 @@ def _first_lost(cell: Cell) -> dict[str, Any] | None:
     return next((r for r in cell.rows if r["lost_updates"] > 0 and r["verdict"] != "unknown"), None)
 
 
+def _draw_timeline(history: list[Event], out: Path, title: str, ttl_ms: float | None) -> Path:
+    """One cell's timeline PNG (a piece of render/pool.py's work)."""
+    return plot_timeline(history, out=out, title=title, ttl_ms=ttl_ms)
+
+
 def _timeline_section(
     cell: Cell, *, results: Path, out: Path, into: Path, plots: bool = True
-) -> tuple[str, Path | None]:
+) -> tuple[str, tuple[list[Event], Path, str, float | None] | None]:
+    """The cell's timeline paragraph, and the arguments of :func:`_draw_timeline` for its picture
+    (None: no picture)."""
     row = _first_lost(cell)
     if row is None:
         return "", None
@@ -226,15 +232,11 @@ def _timeline_section(
         return f"{facts}\n\n(The history is empty, so there is no picture.)", None
     if not plots:
         return f"{facts}\n\n{NO_PICTURE}", None
-    png = plot_timeline(
-        history,
-        out=into / timeline_png_name(cell),
-        title=f"{cell_title(cell)}: {row['trial_id']}",
-        ttl_ms=row["ttl_ms"],
-    )
+    png = into / timeline_png_name(cell)
+    drawing = (list(history), png, f"{cell_title(cell)}: {row['trial_id']}", row["ttl_ms"])
     picture = f"![timeline of {markdown_text(row['trial_id'])}]({png.name})"
     redraw = code(f"lockcompare history {row['history']} --plot {png.name} --from-ms A --to-ms B")
-    return f"{facts}\n\n{picture}\n\nAnother window, from the CSV's folder: {redraw}.", png
+    return f"{facts}\n\n{picture}\n\nAnother window, from the CSV's folder: {redraw}.", drawing
 
 
 def render_markdown(
