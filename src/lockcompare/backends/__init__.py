@@ -285,6 +285,8 @@ def probe_import(module_name: str, *, label: str, timeout_s: float = PLUGIN_IMPO
             raise
         time.sleep(0.05)  # a child forked just before the exit gets to appear in the group
         left = _kill_group(proc.pid, signal.SIGKILL)
+        if left:  # a SIGKILL is sent, not awaited: "stopped it" is said once the processes are gone
+            _wait_group_gone(proc.pid)
         if code is None:
             proc.wait()
             raise BackendLoadError(
@@ -307,6 +309,18 @@ def probe_import(module_name: str, *, label: str, timeout_s: float = PLUGIN_IMPO
     if said not in ("ok", "raised"):
         raise BackendLoadError(f"backend {label!r}: {module_name!r} {said} (a plug-in must not exit lockcompare)")
     os.environ[PROBED_ENV] = ",".join(sorted(probed | {module_name}))
+
+
+def _wait_group_gone(pgid: int, *, timeout_s: float = 2.0) -> None:
+    """Wait (at most ``timeout_s``) until no live process is left in the group ``pgid``; a zombie
+    has exited. CI's bare tier once found a killed process of a probe still running after it."""
+    import time
+
+    from lockcompare.infra.procgroup import group_members, process_table
+
+    deadline = time.monotonic() + timeout_s
+    while group_members(pgid, process_table()) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _kill_group(pgid: int, sig: int) -> bool:

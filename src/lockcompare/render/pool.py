@@ -3,7 +3,7 @@
 The report of the reproduction draws about a hundred and fifty timeline PNGs and writes some three
 thousand trial pages; on one core of a 2-core machine that took over two minutes. Each piece writes
 its own files and returns what the report needs to say about them, so processes can do them side by
-side; a file is the same bytes whichever process wrote it (tests/test_report.py). A small report is
+side; a file is the same bytes whichever process wrote it (tests/test_render_pool.py). A small report is
 rendered in this process: starting a process (its imports, matplotlib's among them) costs more than
 a few pieces.
 
