@@ -377,13 +377,11 @@ def _draw_rounds(
             (gave_up,) = ax.plot([t1], [y - 0.3], "x", color="#525252", ms=6)
             legend.add("acquire gave up", gave_up, t1)
             continue
-        deadline = e.get("valid_until")
-        if deadline is not None:
-            until_ms = incidents.ms(deadline, origin)
+        until_ms = _lease_end_ms(e, origin=origin, released=released, end=end)
+        if e.get("valid_until") is not None:
             handle = ax.broken_barh([(t1, until_ms - t1)], (y + 0.17, 0.22), facecolor=LEASE)
             legend.add("lease as believed (to valid_until)", handle, t1, until_ms)
         else:
-            until_ms = incidents.ms(released.get((e["worker"], e["round"]), end), origin)
             handle = ax.broken_barh([(t1, until_ms - t1)], (y + 0.17, 0.22),
                                     facecolor=LEASE_OPEN, edgecolor=LEASE, hatch="..")  # fmt: skip
             legend.add("lease with no deadline (to release)", handle, t1, until_ms)
@@ -399,12 +397,16 @@ def _acquire_reach_ms(
     """The latest time an acquire's artists reach (its lease, its key's expiry on the nodes), in ms."""
     reach = [incidents.ms(e["t1"], origin)]
     if e.get("ok"):
-        deadline = e.get("valid_until")
-        reach.append(incidents.ms(deadline if deadline is not None else released.get((e["worker"], e["round"]), end),
-                                  origin))  # fmt: skip
+        reach.append(_lease_end_ms(e, origin=origin, released=released, end=end))
     if ttl_ms is not None and e.get("t_attempt") is not None:
         reach.append(incidents.ms(e["t_attempt"], origin) + ttl_ms)
     return max(reach)
+
+
+def _lease_end_ms(e: Event, *, origin: int, released: dict[tuple[int, int], int], end: int) -> float:
+    """Where a granted lease's bar ends: its ``valid_until``, else its release (else the history's end)."""
+    deadline = e.get("valid_until")
+    return incidents.ms(deadline if deadline is not None else released.get((e["worker"], e["round"]), end), origin)
 
 
 def _draw_sections(ax: Any, history: Sequence[Event], *, lanes: dict[int, int], legend: _Legend) -> None:
