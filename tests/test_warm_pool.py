@@ -10,6 +10,7 @@ tells the pool what comes next and starts trials in the order ``order`` gives (c
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -258,6 +259,41 @@ def test_clusters_announced_are_started_ahead_and_handed_out_warm(spare_fails: b
         assert pool.acquire(REDIS) is first[0]  # the fourth trial: the first one's cluster, reset
         for cluster in first:
             pool.release(cluster)
+
+
+def test_a_cluster_finished_for_a_waiting_trial_still_counts_against_the_limit() -> None:
+    """Between a claimed build finishing and its trial taking it, a top-up must still count that
+    cluster, or it starts one beyond ``limit`` (CI, bare tier: four built for three trials).
+
+    Here the top-up is an ``expect`` run by a done-callback on the claimed build, on the starter
+    thread, with a long switch interval so that the waiting trial does not take its cluster first."""
+    pools: list[WarmPool] = []
+    built_at_top_up: list[int] = []
+
+    def build(shape: ClusterShape) -> Cluster:
+        if len(pools) == 1 and pools[0].warm_hits == 0:  # the first: returns once a trial claimed it
+            deadline = time.monotonic() + 10
+            while pools[0].warm_hits == 0 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        return SimpleNamespace(stop=lambda: None, shape=shape)  # type: ignore[return-value]  # a stand-in: only stopped
+
+    interval = sys.getswitchinterval()
+    with WarmPool(build=build, limit=3, starters=1) as pool:
+        pools.append(pool)
+        pool.expect([REDIS] * 4)  # three spares queued on the one starter thread, in order
+        claimed_one = pool._pending[0]
+
+        def top_up(_future: object) -> None:
+            pool.expect([REDIS] * 3)
+            built_at_top_up.append(pool.built)
+
+        claimed_one.future.add_done_callback(top_up)
+        sys.setswitchinterval(1.0)
+        try:
+            pool.acquire(REDIS)  # the trial: claims the first spare and waits for it
+        finally:
+            sys.setswitchinterval(interval)
+        assert pool.warm_hits == 1 and built_at_top_up == [3] and pool.built == 3
 
 
 def test_an_idle_cluster_no_trial_still_needs_is_stopped() -> None:

@@ -110,9 +110,8 @@ class WarmPool:
                 pending = self._submit_build(shape, attempts=START_ATTEMPTS)
             pending.claimed = True
             self._top_up()
-        started = time.monotonic()
         try:
-            ready = pending.future.result()
+            ready = self._take(pending)
         except ClusterStartFailed:
             raise  # an on-demand build: it was started afresh START_ATTEMPTS times already
         except ClusterError as exc:  # a spare that failed to start: replaced like a broken one
@@ -120,13 +119,8 @@ class WarmPool:
                 self.replaced.append(f"could not start: {exc}")
             log.warning("a cluster failed to start (%s); starting a fresh one", exc)
             ready = None
-        finally:
-            with self._lock:
-                self.waited_s += time.monotonic() - started
         if ready is None:  # a reset found it broken (counted in replaced): build one for this caller
             return self.acquire_new(shape)
-        with self._lock:
-            self._busy.append(ready)
         return ready
 
     def acquire_new(self, shape: ClusterShape) -> Cluster:
@@ -136,12 +130,8 @@ class WarmPool:
             self._make_room()
             pending = self._submit_build(shape, attempts=START_ATTEMPTS)
             pending.claimed = True
-        started = time.monotonic()
-        cluster = pending.future.result()
-        with self._lock:
-            self.waited_s += time.monotonic() - started
-            assert cluster is not None  # a build raises or returns a cluster
-            self._busy.append(cluster)
+        cluster = self._take(pending)
+        assert cluster is not None  # a build raises or returns a cluster
         return cluster
 
     def release(self, cluster: Cluster) -> None:
@@ -190,6 +180,28 @@ class WarmPool:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    def _take(self, pending: _Pending) -> Cluster | None:
+        """Wait for a claimed cluster, then move it from on-its-way to busy in one step.
+
+        Until then it stays in ``_pending``, so it is counted among the clusters alive: counted as
+        neither (finished, not yet busy), it let another arrival's top-up start a cluster beyond
+        ``limit`` (seen in CI: four built for three trials)."""
+        started = time.monotonic()
+        try:
+            cluster = pending.future.result()
+        except Exception:
+            with self._lock:
+                self.waited_s += time.monotonic() - started
+                self._pending.remove(pending)
+            raise
+        # An interrupt (BaseException) leaves it in _pending: close() waits for it and stops it.
+        with self._lock:
+            self.waited_s += time.monotonic() - started
+            self._pending.remove(pending)
+            if cluster is not None:
+                self._busy.append(cluster)
+        return cluster
 
     # -- inside: every method below runs with self._lock held, except the starter-thread work ---
 
@@ -268,9 +280,9 @@ class WarmPool:
     def _arrived(self, pending: _Pending) -> None:
         """A build or reset finished: an unpromised cluster becomes idle (a failed one is dropped)."""
         with self._lock:
-            self._pending.remove(pending)
             if pending.claimed:
-                return
+                return  # its caller moves it from _pending to _busy (_take)
+            self._pending.remove(pending)
             cluster = _result(pending)
             if cluster is None:
                 if pending.future.exception() is not None:
