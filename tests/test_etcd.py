@@ -46,6 +46,31 @@ def granted(outcome: Lease | Refusal) -> Lease:
     return outcome
 
 
+def test_a_lease_counts_its_ttl_from_the_call_not_from_after_the_held_check(etcd_cluster: Cluster, key: str) -> None:
+    """acquire asks whether the key is held before it grants a lease; a slow answer must not lengthen
+    the validity it claims (CI: a 20 ms range under load read as 19.8 ms past the TTL). Every request
+    held back 40 ms on the wire makes the range alone take 40 ms."""
+    from lockcompare.infra.proxy import LinkProxy
+
+    port = int(etcd_cluster.node_urls[0].rsplit(":", 1)[1].split("/")[0])
+    with LinkProxy(target_port=port, name="slow-etcd") as proxy:
+        assert proxy.port is not None
+        lock = EtcdLock(config=BackendConfig(node_urls=[f"http://127.0.0.1:{proxy.port}"], request_timeout_s=2.0))
+        try:
+            proxy.delay_requests(ms=40)
+            t0 = time.monotonic_ns()
+            lease = granted(lock.acquire(key=key, ttl_ms=1000))
+            took_ms = (time.monotonic_ns() - t0) / 1e6
+            assert lease.valid_until_ns is not None
+            reach_ms = (lease.valid_until_ns - t0) / 1e6
+            proxy.heal()
+            lock.release(lease)
+        finally:
+            lock.close()
+    assert took_ms >= 3 * 40  # range, grant, txn: each held back (else this test shows nothing)
+    assert reach_ms < 1000 + 20, f"claimed valid {reach_ms:.1f} ms after the call began, TTL 1000 ms"
+
+
 def test_second_acquire_refused_while_held_then_granted_after_release(config: BackendConfig, key: str) -> None:
     a, b = EtcdLock(config=config), EtcdLock(config=config)
     try:
