@@ -11,7 +11,9 @@ happened; with a results file also the row's conflicts, lost updates and verdict
 backend, experiment and trial (a run's file is in the order its trials ended).
 
 A pause is the runner's own record of it: from the ``pause`` fault's inject (its ``t1``, just
-after the SIGSTOP) to its heal (its ``t0``, just before the SIGCONT). A renewal is inside when its
+after the SIGSTOP; for a stop the worker made itself, ``seen_stopped_ns``, when the runner saw it
+stopped: the worker's ``t1`` is taken just before its own SIGSTOP, and a helper may run on until
+that lands) to its heal (its ``t0``, just before the SIGCONT). A renewal is inside when its
 ``t0`` — taken by the renewing client itself right before it sent the request — falls in that
 window: a frozen client cannot take a timestamp, so any such renewal was made by a process the
 freeze did not stop. A history without pause fault events (``--pause-how sleep``) is measured
@@ -58,7 +60,7 @@ def pause_windows(events: list[Event]) -> tuple[list[Window], str]:
     for event in faults:
         worker = int(event.get("target_worker", -1))
         if event.get("action") == "inject":
-            open_at[worker] = int(event["t1"])
+            open_at[worker] = int(event.get("seen_stopped_ns") or event["t1"])
         elif event.get("action") == "heal" and worker in open_at:
             windows.append(Window(worker, open_at.pop(worker), int(event["t0"])))
     if faults:

@@ -213,8 +213,22 @@ def test_under_client_pause_a_child_that_renews_is_frozen_with_its_worker(cluste
     assert result.metrics.conflicts > 0, result.metrics
     injects = [e for e in history if e["kind"] == "fault" and e.get("fault") == "pause" and e["action"] == "inject"]
     assert all(len(e["group"]) == 2 for e in injects), injects  # the worker and its child
+    # Each pause is counted from when the runner saw the worker stopped, after it asked (t1).
+    assert all(e["stopped_by"] == "worker" and e["seen_stopped_ns"] >= e["t1"] for e in injects), injects
     assert not [e for e in history if e["kind"] == "escaped"]
     assert all(_gone(pid) for e in injects for pid in e["group"]), "a helper outlived its trial"
+
+
+def test_a_renewal_between_the_request_and_the_stop_is_not_inside_the_pause() -> None:
+    """A worker takes its request's time, sends it, then stops itself: its helper may renew in
+    between (CI: one such renewal counted "inside"). The pause is counted from when the runner saw
+    the stop (``seen_stopped_ns``); a history without it, from the inject's t1 as before."""
+    inject = {"kind": "fault", "fault": "pause", "action": "inject", "target_worker": 0, "t0": 100, "t1": 100}
+    heal = {"kind": "fault", "fault": "pause", "action": "heal", "target_worker": 0, "t0": 1000, "t1": 1001}
+    renewals = [{"kind": "renew", "worker": 0, "t0": t0} for t0 in (50, 120, 600, 1100)]
+    assert renewals_in_pauses.count([inject, heal, *renewals]).inside == 2  # 120 and 600
+    seen = {**inject, "stopped_by": "worker", "seen_stopped_ns": 150}
+    assert renewals_in_pauses.count([seen, heal, *renewals]).inside == 1  # 600: a helper the stop missed
 
 
 def test_a_child_that_left_the_group_is_named_and_the_verdict_is_not_trusted(

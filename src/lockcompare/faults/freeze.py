@@ -109,6 +109,11 @@ class Freezer:
         continue a stop this freezer has not heard of yet): the trial decides (runner/trial.py)."""
         heal_at = requested_ns + int(pause_s * 1e9)
         stopped = _wait_until_stopped(pid)
+        # By now the stop has surely landed on the whole group; at requested_ns it had not yet (the
+        # worker takes that time, sends its request, then stops itself: a helper of its group may
+        # still run in between, more so on a loaded machine). Recorded beside t0/t1, which stay the
+        # request's: the pause's length is counted from it.
+        seen_stopped_ns = now_ns() if stopped else None
         continuer = self._continuer if self._continuer is not None and self._continuer.alive else None
         with self._lock:
             if stopped and cgroup_of(pid) is not None:
@@ -138,6 +143,7 @@ class Freezer:
         self._record(
             "inject", worker=worker, round_=round_, t0=requested_ns, t1=requested_ns, planned=requested_ns,
             group=group, how=self._how(pid), by="worker" if stopped else "worker (not seen stopped)",
+            seen_stopped_ns=seen_stopped_ns,
         )  # fmt: skip
 
     def hold(self, pid: int) -> None:
@@ -249,6 +255,7 @@ class Freezer:
         group: list[int] | None = None,
         how: str = "SIGSTOP",
         by: str = "runner",
+        seen_stopped_ns: int | None = None,
     ) -> None:
         event: Event = {
             "worker": -1, "round": round_, "kind": "fault", "fault": "pause", "action": action, "t0": t0,
@@ -259,6 +266,8 @@ class Freezer:
             event["group"] = group  # the pids the stop reached: the worker's cgroup, else its process group
         if by != "runner" and action == "inject":
             event["stopped_by"] = by  # the worker stopped its own client as it asked (adopt_stop)
+            if seen_stopped_ns is not None:
+                event["seen_stopped_ns"] = seen_stopped_ns  # when the runner saw it stopped
         elif by != "runner":
             event["continued_by"] = by  # the continuer process ended the pause (faults/continuer.py)
         with self._lock:
