@@ -50,10 +50,9 @@ def test_a_lease_counts_its_ttl_from_the_call_not_from_after_the_held_check(etcd
     """acquire asks whether the key is held before it grants a lease; a slow answer must not lengthen
     the validity it claims (CI: a 20 ms range under load read as 19.8 ms past the TTL). Every request
     held back 40 ms on the wire makes the range alone take 40 ms."""
-    from lockcompare.infra.proxy import LinkProxy
+    from lockcompare.infra.proxy import LinkProxy, port_of
 
-    port = int(etcd_cluster.node_urls[0].rsplit(":", 1)[1].split("/")[0])
-    with LinkProxy(target_port=port, name="slow-etcd") as proxy:
+    with LinkProxy(target_port=port_of(etcd_cluster.node_urls[0]), name="slow-etcd") as proxy:
         assert proxy.port is not None
         lock = EtcdLock(config=BackendConfig(node_urls=[f"http://127.0.0.1:{proxy.port}"], request_timeout_s=2.0))
         try:
