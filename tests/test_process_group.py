@@ -124,7 +124,9 @@ def test_a_freeze_stops_every_member_of_the_group_and_only_them(spawned: Any) ->
     try:
         freezer.freeze(pid=proc.pid, conn=ours, pause_s=60, worker=0)
         assert _wait_for(lambda: _state(proc.pid) == "T" and _state(helper) == "T")
-        assert _state(escaper) == "S"  # the freeze did not reach it: why the runner names it
+        # The freeze did not reach it (why the runner names it). Not stopped, rather than "S":
+        # a `sleep` just exec'd on a loaded machine can still be running (CI saw "R").
+        assert _state(escaper) not in ("T", "t")
         inject = next(e for e in freezer.events if e["action"] == "inject")
         assert inject["group"] == sorted([proc.pid, helper])  # the history says whom the stop reached
     finally:
