@@ -49,8 +49,7 @@ def unit(seed: int) -> float:
 
 class FakeRunner:
     """Trials that fail when ``rule(schedule, rounds)`` holds, with probability ``p``; each costs
-    ``seconds`` of fake time, ``parallel`` at once (handed over ``parallel`` at a time too, unless
-    ``batches`` says how many trials a batch may hold)."""
+    ``seconds`` of fake time, ``parallel`` at once."""
 
     def __init__(
         self,
@@ -60,18 +59,14 @@ class FakeRunner:
         p: float = 1.0,
         seconds: float = 4.0,
         parallel: int = 2,
-        batches: int | None = None,
     ) -> None:
-        self.rule, self.clock, self.p, self.seconds = rule, clock, p, seconds
-        self.at_once, self.parallel = parallel, batches or parallel
+        self.rule, self.clock, self.p, self.seconds, self.parallel = rule, clock, p, seconds, parallel
         self.description = "fake backend"
         self.ran: list[TrialRequest] = []
-        self.batches: list[int] = []  # the size of each call's batch
 
     def run(self, requests: Sequence[TrialRequest]) -> list[TrialOutcome]:
         self.ran += requests
-        self.clock.now += self.seconds * -(-len(requests) // self.at_once)
-        self.batches.append(len(requests))
+        self.clock.now += self.seconds * -(-len(requests) // self.parallel)
         out = []
         for r in requests:
             bad = self.rule(parse_text(r.schedule), r.rounds) and unit(r.seed) < self.p
@@ -330,18 +325,3 @@ def test_a_batch_starts_only_while_the_time_left_covers_it() -> None:
         assert clock.now == 10.0 * batches
         assert report.trials == len(runner.ran) == 2 * batches
         assert report.wall_seconds <= budget_s
-
-
-def test_the_first_batch_is_one_wave_and_later_ones_as_many_waves_as_the_time_left_covers() -> None:
-    """Two trials at once, four handed over per batch, 5 s a wave: under a 12 s budget the search
-    runs one wave (5 s), then the one more wave that fits (10 s), and stops there — it used to hand
-    over four at once from the start (two waves, 10 s) and then start nothing, or, at 7 s a wave,
-    overrun to 14 s. Under 30 s: one wave, two batches of two waves (25 s), then the wave that fits."""
-    for budget_s, seconds, batches in ((12, 5.0, [2, 2]), (12, 7.0, [2]), (30, 5.0, [2, 4, 4, 2]), (4, 5.0, [2])):
-        clock = FakeClock()
-        runner = FakeRunner(lambda s, r: False, clock=clock, seconds=seconds, parallel=2, batches=4)
-        report = explore(runner=runner, search=Search(kinds=("pause",), shape=SINGLE, budget_s=budget_s), clock=clock)
-        assert runner.batches == batches, (budget_s, seconds)
-        assert clock.now == seconds * sum(-(-b // 2) for b in batches)
-        # within the budget whenever one wave fits in it; the first wave runs whatever it costs
-        assert report.wall_seconds <= max(budget_s, seconds)

@@ -25,17 +25,11 @@ only some of the time, and should run side by side; its budget counts examples, 
 its shrinker cuts the byte stream the strategies drew from, not the steps, nodes and amounts a
 reader of the result cares about. The search here is small: draw, rerun, cut.
 
-The budget is wall time for this invocation, spent a wave at a time (a wave: as many trials as the
-runner runs side by side, :attr:`TrialRunner.at_once`). The first batch is one wave and always runs
-(nothing else says what a trial costs here); every later batch is as many whole waves, up to
-:attr:`TrialRunner.parallel` trials, as the time left covers at the wall cost per wave so far, and
-none when not one fits. So the search overshoots its budget only when a single wave is longer than
-the budget, or a wave runs longer than the waves before it (trials under longer schedules take
-longer: a pause every round against one pause once). A search under a 12 s budget once started a
-second 15 s batch 10 s in and took 27 s; the first batch was then two waves, whatever they cost.
-A batch that runs long runs to its end; once a counterexample is being shrunk, enough is kept back
-to rate the result, and the rating runs even if it overshoots. Whatever happens,
-:meth:`ExploreReport.budget_text` says what was searched.
+The budget is wall time for this invocation. A batch starts only while the time left covers it, at
+the wall cost per trial of the batches so far (the first batch always runs: a search under a 12 s
+budget started a second 15 s batch 10 s in, and took 27 s); a batch that runs long runs to its end;
+once a counterexample is being shrunk, enough is kept back to rate the result, and the rating runs
+even if it overshoots. Whatever happens, :meth:`ExploreReport.budget_text` says what was searched.
 """
 
 from __future__ import annotations
@@ -85,11 +79,6 @@ class TrialRunner(Protocol):
     @property
     def parallel(self) -> int:
         """Trials worth handing over at once (the runner may still run fewer at a time)."""
-        ...
-
-    @property
-    def at_once(self) -> int:
-        """Trials the runner runs side by side at most: one wave, the search's first batch."""
         ...
 
     @property
@@ -216,7 +205,7 @@ class Explorer:
         self._deadline = self._started + search.budget_s
         self._reserve_s = 0.0  # kept back, while shrinking, to rate the result
         self._ran_s = 0.0  # wall seconds spent in the runner ...
-        self._waves = 0  # ... running this many waves of trials: the wall cost of one more, as this machine runs them
+        self._ran = 0  # ... running this many trials: the wall cost of one more, as this machine runs them
         self._counted: set[tuple[str, int, int]] = set()
 
     # --- running trials -----------------------------------------------------------------------
@@ -229,27 +218,9 @@ class Explorer:
     def _left_s(self) -> float:
         return self._deadline - self.clock() - self._reserve_s
 
-    def _at_once(self) -> int:
-        return max(1, self.runner.at_once)
-
-    def _waves_of(self, trials: int) -> int:
-        return -(-trials // self._at_once())
-
     def _expected_s(self, trials: int) -> float:
-        """The wall seconds ``trials`` more are expected to take, a wave of them at a time, as the waves
-        so far ran (0 before any): a batch of three with two at once takes two waves, not one and a half."""
-        return self._ran_s / self._waves * self._waves_of(trials) if self._waves else 0.0
-
-    def _search_batch_size(self) -> int:
-        """How many schedules the next search batch tries: one wave first, then as many whole waves
-        (up to ``parallel`` trials) as the time left covers; 0 when not one wave fits."""
-        parallel = max(1, self.runner.parallel)
-        if not self._waves:
-            return min(parallel, self._at_once())
-        if self._ran_s <= 0:  # waves that took no time (a fake clock): any number fits
-            return parallel
-        waves = int(max(0.0, self._left_s()) // (self._ran_s / self._waves))
-        return min(parallel, waves * self._at_once())
+        """The wall seconds ``trials`` more are expected to take, as the trials so far ran (0 before any)."""
+        return self._ran_s / self._ran * trials if self._ran else 0.0
 
     def _run(self, requests: Sequence[TrialRequest], *, phase: str, force: bool = False) -> list[TrialOutcome] | None:
         """Outcomes of ``requests``, from the cache or run now; None when something must run and the
@@ -260,7 +231,7 @@ class Explorer:
         began = self.clock()
         ran = dict(zip(todo, self.runner.run(todo), strict=True)) if todo else {}
         self._ran_s += self.clock() - began
-        self._waves += self._waves_of(len(ran))
+        self._ran += len(ran)
         outcomes = []
         for request in requests:
             key = (request.schedule, request.rounds, request.seed)
@@ -293,11 +264,8 @@ class Explorer:
         searched: set[str] = set()
         repeats = 0  # draws in a row that were all searched before: the space is exhausted
         while self._left_s() > 0 and repeats < EXHAUSTED_AFTER:
-            size = self._search_batch_size()
-            if size < 1:
-                break
             batch = []
-            for _ in range(size):
+            for _ in range(max(1, self.runner.parallel)):
                 drawn = random_schedule(rng, kinds=s.kinds, shape=s.shape, max_steps=s.max_steps)
                 text = self._canonical(drawn)
                 if text is None:
@@ -357,7 +325,7 @@ class Explorer:
     def _shrink_and_rate(self, found: TrialRequest) -> Counterexample:
         s = self.search
         # the rating's reruns not yet run (the search's run is rerun 0), at the wall cost seen so far
-        self._reserve_s = self._expected_s(s.rate_runs - 1)
+        self._reserve_s = (s.rate_runs - 1) * self._ran_s / max(1, self._ran)
 
         def oracle(schedule: Schedule, rounds: int) -> Rate | None:
             text = self._canonical(schedule)

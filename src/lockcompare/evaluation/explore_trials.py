@@ -128,11 +128,6 @@ class RealTrials:
         return 2 * self.jobs
 
     @property
-    def at_once(self) -> int:
-        """The scheduler's jobs: at most this many trials run side by side (its CPU budget may admit fewer)."""
-        return self.jobs
-
-    @property
     def description(self) -> str:
         s = self._base_spec
         fence = f", --fence {self.fence}" if s.resource_check.value.startswith(("fence", "token")) else ""
