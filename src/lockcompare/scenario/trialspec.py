@@ -6,6 +6,7 @@ and an experiment into the :class:`TrialSpec` of one trial, and names the trial.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -162,33 +163,50 @@ def legacy_client_timeout_ms(settings: Mapping[str, object]) -> float | None:
     return None
 
 
+#: The settings an experiment's own schedule is made from (:func:`catalogue_faults`).
+_SCHEDULE_INPUTS = (
+    "experiment", "time_scale", "fault_nodes", "restart_delay_ms", "persistence", "ttl_ms", "work_ms", "pause_ms",
+    "pause_how", "pause_point", "lock_servers",
+)  # fmt: skip
+
+
 def catalogue_faults(settings: Mapping[str, object], *, legacy: bool = False) -> str:
     """The experiment's own schedule for these (stored, scaled) settings: what a trial runs without
     ``--faults`` (a reproduce command need not say it); ``legacy``: what it ran before schedules."""
     try:
-        experiment = get_experiment(canonical(settings.get("experiment")))
-        scale = float(canonical(settings.get("time_scale")) or 1)
-
-        def lesson(name: str) -> float:
-            return float(f"{float(canonical(settings.get(name)) or 0) / scale:.6g}")
-
-        text = schedule_text(
-            experiment,
-            fault_nodes=int(canonical(settings.get("fault_nodes")) or 0) or 1,
-            restart_delay_ms=lesson("restart_delay_ms"),
-            persistence=canonical(settings.get("persistence")) or "none",
-            ttl_ms=lesson("ttl_ms"),
-            work_ms=lesson("work_ms"),
-            pause_ms=lesson("pause_ms"),
-            pause_how=canonical(settings.get("pause_how")) or "sleep",
-            pause_point=canonical(settings.get("pause_point")) or "after-acquire",
-            paused_workers=PAUSED_WORKERS,
-            legacy=legacy,
-            lock_servers=canonical(settings.get("lock_servers")) or DEFAULT_PROTOCOL,
-        )
-        return parse_schedule(text).text
+        return _catalogue_faults(tuple(canonical(settings.get(name)) for name in _SCHEDULE_INPUTS), legacy=legacy)
     except (UnknownNameError, InvalidValueError, ValueError, KeyError):
         return ""
+
+
+@functools.lru_cache(maxsize=4096)
+def _catalogue_faults(values: tuple[str, ...], *, legacy: bool) -> str:
+    """:func:`catalogue_faults` of the settings' canonical texts, made once per distinct set: every
+    trial id asks for it (:func:`trial_id_for`), and building and parsing the schedule was most of
+    rebuilding a committed file's ids. The catalogue is fixed, so the same texts give the same
+    schedule; a refusal raises, and is not kept."""
+    settings = dict(zip(_SCHEDULE_INPUTS, values, strict=True))
+    experiment = get_experiment(settings["experiment"])
+    scale = float(settings["time_scale"] or 1)
+
+    def lesson(name: str) -> float:
+        return float(f"{float(settings[name] or 0) / scale:.6g}")
+
+    text = schedule_text(
+        experiment,
+        fault_nodes=int(settings["fault_nodes"] or 0) or 1,
+        restart_delay_ms=lesson("restart_delay_ms"),
+        persistence=settings["persistence"] or "none",
+        ttl_ms=lesson("ttl_ms"),
+        work_ms=lesson("work_ms"),
+        pause_ms=lesson("pause_ms"),
+        pause_how=settings["pause_how"] or "sleep",
+        pause_point=settings["pause_point"] or "after-acquire",
+        paused_workers=PAUSED_WORKERS,
+        legacy=legacy,
+        lock_servers=settings["lock_servers"] or DEFAULT_PROTOCOL,
+    )
+    return parse_schedule(text).text
 
 
 def custom_faults(settings: Mapping[str, object]) -> bool:
